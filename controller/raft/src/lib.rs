@@ -1,0 +1,1 @@
+//! gsched-raft

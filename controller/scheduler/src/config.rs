@@ -1,0 +1,241 @@
+//! Scheduler settings: policy, priority weights, partitions, QOS, limits and the
+//! admin-written network topology. Deserialised from the `[scheduler]` part of the
+//! controller's TOML configuration and replicated through Raft, so every replica plans
+//! with the same settings.
+
+use serde::{Deserialize, Serialize};
+
+/// Which placement and ordering policy to run. `Gsched` is ours; the others are baselines
+/// for the simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Multifactor priority, EASY backfill, topology-aware placement.
+    #[default]
+    Gsched,
+    /// Slurm-like: priority by age, EASY backfill, first-fit nodes, GPUs by index.
+    FifoBackfill,
+    /// Strict first-in first-out: the head of the queue blocks everyone behind it.
+    Fifo,
+}
+
+impl Policy {
+    pub fn parse(name: &str) -> Option<Policy> {
+        match name {
+            "gsched" => Some(Policy::Gsched),
+            "fifo-backfill" => Some(Policy::FifoBackfill),
+            "fifo" => Some(Policy::Fifo),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Gsched => "gsched",
+            Policy::FifoBackfill => "fifo-backfill",
+            Policy::Fifo => "fifo",
+        }
+    }
+}
+
+/// Multifactor priority weights (Slurm's PriorityWeight*).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PriorityWeights {
+    pub age: f64,
+    pub fairshare: f64,
+    pub job_size: f64,
+    pub partition: f64,
+    pub qos: f64,
+}
+
+impl Default for PriorityWeights {
+    fn default() -> Self {
+        PriorityWeights { age: 1000.0, fairshare: 10_000.0, job_size: 500.0, partition: 1000.0, qos: 2000.0 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionConfig {
+    pub name: String,
+    /// Hostlist of member nodes; all nodes when absent.
+    #[serde(default)]
+    pub nodes: Option<String>,
+    #[serde(default)]
+    pub default: bool,
+    #[serde(default)]
+    pub max_time_s: Option<u64>,
+    #[serde(default)]
+    pub default_time_s: Option<u64>,
+    #[serde(default)]
+    pub priority: u32,
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    #[serde(default)]
+    pub max_gpus_per_user: Option<u32>,
+    #[serde(default)]
+    pub max_jobs_per_user: Option<u32>,
+    #[serde(default)]
+    pub max_time_s: Option<u64>,
+    /// QOS names whose running jobs this QOS may preempt (by requeue) when preemption is on.
+    #[serde(default)]
+    pub preempt: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    pub name: String,
+    #[serde(default = "one")]
+    pub shares: u32,
+    #[serde(default)]
+    pub max_gpus: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Limits that apply to every user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserLimits {
+    pub max_gpus: Option<u32>,
+    pub max_running_jobs: Option<u32>,
+    pub max_queued_jobs: Option<u32>,
+    pub max_time_s: Option<u64>,
+}
+
+/// One switch of the admin-written network topology (like Slurm's topology.conf).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchConfig {
+    pub name: String,
+    /// Hostlist of nodes directly attached (leaf switches).
+    #[serde(default)]
+    pub nodes: Option<String>,
+    /// Child switches (spine/core switches).
+    #[serde(default)]
+    pub switches: Vec<String>,
+    #[serde(default)]
+    pub link_gbps: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedConfig {
+    pub policy: Policy,
+    pub weights: PriorityWeights,
+    /// Age beyond which the age factor stops growing.
+    pub max_age_s: u64,
+    /// Half-life of the GPU-hour usage behind fair share.
+    pub fairshare_half_life_s: u64,
+    pub backfill: bool,
+    /// How many blocked jobs get a reservation that backfill must respect (EASY: 1).
+    pub reservations: u32,
+    /// Upper bound on pending jobs examined per pass (Slurm's bf_max_job_test).
+    pub max_jobs_per_pass: u32,
+    pub partitions: Vec<PartitionConfig>,
+    pub qos: Vec<QosConfig>,
+    pub accounts: Vec<AccountConfig>,
+    pub user_limits: UserLimits,
+    pub switches: Vec<SwitchConfig>,
+    /// Ports handed out as MASTER_PORT, one per running job on its first node.
+    pub master_port_min: u16,
+    pub master_port_max: u16,
+    /// Requeue lower-QOS jobs for blocked higher-QOS ones. Off by default.
+    pub preemption: bool,
+    /// Automatic requeues allowed per job when it asked for `--requeue`.
+    pub max_restarts: u32,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            policy: Policy::Gsched,
+            weights: PriorityWeights::default(),
+            max_age_s: 7 * 86_400,
+            fairshare_half_life_s: 7 * 86_400,
+            backfill: true,
+            reservations: 1,
+            max_jobs_per_pass: 50_000,
+            partitions: Vec::new(),
+            qos: Vec::new(),
+            accounts: Vec::new(),
+            user_limits: UserLimits::default(),
+            switches: Vec::new(),
+            master_port_min: 29_500,
+            master_port_max: 29_999,
+            preemption: false,
+            max_restarts: 3,
+        }
+    }
+}
+
+impl SchedConfig {
+    pub fn partition(&self, name: &str) -> Option<&PartitionConfig> {
+        self.partitions.iter().find(|p| p.name == name)
+    }
+
+    /// The partition a job lands in when it names none.
+    pub fn default_partition(&self) -> String {
+        self.partitions.iter().find(|p| p.default).or(self.partitions.first()).map(|p| p.name.clone()).unwrap_or_else(|| "gpu".to_string())
+    }
+
+    pub fn qos(&self, name: Option<&str>) -> Option<&QosConfig> {
+        self.qos.iter().find(|q| Some(q.name.as_str()) == name)
+    }
+
+    /// Is `node` a member of `partition`? An unconfigured partition list means one
+    /// partition holding every node.
+    pub fn partition_has_node(&self, partition: &str, node: &str) -> bool {
+        if self.partitions.is_empty() {
+            return true;
+        }
+        match self.partition(partition) {
+            Some(p) => match &p.nodes {
+                None => true,
+                Some(list) => gsched_types::hostlist::expand(list).map(|h| h.iter().any(|n| n == node)).unwrap_or(false),
+            },
+            None => false,
+        }
+    }
+
+    /// The leaf switch each node hangs off, from the configured switches.
+    pub fn leaf_switch_of(&self, node: &str) -> Option<String> {
+        self.switches.iter().find(|s| s.nodes.as_deref().and_then(|l| gsched_types::hostlist::expand(l).ok()).is_some_and(|h| h.iter().any(|n| n == node))).map(|s| s.name.clone())
+    }
+
+    /// Checks names and ranges; the message says what to fix.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.master_port_min == 0 || self.master_port_min > self.master_port_max {
+            return Err(format!("master_port_min..master_port_max ({}..{}) is not a valid port range", self.master_port_min, self.master_port_max));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.partitions {
+            if !seen.insert(&p.name) {
+                return Err(format!("partition '{}' is defined twice", p.name));
+            }
+            if let Some(nodes) = &p.nodes {
+                gsched_types::hostlist::expand(nodes).map_err(|e| format!("partition '{}': {e}", p.name))?;
+            }
+        }
+        if self.partitions.iter().filter(|p| p.default).count() > 1 {
+            return Err("more than one partition has default = true".into());
+        }
+        for s in &self.switches {
+            if let Some(nodes) = &s.nodes {
+                gsched_types::hostlist::expand(nodes).map_err(|e| format!("switch '{}': {e}", s.name))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,417 @@
+//! One scheduling pass: `plan(snapshot, now) -> Plan`.
+//!
+//! Jobs are taken in priority order. Each either starts now (placed on free resources that
+//! no reservation needs), or gets the reason that binds it. The first blocked jobs (up to
+//! `reservations`, EASY backfill uses one) get a reservation: the earliest time their
+//! placement frees up if running jobs end at their time limits. A lower job may start in
+//! a hole only if it cannot delay a reservation: it ends before the reservation starts, or
+//! it uses none of the reserved GPUs.
+
+use crate::config::Policy;
+use crate::input::{PendingJob, RunningJob, Snapshot};
+use crate::place::{Blocked, NodePick, Placer, ShapeKey};
+use crate::priority::{FairShare, priority};
+use gsched_types::job::{DependencyKind, JobId, JobState, PendingReason};
+use gsched_types::resources::{Allocation, NodeAlloc, NodeUsage};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A job to start, with everything the controller commits for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedStart {
+    pub job: JobId,
+    pub allocation: Allocation,
+    /// Started in a hole left by a reservation rather than in priority order.
+    pub backfilled: bool,
+}
+
+/// A running job to requeue so that a higher-QOS job can start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    pub victim: JobId,
+    pub for_job: JobId,
+}
+
+/// What one pass decided.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub starts: Vec<PlannedStart>,
+    /// The binding reason of every pending job that does not start.
+    pub reasons: Vec<(JobId, PendingReason)>,
+    /// Expected start times (ms) from the backfill reservations.
+    pub estimates: Vec<(JobId, u64)>,
+    pub preemptions: Vec<Preemption>,
+    pub priorities: Vec<(JobId, f64)>,
+}
+
+/// GPUs set aside for a blocked higher-priority job from `start_ms` on.
+#[derive(Debug, Clone)]
+struct Reservation {
+    start_ms: u64,
+    gpus: HashMap<usize, u64>,
+    whole_nodes: HashSet<usize>,
+}
+
+/// How many blocked jobs beyond the reservations get a start estimate per pass.
+const EXTRA_ESTIMATES: usize = 16;
+
+/// Runs one scheduling pass. Pure: everything it reads is in `snap` and `now_ms`.
+pub fn plan(snap: &Snapshot, now_ms: u64) -> Plan {
+    let config = &snap.config;
+    let mut plan = Plan::default();
+    let total_gpus: u32 = snap.nodes.iter().map(|n| n.healthy_gpus()).sum();
+    let fairshare = FairShare::compute(config, &snap.usage, &snap.running, &snap.pending, now_ms);
+
+    let mut order: Vec<(f64, &PendingJob)> = snap.pending.iter().map(|j| (priority(j, config, &fairshare, total_gpus, now_ms), j)).collect();
+    order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.eligible_ms.cmp(&b.1.eligible_ms)).then(a.1.id.cmp(&b.1.id)));
+    plan.priorities = order.iter().map(|(p, j)| (j.id, *p)).collect();
+
+    let mut pass = Pass::new(snap, now_ms);
+    for (rank, (_, job)) in order.iter().enumerate() {
+        if rank as u32 >= config.max_jobs_per_pass {
+            plan.reasons.push((job.id, PendingReason::Priority));
+            continue;
+        }
+        match pass.consider(job) {
+            Ok(start) => plan.starts.push(start),
+            Err(reason) => plan.reasons.push((job.id, reason)),
+        }
+    }
+    plan.estimates = pass.estimates;
+    plan.preemptions = pass.preemptions;
+    plan
+}
+
+/// The mutable state of one pass.
+struct Pass<'a> {
+    snap: &'a Snapshot,
+    now_ms: u64,
+    placer: Placer<'a>,
+    usage: Vec<NodeUsage>,
+    /// Release events: (end bound, node index, allocation), sorted by time.
+    releases: Vec<(u64, usize, NodeAlloc)>,
+    reservations: Vec<Reservation>,
+    failed_shapes: HashMap<(ShapeKey, Option<u64>), PendingReason>,
+    fifo_blocked: bool,
+    user_gpus: HashMap<String, u32>,
+    user_jobs: HashMap<String, u32>,
+    account_gpus: HashMap<String, u32>,
+    array_running: HashMap<JobId, u32>,
+    singletons: HashSet<(String, String)>,
+    ports: HashMap<usize, BTreeSet<u16>>,
+    node_index: HashMap<&'a str, usize>,
+    estimates: Vec<(JobId, u64)>,
+    preemptions: Vec<Preemption>,
+    victims: HashSet<JobId>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(snap: &'a Snapshot, now_ms: u64) -> Pass<'a> {
+        let node_index: HashMap<&str, usize> = snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let mut pass = Pass {
+            snap,
+            now_ms,
+            placer: Placer::new(snap),
+            usage: snap.nodes.iter().map(|n| n.usage.clone()).collect(),
+            releases: Vec::new(),
+            reservations: Vec::new(),
+            failed_shapes: HashMap::new(),
+            fifo_blocked: false,
+            user_gpus: HashMap::new(),
+            user_jobs: HashMap::new(),
+            account_gpus: HashMap::new(),
+            array_running: HashMap::new(),
+            singletons: HashSet::new(),
+            ports: HashMap::new(),
+            node_index,
+            estimates: Vec::new(),
+            preemptions: Vec::new(),
+            victims: HashSet::new(),
+        };
+        for r in &snap.running {
+            pass.account_running(r.user.as_str(), r.account.as_str(), r.gpus(), r.array_job);
+            pass.singletons.insert((r.user.clone(), r.name.clone()));
+            if let Some(first) = r.allocation.first().and_then(|a| pass.node_index.get(a.node.as_str())) {
+                pass.ports.entry(*first).or_default().insert(r.master_port);
+            }
+            if let Some(end) = r.end_bound_ms() {
+                for a in &r.allocation {
+                    if let Some(&ni) = pass.node_index.get(a.node.as_str()) {
+                        pass.releases.push((end, ni, a.clone()));
+                    }
+                }
+            }
+        }
+        pass.releases.sort_by_key(|(t, ni, _)| (*t, *ni));
+        pass
+    }
+
+    fn account_running(&mut self, user: &str, account: &str, gpus: u32, array: Option<JobId>) {
+        *self.user_gpus.entry(user.to_string()).or_default() += gpus;
+        *self.user_jobs.entry(user.to_string()).or_default() += 1;
+        *self.account_gpus.entry(account.to_string()).or_default() += gpus;
+        if let Some(a) = array {
+            *self.array_running.entry(a).or_default() += 1;
+        }
+    }
+
+    /// Reasons that do not depend on free resources.
+    fn static_blocker(&self, job: &PendingJob) -> Option<PendingReason> {
+        let config = &self.snap.config;
+        if job.held {
+            return Some(PendingReason::JobHeldUser);
+        }
+        for dep in &job.dependency {
+            if dep.kind == DependencyKind::Singleton {
+                let other_pending = self.snap.pending.iter().any(|p| p.id < job.id && p.user == job.user && p.name == job.name);
+                if self.singletons.contains(&(job.user.clone(), job.name.clone())) || other_pending {
+                    return Some(PendingReason::Dependency);
+                }
+                continue;
+            }
+            let Some(id) = dep.job else { continue };
+            let Some(view) = self.snap.dependencies.get(&id) else {
+                // Unknown or purged jobs count as ended; afterok cannot be proven.
+                if dep.kind == DependencyKind::AfterOk {
+                    return Some(PendingReason::DependencyNeverSatisfied);
+                }
+                continue;
+            };
+            let done = view.state.is_terminal();
+            let ok = view.state == JobState::Completed && view.exit_code.unwrap_or(0) == 0;
+            let satisfied = match dep.kind {
+                DependencyKind::After => view.state != JobState::Pending,
+                DependencyKind::AfterAny => done,
+                DependencyKind::AfterOk => ok,
+                DependencyKind::AfterNotOk => done && !ok,
+                DependencyKind::Singleton => true,
+            };
+            if !satisfied {
+                let never = done && matches!(dep.kind, DependencyKind::AfterOk | DependencyKind::AfterNotOk);
+                return Some(if never { PendingReason::DependencyNeverSatisfied } else { PendingReason::Dependency });
+            }
+        }
+        if let Some((array, Some(limit))) = job.array {
+            if self.array_running.get(&array).copied().unwrap_or(0) >= limit {
+                return Some(PendingReason::JobArrayTaskLimit);
+            }
+        }
+        if let (Some(max), Some(t)) = (config.partition(&job.partition).and_then(|p| p.max_time_s), job.time_limit_s) {
+            if t > max {
+                return Some(PendingReason::PartitionTimeLimit);
+            }
+        }
+        let qos = config.qos(job.qos.as_deref());
+        let user_gpus = self.user_gpus.get(&job.user).copied().unwrap_or(0);
+        let max_gpus = qos.and_then(|q| q.max_gpus_per_user).into_iter().chain(config.user_limits.max_gpus).min();
+        if max_gpus.is_some_and(|m| user_gpus + job.total_gpus() > m) && job.total_gpus() > 0 {
+            return Some(PendingReason::QosMaxGpusPerUser);
+        }
+        let max_jobs = qos.and_then(|q| q.max_jobs_per_user).into_iter().chain(config.user_limits.max_running_jobs).min();
+        if max_jobs.is_some_and(|m| self.user_jobs.get(&job.user).copied().unwrap_or(0) >= m) {
+            return Some(PendingReason::QosMaxJobsPerUser);
+        }
+        if let Some(max) = config.accounts.iter().find(|a| a.name == job.account).and_then(|a| a.max_gpus) {
+            if self.account_gpus.get(&job.account).copied().unwrap_or(0) + job.total_gpus() > max {
+                return Some(PendingReason::AssocGrpGpuLimit);
+            }
+        }
+        None
+    }
+
+    /// GPUs a job ending at `end_ms` must not touch because a reservation needs them.
+    fn reserved_mask(&self, ni: usize, end_ms: Option<u64>) -> u64 {
+        let mut mask = 0u64;
+        for r in &self.reservations {
+            if end_ms.is_some_and(|e| e <= r.start_ms) {
+                continue;
+            }
+            if r.whole_nodes.contains(&ni) {
+                return u64::MAX;
+            }
+            mask |= r.gpus.get(&ni).copied().unwrap_or(0);
+        }
+        mask
+    }
+
+    fn consider(&mut self, job: &PendingJob) -> Result<PlannedStart, PendingReason> {
+        if let Some(reason) = self.static_blocker(job) {
+            return Err(reason);
+        }
+        let policy = self.snap.config.policy;
+        if self.fifo_blocked {
+            return Err(PendingReason::Priority);
+        }
+        let memo_key = (ShapeKey::of(job), job.time_limit_s);
+        if let Some(reason) = self.failed_shapes.get(&memo_key) {
+            if policy == Policy::Fifo {
+                self.fifo_blocked = true;
+            }
+            return Err(reason.clone());
+        }
+        let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
+        let reservations_exist = !self.reservations.is_empty();
+        let reserved_now = reserved_snapshot(self, end_ms);
+        let result = self.placer.place(job, &self.usage, &|ni| reserved_now.get(&ni).copied().unwrap_or(0));
+        match result {
+            Ok(picks) => {
+                let backfilled = reservations_exist;
+                match self.start(job, picks, backfilled) {
+                    Some(start) => Ok(start),
+                    None => Err(PendingReason::Resources),
+                }
+            }
+            Err(Blocked::Never(why)) => {
+                let r = PendingReason::BadConstraints(why);
+                self.failed_shapes.insert(memo_key, r.clone());
+                Err(r)
+            }
+            Err(Blocked::Unavailable(nodes)) => {
+                let r = PendingReason::ReqNodeNotAvail(nodes);
+                self.failed_shapes.insert(memo_key, r.clone());
+                if policy == Policy::Fifo {
+                    self.fifo_blocked = true;
+                }
+                Err(r)
+            }
+            Err(Blocked::Busy) => {
+                let blocked_by_reservation = reservations_exist && self.placer.place(job, &self.usage, &|_| 0).is_ok();
+                let reason = if blocked_by_reservation { PendingReason::Priority } else { PendingReason::Resources };
+                if !blocked_by_reservation {
+                    self.try_preempt(job);
+                }
+                let wants_reservation = policy != Policy::Fifo && self.snap.config.backfill && (self.reservations.len() as u32) < self.snap.config.reservations.max(1);
+                if wants_reservation && !blocked_by_reservation {
+                    if let Some((start_ms, picks)) = self.shadow(job, true) {
+                        self.estimates.push((job.id, start_ms));
+                        let mut res = Reservation { start_ms, gpus: HashMap::new(), whole_nodes: HashSet::new() };
+                        for p in picks {
+                            *res.gpus.entry(p.node).or_default() |= p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
+                            if p.alloc.exclusive {
+                                res.whole_nodes.insert(p.node);
+                            }
+                        }
+                        self.reservations.push(res);
+                    }
+                } else if self.estimates.len() < self.snap.config.reservations as usize + EXTRA_ESTIMATES && policy != Policy::Fifo {
+                    if let Some((start_ms, _)) = self.shadow(job, false) {
+                        self.estimates.push((job.id, start_ms));
+                    }
+                }
+                if policy == Policy::Fifo {
+                    self.fifo_blocked = true;
+                }
+                self.failed_shapes.insert(memo_key, reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Commits a placement to the pass's free state and builds the start.
+    fn start(&mut self, job: &PendingJob, picks: Vec<NodePick>, backfilled: bool) -> Option<PlannedStart> {
+        let first = picks.first()?.node;
+        let used = self.ports.entry(first).or_default();
+        let config = &self.snap.config;
+        let port = (config.master_port_min..=config.master_port_max).find(|p| !used.contains(p))?;
+        used.insert(port);
+        let end = job.time_limit_s.map(|t| self.now_ms + t * 1000);
+        let mut nodes = Vec::with_capacity(picks.len());
+        for p in picks {
+            self.usage[p.node].add(&p.alloc);
+            if let Some(end) = end {
+                let pos = self.releases.partition_point(|(t, ni, _)| (*t, *ni) <= (end, p.node));
+                self.releases.insert(pos, (end, p.node, p.alloc.clone()));
+            }
+            nodes.push(p.alloc);
+        }
+        self.account_running(&job.user, &job.account, job.total_gpus(), job.array.map(|a| a.0));
+        self.singletons.insert((job.user.clone(), job.name.clone()));
+        let master_addr = self.snap.nodes[first].training_addr.clone();
+        Some(PlannedStart { job: job.id, allocation: Allocation { nodes, master_addr, master_port: port }, backfilled })
+    }
+
+    /// Earliest time the job fits if running jobs end at their time limits. With
+    /// `respect_reservations`, earlier reservations keep their GPUs.
+    fn shadow(&mut self, job: &PendingJob, respect_reservations: bool) -> Option<(u64, Vec<NodePick>)> {
+        let mut future = self.usage.clone();
+        let reserved: HashMap<usize, u64> =
+            if respect_reservations { (0..self.snap.nodes.len()).map(|ni| (ni, self.reserved_mask(ni, None))).filter(|(_, m)| *m != 0).collect() } else { HashMap::new() };
+        let mask = |ni: usize| reserved.get(&ni).copied().unwrap_or(0);
+        let mut i = 0;
+        let releases = self.releases.clone();
+        while i < releases.len() {
+            let t = releases[i].0;
+            let mut touched = false;
+            while i < releases.len() && releases[i].0 == t {
+                let (_, ni, alloc) = &releases[i];
+                future[*ni].remove(alloc);
+                touched |= self.placer.pick_on_node(job, *ni, &future[*ni], mask(*ni)).is_some();
+                i += 1;
+            }
+            if touched {
+                if let Ok(picks) = self.placer.place(job, &future, &mask) {
+                    return Some((t.max(self.now_ms), picks));
+                }
+            }
+        }
+        None
+    }
+
+    /// With preemption on, requeue enough lower-QOS running jobs for `job` to fit.
+    fn try_preempt(&mut self, job: &PendingJob) {
+        let config = &self.snap.config;
+        if !config.preemption {
+            return;
+        }
+        let Some(qos) = config.qos(job.qos.as_deref()) else { return };
+        if qos.preempt.is_empty() {
+            return;
+        }
+        let prio_of = |r: &RunningJob| config.qos(r.qos.as_deref()).map(|q| q.priority).unwrap_or(0);
+        // Jobs already being stopped release their resources soon: count them first, and
+        // preempt nothing more if that is enough.
+        let mut future = self.usage.clone();
+        for r in self.snap.running.iter().filter(|r| r.ending) {
+            for a in &r.allocation {
+                if let Some(&ni) = self.node_index.get(a.node.as_str()) {
+                    future[ni].remove(a);
+                }
+            }
+        }
+        if self.placer.place(job, &future, &|_| 0).is_ok() {
+            return;
+        }
+        let mut candidates: Vec<&RunningJob> =
+            self.snap.running.iter().filter(|r| !r.ending && !self.victims.contains(&r.id) && r.qos.as_ref().is_some_and(|q| qos.preempt.contains(q))).collect();
+        candidates.sort_by(|a, b| prio_of(a).cmp(&prio_of(b)).then(b.start_ms.cmp(&a.start_ms)).then(a.id.cmp(&b.id)));
+        let mut chosen = Vec::new();
+        for victim in candidates {
+            for a in &victim.allocation {
+                if let Some(&ni) = self.node_index.get(a.node.as_str()) {
+                    future[ni].remove(a);
+                }
+            }
+            chosen.push(victim.id);
+            if self.placer.place(job, &future, &|_| 0).is_ok() {
+                for v in chosen {
+                    self.victims.insert(v);
+                    self.preemptions.push(Preemption { victim: v, for_job: job.id });
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn reserved_snapshot(pass: &Pass<'_>, end_ms: Option<u64>) -> HashMap<usize, u64> {
+    let mut out = HashMap::new();
+    if pass.reservations.is_empty() {
+        return out;
+    }
+    for ni in 0..pass.snap.nodes.len() {
+        let m = pass.reserved_mask(ni, end_ms);
+        if m != 0 {
+            out.insert(ni, m);
+        }
+    }
+    out
+}

@@ -1,0 +1,54 @@
+//! Fake topologies: the discovery JSON schema (the same document `gagentd discover --json`
+//! prints), TOML with the same fields, or a saved `nvidia-smi topo -m` text. This is how a
+//! node without GPUs pretends to have them, and how a real node's discovery is replayed
+//! anywhere.
+
+use gsched_types::topology::Topology;
+use std::path::Path;
+
+/// Loads and validates a topology file. The format is chosen by content: a JSON object,
+/// `nvidia-smi topo -m` text (a header with `GPU0`), or TOML.
+pub fn load_topology_file(path: &Path) -> Result<Topology, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read topology file {}: {e}", path.display()))?;
+    let mut topo = parse_topology_text(&text).map_err(|e| format!("topology file {}: {e}", path.display()))?;
+    topo.source = format!("fake:{}", path.display());
+    Ok(topo)
+}
+
+/// Parses topology text in any accepted format and validates it.
+pub fn parse_topology_text(text: &str) -> Result<Topology, String> {
+    let body = crate::strip_fixture_header(text);
+    let trimmed = body.trim_start();
+    let topo: Topology = if trimmed.starts_with('{') {
+        serde_json::from_str(trimmed).map_err(|e| format!("invalid JSON: {e}"))?
+    } else if body.contains("GPU0") && !trimmed.starts_with('[') && !body.contains("gpu_links") {
+        crate::parse_topo_matrix(body).map_err(|e| e.to_string())?
+    } else {
+        toml::from_str(body).map_err(|e| format!("invalid TOML: {e}"))?
+    };
+    topo.validate().map_err(|e| e.to_string())?;
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_shapes_with_a_message() {
+        let err = parse_topology_text(r#"{"gpus":[{"index":0}],"gpu_links":[["X","NV4"]]}"#).unwrap_err();
+        assert!(err.contains("1x1"), "{err}");
+        let err = parse_topology_text("{not json").unwrap_err();
+        assert!(err.contains("JSON"), "{err}");
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let text = r#"{"gpus":[{"index":0,"numa_node":0,"cpus":"0-3"},{"index":1,"numa_node":null}],"gpu_links":[["X","NV4"],["NV4","X"]]}"#;
+        let t = parse_topology_text(text).unwrap();
+        assert_eq!(t.gpus.len(), 2);
+        assert_eq!(t.gpus[1].numa_node, None);
+        let again = parse_topology_text(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(again.gpu_links, t.gpu_links);
+    }
+}

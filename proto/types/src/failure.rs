@@ -1,0 +1,117 @@
+//! Why a job (or one node's step of it) failed: a kind a program can act on, plus the
+//! evidence a person can read.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The failure kinds gsched distinguishes. Each maps to a final job state and to whether
+/// the node is to blame (drain it, avoid it on requeue).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FailureKind {
+    /// A GPU fell off the bus, NVML reports it lost, or the GPU count dropped.
+    GpuLost { gpu: Option<u32> },
+    /// An Xid error on one of the job's GPUs.
+    GpuXid { code: u32 },
+    /// A collective timed out (PyTorch NCCL watchdog or heartbeat monitor).
+    NcclTimeout,
+    /// NCCL reported an error (remote peer gone, system error, network).
+    NcclError,
+    /// The node stopped answering.
+    NodeLost,
+    /// Out of memory: host (cgroup OOM kill) or device (CUDA out of memory).
+    Oom,
+    /// The job ran past its time limit.
+    Timeout,
+    /// The process exited with a non-zero status.
+    ExitCode { code: i32 },
+    /// The process was killed by a signal it did not expect.
+    Signal { signal: i32 },
+    /// The step could not be started (bad working directory, unknown user, ...).
+    LaunchFailed,
+    /// Another node of the same job failed first; this step was stopped.
+    GangStopped,
+    /// The user or an admin cancelled the job.
+    Cancelled,
+}
+
+impl FailureKind {
+    /// True when the node's hardware is at fault: the node is drained and a requeued job
+    /// avoids it.
+    pub fn blames_node(&self) -> bool {
+        matches!(self, FailureKind::GpuLost { .. } | FailureKind::NodeLost) || matches!(self, FailureKind::GpuXid { code } if xid_blames_hardware(*code))
+    }
+
+    /// Short name used in `gqueue`/`gacct` reason columns.
+    pub fn reason_name(&self) -> String {
+        match self {
+            FailureKind::GpuLost { .. } => "GpuLost".into(),
+            FailureKind::GpuXid { code } => format!("GpuXid{code}"),
+            FailureKind::NcclTimeout => "NcclTimeout".into(),
+            FailureKind::NcclError => "NcclError".into(),
+            FailureKind::NodeLost => "NodeLost".into(),
+            FailureKind::Oom => "OutOfMemory".into(),
+            FailureKind::Timeout => "TimeLimit".into(),
+            FailureKind::ExitCode { code } => format!("NonZeroExitCode:{code}"),
+            FailureKind::Signal { signal } => format!("Signal:{signal}"),
+            FailureKind::LaunchFailed => "LaunchFailed".into(),
+            FailureKind::GangStopped => "GangStopped".into(),
+            FailureKind::Cancelled => "Cancelled".into(),
+        }
+    }
+
+    /// Specific kinds outrank generic ones when several nodes report: a lost GPU explains a
+    /// later NCCL timeout on the other node, which explains an exit code.
+    pub fn precedence(&self) -> u8 {
+        match self {
+            FailureKind::GpuLost { .. } => 10,
+            FailureKind::NodeLost => 9,
+            FailureKind::GpuXid { .. } => 8,
+            FailureKind::Oom => 7,
+            FailureKind::Timeout => 7,
+            FailureKind::Cancelled => 6,
+            FailureKind::NcclTimeout => 5,
+            FailureKind::NcclError => 4,
+            FailureKind::LaunchFailed => 4,
+            FailureKind::Signal { .. } => 3,
+            FailureKind::ExitCode { .. } => 2,
+            FailureKind::GangStopped => 0,
+        }
+    }
+}
+
+/// Xids that mean the GPU or node needs a reset/reboot, following NVIDIA's catalogue
+/// (RESET_GPU / RESTART_BM / NODE_REBOOT buckets); application-level Xids (13, 31, 43, 45,
+/// 68, 69, 94, 109 when contained) do not blame the node.
+pub fn xid_blames_hardware(code: u32) -> bool {
+    matches!(code, 48 | 61 | 62 | 64 | 74 | 79 | 92 | 95 | 119 | 120 | 136 | 140 | 143 | 144..=150 | 155 | 156 | 158 | 160)
+}
+
+/// A failure with its evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    #[serde(flatten)]
+    pub kind: FailureKind,
+    /// The node that reported it, when one did.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The line or fact that shows it ("Watchdog caught collective operation timeout: ...").
+    #[serde(default)]
+    pub evidence: String,
+    /// When it was observed (ms since the epoch), as stamped by the reporter.
+    #[serde(default)]
+    pub at_ms: u64,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind.reason_name())?;
+        if let Some(n) = &self.node {
+            write!(f, " on {n}")?;
+        }
+        if !self.evidence.is_empty() {
+            write!(f, ": {}", self.evidence)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,447 @@
+//! Jobs: what the user asked for (`JobSpec`), where a job is in its life (`JobState`,
+//! `PendingReason`) and the record the controller keeps (`JobRecord`).
+
+use crate::failure::Failure;
+use crate::resources::Allocation;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A job id: small increasing integers, as in Slurm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// `--dependency` kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyKind {
+    /// Start after the job started.
+    After,
+    /// Start after the job ended, whatever its state.
+    AfterAny,
+    /// Start after the job completed with exit code 0.
+    AfterOk,
+    /// Start after the job failed.
+    AfterNotOk,
+    /// At most one running job with this name and user.
+    Singleton,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dependency {
+    pub kind: DependencyKind,
+    #[serde(default)]
+    pub job: Option<JobId>,
+}
+
+/// `gsub --torchrun PROGRAM ARGS`: the agent runs torchrun itself on every node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TorchrunSpec {
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra torchrun flags (`--torchrun-args`), placed before the program.
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+}
+
+/// A job request as gsub resolved it (the same resolution sbatch makes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub user: String,
+    #[serde(default)]
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub gid: Option<u32>,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub qos: Option<String>,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    pub ntasks: u32,
+    pub ntasks_per_node: u32,
+    pub cpus_per_task: u32,
+    #[serde(default)]
+    pub cpus_per_gpu: Option<u32>,
+    #[serde(default)]
+    pub gpus_per_task: Option<u32>,
+    /// Memory per node in MB; `Some(0)` is the whole node; `None` lets the partition default
+    /// apply (a share proportional to the GPUs or CPUs taken).
+    #[serde(default)]
+    pub mem_mb: Option<u64>,
+    #[serde(default)]
+    pub mem_per_gpu_mb: Option<u64>,
+    #[serde(default)]
+    pub time_limit_s: Option<u64>,
+    #[serde(default)]
+    pub output: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub requeue: bool,
+    #[serde(default)]
+    pub exclusive: bool,
+    #[serde(default)]
+    pub array: Option<Vec<u32>>,
+    #[serde(default)]
+    pub array_limit: Option<u32>,
+    #[serde(default)]
+    pub constraint: Option<String>,
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    #[serde(default)]
+    pub dependency: Vec<Dependency>,
+    /// Working directory of the job (`-D`), absolute.
+    pub workdir: String,
+    /// Where gsub was run (`SLURM_SUBMIT_DIR`), absolute.
+    pub submit_dir: String,
+    /// The batch script's text, captured at submit time as sbatch does.
+    pub script: String,
+    #[serde(default)]
+    pub script_args: Vec<String>,
+    /// Environment exported to the job (`--export`); `ALL` captured at submit time.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub torchrun: Option<TorchrunSpec>,
+    #[serde(default)]
+    pub hold: bool,
+    /// Upper bound on automatic requeues for this job (default: the cluster's).
+    #[serde(default)]
+    pub max_restarts: Option<u32>,
+}
+
+impl JobSpec {
+    /// A minimal valid spec, for tests and tools: one node, no GPUs, one task.
+    pub fn simple(name: &str, user: &str, script: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            user: user.into(),
+            uid: None,
+            gid: None,
+            account: None,
+            partition: None,
+            qos: None,
+            nodes: 1,
+            gpus_per_node: 0,
+            gpu_type: None,
+            ntasks: 1,
+            ntasks_per_node: 1,
+            cpus_per_task: 1,
+            cpus_per_gpu: None,
+            gpus_per_task: None,
+            mem_mb: None,
+            mem_per_gpu_mb: None,
+            time_limit_s: None,
+            output: None,
+            error: None,
+            requeue: false,
+            exclusive: false,
+            array: None,
+            array_limit: None,
+            constraint: None,
+            nodelist: Vec::new(),
+            exclude: Vec::new(),
+            dependency: Vec::new(),
+            workdir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            script: script.into(),
+            script_args: Vec::new(),
+            env: BTreeMap::new(),
+            torchrun: None,
+            hold: false,
+            max_restarts: None,
+        }
+    }
+
+    /// CPUs needed on each node: `--cpus-per-gpu` x GPUs when given, else tasks x
+    /// `--cpus-per-task`.
+    pub fn cpus_per_node(&self) -> u32 {
+        match self.cpus_per_gpu {
+            Some(c) if self.gpus_per_node > 0 => (c * self.gpus_per_node).max(self.ntasks_per_node * self.cpus_per_task),
+            _ => self.ntasks_per_node * self.cpus_per_task,
+        }
+    }
+
+    pub fn total_gpus(&self) -> u32 {
+        self.nodes * self.gpus_per_node
+    }
+}
+
+/// One task of a job array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    pub array_job_id: JobId,
+    pub task_id: u32,
+}
+
+/// Where a job is in its life. Terminal states never change again except through an
+/// explicit requeue, which starts a new attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Pending,
+    Running,
+    /// Ending: some node's step is still being stopped.
+    Completing,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+    OutOfMemory,
+}
+
+impl JobState {
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Pending | JobState::Running | JobState::Completing)
+    }
+
+    /// squeue's compact state code.
+    pub fn code(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Running => "R",
+            JobState::Completing => "CG",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::NodeFail => "NF",
+            JobState::OutOfMemory => "OOM",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completing => "COMPLETING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
+        }
+    }
+
+    /// Position in the life cycle; within one attempt a job only moves to higher ranks.
+    pub fn rank(self) -> u8 {
+        match self {
+            JobState::Pending => 0,
+            JobState::Running => 1,
+            JobState::Completing => 2,
+            _ => 3,
+        }
+    }
+
+    /// Parses squeue's `-t` names and codes (case-insensitive).
+    pub fn parse(text: &str) -> Option<JobState> {
+        let all = [
+            JobState::Pending,
+            JobState::Running,
+            JobState::Completing,
+            JobState::Completed,
+            JobState::Failed,
+            JobState::Cancelled,
+            JobState::Timeout,
+            JobState::NodeFail,
+            JobState::OutOfMemory,
+        ];
+        all.into_iter().find(|s| s.code().eq_ignore_ascii_case(text) || s.name().eq_ignore_ascii_case(text))
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a pending job is not running, computed against the capacity that is available now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", content = "detail")]
+pub enum PendingReason {
+    /// Not yet looked at by the scheduler.
+    None,
+    /// Higher-priority jobs hold the resources (or a reservation) it would use.
+    Priority,
+    /// Not enough free GPUs/CPUs/memory on suitable nodes right now.
+    Resources,
+    /// Waiting for the jobs it depends on.
+    Dependency,
+    /// A dependency can never be met (the job it waits on failed or was cancelled).
+    DependencyNeverSatisfied,
+    /// The user already has the most GPUs their QOS allows.
+    QosMaxGpusPerUser,
+    /// The account already uses the most GPUs it is allowed.
+    AssocGrpGpuLimit,
+    /// The user already runs the most jobs allowed.
+    QosMaxJobsPerUser,
+    /// The time limit is above the partition's maximum.
+    PartitionTimeLimit,
+    /// Nodes the job requires are drained, down or offline.
+    ReqNodeNotAvail(Vec<String>),
+    /// The GPUs are free but not with the topology the job requires.
+    TopologyWait,
+    /// Array throttle (`%N`) reached.
+    JobArrayTaskLimit,
+    /// Held by the user or an admin.
+    JobHeldUser,
+    /// The partition is down or has no nodes.
+    PartitionDown,
+    /// No registered node can ever satisfy the request.
+    BadConstraints(String),
+    /// Requeued after a failure; waiting for a new placement.
+    Requeued,
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::None => f.write_str("None"),
+            PendingReason::Priority => f.write_str("Priority"),
+            PendingReason::Resources => f.write_str("Resources"),
+            PendingReason::Dependency => f.write_str("Dependency"),
+            PendingReason::DependencyNeverSatisfied => f.write_str("DependencyNeverSatisfied"),
+            PendingReason::QosMaxGpusPerUser => f.write_str("QOSMaxGpusPerUser"),
+            PendingReason::AssocGrpGpuLimit => f.write_str("AssocGrpGRES"),
+            PendingReason::QosMaxJobsPerUser => f.write_str("QOSMaxJobsPerUserLimit"),
+            PendingReason::PartitionTimeLimit => f.write_str("PartitionTimeLimit"),
+            PendingReason::ReqNodeNotAvail(nodes) => {
+                if nodes.is_empty() {
+                    f.write_str("ReqNodeNotAvail")
+                } else {
+                    write!(f, "ReqNodeNotAvail, UnavailableNodes:{}", crate::hostlist::compress(nodes))
+                }
+            }
+            PendingReason::TopologyWait => f.write_str("TopologyWait"),
+            PendingReason::JobArrayTaskLimit => f.write_str("JobArrayTaskLimit"),
+            PendingReason::JobHeldUser => f.write_str("JobHeldUser"),
+            PendingReason::PartitionDown => f.write_str("PartitionDown"),
+            PendingReason::BadConstraints(why) => write!(f, "BadConstraints ({why})"),
+            PendingReason::Requeued => f.write_str("Requeued"),
+        }
+    }
+}
+
+/// The state of one node's part of a running job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum StepState {
+    /// Allocated; the agent has not confirmed the start yet.
+    Launching,
+    Running { pid: Option<u32> },
+    /// Ended; `code` is the exit status, `signal` the terminating signal.
+    Exited { code: Option<i32>, signal: Option<i32> },
+    /// The node was lost while the step ran.
+    Lost,
+}
+
+impl StepState {
+    pub fn is_done(&self) -> bool {
+        matches!(self, StepState::Exited { .. } | StepState::Lost)
+    }
+}
+
+/// One node's step of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepStatus {
+    pub node: String,
+    pub state: StepState,
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    #[serde(default)]
+    pub ended_ms: Option<u64>,
+    #[serde(default)]
+    pub failure: Option<Failure>,
+}
+
+/// What happened in one attempt of a job (a requeued job has several).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub restart: u32,
+    pub nodes: Vec<String>,
+    pub start_ms: Option<u64>,
+    pub end_ms: Option<u64>,
+    pub state: JobState,
+    #[serde(default)]
+    pub failure: Option<Failure>,
+}
+
+/// The controller's record of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub reason: PendingReason,
+    pub submit_ms: u64,
+    /// When the job last became eligible (submit or requeue): the base of its age.
+    pub eligible_ms: u64,
+    #[serde(default)]
+    pub start_ms: Option<u64>,
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    #[serde(default)]
+    pub allocation: Option<Allocation>,
+    #[serde(default)]
+    pub steps: Vec<StepStatus>,
+    /// How many times the job was requeued.
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub failure: Option<Failure>,
+    /// The state the job ends in once every step has stopped (set while `Completing`).
+    #[serde(default)]
+    pub ending_as: Option<JobState>,
+    #[serde(default)]
+    pub array_task: Option<ArrayTask>,
+    /// Nodes to avoid, learned from hardware faults of earlier attempts.
+    #[serde(default)]
+    pub avoid_nodes: Vec<String>,
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    #[serde(default)]
+    pub held: bool,
+}
+
+impl JobRecord {
+    /// `123` or `120_3` for array tasks, as squeue prints them.
+    pub fn display_id(&self) -> String {
+        match self.array_task {
+            Some(t) => format!("{}_{}", t.array_job_id, t.task_id),
+            None => self.id.to_string(),
+        }
+    }
+
+    pub fn node_names(&self) -> Vec<String> {
+        self.allocation.as_ref().map(|a| a.nodes.iter().map(|n| n.node.clone()).collect()).unwrap_or_default()
+    }
+
+    /// GPUs held now (allocated and not yet released).
+    pub fn gpus_held(&self) -> u32 {
+        match (&self.allocation, self.state) {
+            (Some(a), JobState::Running | JobState::Completing) => a.nodes.iter().map(|n| n.gpus.len() as u32).sum(),
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The domain vocabulary shared by every gsched crate: topology, job specs and states,
+//! allocations, node records, and the small parsers users meet on the command line
+//! (hostlists, Slurm time limits, memory sizes, CPU lists).
+//!
+//! Pure data and pure functions only: no clock, no IO, no async. Types serialise with
+//! serde so the same documents travel in the Raft log, over gRPC and in `--json` output.
+
+pub mod cpulist;
+pub mod failure;
+pub mod hostlist;
+pub mod job;
+pub mod node;
+pub mod parse;
+pub mod resources;
+pub mod topology;
+
+pub use failure::{Failure, FailureKind};
+pub use job::{ArrayTask, Dependency, DependencyKind, JobId, JobRecord, JobSpec, JobState, PendingReason, StepState, TorchrunSpec};
+pub use node::{HealthEvent, HealthSeverity, NodeAdminState, NodeRecord};
+pub use resources::{Allocation, NodeAlloc, NodeUsage};
+pub use topology::{Gpu, LinkClass, Nic, NicKind, NumaNode, Topology};

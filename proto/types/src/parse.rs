@@ -1,0 +1,283 @@
+//! Parsers for the values users type in `gsub` flags and `#SBATCH` lines: time limits in all
+//! of sbatch's forms, memory sizes, `--gres`, `--array` and `--dependency` expressions.
+
+use crate::job::{Dependency, DependencyKind};
+
+/// Parses a Slurm time limit: `minutes`, `minutes:seconds`, `hours:minutes:seconds`,
+/// `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`. `INFINITE` and
+/// `UNLIMITED` give `None`. Returns seconds.
+pub fn time_limit(text: &str) -> Result<Option<u64>, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("infinite") || t.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    let bad = || format!("invalid time limit '{text}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS");
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let num = |s: &str| -> Result<u64, String> {
+        if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 9 {
+            return Err(bad());
+        }
+        s.parse::<u64>().map_err(|_| bad())
+    };
+    let secs = if let Some((days, rest)) = t.split_once('-') {
+        let d = num(days)?;
+        let parts: Vec<&str> = rest.split(':').collect();
+        let (h, m, s) = match parts.as_slice() {
+            [h] => (num(h)?, 0, 0),
+            [h, m] => (num(h)?, num(m)?, 0),
+            [h, m, s] => (num(h)?, num(m)?, num(s)?),
+            _ => return Err(bad()),
+        };
+        d * 86_400 + h * 3600 + m * 60 + s
+    } else {
+        let parts: Vec<&str> = t.split(':').collect();
+        match parts.as_slice() {
+            [m] => num(m)? * 60,
+            [m, s] => num(m)? * 60 + num(s)?,
+            [h, m, s] => num(h)? * 3600 + num(m)? * 60 + num(s)?,
+            _ => return Err(bad()),
+        }
+    };
+    Ok(Some(secs))
+}
+
+/// Formats seconds as Slurm prints elapsed time: `M:SS`, `H:MM:SS` or `D-HH:MM:SS`.
+pub fn format_duration(secs: u64) -> String {
+    let d = secs / 86_400;
+    let h = (secs % 86_400) / 3600;
+    let m = (secs % 3600) / 60;
+    let s = secs % 60;
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// Parses a memory size as sbatch does: a number with an optional K/M/G/T suffix, megabytes
+/// by default. Returns megabytes; `0` keeps its special meaning (the whole node).
+pub fn mem_mb(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let bad = || format!("invalid memory size '{text}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G");
+    if t.is_empty() {
+        return Err(bad());
+    }
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    if digits.is_empty() || digits.len() > 12 {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let unit = unit.trim_end_matches(['B', 'b']);
+    let mb = match unit.to_ascii_uppercase().as_str() {
+        "" | "M" => n,
+        "K" => n.div_ceil(1024),
+        "G" => n * 1024,
+        "T" => n * 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    Ok(mb)
+}
+
+/// A parsed `--gres=gpu[:type]:N` or `--gpus-per-node=[type:]N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRequest {
+    pub gpu_type: Option<String>,
+    pub count: u32,
+}
+
+/// Parses `--gres`. Only the `gpu` resource is known; several comma-separated entries are
+/// allowed but only one GPU entry.
+pub fn gres(text: &str) -> Result<GpuRequest, String> {
+    let mut found: Option<GpuRequest> = None;
+    for entry in text.split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let parts: Vec<&str> = entry.split(':').collect();
+        if parts[0] != "gpu" {
+            return Err(format!("unknown generic resource '{}' in --gres={text}: only 'gpu' is supported", parts[0]));
+        }
+        let req = match parts.as_slice() {
+            ["gpu"] => GpuRequest { gpu_type: None, count: 1 },
+            ["gpu", n] if n.chars().all(|c| c.is_ascii_digit()) => GpuRequest { gpu_type: None, count: count(n, "--gres")? },
+            ["gpu", t] => GpuRequest { gpu_type: Some(t.to_string()), count: 1 },
+            ["gpu", t, n] => GpuRequest { gpu_type: Some(t.to_string()), count: count(n, "--gres")? },
+            _ => return Err(format!("invalid --gres '{text}': use gpu[:type]:count, e.g. gpu:a100:8")),
+        };
+        if found.replace(req).is_some() {
+            return Err(format!("--gres={text} names gpu twice"));
+        }
+    }
+    found.ok_or_else(|| format!("invalid --gres '{text}': use gpu[:type]:count"))
+}
+
+/// Parses `--gpus-per-node` / `--gpus-per-task` values: `N` or `type:N`.
+pub fn gpus(text: &str, flag: &str) -> Result<GpuRequest, String> {
+    match text.rsplit_once(':') {
+        Some((t, n)) => Ok(GpuRequest { gpu_type: Some(t.to_string()), count: count(n, flag)? }),
+        None => Ok(GpuRequest { gpu_type: None, count: count(text, flag)? }),
+    }
+}
+
+/// Parses a non-negative count for `flag`, with a message that names the flag.
+pub fn count(text: &str, flag: &str) -> Result<u32, String> {
+    let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!("{flag} must not be negative (got '{text}')"));
+    }
+    t.parse::<u32>().map_err(|_| format!("{flag} needs a whole number (got '{text}')"))
+}
+
+/// Parses sbatch's `--array` spec (`0-15%4`, `1,3,5`, `0-20:5`) into task ids and the
+/// optional limit of tasks running at once.
+pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
+    let bad = || format!("invalid --array '{text}': use e.g. 0-15, 1,3,5, 0-20:5 or 0-15%4");
+    let (spec, limit) = match text.split_once('%') {
+        Some((s, l)) => (s, Some(l.trim().parse::<u32>().map_err(|_| bad())?)),
+        None => (text, None),
+    };
+    let mut ids = Vec::new();
+    for part in spec.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(bad());
+        }
+        let (range, step) = match part.split_once(':') {
+            Some((r, s)) => (r, s.parse::<u32>().map_err(|_| bad())?),
+            None => (part, 1),
+        };
+        if step == 0 {
+            return Err(bad());
+        }
+        let (lo, hi) = match range.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().map_err(|_| bad())?, b.parse::<u32>().map_err(|_| bad())?),
+            None => {
+                let v = range.parse::<u32>().map_err(|_| bad())?;
+                (v, v)
+            }
+        };
+        if hi < lo || hi - lo > 100_000 {
+            return Err(bad());
+        }
+        ids.extend((lo..=hi).step_by(step as usize));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() > 10_000 {
+        return Err(format!("--array '{text}' asks for {} tasks; at most 10000 are allowed", ids.len()));
+    }
+    if limit == Some(0) {
+        return Err(bad());
+    }
+    Ok((ids, limit))
+}
+
+/// Parses `--dependency` (`afterok:12:13,afterany:14`, `singleton`; `?` separators, which
+/// mean "any of", are refused since we only implement "all of").
+pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
+    let bad = || format!("invalid --dependency '{text}': use afterok:ID[:ID...], afterany:ID, afternotok:ID, after:ID or singleton");
+    if text.contains('?') {
+        return Err(format!("--dependency '{text}': '?' (any-of) dependencies are not supported; use ',' (all-of)"));
+    }
+    let mut deps = Vec::new();
+    for part in text.split(',') {
+        let part = part.trim();
+        if part == "singleton" {
+            deps.push(Dependency { kind: DependencyKind::Singleton, job: None });
+            continue;
+        }
+        let mut pieces = part.split(':');
+        let kind = match pieces.next() {
+            Some("afterok") => DependencyKind::AfterOk,
+            Some("afterany") => DependencyKind::AfterAny,
+            Some("afternotok") => DependencyKind::AfterNotOk,
+            Some("after") => DependencyKind::After,
+            _ => return Err(bad()),
+        };
+        let mut any = false;
+        for id in pieces {
+            let id = id.split('+').next().unwrap_or(id);
+            let job: u64 = id.parse().map_err(|_| bad())?;
+            deps.push(Dependency { kind, job: Some(crate::JobId(job)) });
+            any = true;
+        }
+        if !any {
+            return Err(bad());
+        }
+    }
+    Ok(deps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_sbatch_time_forms() {
+        assert_eq!(time_limit("30").unwrap(), Some(1800));
+        assert_eq!(time_limit("30:15").unwrap(), Some(1815));
+        assert_eq!(time_limit("1:30:15").unwrap(), Some(5415));
+        assert_eq!(time_limit("2-3").unwrap(), Some(2 * 86_400 + 3 * 3600));
+        assert_eq!(time_limit("2-3:04").unwrap(), Some(2 * 86_400 + 3 * 3600 + 240));
+        assert_eq!(time_limit("2-03:04:05").unwrap(), Some(2 * 86_400 + 3 * 3600 + 245));
+        assert_eq!(time_limit("UNLIMITED").unwrap(), None);
+        for bad in ["", "1:2:3:4", "abc", "-5", "1-", "1:x", "1-2:3:4:5"] {
+            assert!(time_limit(bad).is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn formats_elapsed() {
+        assert_eq!(format_duration(5), "0:05");
+        assert_eq!(format_duration(3725), "1:02:05");
+        assert_eq!(format_duration(90_061), "1-01:01:01");
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(mem_mb("64G").unwrap(), 65_536);
+        assert_eq!(mem_mb("500").unwrap(), 500);
+        assert_eq!(mem_mb("2048K").unwrap(), 2);
+        assert_eq!(mem_mb("0").unwrap(), 0);
+        assert!(mem_mb("lots").is_err());
+        assert!(mem_mb("-5G").is_err());
+    }
+
+    #[test]
+    fn gres_forms() {
+        assert_eq!(gres("gpu:8").unwrap(), GpuRequest { gpu_type: None, count: 8 });
+        assert_eq!(gres("gpu:a100:4").unwrap(), GpuRequest { gpu_type: Some("a100".into()), count: 4 });
+        assert_eq!(gres("gpu").unwrap().count, 1);
+        assert!(gres("fpga:2").is_err());
+        assert!(gres("gpu:a:b:c").is_err());
+        assert_eq!(gpus("h100:4", "--gpus-per-node").unwrap(), GpuRequest { gpu_type: Some("h100".into()), count: 4 });
+        assert!(gpus("-1", "--gpus-per-node").unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn arrays() {
+        assert_eq!(array("0-3%2").unwrap(), (vec![0, 1, 2, 3], Some(2)));
+        assert_eq!(array("1,3,5").unwrap().0, vec![1, 3, 5]);
+        assert_eq!(array("0-10:5").unwrap().0, vec![0, 5, 10]);
+        assert!(array("5-1").is_err());
+        assert!(array("x").is_err());
+    }
+
+    #[test]
+    fn dependencies() {
+        let d = dependency("afterok:12:13,singleton").unwrap();
+        assert_eq!(d.len(), 3);
+        assert_eq!(d[0].kind, DependencyKind::AfterOk);
+        assert_eq!(d[2].kind, DependencyKind::Singleton);
+        assert!(dependency("afterok").is_err());
+        assert!(dependency("afterok:1?afterany:2").is_err());
+    }
+}
