@@ -57,6 +57,38 @@ impl NodeView {
         }
     }
 
+    /// A node view from a discovered (or fake) topology, with nothing in use.
+    pub fn from_topology(name: &str, topo: &gsched_types::Topology, training_addr: &str) -> NodeView {
+        let cpus = topo.all_cpus();
+        let numa_cpus: Vec<(u32, Vec<u32>)> = topo.numa_nodes.iter().map(|n| (n.id, gsched_types::cpulist::parse(&n.cpus).unwrap_or_default())).collect();
+        let mem_mb = topo.memory_mib.or_else(|| topo.numa_nodes.iter().map(|n| n.memory_mib).sum::<Option<u64>>()).unwrap_or(0);
+        let nics = topo
+            .nics
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is_usable())
+            .map(|(k, n)| NicView {
+                name: n.name.clone(),
+                kind: n.kind,
+                speed_mbps: n.speed_mbps.unwrap_or(0),
+                gpu_links: (0..topo.gpus.len()).map(|g| topo.gpu_nic_links.get(g).and_then(|r| r.get(k)).copied().unwrap_or(LinkClass::Unknown)).collect(),
+            })
+            .collect();
+        NodeView {
+            name: name.into(),
+            topo: Arc::new(TopoModel::from_topology(topo)),
+            capacity: NodeCapacity { gpu_count: topo.gpus.len() as u32, bad_gpus: Default::default(), cpus, mem_mb },
+            usage: NodeUsage::default(),
+            available: true,
+            features: Vec::new(),
+            gpu_model: topo.gpu_model().map(str::to_string),
+            training_addr: training_addr.into(),
+            switch: None,
+            numa_cpus,
+            nics,
+        }
+    }
+
     pub fn free_gpu_mask(&self) -> u64 {
         let mut mask = 0u64;
         for g in 0..self.capacity.gpu_count.min(64) {

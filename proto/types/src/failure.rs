@@ -33,6 +33,8 @@ pub enum FailureKind {
     GangStopped,
     /// The user or an admin cancelled the job.
     Cancelled,
+    /// Requeued to make room for a higher-QOS job.
+    Preempted,
 }
 
 impl FailureKind {
@@ -40,6 +42,27 @@ impl FailureKind {
     /// avoids it.
     pub fn blames_node(&self) -> bool {
         matches!(self, FailureKind::GpuLost { .. } | FailureKind::NodeLost) || matches!(self, FailureKind::GpuXid { code } if xid_blames_hardware(*code))
+    }
+
+    /// Infrastructure failures a `--requeue` job is put back in the queue for. A job's own
+    /// error (exit code, signal, out of memory), its time limit and cancellation are final.
+    pub fn is_requeueable(&self) -> bool {
+        matches!(
+            self,
+            FailureKind::GpuLost { .. } | FailureKind::GpuXid { .. } | FailureKind::NodeLost | FailureKind::NcclTimeout | FailureKind::NcclError | FailureKind::Preempted
+        )
+    }
+
+    /// The terminal job state this failure leads to.
+    pub fn final_state(&self) -> crate::job::JobState {
+        use crate::job::JobState;
+        match self {
+            FailureKind::NodeLost | FailureKind::GpuLost { .. } => JobState::NodeFail,
+            FailureKind::Timeout => JobState::Timeout,
+            FailureKind::Oom => JobState::OutOfMemory,
+            FailureKind::Cancelled | FailureKind::Preempted => JobState::Cancelled,
+            _ => JobState::Failed,
+        }
     }
 
     /// Short name used in `gqueue`/`gacct` reason columns.
@@ -57,6 +80,7 @@ impl FailureKind {
             FailureKind::LaunchFailed => "LaunchFailed".into(),
             FailureKind::GangStopped => "GangStopped".into(),
             FailureKind::Cancelled => "Cancelled".into(),
+            FailureKind::Preempted => "Preempted".into(),
         }
     }
 
@@ -69,7 +93,7 @@ impl FailureKind {
             FailureKind::GpuXid { .. } => 8,
             FailureKind::Oom => 7,
             FailureKind::Timeout => 7,
-            FailureKind::Cancelled => 6,
+            FailureKind::Cancelled | FailureKind::Preempted => 6,
             FailureKind::NcclTimeout => 5,
             FailureKind::NcclError => 4,
             FailureKind::LaunchFailed => 4,

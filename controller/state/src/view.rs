@@ -1,0 +1,112 @@
+//! Builds the scheduler's [`Snapshot`] from committed state. Node views (wiring, CPU lists,
+//! NICs) are cached per registration so a pass only copies what changes: usage and
+//! availability.
+
+use crate::machine::ClusterState;
+use gsched_scheduler::{DepView, NodeView, PendingJob, RunningJob, Snapshot, UsageRecord};
+use gsched_types::job::{DependencyKind, JobRecord, JobState};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Per-node views keyed by (name, registration time).
+#[derive(Default)]
+pub struct ViewCache {
+    nodes: HashMap<String, (u64, NodeView)>,
+}
+
+impl ViewCache {
+    fn node(&mut self, state: &ClusterState, name: &str) -> NodeView {
+        let record = &state.nodes[name];
+        let fresh = self.nodes.get(name).is_none_or(|(at, _)| *at != record.registered_ms);
+        if fresh {
+            let mut view = NodeView::from_topology(name, &record.topology, &record.training_addr);
+            view.features = record.features.clone();
+            self.nodes.insert(name.to_string(), (record.registered_ms, view));
+        }
+        let mut view = self.nodes[name].1.clone();
+        view.capacity = ClusterState::capacity_of(record);
+        view.usage = state.usage_of(name);
+        view.available = record.is_schedulable();
+        view.switch = state.config.leaf_switch_of(name);
+        view
+    }
+}
+
+/// The pending-job view of a job record.
+pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
+    let spec = &job.spec;
+    let partition = spec.partition.clone().unwrap_or_else(|| state.config.default_partition());
+    let default_time = state.config.partition(&partition).and_then(|p| p.default_time_s);
+    let mut exclude = spec.exclude.clone();
+    exclude.extend(job.avoid_nodes.iter().cloned());
+    PendingJob {
+        id: job.id,
+        name: spec.name.clone(),
+        user: spec.user.clone(),
+        account: spec.account.clone().unwrap_or_else(|| "default".into()),
+        partition,
+        qos: spec.qos.clone(),
+        nodes: spec.nodes,
+        gpus_per_node: spec.gpus_per_node,
+        gpu_type: spec.gpu_type.clone(),
+        cpus_per_node: spec.cpus_per_node(),
+        mem_mb: spec.mem_mb,
+        mem_per_gpu_mb: spec.mem_per_gpu_mb,
+        time_limit_s: spec.time_limit_s.or(default_time),
+        exclusive: spec.exclusive,
+        constraint: spec.constraint.as_deref().map(|c| c.split(['&', ',']).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default(),
+        nodelist: spec.nodelist.clone(),
+        exclude,
+        dependency: spec.dependency.clone(),
+        held: job.held,
+        eligible_ms: job.eligible_ms,
+        array: job.array_task.map(|t| (t.array_job_id, spec.array_limit)),
+    }
+}
+
+/// A snapshot of everything the scheduler needs.
+pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
+    let nodes = state.nodes.keys().map(|n| cache.node(state, n)).collect();
+    let mut pending = Vec::new();
+    let mut running = Vec::new();
+    let mut dependencies = HashMap::new();
+    for job in state.jobs.values() {
+        match job.state {
+            JobState::Pending => {
+                for dep in &job.spec.dependency {
+                    if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton) {
+                        if let Some(d) = state.jobs.get(&id) {
+                            dependencies.insert(id, DepView { state: d.state, exit_code: d.exit_code });
+                        }
+                    }
+                }
+                pending.push(pending_view(job, state));
+            }
+            JobState::Running | JobState::Completing => {
+                let Some(alloc) = &job.allocation else { continue };
+                let partition = job.spec.partition.clone().unwrap_or_else(|| state.config.default_partition());
+                let default_time = state.config.partition(&partition).and_then(|p| p.default_time_s);
+                running.push(RunningJob {
+                    id: job.id,
+                    name: job.spec.name.clone(),
+                    user: job.spec.user.clone(),
+                    account: job.spec.account.clone().unwrap_or_else(|| "default".into()),
+                    qos: job.spec.qos.clone(),
+                    start_ms: job.start_ms.unwrap_or(0),
+                    time_limit_s: job.spec.time_limit_s.or(default_time),
+                    allocation: alloc.nodes.clone(),
+                    master_port: alloc.master_port,
+                    array_job: job.array_task.map(|t| t.array_job_id),
+                    ending: job.state == JobState::Completing,
+                });
+            }
+            _ => {}
+        }
+    }
+    let usage = state
+        .usage
+        .iter()
+        .flat_map(|(account, users)| users.iter().map(move |(user, u)| UsageRecord { account: account.clone(), user: user.clone(), gpu_seconds: u.gpu_seconds, at_ms: u.at_ms }))
+        .collect();
+    Snapshot { config: Arc::new(state.config.clone()), nodes, pending, running, dependencies, usage }
+}

@@ -1,0 +1,288 @@
+//! Job and node life cycles through `apply`, and the properties every replica relies on:
+//! determinism, exactly-once submission, forward-only states, no double-booked GPU.
+
+use gsched_scheduler::plan;
+use gsched_state::view::{ViewCache, snapshot};
+use gsched_state::{ClusterState, Command, Envelope, KnownStep, Outcome, StartJob, invariants};
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{JobId, JobSpec, JobState};
+use gsched_types::node::{HealthEvent, HealthSeverity};
+use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use proptest::prelude::*;
+
+fn topo(gpus: u32) -> Topology {
+    let mut t = Topology::empty("test");
+    for i in 0..gpus {
+        t.gpus.push(Gpu::new(i));
+    }
+    t.gpu_links = (0..gpus).map(|i| (0..gpus).map(|j| if i == j { LinkClass::SameDevice } else { LinkClass::NvLink(4) }).collect()).collect();
+    t.numa_nodes = vec![NumaNode { id: 0, cpus: "0-15".into(), memory_mib: Some(65536) }];
+    t.memory_mib = Some(65536);
+    t
+}
+
+fn env(cmd: Command, at: u64) -> Envelope {
+    Envelope::new(cmd, at, None)
+}
+
+fn register(state: &mut ClusterState, name: &str, at: u64) {
+    let out = state.apply(&env(
+        Command::RegisterNode {
+            name: name.into(),
+            address: "127.0.0.1:1".into(),
+            training_addr: "127.0.0.1".into(),
+            topology: topo(4),
+            features: vec![],
+            agent_version: "test".into(),
+            known_steps: vec![],
+        },
+        at,
+    ));
+    assert_eq!(out, Outcome::Ok);
+}
+
+fn submit(state: &mut ClusterState, nodes: u32, gpus: u32, requeue: bool, at: u64) -> JobId {
+    let mut spec = JobSpec::simple("j", "alice", "#!/bin/sh\ntrue\n");
+    spec.nodes = nodes;
+    spec.gpus_per_node = gpus;
+    spec.requeue = requeue;
+    match state.apply(&env(Command::SubmitJob { spec }, at)) {
+        Outcome::Submitted { jobs } => jobs[0],
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Runs one scheduling pass and commits its starts, as the leader does.
+fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
+    let p = plan(&snapshot(state, &mut ViewCache::default()), at);
+    let starts: Vec<StartJob> = p.starts.into_iter().map(|s| StartJob { job: s.job, allocation: s.allocation }).collect();
+    match state.apply(&env(Command::StartJobs { starts }, at)) {
+        Outcome::Started { started, .. } => started,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) {
+    let attempt = state.jobs[&job].restarts;
+    state.apply(&env(Command::StepExited { job, attempt, node: node.into(), code: Some(code), signal: None, failure: None }, at));
+}
+
+#[test]
+fn two_node_job_completes_when_both_steps_exit_zero() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    register(&mut s, "n2", 1);
+    let j = submit(&mut s, 2, 4, false, 2);
+    assert_eq!(schedule(&mut s, 3), vec![j]);
+    assert_eq!(s.jobs[&j].state, JobState::Running);
+    exited(&mut s, j, "n1", 0, 4);
+    assert_eq!(s.jobs[&j].state, JobState::Running, "one rank done, the other still runs");
+    exited(&mut s, j, "n2", 0, 5);
+    assert_eq!(s.jobs[&j].state, JobState::Completed);
+    assert!(s.usage_of("n1").gpus.is_empty());
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    register(&mut s, "n2", 1);
+    let j = submit(&mut s, 2, 4, false, 2);
+    schedule(&mut s, 3);
+    let failure = Failure { kind: FailureKind::NcclTimeout, node: Some("n2".into()), evidence: "Watchdog caught collective operation timeout".into(), at_ms: 4 };
+    s.apply(&env(Command::StepFailed { job: j, attempt: 0, node: "n2".into(), failure }, 4));
+    assert_eq!(s.jobs[&j].state, JobState::Completing);
+    exited(&mut s, j, "n2", 134, 5);
+    s.apply(&env(Command::StepExited { job: j, attempt: 0, node: "n1".into(), code: None, signal: Some(15), failure: Some(Failure { kind: FailureKind::GangStopped, node: Some("n1".into()), evidence: String::new(), at_ms: 5 }) }, 5));
+    let job = &s.jobs[&j];
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.failure.as_ref().unwrap().kind, FailureKind::NcclTimeout, "the specific cause wins over the exit code");
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    register(&mut s, "n2", 1);
+    let j = submit(&mut s, 1, 4, true, 2);
+    schedule(&mut s, 3);
+    let node = s.jobs[&j].node_names()[0].clone();
+    let ev = HealthEvent { severity: HealthSeverity::Critical, kind: "gpu_lost".into(), gpu: Some(2), xid: Some(79), message: "GPU 2 has fallen off the bus".into(), at_ms: 4 };
+    s.apply(&env(Command::HealthEvents { node: node.clone(), events: vec![ev] }, 4));
+    assert!(s.nodes[&node].is_drained());
+    assert_eq!(s.jobs[&j].state, JobState::Completing);
+    s.apply(&env(Command::StepExited { job: j, attempt: 0, node: node.clone(), code: None, signal: Some(9), failure: None }, 5));
+    let job = &s.jobs[&j];
+    assert_eq!(job.state, JobState::Pending, "requeued");
+    assert_eq!(job.restarts, 1);
+    assert_eq!(job.avoid_nodes, vec![node.clone()]);
+    assert_eq!(job.attempts[0].state, JobState::NodeFail);
+    let started = schedule(&mut s, 6);
+    assert_eq!(started, vec![j]);
+    assert_ne!(s.jobs[&j].node_names()[0], node);
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let j = submit(&mut s, 1, 2, false, 2);
+    schedule(&mut s, 3);
+    s.apply(&env(Command::StepStarted { job: j, attempt: 0, node: "n1".into(), pid: Some(42) }, 3));
+    // The agent restarts and still knows the step: nothing changes.
+    s.apply(&env(
+        Command::RegisterNode { name: "n1".into(), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![KnownStep { job: j, attempt: 0 }] },
+        4,
+    ));
+    assert_eq!(s.jobs[&j].state, JobState::Running);
+    s.apply(&env(Command::NodeLost { node: "n1".into(), reason: "no heartbeat for 6 s".into() }, 10));
+    assert_eq!(s.jobs[&j].state, JobState::NodeFail);
+    assert!(!s.nodes["n1"].online);
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn retried_submission_is_applied_once() {
+    let mut s = ClusterState::default();
+    let spec = JobSpec::simple("j", "alice", "true");
+    let e = Envelope::new(Command::SubmitJob { spec }, 1, Some("req-1".into()));
+    let first = s.apply(&e);
+    let second = s.apply(&e);
+    assert_eq!(first, second);
+    assert_eq!(s.jobs.len(), 1);
+    // Still deduplicated after a snapshot round trip.
+    let mut restored = ClusterState::from_snapshot(&s.to_snapshot()).unwrap();
+    assert_eq!(restored.apply(&e), first);
+    assert_eq!(restored.jobs.len(), 1);
+}
+
+#[test]
+fn stale_plans_never_double_book() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let a = submit(&mut s, 1, 4, false, 2);
+    let b = submit(&mut s, 1, 4, false, 2);
+    // Two passes planned on the same (stale) snapshot both want all four GPUs.
+    let snap = snapshot(&s, &mut ViewCache::default());
+    let mut p1 = plan(&snap, 3);
+    p1.starts.retain(|x| x.job == a);
+    let mut alloc_b = p1.starts[0].allocation.clone();
+    alloc_b.master_port += 1;
+    s.apply(&env(Command::StartJobs { starts: vec![StartJob { job: a, allocation: p1.starts[0].allocation.clone() }] }, 3));
+    let out = s.apply(&env(Command::StartJobs { starts: vec![StartJob { job: b, allocation: alloc_b }] }, 4));
+    match out {
+        Outcome::Started { started, stale } => {
+            assert!(started.is_empty());
+            assert!(stale[0].1.contains("already allocated"), "{stale:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn cancel_needs_owner_or_admin() {
+    let mut s = ClusterState::default();
+    let j = submit(&mut s, 1, 0, false, 1);
+    let out = s.apply(&env(Command::CancelJob { job: j, by: "mallory".into(), admin: false }, 2));
+    assert!(matches!(out, Outcome::PermissionDenied { .. }));
+    assert_eq!(s.apply(&env(Command::CancelJob { job: j, by: "alice".into(), admin: false }, 3)), Outcome::Ok);
+    assert_eq!(s.jobs[&j].state, JobState::Cancelled);
+}
+
+#[test]
+fn golden_encoding_still_decodes() {
+    // A v1 entry as written by this version; changing the format must keep this decoding.
+    let golden = r#"{"v":1,"request_id":"r1","at_ms":5,"cmd":{"type":"cancel_job","job":7,"by":"alice","admin":false}}"#;
+    let e = Envelope::decode(golden.as_bytes()).unwrap();
+    assert_eq!(e.cmd, Command::CancelJob { job: JobId(7), by: "alice".into(), admin: false });
+    assert!(Envelope::decode(br#"{"v":99,"at_ms":1,"cmd":{"type":"noop"}}"#).is_err());
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit { nodes: u32, gpus: u32, requeue: bool },
+    Schedule,
+    Exit { job: usize, code: i32 },
+    Fail { job: usize },
+    Cancel { job: usize },
+    Lose { node: usize },
+    Register { node: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u32..=2, 0u32..=4, any::<bool>()).prop_map(|(nodes, gpus, requeue)| Op::Submit { nodes, gpus, requeue }),
+        Just(Op::Schedule),
+        Just(Op::Schedule),
+        (0usize..20, 0i32..2).prop_map(|(job, code)| Op::Exit { job, code }),
+        (0usize..20).prop_map(|job| Op::Fail { job }),
+        (0usize..20).prop_map(|job| Op::Cancel { job }),
+        (0usize..3).prop_map(|node| Op::Lose { node }),
+        (0usize..3).prop_map(|node| Op::Register { node }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Random operation sequences never double-book a GPU, only move job states forward
+    /// within an attempt, and two replicas fed the same log agree byte for byte.
+    #[test]
+    fn random_histories_keep_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut s = ClusterState::default();
+        for n in 0..3 { register(&mut s, &format!("n{n}"), 1); }
+        let mut log: Vec<Envelope> = Vec::new();
+        let mut ids: Vec<JobId> = Vec::new();
+        let mut last_seen: std::collections::HashMap<JobId, (u32, u8)> = Default::default();
+        for (t, o) in ops.into_iter().enumerate() {
+            let at = 10 + t as u64;
+            let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
+            let cmd = match o {
+                Op::Submit { nodes, gpus, requeue } => {
+                    let mut spec = JobSpec::simple("j", "alice", "true");
+                    spec.nodes = nodes; spec.gpus_per_node = gpus; spec.requeue = requeue;
+                    Some(Command::SubmitJob { spec })
+                }
+                Op::Schedule => {
+                    let p = plan(&snapshot(&s, &mut ViewCache::default()), at);
+                    Some(Command::StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() })
+                }
+                Op::Exit { job, code } => pick(job).and_then(|j| {
+                    let r = &s.jobs.get(&j)?;
+                    let node = r.steps.iter().find(|st| !st.state.is_done())?.node.clone();
+                    Some(Command::StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None })
+                }),
+                Op::Fail { job } => pick(job).and_then(|j| {
+                    let r = &s.jobs.get(&j)?;
+                    let node = r.steps.first()?.node.clone();
+                    Some(Command::StepFailed { job: j, attempt: r.restarts, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } })
+                }),
+                Op::Cancel { job } => pick(job).map(|j| Command::CancelJob { job: j, by: "alice".into(), admin: false }),
+                Op::Lose { node } => Some(Command::NodeLost { node: format!("n{node}"), reason: "test".into() }),
+                Op::Register { node } => Some(Command::RegisterNode { name: format!("n{node}"), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![] }),
+            };
+            let Some(cmd) = cmd else { continue };
+            let e = env(cmd, at);
+            if let Outcome::Submitted { jobs } = s.apply(&e) { ids.extend(jobs); }
+            log.push(e);
+            prop_assert!(invariants::check(&s).is_ok(), "{:?}", invariants::check(&s));
+            for (id, j) in &s.jobs {
+                let now = (j.restarts, j.state.rank());
+                if let Some(prev) = last_seen.insert(*id, now) {
+                    prop_assert!(now >= prev, "job {} went back from {:?} to {:?}", id, prev, now);
+                }
+            }
+        }
+        let mut replica = ClusterState::default();
+        for n in 0..3 { register(&mut replica, &format!("n{n}"), 1); }
+        for e in &log { replica.apply(e); }
+        prop_assert_eq!(replica.digest(), s.digest());
+        let restored = ClusterState::from_snapshot(&s.to_snapshot()).unwrap();
+        prop_assert_eq!(restored.digest(), s.digest());
+        prop_assert!(invariants::check(&restored).is_ok());
+    }
+}
