@@ -1,0 +1,570 @@
+//! One Raft replica: a dedicated thread running raft-rs's Ready loop over a [`LogStore`],
+//! applying committed commands to the [`ClusterState`] and answering proposers.
+//!
+//! The loop follows the crate's documented order: send messages, install a snapshot,
+//! apply committed entries, append new entries, save the hard state, `sync`, send the
+//! messages that needed persistence, `advance`. Many proposals are drained from the mailbox
+//! before each Ready, so a burst of client writes costs one append and one sync.
+//!
+//! Proposals are matched to their entries by a (node id, sequence) tag in the entry's
+//! context, never by position. A follower may propose (raft-rs forwards to the leader);
+//! when the term changes or a proposal times out its caller gets an error and retries with
+//! the same request id, which the state machine applies at most once.
+
+use crate::storage::RaftStorage;
+use crate::store::LogStore;
+use gsched_state::{ClusterState, Command, Envelope, Outcome};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, EntryType, Message, MessageType, Snapshot};
+use raft::{RawNode, StateRole};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
+
+/// Replica settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: u64,
+    pub tick: Duration,
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+    /// Take a state snapshot (and compact the log) every this many applied entries.
+    pub snapshot_every: u64,
+    /// Entries kept behind a snapshot so slightly lagging followers need no snapshot.
+    pub keep_tail: u64,
+    pub proposal_timeout: Duration,
+    /// Voters to start with when the store is empty; empty to join an existing cluster.
+    pub bootstrap_voters: Vec<u64>,
+}
+
+impl NodeConfig {
+    pub fn new(id: u64) -> NodeConfig {
+        NodeConfig {
+            id,
+            tick: Duration::from_millis(50),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_every: 5_000,
+            keep_tail: 1_000,
+            proposal_timeout: Duration::from_secs(4),
+            bootstrap_voters: vec![id],
+        }
+    }
+}
+
+/// Where Raft messages go. The controller's gRPC transport implements it; tests use
+/// channels.
+pub trait Transport: Send + 'static {
+    fn send(&self, msgs: Vec<Message>);
+}
+
+/// Why a proposal did not produce an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("no leader is known right now (election in progress)")]
+    NoLeader,
+    #[error("the proposal was dropped; retry")]
+    Dropped,
+    #[error("the proposal was not committed in time; retry")]
+    Timeout,
+    #[error("leadership changed before the proposal committed; retry")]
+    LeadershipChanged,
+    #[error("the replica has stopped")]
+    Stopped,
+    #[error("invalid membership change: {0}")]
+    BadConfChange(String),
+}
+
+/// A membership change request.
+#[derive(Debug, Clone)]
+pub enum Membership {
+    Add { id: u64, address: String },
+    Remove { id: u64 },
+}
+
+/// Messages into the node thread.
+pub enum Msg {
+    Propose { data: Vec<u8>, reply: oneshot::Sender<Result<Outcome, ProposeError>> },
+    ChangeMembership { change: Membership, reply: oneshot::Sender<Result<Outcome, ProposeError>> },
+    Raft(Box<Message>),
+    Unreachable(u64),
+    SnapshotDone { to: u64, ok: bool },
+    TransferLeader(u64),
+    Shutdown,
+}
+
+/// What `gctl status` shows about a replica.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct NodeStatus {
+    pub id: u64,
+    pub role: String,
+    pub term: u64,
+    pub leader_id: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub first_index: u64,
+    pub last_index: u64,
+    pub snapshot_index: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Leader only: each peer's matched index.
+    pub matched: Vec<(u64, u64)>,
+    pub disk_bytes: u64,
+}
+
+/// Applied state with the index it reflects, read together.
+#[derive(Debug, Default)]
+pub struct Replica {
+    pub applied: u64,
+    pub state: ClusterState,
+}
+
+/// The handle the rest of the controller uses.
+#[derive(Clone)]
+pub struct RaftHandle {
+    tx: Sender<Msg>,
+    pub replica: Arc<RwLock<Replica>>,
+    pub status: watch::Receiver<NodeStatus>,
+}
+
+impl RaftHandle {
+    /// Proposes a command and waits until it is applied on this replica.
+    pub async fn propose(&self, env: &Envelope) -> Result<Outcome, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::Propose { data: env.encode(), reply }).map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+
+    pub async fn change_membership(&self, change: Membership) -> Result<Outcome, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::ChangeMembership { change, reply }).map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+
+    pub fn step(&self, msg: Message) {
+        let _ = self.tx.send(Msg::Raft(Box::new(msg)));
+    }
+
+    pub fn sender(&self) -> Sender<Msg> {
+        self.tx.clone()
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Msg::Shutdown);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.status.borrow().role == "leader"
+    }
+}
+
+fn role_name(r: StateRole) -> &'static str {
+    match r {
+        StateRole::Leader => "leader",
+        StateRole::Follower => "follower",
+        StateRole::Candidate => "candidate",
+        StateRole::PreCandidate => "pre-candidate",
+    }
+}
+
+/// Proposal tag carried in an entry's context.
+#[derive(Serialize, serde::Deserialize)]
+struct Tag {
+    node: u64,
+    seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    address: Option<String>,
+}
+
+struct Pending {
+    since: Instant,
+    term: u64,
+    reply: oneshot::Sender<Result<Outcome, ProposeError>>,
+}
+
+/// Errors that stop a replica.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("storage: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("snapshot state is unreadable: {0}")]
+    Snapshot(String),
+}
+
+/// Starts a replica on its own thread.
+pub fn start<S: LogStore, T: Transport>(cfg: NodeConfig, mut store: S, transport: T, tx: Sender<Msg>, rx: Receiver<Msg>) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
+    let fresh = store.hard_state() == Default::default() && store.conf_state().voters.is_empty() && store.snapshot()?.get_metadata().index == 0;
+    if fresh && !cfg.bootstrap_voters.is_empty() {
+        let mut cs = ConfState::default();
+        cs.voters = cfg.bootstrap_voters.clone();
+        store.set_conf_state(&cs)?;
+        store.sync()?;
+    }
+    let snap = store.snapshot()?;
+    let snap_index = snap.get_metadata().index;
+    let state = if snap_index > 0 { ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))? } else { ClusterState::default() };
+    let mut hs = store.hard_state();
+    if hs.commit < snap_index {
+        hs.commit = snap_index;
+        store.set_hard_state(&hs)?;
+        store.sync()?;
+    }
+    let raft_cfg = raft::Config {
+        id: cfg.id,
+        election_tick: cfg.election_ticks,
+        heartbeat_tick: cfg.heartbeat_ticks,
+        applied: snap_index,
+        max_size_per_msg: 1024 * 1024,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        ..Default::default()
+    };
+    raft_cfg.validate()?;
+    let raw = RawNode::new(&raft_cfg, RaftStorage { store }, &crate::logger::raft_logger())?;
+    let replica = Arc::new(RwLock::new(Replica { applied: snap_index, state }));
+    let (status_tx, status_rx) = watch::channel(NodeStatus::default());
+    let handle = RaftHandle { tx, replica: replica.clone(), status: status_rx };
+    let mut node = Node { cfg, raw, transport, replica, status_tx, pending: HashMap::new(), seq: 0, last_snapshot: snap_index, term: 0 };
+    let thread = std::thread::Builder::new()
+        .name(format!("raft-{}", node.cfg.id))
+        .spawn(move || {
+            if let Err(e) = node.run(rx) {
+                tracing::error!("raft replica {} stopped: {e}", node.cfg.id);
+            }
+            node.fail_all(ProposeError::Stopped);
+        })
+        .expect("spawn raft thread");
+    Ok((handle, thread))
+}
+
+struct Node<S: LogStore, T: Transport> {
+    cfg: NodeConfig,
+    raw: RawNode<RaftStorage<S>>,
+    transport: T,
+    replica: Arc<RwLock<Replica>>,
+    status_tx: watch::Sender<NodeStatus>,
+    pending: HashMap<u64, Pending>,
+    seq: u64,
+    last_snapshot: u64,
+    term: u64,
+}
+
+impl<S: LogStore, T: Transport> Node<S, T> {
+    fn run(&mut self, rx: Receiver<Msg>) -> Result<(), NodeError> {
+        let mut last_tick = Instant::now();
+        self.publish_status();
+        loop {
+            let wait = self.cfg.tick.saturating_sub(last_tick.elapsed());
+            match rx.recv_timeout(wait) {
+                Ok(msg) => {
+                    if !self.handle(msg)? {
+                        return Ok(());
+                    }
+                    // Batch: take whatever else is already queued before the next Ready.
+                    for _ in 0..8192 {
+                        match rx.try_recv() {
+                            Ok(msg) => {
+                                if !self.handle(msg)? {
+                                    return Ok(());
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            if last_tick.elapsed() >= self.cfg.tick {
+                self.raw.tick();
+                last_tick = Instant::now();
+                self.expire_pending();
+            }
+            self.on_ready()?;
+        }
+    }
+
+    fn next_tag(&mut self, address: Option<String>) -> (u64, Vec<u8>) {
+        self.seq += 1;
+        let tag = Tag { node: self.cfg.id, seq: self.seq, address };
+        (self.seq, serde_json::to_vec(&tag).expect("tag encodes"))
+    }
+
+    fn handle(&mut self, msg: Msg) -> Result<bool, NodeError> {
+        match msg {
+            Msg::Propose { data, reply } => {
+                if self.raw.raft.leader_id == raft::INVALID_ID {
+                    let _ = reply.send(Err(ProposeError::NoLeader));
+                    return Ok(true);
+                }
+                let (seq, ctx) = self.next_tag(None);
+                match self.raw.propose(ctx, data) {
+                    Ok(()) => {
+                        self.pending.insert(seq, Pending { since: Instant::now(), term: self.raw.raft.term, reply });
+                    }
+                    Err(_) => {
+                        let _ = reply.send(Err(ProposeError::Dropped));
+                    }
+                }
+            }
+            Msg::ChangeMembership { change, reply } => {
+                if self.raw.raft.state != StateRole::Leader {
+                    let _ = reply.send(Err(ProposeError::NoLeader));
+                    return Ok(true);
+                }
+                let mut cc = ConfChange::default();
+                let address = match &change {
+                    Membership::Add { id, address } => {
+                        cc.node_id = *id;
+                        cc.set_change_type(ConfChangeType::AddNode);
+                        Some(address.clone())
+                    }
+                    Membership::Remove { id } => {
+                        cc.node_id = *id;
+                        cc.set_change_type(ConfChangeType::RemoveNode);
+                        None
+                    }
+                };
+                let voters = self.raw.raft.prs().conf().voters().ids().iter().collect::<Vec<u64>>();
+                if let Membership::Remove { id } = &change {
+                    if !voters.contains(id) {
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("controller {id} is not a member"))));
+                        return Ok(true);
+                    }
+                    if voters.len() == 1 {
+                        let _ = reply.send(Err(ProposeError::BadConfChange("cannot remove the last controller".into())));
+                        return Ok(true);
+                    }
+                }
+                if let Membership::Add { id, .. } = &change {
+                    if voters.contains(id) {
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("controller {id} is already a member"))));
+                        return Ok(true);
+                    }
+                }
+                let (seq, ctx) = self.next_tag(address);
+                match self.raw.propose_conf_change(ctx, cc) {
+                    Ok(()) => {
+                        self.pending.insert(seq, Pending { since: Instant::now(), term: self.raw.raft.term, reply });
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("{e} (one change at a time: wait for the previous one to commit)"))));
+                    }
+                }
+            }
+            Msg::Raft(m) => {
+                if let Err(e) = self.raw.step(*m) {
+                    tracing::debug!("raft step: {e}");
+                }
+            }
+            Msg::Unreachable(id) => self.raw.report_unreachable(id),
+            Msg::SnapshotDone { to, ok } => {
+                let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                self.raw.report_snapshot(to, status);
+            }
+            Msg::TransferLeader(to) => self.raw.transfer_leader(to),
+            Msg::Shutdown => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn expire_pending(&mut self) {
+        let timeout = self.cfg.proposal_timeout;
+        let term = self.raw.raft.term;
+        let expired: Vec<u64> = self.pending.iter().filter(|(_, p)| p.since.elapsed() > timeout || p.term != term).map(|(k, _)| *k).collect();
+        for k in expired {
+            if let Some(p) = self.pending.remove(&k) {
+                let err = if p.term != term { ProposeError::LeadershipChanged } else { ProposeError::Timeout };
+                let _ = p.reply.send(Err(err));
+            }
+        }
+    }
+
+    fn fail_all(&mut self, err: ProposeError) {
+        for (_, p) in self.pending.drain() {
+            let _ = p.reply.send(Err(err.clone()));
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), NodeError> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.raw.ready();
+        if !ready.messages().is_empty() {
+            self.transport.send(ready.take_messages());
+        }
+        if *ready.snapshot() != Snapshot::default() {
+            let snap = ready.snapshot().clone();
+            self.install_snapshot(&snap)?;
+        }
+        let committed = ready.take_committed_entries();
+        self.apply(committed)?;
+        let store = &mut self.raw.mut_store().store;
+        if !ready.entries().is_empty() {
+            store.append(ready.entries())?;
+        }
+        if let Some(hs) = ready.hs() {
+            store.set_hard_state(hs)?;
+        }
+        if ready.must_sync() || !ready.entries().is_empty() || ready.hs().is_some() {
+            store.sync()?;
+        }
+        if !ready.persisted_messages().is_empty() {
+            self.transport.send(ready.take_persisted_messages());
+        }
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            let store = &mut self.raw.mut_store().store;
+            let mut hs = store.hard_state();
+            hs.commit = commit;
+            store.set_hard_state(&hs)?;
+        }
+        if !light.messages().is_empty() {
+            self.transport.send(light.take_messages());
+        }
+        self.apply(light.take_committed_entries())?;
+        self.raw.advance_apply();
+        self.maybe_snapshot()?;
+        if self.raw.raft.term != self.term {
+            self.term = self.raw.raft.term;
+            self.expire_pending();
+        }
+        self.publish_status();
+        Ok(())
+    }
+
+    fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), NodeError> {
+        let index = snap.get_metadata().index;
+        let state = ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))?;
+        self.raw.mut_store().store.install_snapshot(snap)?;
+        self.raw.mut_store().store.sync()?;
+        let mut r = self.replica.write().expect("replica lock");
+        r.state = state;
+        r.applied = index;
+        self.last_snapshot = index;
+        tracing::info!("replica {} installed snapshot at index {index}", self.cfg.id);
+        Ok(())
+    }
+
+    fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), NodeError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut replies = Vec::new();
+        {
+            let mut r = self.replica.write().expect("replica lock");
+            for entry in entries {
+                r.applied = entry.index;
+                let tag: Option<Tag> = serde_json::from_slice(&entry.context).ok();
+                let mine = tag.as_ref().is_some_and(|t| t.node == self.cfg.id);
+                match entry.get_entry_type() {
+                    EntryType::EntryNormal => {
+                        if entry.data.is_empty() {
+                            continue;
+                        }
+                        let env = Envelope::decode(&entry.data).unwrap_or_else(|e| panic!("committed log entry {} cannot be decoded ({e}); refusing to diverge from the other replicas", entry.index));
+                        let outcome = r.state.apply(&env);
+                        if mine {
+                            replies.push((tag.expect("mine").seq, outcome));
+                        }
+                    }
+                    EntryType::EntryConfChange => {
+                        let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| NodeError::Snapshot(format!("conf change {}: {e}", entry.index)))?;
+                        let cs = self.raw.apply_conf_change(&cc)?;
+                        self.raw.mut_store().store.set_conf_state(&cs)?;
+                        let address = match cc.get_change_type() {
+                            ConfChangeType::RemoveNode => None,
+                            _ => tag.as_ref().and_then(|t| t.address.clone()),
+                        };
+                        let at = r.state.clock_ms;
+                        r.state.apply(&Envelope::new(Command::SetControllerAddress { id: cc.node_id, address }, at, None));
+                        tracing::info!("replica {}: membership now voters={:?}", self.cfg.id, cs.voters);
+                        if mine {
+                            replies.push((tag.expect("mine").seq, Outcome::Ok));
+                        }
+                    }
+                    EntryType::EntryConfChangeV2 => {}
+                }
+            }
+        }
+        for (seq, outcome) in replies {
+            if let Some(p) = self.pending.remove(&seq) {
+                let _ = p.reply.send(Ok(outcome));
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+        let applied = self.raw.raft.raft_log.applied;
+        if applied < self.last_snapshot + self.cfg.snapshot_every {
+            return Ok(());
+        }
+        let data = {
+            let r = self.replica.read().expect("replica lock");
+            debug_assert_eq!(r.applied, applied);
+            r.state.to_snapshot()
+        };
+        let store = &mut self.raw.mut_store().store;
+        let term = store.term(applied)?;
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = applied;
+        snap.mut_metadata().term = term;
+        snap.mut_metadata().set_conf_state(store.conf_state());
+        snap.data = data.into();
+        let mut hs = store.hard_state();
+        hs.commit = hs.commit.max(applied);
+        store.set_hard_state(&hs)?;
+        store.save_snapshot(&snap, applied.saturating_sub(self.cfg.keep_tail) + 1)?;
+        store.sync()?;
+        self.last_snapshot = applied;
+        tracing::debug!("replica {} snapshot at {applied}", self.cfg.id);
+        Ok(())
+    }
+
+    fn publish_status(&self) {
+        let raft = &self.raw.raft;
+        let store = &self.raw.store().store;
+        let conf = raft.prs().conf();
+        let matched = if raft.state == StateRole::Leader { raft.prs().iter().map(|(id, p)| (*id, p.matched)).collect() } else { Vec::new() };
+        let mut voters: Vec<u64> = conf.voters().ids().iter().collect();
+        voters.sort_unstable();
+        let mut learners: Vec<u64> = conf.learners().iter().copied().collect();
+        learners.sort_unstable();
+        let status = NodeStatus {
+            id: self.cfg.id,
+            role: role_name(raft.state).into(),
+            term: raft.term,
+            leader_id: raft.leader_id,
+            commit_index: raft.raft_log.committed,
+            applied_index: raft.raft_log.applied,
+            first_index: store.first_index(),
+            last_index: store.last_index(),
+            snapshot_index: self.last_snapshot,
+            voters,
+            learners,
+            matched,
+            disk_bytes: store.disk_bytes(),
+        };
+        self.status_tx.send_if_modified(|old| {
+            if *old == status {
+                false
+            } else {
+                *old = status;
+                true
+            }
+        });
+    }
+}
+
+/// Is this message a snapshot (the transport streams those in chunks)?
+pub fn is_snapshot(m: &Message) -> bool {
+    m.get_msg_type() == MessageType::MsgSnapshot
+}

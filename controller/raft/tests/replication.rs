@@ -1,0 +1,267 @@
+//! Replicas over an in-process channel transport with fault injection: election,
+//! replication to every replica, failover that loses no acknowledged write, a partitioned
+//! leader that cannot commit, snapshots that bring a lagging follower back, and the storage
+//! conformance suite against sled.
+
+use gsched_raft::{Membership, Msg, NodeConfig, ProposeError, RaftHandle, SledStore, Transport};
+use gsched_state::{Command, Envelope, Outcome};
+use gsched_types::job::JobSpec;
+use raft::eraftpb::Message;
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Net {
+    peers: HashMap<u64, Sender<Msg>>,
+    /// Directed links that drop everything.
+    cut: HashSet<(u64, u64)>,
+}
+
+#[derive(Clone)]
+struct ChannelTransport {
+    from: u64,
+    net: Arc<Mutex<Net>>,
+}
+
+impl Transport for ChannelTransport {
+    fn send(&self, msgs: Vec<Message>) {
+        let net = self.net.lock().unwrap();
+        for m in msgs {
+            if net.cut.contains(&(self.from, m.to)) {
+                continue;
+            }
+            if let Some(tx) = net.peers.get(&m.to) {
+                let is_snap = gsched_raft::node::is_snapshot(&m);
+                let to = m.to;
+                let _ = tx.send(Msg::Raft(Box::new(m)));
+                if is_snap {
+                    if let Some(me) = net.peers.get(&self.from) {
+                        let _ = me.send(Msg::SnapshotDone { to, ok: true });
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Cluster {
+    net: Arc<Mutex<Net>>,
+    dirs: HashMap<u64, tempfile::TempDir>,
+    nodes: HashMap<u64, (RaftHandle, std::thread::JoinHandle<()>)>,
+    voters: Vec<u64>,
+    snapshot_every: u64,
+}
+
+impl Cluster {
+    fn new(n: u64, snapshot_every: u64) -> Cluster {
+        let mut c = Cluster { net: Default::default(), dirs: HashMap::new(), nodes: HashMap::new(), voters: (1..=n).collect(), snapshot_every };
+        for id in 1..=n {
+            c.dirs.insert(id, tempfile::tempdir().unwrap());
+            c.start(id);
+        }
+        c
+    }
+
+    fn start(&mut self, id: u64) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.net.lock().unwrap().peers.insert(id, tx.clone());
+        let mut cfg = NodeConfig::new(id);
+        cfg.tick = Duration::from_millis(20);
+        cfg.bootstrap_voters = self.voters.clone();
+        cfg.snapshot_every = self.snapshot_every;
+        cfg.keep_tail = 5;
+        cfg.proposal_timeout = Duration::from_secs(2);
+        let store = SledStore::open(self.dirs[&id].path()).unwrap();
+        let (handle, thread) = gsched_raft::start(cfg, store, ChannelTransport { from: id, net: self.net.clone() }, tx, rx).unwrap();
+        self.nodes.insert(id, (handle, thread));
+    }
+
+    fn stop(&mut self, id: u64) {
+        if let Some((h, t)) = self.nodes.remove(&id) {
+            self.net.lock().unwrap().peers.remove(&id);
+            h.shutdown();
+            t.join().unwrap();
+        }
+    }
+
+    fn leader(&self, timeout: Duration) -> u64 {
+        let start = Instant::now();
+        loop {
+            for (id, (h, _)) in &self.nodes {
+                let s = h.status.borrow().clone();
+                if s.role == "leader" && !self.net.lock().unwrap().cut.contains(&(*id, *self.voters.iter().find(|v| *v != id).unwrap_or(id))) {
+                    return *id;
+                }
+            }
+            assert!(start.elapsed() < timeout, "no leader within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn handle(&self, id: u64) -> &RaftHandle {
+        &self.nodes[&id].0
+    }
+
+    fn wait_applied_everywhere(&self, index: u64, timeout: Duration) {
+        let start = Instant::now();
+        while !self.nodes.values().all(|(h, _)| h.replica.read().unwrap().applied >= index) {
+            assert!(start.elapsed() < timeout, "replicas did not reach index {index}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn submit_env(i: u64) -> Envelope {
+    Envelope::new(Command::SubmitJob { spec: JobSpec::simple(&format!("job{i}"), "alice", "true") }, 1000 + i, Some(format!("req-{i}")))
+}
+
+/// Proposes through `node`, retrying transient errors with the same request id.
+fn propose_retrying(rt: &tokio::runtime::Runtime, c: &Cluster, env: &Envelope) -> Outcome {
+    let start = Instant::now();
+    loop {
+        let id = c.leader(Duration::from_secs(10));
+        match rt.block_on(c.handle(id).propose(env)) {
+            Ok(o) => return o,
+            Err(e) => {
+                assert!(start.elapsed() < Duration::from_secs(20), "proposal kept failing: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+#[test]
+fn sled_store_conforms() {
+    let dirs: Vec<tempfile::TempDir> = (0..8).map(|_| tempfile::tempdir().unwrap()).collect();
+    let paths: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.path().to_path_buf()).collect();
+    let next = std::cell::Cell::new(0);
+    gsched_raft::suite::run_all(
+        || {
+            let i = next.get();
+            next.set(i + 1);
+            SledStore::open(&paths[i]).unwrap()
+        },
+        &|s: SledStore| {
+            drop(s);
+            SledStore::open(&paths[next.get() - 1]).unwrap()
+        },
+    );
+}
+
+#[test]
+fn three_replicas_elect_replicate_and_survive_leader_loss() {
+    let rt = runtime();
+    let mut c = Cluster::new(3, 1000);
+    let mut acked = Vec::new();
+    for i in 0..50 {
+        if let Outcome::Submitted { jobs } = propose_retrying(&rt, &c, &submit_env(i)) {
+            acked.extend(jobs);
+        }
+    }
+    let leader = c.leader(Duration::from_secs(5));
+    c.stop(leader);
+    for i in 50..100 {
+        if let Outcome::Submitted { jobs } = propose_retrying(&rt, &c, &submit_env(i)) {
+            acked.extend(jobs);
+        }
+    }
+    // Retrying an old request id returns the original outcome, not a new job.
+    let again = propose_retrying(&rt, &c, &submit_env(3));
+    assert_eq!(again, Outcome::Submitted { jobs: vec![acked[3]] });
+    c.start(leader);
+    let new_leader = c.leader(Duration::from_secs(5));
+    let target = c.handle(new_leader).replica.read().unwrap().applied;
+    c.wait_applied_everywhere(target, Duration::from_secs(10));
+    let digests: HashSet<String> = c.nodes.values().map(|(h, _)| h.replica.read().unwrap().state.digest()).collect();
+    assert_eq!(digests.len(), 1, "replicas disagree");
+    let state = &c.handle(new_leader).replica.read().unwrap().state;
+    assert_eq!(state.jobs.len(), 100, "every acknowledged job exists exactly once");
+    for id in &acked {
+        assert!(state.jobs.contains_key(id));
+    }
+}
+
+#[test]
+fn isolated_leader_cannot_commit_and_majority_continues() {
+    let rt = runtime();
+    let c = Cluster::new(3, 1000);
+    propose_retrying(&rt, &c, &submit_env(0));
+    let old = c.leader(Duration::from_secs(5));
+    {
+        let mut net = c.net.lock().unwrap();
+        for other in [1, 2, 3] {
+            if other != old {
+                net.cut.insert((old, other));
+                net.cut.insert((other, old));
+            }
+        }
+    }
+    // The minority side accepts no writes.
+    let res = rt.block_on(c.handle(old).propose(&submit_env(1)));
+    assert!(matches!(res, Err(ProposeError::Timeout | ProposeError::LeadershipChanged | ProposeError::NoLeader | ProposeError::Dropped)), "{res:?}");
+    // The majority elects a new leader and commits.
+    let start = Instant::now();
+    let new = loop {
+        let found = [1, 2, 3].into_iter().find(|id| *id != old && c.handle(*id).status.borrow().role == "leader");
+        if let Some(id) = found {
+            break id;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = rt.block_on(c.handle(new).propose(&submit_env(2))).unwrap();
+    assert!(matches!(out, Outcome::Submitted { .. }));
+    assert_ne!(c.handle(old).status.borrow().role, "leader", "check-quorum must depose the isolated leader");
+    let old_state = c.handle(old).replica.read().unwrap().state.jobs.len();
+    assert_eq!(old_state, 1, "the isolated replica applied nothing new");
+}
+
+#[test]
+fn lagging_follower_catches_up_from_a_snapshot() {
+    let rt = runtime();
+    let mut c = Cluster::new(3, 20);
+    propose_retrying(&rt, &c, &submit_env(0));
+    let leader = c.leader(Duration::from_secs(5));
+    let lagger = [1, 2, 3].into_iter().find(|id| *id != leader).unwrap();
+    c.stop(lagger);
+    for i in 1..120 {
+        propose_retrying(&rt, &c, &submit_env(i));
+    }
+    let first = c.handle(leader).status.borrow().first_index;
+    assert!(first > 20, "the leader compacted its log (first index {first})");
+    c.start(lagger);
+    let target = c.handle(leader).replica.read().unwrap().applied;
+    c.wait_applied_everywhere(target, Duration::from_secs(10));
+    assert_eq!(c.handle(lagger).replica.read().unwrap().state.jobs.len(), 120);
+    assert!(c.handle(lagger).status.borrow().snapshot_index > 0);
+}
+
+#[test]
+fn membership_add_and_remove() {
+    let rt = runtime();
+    let mut c = Cluster::new(3, 1000);
+    propose_retrying(&rt, &c, &submit_env(0));
+    let leader = c.leader(Duration::from_secs(5));
+    // A fourth replica joins empty and catches up.
+    c.dirs.insert(4, tempfile::tempdir().unwrap());
+    c.voters = vec![];
+    c.start(4);
+    let out = rt.block_on(c.handle(leader).change_membership(Membership::Add { id: 4, address: "127.0.0.1:4".into() })).unwrap();
+    assert_eq!(out, Outcome::Ok);
+    propose_retrying(&rt, &c, &submit_env(1));
+    let target = c.handle(leader).replica.read().unwrap().applied;
+    c.wait_applied_everywhere(target, Duration::from_secs(10));
+    assert_eq!(c.handle(4).replica.read().unwrap().state.jobs.len(), 2);
+    assert_eq!(c.handle(leader).status.borrow().voters, vec![1, 2, 3, 4]);
+    assert_eq!(c.handle(4).replica.read().unwrap().state.controllers.get(&4).map(String::as_str), Some("127.0.0.1:4"));
+    let out = rt.block_on(c.handle(leader).change_membership(Membership::Remove { id: 4 })).unwrap();
+    assert_eq!(out, Outcome::Ok);
+    let bad = rt.block_on(c.handle(leader).change_membership(Membership::Remove { id: 9 }));
+    assert!(matches!(bad, Err(ProposeError::BadConfChange(_))));
+}
