@@ -1,1 +1,12 @@
-//! gsched-launch
+//! Pure launch logic for the node agent: the environment each task gets ([`env`]), the
+//! torchrun command line ([`torchrun`]), output-file patterns ([`output`]) and the
+//! classification of failures from exit statuses, torchrun error files and log lines
+//! ([`watch`]). No processes are started here; the agent does that.
+
+pub mod env;
+pub mod output;
+pub mod torchrun;
+pub mod watch;
+
+pub use env::{NetPlan, TaskEnv, net_plan, task_env};
+pub use watch::{LogFinding, classify_exit, classify_line};

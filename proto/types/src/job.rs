@@ -114,9 +114,13 @@ pub struct JobSpec {
     pub script: String,
     #[serde(default)]
     pub script_args: Vec<String>,
-    /// Environment exported to the job (`--export`); `ALL` captured at submit time.
+    /// Environment inherited from the submitting shell (`--export=ALL`, the default).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables given explicitly (`--export=NAME=value`): they override gsched's own
+    /// NCCL/CUDA settings, while inherited ones do not.
+    #[serde(default)]
+    pub env_overrides: BTreeMap<String, String>,
     #[serde(default)]
     pub torchrun: Option<TorchrunSpec>,
     #[serde(default)]
@@ -163,6 +167,7 @@ impl JobSpec {
             script: script.into(),
             script_args: Vec::new(),
             env: BTreeMap::new(),
+            env_overrides: BTreeMap::new(),
             torchrun: None,
             hold: false,
             max_restarts: None,

@@ -9,6 +9,7 @@ pub mod cpulist;
 pub mod failure;
 pub mod hostlist;
 pub mod job;
+pub mod launch;
 pub mod node;
 pub mod parse;
 pub mod resources;

@@ -1,0 +1,326 @@
+//! The environment of each task: torchrun's rendezvous variables, `CUDA_VISIBLE_DEVICES`
+//! in PCI order, NCCL settings derived from the node's real NICs, and the `SLURM_*`
+//! variables existing scripts read.
+//!
+//! Precedence, lowest first: the environment inherited from the submitting shell; gsched's
+//! NCCL/PyTorch tuning; the agent's configured overrides; variables the user exported
+//! explicitly (`--export=NAME=value`); and last the job's identity (ids, ranks, node list,
+//! GPUs), which nothing may override.
+
+use gsched_types::hostlist;
+use gsched_types::launch::LaunchSpec;
+use gsched_types::topology::{NicKind, Topology};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// How NCCL reaches the network from this node for this job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct NetPlan {
+    /// Interface for NCCL's sockets and bootstrap (`NCCL_SOCKET_IFNAME==<name>`).
+    pub socket_ifname: Option<String>,
+    /// RDMA HCA ports nearest the job's GPUs (`NCCL_IB_HCA==mlx5_0:1,...`).
+    pub ib_hcas: Vec<String>,
+    /// RoCE v2 GID index, when discovery found one.
+    pub gid_index: Option<u32>,
+}
+
+/// Chooses NCCL's interfaces for a job on `gpus`. `training_iface` is the interface that
+/// carries the node's training address (decided by the agent; `lo` only for a one-host
+/// demo cluster that was configured on 127.0.0.1).
+pub fn net_plan(topo: &Topology, gpus: &[u32], training_iface: Option<&str>) -> NetPlan {
+    let rdma: Vec<usize> = topo.nics.iter().enumerate().filter(|(_, n)| n.kind.is_rdma() && n.up != Some(false)).map(|(i, _)| i).collect();
+    let link_rank = |gpu: u32, nic: usize| topo.gpu_nic_links.get(gpu as usize).and_then(|r| r.get(nic)).map(|l| l.rank()).unwrap_or(u16::MAX);
+    let mut chosen: Vec<usize> = Vec::new();
+    if gpus.is_empty() {
+        chosen = rdma.clone();
+    } else {
+        for &g in gpus {
+            let best = rdma.iter().map(|&n| link_rank(g, n)).min();
+            for &n in &rdma {
+                if Some(link_rank(g, n)) == best && !chosen.contains(&n) {
+                    chosen.push(n);
+                }
+            }
+        }
+        chosen.sort_unstable();
+    }
+    let ib_hcas = chosen
+        .iter()
+        .map(|&i| {
+            let n = &topo.nics[i];
+            format!("{}:{}", n.rdma_device.as_deref().unwrap_or(&n.name), n.rdma_port.unwrap_or(1))
+        })
+        .collect();
+    let gid_index = chosen.iter().find_map(|&i| (topo.nics[i].kind == NicKind::Roce).then_some(topo.nics[i].roce_v2_gid_index).flatten());
+    let socket_ifname = training_iface.map(str::to_string).or_else(|| {
+        topo.nics
+            .iter()
+            .filter(|n| n.is_usable() && n.netdev.is_some())
+            .min_by_key(|n| {
+                let worst = gpus.iter().map(|g| topo.gpu_nic_links.get(*g as usize).and_then(|r| topo.nics.iter().position(|x| x.name == n.name).and_then(|k| r.get(k))).map(|l| l.rank()).unwrap_or(u16::MAX)).max().unwrap_or(0);
+                (n.ipv4.is_empty(), worst, u64::MAX - n.speed_mbps.unwrap_or(0))
+            })
+            .and_then(|n| n.netdev.clone())
+    });
+    NetPlan { socket_ifname, ib_hcas, gid_index }
+}
+
+/// Inputs for one task's environment.
+pub struct TaskEnv<'a> {
+    pub launch: &'a LaunchSpec,
+    pub node: &'a str,
+    pub local_task: u32,
+    pub net: &'a NetPlan,
+    /// The step's log directory (NCCL debug files, torchrun error file).
+    pub log_dir: &'a str,
+    /// Overrides from the agent's configuration.
+    pub agent_env: &'a BTreeMap<String, String>,
+    /// The job owner's home directory, when known.
+    pub home: Option<&'a str>,
+}
+
+/// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
+fn tasks_per_node(count: u32, nodes: usize) -> String {
+    if nodes > 1 { format!("{count}(x{nodes})") } else { count.to_string() }
+}
+
+/// The complete environment of one task.
+pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
+    let l = t.launch;
+    let spec = &l.spec;
+    let mut env: BTreeMap<String, String> = spec.env.clone();
+    if !env.contains_key("PATH") {
+        env.insert("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    }
+
+    // NCCL and PyTorch tuning from the node's hardware; explicit exports win over these.
+    let mut tuning: BTreeMap<&str, String> = BTreeMap::new();
+    if let Some(ifname) = &t.net.socket_ifname {
+        tuning.insert("NCCL_SOCKET_IFNAME", format!("={ifname}"));
+    }
+    if t.net.ib_hcas.is_empty() {
+        tuning.insert("NCCL_IB_DISABLE", "1".into());
+    } else {
+        tuning.insert("NCCL_IB_HCA", format!("={}", t.net.ib_hcas.join(",")));
+        if let Some(g) = t.net.gid_index {
+            tuning.insert("NCCL_IB_GID_INDEX", g.to_string());
+        }
+    }
+    tuning.insert("NCCL_DEBUG", "WARN".into());
+    tuning.insert("NCCL_DEBUG_FILE", format!("{}/nccl.%h.%p.log", t.log_dir));
+    // PyTorch's default (3: tear the process down on a NCCL error); torchrun would force 1.
+    tuning.insert("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".into());
+    // Surface hangs: the monitor thread kills a rank whose watchdog is stuck.
+    tuning.insert("TORCH_NCCL_ENABLE_MONITORING", "1".into());
+    tuning.insert("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "300".into());
+    tuning.insert("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".into());
+    tuning.insert("TORCH_FR_DUMP_TEMP_FILE", format!("{}/nccl_trace_rank_", t.log_dir));
+    tuning.insert("TORCHELASTIC_ERROR_FILE", format!("{}/torchelastic-error-{}.json", t.log_dir, t.local_task));
+    tuning.insert("NCCL_SOCKET_MAGIC", format!("{}", 0x6773_6368_0000_0000u64 | l.job.0));
+    if !env.contains_key("OMP_NUM_THREADS") {
+        tuning.insert("OMP_NUM_THREADS", spec.cpus_per_task.max(1).to_string());
+    }
+    for (k, v) in tuning {
+        env.insert(k.to_string(), v);
+    }
+    for (k, v) in t.agent_env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (k, v) in &spec.env_overrides {
+        env.insert(k.clone(), v.clone());
+    }
+
+    // Identity: nothing overrides these.
+    let nnodes = l.nodes.len() as u32;
+    let per_node = spec.ntasks_per_node.max(1);
+    let ntasks = nnodes * per_node;
+    let rank = l.node_rank * per_node + t.local_task;
+    let gpus: Vec<u32> = match spec.gpus_per_task {
+        Some(g) if per_node > 1 && g > 0 => l.node_alloc.gpus.iter().skip((t.local_task * g) as usize).take(g as usize).copied().collect(),
+        _ => l.node_alloc.gpus.clone(),
+    };
+    let gpu_list = gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let node_gpu_list = l.node_alloc.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let nodelist = hostlist::compress(&l.nodes);
+    let job_id = l.job.to_string();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_string(), v);
+    };
+    set("GSCHED_JOB_ID", job_id.clone());
+    set("GSCHED_JOB_NAME", spec.name.clone());
+    set("GSCHED_JOB_NODELIST", nodelist.clone());
+    set("GSCHED_NNODES", nnodes.to_string());
+    set("GSCHED_NODEID", l.node_rank.to_string());
+    set("GSCHED_NODENAME", t.node.to_string());
+    set("GSCHED_GPUS_PER_NODE", spec.gpus_per_node.to_string());
+    set("GSCHED_RESTART_COUNT", l.attempt.to_string());
+    set("GSCHED_LOG_DIR", t.log_dir.to_string());
+    set("MASTER_ADDR", l.allocation.master_addr.clone());
+    set("MASTER_PORT", l.allocation.master_port.to_string());
+    set("RANK", rank.to_string());
+    set("LOCAL_RANK", t.local_task.to_string());
+    set("WORLD_SIZE", ntasks.to_string());
+    set("LOCAL_WORLD_SIZE", per_node.to_string());
+    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+    set("CUDA_VISIBLE_DEVICES", gpu_list.clone());
+    set("GPU_DEVICE_ORDINAL", gpu_list.clone());
+    set("SLURM_JOB_ID", job_id.clone());
+    set("SLURM_JOBID", job_id);
+    set("SLURM_JOB_NAME", spec.name.clone());
+    set("SLURM_JOB_USER", spec.user.clone());
+    set("SLURM_JOB_NODELIST", nodelist.clone());
+    set("SLURM_NODELIST", nodelist);
+    set("SLURM_NNODES", nnodes.to_string());
+    set("SLURM_JOB_NUM_NODES", nnodes.to_string());
+    set("SLURM_NODEID", l.node_rank.to_string());
+    set("SLURM_PROCID", rank.to_string());
+    set("SLURM_LOCALID", t.local_task.to_string());
+    set("SLURM_NTASKS", ntasks.to_string());
+    set("SLURM_NPROCS", ntasks.to_string());
+    set("SLURM_NTASKS_PER_NODE", per_node.to_string());
+    set("SLURM_TASKS_PER_NODE", tasks_per_node(per_node, l.nodes.len()));
+    set("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string());
+    set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
+    set("SLURM_GPUS_ON_NODE", l.node_alloc.gpus.len().to_string());
+    set("SLURM_JOB_GPUS", node_gpu_list.clone());
+    set("SLURM_STEP_GPUS", gpu_list);
+    set("SLURM_MEM_PER_NODE", l.node_alloc.mem_mb.to_string());
+    set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
+    set("SLURMD_NODENAME", t.node.to_string());
+    set("SLURM_JOB_PARTITION", spec.partition.clone().unwrap_or_default());
+    set("SLURM_RESTART_COUNT", l.attempt.to_string());
+    if let Some(a) = &spec.account {
+        set("SLURM_JOB_ACCOUNT", a.clone());
+    }
+    if let Some((array_job, task)) = l.array {
+        set("SLURM_ARRAY_JOB_ID", array_job.to_string());
+        set("SLURM_ARRAY_TASK_ID", task.to_string());
+        set("GSCHED_ARRAY_TASK_ID", task.to_string());
+    }
+    if let Some(home) = t.home {
+        set("HOME", home.to_string());
+    }
+    set("USER", spec.user.clone());
+    set("LOGNAME", spec.user.clone());
+    if !l.node_alloc.cpus.is_empty() {
+        set("GSCHED_CPUS", gsched_types::cpulist::format(&l.node_alloc.cpus));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gsched_types::job::{JobId, JobSpec};
+    use gsched_types::resources::{Allocation, NodeAlloc};
+    use gsched_types::topology::{LinkClass, Nic};
+
+    fn dgx_like() -> Topology {
+        let mut t = Topology::empty("t");
+        for i in 0..4 {
+            t.gpus.push(gsched_types::Gpu::new(i));
+        }
+        t.gpu_links = (0..4).map(|i| (0..4).map(|j| if i == j { LinkClass::SameDevice } else { LinkClass::NvLink(12) }).collect()).collect();
+        let mut nics = Vec::new();
+        for k in [0, 1, 10] {
+            let mut n = Nic::new(&format!("mlx5_{k}"), NicKind::Roce);
+            n.rdma_device = Some(format!("mlx5_{k}"));
+            n.rdma_port = Some(1);
+            n.roce_v2_gid_index = Some(3);
+            n.netdev = Some(format!("ens{k}"));
+            nics.push(n);
+        }
+        let mut docker = Nic::new("docker0", NicKind::Virtual);
+        docker.netdev = Some("docker0".into());
+        nics.push(docker);
+        t.nics = nics;
+        // GPU0,1 next to mlx5_0; GPU2,3 next to mlx5_1; mlx5_10 far from all.
+        t.gpu_nic_links = (0..4).map(|g| vec![if g < 2 { LinkClass::Pxb } else { LinkClass::Sys }, if g >= 2 { LinkClass::Pxb } else { LinkClass::Sys }, LinkClass::Sys, LinkClass::Sys]).collect();
+        t
+    }
+
+    fn launch(gpus: Vec<u32>) -> LaunchSpec {
+        let mut spec = JobSpec::simple("train", "alice", "true");
+        spec.nodes = 2;
+        spec.gpus_per_node = gpus.len() as u32;
+        spec.env.insert("NCCL_SOCKET_IFNAME".into(), "docker0".into());
+        spec.env.insert("HOME".into(), "/wrong".into());
+        let na = NodeAlloc { node: "n2".into(), gpus, cpus: vec![0, 1], mem_mb: 100, nic: Some("mlx5_0".into()), exclusive: false };
+        LaunchSpec {
+            job: JobId(7),
+            array: None,
+            attempt: 0,
+            node_rank: 1,
+            nodes: vec!["n1".into(), "n2".into()],
+            spec,
+            allocation: Allocation { nodes: vec![na.clone(), na.clone()], master_addr: "10.0.0.1".into(), master_port: 29_501 },
+            node_alloc: na,
+            start_ms: 0,
+            time_limit_s: None,
+        }
+    }
+
+    #[test]
+    fn nearest_hcas_exact_match_and_gid() {
+        let plan = net_plan(&dgx_like(), &[0, 1], None);
+        assert_eq!(plan.ib_hcas, vec!["mlx5_0:1"], "mlx5_1 and mlx5_10 are farther");
+        assert_eq!(plan.gid_index, Some(3));
+        assert_ne!(plan.socket_ifname.as_deref(), Some("docker0"));
+        let both = net_plan(&dgx_like(), &[1, 2], None);
+        assert_eq!(both.ib_hcas, vec!["mlx5_0:1", "mlx5_1:1"]);
+    }
+
+    #[test]
+    fn inherited_nccl_vars_do_not_beat_discovery_but_explicit_exports_do() {
+        let topo = dgx_like();
+        let l = launch(vec![0, 1]);
+        let net = net_plan(&topo, &l.node_alloc.gpus, Some("ens0"));
+        let agent_env = BTreeMap::new();
+        let env = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 0, net: &net, log_dir: "/var/log/j7", agent_env: &agent_env, home: Some("/home/alice") });
+        assert_eq!(env["NCCL_SOCKET_IFNAME"], "=ens0");
+        assert_eq!(env["NCCL_IB_HCA"], "=mlx5_0:1");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+        assert_eq!(env["SLURM_PROCID"], "1");
+        assert_eq!(env["SLURM_NODEID"], "1");
+        assert_eq!(env["SLURM_JOB_NODELIST"], "n[1-2]");
+        assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
+        assert_eq!(env["MASTER_PORT"], "29501");
+        assert_eq!(env["HOME"], "/home/alice");
+        assert_eq!(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3");
+        let mut l2 = l.clone();
+        l2.spec.env_overrides.insert("NCCL_SOCKET_IFNAME".into(), "=ib0".into());
+        l2.spec.env_overrides.insert("SLURM_PROCID".into(), "99".into());
+        let env = task_env(&TaskEnv { launch: &l2, node: "n2", local_task: 0, net: &net, log_dir: "/x", agent_env: &agent_env, home: None });
+        assert_eq!(env["NCCL_SOCKET_IFNAME"], "=ib0", "an explicit --export wins");
+        assert_eq!(env["SLURM_PROCID"], "1", "identity variables cannot be overridden");
+    }
+
+    #[test]
+    fn no_rdma_disables_ib() {
+        let mut topo = dgx_like();
+        topo.nics.retain(|n| n.kind == NicKind::Virtual);
+        topo.gpu_nic_links = vec![vec![LinkClass::Sys]; 4];
+        let plan = net_plan(&topo, &[0], None);
+        assert!(plan.ib_hcas.is_empty());
+        assert_eq!(plan.socket_ifname, None, "docker0 is never offered");
+        let l = launch(vec![0]);
+        let env = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 0, net: &plan, log_dir: "/x", agent_env: &BTreeMap::new(), home: None });
+        assert_eq!(env["NCCL_IB_DISABLE"], "1");
+        assert!(!env.contains_key("NCCL_IB_HCA"));
+    }
+
+    #[test]
+    fn per_task_gpu_binding() {
+        let mut l = launch(vec![4, 5, 6, 7]);
+        l.spec.ntasks_per_node = 2;
+        l.spec.gpus_per_task = Some(2);
+        let net = NetPlan::default();
+        let e1 = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 1, net: &net, log_dir: "/x", agent_env: &BTreeMap::new(), home: None });
+        assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "6,7");
+        assert_eq!(e1["SLURM_PROCID"], "3");
+        assert_eq!(e1["SLURM_LOCALID"], "1");
+        assert_eq!(e1["SLURM_NTASKS"], "4");
+        assert_eq!(e1["SLURM_JOB_GPUS"], "4,5,6,7");
+    }
+}

@@ -1,0 +1,24 @@
+//! What an agent receives to start its share of a job.
+
+use crate::job::{JobId, JobSpec};
+use crate::resources::{Allocation, NodeAlloc};
+use serde::{Deserialize, Serialize};
+
+/// Everything an agent needs to start its share of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub job: JobId,
+    /// Array tasks: (array job id, task id).
+    pub array: Option<(JobId, u32)>,
+    pub attempt: u32,
+    pub node_rank: u32,
+    pub nodes: Vec<String>,
+    pub spec: JobSpec,
+    pub allocation: Allocation,
+    pub node_alloc: NodeAlloc,
+    /// Controller time of the start (ms), the base of the time limit.
+    pub start_ms: u64,
+    /// Effective time limit (job's, or the partition default).
+    pub time_limit_s: Option<u64>,
+}
+
