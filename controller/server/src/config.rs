@@ -1,0 +1,140 @@
+//! Controller settings: command-line flags plus an optional TOML file whose `[scheduler]`
+//! table is the scheduler configuration (partitions, QOS, limits, switches, weights).
+
+use gsched_scheduler::SchedConfig;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything `gctld` runs with.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub id: u64,
+    /// Address other controllers, agents and clients use to reach this one.
+    pub advertise: String,
+    /// Raft peers (including this controller) to bootstrap a new cluster with.
+    pub peers: BTreeMap<u64, String>,
+    pub data_dir: PathBuf,
+    /// Start with an empty membership and wait to be added (`gctl controllers add`).
+    pub join: bool,
+    pub scheduler: SchedConfig,
+    /// No heartbeat for this long: the node is lost and its jobs fail with NodeLost.
+    pub node_timeout: Duration,
+    /// Grace between SIGTERM and SIGKILL for cancelled or timed-out jobs.
+    pub kill_grace_s: u64,
+    /// Grace when a gang is stopped because another node's step failed.
+    pub gang_stop_grace_s: u64,
+    pub raft_tick: Duration,
+    pub election_ticks: usize,
+    pub snapshot_every: u64,
+    /// Users allowed to act on other users' jobs and on nodes.
+    pub admins: Vec<String>,
+}
+
+impl ControllerConfig {
+    pub fn new(id: u64, advertise: &str, data_dir: PathBuf) -> ControllerConfig {
+        let mut peers = BTreeMap::new();
+        peers.insert(id, advertise.to_string());
+        ControllerConfig {
+            id,
+            advertise: advertise.to_string(),
+            peers,
+            data_dir,
+            join: false,
+            scheduler: SchedConfig::default(),
+            node_timeout: Duration::from_secs(6),
+            kill_grace_s: 10,
+            gang_stop_grace_s: 3,
+            raft_tick: Duration::from_millis(50),
+            election_ticks: 10,
+            snapshot_every: 5_000,
+            admins: vec!["root".into()],
+        }
+    }
+}
+
+/// The TOML file (`gctld --config FILE`).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub scheduler: Option<SchedConfig>,
+    #[serde(default)]
+    pub admins: Option<Vec<String>>,
+    #[serde(default)]
+    pub node_timeout_s: Option<f64>,
+    #[serde(default)]
+    pub kill_grace_s: Option<u64>,
+    #[serde(default)]
+    pub gang_stop_grace_s: Option<u64>,
+    #[serde(default)]
+    pub snapshot_every: Option<u64>,
+}
+
+impl ConfigFile {
+    pub fn load(path: &std::path::Path) -> Result<ConfigFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(s) = &file.scheduler {
+            s.validate().map_err(|e| format!("{}: [scheduler] {e}", path.display()))?;
+        }
+        Ok(file)
+    }
+
+    pub fn apply_to(self, cfg: &mut ControllerConfig) {
+        if let Some(s) = self.scheduler {
+            cfg.scheduler = s;
+        }
+        if let Some(a) = self.admins {
+            cfg.admins = a;
+        }
+        if let Some(t) = self.node_timeout_s {
+            cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
+        }
+        if let Some(g) = self.kill_grace_s {
+            cfg.kill_grace_s = g;
+        }
+        if let Some(g) = self.gang_stop_grace_s {
+            cfg.gang_stop_grace_s = g;
+        }
+        if let Some(s) = self.snapshot_every {
+            cfg.snapshot_every = s.max(10);
+        }
+    }
+}
+
+/// Parses `--peers 1=host:port,2=host:port`.
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut out = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| format!("invalid peer '{part}': use ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("invalid peer id in '{part}': use a positive number"))?;
+        if id == 0 {
+            return Err("controller ids start at 1".into());
+        }
+        if !addr.contains(':') {
+            return Err(format!("invalid peer address '{addr}': use HOST:PORT"));
+        }
+        if out.insert(id, addr.trim().to_string()).is_some() {
+            return Err(format!("controller id {id} is listed twice in --peers"));
+        }
+    }
+    Ok(out)
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn peers_parse_and_refuse_garbage() {
+        let p = super::parse_peers("1=127.0.0.1:7001, 2=h:2").unwrap();
+        assert_eq!(p[&2], "h:2");
+        assert!(super::parse_peers("x=1:2").is_err());
+        assert!(super::parse_peers("1=a:1,1=b:2").is_err());
+        assert!(super::parse_peers("1=nohostport").is_err());
+    }
+}

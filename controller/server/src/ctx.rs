@@ -1,0 +1,74 @@
+//! State shared by the controller's services and leader loops.
+
+use crate::config::{ControllerConfig, now_ms};
+use crate::hub::AgentHub;
+use crate::transport::{AddressBook, Faults};
+use gsched_proto::LEADER_HINT;
+use gsched_raft::{ProposeError, RaftHandle};
+use gsched_state::{Command, Envelope, Outcome};
+use gsched_types::job::JobId;
+use std::collections::HashMap;
+use std::sync::RwLock;
+use tonic::Status;
+
+pub struct Ctx {
+    pub cfg: ControllerConfig,
+    pub raft: RaftHandle,
+    pub book: AddressBook,
+    pub hub: AgentHub,
+    /// Expected start times from the leader's last scheduling pass (not replicated).
+    pub estimates: RwLock<HashMap<JobId, u64>>,
+    pub faults: Faults,
+}
+
+impl Ctx {
+    /// The leader's client address, when one is known.
+    pub fn leader_address(&self) -> Option<String> {
+        let leader = self.raft.status.borrow().leader_id;
+        if leader == 0 {
+            return None;
+        }
+        if leader == self.cfg.id {
+            return Some(self.cfg.advertise.clone());
+        }
+        self.book.read().ok()?.get(&leader).cloned()
+    }
+
+    /// A gRPC `Unavailable` that carries the leader's address so clients can follow it.
+    pub fn unavailable(&self, message: String) -> Status {
+        let mut status = Status::unavailable(message);
+        if let Some(addr) = self.leader_address() {
+            if let Ok(v) = addr.parse() {
+                status.metadata_mut().insert(LEADER_HINT, v);
+            }
+        }
+        status
+    }
+
+    pub fn is_admin(&self, user: &str) -> bool {
+        self.cfg.admins.iter().any(|a| a == user)
+    }
+
+    /// Proposes a command stamped with this controller's clock.
+    pub async fn propose(&self, cmd: Command, request_id: Option<String>) -> Result<Outcome, Status> {
+        let env = Envelope::new(cmd, now_ms(), request_id);
+        self.raft.propose(&env).await.map_err(|e| self.propose_error(e))
+    }
+
+    pub fn propose_error(&self, e: ProposeError) -> Status {
+        match e {
+            ProposeError::BadConfChange(m) => Status::failed_precondition(m),
+            other => self.unavailable(format!("controller {}: {other}", self.cfg.id)),
+        }
+    }
+}
+
+/// Maps a state-machine outcome to a gRPC result.
+pub fn outcome_to_status(outcome: Outcome) -> Result<Outcome, Status> {
+    match outcome {
+        Outcome::Rejected { message } => Err(Status::failed_precondition(message)),
+        Outcome::NotFound { message } => Err(Status::not_found(message)),
+        Outcome::PermissionDenied { message } => Err(Status::permission_denied(message)),
+        ok => Ok(ok),
+    }
+}

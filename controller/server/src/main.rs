@@ -1,0 +1,90 @@
+//! `gctld`: the gsched controller daemon.
+
+use clap::Parser;
+use gsched_controller::config::{ConfigFile, ControllerConfig, parse_peers};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// gsched controller: a Raft replica that schedules GPU jobs.
+#[derive(Parser, Debug)]
+#[command(name = "gctld", version, about)]
+struct Args {
+    /// This controller's id (1, 2, 3...), unique in the cluster.
+    #[arg(long)]
+    id: u64,
+    /// Address to listen on (HOST:PORT) for clients, agents and peer controllers.
+    #[arg(long)]
+    listen: String,
+    /// Address others use to reach this controller (default: its entry in --peers, else --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// All controllers of a new cluster: ID=HOST:PORT,... (ignored once the data directory has state).
+    #[arg(long, default_value = "")]
+    peers: String,
+    /// Where the Raft log, hard state and snapshots live (sled).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// TOML file with [scheduler] partitions, QOS, limits, switches and weights.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Start empty and wait to be added with `gctl controllers add`.
+    #[arg(long)]
+    join: bool,
+    /// Seconds without a heartbeat before a node is declared lost.
+    #[arg(long)]
+    node_timeout: Option<f64>,
+    /// Raft tick in milliseconds (election timeout is 10-20 ticks).
+    #[arg(long, default_value_t = 50)]
+    tick_ms: u64,
+    /// Log filter (tracing EnvFilter syntax).
+    #[arg(long, env = "GSCHED_LOG", default_value = "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")]
+    log: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&args.log)).with_target(false).init();
+    if let Err(e) = real_main(args) {
+        eprintln!("gctld: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(args: Args) -> anyhow::Result<()> {
+    if args.id == 0 {
+        anyhow::bail!("--id must be at least 1");
+    }
+    let mut peers = parse_peers(&args.peers).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
+    let advertise = args.advertise.clone().or_else(|| peers.get(&args.id).cloned()).unwrap_or_else(|| args.listen.clone());
+    if !args.join {
+        match peers.get(&args.id) {
+            None if peers.is_empty() => {
+                peers.insert(args.id, advertise.clone());
+            }
+            None => anyhow::bail!("--peers does not list this controller's id {}; add {}={advertise}", args.id, args.id),
+            Some(_) => {}
+        }
+    }
+    let mut cfg = ControllerConfig::new(args.id, &advertise, args.data_dir.clone());
+    cfg.peers = peers;
+    cfg.join = args.join;
+    cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
+    if let Some(path) = &args.config {
+        ConfigFile::load(path).map_err(|e| anyhow::anyhow!(e))?.apply_to(&mut cfg);
+    }
+    if let Some(t) = args.node_timeout {
+        cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        gsched_controller::run(cfg, listener, shutdown).await
+    })
+}
