@@ -5,7 +5,7 @@
 //! disk until the controller acknowledges that the event is committed. The controller
 //! sends launches and kills; both are idempotent, so resending after a failover is safe.
 
-use gsched_types::failure::Failure;
+use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
 use gsched_types::node::HealthEvent;
 pub use gsched_types::launch::LaunchSpec;
@@ -51,8 +51,9 @@ pub enum AgentToController {
 pub enum ControllerToAgent {
     Registered { node: String },
     Launch(Box<LaunchSpec>),
-    /// Stop a step: SIGTERM, then SIGKILL after `grace_s`.
-    Kill { job: JobId, attempt: u32, reason: String, grace_s: u64 },
+    /// Stop a step: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the step's
+    /// exit is reported as (cancelled, timed out, stopped with its gang...).
+    Kill { job: JobId, attempt: u32, cause: FailureKind, reason: String, grace_s: u64 },
     Ack { seq: u64 },
     /// This controller is not the leader; connect to `leader` (client address) instead.
     NotLeader { leader: Option<String> },

@@ -176,13 +176,14 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                         JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
                             if killed.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
                                 let failure = job.failure.as_ref();
-                                let grace = match failure.map(|f| &f.kind) {
-                                    Some(FailureKind::Cancelled | FailureKind::Timeout | FailureKind::Preempted) => ctx.cfg.kill_grace_s,
-                                    _ => ctx.cfg.gang_stop_grace_s,
+                                let cause = match failure.map(|f| &f.kind) {
+                                    Some(k @ (FailureKind::Cancelled | FailureKind::Timeout | FailureKind::Preempted)) => k.clone(),
+                                    _ => FailureKind::GangStopped,
                                 };
+                                let grace = if cause == FailureKind::GangStopped { ctx.cfg.gang_stop_grace_s } else { ctx.cfg.kill_grace_s };
                                 let reason = failure.map(|f| f.to_string()).unwrap_or_else(|| "job ending".into());
                                 killed.insert(key, Instant::now());
-                                sends.push((na.node.clone(), ControllerToAgent::Kill { job: job.id, attempt: job.restarts, reason, grace_s: grace }));
+                                sends.push((na.node.clone(), ControllerToAgent::Kill { job: job.id, attempt: job.restarts, cause, reason, grace_s: grace }));
                             }
                         }
                         _ => {}
@@ -199,7 +200,7 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                     let key = (s.job, s.attempt, node.clone());
                     if !wanted && !completing && killed.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
                         killed.insert(key, Instant::now());
-                        sends.push((node.clone(), ControllerToAgent::Kill { job: s.job, attempt: s.attempt, reason: "the job is no longer running".into(), grace_s: ctx.cfg.kill_grace_s }));
+                        sends.push((node.clone(), ControllerToAgent::Kill { job: s.job, attempt: s.attempt, cause: FailureKind::GangStopped, reason: "the job is no longer running".into(), grace_s: ctx.cfg.kill_grace_s }));
                     }
                 }
             }

@@ -1,1 +1,21 @@
-//! gsched-agent
+//! `gagentd`, the gsched node agent: discovers the node's GPUs, NUMA layout and NICs,
+//! keeps a session with the controller leader, runs job steps under a per-step supervisor
+//! (own process group, cgroup, the owner's identity), watches their logs and exits, and
+//! reports node health (Xids, lost GPUs).
+//!
+//! - [`discover`], [`sysfs`], [`nvml`]: what the node is made of.
+//! - [`session`]: the controller connection.
+//! - [`steps`], [`supervise`], [`isolation`], [`identity`]: running jobs.
+//! - [`health`]: the health monitor.
+//! - [`outbox`]: events kept on disk until acknowledged.
+
+pub mod discover;
+pub mod health;
+pub mod identity;
+pub mod isolation;
+pub mod nvml;
+pub mod outbox;
+pub mod session;
+pub mod steps;
+pub mod supervise;
+pub mod sysfs;

@@ -7,7 +7,9 @@
 
 pub mod fake;
 pub mod ib;
+pub mod nvlink;
 pub mod pci;
+pub mod render;
 pub mod smi;
 pub mod topo_matrix;
 pub mod xid;

@@ -52,11 +52,8 @@ pub fn validate_spec(spec: &JobSpec) -> Result<(), String> {
 
 /// Would the job ever fit on the registered nodes? Checked at submit so impossible
 /// requests are refused with a reason instead of waiting forever.
-pub fn check_fits(state: &ClusterState, spec: &JobSpec) -> Result<(), String> {
-    if state.nodes.is_empty() {
-        return Ok(());
-    }
-    let record = JobRecord {
+fn probe_record(spec: &JobSpec) -> JobRecord {
+    JobRecord {
         id: JobId(0),
         spec: spec.clone(),
         state: JobState::Pending,
@@ -75,7 +72,14 @@ pub fn check_fits(state: &ClusterState, spec: &JobSpec) -> Result<(), String> {
         avoid_nodes: Vec::new(),
         attempts: Vec::new(),
         held: false,
-    };
+    }
+}
+
+pub fn check_fits(state: &ClusterState, spec: &JobSpec) -> Result<(), String> {
+    if state.nodes.is_empty() {
+        return Ok(());
+    }
+    let record = probe_record(spec);
     let view = pending_view(&record, state);
     let snap = snapshot(state, &mut ViewCache::default());
     let mut placer = Placer::new(&snap);
@@ -260,11 +264,34 @@ impl Jobs for JobsService {
         Ok(Response::new(ActionReply { message: format!("controller {} {}", req.id, if req.action == "add" { "added" } else { "removed" }) }))
     }
 
-    async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<ActionReply>, Status> {
+    async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {
         let spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         validate_spec(&spec).map_err(Status::invalid_argument)?;
         let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
         check_fits(&r.state, &spec).map_err(Status::invalid_argument)?;
-        Ok(Response::new(ActionReply { message: format!("fits the {} registered node(s)", r.state.nodes.len()) }))
+        // Where the job would go on an idle cluster (for `gsub --dry-run`).
+        let mut record = probe_record(&spec);
+        record.id = JobId(u64::MAX);
+        let mut snap = snapshot(&r.state, &mut ViewCache::default());
+        for n in &mut snap.nodes {
+            n.usage = Default::default();
+        }
+        snap.running.clear();
+        snap.pending = vec![pending_view(&record, &r.state)];
+        let p = gsched_scheduler::plan(&snap, now_ms());
+        let allocation = p.starts.first().map(|s| s.allocation.clone());
+        let topologies: std::collections::BTreeMap<String, gsched_types::Topology> = allocation
+            .iter()
+            .flat_map(|a| a.nodes.iter())
+            .filter_map(|na| r.state.nodes.get(&na.node).map(|n| (na.node.clone(), n.topology.clone())))
+            .collect();
+        let reason = p.reasons.first().map(|(_, r)| r.to_string());
+        Ok(doc(json!({
+            "fits": true,
+            "message": format!("fits the {} registered node(s)", r.state.nodes.len()),
+            "allocation_if_idle": allocation,
+            "reason_if_not_idle": reason,
+            "topologies": topologies,
+        })))
     }
 }

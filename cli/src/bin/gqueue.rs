@@ -1,0 +1,160 @@
+//! `gqueue`: the queue, as squeue shows it.
+
+use clap::Parser;
+use gsched_cli::client::{Client, controller_list, describe, die};
+use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
+use gsched_proto::pb::ListJobsRequest;
+use gsched_types::job::{JobRecord, JobState};
+use std::collections::BTreeMap;
+
+/// Show pending and running jobs (squeue-compatible columns).
+#[derive(Parser, Debug)]
+#[command(name = "gqueue", version, about)]
+struct Args {
+    /// Only these users' jobs (comma separated).
+    #[arg(short = 'u', long = "user", value_delimiter = ',')]
+    user: Vec<String>,
+    /// Only these jobs (comma separated; 120 shows every task of array 120).
+    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
+    jobs: Vec<String>,
+    /// Only these states (PD,R,CG,CD,F,CA,TO,NF,OOM or names); `all` includes finished jobs.
+    #[arg(short = 't', long = "states", value_delimiter = ',')]
+    states: Vec<String>,
+    /// Only this partition.
+    #[arg(short = 'p', long = "partition")]
+    partition: Option<String>,
+    /// Expected start times of pending jobs (from the backfill plan).
+    #[arg(long = "start")]
+    start: bool,
+    /// Show failure reasons and evidence of ended jobs.
+    #[arg(short = 'l', long = "long")]
+    long: bool,
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    controllers: Option<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let mut wanted_states: Vec<JobState> = Vec::new();
+    let mut all = false;
+    for s in &args.states {
+        if s.eq_ignore_ascii_case("all") {
+            all = true;
+        } else {
+            wanted_states.push(JobState::parse(s).unwrap_or_else(|| die("gqueue", format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"))));
+        }
+    }
+    let include_finished = all || wanted_states.iter().any(|s| s.is_terminal());
+    let ids: Vec<(u64, Option<u32>)> = args.jobs.iter().map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gqueue", e))).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    let reply = rt.block_on(client.call(|mut c| async move { c.list_jobs(ListJobsRequest { include_finished }).await })).unwrap_or_else(|s| die("gqueue", describe(&s)));
+    let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
+    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone()).unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
+    let estimates: BTreeMap<String, u64> = serde_json::from_value(doc["estimates"].clone()).unwrap_or_default();
+    let now = doc["now_ms"].as_u64().unwrap_or(0);
+    let jobs: Vec<&JobRecord> = jobs
+        .iter()
+        .filter(|j| args.user.is_empty() || args.user.contains(&j.spec.user))
+        .filter(|j| args.partition.as_ref().is_none_or(|p| j.spec.partition.as_ref() == Some(p)))
+        .filter(|j| wanted_states.is_empty() && (all || !j.state.is_terminal()) || wanted_states.contains(&j.state))
+        .filter(|j| {
+            ids.is_empty()
+                || ids.iter().any(|(id, task)| match (j.array_task, task) {
+                    (_, None) => j.id.0 == *id || j.array_task.is_some_and(|t| t.array_job_id.0 == *id),
+                    (Some(t), Some(task)) => t.array_job_id.0 == *id && t.task_id == *task,
+                    (None, Some(_)) => false,
+                })
+        })
+        .collect();
+    if args.json {
+        let out: Vec<serde_json::Value> = jobs
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "job_id": j.id.0,
+                    "array_job_id": j.array_task.map(|t| t.array_job_id.0),
+                    "array_task_id": j.array_task.map(|t| t.task_id),
+                    "display_id": j.display_id(),
+                    "name": j.spec.name,
+                    "user": j.spec.user,
+                    "account": j.spec.account,
+                    "partition": j.spec.partition,
+                    "state": j.state.name(),
+                    "reason": if j.state == JobState::Pending { j.reason.to_string() } else { j.failure.as_ref().map(|f| f.kind.reason_name()).unwrap_or_else(|| "None".into()) },
+                    "failure": j.failure,
+                    "nodes": j.spec.nodes,
+                    "node_list": gsched_types::hostlist::compress(&j.node_names()),
+                    "gpus_per_node": j.spec.gpus_per_node,
+                    "allocation": j.allocation,
+                    "restarts": j.restarts,
+                    "submit_ms": j.submit_ms,
+                    "start_ms": j.start_ms,
+                    "end_ms": j.end_ms,
+                    "exit_code": j.exit_code,
+                    "expected_start_ms": estimates.get(&j.id.0.to_string()),
+                    "time_limit_s": j.spec.time_limit_s,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json"));
+        return;
+    }
+    let mut headers = vec![("JOBID", true), ("PARTITION", true), ("NAME", true), ("USER", true), ("ST", true), ("TIME", true), ("NODES", true)];
+    if args.start {
+        headers.push(("START_TIME", true));
+    }
+    headers.push(("NODELIST(REASON)", false));
+    if args.long {
+        headers.push(("FAILURE", false));
+    }
+    let mut t = Table::new(&headers);
+    for j in jobs {
+        let mut row = vec![
+            j.display_id(),
+            j.spec.partition.clone().unwrap_or_else(|| "gpu".into()),
+            j.spec.name.chars().take(16).collect(),
+            j.spec.user.clone(),
+            j.state.code().into(),
+            elapsed(j, now),
+            j.spec.nodes.to_string(),
+        ];
+        if args.start {
+            row.push(match (j.state, estimates.get(&j.id.0.to_string()), j.start_ms) {
+                (JobState::Pending, Some(t), _) => fmt_time(*t),
+                (JobState::Pending, None, _) => "N/A".into(),
+                (_, _, Some(s)) => fmt_time(s),
+                _ => "N/A".into(),
+            });
+        }
+        row.push(nodelist_or_reason(j));
+        if args.long {
+            row.push(gsched_cli::format::failure_line(j));
+        }
+        t.row(row);
+    }
+    print!("{}", t.render());
+}
+
+fn fmt_time(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Days since 1970-01-01 to a (year, month, day), UTC.
+fn civil(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}

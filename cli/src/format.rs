@@ -1,0 +1,83 @@
+//! Text output in Slurm's shapes: squeue's default columns for `gqueue`, per-node lines for
+//! `ginfo`, sacct-like rows for `gacct`. Widths grow with the content.
+
+use gsched_types::hostlist;
+use gsched_types::job::{JobRecord, JobState};
+use gsched_types::parse::format_duration;
+
+/// Left- or right-aligned columns sized to their content.
+pub struct Table {
+    headers: Vec<(String, bool)>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// `headers`: (name, right-aligned).
+    pub fn new(headers: &[(&str, bool)]) -> Table {
+        Table { headers: headers.iter().map(|(h, r)| (h.to_string(), *r)).collect(), rows: Vec::new() }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let n = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|(h, _)| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(n) {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let mut out = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let w = widths[i];
+                let last = i + 1 == n;
+                let cell = if self.headers[i].1 { format!("{c:>w$}") } else if last { c.to_string() } else { format!("{c:<w$}") };
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(&cell);
+            }
+            out.trim_end().to_string()
+        };
+        let mut out = line(self.headers.iter().map(|(h, _)| h.as_str()).collect());
+        out.push('\n');
+        for r in &self.rows {
+            out.push_str(&line(r.iter().map(String::as_str).collect()));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Elapsed run time of a job, as squeue's TIME column shows it.
+pub fn elapsed(job: &JobRecord, now_ms: u64) -> String {
+    match (job.start_ms, job.end_ms) {
+        (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
+        (Some(s), None) if job.state != JobState::Pending => format_duration(now_ms.saturating_sub(s) / 1000),
+        _ => "0:00".into(),
+    }
+}
+
+/// NODELIST(REASON): the nodes of a running job, `(Reason)` for a pending one.
+pub fn nodelist_or_reason(job: &JobRecord) -> String {
+    match job.state {
+        JobState::Pending => format!("({})", job.reason),
+        JobState::Running | JobState::Completing => hostlist::compress(&job.node_names()),
+        _ => {
+            let nodes = job.attempts.last().map(|a| a.nodes.clone()).unwrap_or_default();
+            let list = hostlist::compress(&nodes);
+            match &job.failure {
+                Some(f) => format!("{list} ({})", f.kind.reason_name()),
+                None => list,
+            }
+        }
+    }
+}
+
+/// A failure as one line: kind, node, evidence.
+pub fn failure_line(job: &JobRecord) -> String {
+    job.failure.as_ref().map(|f| f.to_string()).unwrap_or_default()
+}

@@ -1,0 +1,113 @@
+//! What the agent registers: from NVML and sysfs on a real node, or from a file (the
+//! discovery JSON, TOML, or saved `nvidia-smi topo -m` text) with `--fake-topology` /
+//! `--nvidia-smi-topo`. GPU-to-NIC link classes come from PCI paths in sysfs.
+
+use crate::sysfs;
+use gsched_topology::pci;
+use gsched_types::topology::{LinkClass, Topology};
+use std::path::{Path, PathBuf};
+
+/// Where the topology comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// NVML for GPUs, sysfs (under this root) for NUMA, CPUs, memory and NICs.
+    Local { sysfs_root: PathBuf },
+    /// A fake topology file (JSON/TOML/topo text) standing in for the hardware.
+    Fake(PathBuf),
+    /// A saved `nvidia-smi topo -m` output.
+    SmiTopo(PathBuf),
+}
+
+pub fn discover(source: &Source) -> Result<Topology, String> {
+    match source {
+        Source::Fake(path) => gsched_topology::load_topology_file(path),
+        Source::SmiTopo(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let mut t = gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text)).map_err(|e| format!("{}: {e}", path.display()))?;
+            t.source = format!("nvidia-smi topo -m ({})", path.display());
+            Ok(t)
+        }
+        Source::Local { sysfs_root } => Ok(local(sysfs_root)),
+    }
+}
+
+fn local(root: &Path) -> Topology {
+    let mut topo = Topology::empty("nvml+sysfs");
+    topo.numa_nodes = sysfs::numa_nodes(root);
+    let (cpus, mem) = sysfs::cpus_and_memory(root);
+    topo.cpus = cpus;
+    topo.memory_mib = mem;
+    if topo.numa_nodes.is_empty() {
+        if let Some(c) = cpus {
+            topo.numa_nodes.push(gsched_types::topology::NumaNode { id: 0, cpus: format!("0-{}", c.saturating_sub(1)), memory_mib: mem });
+        }
+    }
+    let found = sysfs::nics(root);
+    match crate::nvml::NvmlProbe::init().and_then(|p| p.discover(root)) {
+        Ok(nv) => {
+            topo.gpus = nv.gpus;
+            topo.gpu_links = nv.links;
+            topo.driver_version = nv.driver;
+        }
+        Err(e) => {
+            tracing::warn!("{e}");
+            topo.note = Some(e);
+        }
+    }
+    let gpu_paths: Vec<(Option<pci::PciPath>, Option<u32>)> = topo
+        .gpus
+        .iter()
+        .map(|g| {
+            let facts = g.pci_bus_id.as_deref().map(|b| sysfs::pci_facts(root, b));
+            (facts.as_ref().and_then(|f| f.path.clone()), g.numa_node)
+        })
+        .collect();
+    topo.gpu_nic_links = gpu_paths
+        .iter()
+        .map(|(gp, gn)| {
+            found
+                .iter()
+                .map(|f| match (gp, &f.path) {
+                    (Some(a), Some(b)) => pci::classify(a, b, *gn, f.nic.numa_node),
+                    _ if f.nic.kind == gsched_types::topology::NicKind::Virtual => LinkClass::Unknown,
+                    _ => LinkClass::Unknown,
+                })
+                .collect()
+        })
+        .collect();
+    topo.nics = found.into_iter().map(|f| f.nic).collect();
+    add_addresses(&mut topo);
+    topo
+}
+
+/// IPv4 addresses of each interface (from getifaddrs).
+fn add_addresses(topo: &mut Topology) {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return };
+    for a in addrs {
+        let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip().to_string()) else { continue };
+        if let Some(nic) = topo.nics.iter_mut().find(|n| n.netdev.as_deref() == Some(a.interface_name.as_str())) {
+            if !nic.ipv4.contains(&ip) {
+                nic.ipv4.push(ip);
+            }
+        }
+    }
+}
+
+/// The interface holding `addr` on this machine (`lo` for 127.0.0.1).
+pub fn interface_of(addr: &str) -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        if a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip().to_string()).as_deref() == Some(addr) {
+            return Some(a.interface_name);
+        }
+    }
+    None
+}
+
+/// The local address used to reach `controller` (no packet is sent).
+pub fn local_addr_towards(controller: &str) -> Option<String> {
+    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(controller).ok()?.next()?;
+    let sock = std::net::UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    sock.connect(target).ok()?;
+    Some(sock.local_addr().ok()?.ip().to_string())
+}

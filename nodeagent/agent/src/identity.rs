@@ -1,0 +1,36 @@
+//! Who a job runs as: the submitting user's uid, primary and supplementary groups, home
+//! and shell, resolved before any fork (getgrouplist is not async-signal-safe).
+
+use std::ffi::CString;
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub home: String,
+}
+
+/// Resolves `user` (or `uid`) from the password database.
+pub fn resolve(user: &str, uid: Option<u32>) -> Result<Identity, String> {
+    let entry = match uid {
+        Some(u) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u)),
+        None => nix::unistd::User::from_name(user),
+    }
+    .map_err(|e| format!("cannot look up user {user}: {e}"))?
+    .ok_or_else(|| format!("user {user} does not exist on this node"))?;
+    let cname = CString::new(entry.name.clone()).map_err(|_| "user name contains a NUL byte".to_string())?;
+    let groups = nix::unistd::getgrouplist(&cname, entry.gid).map(|g| g.into_iter().map(|g| g.as_raw()).collect()).unwrap_or_else(|_| vec![entry.gid.as_raw()]);
+    Ok(Identity { user: entry.name, uid: entry.uid.as_raw(), gid: entry.gid.as_raw(), groups, home: entry.dir.to_string_lossy().into_owned() })
+}
+
+/// The identity the agent itself runs as.
+pub fn current() -> Identity {
+    let uid = nix::unistd::getuid().as_raw();
+    resolve("", Some(uid)).unwrap_or(Identity { user: format!("uid{uid}"), uid, gid: nix::unistd::getgid().as_raw(), groups: vec![], home: "/".into() })
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

@@ -1,0 +1,106 @@
+//! Per-step isolation: a cgroup v2 directory (cpuset on the job's CPUs and their NUMA
+//! memory, memory limit, pids limit; `cgroup.kill` to stop everything) and GPU
+//! device-node ownership (each allocated `/dev/nvidiaN` is handed to the job's owner with
+//! mode 0600 while the step runs, and back to root afterwards, so other users' processes
+//! cannot open it). Both are best effort: what could not be applied is logged and recorded
+//! in the step directory, never silently assumed.
+
+use std::path::{Path, PathBuf};
+
+/// Where step cgroups are created, if cgroup v2 with the needed controllers is available.
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    pub base: PathBuf,
+}
+
+impl Cgroups {
+    /// Finds a usable cgroup v2 hierarchy (`root`, or the usual mount points) and prepares
+    /// `gsched/` under it. Returns `None` (and says why) where there is none.
+    pub fn detect(root: Option<&Path>) -> Result<Cgroups, String> {
+        let candidates: Vec<PathBuf> = match root {
+            Some(r) => vec![r.to_path_buf()],
+            None => vec![PathBuf::from("/sys/fs/cgroup"), PathBuf::from("/sys/fs/cgroup/unified")],
+        };
+        let root = candidates.into_iter().find(|p| p.join("cgroup.controllers").exists()).ok_or("no cgroup v2 hierarchy found (cgroup.controllers missing)")?;
+        if !crate::identity::is_root() {
+            return Err("cgroups need the agent to run as root".into());
+        }
+        let available = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        let base = root.join("gsched");
+        std::fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let wanted: Vec<&str> = ["cpuset", "memory", "pids"].into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
+        for dir in [&root, &base] {
+            for c in &wanted {
+                let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+            }
+        }
+        Ok(Cgroups { base })
+    }
+
+    /// Creates the step's cgroup and applies its limits; returns the directory and the
+    /// limits that could not be set.
+    pub fn create(&self, name: &str, cpus: &str, mems: &str, mem_bytes: Option<u64>, pids: u64) -> (PathBuf, Vec<String>) {
+        let dir = self.base.join(name);
+        let mut missed = Vec::new();
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            missed.push(format!("create {}: {e}", dir.display()));
+            return (dir, missed);
+        }
+        let mut set = |file: &str, value: String| {
+            if value.is_empty() {
+                return;
+            }
+            if let Err(e) = std::fs::write(dir.join(file), &value) {
+                missed.push(format!("{file}={value}: {e}"));
+            }
+        };
+        set("cpuset.cpus", cpus.to_string());
+        set("cpuset.mems", mems.to_string());
+        if let Some(b) = mem_bytes {
+            set("memory.max", b.to_string());
+            set("memory.swap.max", "0".into());
+        }
+        set("pids.max", pids.to_string());
+        (dir, missed)
+    }
+
+    /// Number of OOM kills in the step's cgroup.
+    pub fn oom_kills(dir: &Path) -> u64 {
+        std::fs::read_to_string(dir.join("memory.events"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    pub fn kill(dir: &Path) {
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    }
+
+    pub fn remove(dir: &Path) {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// GPU device nodes handed to a step's owner.
+pub fn claim_devices(paths: &[String], uid: u32, gid: u32) -> Vec<String> {
+    let mut missed = Vec::new();
+    for p in paths {
+        if let Err(e) = std::os::unix::fs::chown(p, Some(uid), Some(gid)).and_then(|_| set_mode(p, 0o600)) {
+            missed.push(format!("{p}: {e}"));
+        }
+    }
+    missed
+}
+
+/// Gives device nodes back to root, mode 0600 (nobody else can open them).
+pub fn release_devices(paths: &[String]) {
+    for p in paths {
+        let _ = std::os::unix::fs::chown(p, Some(0), Some(0)).and_then(|_| set_mode(p, 0o600));
+    }
+}
+
+fn set_mode(p: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}

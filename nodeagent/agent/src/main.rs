@@ -1,0 +1,204 @@
+//! `gagentd`: the gsched node agent.
+
+use clap::{Parser, Subcommand};
+use gsched_agent::discover::{self, Source};
+use gsched_agent::session::{Agent, Registration};
+use gsched_agent::steps::{Settings, StepManager};
+use gsched_agent::{health, isolation, outbox};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// gsched node agent: registers this node's GPUs and runs job steps.
+#[derive(Parser, Debug)]
+#[command(name = "gagentd", version, about, args_conflicts_with_subcommands = true)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Controllers to dial (HOST:PORT,...); the agent follows leader redirects.
+    #[arg(long, env = "GSCHED_CONTROLLERS", value_delimiter = ',')]
+    controllers: Vec<String>,
+    /// This node's name (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where steps, the event outbox and logs are kept.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// This node's address on the training network (MASTER_ADDR when it is rank 0).
+    #[arg(long)]
+    training_addr: Option<String>,
+    /// Interface for NCCL sockets (default: the one holding --training-addr).
+    #[arg(long)]
+    training_iface: Option<String>,
+    /// Node features for --constraint (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    features: Vec<String>,
+    /// Kernel log to watch for Xid lines.
+    #[arg(long, default_value = "/dev/kmsg")]
+    kmsg: PathBuf,
+    /// cgroup v2 root for per-step cgroups ("off" to disable).
+    #[arg(long)]
+    cgroup_root: Option<String>,
+    /// Hand each job's /dev/nvidiaN to its owner (mode 0600) and back to root afterwards.
+    #[arg(long)]
+    restrict_gpu_devices: bool,
+    /// Extra environment for every job: NAME=VALUE (repeatable).
+    #[arg(long = "job-env")]
+    job_env: Vec<String>,
+    /// Seconds between heartbeats.
+    #[arg(long, default_value_t = 1.0)]
+    heartbeat: f64,
+    #[arg(long, env = "GSCHED_LOG", default_value = "info,h2=warn,tower=warn,hyper=warn")]
+    log: String,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct SourceArgs {
+    /// Pretend to have the hardware described in FILE (discovery JSON, TOML or topo -m text).
+    #[arg(long)]
+    fake_topology: Option<PathBuf>,
+    /// Read GPU wiring from a saved `nvidia-smi topo -m` output.
+    #[arg(long)]
+    nvidia_smi_topo: Option<PathBuf>,
+    /// Root of the sysfs/procfs tree to read (testing).
+    #[arg(long, default_value = "/", hide = true)]
+    sysfs_root: PathBuf,
+}
+
+impl SourceArgs {
+    fn source(&self) -> Source {
+        match (&self.fake_topology, &self.nvidia_smi_topo) {
+            (Some(f), _) => Source::Fake(f.clone()),
+            (None, Some(t)) => Source::SmiTopo(t.clone()),
+            _ => Source::Local { sysfs_root: self.sysfs_root.clone() },
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print what this agent would register (like `slurmd -C`).
+    Discover {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Print the discovery JSON (the schema --fake-topology accepts).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Internal: supervise one step (started by the agent).
+    #[command(hide = true)]
+    Supervise { dir: PathBuf },
+}
+
+fn main() {
+    let args = Args::parse();
+    match args.command {
+        Some(Cmd::Supervise { dir }) => std::process::exit(gsched_agent::supervise::supervise(&dir)),
+        Some(Cmd::Discover { source, json }) => {
+            tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
+            match discover::discover(&source.source()) {
+                Ok(t) if json => println!("{}", serde_json::to_string_pretty(&t).expect("topology serialises")),
+                Ok(t) => print!("{}", gsched_agent_render(&t)),
+                Err(e) => {
+                    eprintln!("gagentd discover: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        None => {
+            let run = args.run;
+            tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&run.log)).with_target(false).init();
+            if let Err(e) = run_agent(run) {
+                eprintln!("gagentd: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+fn gsched_agent_render(t: &gsched_types::Topology) -> String {
+    gsched_topology::render::render(t, "this node")
+}
+
+fn run_agent(args: RunArgs) -> anyhow::Result<()> {
+    if args.controllers.is_empty() {
+        anyhow::bail!("no controllers given: use --controllers HOST:PORT,... or GSCHED_CONTROLLERS");
+    }
+    let name = args.name.clone().unwrap_or_else(|| nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "node".into()));
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
+    std::fs::create_dir_all(state_dir.join("steps")).map_err(|e| anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display()))?;
+    let source = args.source.source();
+    let topo = discover::discover(&source).map_err(|e| anyhow::anyhow!(e))?;
+    tracing::info!("{} GPUs, {} NICs, {} NUMA nodes ({})", topo.gpus.len(), topo.nics.len(), topo.numa_nodes.len(), topo.source);
+    let training_addr = args.training_addr.clone().or_else(|| discover::local_addr_towards(&args.controllers[0])).unwrap_or_else(|| "127.0.0.1".into());
+    let training_iface = args.training_iface.clone().or_else(|| discover::interface_of(&training_addr));
+    let cgroups = match args.cgroup_root.as_deref() {
+        Some("off") => None,
+        root => match isolation::Cgroups::detect(root.map(std::path::Path::new)) {
+            Ok(c) => {
+                tracing::info!("per-step cgroups under {}", c.base.display());
+                Some(c)
+            }
+            Err(e) => {
+                tracing::warn!("per-step cgroups disabled: {e}");
+                None
+            }
+        },
+    };
+    let mut agent_env = BTreeMap::new();
+    for kv in &args.job_env {
+        let (k, v) = kv.split_once('=').ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))?;
+        agent_env.insert(k.to_string(), v.to_string());
+    }
+    let topology = Arc::new(RwLock::new(topo));
+    let outbox = Arc::new(outbox::Outbox::open(state_dir.join("outbox"))?);
+    let settings = Settings {
+        node: name.clone(),
+        state_dir: state_dir.clone(),
+        topology: topology.clone(),
+        training_iface,
+        agent_env,
+        cgroups,
+        restrict_devices: args.restrict_gpu_devices,
+        exe: std::env::current_exe()?,
+    };
+    let steps = Arc::new(Mutex::new(StepManager::new(settings, outbox.clone())));
+    let flush = Arc::new(tokio::sync::Notify::new());
+    let agent = Arc::new(Agent {
+        registration: Registration { name, address: String::new(), training_addr, features: args.features.clone() },
+        controllers: args.controllers.clone(),
+        topology: topology.clone(),
+        steps,
+        outbox: outbox.clone(),
+        flush: flush.clone(),
+        heartbeat: Duration::from_secs_f64(args.heartbeat.max(0.1)),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    rt.block_on(async move {
+        tokio::spawn(health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone(), flush.clone()));
+        let src = source.clone();
+        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> = Arc::new(move || discover::discover(&src));
+        if matches!(source, Source::Fake(_)) {
+            tokio::spawn(health::watch_topology(reload, topology.clone(), outbox.clone(), flush.clone(), Duration::from_millis(500)));
+        } else if let Source::Local { .. } = source {
+            tokio::spawn(health::watch_nvml(topology.clone(), outbox.clone(), flush.clone(), Duration::from_secs(5)));
+        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = gsched_agent::session::run(agent) => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("agent stopping; running steps keep running and will be re-adopted");
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,57 @@
+//! Events the controller has not acknowledged yet, kept on disk so an agent restart or a
+//! controller failover loses none. Each event is a file named by its sequence number.
+
+use gsched_proto::agent::AgentToController;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+pub struct Outbox {
+    dir: PathBuf,
+    inner: Mutex<(u64, BTreeMap<u64, AgentToController>)>,
+}
+
+impl Outbox {
+    pub fn open(dir: PathBuf) -> std::io::Result<Outbox> {
+        std::fs::create_dir_all(&dir)?;
+        let mut events = BTreeMap::new();
+        let mut next = 1;
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let Some(seq) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()) else { continue };
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            if let Ok(ev) = std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<AgentToController>(&b).map_err(|e| e.to_string())) {
+                events.insert(seq, ev);
+            }
+            next = next.max(seq + 1);
+        }
+        Ok(Outbox { dir, inner: Mutex::new((next, events)) })
+    }
+
+    /// Stores an event built from its sequence number and returns it.
+    pub fn push(&self, make: impl FnOnce(u64) -> AgentToController) -> AgentToController {
+        let mut inner = self.inner.lock().expect("outbox lock");
+        let seq = inner.0;
+        inner.0 += 1;
+        let ev = make(seq);
+        let path = self.dir.join(format!("{seq:012}.json"));
+        if let Err(e) = crate::supervise::write_atomic(&path, &serde_json::to_vec(&ev).unwrap_or_default()) {
+            tracing::error!("cannot persist event {seq}: {e}");
+        }
+        inner.1.insert(seq, ev.clone());
+        ev
+    }
+
+    pub fn ack(&self, seq: u64) {
+        let mut inner = self.inner.lock().expect("outbox lock");
+        if inner.1.remove(&seq).is_some() {
+            let _ = std::fs::remove_file(self.dir.join(format!("{seq:012}.json")));
+        }
+    }
+
+    pub fn pending(&self) -> Vec<AgentToController> {
+        self.inner.lock().expect("outbox lock").1.values().cloned().collect()
+    }
+}

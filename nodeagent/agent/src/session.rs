@@ -1,0 +1,163 @@
+//! The agent's connection to the controllers: dial in, register, heartbeat, relay launches
+//! and kills to the step manager, send outbox events and drop them once acknowledged.
+//! Follows `NotLeader` redirects and reconnects with backoff, so it finds a new leader
+//! within about a second of a failover.
+
+use crate::outbox::Outbox;
+use crate::steps::StepManager;
+use gsched_proto::agent::{AgentToController, ControllerToAgent, decode, encode};
+use gsched_proto::pb::AgentEnvelope;
+use gsched_proto::pb::agent_client::AgentClient;
+use gsched_types::topology::Topology;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Endpoint;
+
+/// What the agent says about itself when it registers.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub name: String,
+    pub address: String,
+    pub training_addr: String,
+    pub features: Vec<String>,
+}
+
+pub struct Agent {
+    pub registration: Registration,
+    pub controllers: Vec<String>,
+    pub topology: Arc<RwLock<Topology>>,
+    pub steps: Arc<Mutex<StepManager>>,
+    pub outbox: Arc<Outbox>,
+    /// Signalled when the outbox has something new to send.
+    pub flush: Arc<Notify>,
+    pub heartbeat: Duration,
+}
+
+enum End {
+    Redirect(Option<String>),
+    Closed,
+}
+
+fn seq_of(ev: &AgentToController) -> Option<u64> {
+    match ev {
+        AgentToController::Step { seq, .. } | AgentToController::Health { seq, .. } => Some(*seq),
+        _ => None,
+    }
+}
+
+/// Runs the step monitor and the controller session forever.
+pub async fn run(agent: Arc<Agent>) {
+    let monitor = agent.clone();
+    tokio::spawn(async move {
+        loop {
+            let steps = monitor.steps.clone();
+            let _ = tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").tick()).await;
+            monitor.flush.notify_one();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut next = 0usize;
+    let mut redirect: Option<String> = None;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let addr = redirect.take().unwrap_or_else(|| {
+            let a = agent.controllers[next % agent.controllers.len()].clone();
+            next += 1;
+            a
+        });
+        match session(&agent, &addr).await {
+            Ok(End::Redirect(Some(leader))) if leader != addr => {
+                tracing::info!("{addr} is not the leader; following it to {leader}");
+                redirect = Some(leader);
+                backoff = Duration::from_millis(100);
+                continue;
+            }
+            Ok(End::Redirect(_)) => tracing::debug!("{addr} knows no leader yet"),
+            Ok(End::Closed) => {
+                tracing::info!("controller {addr} closed the session");
+                backoff = Duration::from_millis(100);
+            }
+            Err(e) => tracing::debug!("controller {addr}: {e}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect().await?;
+    let mut client = AgentClient::new(channel).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024);
+    let (tx, rx) = mpsc::unbounded_channel::<AgentEnvelope>();
+    let send = |msg: &AgentToController| tx.send(AgentEnvelope { json: encode(msg) });
+    let known = agent.steps.lock().expect("steps lock").known();
+    let reg = &agent.registration;
+    let topology = agent.topology.read().expect("topology lock").clone();
+    send(&AgentToController::Register {
+        name: reg.name.clone(),
+        address: reg.address.clone(),
+        training_addr: reg.training_addr.clone(),
+        topology: Box::new(topology),
+        features: reg.features.clone(),
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        known_steps: known,
+    })?;
+    let mut inbound = client.session(UnboundedReceiverStream::new(rx)).await?.into_inner();
+    let first = inbound.message().await?.ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
+    match decode::<ControllerToAgent>(&first.json)? {
+        ControllerToAgent::Registered { .. } => tracing::info!("registered with controller {addr}"),
+        ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
+        other => anyhow::bail!("unexpected first message {other:?}"),
+    }
+    let mut sent: HashMap<u64, Instant> = HashMap::new();
+    let mut ticker = tokio::time::interval(agent.heartbeat);
+    loop {
+        tokio::select! {
+            msg = inbound.message() => {
+                let Some(msg) = msg? else { return Ok(End::Closed) };
+                match decode::<ControllerToAgent>(&msg.json)? {
+                    ControllerToAgent::Launch(spec) => {
+                        let steps = agent.steps.clone();
+                        tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").launch(*spec)).await?;
+                        agent.flush.notify_one();
+                    }
+                    ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
+                        agent.steps.lock().expect("steps lock").kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
+                        agent.flush.notify_one();
+                    }
+                    ControllerToAgent::Ack { seq } => {
+                        agent.outbox.ack(seq);
+                        sent.remove(&seq);
+                    }
+                    ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
+                    ControllerToAgent::Registered { .. } => {}
+                }
+            }
+            _ = ticker.tick() => {
+                let running = agent.steps.lock().expect("steps lock").running();
+                send(&AgentToController::Heartbeat { running })?;
+                flush(agent, &send, &mut sent, true)?;
+            }
+            _ = agent.flush.notified() => flush(agent, &send, &mut sent, false)?,
+        }
+    }
+}
+
+/// Sends outbox events not sent on this session yet (and, on `retry`, those sent over two
+/// seconds ago without an acknowledgement).
+fn flush<E>(agent: &Agent, send: &impl Fn(&AgentToController) -> Result<(), E>, sent: &mut HashMap<u64, Instant>, retry: bool) -> Result<(), E> {
+    for ev in agent.outbox.pending() {
+        let Some(seq) = seq_of(&ev) else { continue };
+        let due = match sent.get(&seq) {
+            None => true,
+            Some(t) => retry && t.elapsed() > Duration::from_secs(2),
+        };
+        if due {
+            send(&ev)?;
+            sent.insert(seq, Instant::now());
+        }
+    }
+    Ok(())
+}
