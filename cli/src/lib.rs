@@ -15,3 +15,11 @@ pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
         None => Ok((text.parse().map_err(|_| bad())?, None)),
     }
 }
+
+/// Process setup every tool does first: die quietly on a closed pipe (`gqueue | head`)
+/// instead of panicking, as Unix tools do.
+pub fn init() {
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

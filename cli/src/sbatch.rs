@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// Submit a batch job (sbatch-compatible).
 #[derive(Parser, Debug, Clone, Default)]
-#[command(name = "gsub", version, about, infer_long_args = true, args_override_self = true, disable_help_flag = false)]
+#[command(name = "gsub", version, about, infer_long_args = true, args_override_self = true, allow_negative_numbers = true)]
 pub struct SubArgs {
     /// Number of nodes (all-or-nothing gang).
     #[arg(short = 'N', long = "nodes")]
@@ -232,7 +232,7 @@ pub struct SubArgs {
     pub export_file: Option<String>,
 
     /// The batch script (or, with --torchrun, the training program) and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    #[arg(trailing_var_arg = true, num_args = 0..)]
     pub script: Vec<String>,
 }
 
@@ -357,7 +357,8 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
     let nodes = match args.nodes.as_deref() {
         None => 1,
         Some(s) => {
-            let first = s.split_once('-').map(|(a, _)| a).unwrap_or(s);
+            // sbatch accepts MIN-MAX; gsched takes the minimum.
+            let first = if s.starts_with('-') { s } else { s.split_once('-').map(|(a, _)| a).unwrap_or(s) };
             let n = parse::count(first, "--nodes")?;
             if n == 0 {
                 return Err("--nodes must be at least 1".into());

@@ -1,1 +1,301 @@
-//! test support
+//! Test support for gsched's cross-process tests: builds the binaries once, starts real
+//! `gctld` and `gagentd` processes on 127.0.0.1 with ephemeral ports and temporary
+//! directories, drives them only through the CLI, and waits on conditions (never fixed
+//! sleeps). Processes are killed when the cluster is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+static BUILD: Once = Once::new();
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
+}
+
+/// Path of a gsched binary, building the binaries on first use.
+pub fn bin(name: &str) -> PathBuf {
+    BUILD.call_once(|| {
+        if std::env::var_os("GSCHED_BIN_DIR").is_some() {
+            return;
+        }
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--quiet", "--bins", "-p", "gsched-controller", "-p", "gsched-agent", "-p", "gsched-cli"])
+            .current_dir(workspace())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the gsched binaries failed");
+    });
+    match std::env::var_os("GSCHED_BIN_DIR") {
+        Some(d) => PathBuf::from(d).join(name),
+        None => target_dir().join("debug").join(name),
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Options for an agent.
+#[derive(Clone)]
+pub struct AgentOpts {
+    pub name: String,
+    pub topology: PathBuf,
+    pub extra: Vec<String>,
+}
+
+/// A local cluster of real processes.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub controllers: Vec<(u64, String)>,
+    pub ctl_procs: Vec<Option<Proc>>,
+    pub agents: Vec<Option<Proc>>,
+    pub agent_opts: Vec<AgentOpts>,
+    pub ctl_extra: Vec<String>,
+}
+
+pub fn topology(name: &str) -> PathBuf {
+    workspace().join("deploy/local/topologies").join(name)
+}
+
+impl Cluster {
+    /// `n` controllers (one Raft group) and no agents yet.
+    pub fn controllers(n: u64, extra: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("gsched-test").tempdir().expect("tempdir");
+        let controllers: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
+        let mut c = Cluster { dir, controllers, ctl_procs: Vec::new(), agents: Vec::new(), agent_opts: Vec::new(), ctl_extra: extra.iter().map(|s| s.to_string()).collect() };
+        for i in 0..n as usize {
+            let p = c.spawn_controller(i);
+            c.ctl_procs.push(Some(p));
+        }
+        c
+    }
+
+    pub fn peers_arg(&self) -> String {
+        self.controllers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn controllers_arg(&self) -> String {
+        self.controllers.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn spawn_controller(&self, i: usize) -> Proc {
+        let (id, addr) = &self.controllers[i];
+        let log = self.path(&format!("ctl{id}.log"));
+        let mut cmd = Command::new(bin("gctld"));
+        cmd.args(["--id", &id.to_string(), "--listen", addr, "--peers", &self.peers_arg(), "--data-dir"])
+            .arg(self.path(&format!("ctl{id}")))
+            .args(&self.ctl_extra)
+            .env("GSCHED_LOG", "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")
+            .env("GSCHED_FAULTS_FILE", self.path(&format!("faults{id}")))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        Proc { name: format!("gctld{id}"), child: cmd.spawn().expect("spawn gctld"), log }
+    }
+
+    pub fn restart_controller(&mut self, i: usize) {
+        if let Some(mut p) = self.ctl_procs[i].take() {
+            p.kill9();
+        }
+        let p = self.spawn_controller(i);
+        self.ctl_procs[i] = Some(p);
+    }
+
+    pub fn kill_controller(&mut self, i: usize) {
+        if let Some(mut p) = self.ctl_procs[i].take() {
+            p.kill9();
+        }
+    }
+
+    pub fn start_controller(&mut self, i: usize) {
+        let p = self.spawn_controller(i);
+        self.ctl_procs[i] = Some(p);
+    }
+
+    /// Adds an agent with a fake topology and waits until it is registered.
+    pub fn add_agent(&mut self, name: &str, topo: &str, extra: &[&str]) -> usize {
+        let opts = AgentOpts { name: name.to_string(), topology: topology(topo), extra: extra.iter().map(|s| s.to_string()).collect() };
+        self.agent_opts.push(opts);
+        let i = self.agent_opts.len() - 1;
+        let p = self.spawn_agent(i);
+        self.agents.push(Some(p));
+        self.wait_node_online(name);
+        i
+    }
+
+    fn spawn_agent(&self, i: usize) -> Proc {
+        let o = &self.agent_opts[i];
+        let log = self.path(&format!("agent-{}.log", o.name));
+        let mut cmd = Command::new(bin("gagentd"));
+        cmd.args(["--controllers", &self.controllers_arg(), "--name", &o.name, "--state-dir"])
+            .arg(self.path(&format!("agent-{}", o.name)))
+            .arg("--fake-topology")
+            .arg(&o.topology)
+            .args(["--training-addr", "127.0.0.1", "--kmsg"])
+            .arg(self.path(&format!("kmsg-{}", o.name)))
+            .args(["--cgroup-root", "off"])
+            .args(&o.extra)
+            .env("GSCHED_LOG", "info,h2=warn,tower=warn,hyper=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log"));
+        Proc { name: o.name.clone(), child: cmd.spawn().expect("spawn gagentd"), log }
+    }
+
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut p) = self.agents[i].take() {
+            p.kill9();
+        }
+    }
+
+    pub fn start_agent(&mut self, i: usize) {
+        let p = self.spawn_agent(i);
+        self.agents[i] = Some(p);
+    }
+
+    /// Runs a CLI tool against this cluster.
+    pub fn cli(&self, tool: &str, args: &[&str]) -> Output {
+        self.cli_in(tool, args, self.dir.path())
+    }
+
+    pub fn cli_in(&self, tool: &str, args: &[&str], cwd: &Path) -> Output {
+        Command::new(bin(tool)).args(args).current_dir(cwd).env("GSCHED_CONTROLLERS", self.controllers_arg()).env("GSCHED_RETRY_S", "20").output().expect("run cli")
+    }
+
+    /// Runs a CLI tool that must succeed and returns its stdout.
+    pub fn ok(&self, tool: &str, args: &[&str]) -> String {
+        let out = self.cli(tool, args);
+        assert!(out.status.success(), "{tool} {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn json(&self, tool: &str, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        serde_json::from_str(&self.ok(tool, &a)).expect("json output")
+    }
+
+    /// Submits a script file with extra options; returns the job id.
+    pub fn submit(&self, args: &[&str]) -> u64 {
+        let mut a = vec!["--parsable"];
+        a.extend_from_slice(args);
+        let out = self.ok("gsub", &a);
+        out.trim().parse().unwrap_or_else(|_| panic!("gsub printed {out:?}"))
+    }
+
+    /// Writes a script into the cluster directory and returns its path.
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let p = self.path(name);
+        std::fs::write(&p, body).expect("write script");
+        p.to_string_lossy().into_owned()
+    }
+
+    /// The job as `gqueue -t all --json` shows it.
+    pub fn job(&self, id: u64) -> Option<serde_json::Value> {
+        let v = self.json("gqueue", &["-t", "all"]);
+        v["jobs"].as_array()?.iter().find(|j| j["job_id"] == id).cloned()
+    }
+
+    pub fn wait_state(&self, id: u64, states: &[&str], timeout: Duration) -> serde_json::Value {
+        wait_for(&format!("job {id} to reach {states:?}"), timeout, || self.job(id).filter(|j| states.iter().any(|s| j["state"] == *s)))
+    }
+
+    pub fn wait_node_online(&self, name: &str) {
+        wait_for(&format!("node {name} to register"), Duration::from_secs(30), || {
+            let v = self.json("ginfo", &[]);
+            v["nodes"].as_array()?.iter().any(|n| n["name"] == name && n["online"] == true).then_some(())
+        });
+    }
+
+    pub fn node(&self, name: &str) -> Option<serde_json::Value> {
+        let v = self.json("ginfo", &[]);
+        v["nodes"].as_array()?.iter().find(|n| n["name"] == name).cloned()
+    }
+
+    /// The `gctl status --json` rows of reachable controllers.
+    pub fn status(&self) -> Vec<serde_json::Value> {
+        let v = self.json("gctl", &["status"]);
+        v["controllers"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn leader(&self, timeout: Duration) -> u64 {
+        wait_for("a leader", timeout, || self.status().iter().find(|r| r["role"] == "leader").and_then(|r| r["id"].as_u64()))
+    }
+
+    /// Dumps every process log (for failing tests).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        if let Ok(d) = std::fs::read_dir(self.dir.path()) {
+            let mut paths: Vec<_> = d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
+            paths.sort();
+            for p in paths {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                out.push_str(&format!("==== {}\n{}\n", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+            }
+        }
+        out
+    }
+}
+
+/// Reads `KEY=VALUE` lines into a map.
+pub fn env_file(path: &Path) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Is a process with this pid alive?
+pub fn pid_alive(pid: i32) -> bool {
+    unsafe { libc::kill(pid, 0) == 0 }
+}

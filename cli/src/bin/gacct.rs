@@ -26,6 +26,7 @@ struct Args {
 }
 
 fn main() {
+    gsched_cli::init();
     let args = Args::parse();
     let ids: Vec<(u64, Option<u32>)> = args.jobs.iter().map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gacct", e))).collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");

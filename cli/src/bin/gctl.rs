@@ -77,6 +77,7 @@ enum Members {
 }
 
 fn main() {
+    gsched_cli::init();
     let args = Args::parse();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let addrs = controller_list(args.controllers.as_deref());

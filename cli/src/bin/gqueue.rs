@@ -36,6 +36,7 @@ struct Args {
 }
 
 fn main() {
+    gsched_cli::init();
     let args = Args::parse();
     let mut wanted_states: Vec<JobState> = Vec::new();
     let mut all = false;

@@ -8,6 +8,7 @@ use gsched_types::job::JobSpec;
 use std::io::Read;
 
 fn main() {
+    gsched_cli::init();
     let raw: Vec<String> = std::env::args().collect();
     let first = match SubArgs::try_parse_from(&raw) {
         Ok(a) => a,

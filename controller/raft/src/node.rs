@@ -93,6 +93,8 @@ pub enum Msg {
     Unreachable(u64),
     SnapshotDone { to: u64, ok: bool },
     TransferLeader(u64),
+    /// Linearizable read barrier: replies with the read index once it is applied here.
+    ReadIndex { reply: oneshot::Sender<Result<u64, ProposeError>> },
     Shutdown,
 }
 
@@ -141,6 +143,14 @@ impl RaftHandle {
     pub async fn change_membership(&self, change: Membership) -> Result<Outcome, ProposeError> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Msg::ChangeMembership { change, reply }).map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+
+    /// Waits until this replica has applied everything committed before the call (Raft
+    /// ReadIndex, confirmed by a quorum), so a read after it sees every acknowledged write.
+    pub async fn read_barrier(&self) -> Result<u64, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::ReadIndex { reply }).map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 
@@ -230,7 +240,7 @@ pub fn start<S: LogStore, T: Transport>(cfg: NodeConfig, mut store: S, transport
     let replica = Arc::new(RwLock::new(Replica { applied: snap_index, state }));
     let (status_tx, status_rx) = watch::channel(NodeStatus::default());
     let handle = RaftHandle { tx, replica: replica.clone(), status: status_rx };
-    let mut node = Node { cfg, raw, transport, replica, status_tx, pending: HashMap::new(), seq: 0, last_snapshot: snap_index, term: 0 };
+    let mut node = Node { cfg, raw, transport, replica, status_tx, pending: HashMap::new(), reads: HashMap::new(), reads_ready: Vec::new(), seq: 0, last_snapshot: snap_index, term: 0 };
     let thread = std::thread::Builder::new()
         .name(format!("raft-{}", node.cfg.id))
         .spawn(move || {
@@ -250,6 +260,10 @@ struct Node<S: LogStore, T: Transport> {
     replica: Arc<RwLock<Replica>>,
     status_tx: watch::Sender<NodeStatus>,
     pending: HashMap<u64, Pending>,
+    /// Read-index requests sent to raft-rs, by context.
+    reads: HashMap<u64, (Instant, oneshot::Sender<Result<u64, ProposeError>>)>,
+    /// Reads whose index is known, waiting for it to be applied.
+    reads_ready: Vec<(u64, oneshot::Sender<Result<u64, ProposeError>>)>,
     seq: u64,
     last_snapshot: u64,
     term: u64,
@@ -369,12 +383,28 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                 self.raw.report_snapshot(to, status);
             }
             Msg::TransferLeader(to) => self.raw.transfer_leader(to),
+            Msg::ReadIndex { reply } => {
+                if self.raw.raft.leader_id == raft::INVALID_ID {
+                    let _ = reply.send(Err(ProposeError::NoLeader));
+                    return Ok(true);
+                }
+                self.seq += 1;
+                self.raw.read_index(self.seq.to_be_bytes().to_vec());
+                self.reads.insert(self.seq, (Instant::now(), reply));
+            }
             Msg::Shutdown => return Ok(false),
         }
         Ok(true)
     }
 
     fn expire_pending(&mut self) {
+        // raft-rs drops read-index requests a new leader cannot serve yet; callers retry.
+        let stale: Vec<u64> = self.reads.iter().filter(|(_, (t, _))| t.elapsed() > Duration::from_millis(300)).map(|(k, _)| *k).collect();
+        for k in stale {
+            if let Some((_, reply)) = self.reads.remove(&k) {
+                let _ = reply.send(Err(ProposeError::Timeout));
+            }
+        }
         let timeout = self.cfg.proposal_timeout;
         let term = self.raw.raft.term;
         let expired: Vec<u64> = self.pending.iter().filter(|(_, p)| p.since.elapsed() > timeout || p.term != term).map(|(k, _)| *k).collect();
@@ -404,6 +434,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             let snap = ready.snapshot().clone();
             self.install_snapshot(&snap)?;
         }
+        for rs in ready.take_read_states() {
+            let key = rs.request_ctx.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            if let Some((_, reply)) = self.reads.remove(&key) {
+                self.reads_ready.push((rs.index, reply));
+            }
+        }
         let committed = ready.take_committed_entries();
         self.apply(committed)?;
         let store = &mut self.raw.mut_store().store;
@@ -431,6 +467,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         }
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
+        let applied = self.raw.raft.raft_log.applied;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_ready).into_iter().partition(|(idx, _)| *idx <= applied);
+        self.reads_ready = waiting;
+        for (idx, reply) in done {
+            let _ = reply.send(Ok(idx));
+        }
         self.maybe_snapshot()?;
         if self.raw.raft.term != self.term {
             self.term = self.raw.raft.term;

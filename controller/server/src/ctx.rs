@@ -45,6 +45,20 @@ impl Ctx {
         status
     }
 
+    /// Waits (up to a few seconds, through an election) until this replica has applied
+    /// every write committed before the call. Returns whether that succeeded; when it did
+    /// not, callers still answer but mark the reply as possibly stale.
+    pub async fn read_barrier(&self) -> bool {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(5) {
+            if self.raft.read_barrier().await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+        false
+    }
+
     pub fn is_admin(&self, user: &str) -> bool {
         self.cfg.admins.iter().any(|a| a == user)
     }

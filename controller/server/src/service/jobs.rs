@@ -150,6 +150,7 @@ impl Jobs for JobsService {
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
         let all = req.into_inner().include_finished;
+        let consistent = self.ctx.read_barrier().await;
         let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
         let jobs: Vec<JobRecord> = r.state.jobs.values().filter(|j| all || !j.state.is_terminal()).map(public).collect();
         let estimates = self.ctx.estimates.read().map(|e| e.iter().map(|(k, v)| (k.0.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>()).unwrap_or_default();
@@ -160,11 +161,13 @@ impl Jobs for JobsService {
             "applied_index": r.applied,
             "controller": self.ctx.cfg.id,
             "role": status.role,
+            "consistent": consistent,
             "now_ms": now_ms(),
         })))
     }
 
     async fn list_nodes(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
+        let consistent = self.ctx.read_barrier().await;
         let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
         let nodes: Vec<serde_json::Value> = r
             .state
@@ -189,7 +192,7 @@ impl Jobs for JobsService {
                 })
             })
             .collect();
-        Ok(doc(json!({ "nodes": nodes, "applied_index": r.applied, "now_ms": now_ms() })))
+        Ok(doc(json!({ "nodes": nodes, "applied_index": r.applied, "consistent": consistent, "now_ms": now_ms() })))
     }
 
     async fn node_admin(&self, req: Request<NodeAdminRequest>) -> Result<Response<ActionReply>, Status> {
