@@ -1,0 +1,25 @@
+#!/bin/bash
+# A multi-node training job the way people write them for Slurm: the #SBATCH lines are
+# read by gsub, the SLURM_*/MASTER_* variables are set by gsched on every node.
+#SBATCH --job-name=train-demo
+#SBATCH --time=00:10:00
+#SBATCH --cpus-per-gpu=2
+#SBATCH --output=gsched-%j.out
+
+echo "[$SLURMD_NODENAME] node rank $SLURM_NODEID of $SLURM_NNODES, job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"
+echo "[$SLURMD_NODENAME] GPUs $CUDA_VISIBLE_DEVICES (order $CUDA_DEVICE_ORDER), CPUs $GSCHED_CPUS"
+echo "[$SLURMD_NODENAME] rendezvous $MASTER_ADDR:$MASTER_PORT, NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_IB_HCA=${NCCL_IB_HCA:-<none>} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-0}"
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [ -n "$GSCHED_EXAMPLE_DIR" ]; then HERE="$GSCHED_EXAMPLE_DIR"; fi
+if python3 -c 'import torch' 2>/dev/null && [ -f "$HERE/allreduce.py" ]; then
+    # Real collective on CPUs (gloo): 2 processes per node.
+    exec torchrun --nnodes "$SLURM_NNODES" --nproc-per-node 2 --node-rank "$SLURM_NODEID" \
+        --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
+        "$HERE/allreduce.py"
+fi
+for step in 1 2 3; do
+    echo "[$SLURMD_NODENAME] step $step (no PyTorch here: simulating)"
+    sleep 1
+done
+echo "[$SLURMD_NODENAME] done"
