@@ -99,6 +99,10 @@ impl NodeView {
         mask
     }
 
+    pub fn free_cpus_under(&self, usage: &NodeUsage) -> usize {
+        self.capacity.cpus.len().saturating_sub(usage.cpus.len() as usize)
+    }
+
     pub fn free_cpus(&self) -> u32 {
         self.capacity.cpus.iter().filter(|c| !self.usage.cpus.contains(**c)).count() as u32
     }

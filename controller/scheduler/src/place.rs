@@ -5,13 +5,20 @@
 //! count asked, all with the same GPU model, from as few leaf switches as possible,
 //! preferring nodes whose pick is best connected, RDMA-capable and fullest (best fit).
 //! The baselines (`fifo`, `fifo-backfill`) take nodes in name order and GPUs by index.
+//!
+//! Evaluating a node is split in two: [`Placer::evaluate`] (GPU set, room for CPUs and
+//! memory; cheap, memoised per free-GPU mask) for every candidate, and
+//! [`Placer::materialize`] (the CPU ids and the NIC) only for the nodes chosen. Nodes with
+//! the same wiring and the same free GPUs form a class that single-node jobs evaluate once.
 
 use crate::config::Policy;
 use crate::input::{NodeView, PendingJob, Snapshot};
 use crate::topo::{Choice, SetQuality, mask_to_ids};
 use gsched_types::resources::{NodeAlloc, NodeUsage};
 use gsched_types::topology::{NicKind, model_matches};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// One node's share of a placement.
 #[derive(Debug, Clone)]
@@ -19,9 +26,20 @@ pub struct NodePick {
     pub node: usize,
     pub alloc: NodeAlloc,
     pub quality: SetQuality,
-    pub leftover: Vec<SetQuality>,
+}
+
+/// A node judged for a job, before CPUs and NIC are chosen.
+#[derive(Debug, Clone)]
+pub struct Eval {
+    pub node: usize,
+    pub choice: Arc<Choice>,
     pub free_after: u32,
-    nic_key: (bool, u64),
+}
+
+impl Eval {
+    fn key(&self) -> (SetQuality, u32, &[SetQuality], usize) {
+        (self.choice.quality, self.free_after, &self.choice.leftover, self.node)
+    }
 }
 
 /// Why a job cannot be placed now.
@@ -72,8 +90,20 @@ impl ShapeKey {
 /// Nodes that could ever host a shape, and why the others cannot.
 #[derive(Debug, Clone)]
 struct Eligibility {
-    nodes: Vec<usize>,
+    /// Eligible nodes that are online and not drained.
+    available: Arc<Vec<usize>>,
+    /// Names of eligible nodes that are not.
+    unavailable: Arc<Vec<String>>,
+    /// `nodes` as a lookup table by node index.
+    member: Arc<Vec<bool>>,
     never: Option<String>,
+}
+
+/// Nodes grouped by (wiring, free GPUs): every node of a class offers the same GPU sets.
+#[derive(Default)]
+struct ClassIndex {
+    classes: FxHashMap<(usize, u64), BTreeSet<usize>>,
+    key_of: Vec<(usize, u64)>,
 }
 
 /// Places jobs on one snapshot's nodes; caches per-shape eligibility for the pass.
@@ -81,7 +111,10 @@ pub struct Placer<'a> {
     snap: &'a Snapshot,
     policy: Policy,
     partitions: Vec<Vec<String>>,
-    eligibility: HashMap<ShapeKey, Eligibility>,
+    eligibility: FxHashMap<ShapeKey, Eligibility>,
+    classes: Option<ClassIndex>,
+    /// Each node's best NIC as (not RDMA, -speed): a tie-breaker for gangs.
+    nic_rank: Vec<(bool, u64)>,
 }
 
 impl<'a> Placer<'a> {
@@ -98,7 +131,8 @@ impl<'a> Placer<'a> {
                 }
             })
             .collect();
-        Placer { snap, policy: config.policy, partitions, eligibility: HashMap::new() }
+        let nic_rank = snap.nodes.iter().map(|n| n.nics.iter().map(|x| (!(x.kind == NicKind::Ib || x.kind == NicKind::Roce), u64::MAX - x.speed_mbps)).min().unwrap_or((true, u64::MAX))).collect();
+        Placer { snap, policy: config.policy, partitions, eligibility: FxHashMap::default(), classes: None, nic_rank }
     }
 
     pub fn nodes(&self) -> &[NodeView] {
@@ -144,7 +178,7 @@ impl<'a> Placer<'a> {
             return e.clone();
         }
         let mut nodes = Vec::new();
-        let mut why: HashMap<String, u32> = HashMap::new();
+        let mut why: FxHashMap<String, u32> = FxHashMap::default();
         for ni in 0..self.snap.nodes.len() {
             match self.ineligible(job, ni) {
                 None => nodes.push(ni),
@@ -163,7 +197,13 @@ impl<'a> Placer<'a> {
         } else {
             None
         };
-        let e = Eligibility { nodes, never };
+        let mut member = vec![false; self.snap.nodes.len()];
+        for &ni in &nodes {
+            member[ni] = true;
+        }
+        let available: Vec<usize> = nodes.iter().copied().filter(|ni| self.snap.nodes[*ni].available).collect();
+        let unavailable: Vec<String> = nodes.iter().filter(|ni| !self.snap.nodes[**ni].available).map(|ni| self.snap.nodes[*ni].name.clone()).collect();
+        let e = Eligibility { available: Arc::new(available), unavailable: Arc::new(unavailable), member: Arc::new(member), never };
         self.eligibility.insert(key, e.clone());
         e
     }
@@ -176,33 +216,112 @@ impl<'a> Placer<'a> {
         }
     }
 
-    /// The best pick on one node, or `None` if the job does not fit there now.
-    /// `reserved` masks GPUs that must not be used.
-    pub fn pick_on_node(&self, job: &PendingJob, ni: usize, usage: &NodeUsage, reserved: u64) -> Option<NodePick> {
+    fn class_key(&self, ni: usize, usage: &NodeUsage) -> (usize, u64) {
+        let node = &self.snap.nodes[ni];
+        (Arc::as_ptr(&node.topo) as usize, if usage.exclusive { 0 } else { free_mask(node, usage) })
+    }
+
+    /// Indexes nodes by (wiring, free GPUs) for fast single-node placement; keep it in step
+    /// with [`Placer::note_usage`] whenever the caller changes a node's usage.
+    pub fn index_classes(&mut self, usage: &[NodeUsage]) {
+        let mut idx = ClassIndex::default();
+        for (ni, u) in usage.iter().enumerate().take(self.snap.nodes.len()) {
+            let key = self.class_key(ni, u);
+            idx.classes.entry(key).or_default().insert(ni);
+            idx.key_of.push(key);
+        }
+        self.classes = Some(idx);
+    }
+
+    pub fn note_usage(&mut self, ni: usize, usage: &NodeUsage) {
+        let key = self.class_key(ni, usage);
+        if let Some(idx) = self.classes.as_mut() {
+            let old = idx.key_of[ni];
+            if old != key {
+                if let Some(set) = idx.classes.get_mut(&old) {
+                    set.remove(&ni);
+                    if set.is_empty() {
+                        idx.classes.remove(&old);
+                    }
+                }
+                idx.classes.entry(key).or_default().insert(ni);
+                idx.key_of[ni] = key;
+            }
+        }
+    }
+
+    /// Room for the job's CPUs and memory on a node (counts only).
+    fn room(&self, job: &PendingJob, ni: usize, usage: &NodeUsage) -> bool {
         let node = &self.snap.nodes[ni];
         if usage.exclusive || (job.exclusive && usage.jobs > 0) {
-            return None;
+            return false;
         }
+        let cpus = if job.exclusive { node.capacity.cpus.len() } else { job.cpus_per_node as usize };
+        node.free_cpus_under(usage) >= cpus && mem_for(job, node, job.gpus_per_node) <= node.capacity.mem_mb.saturating_sub(usage.mem_mb)
+    }
+
+    /// The GPU set the job would get on this node now, if it fits there.
+    pub fn evaluate(&self, job: &PendingJob, ni: usize, usage: &NodeUsage, reserved: u64) -> Option<Eval> {
+        let node = &self.snap.nodes[ni];
         let free = free_mask(node, usage) & !reserved;
         let k = job.gpus_per_node;
-        if free.count_ones() < k {
+        if free.count_ones() < k || !self.room(job, ni, usage) {
             return None;
         }
         let choice = match self.policy {
             Policy::Gsched => node.topo.best_set(free, k)?,
-            Policy::FifoBackfill | Policy::Fifo => first_k(free, k),
+            Policy::FifoBackfill | Policy::Fifo => Arc::new(first_k(free, k)),
         };
-        let gpus = mask_to_ids(choice.mask);
+        Some(Eval { node: ni, choice, free_after: free.count_ones() - k })
+    }
+
+    /// Chooses the CPU ids, memory and NIC for an evaluated node.
+    pub fn materialize(&self, job: &PendingJob, e: &Eval, usage: &NodeUsage) -> Option<NodePick> {
+        let node = &self.snap.nodes[e.node];
+        let gpus = mask_to_ids(e.choice.mask);
         let cpus = choose_cpus(node, usage, &gpus, job.cpus_per_node, job.exclusive)?;
-        let mem = mem_for(job, node, k);
-        if mem > node.capacity.mem_mb.saturating_sub(usage.mem_mb) {
-            return None;
-        }
+        let mem = mem_for(job, node, job.gpus_per_node);
         let nic = choose_nic(node, &gpus);
-        let nic_key = nic.as_ref().and_then(|n| node.nics.iter().find(|x| &x.name == n)).map(|n| (n.kind != NicKind::Ib && n.kind != NicKind::Roce, u64::MAX - n.speed_mbps)).unwrap_or((true, u64::MAX));
         let alloc = NodeAlloc { node: node.name.clone(), gpus, cpus, mem_mb: mem, nic, exclusive: job.exclusive };
         debug_assert!(gsched_types::resources::fits(&node.capacity, usage, &alloc).is_ok());
-        Some(NodePick { node: ni, free_after: free.count_ones() - k, quality: choice.quality, leftover: choice.leftover, alloc, nic_key })
+        Some(NodePick { node: e.node, alloc, quality: e.choice.quality })
+    }
+
+    /// The complete pick on one node (evaluate, then materialize).
+    pub fn pick_on_node(&self, job: &PendingJob, ni: usize, usage: &NodeUsage, reserved: u64) -> Option<NodePick> {
+        let e = self.evaluate(job, ni, usage, reserved)?;
+        self.materialize(job, &e, usage)
+    }
+
+    /// Single-node placement through the class index: the best class, then its first
+    /// eligible node (in name order) with room for the CPUs and memory.
+    fn eval_by_class(&self, job: &PendingJob, elig: &Eligibility, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Option<Eval> {
+        let idx = self.classes.as_ref()?;
+        let k = job.gpus_per_node;
+        let mut best: Option<Eval> = None;
+        let mut consider = |e: Eval| {
+            if best.as_ref().is_none_or(|b| e.key() < b.key()) {
+                best = Some(e);
+            }
+        };
+        for ((_, mask), members) in &idx.classes {
+            if mask.count_ones() < k {
+                continue;
+            }
+            for &ni in members {
+                if !elig.member[ni] || !self.snap.nodes[ni].available || !self.room(job, ni, &usage[ni]) {
+                    continue;
+                }
+                let r = reserved(ni);
+                let Some(e) = self.evaluate(job, ni, &usage[ni], r) else { continue };
+                consider(e);
+                if r == 0 {
+                    // The rest of the class offers the same sets under later names.
+                    break;
+                }
+            }
+        }
+        best
     }
 
     /// Places `job` on the free resources described by `usage` (one entry per node),
@@ -212,40 +331,90 @@ impl<'a> Placer<'a> {
         if let Some(why) = elig.never {
             return Err(Blocked::Never(why));
         }
-        let mut unavailable = Vec::new();
-        let mut picks = Vec::new();
-        let mut available = 0u32;
-        for &ni in &elig.nodes {
-            let node = &self.snap.nodes[ni];
-            if !node.available {
-                unavailable.push(node.name.clone());
-                continue;
+        if !elig.unavailable.is_empty() {
+            let missing_required: Vec<String> = job.nodelist.iter().filter(|r| elig.unavailable.contains(r)).cloned().collect();
+            if !missing_required.is_empty() {
+                return Err(Blocked::Unavailable(missing_required));
             }
-            available += 1;
-            if let Some(p) = self.pick_on_node(job, ni, &usage[ni], reserved(ni)) {
-                picks.push(p);
-                if self.policy != Policy::Gsched && picks.len() as u32 == job.nodes && job.nodelist.is_empty() {
+        }
+        if (elig.available.len() as u32) < job.nodes {
+            return Err(Blocked::Unavailable(elig.unavailable.to_vec()));
+        }
+        if self.policy == Policy::Gsched && job.nodes == 1 && job.nodelist.is_empty() && self.classes.is_some() {
+            let e = self.eval_by_class(job, &elig, usage, reserved).ok_or(Blocked::Busy)?;
+            return self.materialize(job, &e, &usage[e.node]).map(|p| vec![p]).ok_or(Blocked::Busy);
+        }
+        self.choose(job, usage, reserved, &elig.available)
+    }
+
+    /// Like [`Placer::place`], restricted to `candidates` (nodes known to fit on their own).
+    pub fn place_on(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, candidates: &BTreeSet<usize>) -> Result<Vec<NodePick>, Blocked> {
+        let elig = self.eligibility(job);
+        if let Some(why) = elig.never {
+            return Err(Blocked::Never(why));
+        }
+        let list: Vec<usize> = candidates.iter().copied().filter(|ni| elig.member[*ni] && self.snap.nodes[*ni].available).collect();
+        self.choose(job, usage, reserved, &list)
+    }
+
+    fn choose(&self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, candidates: &[usize]) -> Result<Vec<NodePick>, Blocked> {
+        let mut evals = Vec::new();
+        for &ni in candidates {
+            if let Some(e) = self.evaluate(job, ni, &usage[ni], reserved(ni)) {
+                evals.push(e);
+                if self.policy != Policy::Gsched && evals.len() as u32 == job.nodes && job.nodelist.is_empty() {
                     break;
                 }
             }
         }
-        // `-w` nodes are required members of the allocation.
-        let required: Vec<&String> = job.nodelist.iter().collect();
-        let missing_required: Vec<String> = required.iter().filter(|r| unavailable.contains(r)).map(|r| r.to_string()).collect();
-        if !missing_required.is_empty() {
-            return Err(Blocked::Unavailable(missing_required));
-        }
-        if available < job.nodes {
-            return Err(Blocked::Unavailable(unavailable));
-        }
-        if (picks.len() as u32) < job.nodes {
+        if (evals.len() as u32) < job.nodes {
             return Err(Blocked::Busy);
         }
         let chosen = match self.policy {
-            Policy::Gsched => select_gang(&self.snap.nodes, picks, job),
-            Policy::FifoBackfill | Policy::Fifo => select_first(picks, job),
-        };
-        chosen.ok_or(Blocked::Busy)
+            Policy::Gsched => self.select_gang(evals, job),
+            Policy::FifoBackfill | Policy::Fifo => Some(evals.into_iter().take(job.nodes as usize).collect()),
+        }
+        .ok_or(Blocked::Busy)?;
+        let mut picks: Vec<NodePick> = chosen.iter().map(|e| self.materialize(job, e, &usage[e.node])).collect::<Option<Vec<_>>>().ok_or(Blocked::Busy)?;
+        picks.sort_by(|a, b| self.snap.nodes[a.node].name.cmp(&self.snap.nodes[b.node].name));
+        Ok(picks)
+    }
+
+    /// Chooses the gang: one GPU model, fewest switches, best-connected and fullest nodes.
+    fn select_gang(&self, evals: Vec<Eval>, job: &PendingJob) -> Option<Vec<Eval>> {
+        let nodes = &self.snap.nodes;
+        let n = job.nodes as usize;
+        if n == 1 && job.nodelist.is_empty() {
+            return evals.into_iter().min_by(|a, b| a.key().cmp(&b.key())).map(|e| vec![e]);
+        }
+        let mut by_model: FxHashMap<String, Vec<Eval>> = FxHashMap::default();
+        for e in evals {
+            let model = if job.gpu_type.is_some() { String::new() } else { nodes[e.node].gpu_model.clone().unwrap_or_default() };
+            by_model.entry(model).or_default().push(e);
+        }
+        let mut models: Vec<_> = by_model.into_iter().collect();
+        models.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut best: Option<((usize, SetQuality, (bool, u64), u32, Vec<usize>), Vec<Eval>)> = None;
+        for (_, mut group) in models {
+            if group.len() < n {
+                continue;
+            }
+            group.sort_by(|a, b| (a.choice.quality, self.nic_rank[a.node], a.free_after, a.node).cmp(&(b.choice.quality, self.nic_rank[b.node], b.free_after, b.node)));
+            let Some(chosen) = choose_by_switch(nodes, group, n, &job.nodelist) else { continue };
+            let mut switches: Vec<Option<&String>> = chosen.iter().map(|e| nodes[e.node].switch.as_ref()).collect();
+            switches.sort();
+            switches.dedup();
+            let worst = chosen.iter().map(|e| e.choice.quality).max().unwrap_or_default();
+            let nic = chosen.iter().map(|e| self.nic_rank[e.node]).max().unwrap_or((true, u64::MAX));
+            let packing: u32 = chosen.iter().map(|e| e.free_after).sum();
+            let mut ids: Vec<usize> = chosen.iter().map(|e| e.node).collect();
+            ids.sort_unstable();
+            let key = (switches.len(), worst, nic, packing, ids);
+            if best.as_ref().is_none_or(|(b, _)| key < *b) {
+                best = Some((key, chosen));
+            }
+        }
+        best.map(|(_, c)| c)
     }
 }
 
@@ -346,90 +515,33 @@ fn choose_nic(node: &NodeView, gpus: &[u32]) -> Option<String> {
         .map(|n| n.name.clone())
 }
 
-fn node_key(p: &NodePick, nodes: &[NodeView]) -> (SetQuality, u32, Vec<SetQuality>, String) {
-    (p.quality, p.free_after, p.leftover.clone(), nodes[p.node].name.clone())
-}
-
-/// Chooses the gang: one GPU model, fewest switches, best-connected and fullest nodes.
-fn select_gang(nodes: &[NodeView], picks: Vec<NodePick>, job: &PendingJob) -> Option<Vec<NodePick>> {
-    let n = job.nodes as usize;
-    if n == 1 && job.nodelist.is_empty() {
-        return picks.into_iter().min_by(|a, b| node_key(a, nodes).cmp(&node_key(b, nodes))).map(|p| vec![p]);
-    }
-    // Group by GPU model unless the user named one (then all picks already match).
-    let mut by_model: HashMap<String, Vec<NodePick>> = HashMap::new();
-    for p in picks {
-        let model = if job.gpu_type.is_some() { String::new() } else { nodes[p.node].gpu_model.clone().unwrap_or_default() };
-        by_model.entry(model).or_default().push(p);
-    }
-    let mut best: Option<(usize, SetQuality, (bool, u64), u32, Vec<String>, Vec<NodePick>)> = None;
-    let mut models: Vec<_> = by_model.into_iter().collect();
-    models.sort_by(|a, b| a.0.cmp(&b.0));
-    for (_, mut group) in models {
-        if group.len() < n {
-            continue;
-        }
-        group.sort_by(|a, b| (a.quality, a.nic_key, a.free_after, &nodes[a.node].name).cmp(&(b.quality, b.nic_key, b.free_after, &nodes[b.node].name)));
-        let Some(chosen) = choose_by_switch(nodes, group, n, &job.nodelist) else { continue };
-        let switches = {
-            let mut s: Vec<Option<&String>> = chosen.iter().map(|p| nodes[p.node].switch.as_ref()).collect();
-            s.sort();
-            s.dedup();
-            s.len()
-        };
-        let worst = chosen.iter().map(|p| p.quality).max().unwrap_or_default();
-        let nic = chosen.iter().map(|p| p.nic_key).max().unwrap_or((true, u64::MAX));
-        let packing: u32 = chosen.iter().map(|p| p.free_after).sum();
-        let names: Vec<String> = chosen.iter().map(|p| nodes[p.node].name.clone()).collect();
-        let key = (switches, worst, nic, packing, names.clone());
-        if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2, b.3, b.4.clone())) {
-            best = Some((key.0, key.1, key.2, key.3, key.4, chosen));
-        }
-    }
-    let mut chosen = best?.5;
-    chosen.sort_by(|a, b| nodes[a.node].name.cmp(&nodes[b.node].name));
-    Some(chosen)
-}
-
-/// From picks sorted best-first, takes `n` nodes from as few leaf switches as possible,
-/// always including the `required` (`-w`) nodes.
-fn choose_by_switch(nodes: &[NodeView], sorted: Vec<NodePick>, n: usize, required: &[String]) -> Option<Vec<NodePick>> {
-    let (mut must, rest): (Vec<NodePick>, Vec<NodePick>) = sorted.into_iter().partition(|p| required.contains(&nodes[p.node].name));
+/// From evaluations sorted best-first, takes `n` nodes from as few leaf switches as
+/// possible, always including the `required` (`-w`) nodes.
+fn choose_by_switch(nodes: &[NodeView], sorted: Vec<Eval>, n: usize, required: &[String]) -> Option<Vec<Eval>> {
+    let (mut must, rest): (Vec<Eval>, Vec<Eval>) = sorted.into_iter().partition(|e| required.contains(&nodes[e.node].name));
     if must.len() > n {
         return None;
     }
     let need = n - must.len();
-    let mut by_switch: Vec<(Option<String>, Vec<NodePick>)> = Vec::new();
-    for p in rest {
-        let sw = nodes[p.node].switch.clone();
+    let mut by_switch: Vec<(Option<String>, Vec<Eval>)> = Vec::new();
+    for e in rest {
+        let sw = nodes[e.node].switch.clone();
         match by_switch.iter_mut().find(|(s, _)| *s == sw) {
-            Some((_, v)) => v.push(p),
-            None => by_switch.push((sw, vec![p])),
+            Some((_, v)) => v.push(e),
+            None => by_switch.push((sw, vec![e])),
         }
     }
-    // Switches already used by required nodes come first, then the ones that can hold the
-    // rest alone (best first node), then the largest.
-    let must_switches: Vec<Option<String>> = must.iter().map(|p| nodes[p.node].switch.clone()).collect();
-    by_switch.sort_by(|a, b| {
-        let a_key = (!must_switches.contains(&a.0), a.1.len() < need, usize::MAX - a.1.len().min(need));
-        let b_key = (!must_switches.contains(&b.0), b.1.len() < need, usize::MAX - b.1.len().min(need));
-        a_key.cmp(&b_key)
-    });
+    // Switches of required nodes first, then switches that hold the rest alone, then the
+    // largest.
+    let must_switches: Vec<Option<String>> = must.iter().map(|e| nodes[e.node].switch.clone()).collect();
+    by_switch.sort_by_key(|(sw, v)| (!must_switches.contains(sw), v.len() < need, usize::MAX - v.len().min(need)));
     for (_, group) in by_switch {
-        for p in group {
+        for e in group {
             if must.len() == n {
                 break;
             }
-            must.push(p);
+            must.push(e);
         }
     }
     if must.len() < n { None } else { Some(must) }
-}
-
-fn select_first(picks: Vec<NodePick>, job: &PendingJob) -> Option<Vec<NodePick>> {
-    let n = job.nodes as usize;
-    if picks.len() < n {
-        return None;
-    }
-    Some(picks.into_iter().take(n).collect())
 }

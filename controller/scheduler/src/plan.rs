@@ -13,7 +13,8 @@ use crate::place::{Blocked, NodePick, Placer, ShapeKey};
 use crate::priority::{FairShare, priority};
 use gsched_types::job::{DependencyKind, JobId, JobState, PendingReason};
 use gsched_types::resources::{Allocation, NodeAlloc, NodeUsage};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 
 /// A job to start, with everything the controller commits for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +91,10 @@ struct Pass<'a> {
     /// Release events: (end bound, node index, allocation), sorted by time.
     releases: Vec<(u64, usize, NodeAlloc)>,
     reservations: Vec<Reservation>,
+    /// Shapes that cannot be placed this pass even ignoring reservations (resources only
+    /// shrink during a pass), with the reason.
+    busy_shapes: HashMap<ShapeKey, PendingReason>,
+    /// Shapes (with time limit) kept out only by reservations.
     failed_shapes: HashMap<(ShapeKey, Option<u64>), PendingReason>,
     fifo_blocked: bool,
     user_gpus: HashMap<String, u32>,
@@ -114,18 +119,19 @@ impl<'a> Pass<'a> {
             usage: snap.nodes.iter().map(|n| n.usage.clone()).collect(),
             releases: Vec::new(),
             reservations: Vec::new(),
-            failed_shapes: HashMap::new(),
+            busy_shapes: HashMap::default(),
+            failed_shapes: HashMap::default(),
             fifo_blocked: false,
-            user_gpus: HashMap::new(),
-            user_jobs: HashMap::new(),
-            account_gpus: HashMap::new(),
-            array_running: HashMap::new(),
-            singletons: HashSet::new(),
-            ports: HashMap::new(),
+            user_gpus: HashMap::default(),
+            user_jobs: HashMap::default(),
+            account_gpus: HashMap::default(),
+            array_running: HashMap::default(),
+            singletons: HashSet::default(),
+            ports: HashMap::default(),
             node_index,
             estimates: Vec::new(),
             preemptions: Vec::new(),
-            victims: HashSet::new(),
+            victims: HashSet::default(),
         };
         for r in &snap.running {
             pass.account_running(r.user.as_str(), r.account.as_str(), r.gpus(), r.array_job);
@@ -142,6 +148,7 @@ impl<'a> Pass<'a> {
             }
         }
         pass.releases.sort_by_key(|(t, ni, _)| (*t, *ni));
+        pass.placer.index_classes(&pass.usage);
         pass
     }
 
@@ -218,19 +225,8 @@ impl<'a> Pass<'a> {
         None
     }
 
-    /// GPUs a job ending at `end_ms` must not touch because a reservation needs them.
     fn reserved_mask(&self, ni: usize, end_ms: Option<u64>) -> u64 {
-        let mut mask = 0u64;
-        for r in &self.reservations {
-            if end_ms.is_some_and(|e| e <= r.start_ms) {
-                continue;
-            }
-            if r.whole_nodes.contains(&ni) {
-                return u64::MAX;
-            }
-            mask |= r.gpus.get(&ni).copied().unwrap_or(0);
-        }
-        mask
+        reserved_mask(&self.reservations, ni, end_ms)
     }
 
     fn consider(&mut self, job: &PendingJob) -> Result<PlannedStart, PendingReason> {
@@ -241,7 +237,14 @@ impl<'a> Pass<'a> {
         if self.fifo_blocked {
             return Err(PendingReason::Priority);
         }
-        let memo_key = (ShapeKey::of(job), job.time_limit_s);
+        let shape = ShapeKey::of(job);
+        if let Some(reason) = self.busy_shapes.get(&shape) {
+            if policy == Policy::Fifo {
+                self.fifo_blocked = true;
+            }
+            return Err(reason.clone());
+        }
+        let memo_key = (shape, job.time_limit_s);
         if let Some(reason) = self.failed_shapes.get(&memo_key) {
             if policy == Policy::Fifo {
                 self.fifo_blocked = true;
@@ -250,8 +253,8 @@ impl<'a> Pass<'a> {
         }
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let reservations_exist = !self.reservations.is_empty();
-        let reserved_now = reserved_snapshot(self, end_ms);
-        let result = self.placer.place(job, &self.usage, &|ni| reserved_now.get(&ni).copied().unwrap_or(0));
+        let reservations = &self.reservations;
+        let result = self.placer.place(job, &self.usage, &|ni| reserved_mask(reservations, ni, end_ms));
         match result {
             Ok(picks) => {
                 let backfilled = reservations_exist;
@@ -262,12 +265,12 @@ impl<'a> Pass<'a> {
             }
             Err(Blocked::Never(why)) => {
                 let r = PendingReason::BadConstraints(why);
-                self.failed_shapes.insert(memo_key, r.clone());
+                self.busy_shapes.insert(memo_key.0, r.clone());
                 Err(r)
             }
             Err(Blocked::Unavailable(nodes)) => {
                 let r = PendingReason::ReqNodeNotAvail(nodes);
-                self.failed_shapes.insert(memo_key, r.clone());
+                self.busy_shapes.insert(memo_key.0, r.clone());
                 if policy == Policy::Fifo {
                     self.fifo_blocked = true;
                 }
@@ -283,7 +286,7 @@ impl<'a> Pass<'a> {
                 if wants_reservation && !blocked_by_reservation {
                     if let Some((start_ms, picks)) = self.shadow(job, true) {
                         self.estimates.push((job.id, start_ms));
-                        let mut res = Reservation { start_ms, gpus: HashMap::new(), whole_nodes: HashSet::new() };
+                        let mut res = Reservation { start_ms, gpus: HashMap::default(), whole_nodes: HashSet::default() };
                         for p in picks {
                             *res.gpus.entry(p.node).or_default() |= p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
                             if p.alloc.exclusive {
@@ -300,7 +303,11 @@ impl<'a> Pass<'a> {
                 if policy == Policy::Fifo {
                     self.fifo_blocked = true;
                 }
-                self.failed_shapes.insert(memo_key, reason.clone());
+                if blocked_by_reservation {
+                    self.failed_shapes.insert(memo_key, reason.clone());
+                } else {
+                    self.busy_shapes.insert(memo_key.0, reason.clone());
+                }
                 Err(reason)
             }
         }
@@ -317,6 +324,7 @@ impl<'a> Pass<'a> {
         let mut nodes = Vec::with_capacity(picks.len());
         for p in picks {
             self.usage[p.node].add(&p.alloc);
+            self.placer.note_usage(p.node, &self.usage[p.node]);
             if let Some(end) = end {
                 let pos = self.releases.partition_point(|(t, ni, _)| (*t, *ni) <= (end, p.node));
                 self.releases.insert(pos, (end, p.node, p.alloc.clone()));
@@ -334,21 +342,32 @@ impl<'a> Pass<'a> {
     fn shadow(&mut self, job: &PendingJob, respect_reservations: bool) -> Option<(u64, Vec<NodePick>)> {
         let mut future = self.usage.clone();
         let reserved: HashMap<usize, u64> =
-            if respect_reservations { (0..self.snap.nodes.len()).map(|ni| (ni, self.reserved_mask(ni, None))).filter(|(_, m)| *m != 0).collect() } else { HashMap::new() };
+            if respect_reservations { (0..self.snap.nodes.len()).map(|ni| (ni, self.reserved_mask(ni, None))).filter(|(_, m)| *m != 0).collect() } else { HashMap::default() };
         let mask = |ni: usize| reserved.get(&ni).copied().unwrap_or(0);
+        // Nodes that fit the job on their own; only nodes a release touches can change.
+        let mut fitting: BTreeSet<usize> = BTreeSet::new();
         let mut i = 0;
         let releases = self.releases.clone();
         while i < releases.len() {
             let t = releases[i].0;
-            let mut touched = false;
+            let mut touched: Vec<usize> = Vec::new();
             while i < releases.len() && releases[i].0 == t {
                 let (_, ni, alloc) = &releases[i];
                 future[*ni].remove(alloc);
-                touched |= self.placer.pick_on_node(job, *ni, &future[*ni], mask(*ni)).is_some();
+                touched.push(*ni);
                 i += 1;
             }
-            if touched {
-                if let Ok(picks) = self.placer.place(job, &future, &mask) {
+            touched.sort_unstable();
+            touched.dedup();
+            for ni in touched {
+                if self.snap.nodes[ni].available && self.placer.pick_on_node(job, ni, &future[ni], mask(ni)).is_some() {
+                    fitting.insert(ni);
+                } else {
+                    fitting.remove(&ni);
+                }
+            }
+            if fitting.len() as u32 >= job.nodes {
+                if let Ok(picks) = self.placer.place_on(job, &future, &mask, &fitting) {
                     return Some((t.max(self.now_ms), picks));
                 }
             }
@@ -402,16 +421,21 @@ impl<'a> Pass<'a> {
     }
 }
 
-fn reserved_snapshot(pass: &Pass<'_>, end_ms: Option<u64>) -> HashMap<usize, u64> {
-    let mut out = HashMap::new();
-    if pass.reservations.is_empty() {
-        return out;
+/// GPUs on node `ni` that a job ending at `end_ms` must not touch because a reservation
+/// needs them.
+fn reserved_mask(reservations: &[Reservation], ni: usize, end_ms: Option<u64>) -> u64 {
+    if reservations.is_empty() {
+        return 0;
     }
-    for ni in 0..pass.snap.nodes.len() {
-        let m = pass.reserved_mask(ni, end_ms);
-        if m != 0 {
-            out.insert(ni, m);
+    let mut mask = 0u64;
+    for r in reservations {
+        if end_ms.is_some_and(|e| e <= r.start_ms) {
+            continue;
         }
+        if r.whole_nodes.contains(&ni) {
+            return u64::MAX;
+        }
+        mask |= r.gpus.get(&ni).copied().unwrap_or(0);
     }
-    out
+    mask
 }

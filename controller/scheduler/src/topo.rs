@@ -12,8 +12,8 @@
 //! achievable with the GPUs left free.
 
 use gsched_types::topology::{LinkClass, Topology};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, Mutex};
 
 /// Largest GPU count for which every subset's quality is tabulated; bigger nodes use a
 /// greedy choice.
@@ -38,7 +38,7 @@ pub struct TopoModel {
     /// Quality of every subset (bit i = GPU i), when `n <= TABLE_MAX_GPUS`.
     table: Vec<SetQuality>,
     /// Memo of `best_set(free_mask, k)`; pure memoisation, it never changes a result.
-    memo: Mutex<HashMap<(u64, u32), Option<Choice>>>,
+    memo: Mutex<FxHashMap<(u64, u32), Option<Arc<Choice>>>>,
 }
 
 /// A chosen GPU set with its quality and the fragmentation it leaves behind.
@@ -76,7 +76,7 @@ impl TopoModel {
                 }
             }
         }
-        let mut model = TopoModel { n, rank, tier, numa, table: Vec::new(), memo: Mutex::new(HashMap::new()) };
+        let mut model = TopoModel { n, rank, tier, numa, table: Vec::new(), memo: Mutex::new(FxHashMap::default()) };
         if n <= TABLE_MAX_GPUS {
             model.table = (0..1u64 << n).map(|m| model.compute_quality(m)).collect();
         }
@@ -134,17 +134,21 @@ impl TopoModel {
     }
 
     /// The best set of `k` GPUs among `free_mask`, or `None` if fewer are free.
-    pub fn best_set(&self, free_mask: u64, k: u32) -> Option<Choice> {
+    pub fn best_set(&self, free_mask: u64, k: u32) -> Option<Arc<Choice>> {
         if free_mask.count_ones() < k {
             return None;
-        }
-        if k == 0 {
-            return Some(Choice { mask: 0, quality: SetQuality::default(), leftover: Vec::new() });
         }
         if let Some(hit) = self.memo.lock().ok().and_then(|m| m.get(&(free_mask, k)).cloned()) {
             return hit;
         }
-        let choice = if self.n <= TABLE_MAX_GPUS { self.exhaustive(free_mask, k) } else { self.greedy(free_mask, k) };
+        let choice = if k == 0 {
+            Some(Choice { mask: 0, quality: SetQuality::default(), leftover: self.leftover_profile(free_mask) })
+        } else if self.n <= TABLE_MAX_GPUS {
+            self.exhaustive(free_mask, k)
+        } else {
+            self.greedy(free_mask, k)
+        }
+        .map(Arc::new);
         if let Ok(mut memo) = self.memo.lock() {
             if memo.len() > 100_000 {
                 memo.clear();
