@@ -465,41 +465,49 @@ pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
     }
 }
 
-/// CPUs on the GPUs' NUMA nodes first (lowest ids), then the others; CPU-only jobs go to
-/// the NUMA node with the most free CPUs.
+/// CPUs on the GPUs' NUMA nodes first (lowest ids), then the others (most free first);
+/// CPU-only jobs start on the NUMA node with the most free CPUs.
 fn choose_cpus(node: &NodeView, usage: &NodeUsage, gpus: &[u32], count: u32, exclusive: bool) -> Option<Vec<u32>> {
     if exclusive {
         return if node.capacity.cpus.iter().any(|c| usage.cpus.contains(*c)) { None } else { Some(node.capacity.cpus.clone()) };
     }
+    let count = count as usize;
+    let mut chosen = Vec::with_capacity(count);
     if count == 0 {
-        return Some(Vec::new());
+        return Some(chosen);
     }
-    let free_in = |cpus: &[u32]| cpus.iter().copied().filter(|c| !usage.cpus.contains(*c)).collect::<Vec<u32>>();
-    let mut preferred: Vec<u32> = gpus.iter().filter_map(|g| node.topo.numa_of(*g)).collect();
-    preferred.dedup();
-    if preferred.is_empty() && gpus.is_empty() {
-        if let Some((id, _)) = node.numa_cpus.iter().map(|(id, cpus)| (*id, free_in(cpus).len())).max_by_key(|(id, n)| (*n, u32::MAX - id)) {
-            preferred.push(id);
+    let take = |cpus: &[u32], chosen: &mut Vec<u32>| {
+        for &c in cpus {
+            if chosen.len() == count {
+                return;
+            }
+            if !usage.cpus.contains(c) {
+                chosen.push(c);
+            }
         }
-    }
-    let mut order: Vec<u32> = Vec::new();
-    for id in &preferred {
-        if let Some((_, cpus)) = node.numa_cpus.iter().find(|(n, _)| n == id) {
-            order.extend(free_in(cpus));
-        }
-    }
-    let mut rest: Vec<&(u32, Vec<u32>)> = node.numa_cpus.iter().filter(|(id, _)| !preferred.contains(id)).collect();
-    rest.sort_by_key(|(id, cpus)| (usize::MAX - free_in(cpus).len(), *id));
-    for (_, cpus) in rest {
-        order.extend(free_in(cpus));
-    }
+    };
     if node.numa_cpus.is_empty() {
-        order = free_in(&node.capacity.cpus);
+        take(&node.capacity.cpus, &mut chosen);
+    } else {
+        let free_count = |cpus: &[u32]| cpus.iter().filter(|c| !usage.cpus.contains(**c)).count();
+        let mut order: Vec<(usize, usize, u32)> = node.numa_cpus.iter().enumerate().map(|(i, (id, cpus))| (i, free_count(cpus), *id)).collect();
+        let mut preferred: Vec<u32> = gpus.iter().filter_map(|g| node.topo.numa_of(*g)).collect();
+        preferred.dedup();
+        // Preferred NUMA nodes in GPU order, then the rest by free CPUs (most first).
+        order.sort_by_key(|(_, free, id)| match preferred.iter().position(|p| p == id) {
+            Some(pos) => (0, pos, 0, *id),
+            None => (1, 0, usize::MAX - free, *id),
+        });
+        for (i, _, _) in order {
+            take(&node.numa_cpus[i].1, &mut chosen);
+            if chosen.len() == count {
+                break;
+            }
+        }
     }
-    if (order.len() as u32) < count {
+    if chosen.len() < count {
         return None;
     }
-    let mut chosen: Vec<u32> = order.into_iter().take(count as usize).collect();
     chosen.sort_unstable();
     Some(chosen)
 }

@@ -347,7 +347,7 @@ impl<'a> Pass<'a> {
         // Nodes that fit the job on their own; only nodes a release touches can change.
         let mut fitting: BTreeSet<usize> = BTreeSet::new();
         let mut i = 0;
-        let releases = self.releases.clone();
+        let releases = &self.releases;
         while i < releases.len() {
             let t = releases[i].0;
             let mut touched: Vec<usize> = Vec::new();
