@@ -326,7 +326,19 @@ impl<'a> Placer<'a> {
 
     /// Places `job` on the free resources described by `usage` (one entry per node),
     /// avoiding the GPUs in `reserved` (per node). Returns picks in node-rank order.
+    /// `usage` must be the usage the class index follows (see [`Placer::index_classes`]);
+    /// for any other (hypothetical) usage use [`Placer::place_hypothetical`].
     pub fn place(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Result<Vec<NodePick>, Blocked> {
+        self.place_inner(job, usage, reserved, true)
+    }
+
+    /// [`Placer::place`] on a usage the class index does not describe (future releases,
+    /// preemption what-ifs): every eligible node is evaluated.
+    pub fn place_hypothetical(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Result<Vec<NodePick>, Blocked> {
+        self.place_inner(job, usage, reserved, false)
+    }
+
+    fn place_inner(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, use_classes: bool) -> Result<Vec<NodePick>, Blocked> {
         let elig = self.eligibility(job);
         if let Some(why) = elig.never {
             return Err(Blocked::Never(why));
@@ -340,7 +352,7 @@ impl<'a> Placer<'a> {
         if (elig.available.len() as u32) < job.nodes {
             return Err(Blocked::Unavailable(elig.unavailable.to_vec()));
         }
-        if self.policy == Policy::Gsched && job.nodes == 1 && job.nodelist.is_empty() && self.classes.is_some() {
+        if use_classes && self.policy == Policy::Gsched && job.nodes == 1 && job.nodelist.is_empty() && self.classes.is_some() {
             let e = self.eval_by_class(job, &elig, usage, reserved).ok_or(Blocked::Busy)?;
             return self.materialize(job, &e, &usage[e.node]).map(|p| vec![p]).ok_or(Blocked::Busy);
         }

@@ -396,7 +396,7 @@ impl<'a> Pass<'a> {
                 }
             }
         }
-        if self.placer.place(job, &future, &|_| 0).is_ok() {
+        if self.placer.place_hypothetical(job, &future, &|_| 0).is_ok() {
             return;
         }
         let mut candidates: Vec<&RunningJob> =
@@ -410,7 +410,7 @@ impl<'a> Pass<'a> {
                 }
             }
             chosen.push(victim.id);
-            if self.placer.place(job, &future, &|_| 0).is_ok() {
+            if self.placer.place_hypothetical(job, &future, &|_| 0).is_ok() {
                 for v in chosen {
                     self.victims.insert(v);
                     self.preemptions.push(Preemption { victim: v, for_job: job.id });

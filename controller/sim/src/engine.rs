@@ -56,6 +56,8 @@ pub struct SimResult {
     /// Time-averaged GPUs free while the head of the queue waited for resources.
     pub avg_fragmented_gpus: f64,
     pub avg_slowdown: f64,
+    /// Average queueing delay per trace group (Philly virtual cluster).
+    pub avg_queue_s_by_group: BTreeMap<String, f64>,
     /// Allocated share of GPUs per simulated day.
     pub allocation_by_day: Vec<f64>,
     pub passes: u64,
@@ -109,6 +111,7 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     let mut completions: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
     let mut usage: HashMap<String, UsageRecord> = HashMap::new();
     let mut queue_delays: Vec<f64> = Vec::with_capacity(trace.len());
+    let mut group_delays: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     let mut jcts: Vec<f64> = Vec::with_capacity(trace.len());
     let mut slowdowns: Vec<f64> = Vec::new();
     let (mut multi_jobs, mut best_placed) = (0u64, 0u64);
@@ -238,6 +241,9 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             let end = t + run_s.max(1);
             completions.push(Reverse((end, job.id)));
             queue_delays.push((t - trace_job.submit_s) as f64);
+            let g = group_delays.entry(trace_job.group.clone()).or_default();
+            g.0 += (t - trace_job.submit_s) as f64;
+            g.1 += 1;
             jcts.push((end - trace_job.submit_s) as f64);
             allocated_gpus += gpus;
             let nodes_alloc: Vec<NodeAlloc> = s.allocation.nodes;
@@ -275,6 +281,7 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
         best_placement_share: if multi_jobs > 0 { best_placed as f64 / multi_jobs as f64 } else { 1.0 },
         avg_fragmented_gpus: if makespan > 0 { frag_gpu_s / makespan as f64 } else { 0.0 },
         avg_slowdown: slowdowns.iter().sum::<f64>() / slowdowns.len().max(1) as f64,
+        avg_queue_s_by_group: group_delays.into_iter().map(|(g, (sum, n))| (g, sum / n.max(1) as f64)).collect(),
         allocation_by_day: day_busy.iter().map(|b| b / (f64::from(total_gpus) * 86_400.0)).collect(),
         passes,
         wall_s: wall.elapsed().as_secs_f64(),

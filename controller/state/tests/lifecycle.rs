@@ -286,3 +286,98 @@ proptest! {
         prop_assert!(invariants::check(&restored).is_ok());
     }
 }
+
+fn submit_spec(state: &mut ClusterState, spec: JobSpec, at: u64) -> Vec<JobId> {
+    match state.apply(&env(Command::SubmitJob { spec }, at)) {
+        Outcome::Submitted { jobs } => jobs,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn reasons(state: &ClusterState, at: u64) -> Vec<(JobId, gsched_types::job::PendingReason)> {
+    plan(&snapshot(state, &mut ViewCache::default()), at).reasons
+}
+
+#[test]
+fn array_throttle_limits_running_tasks() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let mut spec = JobSpec::simple("sweep", "alice", "true");
+    spec.gpus_per_node = 1;
+    spec.array = Some(vec![0, 1, 2, 3]);
+    spec.array_limit = Some(2);
+    let ids = submit_spec(&mut s, spec, 2);
+    assert_eq!(ids.len(), 4);
+    assert_eq!(s.jobs[&ids[3]].array_task.unwrap().array_job_id, ids[0]);
+    assert_eq!(schedule(&mut s, 3).len(), 2, "%2 allows two tasks at once");
+    let r = reasons(&s, 4);
+    assert!(r.iter().all(|(_, r)| *r == gsched_types::job::PendingReason::JobArrayTaskLimit), "{r:?}");
+}
+
+#[test]
+fn afterok_waits_and_never_satisfied_is_reported() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let a = submit(&mut s, 1, 1, false, 1);
+    let mut spec = JobSpec::simple("after", "alice", "true");
+    spec.dependency = gsched_types::parse::dependency(&format!("afterok:{a}")).unwrap();
+    let b = submit_spec(&mut s, spec.clone(), 2)[0];
+    assert_eq!(schedule(&mut s, 3), vec![a]);
+    assert!(reasons(&s, 4).contains(&(b, gsched_types::job::PendingReason::Dependency)));
+    exited(&mut s, a, "n1", 0, 5);
+    assert_eq!(schedule(&mut s, 6), vec![b]);
+    // A dependency on a failed job can never be met.
+    let c = submit(&mut s, 1, 1, false, 7);
+    let d = submit_spec(&mut s, JobSpec { dependency: gsched_types::parse::dependency(&format!("afterok:{c}")).unwrap(), ..spec }, 8)[0];
+    schedule(&mut s, 9);
+    exited(&mut s, c, "n1", 3, 10);
+    assert!(reasons(&s, 11).contains(&(d, gsched_types::job::PendingReason::DependencyNeverSatisfied)));
+}
+
+#[test]
+fn per_user_gpu_limit_binds() {
+    let mut s = ClusterState::default();
+    let mut config = gsched_scheduler::SchedConfig::default();
+    config.user_limits.max_gpus = Some(4);
+    s.apply(&env(Command::SetConfig { config: Box::new(config) }, 1));
+    register(&mut s, "n1", 1);
+    register(&mut s, "n2", 1);
+    let ids: Vec<JobId> = (0..3).map(|i| submit(&mut s, 1, 2, false, 2 + i)).collect();
+    assert_eq!(schedule(&mut s, 10).len(), 2);
+    assert!(reasons(&s, 11).contains(&(ids[2], gsched_types::job::PendingReason::QosMaxGpusPerUser)));
+}
+
+#[test]
+fn preemption_requeues_lower_qos_work_when_enabled() {
+    let mut s = ClusterState::default();
+    let mut config = gsched_scheduler::SchedConfig::default();
+    config.preemption = true;
+    config.qos = vec![
+        gsched_scheduler::config::QosConfig { name: "normal".into(), priority: 0, max_gpus_per_user: None, max_jobs_per_user: None, max_time_s: None, preempt: vec![] },
+        gsched_scheduler::config::QosConfig { name: "high".into(), priority: 100, max_gpus_per_user: None, max_jobs_per_user: None, max_time_s: None, preempt: vec!["normal".into()] },
+    ];
+    s.apply(&env(Command::SetConfig { config: Box::new(config) }, 1));
+    register(&mut s, "n1", 1);
+    let mut low = JobSpec::simple("low", "bob", "true");
+    low.gpus_per_node = 4;
+    low.qos = Some("normal".into());
+    let victim = submit_spec(&mut s, low, 2)[0];
+    assert_eq!(schedule(&mut s, 3), vec![victim]);
+    let mut high = JobSpec::simple("high", "alice", "true");
+    high.gpus_per_node = 4;
+    high.qos = Some("high".into());
+    let urgent = submit_spec(&mut s, high, 4)[0];
+    let p = plan(&snapshot(&s, &mut ViewCache::default()), 5);
+    assert_eq!(p.preemptions.len(), 1);
+    assert_eq!((p.preemptions[0].victim, p.preemptions[0].for_job), (victim, urgent));
+    s.apply(&env(Command::Preempt { victims: vec![victim], for_job: urgent }, 5));
+    assert_eq!(s.jobs[&victim].state, JobState::Completing);
+    s.apply(&env(Command::StepExited { job: victim, attempt: 0, node: "n1".into(), code: None, signal: Some(15), failure: None }, 6));
+    assert_eq!(s.jobs[&victim].state, JobState::Pending, "preempted work goes back to the queue");
+    assert_eq!(schedule(&mut s, 7), vec![urgent]);
+    // And with preemption off nothing is preempted.
+    let mut off = s.config.clone();
+    off.preemption = false;
+    s.apply(&env(Command::SetConfig { config: Box::new(off) }, 8));
+    assert!(plan(&snapshot(&s, &mut ViewCache::default()), 9).preemptions.is_empty());
+}
