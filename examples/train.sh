@@ -14,9 +14,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -n "$GSCHED_EXAMPLE_DIR" ]; then HERE="$GSCHED_EXAMPLE_DIR"; fi
 if python3 -c 'import torch' 2>/dev/null && [ -f "$HERE/allreduce.py" ]; then
     # Real collective on CPUs (gloo): 2 processes per node.
-    exec torchrun --nnodes "$SLURM_NNODES" --nproc-per-node 2 --node-rank "$SLURM_NODEID" \
-        --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
-        "$HERE/allreduce.py"
+    exec torchrun --nnodes "$SLURM_NNODES" --nproc_per_node 2 --node_rank "$SLURM_NODEID" \
+        --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --rdzv_id "$SLURM_JOB_ID" \
+        ${TORCHRUN_EXTRA_ARGS:-} "$HERE/allreduce.py"
 fi
 for step in 1 2 3; do
     echo "[$SLURMD_NODENAME] step $step (no PyTorch here: simulating)"

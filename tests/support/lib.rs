@@ -111,8 +111,12 @@ impl Cluster {
     /// `n` controllers (one Raft group) and no agents yet.
     pub fn controllers(n: u64, extra: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new().prefix("gsched-test").tempdir().expect("tempdir");
+        // Clusters of parallel tests share the host: give each its own MASTER_PORT range.
+        let base = free_port().clamp(20_000, 60_000);
+        let mut ctl_extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        ctl_extra.extend(["--master-ports".to_string(), format!("{base}-{}", base + 99)]);
         let controllers: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let mut c = Cluster { dir, controllers, ctl_procs: Vec::new(), agents: Vec::new(), agent_opts: Vec::new(), ctl_extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut c = Cluster { dir, controllers, ctl_procs: Vec::new(), agents: Vec::new(), agent_opts: Vec::new(), ctl_extra };
         for i in 0..n as usize {
             let p = c.spawn_controller(i);
             c.ctl_procs.push(Some(p));
@@ -165,9 +169,14 @@ impl Cluster {
         self.ctl_procs[i] = Some(p);
     }
 
-    /// Adds an agent with a fake topology and waits until it is registered.
+    /// Adds an agent with a shipped fake topology and waits until it is registered.
     pub fn add_agent(&mut self, name: &str, topo: &str, extra: &[&str]) -> usize {
-        let opts = AgentOpts { name: name.to_string(), topology: topology(topo), extra: extra.iter().map(|s| s.to_string()).collect() };
+        self.add_agent_with(name, topology(topo), extra)
+    }
+
+    /// Adds an agent with the topology file at `path`.
+    pub fn add_agent_with(&mut self, name: &str, path: PathBuf, extra: &[&str]) -> usize {
+        let opts = AgentOpts { name: name.to_string(), topology: path, extra: extra.iter().map(|s| s.to_string()).collect() };
         self.agent_opts.push(opts);
         let i = self.agent_opts.len() - 1;
         let p = self.spawn_agent(i);
@@ -176,9 +185,18 @@ impl Cluster {
         i
     }
 
+    /// The fake kernel log an agent watches for Xid lines.
+    pub fn kmsg(&self, name: &str) -> PathBuf {
+        self.path(&format!("kmsg-{name}"))
+    }
+
     fn spawn_agent(&self, i: usize) -> Proc {
         let o = &self.agent_opts[i];
         let log = self.path(&format!("agent-{}.log", o.name));
+        let kmsg = self.kmsg(&o.name);
+        if !kmsg.exists() {
+            std::fs::write(&kmsg, b"").expect("kmsg file");
+        }
         let mut cmd = Command::new(bin("gagentd"));
         cmd.args(["--controllers", &self.controllers_arg(), "--name", &o.name, "--state-dir"])
             .arg(self.path(&format!("agent-{}", o.name)))
@@ -293,6 +311,16 @@ impl Cluster {
 /// Reads `KEY=VALUE` lines into a map.
 pub fn env_file(path: &Path) -> std::collections::BTreeMap<String, String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Is PyTorch (with torchrun) available to jobs? In CI (`GSCHED_REQUIRE_TORCH=1`) it must be.
+pub fn torch_available() -> bool {
+    let ok = Command::new("/usr/bin/python3").args(["-c", "import torch"]).status().is_ok_and(|s| s.success()) && Path::new("/usr/bin/torchrun").exists();
+    if !ok {
+        assert!(std::env::var_os("GSCHED_REQUIRE_TORCH").is_none(), "GSCHED_REQUIRE_TORCH is set but /usr/bin/python3 cannot import torch");
+        eprintln!("skipping: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch)");
+    }
+    ok
 }
 
 /// Is a process with this pid alive?

@@ -33,6 +33,9 @@ struct Args {
     /// Seconds without a heartbeat before a node is declared lost.
     #[arg(long)]
     node_timeout: Option<f64>,
+    /// Range of MASTER_PORTs handed to jobs (MIN-MAX), overriding the config file.
+    #[arg(long)]
+    master_ports: Option<String>,
     /// Raft tick in milliseconds (election timeout is 10-20 ticks).
     #[arg(long, default_value_t = 50)]
     tick_ms: u64,
@@ -71,6 +74,12 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
     if let Some(path) = &args.config {
         ConfigFile::load(path).map_err(|e| anyhow::anyhow!(e))?.apply_to(&mut cfg);
+    }
+    if let Some(range) = &args.master_ports {
+        let (lo, hi) = range.split_once('-').ok_or_else(|| anyhow::anyhow!("--master-ports {range}: use MIN-MAX"))?;
+        cfg.scheduler.master_port_min = lo.parse().map_err(|_| anyhow::anyhow!("--master-ports: bad port '{lo}'"))?;
+        cfg.scheduler.master_port_max = hi.parse().map_err(|_| anyhow::anyhow!("--master-ports: bad port '{hi}'"))?;
+        cfg.scheduler.validate().map_err(|e| anyhow::anyhow!("--master-ports: {e}"))?;
     }
     if let Some(t) = args.node_timeout {
         cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));

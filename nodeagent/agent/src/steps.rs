@@ -415,7 +415,9 @@ fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
     } else if let Some(f) = &step.fatal_reported {
         (!(rec.code == Some(0) && rec.signal.is_none())).then(|| f.clone())
     } else if let Some(k) = &step.kill {
-        Some(Failure { kind: k.cause.clone(), node: Some(node.into()), evidence: k.reason.clone(), at_ms: now_ms() })
+        // Stopped from outside; keep what its own log said, it may be the root cause.
+        let own = step.findings.iter().rev().find(|f| !matches!(f.kind, FailureKind::NcclError) || f.fatal).map(|f| format!("; its log: {}", f.line)).unwrap_or_default();
+        Some(Failure { kind: k.cause.clone(), node: Some(node.into()), evidence: format!("{}{own}", k.reason), at_ms: now_ms() })
     } else {
         let error_file = std::fs::read_dir(step.files.logs())
             .ok()

@@ -1,5 +1,6 @@
 //! The torchrun command gsched runs for `gsub --torchrun`: static rendezvous on the job's
-//! MASTER_ADDR:MASTER_PORT, node rank from the allocation, run id = job id.
+//! MASTER_ADDR:MASTER_PORT, node rank from the allocation, run id = job id (torchrun's
+//! `--rdzv_id`).
 
 use gsched_types::launch::LaunchSpec;
 
@@ -9,12 +10,13 @@ pub fn argv(launch: &LaunchSpec) -> Option<Vec<String>> {
     let nproc = if launch.spec.gpus_per_node > 0 { launch.spec.gpus_per_node } else { launch.spec.ntasks_per_node.max(1) };
     let mut v = vec![
         "torchrun".to_string(),
+        // Underscore spellings: every torchrun accepts them (1.x only these).
         format!("--nnodes={}", launch.nodes.len()),
-        format!("--nproc-per-node={nproc}"),
-        format!("--node-rank={}", launch.node_rank),
-        format!("--master-addr={}", launch.allocation.master_addr),
-        format!("--master-port={}", launch.allocation.master_port),
-        format!("--rdzv-id={}", launch.job),
+        format!("--nproc_per_node={nproc}"),
+        format!("--node_rank={}", launch.node_rank),
+        format!("--master_addr={}", launch.allocation.master_addr),
+        format!("--master_port={}", launch.allocation.master_port),
+        format!("--rdzv_id={}", launch.job),
     ];
     v.extend(t.extra_args.iter().cloned());
     v.push(t.program.clone());

@@ -57,7 +57,17 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             return Some(LogFinding { kind: kind.clone(), line: evidence(line), fatal: *fatal });
         }
     }
-    if line.contains("ChildFailedError") || (line.contains("received by PID") && line.contains("Signal")) || line.contains("failed (exitcode:") {
+    // torchrun's agent noticing a dead worker: "failed (exitcode: -9) local_rank: 1 ...".
+    // The rank is gone, so the step can no longer make progress.
+    if let Some(pos) = line.find("failed (exitcode: ") {
+        let rest = &line[pos + 18..];
+        let code: Option<i32> = rest.split(')').next().and_then(|c| c.trim().parse().ok());
+        if let Some(code) = code {
+            let kind = if code < 0 { FailureKind::Signal { signal: -code } } else { FailureKind::ExitCode { code } };
+            return Some(LogFinding { kind, line: evidence(line), fatal: true });
+        }
+    }
+    if line.contains("ChildFailedError") || (line.contains("received by PID") && line.contains("Signal")) {
         return Some(LogFinding { kind: FailureKind::ExitCode { code: 1 }, line: evidence(line), fatal: false });
     }
     None

@@ -43,12 +43,14 @@ fn remote_peer_gone_is_an_nccl_error() {
 fn torchrun_summaries_are_evidence_not_fatal() {
     let f = findings("torchrun-childfailederror-sigabrt-summary-mmseg.txt");
     assert!(f.iter().any(|x| x.line.contains("ChildFailedError")));
-    assert!(f.iter().all(|x| !x.fatal));
+    assert!(f.iter().all(|x| !x.fatal), "a summary explains an exit, it does not predict one");
     let (kind, why) = classify_exit(Some(1), None, &f, None, false).unwrap();
     assert_eq!(kind, FailureKind::ExitCode { code: 1 });
     assert!(why.contains("last error line"), "{why}");
     let killed = findings("torch211-torchrun-local-rank-sigkill-h200.txt");
-    assert!(killed.iter().any(|x| x.line.contains("exitcode: -9")), "{killed:?}");
+    let dead = killed.iter().find(|x| x.fatal).expect("torchrun's 'failed (exitcode: -9)' line stops the gang");
+    assert_eq!(dead.kind, FailureKind::Signal { signal: 9 });
+    assert!(dead.line.contains("local_rank: 1"), "{}", dead.line);
 }
 
 #[test]
