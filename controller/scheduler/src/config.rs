@@ -43,14 +43,20 @@ impl Policy {
 pub struct PriorityWeights {
     pub age: f64,
     pub fairshare: f64,
+    /// Larger jobs first (Slurm's default direction); negative favours small jobs.
     pub job_size: f64,
+    /// Jobs with shorter time limits first (log scale, 1 minute to 7 days).
+    pub short_job: f64,
     pub partition: f64,
     pub qos: f64,
 }
 
 impl Default for PriorityWeights {
     fn default() -> Self {
-        PriorityWeights { age: 1000.0, fairshare: 10_000.0, job_size: 500.0, partition: 1000.0, qos: 2000.0 }
+        // Short jobs first (with aging so long ones are not starved), fair share between
+        // accounts and users next: on the Philly replay this halves the average wait of
+        // FIFO with backfill (README, "Scheduler").
+        PriorityWeights { age: 1000.0, fairshare: 5000.0, job_size: 0.0, short_job: 10_000.0, partition: 1000.0, qos: 2000.0 }
     }
 }
 

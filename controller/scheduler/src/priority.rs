@@ -78,7 +78,11 @@ pub fn priority(job: &PendingJob, config: &SchedConfig, fairshare: &FairShare, t
     let part = config.partition(&job.partition).map(|p| p.priority).unwrap_or(0) as f64 / max_part;
     let max_qos = config.qos.iter().map(|q| q.priority).max().unwrap_or(0).max(1) as f64;
     let qos = config.qos(job.qos.as_deref()).map(|q| q.priority).unwrap_or(0) as f64 / max_qos;
-    w.age * age + w.fairshare * fairshare.factor(&job.account, &job.user) + w.job_size * size + w.partition * part + w.qos * qos
+    let short = match job.time_limit_s {
+        Some(t) => 1.0 - ((t as f64 / 60.0).max(1.0).ln() / (7.0 * 24.0 * 60.0f64).ln()).min(1.0),
+        None => 0.0,
+    };
+    w.age * age + w.fairshare * fairshare.factor(&job.account, &job.user) + w.job_size * size + w.short_job * short + w.partition * part + w.qos * qos
 }
 
 #[cfg(test)]

@@ -227,7 +227,12 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
     let mut long = job(3, 1, 4);
     long.time_limit_s = Some(7200);
     long.eligible_ms = 1;
-    let p = plan(&snapshot(vec![node], vec![top, long, short], vec![busy]), 10);
+    // Order by age alone so the 8-GPU job is the top of the queue.
+    let mut snap = snapshot(vec![node], vec![top, long, short], vec![busy]);
+    let mut config = SchedConfig::default();
+    config.weights.short_job = 0.0;
+    snap.config = Arc::new(config);
+    let p = plan(&snap, 10);
     let started: Vec<JobId> = p.starts.iter().map(|s| s.job).collect();
     assert_eq!(started, vec![JobId(2)]);
     assert!(p.starts[0].backfilled);

@@ -31,11 +31,13 @@ pub struct SimOptions {
     pub cross_switch_penalty: f64,
     /// Seconds of virtual time between scheduling passes (0: after every event).
     pub pass_interval_s: u64,
+    /// Priority weights for the gsched policy (default: the scheduler's defaults).
+    pub weights: Option<gsched_scheduler::config::PriorityWeights>,
 }
 
 impl SimOptions {
     pub fn new(policy: Policy, comm_model: bool) -> SimOptions {
-        SimOptions { policy, comm_model, comm_single_node: 0.3, comm_multi_node: 0.4, cross_switch_penalty: 0.5, pass_interval_s: 0 }
+        SimOptions { policy, comm_model, comm_single_node: 0.3, comm_multi_node: 0.4, cross_switch_penalty: 0.5, pass_interval_s: 0, weights: None }
     }
 }
 
@@ -92,6 +94,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResult {
     let wall = std::time::Instant::now();
     let mut config = SchedConfig { policy: opts.policy, ..SchedConfig::default() };
+    if let Some(w) = &opts.weights {
+        config.weights = w.clone();
+    }
     config.fairshare_half_life_s = 86_400;
     config.max_age_s = 86_400;
     config.max_jobs_per_pass = 100_000;

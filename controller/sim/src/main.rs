@@ -40,6 +40,9 @@ struct Replay {
     /// Communication slowdown model: on, off or both.
     #[arg(long, default_value = "on")]
     comm_model: String,
+    /// Priority weights for gsched: age,fairshare,job_size,short_job,partition,qos.
+    #[arg(long)]
+    weights: Option<String>,
     /// Virtual seconds between scheduling passes (0: after every event).
     #[arg(long, default_value_t = 0)]
     pass_interval: u64,
@@ -114,6 +117,13 @@ fn main() {
         for p in &policies {
             let mut opts = engine::SimOptions::new(*p, model);
             opts.pass_interval_s = a.pass_interval;
+            if let Some(w) = &a.weights {
+                let v: Vec<f64> = w.split(',').map(|x| x.trim().parse().unwrap_or_else(|_| die(format!("--weights: bad number '{x}'")))).collect();
+                if v.len() != 6 {
+                    die("--weights takes six numbers: age,fairshare,job_size,short_job,partition,qos");
+                }
+                opts.weights = Some(gsched_scheduler::config::PriorityWeights { age: v[0], fairshare: v[1], job_size: v[2], short_job: v[3], partition: v[4], qos: v[5] });
+            }
             let r = engine::run(&spec, &jobs, &opts);
             if !a.json {
                 eprintln!("{} (comm model {}): {} jobs replayed in {:.1} s ({} passes)", r.policy, if model { "on" } else { "off" }, r.jobs, r.wall_s, r.passes);
