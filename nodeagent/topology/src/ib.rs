@@ -1,1 +1,183 @@
-//! (in progress)
+//! InfiniBand and network tool outputs: `ibdev2netdev` (also through `column -t`, with
+//! trailing `# comments`), `ibstat`, `ibv_devinfo` and `ifconfig`. For IB rails the
+//! netdev being "(Down)" says nothing about the RDMA port, so it is not treated as a fault;
+//! the port state from ibstat/ibv_devinfo is what counts.
+
+/// `mlx5_0 port 1 ==> ibp26s0 (Down)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevMap {
+    pub hca: String,
+    pub port: u32,
+    pub netdev: String,
+    pub netdev_up: bool,
+}
+
+pub fn parse_ibdev2netdev(text: &str) -> Vec<DevMap> {
+    let mut out: Vec<DevMap> = text
+        .lines()
+        .filter_map(|l| {
+            let l = l.split('#').next()?;
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() < 5 || w[1] != "port" || w[3] != "==>" {
+                return None;
+            }
+            Some(DevMap { hca: w[0].to_string(), port: w[2].parse().ok()?, netdev: w[4].to_string(), netdev_up: w.get(5).is_some_and(|s| s.contains("Up")) })
+        })
+        .collect();
+    out.sort_by(|a, b| natural(&a.hca).cmp(&natural(&b.hca)));
+    out
+}
+
+/// Sort key that puts `mlx5_2` before `mlx5_10`.
+pub fn natural(name: &str) -> (String, u64) {
+    let digits: String = name.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<String>().chars().rev().collect();
+    (name[..name.len() - digits.len()].to_string(), digits.parse().unwrap_or(0))
+}
+
+/// One port from `ibstat` or `ibv_devinfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IbPort {
+    pub hca: String,
+    pub port: u32,
+    /// The port carries traffic (`Active` / `PORT_ACTIVE`).
+    pub active: bool,
+    pub link_layer: Option<String>,
+    pub rate_gbps: Option<u32>,
+    pub ca_type: Option<String>,
+    pub firmware: Option<String>,
+    pub max_mtu: Option<u32>,
+    pub active_mtu: Option<u32>,
+}
+
+impl IbPort {
+    /// RoCE (an RDMA device on Ethernet) rather than InfiniBand.
+    pub fn is_roce(&self) -> bool {
+        self.link_layer.as_deref().is_some_and(|l| l.eq_ignore_ascii_case("Ethernet"))
+    }
+
+    /// The port negotiated a smaller MTU than it supports.
+    pub fn mtu_degraded(&self) -> bool {
+        matches!((self.active_mtu, self.max_mtu), (Some(a), Some(m)) if a < m)
+    }
+}
+
+fn kv(line: &str) -> Option<(&str, &str)> {
+    let (k, v) = line.split_once(':')?;
+    Some((k.trim(), v.trim()))
+}
+
+pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
+    let mut out = Vec::new();
+    let mut hca = String::new();
+    let (mut ca_type, mut fw) = (None, None);
+    let mut cur: Option<IbPort> = None;
+    for l in text.lines() {
+        let t = l.trim();
+        if let Some(name) = t.strip_prefix("CA '").and_then(|r| r.strip_suffix('\'')) {
+            out.extend(cur.take());
+            hca = name.to_string();
+            ca_type = None;
+            fw = None;
+            continue;
+        }
+        if let Some(p) = t.strip_prefix("Port ").and_then(|r| r.strip_suffix(':')).and_then(|n| n.parse::<u32>().ok()) {
+            out.extend(cur.take());
+            cur = Some(IbPort { hca: hca.clone(), port: p, ca_type: ca_type.clone(), firmware: fw.clone(), ..IbPort::default() });
+            continue;
+        }
+        let Some((k, v)) = kv(t) else { continue };
+        match (k, cur.as_mut()) {
+            ("CA type", None) => ca_type = Some(v.to_string()),
+            ("Firmware version", None) => fw = Some(v.to_string()),
+            ("State", Some(p)) => p.active = v.eq_ignore_ascii_case("Active"),
+            ("Rate", Some(p)) => p.rate_gbps = v.parse().ok(),
+            ("Link layer", Some(p)) => p.link_layer = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    out.extend(cur);
+    out.sort_by(|a, b| (natural(&a.hca), a.port).cmp(&(natural(&b.hca), b.port)));
+    out
+}
+
+pub fn parse_ibv_devinfo(text: &str) -> Vec<IbPort> {
+    let mut out = Vec::new();
+    let mut hca = String::new();
+    let (mut part, mut fw) = (None, None);
+    let mut cur: Option<IbPort> = None;
+    for l in text.lines() {
+        let t = l.trim();
+        let Some((k, v)) = kv(t) else { continue };
+        let first = v.split_whitespace().next().unwrap_or("");
+        match k {
+            "hca_id" => {
+                out.extend(cur.take());
+                hca = v.to_string();
+                part = None;
+                fw = None;
+            }
+            "fw_ver" => fw = Some(v.to_string()),
+            "vendor_part_id" => part = Some(v.to_string()),
+            "port" => {
+                out.extend(cur.take());
+                cur = Some(IbPort { hca: hca.clone(), port: first.parse().unwrap_or(1), ca_type: part.clone(), firmware: fw.clone(), ..IbPort::default() });
+            }
+            "state" => {
+                if let Some(p) = cur.as_mut() {
+                    p.active = first == "PORT_ACTIVE";
+                }
+            }
+            "max_mtu" => {
+                if let Some(p) = cur.as_mut() {
+                    p.max_mtu = first.parse().ok();
+                }
+            }
+            "active_mtu" => {
+                if let Some(p) = cur.as_mut() {
+                    p.active_mtu = first.parse().ok();
+                }
+            }
+            "link_layer" => {
+                if let Some(p) = cur.as_mut() {
+                    p.link_layer = Some(v.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(cur);
+    out
+}
+
+/// An interface from `ifconfig`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IfConfig {
+    pub name: String,
+    pub up: bool,
+    pub running: bool,
+    pub mtu: Option<u32>,
+    pub ipv4: Option<String>,
+    /// "ether", "infiniband" or "loop".
+    pub link: Option<String>,
+}
+
+pub fn parse_ifconfig(text: &str) -> Vec<IfConfig> {
+    let mut out: Vec<IfConfig> = Vec::new();
+    for l in text.lines() {
+        if !l.starts_with(char::is_whitespace) && l.contains("flags=") {
+            let name = l.split(':').next().unwrap_or("").trim().to_string();
+            let flags = l.split('<').nth(1).and_then(|f| f.split('>').next()).unwrap_or("");
+            let mtu = l.split("mtu").nth(1).and_then(|m| m.split_whitespace().next()).and_then(|m| m.parse().ok());
+            out.push(IfConfig { name, up: flags.split(',').any(|f| f == "UP"), running: flags.split(',').any(|f| f == "RUNNING"), mtu, ..IfConfig::default() });
+            continue;
+        }
+        let Some(cur) = out.last_mut() else { continue };
+        let mut w = l.split_whitespace();
+        match w.next() {
+            Some("inet") => cur.ipv4 = w.next().map(str::to_string),
+            Some(kind @ ("ether" | "infiniband" | "loop")) => cur.link = Some(kind.to_string()),
+            _ => {}
+        }
+    }
+    out
+}
