@@ -1,6 +1,6 @@
 """All-reduce sanity check for gsched jobs: every rank contributes its rank number; the sum
 must be n*(n-1)/2. Uses NCCL on GPUs when present, gloo otherwise. Prints bus bandwidth when
-ALLREDUCE_MB is set (the NCCL benchmark used for the GPU runs)."""
+ALLREDUCE_MB is set, e.g. "256:1024" (the NCCL benchmark used for the GPU runs)."""
 import os
 import sys
 import time
@@ -9,7 +9,12 @@ import torch
 import torch.distributed as dist
 
 backend = "nccl" if torch.cuda.is_available() and os.environ.get("FORCE_GLOO") != "1" else "gloo"
-dist.init_process_group(backend)
+timeout = os.environ.get("PG_TIMEOUT_S")
+if timeout:
+    import datetime
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout)))
+else:
+    dist.init_process_group(backend)
 rank, world = dist.get_rank(), dist.get_world_size()
 local = int(os.environ.get("LOCAL_RANK", "0"))
 device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
@@ -24,7 +29,7 @@ print(f"rank {rank}/{world} backend={backend} node={os.environ.get('SLURMD_NODEN
 
 mb = os.environ.get("ALLREDUCE_MB")
 if mb:
-    for size_mb in [int(s) for s in mb.split(",")]:
+    for size_mb in [int(s) for s in mb.replace(":", ",").split(",")]:
         n = size_mb * 1024 * 1024 // 4
         buf = torch.ones(n, dtype=torch.float32, device=device)
         for _ in range(3):
@@ -46,7 +51,7 @@ if mb:
 fail_rank = os.environ.get("FAIL_RANK")
 if fail_rank is not None and int(fail_rank) == rank:
     mode = os.environ.get("FAIL_MODE", "kill")
-    print(f"rank {rank}: injecting failure '{mode}'", flush=True)
+    print(f"rank {rank}: injecting failure '{mode}' at {time.time():.3f}", flush=True)
     if mode == "kill":
         os.kill(os.getpid(), 9)
     elif mode == "hang":

@@ -14,7 +14,10 @@ pub struct Table {
 impl Table {
     /// `headers`: (name, right-aligned).
     pub fn new(headers: &[(&str, bool)]) -> Table {
-        Table { headers: headers.iter().map(|(h, r)| (h.to_string(), *r)).collect(), rows: Vec::new() }
+        Table {
+            headers: headers.iter().map(|(h, r)| (h.to_string(), *r)).collect(),
+            rows: Vec::new(),
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -23,7 +26,11 @@ impl Table {
 
     pub fn render(&self) -> String {
         let n = self.headers.len();
-        let mut widths: Vec<usize> = self.headers.iter().map(|(h, _)| h.chars().count()).collect();
+        let mut widths: Vec<usize> = self
+            .headers
+            .iter()
+            .map(|(h, _)| h.chars().count())
+            .collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate().take(n) {
                 widths[i] = widths[i].max(c.chars().count());
@@ -34,7 +41,13 @@ impl Table {
             for (i, c) in cells.iter().enumerate() {
                 let w = widths[i];
                 let last = i + 1 == n;
-                let cell = if self.headers[i].1 { format!("{c:>w$}") } else if last { c.to_string() } else { format!("{c:<w$}") };
+                let cell = if self.headers[i].1 {
+                    format!("{c:>w$}")
+                } else if last {
+                    c.to_string()
+                } else {
+                    format!("{c:<w$}")
+                };
                 if i > 0 {
                     out.push(' ');
                 }
@@ -56,7 +69,9 @@ impl Table {
 pub fn elapsed(job: &JobRecord, now_ms: u64) -> String {
     match (job.start_ms, job.end_ms) {
         (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
-        (Some(s), None) if job.state != JobState::Pending => format_duration(now_ms.saturating_sub(s) / 1000),
+        (Some(s), None) if job.state != JobState::Pending => {
+            format_duration(now_ms.saturating_sub(s) / 1000)
+        }
         _ => "0:00".into(),
     }
 }
@@ -67,7 +82,11 @@ pub fn nodelist_or_reason(job: &JobRecord) -> String {
         JobState::Pending => format!("({})", job.reason),
         JobState::Running | JobState::Completing => hostlist::compress(&job.node_names()),
         _ => {
-            let nodes = job.attempts.last().map(|a| a.nodes.clone()).unwrap_or_default();
+            let nodes = job
+                .attempts
+                .last()
+                .map(|a| a.nodes.clone())
+                .unwrap_or_default();
             let list = hostlist::compress(&nodes);
             match &job.failure {
                 Some(f) => format!("{list} ({})", f.kind.reason_name()),
@@ -79,5 +98,8 @@ pub fn nodelist_or_reason(job: &JobRecord) -> String {
 
 /// A failure as one line: kind, node, evidence.
 pub fn failure_line(job: &JobRecord) -> String {
-    job.failure.as_ref().map(|f| f.to_string()).unwrap_or_default()
+    job.failure
+        .as_ref()
+        .map(|f| f.to_string())
+        .unwrap_or_default()
 }

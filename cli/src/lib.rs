@@ -11,7 +11,10 @@ pub mod sbatch;
 pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
     let bad = || format!("invalid job id '{text}': use a number like 123 or 120_3");
     match text.split_once('_') {
-        Some((a, t)) => Ok((a.parse().map_err(|_| bad())?, Some(t.parse().map_err(|_| bad())?))),
+        Some((a, t)) => Ok((
+            a.parse().map_err(|_| bad())?,
+            Some(t.parse().map_err(|_| bad())?),
+        )),
         None => Ok((text.parse().map_err(|_| bad())?, None)),
     }
 }

@@ -12,7 +12,14 @@ use std::collections::BTreeMap;
 
 /// Submit a batch job (sbatch-compatible).
 #[derive(Parser, Debug, Clone, Default)]
-#[command(name = "gsub", version, about, infer_long_args = true, args_override_self = true, allow_negative_numbers = true)]
+#[command(
+    name = "gsub",
+    version,
+    about,
+    infer_long_args = true,
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
 pub struct SubArgs {
     /// Number of nodes (all-or-nothing gang).
     #[arg(short = 'N', long = "nodes")]
@@ -253,12 +260,24 @@ impl SubArgs {
             wait_all_nodes => "--wait-all-nodes", container => "--container", network => "--network", acctg_freq => "--acctg-freq", clusters => "--clusters",
             core_spec => "--core-spec", thread_spec => "--thread-spec", time_min => "--time-min", mincpus => "--mincpus", gid => "--gid",
             immediate => "--immediate", nodefile => "--nodefile", export_file => "--export-file");
-        if self.wait { v.push("--wait"); }
-        if self.spread_job { v.push("--spread-job"); }
-        if self.use_min_nodes { v.push("--use-min-nodes"); }
-        if self.overcommit { v.push("--overcommit"); }
-        if self.oversubscribe { v.push("--oversubscribe"); }
-        if self.test_only { v.push("--test-only"); }
+        if self.wait {
+            v.push("--wait");
+        }
+        if self.spread_job {
+            v.push("--spread-job");
+        }
+        if self.use_min_nodes {
+            v.push("--use-min-nodes");
+        }
+        if self.overcommit {
+            v.push("--overcommit");
+        }
+        if self.oversubscribe {
+            v.push("--oversubscribe");
+        }
+        if self.test_only {
+            v.push("--test-only");
+        }
         v
     }
 }
@@ -353,12 +372,21 @@ fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
 }
 
 /// Resolves options and script into a job spec, as sbatch would.
-pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<&str>, ctx: &SubmitContext) -> Result<JobSpec, String> {
+pub fn resolve(
+    args: &SubArgs,
+    script_text: Option<String>,
+    script_name: Option<&str>,
+    ctx: &SubmitContext,
+) -> Result<JobSpec, String> {
     let nodes = match args.nodes.as_deref() {
         None => 1,
         Some(s) => {
             // sbatch accepts MIN-MAX; gsched takes the minimum.
-            let first = if s.starts_with('-') { s } else { s.split_once('-').map(|(a, _)| a).unwrap_or(s) };
+            let first = if s.starts_with('-') {
+                s
+            } else {
+                s.split_once('-').map(|(a, _)| a).unwrap_or(s)
+            };
             let n = parse::count(first, "--nodes")?;
             if n == 0 {
                 return Err("--nodes must be at least 1".into());
@@ -372,10 +400,16 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
         return Err("task counts must be at least 1".into());
     }
     match (ntasks, per_node) {
-        (Some(n), Some(m)) if n != nodes * m && n > nodes * m => return Err(format!("--ntasks={n} does not fit --nodes={nodes} x --ntasks-per-node={m}")),
+        (Some(n), Some(m)) if n != nodes * m && n > nodes * m => {
+            return Err(format!(
+                "--ntasks={n} does not fit --nodes={nodes} x --ntasks-per-node={m}"
+            ));
+        }
         (Some(n), None) => {
             if n % nodes != 0 {
-                return Err(format!("--ntasks={n} must be a multiple of --nodes={nodes} (gsched places the same number of tasks on every node)"));
+                return Err(format!(
+                    "--ntasks={n} must be a multiple of --nodes={nodes} (gsched places the same number of tasks on every node)"
+                ));
             }
             per_node = Some(n / nodes);
         }
@@ -393,7 +427,9 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
     let mut gpu: Option<(u32, Option<String>, &str)> = None;
     let mut agree = |count: u32, ty: Option<String>, flag: &'static str| -> Result<(), String> {
         match &gpu {
-            Some((c, t, other)) if *c != count || (ty.is_some() && t.is_some() && *t != ty) => Err(format!("{flag} asks for {count} GPUs per node but {other} asks for {c}")),
+            Some((c, t, other)) if *c != count || (ty.is_some() && t.is_some() && *t != ty) => Err(
+                format!("{flag} asks for {count} GPUs per node but {other} asks for {c}"),
+            ),
             Some((_, t, other)) => {
                 gpu = Some((count, ty.or(t.clone()), other));
                 Ok(())
@@ -423,14 +459,30 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
     if let Some(g) = &args.gpus {
         let r = parse::gpus(g, "--gpus")?;
         if r.count % nodes != 0 {
-            return Err(format!("--gpus={} cannot be spread evenly over {nodes} nodes", r.count));
+            return Err(format!(
+                "--gpus={} cannot be spread evenly over {nodes} nodes",
+                r.count
+            ));
         }
         agree(r.count / nodes, r.gpu_type, "--gpus")?;
     }
     let (gpus_per_node, gpu_type) = gpu.map(|(c, t, _)| (c, t)).unwrap_or((0, None));
 
-    let cpus_per_gpu = count(&args.cpus_per_gpu, "--cpus-per-gpu")?;
-    let mem_flags = [args.mem.is_some(), args.mem_per_gpu.is_some(), args.mem_per_cpu.is_some()].iter().filter(|x| **x).count();
+    // torchrun starts one worker per GPU from a single task: give each worker a CPU of its
+    // own unless the user said otherwise (one CPU for eight workers is a silent slowdown once
+    // the cpuset is enforced).
+    let cpus_per_gpu = match count(&args.cpus_per_gpu, "--cpus-per-gpu")? {
+        None if args.torchrun && args.cpus_per_task.is_none() && gpus_per_node > 0 => Some(1),
+        explicit => explicit,
+    };
+    let mem_flags = [
+        args.mem.is_some(),
+        args.mem_per_gpu.is_some(),
+        args.mem_per_cpu.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
     if mem_flags > 1 {
         return Err("--mem, --mem-per-gpu and --mem-per-cpu are mutually exclusive".into());
     }
@@ -454,14 +506,34 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
         }
         None => (None, None),
     };
-    let dependency = args.dependency.as_deref().map(parse::dependency).transpose()?.unwrap_or_default();
-    let nodelist = args.nodelist.as_deref().map(hostlist::expand).transpose()?.unwrap_or_default();
-    let exclude = args.exclude.as_deref().map(hostlist::expand).transpose()?.unwrap_or_default();
+    let dependency = args
+        .dependency
+        .as_deref()
+        .map(parse::dependency)
+        .transpose()?
+        .unwrap_or_default();
+    let nodelist = args
+        .nodelist
+        .as_deref()
+        .map(hostlist::expand)
+        .transpose()?
+        .unwrap_or_default();
+    let exclude = args
+        .exclude
+        .as_deref()
+        .map(hostlist::expand)
+        .transpose()?
+        .unwrap_or_default();
     if nodelist.len() as u32 > nodes {
-        return Err(format!("--nodelist names {} nodes but --nodes is {nodes}", nodelist.len()));
+        return Err(format!(
+            "--nodelist names {} nodes but --nodes is {nodes}",
+            nodelist.len()
+        ));
     }
     if let Some(n) = nodelist.iter().find(|n| exclude.contains(n)) {
-        return Err(format!("node {n} is both required (--nodelist) and excluded (--exclude)"));
+        return Err(format!(
+            "node {n} is both required (--nodelist) and excluded (--exclude)"
+        ));
     }
     let workdir = match &args.chdir {
         Some(d) if d.starts_with('/') => d.clone(),
@@ -472,30 +544,77 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
     let (user, uid) = match &args.uid {
         Some(u) if !ctx.is_root => return Err(format!("--uid={u} needs root")),
         Some(u) => match u.parse::<u32>() {
-            Ok(n) => (nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(n)).ok().flatten().map(|x| x.name).ok_or(format!("no user with uid {n}"))?, Some(n)),
-            Err(_) => (u.clone(), nix::unistd::User::from_name(u).ok().flatten().map(|x| x.uid.as_raw())),
+            Ok(n) => (
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(n))
+                    .ok()
+                    .flatten()
+                    .map(|x| x.name)
+                    .ok_or(format!("no user with uid {n}"))?,
+                Some(n),
+            ),
+            Err(_) => (
+                u.clone(),
+                nix::unistd::User::from_name(u)
+                    .ok()
+                    .flatten()
+                    .map(|x| x.uid.as_raw()),
+            ),
         },
         None => (ctx.user.clone(), ctx.uid),
     };
     let max_restarts = count(&args.max_restarts, "--max-restarts")?;
     let (script, script_args, torchrun, default_name) = if args.torchrun {
-        let Some((program, rest)) = args.script.split_first() else { return Err("--torchrun needs the training program: gsub --torchrun train.py [args]".into()) };
-        let extra = args.torchrun_args.as_deref().map(|s| split_words(s)).transpose()?.unwrap_or_default();
-        (String::new(), Vec::new(), Some(TorchrunSpec { program: program.clone(), args: rest.to_vec(), extra_args: extra }), program.rsplit('/').next().unwrap_or(program).to_string())
+        let Some((program, rest)) = args.script.split_first() else {
+            return Err(
+                "--torchrun needs the training program: gsub --torchrun train.py [args]".into(),
+            );
+        };
+        let extra = args
+            .torchrun_args
+            .as_deref()
+            .map(|s| split_words(s))
+            .transpose()?
+            .unwrap_or_default();
+        (
+            String::new(),
+            Vec::new(),
+            Some(TorchrunSpec {
+                program: program.clone(),
+                args: rest.to_vec(),
+                extra_args: extra,
+            }),
+            program.rsplit('/').next().unwrap_or(program).to_string(),
+        )
     } else if let Some(w) = &args.wrap {
-        (format!("#!/bin/sh\n# This script was created by gsub --wrap\n{w}\n"), Vec::new(), None, "wrap".to_string())
+        (
+            format!("#!/bin/sh\n# This script was created by gsub --wrap\n{w}\n"),
+            Vec::new(),
+            None,
+            "wrap".to_string(),
+        )
     } else {
         let text = script_text.ok_or("no batch script given")?;
         if text.trim().is_empty() {
             return Err("the batch script is empty".into());
         }
         let args_rest = args.script.iter().skip(1).cloned().collect();
-        (text, args_rest, None, script_name.map(|n| n.rsplit('/').next().unwrap_or(n).to_string()).unwrap_or_else(|| "gsub".into()))
+        (
+            text,
+            args_rest,
+            None,
+            script_name
+                .map(|n| n.rsplit('/').next().unwrap_or(n).to_string())
+                .unwrap_or_else(|| "gsub".into()),
+        )
     };
     let exclusive = match args.exclusive.as_deref() {
         None => false,
         Some("node" | "" | "user" | "mcs" | "topo") => true,
-        Some(other) => return Err(format!("--exclusive={other}: use --exclusive or --exclusive=user")),
+        Some(other) => {
+            return Err(format!(
+                "--exclusive={other}: use --exclusive or --exclusive=user"
+            ));
+        }
     };
     Ok(JobSpec {
         name: args.job_name.clone().unwrap_or(default_name),
@@ -539,7 +658,10 @@ pub fn resolve(args: &SubArgs, script_text: Option<String>, script_name: Option<
 }
 
 /// `--export`: ALL (default), NONE, or NAME[=VALUE] items (with or without ALL).
-fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), String> {
+fn export(
+    spec: Option<&str>,
+    current: &BTreeMap<String, String>,
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, String>), String> {
     let spec = spec.unwrap_or("ALL");
     let mut env = BTreeMap::new();
     let mut overrides = BTreeMap::new();
@@ -564,7 +686,15 @@ fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<(BTr
         }
     }
     if all {
-        env = current.iter().filter(|(k, _)| !k.starts_with("SLURM_") && !k.starts_with("GSCHED_JOB") && *k != "CUDA_VISIBLE_DEVICES").map(|(k, v)| (k.clone(), v.clone())).collect();
+        env = current
+            .iter()
+            .filter(|(k, _)| {
+                !k.starts_with("SLURM_")
+                    && !k.starts_with("GSCHED_JOB")
+                    && *k != "CUDA_VISIBLE_DEVICES"
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
     } else if let Some(p) = current.get("PATH") {
         env.insert("PATH".into(), p.clone());
     }
@@ -616,7 +746,14 @@ mod tests {
         let mut env = BTreeMap::new();
         env.insert("PATH".into(), "/usr/bin".into());
         env.insert("NCCL_DEBUG".into(), "INFO".into());
-        SubmitContext { cwd: "/home/a".into(), env, user: "alice".into(), uid: Some(1000), gid: Some(1000), is_root: false }
+        SubmitContext {
+            cwd: "/home/a".into(),
+            env,
+            user: "alice".into(),
+            uid: Some(1000),
+            gid: Some(1000),
+            is_root: false,
+        }
     }
 
     fn parse_args(v: &[&str]) -> SubArgs {
@@ -627,7 +764,17 @@ mod tests {
     fn directives_stop_at_first_command_and_cli_wins() {
         let script = "#!/bin/bash\n#SBATCH -N 2 --gpus-per-node=4 # two nodes\n#SBATCH --job-name 'my job'\n# plain comment\n#GSUB --time=1:00:00\necho hi\n#SBATCH --nodes=9\n";
         let d = directives(script).unwrap();
-        assert_eq!(d, vec!["-N", "2", "--gpus-per-node=4", "--job-name", "my job", "--time=1:00:00"]);
+        assert_eq!(
+            d,
+            vec![
+                "-N",
+                "2",
+                "--gpus-per-node=4",
+                "--job-name",
+                "my job",
+                "--time=1:00:00"
+            ]
+        );
         let mut argv = vec!["gsub".to_string()];
         argv.extend(d);
         argv.extend(["-N".to_string(), "3".to_string(), "train.sh".to_string()]);
@@ -641,14 +788,45 @@ mod tests {
 
     #[test]
     fn gpus_per_task_resolves_per_node() {
-        let a = parse_args(&["--ntasks-per-node=2", "--gpus-per-task=2", "-N", "2", "x.sh"]);
+        let a = parse_args(&[
+            "--ntasks-per-node=2",
+            "--gpus-per-task=2",
+            "-N",
+            "2",
+            "x.sh",
+        ]);
         let s = resolve(&a, Some("#!/bin/sh\ntrue".into()), Some("x.sh"), &ctx()).unwrap();
         assert_eq!((s.gpus_per_node, s.ntasks, s.ntasks_per_node), (4, 4, 2));
         let a = parse_args(&["--gres=gpu:a100:8", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
         assert_eq!((s.gpus_per_node, s.gpu_type.as_deref()), (8, Some("a100")));
         let a = parse_args(&["--gres=gpu:8", "--gpus-per-node=4", "x.sh"]);
-        assert!(resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err().contains("asks for"));
+        assert!(
+            resolve(&a, Some("true".into()), Some("x.sh"), &ctx())
+                .unwrap_err()
+                .contains("asks for")
+        );
+    }
+
+    #[test]
+    fn torchrun_jobs_get_a_cpu_per_worker_unless_told_otherwise() {
+        let a = parse_args(&["--gpus-per-node=4", "--torchrun", "train.py"]);
+        let s = resolve(&a, None, None, &ctx()).unwrap();
+        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (Some(1), 1));
+        let a = parse_args(&[
+            "--gpus-per-node=4",
+            "--cpus-per-task=16",
+            "--torchrun",
+            "train.py",
+        ]);
+        let s = resolve(&a, None, None, &ctx()).unwrap();
+        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (None, 16));
+        let a = parse_args(&["--gpus-per-node=4", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            s.cpus_per_gpu, None,
+            "batch scripts keep Slurm's one CPU per task"
+        );
     }
 
     #[test]
@@ -669,7 +847,10 @@ mod tests {
             (vec!["--time=1:2:3:4", "x.sh"], "--time"),
             (vec!["--mem=lots", "x.sh"], "memory"),
             (vec!["-n", "3", "-N", "2", "x.sh"], "multiple"),
-            (vec!["--mem=1G", "--mem-per-gpu=1G", "x.sh"], "mutually exclusive"),
+            (
+                vec!["--mem=1G", "--mem-per-gpu=1G", "x.sh"],
+                "mutually exclusive",
+            ),
         ] {
             let a = SubArgs::try_parse_from(std::iter::once("gsub").chain(argv.iter().copied()));
             let err = match a {
@@ -684,8 +865,16 @@ mod tests {
     fn export_keeps_explicit_values_apart() {
         let a = parse_args(&["--export=ALL,NCCL_SOCKET_IFNAME=ib0,NCCL_DEBUG", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
-        assert_eq!(s.env_overrides.get("NCCL_SOCKET_IFNAME").map(String::as_str), Some("ib0"));
-        assert_eq!(s.env_overrides.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+        assert_eq!(
+            s.env_overrides
+                .get("NCCL_SOCKET_IFNAME")
+                .map(String::as_str),
+            Some("ib0")
+        );
+        assert_eq!(
+            s.env_overrides.get("NCCL_DEBUG").map(String::as_str),
+            Some("INFO")
+        );
         assert!(s.env.contains_key("PATH"));
         let a = parse_args(&["--export=NONE", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();

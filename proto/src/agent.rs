@@ -7,8 +7,8 @@
 
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
-use gsched_types::node::HealthEvent;
 pub use gsched_types::launch::LaunchSpec;
+use gsched_types::node::HealthEvent;
 use gsched_types::topology::Topology;
 use serde::{Deserialize, Serialize};
 
@@ -23,10 +23,24 @@ pub struct StepRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum StepEvent {
-    Started { job: JobId, attempt: u32, pid: Option<u32> },
+    Started {
+        job: JobId,
+        attempt: u32,
+        pid: Option<u32>,
+    },
     /// A failure seen while the step still runs (log line, Xid on its GPU).
-    Failed { job: JobId, attempt: u32, failure: Failure },
-    Exited { job: JobId, attempt: u32, code: Option<i32>, signal: Option<i32>, failure: Option<Failure> },
+    Failed {
+        job: JobId,
+        attempt: u32,
+        failure: Failure,
+    },
+    Exited {
+        job: JobId,
+        attempt: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+        failure: Option<Failure>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,22 +55,42 @@ pub enum AgentToController {
         agent_version: String,
         known_steps: Vec<StepRef>,
     },
-    Heartbeat { running: Vec<StepRef> },
-    Step { seq: u64, event: StepEvent },
-    Health { seq: u64, events: Vec<HealthEvent> },
+    Heartbeat {
+        running: Vec<StepRef>,
+    },
+    Step {
+        seq: u64,
+        event: StepEvent,
+    },
+    Health {
+        seq: u64,
+        events: Vec<HealthEvent>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControllerToAgent {
-    Registered { node: String },
+    Registered {
+        node: String,
+    },
     Launch(Box<LaunchSpec>),
     /// Stop a step: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the step's
     /// exit is reported as (cancelled, timed out, stopped with its gang...).
-    Kill { job: JobId, attempt: u32, cause: FailureKind, reason: String, grace_s: u64 },
-    Ack { seq: u64 },
+    Kill {
+        job: JobId,
+        attempt: u32,
+        cause: FailureKind,
+        reason: String,
+        grace_s: u64,
+    },
+    Ack {
+        seq: u64,
+    },
     /// This controller is not the leader; connect to `leader` (client address) instead.
-    NotLeader { leader: Option<String> },
+    NotLeader {
+        leader: Option<String>,
+    },
 }
 
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {

@@ -12,11 +12,16 @@ static BUILD: Once = Once::new();
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
 }
 
 /// Path of a gsched binary, building the binaries on first use.
@@ -26,7 +31,17 @@ pub fn bin(name: &str) -> PathBuf {
             return;
         }
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "--bins", "-p", "gsched-controller", "-p", "gsched-agent", "-p", "gsched-cli"])
+            .args([
+                "build",
+                "--quiet",
+                "--bins",
+                "-p",
+                "gsched-controller",
+                "-p",
+                "gsched-agent",
+                "-p",
+                "gsched-cli",
+            ])
             .current_dir(workspace())
             .status()
             .expect("run cargo build");
@@ -110,13 +125,28 @@ pub fn topology(name: &str) -> PathBuf {
 impl Cluster {
     /// `n` controllers (one Raft group) and no agents yet.
     pub fn controllers(n: u64, extra: &[&str]) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("gsched-test").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("gsched-test")
+            .tempdir()
+            .expect("tempdir");
         // Clusters of parallel tests share the host: give each its own MASTER_PORT range.
         let base = free_port().clamp(20_000, 60_000);
         let mut ctl_extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        ctl_extra.extend(["--master-ports".to_string(), format!("{base}-{}", base + 99)]);
-        let controllers: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let mut c = Cluster { dir, controllers, ctl_procs: Vec::new(), agents: Vec::new(), agent_opts: Vec::new(), ctl_extra };
+        ctl_extra.extend([
+            "--master-ports".to_string(),
+            format!("{base}-{}", base + 99),
+        ]);
+        let controllers: Vec<(u64, String)> = (1..=n)
+            .map(|id| (id, format!("127.0.0.1:{}", free_port())))
+            .collect();
+        let mut c = Cluster {
+            dir,
+            controllers,
+            ctl_procs: Vec::new(),
+            agents: Vec::new(),
+            agent_opts: Vec::new(),
+            ctl_extra,
+        };
         for i in 0..n as usize {
             let p = c.spawn_controller(i);
             c.ctl_procs.push(Some(p));
@@ -125,11 +155,19 @@ impl Cluster {
     }
 
     pub fn peers_arg(&self) -> String {
-        self.controllers.iter().map(|(id, a)| format!("{id}={a}")).collect::<Vec<_>>().join(",")
+        self.controllers
+            .iter()
+            .map(|(id, a)| format!("{id}={a}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     pub fn controllers_arg(&self) -> String {
-        self.controllers.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>().join(",")
+        self.controllers
+            .iter()
+            .map(|(_, a)| a.clone())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -140,14 +178,29 @@ impl Cluster {
         let (id, addr) = &self.controllers[i];
         let log = self.path(&format!("ctl{id}.log"));
         let mut cmd = Command::new(bin("gctld"));
-        cmd.args(["--id", &id.to_string(), "--listen", addr, "--peers", &self.peers_arg(), "--data-dir"])
-            .arg(self.path(&format!("ctl{id}")))
-            .args(&self.ctl_extra)
-            .env("GSCHED_LOG", "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")
-            .env("GSCHED_FAULTS_FILE", self.path(&format!("faults{id}")))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"));
-        Proc { name: format!("gctld{id}"), child: cmd.spawn().expect("spawn gctld"), log }
+        cmd.args([
+            "--id",
+            &id.to_string(),
+            "--listen",
+            addr,
+            "--peers",
+            &self.peers_arg(),
+            "--data-dir",
+        ])
+        .arg(self.path(&format!("ctl{id}")))
+        .args(&self.ctl_extra)
+        .env(
+            "GSCHED_LOG",
+            "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn",
+        )
+        .env("GSCHED_FAULTS_FILE", self.path(&format!("faults{id}")))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+        Proc {
+            name: format!("gctld{id}"),
+            child: cmd.spawn().expect("spawn gctld"),
+            log,
+        }
     }
 
     pub fn restart_controller(&mut self, i: usize) {
@@ -176,7 +229,11 @@ impl Cluster {
 
     /// Adds an agent with the topology file at `path`.
     pub fn add_agent_with(&mut self, name: &str, path: PathBuf, extra: &[&str]) -> usize {
-        let opts = AgentOpts { name: name.to_string(), topology: path, extra: extra.iter().map(|s| s.to_string()).collect() };
+        let opts = AgentOpts {
+            name: name.to_string(),
+            topology: path,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
         self.agent_opts.push(opts);
         let i = self.agent_opts.len() - 1;
         let p = self.spawn_agent(i);
@@ -198,18 +255,34 @@ impl Cluster {
             std::fs::write(&kmsg, b"").expect("kmsg file");
         }
         let mut cmd = Command::new(bin("gagentd"));
-        cmd.args(["--controllers", &self.controllers_arg(), "--name", &o.name, "--state-dir"])
-            .arg(self.path(&format!("agent-{}", o.name)))
-            .arg("--fake-topology")
-            .arg(&o.topology)
-            .args(["--training-addr", "127.0.0.1", "--kmsg"])
-            .arg(self.path(&format!("kmsg-{}", o.name)))
-            .args(["--cgroup-root", "off"])
-            .args(&o.extra)
-            .env("GSCHED_LOG", "info,h2=warn,tower=warn,hyper=warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log"));
-        Proc { name: o.name.clone(), child: cmd.spawn().expect("spawn gagentd"), log }
+        cmd.args([
+            "--controllers",
+            &self.controllers_arg(),
+            "--name",
+            &o.name,
+            "--state-dir",
+        ])
+        .arg(self.path(&format!("agent-{}", o.name)))
+        .arg("--fake-topology")
+        .arg(&o.topology)
+        .args(["--training-addr", "127.0.0.1", "--kmsg"])
+        .arg(self.path(&format!("kmsg-{}", o.name)))
+        .args(["--cgroup-root", "off"])
+        .args(&o.extra)
+        .env("GSCHED_LOG", "info,h2=warn,tower=warn,hyper=warn")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .expect("log"),
+        );
+        Proc {
+            name: o.name.clone(),
+            child: cmd.spawn().expect("spawn gagentd"),
+            log,
+        }
     }
 
     pub fn kill_agent(&mut self, i: usize) {
@@ -229,13 +302,24 @@ impl Cluster {
     }
 
     pub fn cli_in(&self, tool: &str, args: &[&str], cwd: &Path) -> Output {
-        Command::new(bin(tool)).args(args).current_dir(cwd).env("GSCHED_CONTROLLERS", self.controllers_arg()).env("GSCHED_RETRY_S", "20").output().expect("run cli")
+        Command::new(bin(tool))
+            .args(args)
+            .current_dir(cwd)
+            .env("GSCHED_CONTROLLERS", self.controllers_arg())
+            .env("GSCHED_RETRY_S", "20")
+            .output()
+            .expect("run cli")
     }
 
     /// Runs a CLI tool that must succeed and returns its stdout.
     pub fn ok(&self, tool: &str, args: &[&str]) -> String {
         let out = self.cli(tool, args);
-        assert!(out.status.success(), "{tool} {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -250,7 +334,9 @@ impl Cluster {
         let mut a = vec!["--parsable"];
         a.extend_from_slice(args);
         let out = self.ok("gsub", &a);
-        out.trim().parse().unwrap_or_else(|_| panic!("gsub printed {out:?}"))
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("gsub printed {out:?}"))
     }
 
     /// Writes a script into the cluster directory and returns its path.
@@ -263,23 +349,42 @@ impl Cluster {
     /// The job as `gqueue -t all --json` shows it.
     pub fn job(&self, id: u64) -> Option<serde_json::Value> {
         let v = self.json("gqueue", &["-t", "all"]);
-        v["jobs"].as_array()?.iter().find(|j| j["job_id"] == id).cloned()
+        v["jobs"]
+            .as_array()?
+            .iter()
+            .find(|j| j["job_id"] == id)
+            .cloned()
     }
 
     pub fn wait_state(&self, id: u64, states: &[&str], timeout: Duration) -> serde_json::Value {
-        wait_for(&format!("job {id} to reach {states:?}"), timeout, || self.job(id).filter(|j| states.iter().any(|s| j["state"] == *s)))
+        wait_for(&format!("job {id} to reach {states:?}"), timeout, || {
+            self.job(id)
+                .filter(|j| states.iter().any(|s| j["state"] == *s))
+        })
     }
 
     pub fn wait_node_online(&self, name: &str) {
-        wait_for(&format!("node {name} to register"), Duration::from_secs(30), || {
-            let v = self.json("ginfo", &[]);
-            v["nodes"].as_array()?.iter().any(|n| n["name"] == name && n["online"] == true).then_some(())
-        });
+        wait_for(
+            &format!("node {name} to register"),
+            Duration::from_secs(30),
+            || {
+                let v = self.json("ginfo", &[]);
+                v["nodes"]
+                    .as_array()?
+                    .iter()
+                    .any(|n| n["name"] == name && n["online"] == true)
+                    .then_some(())
+            },
+        );
     }
 
     pub fn node(&self, name: &str) -> Option<serde_json::Value> {
         let v = self.json("ginfo", &[]);
-        v["nodes"].as_array()?.iter().find(|n| n["name"] == name).cloned()
+        v["nodes"]
+            .as_array()?
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
     }
 
     /// The `gctl status --json` rows of reachable controllers.
@@ -289,19 +394,32 @@ impl Cluster {
     }
 
     pub fn leader(&self, timeout: Duration) -> u64 {
-        wait_for("a leader", timeout, || self.status().iter().find(|r| r["role"] == "leader").and_then(|r| r["id"].as_u64()))
+        wait_for("a leader", timeout, || {
+            self.status()
+                .iter()
+                .find(|r| r["role"] == "leader")
+                .and_then(|r| r["id"].as_u64())
+        })
     }
 
     /// Dumps every process log (for failing tests).
     pub fn logs(&self) -> String {
         let mut out = String::new();
         if let Ok(d) = std::fs::read_dir(self.dir.path()) {
-            let mut paths: Vec<_> = d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
+            let mut paths: Vec<_> = d
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "log"))
+                .collect();
             paths.sort();
             for p in paths {
                 let text = std::fs::read_to_string(&p).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                out.push_str(&format!("==== {}\n{}\n", p.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+                out.push_str(&format!(
+                    "==== {}\n{}\n",
+                    p.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
             }
         }
         out
@@ -310,15 +428,29 @@ impl Cluster {
 
 /// Reads `KEY=VALUE` lines into a map.
 pub fn env_file(path: &Path) -> std::collections::BTreeMap<String, String> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Is PyTorch (with torchrun) available to jobs? In CI (`GSCHED_REQUIRE_TORCH=1`) it must be.
 pub fn torch_available() -> bool {
-    let ok = Command::new("/usr/bin/python3").args(["-c", "import torch"]).status().is_ok_and(|s| s.success()) && Path::new("/usr/bin/torchrun").exists();
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import torch"])
+        .status()
+        .is_ok_and(|s| s.success())
+        && Path::new("/usr/bin/torchrun").exists();
     if !ok {
-        assert!(std::env::var_os("GSCHED_REQUIRE_TORCH").is_none(), "GSCHED_REQUIRE_TORCH is set but /usr/bin/python3 cannot import torch");
-        eprintln!("skipping: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch)");
+        assert!(
+            std::env::var_os("GSCHED_REQUIRE_TORCH").is_none(),
+            "GSCHED_REQUIRE_TORCH is set but /usr/bin/python3 cannot import torch"
+        );
+        eprintln!(
+            "skipping: PyTorch is not installed for /usr/bin/python3 (apt-get install python3-torch)"
+        );
     }
     ok
 }

@@ -25,14 +25,28 @@ fn t10_two_node_job_gets_ranks_rendezvous_and_gpus() {
     std::fs::create_dir_all(&out).unwrap();
     let script = c.script("envdump.sh", ENV_DUMP);
     let outdir = format!("OUTDIR={}", out.display());
-    let id = c.submit(&["-N", "2", "--gpus-per-node", "8", "--export", &format!("ALL,{outdir}"), &script]);
+    let id = c.submit(&[
+        "-N",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--export",
+        &format!("ALL,{outdir}"),
+        &script,
+    ]);
     let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
     assert_eq!(job["state"], "COMPLETED", "{}", c.logs());
     let e0 = env_file(&out.join(format!("env.{id}.0.0")));
     let e1 = env_file(&out.join(format!("env.{id}.1.1")));
     assert_eq!(e0["SLURM_JOB_ID"], id.to_string());
-    assert_eq!((e0["SLURM_NODEID"].as_str(), e1["SLURM_NODEID"].as_str()), ("0", "1"));
-    assert_eq!((e0["GSCHED_NODEID"].as_str(), e1["GSCHED_NODEID"].as_str()), ("0", "1"));
+    assert_eq!(
+        (e0["SLURM_NODEID"].as_str(), e1["SLURM_NODEID"].as_str()),
+        ("0", "1")
+    );
+    assert_eq!(
+        (e0["GSCHED_NODEID"].as_str(), e1["GSCHED_NODEID"].as_str()),
+        ("0", "1")
+    );
     assert_ne!(e0["SLURMD_NODENAME"], e1["SLURMD_NODENAME"]);
     assert_eq!(e0["MASTER_ADDR"], e1["MASTER_ADDR"]);
     assert_eq!(e0["MASTER_PORT"], e1["MASTER_PORT"]);
@@ -55,28 +69,70 @@ fn t20_jobs_sharing_a_node_get_disjoint_gpus_and_ports() {
     std::fs::create_dir_all(&out).unwrap();
     let script = c.script("envdump.sh", ENV_DUMP);
     let outdir = format!("ALL,OUTDIR={},HOLD=30", out.display());
-    let a = c.submit(&["--gpus-per-node", "4", "-w", "n1", "--export", &outdir, &script]);
-    let b = c.submit(&["--gpus-per-node", "4", "-w", "n1", "--export", &outdir, &script]);
+    let a = c.submit(&[
+        "--gpus-per-node",
+        "4",
+        "-w",
+        "n1",
+        "--export",
+        &outdir,
+        &script,
+    ]);
+    let b = c.submit(&[
+        "--gpus-per-node",
+        "4",
+        "-w",
+        "n1",
+        "--export",
+        &outdir,
+        &script,
+    ]);
     c.wait_state(a, &["RUNNING"], Duration::from_secs(30));
     c.wait_state(b, &["RUNNING"], Duration::from_secs(30));
     let ja = c.job(a).unwrap();
     let jb = c.job(b).unwrap();
-    let ga: Vec<u64> = ja["allocation"]["nodes"][0]["gpus"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    let gb: Vec<u64> = jb["allocation"]["nodes"][0]["gpus"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    assert!(ga.iter().all(|g| !gb.contains(g)), "{ga:?} and {gb:?} overlap");
-    assert_ne!(ja["allocation"]["master_port"], jb["allocation"]["master_port"]);
+    let ga: Vec<u64> = ja["allocation"]["nodes"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let gb: Vec<u64> = jb["allocation"]["nodes"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(
+        ga.iter().all(|g| !gb.contains(g)),
+        "{ga:?} and {gb:?} overlap"
+    );
+    assert_ne!(
+        ja["allocation"]["master_port"],
+        jb["allocation"]["master_port"]
+    );
     // What the processes saw matches the allocation.
     let files = wait_for("both env dumps", Duration::from_secs(20), || {
-        let mut fs: Vec<_> = std::fs::read_dir(&out).ok()?.flatten().map(|e| e.path()).collect();
+        let mut fs: Vec<_> = std::fs::read_dir(&out)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         (fs.len() == 2).then(|| {
             fs.sort();
             fs
         })
     });
-    let cvd: Vec<String> = files.iter().map(|f| env_file(f)["CUDA_VISIBLE_DEVICES"].clone()).collect();
+    let cvd: Vec<String> = files
+        .iter()
+        .map(|f| env_file(f)["CUDA_VISIBLE_DEVICES"].clone())
+        .collect();
     assert_ne!(cvd[0], cvd[1]);
     // Socket 0's GPUs for one job and socket 1's for the other (a 4-GPU block each).
-    let blocks: Vec<bool> = [&ga, &gb].iter().map(|g| g.iter().all(|x| *x < 4) || g.iter().all(|x| *x >= 4)).collect();
+    let blocks: Vec<bool> = [&ga, &gb]
+        .iter()
+        .map(|g| g.iter().all(|x| *x < 4) || g.iter().all(|x| *x >= 4))
+        .collect();
     assert_eq!(blocks, vec![true, true], "{ga:?} {gb:?}");
     c.ok("gcancel", &[&a.to_string(), &b.to_string()]);
 }
@@ -84,18 +140,39 @@ fn t20_jobs_sharing_a_node_get_disjoint_gpus_and_ports() {
 #[test]
 fn t30_cancel_stops_the_job_on_every_node() {
     let c = cluster_with_two_nodes();
-    let script = c.script("sleeper.sh", "#!/bin/bash\necho $$ > \"$PIDDIR/pid.$SLURM_NODEID\"\nsleep 600\n");
+    let script = c.script(
+        "sleeper.sh",
+        "#!/bin/bash\necho $$ > \"$PIDDIR/pid.$SLURM_NODEID\"\nsleep 600\n",
+    );
     let pids = c.path("pids");
     std::fs::create_dir_all(&pids).unwrap();
-    let id = c.submit(&["-N", "2", "--gpus-per-node", "2", "--export", &format!("ALL,PIDDIR={}", pids.display()), &script]);
+    let id = c.submit(&[
+        "-N",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--export",
+        &format!("ALL,PIDDIR={}", pids.display()),
+        &script,
+    ]);
     c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
-    let read = |n: u32| wait_for("pid files", Duration::from_secs(20), || std::fs::read_to_string(pids.join(format!("pid.{n}"))).ok()?.trim().parse::<i32>().ok());
+    let read = |n: u32| {
+        wait_for("pid files", Duration::from_secs(20), || {
+            std::fs::read_to_string(pids.join(format!("pid.{n}")))
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        })
+    };
     let (p0, p1) = (read(0), read(1));
     assert!(pid_alive(p0) && pid_alive(p1));
     c.ok("gcancel", &[&id.to_string()]);
     let job = c.wait_state(id, &["CANCELLED"], Duration::from_secs(30));
     assert_eq!(job["reason"], "Cancelled");
-    wait_for("both ranks to be gone", Duration::from_secs(15), || (!pid_alive(p0) && !pid_alive(p1)).then_some(()));
+    wait_for("both ranks to be gone", Duration::from_secs(15), || {
+        (!pid_alive(p0) && !pid_alive(p1)).then_some(())
+    });
 }
 
 #[test]
@@ -114,7 +191,10 @@ fn t40_controller_restart_keeps_jobs_nodes_and_ids() {
     assert_eq!(after["state"], "PENDING");
     assert_eq!(c.job(done).unwrap()["state"], "COMPLETED");
     let next = c.submit(&[&script]);
-    assert!(next > held, "job ids keep increasing across restarts ({next} after {held})");
+    assert!(
+        next > held,
+        "job ids keep increasing across restarts ({next} after {held})"
+    );
     c.wait_state(next, &["COMPLETED"], Duration::from_secs(30));
 }
 
@@ -139,8 +219,15 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
         let out = c.cli("gsub", &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} was accepted");
-        assert!(err.contains(needle), "{args:?}: message {err:?} does not mention {needle}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: message {err:?} does not mention {needle}"
+        );
     }
     let jobs = c.json("gqueue", &["-t", "all"]);
-    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 0, "no job may have been created");
+    assert_eq!(
+        jobs["jobs"].as_array().unwrap().len(),
+        0,
+        "no job may have been created"
+    );
 }

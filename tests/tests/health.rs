@@ -15,7 +15,8 @@ fn append(path: &std::path::Path, line: &str) {
 }
 
 fn drained(c: &Cluster, node: &str) -> Option<serde_json::Value> {
-    c.node(node).filter(|n| n["state"].as_str().is_some_and(|s| s.starts_with("dr")))
+    c.node(node)
+        .filter(|n| n["state"].as_str().is_some_and(|s| s.starts_with("dr")))
 }
 
 #[test]
@@ -29,11 +30,21 @@ fn t10_xid79_drains_fails_the_job_and_requeue_avoids_the_node() {
     let job = c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
     assert_eq!(job["node_list"], "n1");
     // GPU 2 of the fake 4090 box is at PCI 0000:21:00.
-    append(&c.kmsg("n1"), "[Fri Apr  5 21:29:39 2024] NVRM: Xid (PCI:0000:21:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.");
-    let node = wait_for("n1 to be drained", Duration::from_secs(20), || drained(&c, "n1"));
-    assert!(node["drain_reason"].as_str().unwrap().contains("Xid 79"), "{node}");
+    append(
+        &c.kmsg("n1"),
+        "[Fri Apr  5 21:29:39 2024] NVRM: Xid (PCI:0000:21:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    );
+    let node = wait_for("n1 to be drained", Duration::from_secs(20), || {
+        drained(&c, "n1")
+    });
+    assert!(
+        node["drain_reason"].as_str().unwrap().contains("Xid 79"),
+        "{node}"
+    );
     assert_eq!(node["bad_gpus"], serde_json::json!([2]));
-    let job = wait_for("the job to be requeued", Duration::from_secs(30), || c.job(id).filter(|j| j["restarts"] == 1));
+    let job = wait_for("the job to be requeued", Duration::from_secs(30), || {
+        c.job(id).filter(|j| j["restarts"] == 1)
+    });
     let acct = c.json("gacct", &["-j", &id.to_string()]);
     let first = &acct["jobs"][0]["attempts"][0];
     assert_eq!(first["state"], "NODE_FAIL");
@@ -45,7 +56,9 @@ fn t10_xid79_drains_fails_the_job_and_requeue_avoids_the_node() {
     assert_eq!(running["node_list"], "n2");
     // An admin resumes the node after fixing it.
     c.ok("gctl", &["node", "resume", "n1"]);
-    let n1 = wait_for("n1 resumed", Duration::from_secs(10), || c.node("n1").filter(|n| n["state"] == "idle"));
+    let n1 = wait_for("n1 resumed", Duration::from_secs(10), || {
+        c.node("n1").filter(|n| n["state"] == "idle")
+    });
     assert_eq!(n1["bad_gpus"], serde_json::json!([]));
     c.ok("gcancel", &[&id.to_string()]);
 }
@@ -57,7 +70,8 @@ fn t20_a_gpu_vanishing_from_the_topology_drains_the_node() {
     std::fs::copy(topology("rtx4090-8gpu.json"), &topo_path).unwrap();
     c.add_agent_with("n1", topo_path.clone(), &[]);
     // Rewrite the topology without GPU 5 (matched by UUID, indices shift).
-    let mut t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&topo_path).unwrap()).unwrap();
+    let mut t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&topo_path).unwrap()).unwrap();
     let gpus = t["gpus"].as_array_mut().unwrap();
     gpus.remove(5);
     for (i, g) in gpus.iter_mut().enumerate() {
@@ -70,22 +84,46 @@ fn t20_a_gpu_vanishing_from_the_topology_drains_the_node() {
     }
     t["gpu_nic_links"].as_array_mut().unwrap().remove(5);
     std::fs::write(&topo_path, serde_json::to_vec_pretty(&t).unwrap()).unwrap();
-    let node = wait_for("n1 to be drained", Duration::from_secs(20), || drained(&c, "n1"));
+    let node = wait_for("n1 to be drained", Duration::from_secs(20), || {
+        drained(&c, "n1")
+    });
     assert_eq!(node["bad_gpus"], serde_json::json!([5]), "{node}");
-    assert!(node["drain_reason"].as_str().unwrap().contains("no longer visible"));
+    assert!(
+        node["drain_reason"]
+            .as_str()
+            .unwrap()
+            .contains("no longer visible")
+    );
     let health = node["health"].as_array().unwrap();
-    assert!(health.iter().any(|h| h["kind"] == "gpu_lost" && h["severity"] == "critical" && h["gpu"] == 5));
+    assert!(
+        health
+            .iter()
+            .any(|h| h["kind"] == "gpu_lost" && h["severity"] == "critical" && h["gpu"] == 5)
+    );
 }
 
 #[test]
 fn t30_an_application_xid_is_a_warning_not_a_drain() {
     let mut c = Cluster::controllers(1, &[]);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
-    append(&c.kmsg("n1"), "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:01:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter");
-    let node = wait_for("the warning to be recorded", Duration::from_secs(20), || c.node("n1").filter(|n| n["health"].as_array().is_some_and(|h| !h.is_empty())));
+    append(
+        &c.kmsg("n1"),
+        "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:01:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+    );
+    let node = wait_for(
+        "the warning to be recorded",
+        Duration::from_secs(20),
+        || {
+            c.node("n1")
+                .filter(|n| n["health"].as_array().is_some_and(|h| !h.is_empty()))
+        },
+    );
     assert_eq!(node["health"][0]["severity"], "warning");
     assert_eq!(node["health"][0]["xid"], 13);
-    assert_eq!(node["state"], "idle", "an application error does not drain the node");
+    assert_eq!(
+        node["state"], "idle",
+        "an application error does not drain the node"
+    );
 }
 
 #[test]
@@ -98,8 +136,16 @@ fn t40_discover_json_on_every_fixture_round_trips() {
         if name.contains(".xml") {
             continue;
         }
-        let out = std::process::Command::new(bin("gagentd")).args(["discover", "--json", "--nvidia-smi-topo"]).arg(&path).output().unwrap();
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new(bin("gagentd"))
+            .args(["discover", "--json", "--nvidia-smi-topo"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let gpus = doc["gpus"].as_array().unwrap();
         let n = gpus.len();
@@ -111,7 +157,11 @@ fn t40_discover_json_on_every_fixture_round_trips() {
         }
         let links = doc["gpu_links"].as_array().unwrap();
         assert_eq!(links.len(), n);
-        assert!(links.iter().all(|r| r.as_array().unwrap().iter().all(|c| c.as_str().is_some())));
+        assert!(
+            links
+                .iter()
+                .all(|r| r.as_array().unwrap().iter().all(|c| c.as_str().is_some()))
+        );
         for nic in doc["nics"].as_array().unwrap() {
             assert!(["ib", "roce", "ethernet", "virtual"].contains(&nic["kind"].as_str().unwrap()));
             assert!(nic.get("numa_node").is_some());
@@ -119,7 +169,11 @@ fn t40_discover_json_on_every_fixture_round_trips() {
         // What discovery printed is accepted back as a fake topology, unchanged.
         let saved = tmp.path().join(format!("{name}.json"));
         std::fs::write(&saved, &out.stdout).unwrap();
-        let again = std::process::Command::new(bin("gagentd")).args(["discover", "--json", "--fake-topology"]).arg(&saved).output().unwrap();
+        let again = std::process::Command::new(bin("gagentd"))
+            .args(["discover", "--json", "--fake-topology"])
+            .arg(&saved)
+            .output()
+            .unwrap();
         let mut a: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
         let mut b = doc.clone();
         a["source"] = serde_json::Value::Null;

@@ -28,17 +28,40 @@ struct Args {
 fn main() {
     gsched_cli::init();
     let args = Args::parse();
-    let ids: Vec<(u64, Option<u32>)> = args.jobs.iter().map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gacct", e))).collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let ids: Vec<(u64, Option<u32>)> = args
+        .jobs
+        .iter()
+        .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gacct", e)))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let reply = rt.block_on(client.call(|mut c| async move { c.list_jobs(ListJobsRequest { include_finished: true }).await })).unwrap_or_else(|s| die("gacct", describe(&s)));
+    let reply = rt
+        .block_on(client.call(|mut c| async move {
+            c.list_jobs(ListJobsRequest {
+                include_finished: true,
+            })
+            .await
+        }))
+        .unwrap_or_else(|s| die("gacct", describe(&s)));
     let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
-    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone()).unwrap_or_else(|e| die("gacct", format!("bad reply: {e}")));
+    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone())
+        .unwrap_or_else(|e| die("gacct", format!("bad reply: {e}")));
     let now = doc["now_ms"].as_u64().unwrap_or(0);
     let jobs: Vec<&JobRecord> = jobs
         .iter()
         .filter(|j| args.user.as_ref().is_none_or(|u| &j.spec.user == u))
-        .filter(|j| ids.is_empty() || ids.iter().any(|(id, task)| j.id.0 == *id || j.array_task.is_some_and(|t| t.array_job_id.0 == *id && task.is_none_or(|x| x == t.task_id))))
+        .filter(|j| {
+            ids.is_empty()
+                || ids.iter().any(|(id, task)| {
+                    j.id.0 == *id
+                        || j.array_task.is_some_and(|t| {
+                            t.array_job_id.0 == *id && task.is_none_or(|x| x == t.task_id)
+                        })
+                })
+        })
         .collect();
     if args.json {
         let out: Vec<serde_json::Value> = jobs
@@ -65,10 +88,25 @@ fn main() {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json")
+        );
         return;
     }
-    let mut t = Table::new(&[("JobID", false), ("JobName", false), ("Partition", false), ("User", false), ("AllocGPUS", true), ("State", false), ("ExitCode", false), ("Elapsed", true), ("Restarts", true), ("NodeList", false), ("Reason", false)]);
+    let mut t = Table::new(&[
+        ("JobID", false),
+        ("JobName", false),
+        ("Partition", false),
+        ("User", false),
+        ("AllocGPUS", true),
+        ("State", false),
+        ("ExitCode", false),
+        ("Elapsed", true),
+        ("Restarts", true),
+        ("NodeList", false),
+        ("Reason", false),
+    ]);
     for j in jobs {
         let exit = match (j.exit_code, j.failure.as_ref().map(|f| &f.kind)) {
             (_, Some(gsched_types::FailureKind::Signal { signal })) => format!("0:{signal}"),
@@ -80,7 +118,14 @@ fn main() {
             (Some(s), None) => format_duration(now.saturating_sub(s) / 1000),
             _ => "00:00".into(),
         };
-        let nodes = if j.node_names().is_empty() { j.attempts.last().map(|a| a.nodes.clone()).unwrap_or_default() } else { j.node_names() };
+        let nodes = if j.node_names().is_empty() {
+            j.attempts
+                .last()
+                .map(|a| a.nodes.clone())
+                .unwrap_or_default()
+        } else {
+            j.node_names()
+        };
         t.row(vec![
             j.display_id(),
             j.spec.name.clone(),
@@ -111,7 +156,10 @@ fn main() {
                     el,
                     String::new(),
                     gsched_types::hostlist::compress(&a.nodes),
-                    a.failure.as_ref().map(|f| f.to_string()).unwrap_or_default(),
+                    a.failure
+                        .as_ref()
+                        .map(|f| f.to_string())
+                        .unwrap_or_default(),
                 ]);
             }
         }

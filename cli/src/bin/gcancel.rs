@@ -24,15 +24,27 @@ fn main() {
         eprintln!("gcancel: error: no job id given (gcancel ID... or gcancel -u USER)");
         std::process::exit(1);
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     let me = current_user();
     let mut targets: Vec<u64> = Vec::new();
     let mut failed = false;
     let needs_list = args.user.is_some() || args.job_ids.iter().any(|j| j.contains('_'));
     let jobs: Vec<JobRecord> = if needs_list {
-        match rt.block_on(client.call(|mut c| async move { c.list_jobs(ListJobsRequest { include_finished: false }).await })) {
-            Ok(r) => serde_json::from_value(serde_json::from_slice::<serde_json::Value>(&r.json).unwrap_or_default()["jobs"].clone()).unwrap_or_default(),
+        match rt.block_on(client.call(|mut c| async move {
+            c.list_jobs(ListJobsRequest {
+                include_finished: false,
+            })
+            .await
+        })) {
+            Ok(r) => serde_json::from_value(
+                serde_json::from_slice::<serde_json::Value>(&r.json).unwrap_or_default()["jobs"]
+                    .clone(),
+            )
+            .unwrap_or_default(),
             Err(s) => {
                 eprintln!("gcancel: error: {}", describe(&s));
                 std::process::exit(1);
@@ -47,7 +59,10 @@ fn main() {
     for id in &args.job_ids {
         match gsched_cli::parse_job_id(id) {
             Ok((job, None)) => targets.push(job),
-            Ok((array, Some(task))) => match jobs.iter().find(|j| j.array_task.is_some_and(|t| t.array_job_id.0 == array && t.task_id == task)) {
+            Ok((array, Some(task))) => match jobs.iter().find(|j| {
+                j.array_task
+                    .is_some_and(|t| t.array_job_id.0 == array && t.task_id == task)
+            }) {
                 Some(j) => targets.push(j.id.0),
                 None => {
                     eprintln!("gcancel: error: job {id} does not exist or has ended");
@@ -61,7 +76,11 @@ fn main() {
         }
     }
     for job in targets {
-        let req = JobRequest { request_id: request_id(), job_id: job, user: me.clone() };
+        let req = JobRequest {
+            request_id: request_id(),
+            job_id: job,
+            user: me.clone(),
+        };
         if let Err(s) = rt.block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.cancel(req).await }

@@ -34,7 +34,13 @@ fn state_of(rec: &NodeRecord, used_gpus: usize, jobs: usize) -> String {
     };
     match (rec.is_drained(), jobs > 0) {
         (true, true) => "drng".into(),
-        (true, false) => if rec.online { "drain".into() } else { "down+drain".into() },
+        (true, false) => {
+            if rec.online {
+                "drain".into()
+            } else {
+                "down+drain".into()
+            }
+        }
         _ => base.into(),
     }
 }
@@ -42,20 +48,48 @@ fn state_of(rec: &NodeRecord, used_gpus: usize, jobs: usize) -> String {
 fn main() {
     gsched_cli::init();
     let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let reply = rt.block_on(client.call(|mut c| async move { c.list_nodes(Empty {}).await })).unwrap_or_else(|s| die("ginfo", describe(&s)));
-    let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_else(|e| die("ginfo", format!("bad reply: {e}")));
+    let reply = rt
+        .block_on(client.call(|mut c| async move { c.list_nodes(Empty {}).await }))
+        .unwrap_or_else(|s| die("ginfo", describe(&s)));
+    let doc: serde_json::Value = serde_json::from_slice(&reply.json)
+        .unwrap_or_else(|e| die("ginfo", format!("bad reply: {e}")));
     let nodes = doc["nodes"].as_array().cloned().unwrap_or_default();
     if let Some(name) = &args.topo {
-        let Some(n) = nodes.iter().find(|n| n["record"]["name"] == *name) else { die("ginfo", format!("no node named {name}")) };
-        let rec: NodeRecord = serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
+        let Some(n) = nodes.iter().find(|n| n["record"]["name"] == *name) else {
+            die("ginfo", format!("no node named {name}"))
+        };
+        let rec: NodeRecord =
+            serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&rec.topology).expect("json"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&rec.topology).expect("json")
+            );
         } else {
-            print!("{}", gsched_topology::render::render(&rec.topology, &rec.name));
-            let used: Vec<u64> = n["gpus_used"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64()).collect()).unwrap_or_default();
-            println!("GPUs in use: {}", if used.is_empty() { "none".to_string() } else { used.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",") });
+            print!(
+                "{}",
+                gsched_topology::render::render(&rec.topology, &rec.name)
+            );
+            let used: Vec<u64> = n["gpus_used"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                .unwrap_or_default();
+            println!(
+                "GPUs in use: {}",
+                if used.is_empty() {
+                    "none".to_string()
+                } else {
+                    used.iter()
+                        .map(|g| g.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
+            );
             if !rec.bad_gpus.is_empty() {
                 println!("GPUs withheld as unhealthy: {:?}", rec.bad_gpus);
             }
@@ -66,7 +100,8 @@ fn main() {
         let out: Vec<serde_json::Value> = nodes
             .iter()
             .map(|n| {
-                let rec: NodeRecord = serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
+                let rec: NodeRecord =
+                    serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
                 let used = n["gpus_used"].as_array().map(|a| a.len()).unwrap_or(0);
                 let jobs = n["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
                 serde_json::json!({
@@ -89,18 +124,42 @@ fn main() {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "nodes": out })).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "nodes": out })).expect("json")
+        );
         return;
     }
-    let mut t = Table::new(&[("NODE", false), ("STATE", false), ("GPUS(free/total)", false), ("GPU_MODEL", false), ("CPUS(A/T)", false), ("MEMORY_MB(A/T)", false), ("REASON", false)]);
+    let mut t = Table::new(&[
+        ("NODE", false),
+        ("STATE", false),
+        ("GPUS(free/total)", false),
+        ("GPU_MODEL", false),
+        ("CPUS(A/T)", false),
+        ("MEMORY_MB(A/T)", false),
+        ("REASON", false),
+    ]);
     for n in &nodes {
-        let rec: NodeRecord = serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
+        let rec: NodeRecord =
+            serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
         let used = n["gpus_used"].as_array().map(|a| a.len()).unwrap_or(0);
         let jobs = n["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
         let total = rec.topology.gpus.len();
-        let free = total.saturating_sub(used + rec.bad_gpus.iter().filter(|g| !n["gpus_used"].as_array().is_some_and(|a| a.iter().any(|x| x.as_u64() == Some(u64::from(**g))))).count());
+        let free = total.saturating_sub(
+            used + rec
+                .bad_gpus
+                .iter()
+                .filter(|g| {
+                    !n["gpus_used"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x.as_u64() == Some(u64::from(**g))))
+                })
+                .count(),
+        );
         let reason = match (&rec.admin, rec.online) {
-            (gsched_types::node::NodeAdminState::Drain { reason, by, .. }, _) => format!("{reason} [{by}]"),
+            (gsched_types::node::NodeAdminState::Drain { reason, by, .. }, _) => {
+                format!("{reason} [{by}]")
+            }
             (_, false) => "not responding".into(),
             _ => String::new(),
         };
@@ -109,7 +168,14 @@ fn main() {
             state_of(&rec, used, jobs),
             format!("{free}/{total}"),
             rec.topology.gpu_model().unwrap_or("-").to_string(),
-            format!("{}/{}", n["cpus_used"], n["capacity"]["cpus"].as_array().map(|a| a.len()).unwrap_or(0)),
+            format!(
+                "{}/{}",
+                n["cpus_used"],
+                n["capacity"]["cpus"]
+                    .as_array()
+                    .map(|a| a.len())
+                    .unwrap_or(0)
+            ),
             format!("{}/{}", n["mem_used_mb"], n["capacity"]["mem_mb"]),
             reason,
         ]);
@@ -117,7 +183,8 @@ fn main() {
     print!("{}", t.render());
     if args.health {
         for n in &nodes {
-            let rec: NodeRecord = serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
+            let rec: NodeRecord =
+                serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("ginfo", e));
             for h in &rec.health {
                 println!("{} {:?} {}: {}", rec.name, h.severity, h.kind, h.message);
             }

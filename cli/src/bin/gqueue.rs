@@ -44,27 +44,57 @@ fn main() {
         if s.eq_ignore_ascii_case("all") {
             all = true;
         } else {
-            wanted_states.push(JobState::parse(s).unwrap_or_else(|| die("gqueue", format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"))));
+            wanted_states.push(JobState::parse(s).unwrap_or_else(|| {
+                die(
+                    "gqueue",
+                    format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"),
+                )
+            }));
         }
     }
     let include_finished = all || wanted_states.iter().any(|s| s.is_terminal());
-    let ids: Vec<(u64, Option<u32>)> = args.jobs.iter().map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gqueue", e))).collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let ids: Vec<(u64, Option<u32>)> = args
+        .jobs
+        .iter()
+        .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gqueue", e)))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let reply = rt.block_on(client.call(|mut c| async move { c.list_jobs(ListJobsRequest { include_finished }).await })).unwrap_or_else(|s| die("gqueue", describe(&s)));
-    let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
-    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone()).unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
-    let estimates: BTreeMap<String, u64> = serde_json::from_value(doc["estimates"].clone()).unwrap_or_default();
+    let reply = rt
+        .block_on(
+            client.call(
+                |mut c| async move { c.list_jobs(ListJobsRequest { include_finished }).await },
+            ),
+        )
+        .unwrap_or_else(|s| die("gqueue", describe(&s)));
+    let doc: serde_json::Value = serde_json::from_slice(&reply.json)
+        .unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
+    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone())
+        .unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
+    let estimates: BTreeMap<String, u64> =
+        serde_json::from_value(doc["estimates"].clone()).unwrap_or_default();
     let now = doc["now_ms"].as_u64().unwrap_or(0);
     let jobs: Vec<&JobRecord> = jobs
         .iter()
         .filter(|j| args.user.is_empty() || args.user.contains(&j.spec.user))
-        .filter(|j| args.partition.as_ref().is_none_or(|p| j.spec.partition.as_ref() == Some(p)))
-        .filter(|j| wanted_states.is_empty() && (all || !j.state.is_terminal()) || wanted_states.contains(&j.state))
+        .filter(|j| {
+            args.partition
+                .as_ref()
+                .is_none_or(|p| j.spec.partition.as_ref() == Some(p))
+        })
+        .filter(|j| {
+            wanted_states.is_empty() && (all || !j.state.is_terminal())
+                || wanted_states.contains(&j.state)
+        })
         .filter(|j| {
             ids.is_empty()
                 || ids.iter().any(|(id, task)| match (j.array_task, task) {
-                    (_, None) => j.id.0 == *id || j.array_task.is_some_and(|t| t.array_job_id.0 == *id),
+                    (_, None) => {
+                        j.id.0 == *id || j.array_task.is_some_and(|t| t.array_job_id.0 == *id)
+                    }
                     (Some(t), Some(task)) => t.array_job_id.0 == *id && t.task_id == *task,
                     (None, Some(_)) => false,
                 })
@@ -100,10 +130,21 @@ fn main() {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json")
+        );
         return;
     }
-    let mut headers = vec![("JOBID", true), ("PARTITION", true), ("NAME", true), ("USER", true), ("ST", true), ("TIME", true), ("NODES", true)];
+    let mut headers = vec![
+        ("JOBID", true),
+        ("PARTITION", true),
+        ("NAME", true),
+        ("USER", true),
+        ("ST", true),
+        ("TIME", true),
+        ("NODES", true),
+    ];
     if args.start {
         headers.push(("START_TIME", true));
     }
@@ -123,12 +164,14 @@ fn main() {
             j.spec.nodes.to_string(),
         ];
         if args.start {
-            row.push(match (j.state, estimates.get(&j.id.0.to_string()), j.start_ms) {
-                (JobState::Pending, Some(t), _) => fmt_time(*t),
-                (JobState::Pending, None, _) => "N/A".into(),
-                (_, _, Some(s)) => fmt_time(s),
-                _ => "N/A".into(),
-            });
+            row.push(
+                match (j.state, estimates.get(&j.id.0.to_string()), j.start_ms) {
+                    (JobState::Pending, Some(t), _) => fmt_time(*t),
+                    (JobState::Pending, None, _) => "N/A".into(),
+                    (_, _, Some(s)) => fmt_time(s),
+                    _ => "N/A".into(),
+                },
+            );
         }
         row.push(nodelist_or_reason(j));
         if args.long {
@@ -143,7 +186,12 @@ fn fmt_time(ms: u64) -> String {
     let secs = (ms / 1000) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Days since 1970-01-01 to a (year, month, day), UTC.

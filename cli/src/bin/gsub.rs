@@ -12,42 +12,91 @@ fn main() {
     let raw: Vec<String> = std::env::args().collect();
     let first = match SubArgs::try_parse_from(&raw) {
         Ok(a) => a,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => e.exit(),
-        Err(e) => die("gsub", e.to_string().trim_start_matches("error: ").trim_end()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => die(
+            "gsub",
+            e.to_string().trim_start_matches("error: ").trim_end(),
+        ),
     };
     let (text, name) = if first.torchrun || first.wrap.is_some() {
         (None, None)
     } else {
         match first.script.first() {
             Some(path) => {
-                let bytes = std::fs::read(path).unwrap_or_else(|e| die("gsub", format!("cannot read batch script {path}: {e}")));
-                let text = String::from_utf8(bytes).unwrap_or_else(|_| die("gsub", format!("batch script {path} is not UTF-8 text")));
+                let bytes = std::fs::read(path).unwrap_or_else(|e| {
+                    die("gsub", format!("cannot read batch script {path}: {e}"))
+                });
+                let text = String::from_utf8(bytes).unwrap_or_else(|_| {
+                    die("gsub", format!("batch script {path} is not UTF-8 text"))
+                });
                 (Some(text), Some(path.clone()))
             }
             None => {
                 let mut buf = Vec::new();
                 if std::io::stdin().read_to_end(&mut buf).is_err() || buf.is_empty() {
-                    die("gsub", "no batch script given: gsub [options] script.sh [args], or --wrap 'command'");
+                    die(
+                        "gsub",
+                        "no batch script given: gsub [options] script.sh [args], or --wrap 'command'",
+                    );
                 }
-                (Some(String::from_utf8(buf).unwrap_or_else(|_| die("gsub", "the batch script on stdin is not UTF-8 text"))), None)
+                (
+                    Some(String::from_utf8(buf).unwrap_or_else(|_| {
+                        die("gsub", "the batch script on stdin is not UTF-8 text")
+                    })),
+                    None,
+                )
             }
         }
     };
     let dirs = match &text {
-        Some(t) => directives(t).unwrap_or_else(|e| die("gsub", format!("invalid #SBATCH directive: {e}"))),
+        Some(t) => {
+            directives(t).unwrap_or_else(|e| die("gsub", format!("invalid #SBATCH directive: {e}")))
+        }
         None => Vec::new(),
     };
-    if let Err(e) = SubArgs::try_parse_from(std::iter::once("gsub".to_string()).chain(dirs.iter().cloned())) {
-        die("gsub", format!("invalid #SBATCH directive: {}", e.to_string().trim_start_matches("error: ").lines().next().unwrap_or("")));
+    if let Err(e) =
+        SubArgs::try_parse_from(std::iter::once("gsub".to_string()).chain(dirs.iter().cloned()))
+    {
+        die(
+            "gsub",
+            format!(
+                "invalid #SBATCH directive: {}",
+                e.to_string()
+                    .trim_start_matches("error: ")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            ),
+        );
     }
-    let merged: Vec<String> = std::iter::once("gsub".to_string()).chain(dirs).chain(raw.into_iter().skip(1)).collect();
-    let args = SubArgs::try_parse_from(merged).unwrap_or_else(|e| die("gsub", e.to_string().trim_start_matches("error: ").trim_end()));
+    let merged: Vec<String> = std::iter::once("gsub".to_string())
+        .chain(dirs)
+        .chain(raw.into_iter().skip(1))
+        .collect();
+    let args = SubArgs::try_parse_from(merged).unwrap_or_else(|e| {
+        die(
+            "gsub",
+            e.to_string().trim_start_matches("error: ").trim_end(),
+        )
+    });
     let ignored = args.ignored();
     if !ignored.is_empty() {
-        eprintln!("gsub: warning: ignoring {}: accepted for compatibility but not acted on by gsched yet", ignored.join(", "));
+        eprintln!(
+            "gsub: warning: ignoring {}: accepted for compatibility but not acted on by gsched yet",
+            ignored.join(", ")
+        );
     }
     let ctx = SubmitContext {
-        cwd: std::env::current_dir().map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "/".into()),
+        cwd: std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "/".into()),
         env: std::env::vars().collect(),
         user: current_user(),
         uid: Some(nix::unistd::getuid().as_raw()),
@@ -55,13 +104,19 @@ fn main() {
         is_root: nix::unistd::geteuid().is_root(),
     };
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     if args.dry_run {
         rt.block_on(dry_run(&args, &spec));
         return;
     }
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let req = SubmitRequest { request_id: request_id(), spec_json: serde_json::to_vec(&spec).expect("spec serialises") };
+    let req = SubmitRequest {
+        request_id: request_id(),
+        spec_json: serde_json::to_vec(&spec).expect("spec serialises"),
+    };
     let reply = rt.block_on(client.call(|mut c| {
         let req = req.clone();
         async move { c.submit(req).await }
@@ -83,12 +138,19 @@ fn main() {
 /// run on an idle cluster and the environment each node's first task would get.
 async fn dry_run(args: &SubArgs, spec: &JobSpec) {
     let mut doc = dry_run_json(spec);
-    let mut client = Client::new(controller_list(args.controllers.as_deref())).with_budget(std::time::Duration::from_secs(3));
-    let req = SubmitRequest { request_id: String::new(), spec_json: serde_json::to_vec(spec).expect("spec serialises") };
-    match client.call(|mut c| {
-        let req = req.clone();
-        async move { c.check(req).await }
-    }).await {
+    let mut client = Client::new(controller_list(args.controllers.as_deref()))
+        .with_budget(std::time::Duration::from_secs(3));
+    let req = SubmitRequest {
+        request_id: String::new(),
+        spec_json: serde_json::to_vec(spec).expect("spec serialises"),
+    };
+    match client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.check(req).await }
+        })
+        .await
+    {
         Ok(reply) => {
             let check: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
             doc["check"] = serde_json::json!(check["message"]);
@@ -96,7 +158,10 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec) {
                 doc["environment"] = env;
             }
         }
-        Err(s) => doc["check"] = serde_json::json!(format!("not checked against the cluster: {}", describe(&s))),
+        Err(s) => {
+            doc["check"] =
+                serde_json::json!(format!("not checked against the cluster: {}", describe(&s)))
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
@@ -110,7 +175,14 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec) {
             for (node, vars) in env {
                 println!("\nenvironment on {node}:");
                 for (k, v) in vars.as_object().into_iter().flatten() {
-                    if k.starts_with("SLURM_") || k.starts_with("GSCHED_") || k.starts_with("NCCL_") || k.starts_with("CUDA_") || k.starts_with("MASTER_") || k.starts_with("TORCH") || ["RANK", "WORLD_SIZE", "LOCAL_RANK"].contains(&k.as_str()) {
+                    if k.starts_with("SLURM_")
+                        || k.starts_with("GSCHED_")
+                        || k.starts_with("NCCL_")
+                        || k.starts_with("CUDA_")
+                        || k.starts_with("MASTER_")
+                        || k.starts_with("TORCH")
+                        || ["RANK", "WORLD_SIZE", "LOCAL_RANK"].contains(&k.as_str())
+                    {
                         println!("  {k}={}", v.as_str().unwrap_or(""));
                     }
                 }
@@ -120,8 +192,10 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec) {
 }
 
 fn environments(spec: &JobSpec, check: &serde_json::Value) -> Option<serde_json::Value> {
-    let alloc: gsched_types::resources::Allocation = serde_json::from_value(check.get("allocation_if_idle")?.clone()).ok()?;
-    let topologies: std::collections::BTreeMap<String, gsched_types::Topology> = serde_json::from_value(check.get("topologies")?.clone()).ok()?;
+    let alloc: gsched_types::resources::Allocation =
+        serde_json::from_value(check.get("allocation_if_idle")?.clone()).ok()?;
+    let topologies: std::collections::BTreeMap<String, gsched_types::Topology> =
+        serde_json::from_value(check.get("topologies")?.clone()).ok()?;
     let nodes: Vec<String> = alloc.nodes.iter().map(|n| n.node.clone()).collect();
     let mut out = serde_json::Map::new();
     for (rank, na) in alloc.nodes.iter().enumerate() {
@@ -147,8 +221,13 @@ fn environments(spec: &JobSpec, check: &serde_json::Value) -> Option<serde_json:
             log_dir: "<step log dir>",
             agent_env: &Default::default(),
             home: None,
+            gpu_map: &[],
         });
-        let shown: serde_json::Map<String, serde_json::Value> = env.into_iter().filter(|(k, _)| !spec.env.contains_key(k) || k.starts_with("NCCL_")).map(|(k, v)| (k, serde_json::Value::String(v))).collect();
+        let shown: serde_json::Map<String, serde_json::Value> = env
+            .into_iter()
+            .filter(|(k, _)| !spec.env.contains_key(k) || k.starts_with("NCCL_"))
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
         out.insert(na.node.clone(), serde_json::Value::Object(shown));
     }
     Some(serde_json::Value::Object(out))

@@ -13,7 +13,9 @@ pub mod store;
 pub mod suite;
 
 pub use mem::MemStore;
-pub use node::{Membership, Msg, NodeConfig, NodeStatus, ProposeError, RaftHandle, Replica, Transport, start};
+pub use node::{
+    Membership, Msg, NodeConfig, NodeStatus, ProposeError, RaftHandle, Replica, Transport, start,
+};
 pub use sled_store::SledStore;
 pub use store::{LogStore, StoreError};
 
@@ -25,7 +27,8 @@ pub fn encode_message(m: &raft::eraftpb::Message) -> Vec<u8> {
 
 /// Decodes a raft message received from a peer.
 pub fn decode_message(bytes: &[u8]) -> Result<raft::eraftpb::Message, String> {
-    <raft::eraftpb::Message as protobuf::Message>::parse_from_bytes(bytes).map_err(|e| e.to_string())
+    <raft::eraftpb::Message as protobuf::Message>::parse_from_bytes(bytes)
+        .map_err(|e| e.to_string())
 }
 
 pub use raft::eraftpb::Message as RaftMessage;

@@ -24,7 +24,9 @@ impl Drain for TracingDrain {
         let _ = values.serialize(record, &mut kv);
         let msg = record.msg();
         match record.level() {
-            slog::Level::Critical | slog::Level::Error => tracing::error!(target: "raft", "{msg}{}", kv.0),
+            slog::Level::Critical | slog::Level::Error => {
+                tracing::error!(target: "raft", "{msg}{}", kv.0)
+            }
             slog::Level::Warning => tracing::warn!(target: "raft", "{msg}{}", kv.0),
             slog::Level::Info => tracing::info!(target: "raft", "{msg}{}", kv.0),
             slog::Level::Debug => tracing::debug!(target: "raft", "{msg}{}", kv.0),

@@ -29,10 +29,16 @@ impl LogStore for MemStore {
         Ok(self.snap.clone())
     }
     fn first_index(&self) -> u64 {
-        self.entries.first().map(|e| e.index).unwrap_or(self.snap.get_metadata().index + 1)
+        self.entries
+            .first()
+            .map(|e| e.index)
+            .unwrap_or(self.snap.get_metadata().index + 1)
     }
     fn last_index(&self) -> u64 {
-        self.entries.last().map(|e| e.index).unwrap_or(self.snap.get_metadata().index)
+        self.entries
+            .last()
+            .map(|e| e.index)
+            .unwrap_or(self.snap.get_metadata().index)
     }
     fn entries(&self, low: u64, high: u64, max_size: Option<u64>) -> Result<Vec<Entry>> {
         if low < self.first_index() {
@@ -67,12 +73,22 @@ impl LogStore for MemStore {
         Ok(self.entries[(idx - self.first_index()) as usize].term)
     }
     fn append(&mut self, entries: &[Entry]) -> Result<()> {
-        let Some(first) = entries.first() else { return Ok(()) };
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
         if first.index < self.first_index() {
-            return Err(StoreError::Corrupt(format!("append at {} before first index {}", first.index, self.first_index())));
+            return Err(StoreError::Corrupt(format!(
+                "append at {} before first index {}",
+                first.index,
+                self.first_index()
+            )));
         }
         if first.index > self.last_index() + 1 {
-            return Err(StoreError::Corrupt(format!("append at {} leaves a gap after {}", first.index, self.last_index())));
+            return Err(StoreError::Corrupt(format!(
+                "append at {} leaves a gap after {}",
+                first.index,
+                self.last_index()
+            )));
         }
         let keep = (first.index - self.first_index()) as usize;
         self.entries.truncate(keep);
@@ -90,7 +106,9 @@ impl LogStore for MemStore {
     fn save_snapshot(&mut self, snap: &Snapshot, compact_to: u64) -> Result<()> {
         let index = snap.get_metadata().index;
         let compact_to = compact_to.min(index + 1);
-        let drop = compact_to.saturating_sub(self.first_index()).min(self.entries.len() as u64) as usize;
+        let drop = compact_to
+            .saturating_sub(self.first_index())
+            .min(self.entries.len() as u64) as usize;
         self.entries.drain(..drop);
         self.snap = snap.clone();
         if self.entries.is_empty() {

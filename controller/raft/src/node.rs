@@ -15,7 +15,9 @@ use crate::storage::RaftStorage;
 use crate::store::LogStore;
 use gsched_state::{ClusterState, Command, Envelope, Outcome};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, EntryType, Message, MessageType, Snapshot,
+};
 use raft::{RawNode, StateRole};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -87,14 +89,25 @@ pub enum Membership {
 
 /// Messages into the node thread.
 pub enum Msg {
-    Propose { data: Vec<u8>, reply: oneshot::Sender<Result<Outcome, ProposeError>> },
-    ChangeMembership { change: Membership, reply: oneshot::Sender<Result<Outcome, ProposeError>> },
+    Propose {
+        data: Vec<u8>,
+        reply: oneshot::Sender<Result<Outcome, ProposeError>>,
+    },
+    ChangeMembership {
+        change: Membership,
+        reply: oneshot::Sender<Result<Outcome, ProposeError>>,
+    },
     Raft(Box<Message>),
     Unreachable(u64),
-    SnapshotDone { to: u64, ok: bool },
+    SnapshotDone {
+        to: u64,
+        ok: bool,
+    },
     TransferLeader(u64),
     /// Linearizable read barrier: replies with the read index once it is applied here.
-    ReadIndex { reply: oneshot::Sender<Result<u64, ProposeError>> },
+    ReadIndex {
+        reply: oneshot::Sender<Result<u64, ProposeError>>,
+    },
     Shutdown,
 }
 
@@ -136,13 +149,20 @@ impl RaftHandle {
     /// Proposes a command and waits until it is applied on this replica.
     pub async fn propose(&self, env: &Envelope) -> Result<Outcome, ProposeError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::Propose { data: env.encode(), reply }).map_err(|_| ProposeError::Stopped)?;
+        self.tx
+            .send(Msg::Propose {
+                data: env.encode(),
+                reply,
+            })
+            .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 
     pub async fn change_membership(&self, change: Membership) -> Result<Outcome, ProposeError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::ChangeMembership { change, reply }).map_err(|_| ProposeError::Stopped)?;
+        self.tx
+            .send(Msg::ChangeMembership { change, reply })
+            .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 
@@ -150,7 +170,9 @@ impl RaftHandle {
     /// ReadIndex, confirmed by a quorum), so a read after it sees every acknowledged write.
     pub async fn read_barrier(&self) -> Result<u64, ProposeError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::ReadIndex { reply }).map_err(|_| ProposeError::Stopped)?;
+        self.tx
+            .send(Msg::ReadIndex { reply })
+            .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 
@@ -207,8 +229,16 @@ pub enum NodeError {
 }
 
 /// Starts a replica on its own thread.
-pub fn start<S: LogStore, T: Transport>(cfg: NodeConfig, mut store: S, transport: T, tx: Sender<Msg>, rx: Receiver<Msg>) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
-    let fresh = store.hard_state() == Default::default() && store.conf_state().voters.is_empty() && store.snapshot()?.get_metadata().index == 0;
+pub fn start<S: LogStore, T: Transport>(
+    cfg: NodeConfig,
+    mut store: S,
+    transport: T,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
+    let fresh = store.hard_state() == Default::default()
+        && store.conf_state().voters.is_empty()
+        && store.snapshot()?.get_metadata().index == 0;
     if fresh && !cfg.bootstrap_voters.is_empty() {
         let mut cs = ConfState::default();
         cs.voters = cfg.bootstrap_voters.clone();
@@ -217,7 +247,11 @@ pub fn start<S: LogStore, T: Transport>(cfg: NodeConfig, mut store: S, transport
     }
     let snap = store.snapshot()?;
     let snap_index = snap.get_metadata().index;
-    let state = if snap_index > 0 { ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))? } else { ClusterState::default() };
+    let state = if snap_index > 0 {
+        ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))?
+    } else {
+        ClusterState::default()
+    };
     let mut hs = store.hard_state();
     if hs.commit < snap_index {
         hs.commit = snap_index;
@@ -236,11 +270,34 @@ pub fn start<S: LogStore, T: Transport>(cfg: NodeConfig, mut store: S, transport
         ..Default::default()
     };
     raft_cfg.validate()?;
-    let raw = RawNode::new(&raft_cfg, RaftStorage { store }, &crate::logger::raft_logger())?;
-    let replica = Arc::new(RwLock::new(Replica { applied: snap_index, state }));
+    let raw = RawNode::new(
+        &raft_cfg,
+        RaftStorage { store },
+        &crate::logger::raft_logger(),
+    )?;
+    let replica = Arc::new(RwLock::new(Replica {
+        applied: snap_index,
+        state,
+    }));
     let (status_tx, status_rx) = watch::channel(NodeStatus::default());
-    let handle = RaftHandle { tx, replica: replica.clone(), status: status_rx };
-    let mut node = Node { cfg, raw, transport, replica, status_tx, pending: HashMap::new(), reads: HashMap::new(), reads_ready: Vec::new(), seq: 0, last_snapshot: snap_index, term: 0 };
+    let handle = RaftHandle {
+        tx,
+        replica: replica.clone(),
+        status: status_rx,
+    };
+    let mut node = Node {
+        cfg,
+        raw,
+        transport,
+        replica,
+        status_tx,
+        pending: HashMap::new(),
+        reads: HashMap::new(),
+        reads_ready: Vec::new(),
+        seq: 0,
+        last_snapshot: snap_index,
+        term: 0,
+    };
     let thread = std::thread::Builder::new()
         .name(format!("raft-{}", node.cfg.id))
         .spawn(move || {
@@ -306,7 +363,11 @@ impl<S: LogStore, T: Transport> Node<S, T> {
 
     fn next_tag(&mut self, address: Option<String>) -> (u64, Vec<u8>) {
         self.seq += 1;
-        let tag = Tag { node: self.cfg.id, seq: self.seq, address };
+        let tag = Tag {
+            node: self.cfg.id,
+            seq: self.seq,
+            address,
+        };
         (self.seq, serde_json::to_vec(&tag).expect("tag encodes"))
     }
 
@@ -320,7 +381,14 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                 let (seq, ctx) = self.next_tag(None);
                 match self.raw.propose(ctx, data) {
                     Ok(()) => {
-                        self.pending.insert(seq, Pending { since: Instant::now(), term: self.raw.raft.term, reply });
+                        self.pending.insert(
+                            seq,
+                            Pending {
+                                since: Instant::now(),
+                                term: self.raw.raft.term,
+                                reply,
+                            },
+                        );
                     }
                     Err(_) => {
                         let _ = reply.send(Err(ProposeError::Dropped));
@@ -345,30 +413,53 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         None
                     }
                 };
-                let voters = self.raw.raft.prs().conf().voters().ids().iter().collect::<Vec<u64>>();
+                let voters = self
+                    .raw
+                    .raft
+                    .prs()
+                    .conf()
+                    .voters()
+                    .ids()
+                    .iter()
+                    .collect::<Vec<u64>>();
                 if let Membership::Remove { id } = &change {
                     if !voters.contains(id) {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("controller {id} is not a member"))));
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
+                            "controller {id} is not a member"
+                        ))));
                         return Ok(true);
                     }
                     if voters.len() == 1 {
-                        let _ = reply.send(Err(ProposeError::BadConfChange("cannot remove the last controller".into())));
+                        let _ = reply.send(Err(ProposeError::BadConfChange(
+                            "cannot remove the last controller".into(),
+                        )));
                         return Ok(true);
                     }
                 }
                 if let Membership::Add { id, .. } = &change {
                     if voters.contains(id) {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("controller {id} is already a member"))));
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
+                            "controller {id} is already a member"
+                        ))));
                         return Ok(true);
                     }
                 }
                 let (seq, ctx) = self.next_tag(address);
                 match self.raw.propose_conf_change(ctx, cc) {
                     Ok(()) => {
-                        self.pending.insert(seq, Pending { since: Instant::now(), term: self.raw.raft.term, reply });
+                        self.pending.insert(
+                            seq,
+                            Pending {
+                                since: Instant::now(),
+                                term: self.raw.raft.term,
+                                reply,
+                            },
+                        );
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!("{e} (one change at a time: wait for the previous one to commit)"))));
+                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
+                            "{e} (one change at a time: wait for the previous one to commit)"
+                        ))));
                     }
                 }
             }
@@ -379,7 +470,11 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             }
             Msg::Unreachable(id) => self.raw.report_unreachable(id),
             Msg::SnapshotDone { to, ok } => {
-                let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+                let status = if ok {
+                    raft::SnapshotStatus::Finish
+                } else {
+                    raft::SnapshotStatus::Failure
+                };
                 self.raw.report_snapshot(to, status);
             }
             Msg::TransferLeader(to) => self.raw.transfer_leader(to),
@@ -399,7 +494,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
 
     fn expire_pending(&mut self) {
         // raft-rs drops read-index requests a new leader cannot serve yet; callers retry.
-        let stale: Vec<u64> = self.reads.iter().filter(|(_, (t, _))| t.elapsed() > Duration::from_millis(300)).map(|(k, _)| *k).collect();
+        let stale: Vec<u64> = self
+            .reads
+            .iter()
+            .filter(|(_, (t, _))| t.elapsed() > Duration::from_millis(300))
+            .map(|(k, _)| *k)
+            .collect();
         for k in stale {
             if let Some((_, reply)) = self.reads.remove(&k) {
                 let _ = reply.send(Err(ProposeError::Timeout));
@@ -407,10 +507,19 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         }
         let timeout = self.cfg.proposal_timeout;
         let term = self.raw.raft.term;
-        let expired: Vec<u64> = self.pending.iter().filter(|(_, p)| p.since.elapsed() > timeout || p.term != term).map(|(k, _)| *k).collect();
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.since.elapsed() > timeout || p.term != term)
+            .map(|(k, _)| *k)
+            .collect();
         for k in expired {
             if let Some(p) = self.pending.remove(&k) {
-                let err = if p.term != term { ProposeError::LeadershipChanged } else { ProposeError::Timeout };
+                let err = if p.term != term {
+                    ProposeError::LeadershipChanged
+                } else {
+                    ProposeError::Timeout
+                };
                 let _ = p.reply.send(Err(err));
             }
         }
@@ -435,7 +544,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             self.install_snapshot(&snap)?;
         }
         for rs in ready.take_read_states() {
-            let key = rs.request_ctx.as_slice().try_into().map(u64::from_be_bytes).unwrap_or(0);
+            let key = rs
+                .request_ctx
+                .as_slice()
+                .try_into()
+                .map(u64::from_be_bytes)
+                .unwrap_or(0);
             if let Some((_, reply)) = self.reads.remove(&key) {
                 self.reads_ready.push((rs.index, reply));
             }
@@ -468,7 +582,9 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         self.apply(light.take_committed_entries())?;
         self.raw.advance_apply();
         let applied = self.raw.raft.raft_log.applied;
-        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_ready).into_iter().partition(|(idx, _)| *idx <= applied);
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_ready)
+            .into_iter()
+            .partition(|(idx, _)| *idx <= applied);
         self.reads_ready = waiting;
         for (idx, reply) in done {
             let _ = reply.send(Ok(idx));
@@ -484,14 +600,18 @@ impl<S: LogStore, T: Transport> Node<S, T> {
 
     fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), NodeError> {
         let index = snap.get_metadata().index;
-        let state = ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))?;
+        let state = ClusterState::from_snapshot(&snap.data)
+            .map_err(|e| NodeError::Snapshot(e.to_string()))?;
         self.raw.mut_store().store.install_snapshot(snap)?;
         self.raw.mut_store().store.sync()?;
         let mut r = self.replica.write().expect("replica lock");
         r.state = state;
         r.applied = index;
         self.last_snapshot = index;
-        tracing::info!("replica {} installed snapshot at index {index}", self.cfg.id);
+        tracing::info!(
+            "replica {} installed snapshot at index {index}",
+            self.cfg.id
+        );
         Ok(())
     }
 
@@ -518,7 +638,9 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         }
                     }
                     EntryType::EntryConfChange => {
-                        let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| NodeError::Snapshot(format!("conf change {}: {e}", entry.index)))?;
+                        let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| {
+                            NodeError::Snapshot(format!("conf change {}: {e}", entry.index))
+                        })?;
                         let cs = self.raw.apply_conf_change(&cc)?;
                         self.raw.mut_store().store.set_conf_state(&cs)?;
                         let address = match cc.get_change_type() {
@@ -526,8 +648,19 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                             _ => tag.as_ref().and_then(|t| t.address.clone()),
                         };
                         let at = r.state.clock_ms;
-                        r.state.apply(&Envelope::new(Command::SetControllerAddress { id: cc.node_id, address }, at, None));
-                        tracing::info!("replica {}: membership now voters={:?}", self.cfg.id, cs.voters);
+                        r.state.apply(&Envelope::new(
+                            Command::SetControllerAddress {
+                                id: cc.node_id,
+                                address,
+                            },
+                            at,
+                            None,
+                        ));
+                        tracing::info!(
+                            "replica {}: membership now voters={:?}",
+                            self.cfg.id,
+                            cs.voters
+                        );
                         if mine {
                             replies.push((tag.expect("mine").seq, Outcome::Ok));
                         }
@@ -575,7 +708,11 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         let raft = &self.raw.raft;
         let store = &self.raw.store().store;
         let conf = raft.prs().conf();
-        let matched = if raft.state == StateRole::Leader { raft.prs().iter().map(|(id, p)| (*id, p.matched)).collect() } else { Vec::new() };
+        let matched = if raft.state == StateRole::Leader {
+            raft.prs().iter().map(|(id, p)| (*id, p.matched)).collect()
+        } else {
+            Vec::new()
+        };
         let mut voters: Vec<u64> = conf.voters().ids().iter().collect();
         voters.sort_unstable();
         let mut learners: Vec<u64> = conf.learners().iter().copied().collect();

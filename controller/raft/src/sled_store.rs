@@ -31,7 +31,11 @@ fn encode<M: protobuf::Message>(m: &M) -> Vec<u8> {
 impl SledStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<SledStore> {
-        let db = sled::Config::new().path(dir.join("raft.sled")).flush_every_ms(None).open().map_err(io)?;
+        let db = sled::Config::new()
+            .path(dir.join("raft.sled"))
+            .flush_every_ms(None)
+            .open()
+            .map_err(io)?;
         let log = db.open_tree("log").map_err(io)?;
         let meta = db.open_tree("meta").map_err(io)?;
         let hs = match meta.get("hard_state").map_err(io)? {
@@ -47,9 +51,26 @@ impl SledStore {
             None => Default::default(),
         };
         let key = |k: sled::IVec| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
-        let first = log.first().map_err(io)?.map(|(k, _)| key(k)).unwrap_or(snap_meta.index + 1);
-        let last = log.last().map_err(io)?.map(|(k, _)| key(k)).unwrap_or(snap_meta.index);
-        Ok(SledStore { db, log, meta, hs, cs, snap_meta, first, last })
+        let first = log
+            .first()
+            .map_err(io)?
+            .map(|(k, _)| key(k))
+            .unwrap_or(snap_meta.index + 1);
+        let last = log
+            .last()
+            .map_err(io)?
+            .map(|(k, _)| key(k))
+            .unwrap_or(snap_meta.index);
+        Ok(SledStore {
+            db,
+            log,
+            meta,
+            hs,
+            cs,
+            snap_meta,
+            first,
+            last,
+        })
     }
 }
 
@@ -90,7 +111,9 @@ impl LogStore for SledStore {
             out.push(decode(&v, "log entry")?);
         }
         if out.is_empty() && low < high {
-            return Err(StoreError::Corrupt(format!("entries {low}..{high} missing from the log")));
+            return Err(StoreError::Corrupt(format!(
+                "entries {low}..{high} missing from the log"
+            )));
         }
         Ok(out)
     }
@@ -106,16 +129,26 @@ impl LogStore for SledStore {
         }
         match self.log.get(idx.to_be_bytes()).map_err(io)? {
             Some(v) => Ok(decode::<Entry>(&v, "log entry")?.term),
-            None => Err(StoreError::Corrupt(format!("entry {idx} missing from the log"))),
+            None => Err(StoreError::Corrupt(format!(
+                "entry {idx} missing from the log"
+            ))),
         }
     }
     fn append(&mut self, entries: &[Entry]) -> Result<()> {
-        let Some(first) = entries.first() else { return Ok(()) };
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
         if first.index < self.first {
-            return Err(StoreError::Corrupt(format!("append at {} before first index {}", first.index, self.first)));
+            return Err(StoreError::Corrupt(format!(
+                "append at {} before first index {}",
+                first.index, self.first
+            )));
         }
         if first.index > self.last + 1 {
-            return Err(StoreError::Corrupt(format!("append at {} leaves a gap after {}", first.index, self.last)));
+            return Err(StoreError::Corrupt(format!(
+                "append at {} leaves a gap after {}",
+                first.index, self.last
+            )));
         }
         let mut batch = sled::Batch::default();
         for idx in first.index..=self.last {

@@ -19,11 +19,22 @@ fn to_raft(e: StoreError) -> raft::Error {
 
 impl<S: LogStore> Storage for RaftStorage<S> {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(RaftState { hard_state: self.store.hard_state(), conf_state: self.store.conf_state() })
+        Ok(RaftState {
+            hard_state: self.store.hard_state(),
+            conf_state: self.store.conf_state(),
+        })
     }
 
-    fn entries(&self, low: u64, high: u64, max_size: impl Into<Option<u64>>, _context: GetEntriesContext) -> raft::Result<Vec<Entry>> {
-        self.store.entries(low, high, max_size.into()).map_err(to_raft)
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.store
+            .entries(low, high, max_size.into())
+            .map_err(to_raft)
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
@@ -41,7 +52,9 @@ impl<S: LogStore> Storage for RaftStorage<S> {
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let snap = self.store.snapshot().map_err(to_raft)?;
         if snap.get_metadata().index == 0 {
-            return Err(raft::Error::Store(raft::StorageError::SnapshotTemporarilyUnavailable));
+            return Err(raft::Error::Store(
+                raft::StorageError::SnapshotTemporarilyUnavailable,
+            ));
         }
         Ok(snap)
     }

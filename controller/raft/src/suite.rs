@@ -49,17 +49,27 @@ fn append_and_read<S: LogStore>(mut s: S) {
     s.append(&entries(1..=10, 1)).unwrap();
     assert_eq!((s.first_index(), s.last_index()), (1, 10));
     let got = s.entries(3, 7, None).unwrap();
-    assert_eq!(got.iter().map(|e| e.index).collect::<Vec<_>>(), vec![3, 4, 5, 6]);
+    assert_eq!(
+        got.iter().map(|e| e.index).collect::<Vec<_>>(),
+        vec![3, 4, 5, 6]
+    );
     assert_eq!(got[0].data, entry(3, 1).data);
     assert_eq!(s.term(10).unwrap(), 1);
     assert!(matches!(s.term(11), Err(StoreError::Unavailable)));
-    assert!(matches!(s.entries(5, 12, None), Err(StoreError::Unavailable)));
+    assert!(matches!(
+        s.entries(5, 12, None),
+        Err(StoreError::Unavailable)
+    ));
 }
 
 fn conflicting_append_truncates<S: LogStore>(mut s: S) {
     s.append(&entries(1..=10, 1)).unwrap();
     s.append(&entries(6..=7, 2)).unwrap();
-    assert_eq!(s.last_index(), 7, "entries after a conflicting append must be removed");
+    assert_eq!(
+        s.last_index(),
+        7,
+        "entries after a conflicting append must be removed"
+    );
     assert_eq!(s.term(6).unwrap(), 2);
     assert_eq!(s.term(5).unwrap(), 1);
     s.append(&entries(8..=8, 2)).unwrap();
@@ -68,7 +78,10 @@ fn conflicting_append_truncates<S: LogStore>(mut s: S) {
 
 fn gaps_are_refused<S: LogStore>(mut s: S) {
     s.append(&entries(1..=3, 1)).unwrap();
-    assert!(s.append(&entries(5..=6, 1)).is_err(), "a gap must be refused");
+    assert!(
+        s.append(&entries(5..=6, 1)).is_err(),
+        "a gap must be refused"
+    );
     assert_eq!(s.last_index(), 3);
 }
 
@@ -80,24 +93,39 @@ fn max_size_returns_at_least_one<S: LogStore>(mut s: S) {
 
 fn snapshot_compacts_and_keeps_term<S: LogStore>(mut s: S) {
     s.append(&entries(1..=10, 3)).unwrap();
-    s.save_snapshot(&snapshot(8, 3, vec![1, 2, 3], b"state@8"), 6).unwrap();
-    assert_eq!(s.first_index(), 6, "compaction keeps the tail from compact_to");
+    s.save_snapshot(&snapshot(8, 3, vec![1, 2, 3], b"state@8"), 6)
+        .unwrap();
+    assert_eq!(
+        s.first_index(),
+        6,
+        "compaction keeps the tail from compact_to"
+    );
     assert_eq!(s.last_index(), 10);
     assert!(matches!(s.entries(2, 5, None), Err(StoreError::Compacted)));
     assert_eq!(s.term(8).unwrap(), 3);
     let snap = s.snapshot().unwrap();
     assert_eq!(snap.get_metadata().index, 8);
     assert_eq!(snap.data.as_ref(), b"state@8");
-    s.save_snapshot(&snapshot(10, 3, vec![1, 2, 3], b"state@10"), 11).unwrap();
-    assert_eq!((s.first_index(), s.last_index()), (11, 10), "fully compacted log");
-    assert_eq!(s.term(10).unwrap(), 3, "term of the snapshot index survives compaction");
+    s.save_snapshot(&snapshot(10, 3, vec![1, 2, 3], b"state@10"), 11)
+        .unwrap();
+    assert_eq!(
+        (s.first_index(), s.last_index()),
+        (11, 10),
+        "fully compacted log"
+    );
+    assert_eq!(
+        s.term(10).unwrap(),
+        3,
+        "term of the snapshot index survives compaction"
+    );
     s.append(&entries(11..=11, 4)).unwrap();
     assert_eq!(s.last_index(), 11);
 }
 
 fn install_snapshot_replaces_log<S: LogStore>(mut s: S) {
     s.append(&entries(1..=5, 1)).unwrap();
-    s.install_snapshot(&snapshot(20, 4, vec![1, 2], b"leader-state")).unwrap();
+    s.install_snapshot(&snapshot(20, 4, vec![1, 2], b"leader-state"))
+        .unwrap();
     assert_eq!((s.first_index(), s.last_index()), (21, 20));
     assert_eq!(s.term(20).unwrap(), 4);
     assert_eq!(s.conf_state().voters, vec![1, 2]);
@@ -116,12 +144,21 @@ fn survives_reopen<S: LogStore>(mut s: S, reopen: &dyn Fn(S) -> S) {
     let mut cs = ConfState::default();
     cs.voters = vec![1, 2, 3];
     s.set_conf_state(&cs).unwrap();
-    s.save_snapshot(&snapshot(4, 2, vec![1, 2, 3], b"four"), 3).unwrap();
+    s.save_snapshot(&snapshot(4, 2, vec![1, 2, 3], b"four"), 3)
+        .unwrap();
     s.sync().unwrap();
     let s = reopen(s);
     assert_eq!(s.hard_state(), hs, "hard state after reopen");
-    assert_eq!(s.conf_state().voters, vec![1, 2, 3], "conf state after reopen");
-    assert_eq!((s.first_index(), s.last_index()), (3, 6), "log bounds after reopen");
+    assert_eq!(
+        s.conf_state().voters,
+        vec![1, 2, 3],
+        "conf state after reopen"
+    );
+    assert_eq!(
+        (s.first_index(), s.last_index()),
+        (3, 6),
+        "log bounds after reopen"
+    );
     assert_eq!(s.term(6).unwrap(), 2);
     assert_eq!(s.snapshot().unwrap().data.as_ref(), b"four");
 }

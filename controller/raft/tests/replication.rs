@@ -56,7 +56,13 @@ struct Cluster {
 
 impl Cluster {
     fn new(n: u64, snapshot_every: u64) -> Cluster {
-        let mut c = Cluster { net: Default::default(), dirs: HashMap::new(), nodes: HashMap::new(), voters: (1..=n).collect(), snapshot_every };
+        let mut c = Cluster {
+            net: Default::default(),
+            dirs: HashMap::new(),
+            nodes: HashMap::new(),
+            voters: (1..=n).collect(),
+            snapshot_every,
+        };
         for id in 1..=n {
             c.dirs.insert(id, tempfile::tempdir().unwrap());
             c.start(id);
@@ -74,7 +80,17 @@ impl Cluster {
         cfg.keep_tail = 5;
         cfg.proposal_timeout = Duration::from_secs(2);
         let store = SledStore::open(self.dirs[&id].path()).unwrap();
-        let (handle, thread) = gsched_raft::start(cfg, store, ChannelTransport { from: id, net: self.net.clone() }, tx, rx).unwrap();
+        let (handle, thread) = gsched_raft::start(
+            cfg,
+            store,
+            ChannelTransport {
+                from: id,
+                net: self.net.clone(),
+            },
+            tx,
+            rx,
+        )
+        .unwrap();
         self.nodes.insert(id, (handle, thread));
     }
 
@@ -91,7 +107,14 @@ impl Cluster {
         loop {
             for (id, (h, _)) in &self.nodes {
                 let s = h.status.borrow().clone();
-                if s.role == "leader" && !self.net.lock().unwrap().cut.contains(&(*id, *self.voters.iter().find(|v| *v != id).unwrap_or(id))) {
+                if s.role == "leader"
+                    && !self
+                        .net
+                        .lock()
+                        .unwrap()
+                        .cut
+                        .contains(&(*id, *self.voters.iter().find(|v| *v != id).unwrap_or(id)))
+                {
                     return *id;
                 }
             }
@@ -106,19 +129,35 @@ impl Cluster {
 
     fn wait_applied_everywhere(&self, index: u64, timeout: Duration) {
         let start = Instant::now();
-        while !self.nodes.values().all(|(h, _)| h.replica.read().unwrap().applied >= index) {
-            assert!(start.elapsed() < timeout, "replicas did not reach index {index}");
+        while !self
+            .nodes
+            .values()
+            .all(|(h, _)| h.replica.read().unwrap().applied >= index)
+        {
+            assert!(
+                start.elapsed() < timeout,
+                "replicas did not reach index {index}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn submit_env(i: u64) -> Envelope {
-    Envelope::new(Command::SubmitJob { spec: JobSpec::simple(&format!("job{i}"), "alice", "true") }, 1000 + i, Some(format!("req-{i}")))
+    Envelope::new(
+        Command::SubmitJob {
+            spec: JobSpec::simple(&format!("job{i}"), "alice", "true"),
+        },
+        1000 + i,
+        Some(format!("req-{i}")),
+    )
 }
 
 /// Proposes through `node`, retrying transient errors with the same request id.
@@ -129,7 +168,10 @@ fn propose_retrying(rt: &tokio::runtime::Runtime, c: &Cluster, env: &Envelope) -
         match rt.block_on(c.handle(id).propose(env)) {
             Ok(o) => return o,
             Err(e) => {
-                assert!(start.elapsed() < Duration::from_secs(20), "proposal kept failing: {e}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "proposal kept failing: {e}"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -173,15 +215,28 @@ fn three_replicas_elect_replicate_and_survive_leader_loss() {
     }
     // Retrying an old request id returns the original outcome, not a new job.
     let again = propose_retrying(&rt, &c, &submit_env(3));
-    assert_eq!(again, Outcome::Submitted { jobs: vec![acked[3]] });
+    assert_eq!(
+        again,
+        Outcome::Submitted {
+            jobs: vec![acked[3]]
+        }
+    );
     c.start(leader);
     let new_leader = c.leader(Duration::from_secs(5));
     let target = c.handle(new_leader).replica.read().unwrap().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
-    let digests: HashSet<String> = c.nodes.values().map(|(h, _)| h.replica.read().unwrap().state.digest()).collect();
+    let digests: HashSet<String> = c
+        .nodes
+        .values()
+        .map(|(h, _)| h.replica.read().unwrap().state.digest())
+        .collect();
     assert_eq!(digests.len(), 1, "replicas disagree");
     let state = &c.handle(new_leader).replica.read().unwrap().state;
-    assert_eq!(state.jobs.len(), 100, "every acknowledged job exists exactly once");
+    assert_eq!(
+        state.jobs.len(),
+        100,
+        "every acknowledged job exists exactly once"
+    );
     for id in &acked {
         assert!(state.jobs.contains_key(id));
     }
@@ -204,11 +259,22 @@ fn isolated_leader_cannot_commit_and_majority_continues() {
     }
     // The minority side accepts no writes.
     let res = rt.block_on(c.handle(old).propose(&submit_env(1)));
-    assert!(matches!(res, Err(ProposeError::Timeout | ProposeError::LeadershipChanged | ProposeError::NoLeader | ProposeError::Dropped)), "{res:?}");
+    assert!(
+        matches!(
+            res,
+            Err(ProposeError::Timeout
+                | ProposeError::LeadershipChanged
+                | ProposeError::NoLeader
+                | ProposeError::Dropped)
+        ),
+        "{res:?}"
+    );
     // The majority elects a new leader and commits.
     let start = Instant::now();
     let new = loop {
-        let found = [1, 2, 3].into_iter().find(|id| *id != old && c.handle(*id).status.borrow().role == "leader");
+        let found = [1, 2, 3]
+            .into_iter()
+            .find(|id| *id != old && c.handle(*id).status.borrow().role == "leader");
         if let Some(id) = found {
             break id;
         }
@@ -217,7 +283,11 @@ fn isolated_leader_cannot_commit_and_majority_continues() {
     };
     let out = rt.block_on(c.handle(new).propose(&submit_env(2))).unwrap();
     assert!(matches!(out, Outcome::Submitted { .. }));
-    assert_ne!(c.handle(old).status.borrow().role, "leader", "check-quorum must depose the isolated leader");
+    assert_ne!(
+        c.handle(old).status.borrow().role,
+        "leader",
+        "check-quorum must depose the isolated leader"
+    );
     let old_state = c.handle(old).replica.read().unwrap().state.jobs.len();
     assert_eq!(old_state, 1, "the isolated replica applied nothing new");
 }
@@ -234,11 +304,17 @@ fn lagging_follower_catches_up_from_a_snapshot() {
         propose_retrying(&rt, &c, &submit_env(i));
     }
     let first = c.handle(leader).status.borrow().first_index;
-    assert!(first > 20, "the leader compacted its log (first index {first})");
+    assert!(
+        first > 20,
+        "the leader compacted its log (first index {first})"
+    );
     c.start(lagger);
     let target = c.handle(leader).replica.read().unwrap().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
-    assert_eq!(c.handle(lagger).replica.read().unwrap().state.jobs.len(), 120);
+    assert_eq!(
+        c.handle(lagger).replica.read().unwrap().state.jobs.len(),
+        120
+    );
     assert!(c.handle(lagger).status.borrow().snapshot_index > 0);
 }
 
@@ -252,16 +328,39 @@ fn membership_add_and_remove() {
     c.dirs.insert(4, tempfile::tempdir().unwrap());
     c.voters = vec![];
     c.start(4);
-    let out = rt.block_on(c.handle(leader).change_membership(Membership::Add { id: 4, address: "127.0.0.1:4".into() })).unwrap();
+    let out = rt
+        .block_on(c.handle(leader).change_membership(Membership::Add {
+            id: 4,
+            address: "127.0.0.1:4".into(),
+        }))
+        .unwrap();
     assert_eq!(out, Outcome::Ok);
     propose_retrying(&rt, &c, &submit_env(1));
     let target = c.handle(leader).replica.read().unwrap().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
     assert_eq!(c.handle(4).replica.read().unwrap().state.jobs.len(), 2);
     assert_eq!(c.handle(leader).status.borrow().voters, vec![1, 2, 3, 4]);
-    assert_eq!(c.handle(4).replica.read().unwrap().state.controllers.get(&4).map(String::as_str), Some("127.0.0.1:4"));
-    let out = rt.block_on(c.handle(leader).change_membership(Membership::Remove { id: 4 })).unwrap();
+    assert_eq!(
+        c.handle(4)
+            .replica
+            .read()
+            .unwrap()
+            .state
+            .controllers
+            .get(&4)
+            .map(String::as_str),
+        Some("127.0.0.1:4")
+    );
+    let out = rt
+        .block_on(
+            c.handle(leader)
+                .change_membership(Membership::Remove { id: 4 }),
+        )
+        .unwrap();
     assert_eq!(out, Outcome::Ok);
-    let bad = rt.block_on(c.handle(leader).change_membership(Membership::Remove { id: 9 }));
+    let bad = rt.block_on(
+        c.handle(leader)
+            .change_membership(Membership::Remove { id: 9 }),
+    );
     assert!(matches!(bad, Err(ProposeError::BadConfChange(_))));
 }

@@ -56,7 +56,14 @@ impl Default for PriorityWeights {
         // Short jobs first (with aging so long ones are not starved), fair share between
         // accounts and users next: on the Philly replay this halves the average wait of
         // FIFO with backfill (README, "Scheduler").
-        PriorityWeights { age: 1000.0, fairshare: 5000.0, job_size: 0.0, short_job: 10_000.0, partition: 1000.0, qos: 2000.0 }
+        PriorityWeights {
+            age: 1000.0,
+            fairshare: 5000.0,
+            job_size: 0.0,
+            short_job: 10_000.0,
+            partition: 1000.0,
+            qos: 2000.0,
+        }
     }
 }
 
@@ -193,7 +200,12 @@ impl SchedConfig {
 
     /// The partition a job lands in when it names none.
     pub fn default_partition(&self) -> String {
-        self.partitions.iter().find(|p| p.default).or(self.partitions.first()).map(|p| p.name.clone()).unwrap_or_else(|| "gpu".to_string())
+        self.partitions
+            .iter()
+            .find(|p| p.default)
+            .or(self.partitions.first())
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| "gpu".to_string())
     }
 
     pub fn qos(&self, name: Option<&str>) -> Option<&QosConfig> {
@@ -209,7 +221,9 @@ impl SchedConfig {
         match self.partition(partition) {
             Some(p) => match &p.nodes {
                 None => true,
-                Some(list) => gsched_types::hostlist::expand(list).map(|h| h.iter().any(|n| n == node)).unwrap_or(false),
+                Some(list) => gsched_types::hostlist::expand(list)
+                    .map(|h| h.iter().any(|n| n == node))
+                    .unwrap_or(false),
             },
             None => false,
         }
@@ -217,13 +231,24 @@ impl SchedConfig {
 
     /// The leaf switch each node hangs off, from the configured switches.
     pub fn leaf_switch_of(&self, node: &str) -> Option<String> {
-        self.switches.iter().find(|s| s.nodes.as_deref().and_then(|l| gsched_types::hostlist::expand(l).ok()).is_some_and(|h| h.iter().any(|n| n == node))).map(|s| s.name.clone())
+        self.switches
+            .iter()
+            .find(|s| {
+                s.nodes
+                    .as_deref()
+                    .and_then(|l| gsched_types::hostlist::expand(l).ok())
+                    .is_some_and(|h| h.iter().any(|n| n == node))
+            })
+            .map(|s| s.name.clone())
     }
 
     /// Checks names and ranges; the message says what to fix.
     pub fn validate(&self) -> Result<(), String> {
         if self.master_port_min == 0 || self.master_port_min > self.master_port_max {
-            return Err(format!("master_port_min..master_port_max ({}..{}) is not a valid port range", self.master_port_min, self.master_port_max));
+            return Err(format!(
+                "master_port_min..master_port_max ({}..{}) is not a valid port range",
+                self.master_port_min, self.master_port_max
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for p in &self.partitions {
@@ -231,7 +256,8 @@ impl SchedConfig {
                 return Err(format!("partition '{}' is defined twice", p.name));
             }
             if let Some(nodes) = &p.nodes {
-                gsched_types::hostlist::expand(nodes).map_err(|e| format!("partition '{}': {e}", p.name))?;
+                gsched_types::hostlist::expand(nodes)
+                    .map_err(|e| format!("partition '{}': {e}", p.name))?;
             }
         }
         if self.partitions.iter().filter(|p| p.default).count() > 1 {
@@ -239,7 +265,8 @@ impl SchedConfig {
         }
         for s in &self.switches {
             if let Some(nodes) = &s.nodes {
-                gsched_types::hostlist::expand(nodes).map_err(|e| format!("switch '{}': {e}", s.name))?;
+                gsched_types::hostlist::expand(nodes)
+                    .map_err(|e| format!("switch '{}': {e}", s.name))?;
             }
         }
         Ok(())

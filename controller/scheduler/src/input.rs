@@ -45,7 +45,12 @@ impl NodeView {
         NodeView {
             name: name.into(),
             topo: Arc::new(TopoModel::uniform(gpus as usize, link)),
-            capacity: NodeCapacity { gpu_count: gpus, bad_gpus: Default::default(), cpus: (0..cpus).collect(), mem_mb },
+            capacity: NodeCapacity {
+                gpu_count: gpus,
+                bad_gpus: Default::default(),
+                cpus: (0..cpus).collect(),
+                mem_mb,
+            },
             usage: NodeUsage::default(),
             available: true,
             features: Vec::new(),
@@ -58,10 +63,31 @@ impl NodeView {
     }
 
     /// A node view from a discovered (or fake) topology, with nothing in use.
-    pub fn from_topology(name: &str, topo: &gsched_types::Topology, training_addr: &str) -> NodeView {
+    pub fn from_topology(
+        name: &str,
+        topo: &gsched_types::Topology,
+        training_addr: &str,
+    ) -> NodeView {
         let cpus = topo.all_cpus();
-        let numa_cpus: Vec<(u32, Vec<u32>)> = topo.numa_nodes.iter().map(|n| (n.id, gsched_types::cpulist::parse(&n.cpus).unwrap_or_default())).collect();
-        let mem_mb = topo.memory_mib.or_else(|| topo.numa_nodes.iter().map(|n| n.memory_mib).sum::<Option<u64>>()).unwrap_or(0);
+        let numa_cpus: Vec<(u32, Vec<u32>)> = topo
+            .numa_nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.id,
+                    gsched_types::cpulist::parse(&n.cpus).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mem_mb = topo
+            .memory_mib
+            .or_else(|| {
+                topo.numa_nodes
+                    .iter()
+                    .map(|n| n.memory_mib)
+                    .sum::<Option<u64>>()
+            })
+            .unwrap_or(0);
         let nics = topo
             .nics
             .iter()
@@ -71,13 +97,26 @@ impl NodeView {
                 name: n.name.clone(),
                 kind: n.kind,
                 speed_mbps: n.speed_mbps.unwrap_or(0),
-                gpu_links: (0..topo.gpus.len()).map(|g| topo.gpu_nic_links.get(g).and_then(|r| r.get(k)).copied().unwrap_or(LinkClass::Unknown)).collect(),
+                gpu_links: (0..topo.gpus.len())
+                    .map(|g| {
+                        topo.gpu_nic_links
+                            .get(g)
+                            .and_then(|r| r.get(k))
+                            .copied()
+                            .unwrap_or(LinkClass::Unknown)
+                    })
+                    .collect(),
             })
             .collect();
         NodeView {
             name: name.into(),
             topo: Arc::new(TopoModel::from_topology(topo)),
-            capacity: NodeCapacity { gpu_count: topo.gpus.len() as u32, bad_gpus: Default::default(), cpus, mem_mb },
+            capacity: NodeCapacity {
+                gpu_count: topo.gpus.len() as u32,
+                bad_gpus: Default::default(),
+                cpus,
+                mem_mb,
+            },
             usage: NodeUsage::default(),
             available: true,
             features: Vec::new(),
@@ -100,11 +139,18 @@ impl NodeView {
     }
 
     pub fn free_cpus_under(&self, usage: &NodeUsage) -> usize {
-        self.capacity.cpus.len().saturating_sub(usage.cpus.len() as usize)
+        self.capacity
+            .cpus
+            .len()
+            .saturating_sub(usage.cpus.len() as usize)
     }
 
     pub fn free_cpus(&self) -> u32 {
-        self.capacity.cpus.iter().filter(|c| !self.usage.cpus.contains(**c)).count() as u32
+        self.capacity
+            .cpus
+            .iter()
+            .filter(|c| !self.usage.cpus.contains(**c))
+            .count() as u32
     }
 
     pub fn free_mem_mb(&self) -> u64 {

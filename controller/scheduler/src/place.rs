@@ -38,7 +38,12 @@ pub struct Eval {
 
 impl Eval {
     fn key(&self) -> (SetQuality, u32, &[SetQuality], usize) {
-        (self.choice.quality, self.free_after, &self.choice.leftover, self.node)
+        (
+            self.choice.quality,
+            self.free_after,
+            &self.choice.leftover,
+            self.node,
+        )
     }
 }
 
@@ -127,12 +132,39 @@ impl<'a> Placer<'a> {
                 if config.partitions.is_empty() {
                     vec![config.default_partition()]
                 } else {
-                    config.partitions.iter().filter(|p| config.partition_has_node(&p.name, &n.name)).map(|p| p.name.clone()).collect()
+                    config
+                        .partitions
+                        .iter()
+                        .filter(|p| config.partition_has_node(&p.name, &n.name))
+                        .map(|p| p.name.clone())
+                        .collect()
                 }
             })
             .collect();
-        let nic_rank = snap.nodes.iter().map(|n| n.nics.iter().map(|x| (!(x.kind == NicKind::Ib || x.kind == NicKind::Roce), u64::MAX - x.speed_mbps)).min().unwrap_or((true, u64::MAX))).collect();
-        Placer { snap, policy: config.policy, partitions, eligibility: FxHashMap::default(), classes: None, nic_rank }
+        let nic_rank = snap
+            .nodes
+            .iter()
+            .map(|n| {
+                n.nics
+                    .iter()
+                    .map(|x| {
+                        (
+                            !(x.kind == NicKind::Ib || x.kind == NicKind::Roce),
+                            u64::MAX - x.speed_mbps,
+                        )
+                    })
+                    .min()
+                    .unwrap_or((true, u64::MAX))
+            })
+            .collect();
+        Placer {
+            snap,
+            policy: config.policy,
+            partitions,
+            eligibility: FxHashMap::default(),
+            classes: None,
+            nic_rank,
+        }
     }
 
     pub fn nodes(&self) -> &[NodeView] {
@@ -148,26 +180,50 @@ impl<'a> Placer<'a> {
         if job.exclude.iter().any(|x| x == &node.name) {
             return Some("excluded".into());
         }
-        if !job.nodelist.is_empty() && job.nodelist.len() as u32 >= job.nodes && !job.nodelist.iter().any(|x| x == &node.name) {
+        if !job.nodelist.is_empty()
+            && job.nodelist.len() as u32 >= job.nodes
+            && !job.nodelist.iter().any(|x| x == &node.name)
+        {
             return Some("not in --nodelist".into());
         }
         if let Some(t) = &job.gpu_type {
-            if !node.gpu_model.as_deref().is_some_and(|m| model_matches(m, t)) {
+            if !node
+                .gpu_model
+                .as_deref()
+                .is_some_and(|m| model_matches(m, t))
+            {
                 return Some(format!("GPU model is not {t}"));
             }
         }
-        if let Some(f) = job.constraint.iter().find(|f| !node.features.iter().any(|nf| nf == *f) && !node.gpu_model.as_deref().is_some_and(|m| model_matches(m, f))) {
+        if let Some(f) = job.constraint.iter().find(|f| {
+            !node.features.iter().any(|nf| nf == *f)
+                && !node
+                    .gpu_model
+                    .as_deref()
+                    .is_some_and(|m| model_matches(m, f))
+        }) {
             return Some(format!("lacks feature {f}"));
         }
         if job.gpus_per_node > node.healthy_gpus() {
-            return Some(format!("has {} usable GPUs, {} wanted", node.healthy_gpus(), job.gpus_per_node));
+            return Some(format!(
+                "has {} usable GPUs, {} wanted",
+                node.healthy_gpus(),
+                job.gpus_per_node
+            ));
         }
         if job.cpus_per_node as usize > node.capacity.cpus.len() {
-            return Some(format!("has {} CPUs, {} wanted", node.capacity.cpus.len(), job.cpus_per_node));
+            return Some(format!(
+                "has {} CPUs, {} wanted",
+                node.capacity.cpus.len(),
+                job.cpus_per_node
+            ));
         }
         let mem = mem_for(job, node, job.gpus_per_node);
         if mem > node.capacity.mem_mb {
-            return Some(format!("has {} MB memory, {mem} MB wanted", node.capacity.mem_mb));
+            return Some(format!(
+                "has {} MB memory, {mem} MB wanted",
+                node.capacity.mem_mb
+            ));
         }
         None
     }
@@ -188,11 +244,20 @@ impl<'a> Placer<'a> {
         let never = if (nodes.len() as u32) < job.nodes {
             let mut reasons: Vec<(String, u32)> = why.into_iter().collect();
             reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let detail = reasons.iter().take(3).map(|(w, n)| format!("{n} node(s) {w}")).collect::<Vec<_>>().join("; ");
+            let detail = reasons
+                .iter()
+                .take(3)
+                .map(|(w, n)| format!("{n} node(s) {w}"))
+                .collect::<Vec<_>>()
+                .join("; ");
             Some(if self.snap.nodes.is_empty() {
                 "no nodes are registered".to_string()
             } else {
-                format!("{} node(s) wanted, {} could ever fit ({detail})", job.nodes, nodes.len())
+                format!(
+                    "{} node(s) wanted, {} could ever fit ({detail})",
+                    job.nodes,
+                    nodes.len()
+                )
             })
         } else {
             None
@@ -201,9 +266,22 @@ impl<'a> Placer<'a> {
         for &ni in &nodes {
             member[ni] = true;
         }
-        let available: Vec<usize> = nodes.iter().copied().filter(|ni| self.snap.nodes[*ni].available).collect();
-        let unavailable: Vec<String> = nodes.iter().filter(|ni| !self.snap.nodes[**ni].available).map(|ni| self.snap.nodes[*ni].name.clone()).collect();
-        let e = Eligibility { available: Arc::new(available), unavailable: Arc::new(unavailable), member: Arc::new(member), never };
+        let available: Vec<usize> = nodes
+            .iter()
+            .copied()
+            .filter(|ni| self.snap.nodes[*ni].available)
+            .collect();
+        let unavailable: Vec<String> = nodes
+            .iter()
+            .filter(|ni| !self.snap.nodes[**ni].available)
+            .map(|ni| self.snap.nodes[*ni].name.clone())
+            .collect();
+        let e = Eligibility {
+            available: Arc::new(available),
+            unavailable: Arc::new(unavailable),
+            member: Arc::new(member),
+            never,
+        };
         self.eligibility.insert(key, e.clone());
         e
     }
@@ -218,7 +296,14 @@ impl<'a> Placer<'a> {
 
     fn class_key(&self, ni: usize, usage: &NodeUsage) -> (usize, u64) {
         let node = &self.snap.nodes[ni];
-        (Arc::as_ptr(&node.topo) as usize, if usage.exclusive { 0 } else { free_mask(node, usage) })
+        (
+            Arc::as_ptr(&node.topo) as usize,
+            if usage.exclusive {
+                0
+            } else {
+                free_mask(node, usage)
+            },
+        )
     }
 
     /// Indexes nodes by (wiring, free GPUs) for fast single-node placement; keep it in step
@@ -256,12 +341,24 @@ impl<'a> Placer<'a> {
         if usage.exclusive || (job.exclusive && usage.jobs > 0) {
             return false;
         }
-        let cpus = if job.exclusive { node.capacity.cpus.len() } else { job.cpus_per_node as usize };
-        node.free_cpus_under(usage) >= cpus && mem_for(job, node, job.gpus_per_node) <= node.capacity.mem_mb.saturating_sub(usage.mem_mb)
+        let cpus = if job.exclusive {
+            node.capacity.cpus.len()
+        } else {
+            job.cpus_per_node as usize
+        };
+        node.free_cpus_under(usage) >= cpus
+            && mem_for(job, node, job.gpus_per_node)
+                <= node.capacity.mem_mb.saturating_sub(usage.mem_mb)
     }
 
     /// The GPU set the job would get on this node now, if it fits there.
-    pub fn evaluate(&self, job: &PendingJob, ni: usize, usage: &NodeUsage, reserved: u64) -> Option<Eval> {
+    pub fn evaluate(
+        &self,
+        job: &PendingJob,
+        ni: usize,
+        usage: &NodeUsage,
+        reserved: u64,
+    ) -> Option<Eval> {
         let node = &self.snap.nodes[ni];
         let free = free_mask(node, usage) & !reserved;
         let k = job.gpus_per_node;
@@ -272,7 +369,11 @@ impl<'a> Placer<'a> {
             Policy::Gsched => node.topo.best_set(free, k)?,
             Policy::FifoBackfill | Policy::Fifo => Arc::new(first_k(free, k)),
         };
-        Some(Eval { node: ni, choice, free_after: free.count_ones() - k })
+        Some(Eval {
+            node: ni,
+            choice,
+            free_after: free.count_ones() - k,
+        })
     }
 
     /// Chooses the CPU ids, memory and NIC for an evaluated node.
@@ -282,20 +383,43 @@ impl<'a> Placer<'a> {
         let cpus = choose_cpus(node, usage, &gpus, job.cpus_per_node, job.exclusive)?;
         let mem = mem_for(job, node, job.gpus_per_node);
         let nic = choose_nic(node, &gpus);
-        let alloc = NodeAlloc { node: node.name.clone(), gpus, cpus, mem_mb: mem, nic, exclusive: job.exclusive };
+        let alloc = NodeAlloc {
+            node: node.name.clone(),
+            gpus,
+            cpus,
+            mem_mb: mem,
+            nic,
+            exclusive: job.exclusive,
+        };
         debug_assert!(gsched_types::resources::fits(&node.capacity, usage, &alloc).is_ok());
-        Some(NodePick { node: e.node, alloc, quality: e.choice.quality })
+        Some(NodePick {
+            node: e.node,
+            alloc,
+            quality: e.choice.quality,
+        })
     }
 
     /// The complete pick on one node (evaluate, then materialize).
-    pub fn pick_on_node(&self, job: &PendingJob, ni: usize, usage: &NodeUsage, reserved: u64) -> Option<NodePick> {
+    pub fn pick_on_node(
+        &self,
+        job: &PendingJob,
+        ni: usize,
+        usage: &NodeUsage,
+        reserved: u64,
+    ) -> Option<NodePick> {
         let e = self.evaluate(job, ni, usage, reserved)?;
         self.materialize(job, &e, usage)
     }
 
     /// Single-node placement through the class index: the best class, then its first
     /// eligible node (in name order) with room for the CPUs and memory.
-    fn eval_by_class(&self, job: &PendingJob, elig: &Eligibility, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Option<Eval> {
+    fn eval_by_class(
+        &self,
+        job: &PendingJob,
+        elig: &Eligibility,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+    ) -> Option<Eval> {
         let idx = self.classes.as_ref()?;
         let k = job.gpus_per_node;
         let mut best: Option<Eval> = None;
@@ -309,11 +433,16 @@ impl<'a> Placer<'a> {
                 continue;
             }
             for &ni in members {
-                if !elig.member[ni] || !self.snap.nodes[ni].available || !self.room(job, ni, &usage[ni]) {
+                if !elig.member[ni]
+                    || !self.snap.nodes[ni].available
+                    || !self.room(job, ni, &usage[ni])
+                {
                     continue;
                 }
                 let r = reserved(ni);
-                let Some(e) = self.evaluate(job, ni, &usage[ni], r) else { continue };
+                let Some(e) = self.evaluate(job, ni, &usage[ni], r) else {
+                    continue;
+                };
                 consider(e);
                 if r == 0 {
                     // The rest of the class offers the same sets under later names.
@@ -328,23 +457,44 @@ impl<'a> Placer<'a> {
     /// avoiding the GPUs in `reserved` (per node). Returns picks in node-rank order.
     /// `usage` must be the usage the class index follows (see [`Placer::index_classes`]);
     /// for any other (hypothetical) usage use [`Placer::place_hypothetical`].
-    pub fn place(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Result<Vec<NodePick>, Blocked> {
+    pub fn place(
+        &mut self,
+        job: &PendingJob,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+    ) -> Result<Vec<NodePick>, Blocked> {
         self.place_inner(job, usage, reserved, true)
     }
 
     /// [`Placer::place`] on a usage the class index does not describe (future releases,
     /// preemption what-ifs): every eligible node is evaluated.
-    pub fn place_hypothetical(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64) -> Result<Vec<NodePick>, Blocked> {
+    pub fn place_hypothetical(
+        &mut self,
+        job: &PendingJob,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+    ) -> Result<Vec<NodePick>, Blocked> {
         self.place_inner(job, usage, reserved, false)
     }
 
-    fn place_inner(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, use_classes: bool) -> Result<Vec<NodePick>, Blocked> {
+    fn place_inner(
+        &mut self,
+        job: &PendingJob,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+        use_classes: bool,
+    ) -> Result<Vec<NodePick>, Blocked> {
         let elig = self.eligibility(job);
         if let Some(why) = elig.never {
             return Err(Blocked::Never(why));
         }
         if !elig.unavailable.is_empty() {
-            let missing_required: Vec<String> = job.nodelist.iter().filter(|r| elig.unavailable.contains(r)).cloned().collect();
+            let missing_required: Vec<String> = job
+                .nodelist
+                .iter()
+                .filter(|r| elig.unavailable.contains(r))
+                .cloned()
+                .collect();
             if !missing_required.is_empty() {
                 return Err(Blocked::Unavailable(missing_required));
             }
@@ -352,29 +502,58 @@ impl<'a> Placer<'a> {
         if (elig.available.len() as u32) < job.nodes {
             return Err(Blocked::Unavailable(elig.unavailable.to_vec()));
         }
-        if use_classes && self.policy == Policy::Gsched && job.nodes == 1 && job.nodelist.is_empty() && self.classes.is_some() {
-            let e = self.eval_by_class(job, &elig, usage, reserved).ok_or(Blocked::Busy)?;
-            return self.materialize(job, &e, &usage[e.node]).map(|p| vec![p]).ok_or(Blocked::Busy);
+        if use_classes
+            && self.policy == Policy::Gsched
+            && job.nodes == 1
+            && job.nodelist.is_empty()
+            && self.classes.is_some()
+        {
+            let e = self
+                .eval_by_class(job, &elig, usage, reserved)
+                .ok_or(Blocked::Busy)?;
+            return self
+                .materialize(job, &e, &usage[e.node])
+                .map(|p| vec![p])
+                .ok_or(Blocked::Busy);
         }
         self.choose(job, usage, reserved, &elig.available)
     }
 
     /// Like [`Placer::place`], restricted to `candidates` (nodes known to fit on their own).
-    pub fn place_on(&mut self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, candidates: &BTreeSet<usize>) -> Result<Vec<NodePick>, Blocked> {
+    pub fn place_on(
+        &mut self,
+        job: &PendingJob,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+        candidates: &BTreeSet<usize>,
+    ) -> Result<Vec<NodePick>, Blocked> {
         let elig = self.eligibility(job);
         if let Some(why) = elig.never {
             return Err(Blocked::Never(why));
         }
-        let list: Vec<usize> = candidates.iter().copied().filter(|ni| elig.member[*ni] && self.snap.nodes[*ni].available).collect();
+        let list: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|ni| elig.member[*ni] && self.snap.nodes[*ni].available)
+            .collect();
         self.choose(job, usage, reserved, &list)
     }
 
-    fn choose(&self, job: &PendingJob, usage: &[NodeUsage], reserved: &dyn Fn(usize) -> u64, candidates: &[usize]) -> Result<Vec<NodePick>, Blocked> {
+    fn choose(
+        &self,
+        job: &PendingJob,
+        usage: &[NodeUsage],
+        reserved: &dyn Fn(usize) -> u64,
+        candidates: &[usize],
+    ) -> Result<Vec<NodePick>, Blocked> {
         let mut evals = Vec::new();
         for &ni in candidates {
             if let Some(e) = self.evaluate(job, ni, &usage[ni], reserved(ni)) {
                 evals.push(e);
-                if self.policy != Policy::Gsched && evals.len() as u32 == job.nodes && job.nodelist.is_empty() {
+                if self.policy != Policy::Gsched
+                    && evals.len() as u32 == job.nodes
+                    && job.nodelist.is_empty()
+                {
                     break;
                 }
             }
@@ -384,11 +563,21 @@ impl<'a> Placer<'a> {
         }
         let chosen = match self.policy {
             Policy::Gsched => self.select_gang(evals, job),
-            Policy::FifoBackfill | Policy::Fifo => Some(evals.into_iter().take(job.nodes as usize).collect()),
+            Policy::FifoBackfill | Policy::Fifo => {
+                Some(evals.into_iter().take(job.nodes as usize).collect())
+            }
         }
         .ok_or(Blocked::Busy)?;
-        let mut picks: Vec<NodePick> = chosen.iter().map(|e| self.materialize(job, e, &usage[e.node])).collect::<Option<Vec<_>>>().ok_or(Blocked::Busy)?;
-        picks.sort_by(|a, b| self.snap.nodes[a.node].name.cmp(&self.snap.nodes[b.node].name));
+        let mut picks: Vec<NodePick> = chosen
+            .iter()
+            .map(|e| self.materialize(job, e, &usage[e.node]))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Blocked::Busy)?;
+        picks.sort_by(|a, b| {
+            self.snap.nodes[a.node]
+                .name
+                .cmp(&self.snap.nodes[b.node].name)
+        });
         Ok(picks)
     }
 
@@ -397,11 +586,18 @@ impl<'a> Placer<'a> {
         let nodes = &self.snap.nodes;
         let n = job.nodes as usize;
         if n == 1 && job.nodelist.is_empty() {
-            return evals.into_iter().min_by(|a, b| a.key().cmp(&b.key())).map(|e| vec![e]);
+            return evals
+                .into_iter()
+                .min_by(|a, b| a.key().cmp(&b.key()))
+                .map(|e| vec![e]);
         }
         let mut by_model: FxHashMap<String, Vec<Eval>> = FxHashMap::default();
         for e in evals {
-            let model = if job.gpu_type.is_some() { String::new() } else { nodes[e.node].gpu_model.clone().unwrap_or_default() };
+            let model = if job.gpu_type.is_some() {
+                String::new()
+            } else {
+                nodes[e.node].gpu_model.clone().unwrap_or_default()
+            };
             by_model.entry(model).or_default().push(e);
         }
         let mut models: Vec<_> = by_model.into_iter().collect();
@@ -411,13 +607,39 @@ impl<'a> Placer<'a> {
             if group.len() < n {
                 continue;
             }
-            group.sort_by(|a, b| (a.choice.quality, self.nic_rank[a.node], a.free_after, a.node).cmp(&(b.choice.quality, self.nic_rank[b.node], b.free_after, b.node)));
-            let Some(chosen) = choose_by_switch(nodes, group, n, &job.nodelist) else { continue };
-            let mut switches: Vec<Option<&String>> = chosen.iter().map(|e| nodes[e.node].switch.as_ref()).collect();
+            group.sort_by(|a, b| {
+                (
+                    a.choice.quality,
+                    self.nic_rank[a.node],
+                    a.free_after,
+                    a.node,
+                )
+                    .cmp(&(
+                        b.choice.quality,
+                        self.nic_rank[b.node],
+                        b.free_after,
+                        b.node,
+                    ))
+            });
+            let Some(chosen) = choose_by_switch(nodes, group, n, &job.nodelist) else {
+                continue;
+            };
+            let mut switches: Vec<Option<&String>> = chosen
+                .iter()
+                .map(|e| nodes[e.node].switch.as_ref())
+                .collect();
             switches.sort();
             switches.dedup();
-            let worst = chosen.iter().map(|e| e.choice.quality).max().unwrap_or_default();
-            let nic = chosen.iter().map(|e| self.nic_rank[e.node]).max().unwrap_or((true, u64::MAX));
+            let worst = chosen
+                .iter()
+                .map(|e| e.choice.quality)
+                .max()
+                .unwrap_or_default();
+            let nic = chosen
+                .iter()
+                .map(|e| self.nic_rank[e.node])
+                .max()
+                .unwrap_or((true, u64::MAX));
             let packing: u32 = chosen.iter().map(|e| e.free_after).sum();
             let mut ids: Vec<usize> = chosen.iter().map(|e| e.node).collect();
             ids.sort_unstable();
@@ -453,7 +675,11 @@ fn first_k(free: u64, k: u32) -> Choice {
             left -= 1;
         }
     }
-    Choice { mask, quality: SetQuality::default(), leftover: Vec::new() }
+    Choice {
+        mask,
+        quality: SetQuality::default(),
+        leftover: Vec::new(),
+    }
 }
 
 /// Memory per node for a job: explicit `--mem` (0 = all), `--mem-per-gpu` x GPUs, or by
@@ -479,9 +705,19 @@ pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
 
 /// CPUs on the GPUs' NUMA nodes first (lowest ids), then the others (most free first);
 /// CPU-only jobs start on the NUMA node with the most free CPUs.
-fn choose_cpus(node: &NodeView, usage: &NodeUsage, gpus: &[u32], count: u32, exclusive: bool) -> Option<Vec<u32>> {
+fn choose_cpus(
+    node: &NodeView,
+    usage: &NodeUsage,
+    gpus: &[u32],
+    count: u32,
+    exclusive: bool,
+) -> Option<Vec<u32>> {
     if exclusive {
-        return if node.capacity.cpus.iter().any(|c| usage.cpus.contains(*c)) { None } else { Some(node.capacity.cpus.clone()) };
+        return if node.capacity.cpus.iter().any(|c| usage.cpus.contains(*c)) {
+            None
+        } else {
+            Some(node.capacity.cpus.clone())
+        };
     }
     let count = count as usize;
     let mut chosen = Vec::with_capacity(count);
@@ -502,14 +738,21 @@ fn choose_cpus(node: &NodeView, usage: &NodeUsage, gpus: &[u32], count: u32, exc
         take(&node.capacity.cpus, &mut chosen);
     } else {
         let free_count = |cpus: &[u32]| cpus.iter().filter(|c| !usage.cpus.contains(**c)).count();
-        let mut order: Vec<(usize, usize, u32)> = node.numa_cpus.iter().enumerate().map(|(i, (id, cpus))| (i, free_count(cpus), *id)).collect();
+        let mut order: Vec<(usize, usize, u32)> = node
+            .numa_cpus
+            .iter()
+            .enumerate()
+            .map(|(i, (id, cpus))| (i, free_count(cpus), *id))
+            .collect();
         let mut preferred: Vec<u32> = gpus.iter().filter_map(|g| node.topo.numa_of(*g)).collect();
         preferred.dedup();
         // Preferred NUMA nodes in GPU order, then the rest by free CPUs (most first).
-        order.sort_by_key(|(_, free, id)| match preferred.iter().position(|p| p == id) {
-            Some(pos) => (0, pos, 0, *id),
-            None => (1, 0, usize::MAX - free, *id),
-        });
+        order.sort_by_key(
+            |(_, free, id)| match preferred.iter().position(|p| p == id) {
+                Some(pos) => (0, pos, 0, *id),
+                None => (1, 0, usize::MAX - free, *id),
+            },
+        );
         for (i, _, _) in order {
             take(&node.numa_cpus[i].1, &mut chosen);
             if chosen.len() == count {
@@ -529,16 +772,37 @@ fn choose_nic(node: &NodeView, gpus: &[u32]) -> Option<String> {
     node.nics
         .iter()
         .min_by_key(|n| {
-            let worst = gpus.iter().map(|g| n.gpu_links.get(*g as usize).map(|l| l.rank()).unwrap_or(u16::MAX)).max().unwrap_or(0);
-            (worst, !n.kind.is_rdma(), u64::MAX - n.speed_mbps, n.name.clone())
+            let worst = gpus
+                .iter()
+                .map(|g| {
+                    n.gpu_links
+                        .get(*g as usize)
+                        .map(|l| l.rank())
+                        .unwrap_or(u16::MAX)
+                })
+                .max()
+                .unwrap_or(0);
+            (
+                worst,
+                !n.kind.is_rdma(),
+                u64::MAX - n.speed_mbps,
+                n.name.clone(),
+            )
         })
         .map(|n| n.name.clone())
 }
 
 /// From evaluations sorted best-first, takes `n` nodes from as few leaf switches as
 /// possible, always including the `required` (`-w`) nodes.
-fn choose_by_switch(nodes: &[NodeView], sorted: Vec<Eval>, n: usize, required: &[String]) -> Option<Vec<Eval>> {
-    let (mut must, rest): (Vec<Eval>, Vec<Eval>) = sorted.into_iter().partition(|e| required.contains(&nodes[e.node].name));
+fn choose_by_switch(
+    nodes: &[NodeView],
+    sorted: Vec<Eval>,
+    n: usize,
+    required: &[String],
+) -> Option<Vec<Eval>> {
+    let (mut must, rest): (Vec<Eval>, Vec<Eval>) = sorted
+        .into_iter()
+        .partition(|e| required.contains(&nodes[e.node].name));
     if must.len() > n {
         return None;
     }
@@ -553,8 +817,15 @@ fn choose_by_switch(nodes: &[NodeView], sorted: Vec<Eval>, n: usize, required: &
     }
     // Switches of required nodes first, then switches that hold the rest alone, then the
     // largest.
-    let must_switches: Vec<Option<String>> = must.iter().map(|e| nodes[e.node].switch.clone()).collect();
-    by_switch.sort_by_key(|(sw, v)| (!must_switches.contains(sw), v.len() < need, usize::MAX - v.len().min(need)));
+    let must_switches: Vec<Option<String>> =
+        must.iter().map(|e| nodes[e.node].switch.clone()).collect();
+    by_switch.sort_by_key(|(sw, v)| {
+        (
+            !must_switches.contains(sw),
+            v.len() < need,
+            usize::MAX - v.len().min(need),
+        )
+    });
     for (_, group) in by_switch {
         for e in group {
             if must.len() == n {

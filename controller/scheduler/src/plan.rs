@@ -62,8 +62,16 @@ pub fn plan(snap: &Snapshot, now_ms: u64) -> Plan {
     let total_gpus: u32 = snap.nodes.iter().map(|n| n.healthy_gpus()).sum();
     let fairshare = FairShare::compute(config, &snap.usage, &snap.running, &snap.pending, now_ms);
 
-    let mut order: Vec<(f64, &PendingJob)> = snap.pending.iter().map(|j| (priority(j, config, &fairshare, total_gpus, now_ms), j)).collect();
-    order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.eligible_ms.cmp(&b.1.eligible_ms)).then(a.1.id.cmp(&b.1.id)));
+    let mut order: Vec<(f64, &PendingJob)> = snap
+        .pending
+        .iter()
+        .map(|j| (priority(j, config, &fairshare, total_gpus, now_ms), j))
+        .collect();
+    order.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.eligible_ms.cmp(&b.1.eligible_ms))
+            .then(a.1.id.cmp(&b.1.id))
+    });
     plan.priorities = order.iter().map(|(p, j)| (j.id, *p)).collect();
 
     let mut pass = Pass::new(snap, now_ms);
@@ -111,7 +119,12 @@ struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     fn new(snap: &'a Snapshot, now_ms: u64) -> Pass<'a> {
-        let node_index: HashMap<&str, usize> = snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let node_index: HashMap<&str, usize> = snap
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
         let mut pass = Pass {
             snap,
             now_ms,
@@ -136,7 +149,11 @@ impl<'a> Pass<'a> {
         for r in &snap.running {
             pass.account_running(r.user.as_str(), r.account.as_str(), r.gpus(), r.array_job);
             pass.singletons.insert((r.user.clone(), r.name.clone()));
-            if let Some(first) = r.allocation.first().and_then(|a| pass.node_index.get(a.node.as_str())) {
+            if let Some(first) = r
+                .allocation
+                .first()
+                .and_then(|a| pass.node_index.get(a.node.as_str()))
+            {
                 pass.ports.entry(*first).or_default().insert(r.master_port);
             }
             if let Some(end) = r.end_bound_ms() {
@@ -169,8 +186,16 @@ impl<'a> Pass<'a> {
         }
         for dep in &job.dependency {
             if dep.kind == DependencyKind::Singleton {
-                let other_pending = self.snap.pending.iter().any(|p| p.id < job.id && p.user == job.user && p.name == job.name);
-                if self.singletons.contains(&(job.user.clone(), job.name.clone())) || other_pending {
+                let other_pending = self
+                    .snap
+                    .pending
+                    .iter()
+                    .any(|p| p.id < job.id && p.user == job.user && p.name == job.name);
+                if self
+                    .singletons
+                    .contains(&(job.user.clone(), job.name.clone()))
+                    || other_pending
+                {
                     return Some(PendingReason::Dependency);
                 }
                 continue;
@@ -193,8 +218,16 @@ impl<'a> Pass<'a> {
                 DependencyKind::Singleton => true,
             };
             if !satisfied {
-                let never = done && matches!(dep.kind, DependencyKind::AfterOk | DependencyKind::AfterNotOk);
-                return Some(if never { PendingReason::DependencyNeverSatisfied } else { PendingReason::Dependency });
+                let never = done
+                    && matches!(
+                        dep.kind,
+                        DependencyKind::AfterOk | DependencyKind::AfterNotOk
+                    );
+                return Some(if never {
+                    PendingReason::DependencyNeverSatisfied
+                } else {
+                    PendingReason::Dependency
+                });
             }
         }
         if let Some((array, Some(limit))) = job.array {
@@ -202,22 +235,38 @@ impl<'a> Pass<'a> {
                 return Some(PendingReason::JobArrayTaskLimit);
             }
         }
-        if let (Some(max), Some(t)) = (config.partition(&job.partition).and_then(|p| p.max_time_s), job.time_limit_s) {
+        if let (Some(max), Some(t)) = (
+            config.partition(&job.partition).and_then(|p| p.max_time_s),
+            job.time_limit_s,
+        ) {
             if t > max {
                 return Some(PendingReason::PartitionTimeLimit);
             }
         }
         let qos = config.qos(job.qos.as_deref());
         let user_gpus = self.user_gpus.get(&job.user).copied().unwrap_or(0);
-        let max_gpus = qos.and_then(|q| q.max_gpus_per_user).into_iter().chain(config.user_limits.max_gpus).min();
+        let max_gpus = qos
+            .and_then(|q| q.max_gpus_per_user)
+            .into_iter()
+            .chain(config.user_limits.max_gpus)
+            .min();
         if max_gpus.is_some_and(|m| user_gpus + job.total_gpus() > m) && job.total_gpus() > 0 {
             return Some(PendingReason::QosMaxGpusPerUser);
         }
-        let max_jobs = qos.and_then(|q| q.max_jobs_per_user).into_iter().chain(config.user_limits.max_running_jobs).min();
+        let max_jobs = qos
+            .and_then(|q| q.max_jobs_per_user)
+            .into_iter()
+            .chain(config.user_limits.max_running_jobs)
+            .min();
         if max_jobs.is_some_and(|m| self.user_jobs.get(&job.user).copied().unwrap_or(0) >= m) {
             return Some(PendingReason::QosMaxJobsPerUser);
         }
-        if let Some(max) = config.accounts.iter().find(|a| a.name == job.account).and_then(|a| a.max_gpus) {
+        if let Some(max) = config
+            .accounts
+            .iter()
+            .find(|a| a.name == job.account)
+            .and_then(|a| a.max_gpus)
+        {
             if self.account_gpus.get(&job.account).copied().unwrap_or(0) + job.total_gpus() > max {
                 return Some(PendingReason::AssocGrpGpuLimit);
             }
@@ -254,7 +303,9 @@ impl<'a> Pass<'a> {
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let reservations_exist = !self.reservations.is_empty();
         let reservations = &self.reservations;
-        let result = self.placer.place(job, &self.usage, &|ni| reserved_mask(reservations, ni, end_ms));
+        let result = self.placer.place(job, &self.usage, &|ni| {
+            reserved_mask(reservations, ni, end_ms)
+        });
         match result {
             Ok(picks) => {
                 let backfilled = reservations_exist;
@@ -277,25 +328,40 @@ impl<'a> Pass<'a> {
                 Err(r)
             }
             Err(Blocked::Busy) => {
-                let blocked_by_reservation = reservations_exist && self.placer.place(job, &self.usage, &|_| 0).is_ok();
-                let reason = if blocked_by_reservation { PendingReason::Priority } else { PendingReason::Resources };
+                let blocked_by_reservation =
+                    reservations_exist && self.placer.place(job, &self.usage, &|_| 0).is_ok();
+                let reason = if blocked_by_reservation {
+                    PendingReason::Priority
+                } else {
+                    PendingReason::Resources
+                };
                 if !blocked_by_reservation {
                     self.try_preempt(job);
                 }
-                let wants_reservation = policy != Policy::Fifo && self.snap.config.backfill && (self.reservations.len() as u32) < self.snap.config.reservations.max(1);
+                let wants_reservation = policy != Policy::Fifo
+                    && self.snap.config.backfill
+                    && (self.reservations.len() as u32) < self.snap.config.reservations.max(1);
                 if wants_reservation && !blocked_by_reservation {
                     if let Some((start_ms, picks)) = self.shadow(job, true) {
                         self.estimates.push((job.id, start_ms));
-                        let mut res = Reservation { start_ms, gpus: HashMap::default(), whole_nodes: HashSet::default() };
+                        let mut res = Reservation {
+                            start_ms,
+                            gpus: HashMap::default(),
+                            whole_nodes: HashSet::default(),
+                        };
                         for p in picks {
-                            *res.gpus.entry(p.node).or_default() |= p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
+                            *res.gpus.entry(p.node).or_default() |=
+                                p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
                             if p.alloc.exclusive {
                                 res.whole_nodes.insert(p.node);
                             }
                         }
                         self.reservations.push(res);
                     }
-                } else if self.estimates.len() < self.snap.config.reservations as usize + EXTRA_ESTIMATES && policy != Policy::Fifo {
+                } else if self.estimates.len()
+                    < self.snap.config.reservations as usize + EXTRA_ESTIMATES
+                    && policy != Policy::Fifo
+                {
                     if let Some((start_ms, _)) = self.shadow(job, false) {
                         self.estimates.push((job.id, start_ms));
                     }
@@ -314,7 +380,12 @@ impl<'a> Pass<'a> {
     }
 
     /// Commits a placement to the pass's free state and builds the start.
-    fn start(&mut self, job: &PendingJob, picks: Vec<NodePick>, backfilled: bool) -> Option<PlannedStart> {
+    fn start(
+        &mut self,
+        job: &PendingJob,
+        picks: Vec<NodePick>,
+        backfilled: bool,
+    ) -> Option<PlannedStart> {
         let first = picks.first()?.node;
         let used = self.ports.entry(first).or_default();
         let config = &self.snap.config;
@@ -326,23 +397,48 @@ impl<'a> Pass<'a> {
             self.usage[p.node].add(&p.alloc);
             self.placer.note_usage(p.node, &self.usage[p.node]);
             if let Some(end) = end {
-                let pos = self.releases.partition_point(|(t, ni, _)| (*t, *ni) <= (end, p.node));
+                let pos = self
+                    .releases
+                    .partition_point(|(t, ni, _)| (*t, *ni) <= (end, p.node));
                 self.releases.insert(pos, (end, p.node, p.alloc.clone()));
             }
             nodes.push(p.alloc);
         }
-        self.account_running(&job.user, &job.account, job.total_gpus(), job.array.map(|a| a.0));
+        self.account_running(
+            &job.user,
+            &job.account,
+            job.total_gpus(),
+            job.array.map(|a| a.0),
+        );
         self.singletons.insert((job.user.clone(), job.name.clone()));
         let master_addr = self.snap.nodes[first].training_addr.clone();
-        Some(PlannedStart { job: job.id, allocation: Allocation { nodes, master_addr, master_port: port }, backfilled })
+        Some(PlannedStart {
+            job: job.id,
+            allocation: Allocation {
+                nodes,
+                master_addr,
+                master_port: port,
+            },
+            backfilled,
+        })
     }
 
     /// Earliest time the job fits if running jobs end at their time limits. With
     /// `respect_reservations`, earlier reservations keep their GPUs.
-    fn shadow(&mut self, job: &PendingJob, respect_reservations: bool) -> Option<(u64, Vec<NodePick>)> {
+    fn shadow(
+        &mut self,
+        job: &PendingJob,
+        respect_reservations: bool,
+    ) -> Option<(u64, Vec<NodePick>)> {
         let mut future = self.usage.clone();
-        let reserved: HashMap<usize, u64> =
-            if respect_reservations { (0..self.snap.nodes.len()).map(|ni| (ni, self.reserved_mask(ni, None))).filter(|(_, m)| *m != 0).collect() } else { HashMap::default() };
+        let reserved: HashMap<usize, u64> = if respect_reservations {
+            (0..self.snap.nodes.len())
+                .map(|ni| (ni, self.reserved_mask(ni, None)))
+                .filter(|(_, m)| *m != 0)
+                .collect()
+        } else {
+            HashMap::default()
+        };
         let mask = |ni: usize| reserved.get(&ni).copied().unwrap_or(0);
         // Nodes that fit the job on their own; only nodes a release touches can change.
         let mut fitting: BTreeSet<usize> = BTreeSet::new();
@@ -360,7 +456,12 @@ impl<'a> Pass<'a> {
             touched.sort_unstable();
             touched.dedup();
             for ni in touched {
-                if self.snap.nodes[ni].available && self.placer.pick_on_node(job, ni, &future[ni], mask(ni)).is_some() {
+                if self.snap.nodes[ni].available
+                    && self
+                        .placer
+                        .pick_on_node(job, ni, &future[ni], mask(ni))
+                        .is_some()
+                {
                     fitting.insert(ni);
                 } else {
                     fitting.remove(&ni);
@@ -381,11 +482,18 @@ impl<'a> Pass<'a> {
         if !config.preemption {
             return;
         }
-        let Some(qos) = config.qos(job.qos.as_deref()) else { return };
+        let Some(qos) = config.qos(job.qos.as_deref()) else {
+            return;
+        };
         if qos.preempt.is_empty() {
             return;
         }
-        let prio_of = |r: &RunningJob| config.qos(r.qos.as_deref()).map(|q| q.priority).unwrap_or(0);
+        let prio_of = |r: &RunningJob| {
+            config
+                .qos(r.qos.as_deref())
+                .map(|q| q.priority)
+                .unwrap_or(0)
+        };
         // Jobs already being stopped release their resources soon: count them first, and
         // preempt nothing more if that is enough.
         let mut future = self.usage.clone();
@@ -399,9 +507,22 @@ impl<'a> Pass<'a> {
         if self.placer.place_hypothetical(job, &future, &|_| 0).is_ok() {
             return;
         }
-        let mut candidates: Vec<&RunningJob> =
-            self.snap.running.iter().filter(|r| !r.ending && !self.victims.contains(&r.id) && r.qos.as_ref().is_some_and(|q| qos.preempt.contains(q))).collect();
-        candidates.sort_by(|a, b| prio_of(a).cmp(&prio_of(b)).then(b.start_ms.cmp(&a.start_ms)).then(a.id.cmp(&b.id)));
+        let mut candidates: Vec<&RunningJob> = self
+            .snap
+            .running
+            .iter()
+            .filter(|r| {
+                !r.ending
+                    && !self.victims.contains(&r.id)
+                    && r.qos.as_ref().is_some_and(|q| qos.preempt.contains(q))
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            prio_of(a)
+                .cmp(&prio_of(b))
+                .then(b.start_ms.cmp(&a.start_ms))
+                .then(a.id.cmp(&b.id))
+        });
         let mut chosen = Vec::new();
         for victim in candidates {
             for a in &victim.allocation {
@@ -413,7 +534,10 @@ impl<'a> Pass<'a> {
             if self.placer.place_hypothetical(job, &future, &|_| 0).is_ok() {
                 for v in chosen {
                     self.victims.insert(v);
-                    self.preemptions.push(Preemption { victim: v, for_job: job.id });
+                    self.preemptions.push(Preemption {
+                        victim: v,
+                        for_job: job.id,
+                    });
                 }
                 return;
             }

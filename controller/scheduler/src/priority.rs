@@ -22,17 +22,30 @@ pub struct FairShare {
 }
 
 impl FairShare {
-    pub fn compute(config: &SchedConfig, usage: &[UsageRecord], running: &[RunningJob], pending: &[PendingJob], now_ms: u64) -> FairShare {
+    pub fn compute(
+        config: &SchedConfig,
+        usage: &[UsageRecord],
+        running: &[RunningJob],
+        pending: &[PendingJob],
+        now_ms: u64,
+    ) -> FairShare {
         let mut per_user: HashMap<(String, String), f64> = HashMap::new();
         for u in usage {
-            *per_user.entry((u.account.clone(), u.user.clone())).or_default() += decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
+            *per_user
+                .entry((u.account.clone(), u.user.clone()))
+                .or_default() +=
+                decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
         }
         for r in running {
             let secs = now_ms.saturating_sub(r.start_ms) as f64 / 1000.0;
-            *per_user.entry((r.account.clone(), r.user.clone())).or_default() += secs * f64::from(r.gpus());
+            *per_user
+                .entry((r.account.clone(), r.user.clone()))
+                .or_default() += secs * f64::from(r.gpus());
         }
         for p in pending {
-            per_user.entry((p.account.clone(), p.user.clone())).or_default();
+            per_user
+                .entry((p.account.clone(), p.user.clone()))
+                .or_default();
         }
         let total: f64 = per_user.values().sum();
         let mut per_account: HashMap<String, (f64, u32)> = HashMap::new();
@@ -41,18 +54,38 @@ impl FairShare {
             e.0 += u;
             e.1 += 1;
         }
-        let shares_of = |a: &str| config.accounts.iter().find(|c| c.name == a).map(|c| c.shares).unwrap_or(1).max(1) as f64;
-        let share_total: f64 = per_account.keys().map(|a| shares_of(a)).sum::<f64>().max(1.0);
+        let shares_of = |a: &str| {
+            config
+                .accounts
+                .iter()
+                .find(|c| c.name == a)
+                .map(|c| c.shares)
+                .unwrap_or(1)
+                .max(1) as f64
+        };
+        let share_total: f64 = per_account
+            .keys()
+            .map(|a| shares_of(a))
+            .sum::<f64>()
+            .max(1.0);
         let mut fs = FairShare::default();
         for (account, (used, _)) in &per_account {
             let share = shares_of(account) / share_total;
-            let f = if total > 0.0 { (-(used / total) / share * std::f64::consts::LN_2).exp() } else { 1.0 };
+            let f = if total > 0.0 {
+                (-(used / total) / share * std::f64::consts::LN_2).exp()
+            } else {
+                1.0
+            };
             fs.account_factor.insert(account.clone(), f);
         }
         for ((account, user), used) in per_user {
             let (acct_used, users) = per_account[&account];
             let share = 1.0 / f64::from(users.max(1));
-            let fu = if acct_used > 0.0 { (-(used / acct_used) / share * std::f64::consts::LN_2).exp() } else { 1.0 };
+            let fu = if acct_used > 0.0 {
+                (-(used / acct_used) / share * std::f64::consts::LN_2).exp()
+            } else {
+                1.0
+            };
             let fa = fs.account_factor[&account];
             fs.factor.insert((account, user), fa * fu);
         }
@@ -61,28 +94,66 @@ impl FairShare {
 
     /// In (0, 1]: 1 for users who used nothing, 0.5 for a user at exactly their share.
     pub fn factor(&self, account: &str, user: &str) -> f64 {
-        self.factor.get(&(account.to_string(), user.to_string())).copied().unwrap_or(1.0)
+        self.factor
+            .get(&(account.to_string(), user.to_string()))
+            .copied()
+            .unwrap_or(1.0)
     }
 }
 
 /// A job's priority under the configured policy.
-pub fn priority(job: &PendingJob, config: &SchedConfig, fairshare: &FairShare, total_gpus: u32, now_ms: u64) -> f64 {
+pub fn priority(
+    job: &PendingJob,
+    config: &SchedConfig,
+    fairshare: &FairShare,
+    total_gpus: u32,
+    now_ms: u64,
+) -> f64 {
     let age_s = now_ms.saturating_sub(job.eligible_ms) as f64 / 1000.0;
     let age = (age_s / config.max_age_s.max(1) as f64).min(1.0);
     if config.policy != Policy::Gsched {
         return age;
     }
     let w = &config.weights;
-    let size = if total_gpus > 0 { (f64::from(job.total_gpus()) / f64::from(total_gpus)).min(1.0) } else { 0.0 };
-    let max_part = config.partitions.iter().map(|p| p.priority).max().unwrap_or(0).max(1) as f64;
-    let part = config.partition(&job.partition).map(|p| p.priority).unwrap_or(0) as f64 / max_part;
-    let max_qos = config.qos.iter().map(|q| q.priority).max().unwrap_or(0).max(1) as f64;
-    let qos = config.qos(job.qos.as_deref()).map(|q| q.priority).unwrap_or(0) as f64 / max_qos;
+    let size = if total_gpus > 0 {
+        (f64::from(job.total_gpus()) / f64::from(total_gpus)).min(1.0)
+    } else {
+        0.0
+    };
+    let max_part = config
+        .partitions
+        .iter()
+        .map(|p| p.priority)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let part = config
+        .partition(&job.partition)
+        .map(|p| p.priority)
+        .unwrap_or(0) as f64
+        / max_part;
+    let max_qos = config
+        .qos
+        .iter()
+        .map(|q| q.priority)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let qos = config
+        .qos(job.qos.as_deref())
+        .map(|q| q.priority)
+        .unwrap_or(0) as f64
+        / max_qos;
     let short = match job.time_limit_s {
         Some(t) => 1.0 - ((t as f64 / 60.0).max(1.0).ln() / (7.0 * 24.0 * 60.0f64).ln()).min(1.0),
         None => 0.0,
     };
-    w.age * age + w.fairshare * fairshare.factor(&job.account, &job.user) + w.job_size * size + w.short_job * short + w.partition * part + w.qos * qos
+    w.age * age
+        + w.fairshare * fairshare.factor(&job.account, &job.user)
+        + w.job_size * size
+        + w.short_job * short
+        + w.partition * part
+        + w.qos * qos
 }
 
 #[cfg(test)]
@@ -99,8 +170,18 @@ mod tests {
     fn heavy_user_gets_lower_factor() {
         let cfg = SchedConfig::default();
         let usage = vec![
-            UsageRecord { account: "a".into(), user: "heavy".into(), gpu_seconds: 1000.0, at_ms: 0 },
-            UsageRecord { account: "a".into(), user: "light".into(), gpu_seconds: 10.0, at_ms: 0 },
+            UsageRecord {
+                account: "a".into(),
+                user: "heavy".into(),
+                gpu_seconds: 1000.0,
+                at_ms: 0,
+            },
+            UsageRecord {
+                account: "a".into(),
+                user: "light".into(),
+                gpu_seconds: 10.0,
+                at_ms: 0,
+            },
         ];
         let fs = FairShare::compute(&cfg, &usage, &[], &[], 0);
         assert!(fs.factor("a", "heavy") < fs.factor("a", "light"));

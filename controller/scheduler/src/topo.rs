@@ -61,10 +61,18 @@ impl TopoModel {
 
     /// A model where every pair has the same link: pooled GPUs with no wiring known.
     pub fn uniform(n: usize, class: LinkClass) -> TopoModel {
-        Self::build(n, |i, j| if i == j { LinkClass::SameDevice } else { class }, vec![None; n])
+        Self::build(
+            n,
+            |i, j| if i == j { LinkClass::SameDevice } else { class },
+            vec![None; n],
+        )
     }
 
-    fn build(n: usize, link: impl Fn(usize, usize) -> LinkClass, numa: Vec<Option<u32>>) -> TopoModel {
+    fn build(
+        n: usize,
+        link: impl Fn(usize, usize) -> LinkClass,
+        numa: Vec<Option<u32>>,
+    ) -> TopoModel {
         let mut rank = vec![vec![0u16; n]; n];
         let mut tier = vec![vec![0u8; n]; n];
         for i in 0..n {
@@ -76,7 +84,14 @@ impl TopoModel {
                 }
             }
         }
-        let mut model = TopoModel { n, rank, tier, numa, table: Vec::new(), memo: Mutex::new(FxHashMap::default()) };
+        let mut model = TopoModel {
+            n,
+            rank,
+            tier,
+            numa,
+            table: Vec::new(),
+            memo: Mutex::new(FxHashMap::default()),
+        };
         if n <= TABLE_MAX_GPUS {
             model.table = (0..1u64 << n).map(|m| model.compute_quality(m)).collect();
         }
@@ -110,7 +125,10 @@ impl TopoModel {
 
     /// Quality of an arbitrary set of GPU indices.
     pub fn quality(&self, mask: u64) -> SetQuality {
-        self.table.get(mask as usize).copied().unwrap_or_else(|| self.compute_quality(mask))
+        self.table
+            .get(mask as usize)
+            .copied()
+            .unwrap_or_else(|| self.compute_quality(mask))
     }
 
     /// The best achievable quality for a `k`-subset of `mask` (best set's quality).
@@ -130,7 +148,10 @@ impl TopoModel {
 
     fn leftover_profile(&self, remaining: u64) -> Vec<SetQuality> {
         let left = remaining.count_ones();
-        (2..=left).rev().filter_map(|k| self.best_quality_of_size(remaining, k)).collect()
+        (2..=left)
+            .rev()
+            .filter_map(|k| self.best_quality_of_size(remaining, k))
+            .collect()
     }
 
     /// The best set of `k` GPUs among `free_mask`, or `None` if fewer are free.
@@ -138,11 +159,20 @@ impl TopoModel {
         if free_mask.count_ones() < k {
             return None;
         }
-        if let Some(hit) = self.memo.lock().ok().and_then(|m| m.get(&(free_mask, k)).cloned()) {
+        if let Some(hit) = self
+            .memo
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&(free_mask, k)).cloned())
+        {
             return hit;
         }
         let choice = if k == 0 {
-            Some(Choice { mask: 0, quality: SetQuality::default(), leftover: self.leftover_profile(free_mask) })
+            Some(Choice {
+                mask: 0,
+                quality: SetQuality::default(),
+                leftover: self.leftover_profile(free_mask),
+            })
         } else if self.n <= TABLE_MAX_GPUS {
             self.exhaustive(free_mask, k)
         } else {
@@ -168,12 +198,20 @@ impl TopoModel {
                 Some(b) if q == b.quality => {
                     let leftover = self.leftover_profile(free_mask & !s);
                     if leftover < b.leftover {
-                        best = Some(Choice { mask: s, quality: q, leftover });
+                        best = Some(Choice {
+                            mask: s,
+                            quality: q,
+                            leftover,
+                        });
                     }
                 }
                 _ => {
                     let leftover = self.leftover_profile(free_mask & !s);
-                    best = Some(Choice { mask: s, quality: q, leftover });
+                    best = Some(Choice {
+                        mask: s,
+                        quality: q,
+                        leftover,
+                    });
                 }
             }
         });
@@ -191,14 +229,24 @@ impl TopoModel {
                 let next = free
                     .iter()
                     .filter(|g| !set.contains(g))
-                    .min_by_key(|&&g| (set.iter().map(|&s| self.rank[s][g]).max().unwrap_or(0), set.iter().map(|&s| u32::from(self.rank[s][g])).sum::<u32>(), g))
+                    .min_by_key(|&&g| {
+                        (
+                            set.iter().map(|&s| self.rank[s][g]).max().unwrap_or(0),
+                            set.iter().map(|&s| u32::from(self.rank[s][g])).sum::<u32>(),
+                            g,
+                        )
+                    })
                     .copied()?;
                 set.push(next);
             }
             let mask = set.iter().fold(0u64, |m, &g| m | (1 << g));
             let q = self.compute_quality(mask);
             if best.as_ref().is_none_or(|b| q < b.quality) {
-                best = Some(Choice { mask, quality: q, leftover: Vec::new() });
+                best = Some(Choice {
+                    mask,
+                    quality: q,
+                    leftover: Vec::new(),
+                });
             }
         }
         best
@@ -269,7 +317,15 @@ mod tests {
         topo.gpu_links = (0..4)
             .map(|i| {
                 (0..4)
-                    .map(|j| if i == j { LinkClass::SameDevice } else if i / 2 == j / 2 { LinkClass::NvLink(4) } else { LinkClass::Sys })
+                    .map(|j| {
+                        if i == j {
+                            LinkClass::SameDevice
+                        } else if i / 2 == j / 2 {
+                            LinkClass::NvLink(4)
+                        } else {
+                            LinkClass::Sys
+                        }
+                    })
                     .collect()
             })
             .collect();

@@ -9,9 +9,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 fn fixture(name: &str) -> Topology {
-    let path = format!("{}/../../tests/fixtures/topo/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../tests/fixtures/topo/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(path).unwrap();
-    let mut t = gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text)).unwrap();
+    let mut t =
+        gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text)).unwrap();
     if t.memory_mib.is_none() {
         t.memory_mib = Some(512 * 1024);
     }
@@ -22,12 +26,22 @@ fn fixture(name: &str) -> Topology {
 }
 
 fn shipped(name: &str) -> Topology {
-    let path = format!("{}/../../deploy/local/topologies/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../deploy/local/topologies/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     gsched_topology::load_topology_file(std::path::Path::new(&path)).unwrap()
 }
 
 fn snapshot(nodes: Vec<NodeView>, pending: Vec<PendingJob>, running: Vec<RunningJob>) -> Snapshot {
-    Snapshot { config: Arc::new(SchedConfig::default()), nodes, pending, running, dependencies: HashMap::new(), usage: Vec::new() }
+    Snapshot {
+        config: Arc::new(SchedConfig::default()),
+        nodes,
+        pending,
+        running,
+        dependencies: HashMap::new(),
+        usage: Vec::new(),
+    }
 }
 
 fn job(id: u64, nodes: u32, gpus: u32) -> PendingJob {
@@ -57,7 +71,14 @@ fn running(id: u64, node: &str, gpus: &[u32]) -> RunningJob {
         qos: None,
         start_ms: 0,
         time_limit_s: Some(3600),
-        allocation: vec![NodeAlloc { node: node.into(), gpus: gpus.to_vec(), cpus: vec![], mem_mb: 0, nic: None, exclusive: false }],
+        allocation: vec![NodeAlloc {
+            node: node.into(),
+            gpus: gpus.to_vec(),
+            cpus: vec![],
+            mem_mb: 0,
+            nic: None,
+            exclusive: false,
+        }],
         master_port: 29_500,
         array_job: None,
         ending: false,
@@ -78,10 +99,20 @@ fn with_usage(mut node: NodeView, running: &[RunningJob]) -> NodeView {
 #[test]
 fn dgx1_four_gpu_job_gets_a_fully_nvlinked_quad() {
     let topo = fixture("dgx1-v100-sxm2-8gpu-hybrid-cube-mesh-1nic.txt");
-    let p = plan(&snapshot(vec![NodeView::from_topology("dgx1", &topo, "10.0.0.1")], vec![job(1, 1, 4)], vec![]), 0);
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("dgx1", &topo, "10.0.0.1")],
+            vec![job(1, 1, 4)],
+            vec![],
+        ),
+        0,
+    );
     let gpus = &p.starts[0].allocation.nodes[0].gpus;
     assert_eq!(gpus.len(), 4);
-    assert!(worst_link(&topo, gpus).is_nvlink(), "{gpus:?} is not a fully NVLinked quad");
+    assert!(
+        worst_link(&topo, gpus).is_nvlink(),
+        "{gpus:?} is not a fully NVLinked quad"
+    );
 }
 
 #[test]
@@ -91,7 +122,10 @@ fn dgx1_two_pairs_leave_a_quad() {
     let mut node = NodeView::from_topology("dgx1", &topo, "10.0.0.1");
     let mut taken = Vec::new();
     for id in 1..=2 {
-        let p = plan(&snapshot(vec![node.clone()], vec![job(id, 1, 2)], vec![]), 0);
+        let p = plan(
+            &snapshot(vec![node.clone()], vec![job(id, 1, 2)], vec![]),
+            0,
+        );
         let a = p.starts[0].allocation.nodes[0].clone();
         assert!(worst_link(&topo, &a.gpus).is_nvlink());
         node.usage.add(&a);
@@ -100,15 +134,28 @@ fn dgx1_two_pairs_leave_a_quad() {
     let p = plan(&snapshot(vec![node], vec![job(3, 1, 4)], vec![]), 0);
     let quad = &p.starts[0].allocation.nodes[0].gpus;
     assert!(quad.iter().all(|g| !taken.contains(g)));
-    assert!(worst_link(&topo, quad).is_nvlink(), "remaining quad {quad:?} must be NVLinked");
+    assert!(
+        worst_link(&topo, quad).is_nvlink(),
+        "remaining quad {quad:?} must be NVLinked"
+    );
 }
 
 #[test]
 fn rtx4090_two_gpu_job_stays_on_one_socket() {
     let topo = fixture("rtx4090-8gpu-pcie-2nic-tabs.txt");
-    let p = plan(&snapshot(vec![NodeView::from_topology("box", &topo, "10.0.0.1")], vec![job(1, 1, 2)], vec![]), 0);
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("box", &topo, "10.0.0.1")],
+            vec![job(1, 1, 2)],
+            vec![],
+        ),
+        0,
+    );
     let gpus = &p.starts[0].allocation.nodes[0].gpus;
-    assert_eq!(topo.gpus[gpus[0] as usize].numa_node, topo.gpus[gpus[1] as usize].numa_node, "{gpus:?} spans sockets");
+    assert_eq!(
+        topo.gpus[gpus[0] as usize].numa_node, topo.gpus[gpus[1] as usize].numa_node,
+        "{gpus:?} spans sockets"
+    );
 }
 
 #[test]
@@ -116,7 +163,10 @@ fn rtx4090_fragmentation_keeps_the_four_block() {
     // Socket 0 fully free (GPUs 0-3), socket 1 has GPUs 6,7 free: a 2-GPU job takes 6,7.
     let topo = fixture("rtx4090-8gpu-pcie-2nic-tabs.txt");
     let busy = running(9, "box", &[4, 5]);
-    let node = with_usage(NodeView::from_topology("box", &topo, "10.0.0.1"), std::slice::from_ref(&busy));
+    let node = with_usage(
+        NodeView::from_topology("box", &topo, "10.0.0.1"),
+        std::slice::from_ref(&busy),
+    );
     let p = plan(&snapshot(vec![node], vec![job(1, 1, 2)], vec![busy]), 0);
     assert_eq!(p.starts[0].allocation.nodes[0].gpus, vec![6, 7]);
 }
@@ -125,7 +175,10 @@ fn rtx4090_fragmentation_keeps_the_four_block() {
 fn a100_nvswitch_any_set_is_equal_so_packing_decides() {
     let topo = fixture("a100-sxm4-80gb-8gpu-nv12-4nic.txt");
     let busy = running(9, "a", &[0, 1, 2, 3, 4]);
-    let a = with_usage(NodeView::from_topology("a", &topo, "10.0.0.1"), std::slice::from_ref(&busy));
+    let a = with_usage(
+        NodeView::from_topology("a", &topo, "10.0.0.1"),
+        std::slice::from_ref(&busy),
+    );
     let b = NodeView::from_topology("b", &topo, "10.0.0.2");
     let p = plan(&snapshot(vec![a, b], vec![job(1, 1, 2)], vec![busy]), 0);
     let alloc = &p.starts[0].allocation.nodes[0];
@@ -136,10 +189,24 @@ fn a100_nvswitch_any_set_is_equal_so_packing_decides() {
 #[test]
 fn a6000_two_gpu_job_gets_the_nv4_pair() {
     let topo = fixture("rtx-a6000-3gpu-nv4-pair-2nic.txt");
-    let p = plan(&snapshot(vec![NodeView::from_topology("ws", &topo, "10.0.0.1")], vec![job(1, 1, 2)], vec![]), 0);
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("ws", &topo, "10.0.0.1")],
+            vec![job(1, 1, 2)],
+            vec![],
+        ),
+        0,
+    );
     assert_eq!(p.starts[0].allocation.nodes[0].gpus, vec![0, 1]);
     // A 1-GPU job on the same empty box takes the odd GPU out, keeping the pair.
-    let p = plan(&snapshot(vec![NodeView::from_topology("ws", &topo, "10.0.0.1")], vec![job(2, 1, 1)], vec![]), 0);
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("ws", &topo, "10.0.0.1")],
+            vec![job(2, 1, 1)],
+            vec![],
+        ),
+        0,
+    );
     assert_eq!(p.starts[0].allocation.nodes[0].gpus, vec![2]);
 }
 
@@ -147,15 +214,26 @@ fn a6000_two_gpu_job_gets_the_nv4_pair() {
 fn cpus_and_nic_follow_the_gpus() {
     let topo = shipped("rtx4090-8gpu.json");
     let busy = running(9, "box", &[0, 1, 2, 3]);
-    let node = with_usage(NodeView::from_topology("box", &topo, "10.0.0.1"), std::slice::from_ref(&busy));
+    let node = with_usage(
+        NodeView::from_topology("box", &topo, "10.0.0.1"),
+        std::slice::from_ref(&busy),
+    );
     let mut j = job(1, 1, 2);
     j.cpus_per_node = 8;
     let p = plan(&snapshot(vec![node], vec![j], vec![busy]), 0);
     let a = &p.starts[0].allocation.nodes[0];
     assert!(a.gpus.iter().all(|g| *g >= 4));
     let numa1 = gsched_types::cpulist::parse("32-63,96-127").unwrap();
-    assert!(a.cpus.iter().all(|c| numa1.contains(c)), "CPUs {:?} not on the GPUs' NUMA node", a.cpus);
-    assert_eq!(a.nic.as_deref(), Some("enp65s0f0np0"), "RDMA NIC preferred over the 1G port, docker0 never");
+    assert!(
+        a.cpus.iter().all(|c| numa1.contains(c)),
+        "CPUs {:?} not on the GPUs' NUMA node",
+        a.cpus
+    );
+    assert_eq!(
+        a.nic.as_deref(),
+        Some("enp65s0f0np0"),
+        "RDMA NIC preferred over the 1G port, docker0 never"
+    );
 }
 
 #[test]
@@ -164,13 +242,30 @@ fn gang_is_all_or_nothing_and_uses_identical_counts() {
     let busy = running(9, "n2", &[0]);
     let nodes = vec![
         NodeView::from_topology("n1", &topo, "10.0.0.1"),
-        with_usage(NodeView::from_topology("n2", &topo, "10.0.0.2"), std::slice::from_ref(&busy)),
+        with_usage(
+            NodeView::from_topology("n2", &topo, "10.0.0.2"),
+            std::slice::from_ref(&busy),
+        ),
         NodeView::from_topology("n3", &topo, "10.0.0.3"),
     ];
-    let p = plan(&snapshot(nodes.clone(), vec![job(1, 2, 8)], vec![busy.clone()]), 0);
-    let names: Vec<&str> = p.starts[0].allocation.nodes.iter().map(|a| a.node.as_str()).collect();
+    let p = plan(
+        &snapshot(nodes.clone(), vec![job(1, 2, 8)], vec![busy.clone()]),
+        0,
+    );
+    let names: Vec<&str> = p.starts[0]
+        .allocation
+        .nodes
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect();
     assert_eq!(names, ["n1", "n3"]);
-    assert!(p.starts[0].allocation.nodes.iter().all(|a| a.gpus.len() == 8));
+    assert!(
+        p.starts[0]
+            .allocation
+            .nodes
+            .iter()
+            .all(|a| a.gpus.len() == 8)
+    );
     assert_eq!(p.starts[0].allocation.master_addr, "10.0.0.1");
     // Three full nodes are not available: nothing starts, the reason is Resources.
     let p = plan(&snapshot(nodes, vec![job(2, 3, 8)], vec![busy]), 0);
@@ -181,22 +276,38 @@ fn gang_is_all_or_nothing_and_uses_identical_counts() {
 #[test]
 fn gang_prefers_one_switch() {
     let topo = shipped("dgx-a100-8gpu.json");
-    let mut nodes: Vec<NodeView> = (1..=4).map(|i| NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}"))).collect();
+    let mut nodes: Vec<NodeView> = (1..=4)
+        .map(|i| NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}")))
+        .collect();
     nodes[0].switch = Some("leaf1".into());
     nodes[1].switch = Some("leaf2".into());
     nodes[2].switch = Some("leaf1".into());
     nodes[3].switch = Some("leaf2".into());
     let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], vec![]), 0);
-    let names: Vec<&str> = p.starts[0].allocation.nodes.iter().map(|a| a.node.as_str()).collect();
+    let names: Vec<&str> = p.starts[0]
+        .allocation
+        .nodes
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect();
     assert_eq!(names, ["n1", "n3"], "both nodes on leaf1");
 }
 
 #[test]
 fn impossible_requests_say_why() {
     let topo = shipped("ws-2gpu-nvlink.json");
-    let p = plan(&snapshot(vec![NodeView::from_topology("ws", &topo, "10.0.0.1")], vec![job(1, 1, 4)], vec![]), 0);
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("ws", &topo, "10.0.0.1")],
+            vec![job(1, 1, 4)],
+            vec![],
+        ),
+        0,
+    );
     match &p.reasons[0].1 {
-        PendingReason::BadConstraints(why) => assert!(why.contains("2 usable GPUs, 4 wanted"), "{why}"),
+        PendingReason::BadConstraints(why) => {
+            assert!(why.contains("2 usable GPUs, 4 wanted"), "{why}")
+        }
         other => panic!("expected BadConstraints, got {other:?}"),
     }
 }
@@ -210,7 +321,10 @@ fn drained_required_node_is_req_node_not_avail() {
     let mut j = job(1, 1, 1);
     j.nodelist = vec!["a".into()];
     let p = plan(&snapshot(vec![a, b], vec![j], vec![]), 0);
-    assert_eq!(p.reasons, vec![(JobId(1), PendingReason::ReqNodeNotAvail(vec!["a".into()]))]);
+    assert_eq!(
+        p.reasons,
+        vec![(JobId(1), PendingReason::ReqNodeNotAvail(vec!["a".into()]))]
+    );
 }
 
 #[test]
@@ -219,7 +333,10 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
     // t=1h). A 4-GPU 30-minute job backfills; a 4-GPU 2-hour job would delay the top job.
     let topo = shipped("dgx-a100-8gpu.json");
     let busy = running(9, "n1", &[0, 1, 2, 3]);
-    let node = with_usage(NodeView::from_topology("n1", &topo, "10.0.0.1"), std::slice::from_ref(&busy));
+    let node = with_usage(
+        NodeView::from_topology("n1", &topo, "10.0.0.1"),
+        std::slice::from_ref(&busy),
+    );
     let top = job(1, 1, 8);
     let mut short = job(2, 1, 4);
     short.time_limit_s = Some(1800);
@@ -236,8 +353,19 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
     let started: Vec<JobId> = p.starts.iter().map(|s| s.job).collect();
     assert_eq!(started, vec![JobId(2)]);
     assert!(p.starts[0].backfilled);
-    let reason = |id| p.reasons.iter().find(|(j, _)| *j == JobId(id)).map(|(_, r)| r.clone());
+    let reason = |id| {
+        p.reasons
+            .iter()
+            .find(|(j, _)| *j == JobId(id))
+            .map(|(_, r)| r.clone())
+    };
     assert_eq!(reason(1), Some(PendingReason::Resources));
     assert_eq!(reason(3), Some(PendingReason::Priority));
-    assert_eq!(p.estimates.iter().find(|(j, _)| *j == JobId(1)).map(|(_, t)| *t), Some(3_600_000));
+    assert_eq!(
+        p.estimates
+            .iter()
+            .find(|(j, _)| *j == JobId(1))
+            .map(|(_, t)| *t),
+        Some(3_600_000)
+    );
 }

@@ -17,8 +17,30 @@ fn topology(kind: u8) -> Topology {
         g.numa_node = Some(i / 4);
         t.gpus.push(g);
     }
-    t.gpu_links = (0..n).map(|i| (0..n).map(|j| if i == j { LinkClass::SameDevice } else if i / 2 == j / 2 { LinkClass::NvLink(4) } else if i / 4 == j / 4 { LinkClass::Pxb } else { LinkClass::Sys }).collect()).collect();
-    t.numa_nodes = (0..n.div_ceil(4)).map(|s| gsched_types::topology::NumaNode { id: s, cpus: format!("{}-{}", s * 16, s * 16 + 15), memory_mib: Some(64 * 1024) }).collect();
+    t.gpu_links = (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| {
+                    if i == j {
+                        LinkClass::SameDevice
+                    } else if i / 2 == j / 2 {
+                        LinkClass::NvLink(4)
+                    } else if i / 4 == j / 4 {
+                        LinkClass::Pxb
+                    } else {
+                        LinkClass::Sys
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    t.numa_nodes = (0..n.div_ceil(4))
+        .map(|s| gsched_types::topology::NumaNode {
+            id: s,
+            cpus: format!("{}-{}", s * 16, s * 16 + 15),
+            memory_mib: Some(64 * 1024),
+        })
+        .collect();
     t.memory_mib = Some(64 * 1024 * u64::from(n.div_ceil(4)));
     t
 }
@@ -31,10 +53,26 @@ struct Case {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    let node = (0u8..3, proptest::collection::vec(any::<bool>(), 8), proptest::option::of(60u64..3600));
+    let node = (
+        0u8..3,
+        proptest::collection::vec(any::<bool>(), 8),
+        proptest::option::of(60u64..3600),
+    );
     let job = (1u32..=3, 1u32..=8, 60u64..7200, 0u64..1000);
-    (proptest::collection::vec(node, 1..6), proptest::collection::vec(job, 1..30), prop_oneof![Just(Policy::Gsched), Just(Policy::FifoBackfill), Just(Policy::Fifo)])
-        .prop_map(|(nodes, jobs, policy)| Case { nodes, jobs, policy })
+    (
+        proptest::collection::vec(node, 1..6),
+        proptest::collection::vec(job, 1..30),
+        prop_oneof![
+            Just(Policy::Gsched),
+            Just(Policy::FifoBackfill),
+            Just(Policy::Fifo)
+        ],
+    )
+        .prop_map(|(nodes, jobs, policy)| Case {
+            nodes,
+            jobs,
+            policy,
+        })
 }
 
 /// Builds the snapshot: each node's busy GPUs belong to one running job with the given
@@ -45,9 +83,18 @@ fn build(c: &Case) -> Snapshot {
     for (i, (kind, busy, limit)) in c.nodes.iter().enumerate() {
         let t = topology(*kind);
         let mut v = NodeView::from_topology(&format!("n{i}"), &t, "10.0.0.1");
-        let gpus: Vec<u32> = (0..t.gpus.len() as u32).filter(|g| busy[*g as usize]).collect();
+        let gpus: Vec<u32> = (0..t.gpus.len() as u32)
+            .filter(|g| busy[*g as usize])
+            .collect();
         if !gpus.is_empty() {
-            let a = NodeAlloc { node: v.name.clone(), gpus, cpus: vec![], mem_mb: 1, nic: None, exclusive: false };
+            let a = NodeAlloc {
+                node: v.name.clone(),
+                gpus,
+                cpus: vec![],
+                mem_mb: 1,
+                nic: None,
+                exclusive: false,
+            };
             v.usage.add(&a);
             running.push(RunningJob {
                 id: JobId(10_000 + i as u64),
@@ -76,8 +123,18 @@ fn build(c: &Case) -> Snapshot {
             p
         })
         .collect();
-    let config = SchedConfig { policy: c.policy, ..SchedConfig::default() };
-    Snapshot { config: Arc::new(config), nodes, pending, running, dependencies: HashMap::new(), usage: Vec::new() }
+    let config = SchedConfig {
+        policy: c.policy,
+        ..SchedConfig::default()
+    };
+    Snapshot {
+        config: Arc::new(config),
+        nodes,
+        pending,
+        running,
+        dependencies: HashMap::new(),
+        usage: Vec::new(),
+    }
 }
 
 proptest! {

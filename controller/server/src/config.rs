@@ -74,10 +74,13 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     pub fn load(path: &std::path::Path) -> Result<ConfigFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file: ConfigFile =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         if let Some(s) = &file.scheduler {
-            s.validate().map_err(|e| format!("{}: [scheduler] {e}", path.display()))?;
+            s.validate()
+                .map_err(|e| format!("{}: [scheduler] {e}", path.display()))?;
         }
         Ok(file)
     }
@@ -108,8 +111,13 @@ impl ConfigFile {
 pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut out = BTreeMap::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part.split_once('=').ok_or_else(|| format!("invalid peer '{part}': use ID=HOST:PORT"))?;
-        let id: u64 = id.trim().parse().map_err(|_| format!("invalid peer id in '{part}': use a positive number"))?;
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("invalid peer '{part}': use ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid peer id in '{part}': use a positive number"))?;
         if id == 0 {
             return Err("controller ids start at 1".into());
         }
@@ -124,7 +132,10 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
 }
 
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -64,9 +64,16 @@ impl Ctx {
     }
 
     /// Proposes a command stamped with this controller's clock.
-    pub async fn propose(&self, cmd: Command, request_id: Option<String>) -> Result<Outcome, Status> {
+    pub async fn propose(
+        &self,
+        cmd: Command,
+        request_id: Option<String>,
+    ) -> Result<Outcome, Status> {
         let env = Envelope::new(cmd, now_ms(), request_id);
-        self.raft.propose(&env).await.map_err(|e| self.propose_error(e))
+        self.raft
+            .propose(&env)
+            .await
+            .map_err(|e| self.propose_error(e))
     }
 
     pub fn propose_error(&self, e: ProposeError) -> Status {

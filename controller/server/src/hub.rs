@@ -33,7 +33,14 @@ impl AgentHub {
             *n += 1;
             *n
         };
-        self.conns.lock().expect("hub lock").insert(node.to_string(), AgentConn { conn_id: id, tx, running: Vec::new() });
+        self.conns.lock().expect("hub lock").insert(
+            node.to_string(),
+            AgentConn {
+                conn_id: id,
+                tx,
+                running: Vec::new(),
+            },
+        );
         self.touch(node);
         id
     }
@@ -46,7 +53,10 @@ impl AgentHub {
     }
 
     pub fn touch(&self, node: &str) {
-        self.last_seen.lock().expect("hub lock").insert(node.to_string(), Instant::now());
+        self.last_seen
+            .lock()
+            .expect("hub lock")
+            .insert(node.to_string(), Instant::now());
     }
 
     pub fn heartbeat(&self, node: &str, running: Vec<StepRef>) {
@@ -62,7 +72,12 @@ impl AgentHub {
     }
 
     pub fn connected(&self) -> Vec<(String, Vec<StepRef>)> {
-        self.conns.lock().expect("hub lock").iter().map(|(n, c)| (n.clone(), c.running.clone())).collect()
+        self.conns
+            .lock()
+            .expect("hub lock")
+            .iter()
+            .map(|(n, c)| (n.clone(), c.running.clone()))
+            .collect()
     }
 
     pub fn is_connected(&self, node: &str) -> bool {
@@ -72,7 +87,10 @@ impl AgentHub {
     pub fn send(&self, node: &str, msg: &ControllerToAgent) -> bool {
         let conns = self.conns.lock().expect("hub lock");
         match conns.get(node) {
-            Some(c) => c.tx.send(Ok(ControllerEnvelope { json: encode(msg) })).is_ok(),
+            Some(c) => {
+                c.tx.send(Ok(ControllerEnvelope { json: encode(msg) }))
+                    .is_ok()
+            }
             None => false,
         }
     }

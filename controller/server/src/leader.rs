@@ -26,7 +26,11 @@ pub async fn watch_leadership(ctx: Arc<Ctx>) {
             (true, false) => {
                 let (tx, rx) = watch::channel(false);
                 stop = Some(tx);
-                tracing::info!("controller {} is now the leader (term {})", ctx.cfg.id, status.borrow().term);
+                tracing::info!(
+                    "controller {} is now the leader (term {})",
+                    ctx.cfg.id,
+                    status.borrow().term
+                );
                 tokio::spawn(lead(ctx.clone(), rx));
             }
             (false, true) => {
@@ -51,20 +55,42 @@ async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
     let (config_differs, missing_addresses) = {
         let r = ctx.raft.replica.read().expect("replica lock");
         let book = ctx.book.read().expect("book lock").clone();
-        let missing: Vec<(u64, String)> = book.into_iter().filter(|(id, addr)| r.state.controllers.get(id) != Some(addr)).collect();
+        let missing: Vec<(u64, String)> = book
+            .into_iter()
+            .filter(|(id, addr)| r.state.controllers.get(id) != Some(addr))
+            .collect();
         (r.state.config != ctx.cfg.scheduler, missing)
     };
     if config_differs {
         tracing::info!("committing this controller's scheduler configuration");
-        let _ = ctx.propose(Command::SetConfig { config: Box::new(ctx.cfg.scheduler.clone()) }, None).await;
+        let _ = ctx
+            .propose(
+                Command::SetConfig {
+                    config: Box::new(ctx.cfg.scheduler.clone()),
+                },
+                None,
+            )
+            .await;
     }
     for (id, addr) in missing_addresses {
         let voter = ctx.raft.status.borrow().voters.contains(&id);
         if voter {
-            let _ = ctx.propose(Command::SetControllerAddress { id, address: Some(addr) }, None).await;
+            let _ = ctx
+                .propose(
+                    Command::SetControllerAddress {
+                        id,
+                        address: Some(addr),
+                    },
+                    None,
+                )
+                .await;
         }
     }
-    tokio::join!(scheduler_loop(ctx.clone(), stop.clone()), dispatcher_loop(ctx.clone(), stop.clone()), liveness_loop(ctx.clone(), stop.clone(), since));
+    tokio::join!(
+        scheduler_loop(ctx.clone(), stop.clone()),
+        dispatcher_loop(ctx.clone(), stop.clone()),
+        liveness_loop(ctx.clone(), stop.clone(), since)
+    );
 }
 
 fn stopped(stop: &watch::Receiver<bool>) -> bool {
@@ -99,11 +125,30 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         };
         last_pass = Instant::now();
         let now = now_ms();
-        let Ok(p) = tokio::task::spawn_blocking(move || plan(&snap, now)).await else { continue };
+        let Ok(p) = tokio::task::spawn_blocking(move || plan(&snap, now)).await else {
+            continue;
+        };
         let (starts, reasons) = {
             let r = ctx.raft.replica.read().expect("replica lock");
-            let starts: Vec<StartJob> = p.starts.into_iter().map(|s| StartJob { job: s.job, allocation: s.allocation }).filter(|s| r.state.check_start(s).is_ok()).collect();
-            let reasons: Vec<_> = p.reasons.into_iter().filter(|(id, reason)| r.state.jobs.get(id).is_some_and(|j| j.state == JobState::Pending && &j.reason != reason)).collect();
+            let starts: Vec<StartJob> = p
+                .starts
+                .into_iter()
+                .map(|s| StartJob {
+                    job: s.job,
+                    allocation: s.allocation,
+                })
+                .filter(|s| r.state.check_start(s).is_ok())
+                .collect();
+            let reasons: Vec<_> = p
+                .reasons
+                .into_iter()
+                .filter(|(id, reason)| {
+                    r.state
+                        .jobs
+                        .get(id)
+                        .is_some_and(|j| j.state == JobState::Pending && &j.reason != reason)
+                })
+                .collect();
             (starts, reasons)
         };
         if let Ok(mut e) = ctx.estimates.write() {
@@ -113,7 +158,9 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             let _ = ctx.propose(Command::StartJobs { starts }, None).await;
         }
         if !reasons.is_empty() {
-            let _ = ctx.propose(Command::SetPendingReasons { reasons }, None).await;
+            let _ = ctx
+                .propose(Command::SetPendingReasons { reasons }, None)
+                .await;
         }
         let mut by_job: HashMap<JobId, Vec<JobId>> = HashMap::new();
         for pre in p.preemptions {
@@ -121,7 +168,9 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         }
         for (for_job, victims) in by_job {
             tracing::info!("preempting {victims:?} for job {for_job}");
-            let _ = ctx.propose(Command::Preempt { victims, for_job }, None).await;
+            let _ = ctx
+                .propose(Command::Preempt { victims, for_job }, None)
+                .await;
         }
     }
 }
@@ -140,23 +189,47 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         if stopped(&stop) {
             return;
         }
-        let connected: HashMap<String, Vec<gsched_proto::agent::StepRef>> = ctx.hub.connected().into_iter().collect();
+        let connected: HashMap<String, Vec<gsched_proto::agent::StepRef>> =
+            ctx.hub.connected().into_iter().collect();
         let mut sends: Vec<(String, ControllerToAgent)> = Vec::new();
         {
             let r = ctx.raft.replica.read().expect("replica lock");
             let state = &r.state;
-            for job in state.jobs.values().filter(|j| matches!(j.state, JobState::Running | JobState::Completing)) {
-                let Some(alloc) = &job.allocation else { continue };
+            for job in state
+                .jobs
+                .values()
+                .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+            {
+                let Some(alloc) = &job.allocation else {
+                    continue;
+                };
                 for (rank, na) in alloc.nodes.iter().enumerate() {
-                    let Some(running) = connected.get(&na.node) else { continue };
+                    let Some(running) = connected.get(&na.node) else {
+                        continue;
+                    };
                     let step = job.steps.iter().find(|s| s.node == na.node);
-                    let reported = running.iter().any(|s| s.job == job.id && s.attempt == job.restarts);
+                    let reported = running
+                        .iter()
+                        .any(|s| s.job == job.id && s.attempt == job.restarts);
                     let key = (job.id, job.restarts, na.node.clone());
                     match job.state {
-                        JobState::Running if step.is_some_and(|s| s.state == StepState::Launching) && !reported => {
-                            if launched.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(3)) {
-                                let partition = job.spec.partition.clone().unwrap_or_else(|| state.config.default_partition());
-                                let time_limit_s = job.spec.time_limit_s.or(state.config.partition(&partition).and_then(|p| p.default_time_s));
+                        JobState::Running
+                            if step.is_some_and(|s| s.state == StepState::Launching)
+                                && !reported =>
+                        {
+                            if launched
+                                .get(&key)
+                                .is_none_or(|t| t.elapsed() > Duration::from_secs(3))
+                            {
+                                let partition = job
+                                    .spec
+                                    .partition
+                                    .clone()
+                                    .unwrap_or_else(|| state.config.default_partition());
+                                let time_limit_s = job.spec.time_limit_s.or(state
+                                    .config
+                                    .partition(&partition)
+                                    .and_then(|p| p.default_time_s));
                                 let launch = LaunchSpec {
                                     job: job.id,
                                     array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
@@ -170,20 +243,45 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                                     time_limit_s,
                                 };
                                 launched.insert(key, Instant::now());
-                                sends.push((na.node.clone(), ControllerToAgent::Launch(Box::new(launch))));
+                                sends.push((
+                                    na.node.clone(),
+                                    ControllerToAgent::Launch(Box::new(launch)),
+                                ));
                             }
                         }
                         JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
-                            if killed.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
+                            if killed
+                                .get(&key)
+                                .is_none_or(|t| t.elapsed() > Duration::from_secs(2))
+                            {
                                 let failure = job.failure.as_ref();
                                 let cause = match failure.map(|f| &f.kind) {
-                                    Some(k @ (FailureKind::Cancelled | FailureKind::Timeout | FailureKind::Preempted)) => k.clone(),
+                                    Some(
+                                        k @ (FailureKind::Cancelled
+                                        | FailureKind::Timeout
+                                        | FailureKind::Preempted),
+                                    ) => k.clone(),
                                     _ => FailureKind::GangStopped,
                                 };
-                                let grace = if cause == FailureKind::GangStopped { ctx.cfg.gang_stop_grace_s } else { ctx.cfg.kill_grace_s };
-                                let reason = failure.map(|f| f.to_string()).unwrap_or_else(|| "job ending".into());
+                                let grace = if cause == FailureKind::GangStopped {
+                                    ctx.cfg.gang_stop_grace_s
+                                } else {
+                                    ctx.cfg.kill_grace_s
+                                };
+                                let reason = failure
+                                    .map(|f| f.to_string())
+                                    .unwrap_or_else(|| "job ending".into());
                                 killed.insert(key, Instant::now());
-                                sends.push((na.node.clone(), ControllerToAgent::Kill { job: job.id, attempt: job.restarts, cause, reason, grace_s: grace }));
+                                sends.push((
+                                    na.node.clone(),
+                                    ControllerToAgent::Kill {
+                                        job: job.id,
+                                        attempt: job.restarts,
+                                        cause,
+                                        reason,
+                                        grace_s: grace,
+                                    },
+                                ));
                             }
                         }
                         _ => {}
@@ -194,13 +292,33 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             for (node, running) in &connected {
                 for s in running {
                     let wanted = state.jobs.get(&s.job).is_some_and(|j| {
-                        j.restarts == s.attempt && j.state == JobState::Running && j.steps.iter().any(|st| &st.node == node && !st.state.is_done())
+                        j.restarts == s.attempt
+                            && j.state == JobState::Running
+                            && j.steps
+                                .iter()
+                                .any(|st| &st.node == node && !st.state.is_done())
                     });
-                    let completing = state.jobs.get(&s.job).is_some_and(|j| j.restarts == s.attempt && j.state == JobState::Completing);
+                    let completing = state.jobs.get(&s.job).is_some_and(|j| {
+                        j.restarts == s.attempt && j.state == JobState::Completing
+                    });
                     let key = (s.job, s.attempt, node.clone());
-                    if !wanted && !completing && killed.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(2)) {
+                    if !wanted
+                        && !completing
+                        && killed
+                            .get(&key)
+                            .is_none_or(|t| t.elapsed() > Duration::from_secs(2))
+                    {
                         killed.insert(key, Instant::now());
-                        sends.push((node.clone(), ControllerToAgent::Kill { job: s.job, attempt: s.attempt, cause: FailureKind::GangStopped, reason: "the job is no longer running".into(), grace_s: ctx.cfg.kill_grace_s }));
+                        sends.push((
+                            node.clone(),
+                            ControllerToAgent::Kill {
+                                job: s.job,
+                                attempt: s.attempt,
+                                cause: FailureKind::GangStopped,
+                                reason: "the job is no longer running".into(),
+                                grace_s: ctx.cfg.kill_grace_s,
+                            },
+                        ));
                     }
                 }
             }
@@ -234,15 +352,29 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
                 .nodes
                 .values()
                 .filter(|n| n.online)
-                .filter(|n| ctx.hub.last_seen(&n.name).is_none_or(|t| t.elapsed() > timeout))
+                .filter(|n| {
+                    ctx.hub
+                        .last_seen(&n.name)
+                        .is_none_or(|t| t.elapsed() > timeout)
+                })
                 .map(|n| n.name.clone())
                 .collect();
             let mut overdue = Vec::new();
             if last_backstop.elapsed() > Duration::from_secs(5) {
                 last_backstop = Instant::now();
                 let now = now_ms();
-                for j in r.state.jobs.values().filter(|j| j.state == JobState::Running) {
-                    let limit = j.spec.time_limit_s.or_else(|| r.state.config.partition(j.spec.partition.as_deref().unwrap_or("")).and_then(|p| p.default_time_s));
+                for j in r
+                    .state
+                    .jobs
+                    .values()
+                    .filter(|j| j.state == JobState::Running)
+                {
+                    let limit = j.spec.time_limit_s.or_else(|| {
+                        r.state
+                            .config
+                            .partition(j.spec.partition.as_deref().unwrap_or(""))
+                            .and_then(|p| p.default_time_s)
+                    });
                     if let (Some(limit), Some(start)) = (limit, j.start_ms) {
                         if now > start + (limit + ctx.cfg.kill_grace_s + 30) * 1000 {
                             overdue.push((j.id, j.restarts));
@@ -253,11 +385,27 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
             (lost, overdue)
         };
         for node in lost {
-            tracing::warn!("node {node} lost: no heartbeat for {:.1} s", timeout.as_secs_f64());
-            let _ = ctx.propose(Command::NodeLost { node, reason: format!("no heartbeat from the agent for {:.1} s", timeout.as_secs_f64()) }, None).await;
+            tracing::warn!(
+                "node {node} lost: no heartbeat for {:.1} s",
+                timeout.as_secs_f64()
+            );
+            let _ = ctx
+                .propose(
+                    Command::NodeLost {
+                        node,
+                        reason: format!(
+                            "no heartbeat from the agent for {:.1} s",
+                            timeout.as_secs_f64()
+                        ),
+                    },
+                    None,
+                )
+                .await;
         }
         for (job, attempt) in overdue {
-            let _ = ctx.propose(Command::TimeoutJob { job, attempt }, None).await;
+            let _ = ctx
+                .propose(Command::TimeoutJob { job, attempt }, None)
+                .await;
         }
     }
 }

@@ -40,13 +40,20 @@ struct Args {
     #[arg(long, default_value_t = 50)]
     tick_ms: u64,
     /// Log filter (tracing EnvFilter syntax).
-    #[arg(long, env = "GSCHED_LOG", default_value = "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")]
+    #[arg(
+        long,
+        env = "GSCHED_LOG",
+        default_value = "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn"
+    )]
     log: String,
 }
 
 fn main() {
     let args = Args::parse();
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&args.log)).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_target(false)
+        .init();
     if let Err(e) = real_main(args) {
         eprintln!("gctld: {e}");
         std::process::exit(1);
@@ -58,13 +65,21 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--id must be at least 1");
     }
     let mut peers = parse_peers(&args.peers).map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
-    let advertise = args.advertise.clone().or_else(|| peers.get(&args.id).cloned()).unwrap_or_else(|| args.listen.clone());
+    let advertise = args
+        .advertise
+        .clone()
+        .or_else(|| peers.get(&args.id).cloned())
+        .unwrap_or_else(|| args.listen.clone());
     if !args.join {
         match peers.get(&args.id) {
             None if peers.is_empty() => {
                 peers.insert(args.id, advertise.clone());
             }
-            None => anyhow::bail!("--peers does not list this controller's id {}; add {}={advertise}", args.id, args.id),
+            None => anyhow::bail!(
+                "--peers does not list this controller's id {}; add {}={advertise}",
+                args.id,
+                args.id
+            ),
             Some(_) => {}
         }
     }
@@ -73,22 +88,38 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     cfg.join = args.join;
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
     if let Some(path) = &args.config {
-        ConfigFile::load(path).map_err(|e| anyhow::anyhow!(e))?.apply_to(&mut cfg);
+        ConfigFile::load(path)
+            .map_err(|e| anyhow::anyhow!(e))?
+            .apply_to(&mut cfg);
     }
     if let Some(range) = &args.master_ports {
-        let (lo, hi) = range.split_once('-').ok_or_else(|| anyhow::anyhow!("--master-ports {range}: use MIN-MAX"))?;
-        cfg.scheduler.master_port_min = lo.parse().map_err(|_| anyhow::anyhow!("--master-ports: bad port '{lo}'"))?;
-        cfg.scheduler.master_port_max = hi.parse().map_err(|_| anyhow::anyhow!("--master-ports: bad port '{hi}'"))?;
-        cfg.scheduler.validate().map_err(|e| anyhow::anyhow!("--master-ports: {e}"))?;
+        let (lo, hi) = range
+            .split_once('-')
+            .ok_or_else(|| anyhow::anyhow!("--master-ports {range}: use MIN-MAX"))?;
+        cfg.scheduler.master_port_min = lo
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--master-ports: bad port '{lo}'"))?;
+        cfg.scheduler.master_port_max = hi
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--master-ports: bad port '{hi}'"))?;
+        cfg.scheduler
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--master-ports: {e}"))?;
     }
     if let Some(t) = args.node_timeout {
         cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
         let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("signal handler");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}

@@ -29,16 +29,25 @@ pub struct Faults {
 
 impl Faults {
     pub fn is_blocked(&self, peer: u64) -> bool {
-        self.blocked.read().map(|b| b.contains(&peer)).unwrap_or(false)
+        self.blocked
+            .read()
+            .map(|b| b.contains(&peer))
+            .unwrap_or(false)
     }
 
     /// Re-reads `GSCHED_FAULTS_FILE` every 200 ms.
     pub fn watch_file(&self, handle: &tokio::runtime::Handle) {
-        let Ok(path) = std::env::var("GSCHED_FAULTS_FILE") else { return };
+        let Ok(path) = std::env::var("GSCHED_FAULTS_FILE") else {
+            return;
+        };
         let blocked = self.blocked.clone();
         handle.spawn(async move {
             loop {
-                let ids: HashSet<u64> = std::fs::read_to_string(&path).unwrap_or_default().split([',', ' ', '\n']).filter_map(|s| s.trim().parse().ok()).collect();
+                let ids: HashSet<u64> = std::fs::read_to_string(&path)
+                    .unwrap_or_default()
+                    .split([',', ' ', '\n'])
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
                 if let Ok(mut b) = blocked.write() {
                     *b = ids;
                 }
@@ -59,8 +68,23 @@ pub struct GrpcTransport {
 }
 
 impl GrpcTransport {
-    pub fn new(id: u64, advertise: String, book: AddressBook, mailbox: Sender<Msg>, runtime: tokio::runtime::Handle, faults: Faults) -> GrpcTransport {
-        GrpcTransport { id, advertise, book, mailbox, runtime, queues: Mutex::new(HashMap::new()), faults }
+    pub fn new(
+        id: u64,
+        advertise: String,
+        book: AddressBook,
+        mailbox: Sender<Msg>,
+        runtime: tokio::runtime::Handle,
+        faults: Faults,
+    ) -> GrpcTransport {
+        GrpcTransport {
+            id,
+            advertise,
+            book,
+            mailbox,
+            runtime,
+            queues: Mutex::new(HashMap::new()),
+            faults,
+        }
     }
 
     fn queue(&self, to: u64) -> mpsc::UnboundedSender<RaftMessage> {
@@ -70,7 +94,14 @@ impl GrpcTransport {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         queues.insert(to, tx.clone());
-        let worker = PeerWorker { from: self.id, advertise: self.advertise.clone(), to, book: self.book.clone(), mailbox: self.mailbox.clone(), faults: self.faults.clone() };
+        let worker = PeerWorker {
+            from: self.id,
+            advertise: self.advertise.clone(),
+            to,
+            book: self.book.clone(),
+            mailbox: self.mailbox.clone(),
+            faults: self.faults.clone(),
+        };
         self.runtime.spawn(worker.run(rx));
         tx
     }
@@ -98,8 +129,16 @@ struct PeerWorker {
 }
 
 async fn connect(addr: &str) -> Option<PeerClient<Channel>> {
-    let ep = Endpoint::from_shared(format!("http://{addr}")).ok()?.connect_timeout(Duration::from_millis(300)).timeout(Duration::from_secs(5)).tcp_nodelay(true);
-    ep.connect().await.ok().map(|c| PeerClient::new(c).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024))
+    let ep = Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    ep.connect().await.ok().map(|c| {
+        PeerClient::new(c)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    })
 }
 
 impl PeerWorker {
@@ -114,11 +153,15 @@ impl PeerWorker {
                     break;
                 }
             }
-            let (snaps, normal): (Vec<RaftMessage>, Vec<RaftMessage>) = batch.into_iter().partition(gsched_raft::node::is_snapshot);
+            let (snaps, normal): (Vec<RaftMessage>, Vec<RaftMessage>) =
+                batch.into_iter().partition(gsched_raft::node::is_snapshot);
             if now_ms() < backoff_until {
                 let _ = self.mailbox.send(Msg::Unreachable(self.to));
                 for s in snaps {
-                    let _ = self.mailbox.send(Msg::SnapshotDone { to: s.to, ok: false });
+                    let _ = self.mailbox.send(Msg::SnapshotDone {
+                        to: s.to,
+                        ok: false,
+                    });
                 }
                 continue;
             }
@@ -133,12 +176,19 @@ impl PeerWorker {
                 backoff_until = now_ms() + 200;
                 let _ = self.mailbox.send(Msg::Unreachable(self.to));
                 for s in snaps {
-                    let _ = self.mailbox.send(Msg::SnapshotDone { to: s.to, ok: false });
+                    let _ = self.mailbox.send(Msg::SnapshotDone {
+                        to: s.to,
+                        ok: false,
+                    });
                 }
                 continue;
             };
             if !normal.is_empty() {
-                let req = RaftBatch { from: self.from, from_address: self.advertise.clone(), messages: normal.iter().map(encode_message).collect() };
+                let req = RaftBatch {
+                    from: self.from,
+                    from_address: self.advertise.clone(),
+                    messages: normal.iter().map(encode_message).collect(),
+                };
                 if c.send(req).await.is_err() {
                     client = None;
                     let _ = self.mailbox.send(Msg::Unreachable(self.to));
@@ -146,7 +196,9 @@ impl PeerWorker {
             }
             for snap in snaps {
                 let ok = match client.as_mut() {
-                    Some(c) => send_snapshot(c, self.from, &self.advertise, snap, &self.faults).await,
+                    Some(c) => {
+                        send_snapshot(c, self.from, &self.advertise, snap, &self.faults).await
+                    }
                     None => false,
                 };
                 let _ = self.mailbox.send(Msg::SnapshotDone { to: self.to, ok });
@@ -155,20 +207,39 @@ impl PeerWorker {
     }
 }
 
-async fn send_snapshot(client: &mut PeerClient<Channel>, from: u64, advertise: &str, mut msg: RaftMessage, faults: &Faults) -> bool {
+async fn send_snapshot(
+    client: &mut PeerClient<Channel>,
+    from: u64,
+    advertise: &str,
+    mut msg: RaftMessage,
+    faults: &Faults,
+) -> bool {
     if faults.is_blocked(msg.to) {
         return false;
     }
     let data = std::mem::take(&mut msg.mut_snapshot().data).to_vec();
     let header = encode_message(&msg);
-    let mut chunks = vec![SnapshotChunk { from, from_address: advertise.to_string(), message: header, data: Vec::new() }];
+    let mut chunks = vec![SnapshotChunk {
+        from,
+        from_address: advertise.to_string(),
+        message: header,
+        data: Vec::new(),
+    }];
     for piece in data.chunks(CHUNK) {
-        chunks.push(SnapshotChunk { from, from_address: String::new(), message: Vec::new(), data: piece.to_vec() });
+        chunks.push(SnapshotChunk {
+            from,
+            from_address: String::new(),
+            message: Vec::new(),
+            data: piece.to_vec(),
+        });
     }
     let size = data.len();
     match client.send_snapshot(tokio_stream::iter(chunks)).await {
         Ok(_) => {
-            tracing::info!("sent a {size}-byte snapshot to controller {} in chunks of {CHUNK}", msg.to);
+            tracing::info!(
+                "sent a {size}-byte snapshot to controller {} in chunks of {CHUNK}",
+                msg.to
+            );
             true
         }
         Err(e) => {

@@ -57,9 +57,18 @@ pub fn snapshot(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Snap
         // About 70% of GPUs busy, in 1-, 2- and 4-GPU jobs.
         let target = (gpus_per_node * (50 + rng.below(41) as u32) / 100).min(gpus_per_node);
         while (gpus_per_node - free.len() as u32) < target {
-            let want = [1u32, 2, 4][rng.below(3) as usize].min(target - (gpus_per_node - free.len() as u32)).max(1);
+            let want = [1u32, 2, 4][rng.below(3) as usize]
+                .min(target - (gpus_per_node - free.len() as u32))
+                .max(1);
             let take: Vec<u32> = free.drain(..want as usize).collect();
-            let alloc = NodeAlloc { node: v.name.clone(), gpus: take, cpus: vec![], mem_mb: 1, nic: None, exclusive: false };
+            let alloc = NodeAlloc {
+                node: v.name.clone(),
+                gpus: take,
+                cpus: vec![],
+                mem_mb: 1,
+                nic: None,
+                exclusive: false,
+            };
             v.usage.add(&alloc);
             id += 1;
             running.push(RunningJob {
@@ -88,14 +97,26 @@ pub fn snapshot(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Snap
             95..=97 => (2, gpus_per_node),
             _ => (4, gpus_per_node),
         };
-        let mut p = PendingJob::simple(u64::from(i) + 1, g, Some(600 + rng.below(7 * 86_400)), rng.below(86_400_000));
+        let mut p = PendingJob::simple(
+            u64::from(i) + 1,
+            g,
+            Some(600 + rng.below(7 * 86_400)),
+            rng.below(86_400_000),
+        );
         p.nodes = n;
         p.user = format!("u{}", rng.below(50));
         p.account = format!("a{}", rng.below(8));
         p.mem_mb = Some(1);
         queue.push(p);
     }
-    Snapshot { config: Arc::new(SchedConfig::default()), nodes: views, pending: queue, running, dependencies: HashMap::new(), usage: Vec::new() }
+    Snapshot {
+        config: Arc::new(SchedConfig::default()),
+        nodes: views,
+        pending: queue,
+        running,
+        dependencies: HashMap::new(),
+        usage: Vec::new(),
+    }
 }
 
 fn time_pass(snap: &Snapshot, runs: u32) -> (Vec<f64>, usize) {
@@ -116,8 +137,15 @@ pub fn bench_pass(nodes: u32, gpus_per_node: u32, pending: u32, runs: u32) -> Be
     let busy: u32 = snap.nodes.iter().map(|n| n.usage.gpus.len()).sum();
     let (times, started) = time_pass(&snap, runs);
     let mut base = snap.clone();
-    base.config = Arc::new(SchedConfig { policy: Policy::FifoBackfill, ..SchedConfig::default() });
-    let (base_times, _) = if std::env::var_os("GSIM_SKIP_BASELINE").is_some() { (vec![1.0], 0) } else { time_pass(&base, runs) };
+    base.config = Arc::new(SchedConfig {
+        policy: Policy::FifoBackfill,
+        ..SchedConfig::default()
+    });
+    let (base_times, _) = if std::env::var_os("GSIM_SKIP_BASELINE").is_some() {
+        (vec![1.0], 0)
+    } else {
+        time_pass(&base, runs)
+    };
     let p50 = times[times.len() / 2];
     let b50 = base_times[base_times.len() / 2];
     BenchResult {

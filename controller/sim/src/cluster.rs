@@ -20,18 +20,47 @@ pub struct ClusterSpec {
     pub network_gbps: f64,
 }
 
-fn topo(gpus: u32, link: impl Fn(u32, u32) -> LinkClass, numa_of: impl Fn(u32) -> u32, sockets: u32, cpus_per_socket: u32, mem_mib: u64) -> Topology {
+fn topo(
+    gpus: u32,
+    link: impl Fn(u32, u32) -> LinkClass,
+    numa_of: impl Fn(u32) -> u32,
+    sockets: u32,
+    cpus_per_socket: u32,
+    mem_mib: u64,
+) -> Topology {
     let mut t = Topology::empty("gsim");
     for i in 0..gpus {
         let mut g = Gpu::new(i);
         g.numa_node = Some(numa_of(i));
         let s = numa_of(i);
-        g.cpus = Some(format!("{}-{}", s * cpus_per_socket, (s + 1) * cpus_per_socket - 1));
+        g.cpus = Some(format!(
+            "{}-{}",
+            s * cpus_per_socket,
+            (s + 1) * cpus_per_socket - 1
+        ));
         g.model = Some("sim-gpu".into());
         t.gpus.push(g);
     }
-    t.gpu_links = (0..gpus).map(|i| (0..gpus).map(|j| if i == j { LinkClass::SameDevice } else { link(i, j) }).collect()).collect();
-    t.numa_nodes = (0..sockets).map(|s| NumaNode { id: s, cpus: format!("{}-{}", s * cpus_per_socket, (s + 1) * cpus_per_socket - 1), memory_mib: Some(mem_mib / u64::from(sockets)) }).collect();
+    t.gpu_links = (0..gpus)
+        .map(|i| {
+            (0..gpus)
+                .map(|j| {
+                    if i == j {
+                        LinkClass::SameDevice
+                    } else {
+                        link(i, j)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    t.numa_nodes = (0..sockets)
+        .map(|s| NumaNode {
+            id: s,
+            cpus: format!("{}-{}", s * cpus_per_socket, (s + 1) * cpus_per_socket - 1),
+            memory_mib: Some(mem_mib / u64::from(sockets)),
+        })
+        .collect();
     t.memory_mib = Some(mem_mib);
     t
 }
@@ -43,23 +72,54 @@ pub fn two_gpu_pix() -> Topology {
 
 /// Eight GPUs, two sockets, one PCIe switch per GPU pair.
 pub fn eight_gpu_pcie() -> Topology {
-    topo(8, |i, j| if i / 2 == j / 2 { LinkClass::Pix } else if i / 4 == j / 4 { LinkClass::Pxb } else { LinkClass::Sys }, |i| i / 4, 2, 32, 512 * 1024)
+    topo(
+        8,
+        |i, j| {
+            if i / 2 == j / 2 {
+                LinkClass::Pix
+            } else if i / 4 == j / 4 {
+                LinkClass::Pxb
+            } else {
+                LinkClass::Sys
+            }
+        },
+        |i| i / 4,
+        2,
+        32,
+        512 * 1024,
+    )
 }
 
 pub fn preset(name: &str) -> Option<ClusterSpec> {
     match name {
         "philly-760" => Some(ClusterSpec {
             classes: vec![
-                NodeClass { count: 100, topology: two_gpu_pix(), name: "p2".into() },
-                NodeClass { count: 70, topology: eight_gpu_pcie(), name: "p8".into() },
+                NodeClass {
+                    count: 100,
+                    topology: two_gpu_pix(),
+                    name: "p2".into(),
+                },
+                NodeClass {
+                    count: 70,
+                    topology: eight_gpu_pcie(),
+                    name: "p8".into(),
+                },
             ],
             nodes_per_switch: 20,
             network_gbps: 12.5,
         }),
         "philly-full" => Some(ClusterSpec {
             classes: vec![
-                NodeClass { count: 321, topology: two_gpu_pix(), name: "p2".into() },
-                NodeClass { count: 231, topology: eight_gpu_pcie(), name: "p8".into() },
+                NodeClass {
+                    count: 321,
+                    topology: two_gpu_pix(),
+                    name: "p2".into(),
+                },
+                NodeClass {
+                    count: 231,
+                    topology: eight_gpu_pcie(),
+                    name: "p8".into(),
+                },
             ],
             nodes_per_switch: 20,
             network_gbps: 12.5,
@@ -71,8 +131,24 @@ pub fn preset(name: &str) -> Option<ClusterSpec> {
 /// `nodes` identical nodes of `gpus` GPUs (the 8-GPU PCIe layout for 8, else uniform PIX),
 /// or of the given topology.
 pub fn uniform(nodes: u32, gpus: u32, topology: Option<Topology>) -> ClusterSpec {
-    let t = topology.unwrap_or_else(|| if gpus == 8 { eight_gpu_pcie() } else if gpus == 2 { two_gpu_pix() } else { topo(gpus, |_, _| LinkClass::Pxb, |_| 0, 1, 32, 512 * 1024) });
-    ClusterSpec { classes: vec![NodeClass { count: nodes, topology: t, name: "n".into() }], nodes_per_switch: 20, network_gbps: 12.5 }
+    let t = topology.unwrap_or_else(|| {
+        if gpus == 8 {
+            eight_gpu_pcie()
+        } else if gpus == 2 {
+            two_gpu_pix()
+        } else {
+            topo(gpus, |_, _| LinkClass::Pxb, |_| 0, 1, 32, 512 * 1024)
+        }
+    });
+    ClusterSpec {
+        classes: vec![NodeClass {
+            count: nodes,
+            topology: t,
+            name: "n".into(),
+        }],
+        nodes_per_switch: 20,
+        network_gbps: 12.5,
+    }
 }
 
 impl ClusterSpec {
@@ -94,10 +170,17 @@ impl ClusterSpec {
     }
 
     pub fn total_gpus(&self) -> u32 {
-        self.classes.iter().map(|c| c.count * c.topology.gpus.len() as u32).sum()
+        self.classes
+            .iter()
+            .map(|c| c.count * c.topology.gpus.len() as u32)
+            .sum()
     }
 
     pub fn max_gpus_per_node(&self) -> u32 {
-        self.classes.iter().map(|c| c.topology.gpus.len() as u32).max().unwrap_or(0)
+        self.classes
+            .iter()
+            .map(|c| c.topology.gpus.len() as u32)
+            .max()
+            .unwrap_or(0)
     }
 }

@@ -13,7 +13,9 @@
 use crate::cluster::ClusterSpec;
 use crate::trace::{TraceJob, estimate_limit, shape};
 use gsched_scheduler::priority::decay;
-use gsched_scheduler::{NodeView, PendingJob, Policy, RunningJob, SchedConfig, Snapshot, UsageRecord, plan};
+use gsched_scheduler::{
+    NodeView, PendingJob, Policy, RunningJob, SchedConfig, Snapshot, UsageRecord, plan,
+};
 use gsched_types::job::{JobId, PendingReason};
 use gsched_types::resources::NodeAlloc;
 use gsched_types::topology::LinkClass;
@@ -37,7 +39,15 @@ pub struct SimOptions {
 
 impl SimOptions {
     pub fn new(policy: Policy, comm_model: bool) -> SimOptions {
-        SimOptions { policy, comm_model, comm_single_node: 0.3, comm_multi_node: 0.4, cross_switch_penalty: 0.5, pass_interval_s: 0, weights: None }
+        SimOptions {
+            policy,
+            comm_model,
+            comm_single_node: 0.3,
+            comm_multi_node: 0.4,
+            cross_switch_penalty: 0.5,
+            pass_interval_s: 0,
+            weights: None,
+        }
     }
 }
 
@@ -93,7 +103,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResult {
     let wall = std::time::Instant::now();
-    let mut config = SchedConfig { policy: opts.policy, ..SchedConfig::default() };
+    let mut config = SchedConfig {
+        policy: opts.policy,
+        ..SchedConfig::default()
+    };
     if let Some(w) = &opts.weights {
         config.weights = w.clone();
     }
@@ -102,12 +115,26 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     config.max_jobs_per_pass = 100_000;
     let config = Arc::new(config);
     let mut nodes = spec.node_views();
-    let node_index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+    let node_index: HashMap<String, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
+        .collect();
     let max_per_node = spec.max_gpus_per_node();
     let total_gpus = spec.total_gpus();
     // Best achievable worst-link tier for a single-node job of g GPUs.
     let best_tier: Vec<Option<u8>> = (0..=max_per_node)
-        .map(|g| nodes.iter().filter(|n| n.capacity.gpu_count >= g && g > 0).filter_map(|n| n.topo.best_set(n.free_gpu_mask(), g).map(|c| c.quality.worst_tier)).min())
+        .map(|g| {
+            nodes
+                .iter()
+                .filter(|n| n.capacity.gpu_count >= g && g > 0)
+                .filter_map(|n| {
+                    n.topo
+                        .best_set(n.free_gpu_mask(), g)
+                        .map(|c| c.quality.worst_tier)
+                })
+                .min()
+        })
         .collect();
     let start_s = trace.first().map(|j| j.submit_s).unwrap_or(0);
     let mut next_arrival = 0usize;
@@ -133,8 +160,11 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     loop {
         let t_arr = trace.get(next_arrival).map(|j| j.submit_s);
         let t_done = completions.peek().map(|Reverse((t, _))| *t);
-        let t_tick = (opts.pass_interval_s > 0 && pass_due).then_some(last_pass + opts.pass_interval_s);
-        let Some(t) = [t_arr, t_done, t_tick].into_iter().flatten().min() else { break };
+        let t_tick =
+            (opts.pass_interval_s > 0 && pass_due).then_some(last_pass + opts.pass_interval_s);
+        let Some(t) = [t_arr, t_done, t_tick].into_iter().flatten().min() else {
+            break;
+        };
         // Integrate busy GPUs and fragmentation over [last_t, t).
         let dt = t.saturating_sub(last_t) as f64;
         busy_gpu_s += dt * f64::from(allocated_gpus);
@@ -160,8 +190,18 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
                     nodes[node_index[&a.node]].usage.remove(a);
                 }
                 allocated_gpus -= r.gpus;
-                let u = usage.entry(r.job.account.clone()).or_insert(UsageRecord { account: r.job.account.clone(), user: r.job.user.clone(), gpu_seconds: 0.0, at_ms: tc * 1000 });
-                u.gpu_seconds = decay(u.gpu_seconds, u.at_ms, tc * 1000, config.fairshare_half_life_s) + f64::from(r.gpus) * (tc - r.job.start_ms / 1000) as f64;
+                let u = usage.entry(r.job.account.clone()).or_insert(UsageRecord {
+                    account: r.job.account.clone(),
+                    user: r.job.user.clone(),
+                    gpu_seconds: 0.0,
+                    at_ms: tc * 1000,
+                });
+                u.gpu_seconds = decay(
+                    u.gpu_seconds,
+                    u.at_ms,
+                    tc * 1000,
+                    config.fairshare_half_life_s,
+                ) + f64::from(r.gpus) * (tc - r.job.start_ms / 1000) as f64;
                 u.at_ms = tc * 1000;
                 last_end = last_end.max(tc);
             }
@@ -170,7 +210,12 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
         while trace.get(next_arrival).is_some_and(|j| j.submit_s <= t) {
             let j = &trace[next_arrival];
             let (n, g) = shape(j.gpus, max_per_node);
-            let mut p = PendingJob::simple(next_arrival as u64 + 1, g, Some(estimate_limit(j.duration_s)), j.submit_s * 1000);
+            let mut p = PendingJob::simple(
+                next_arrival as u64 + 1,
+                g,
+                Some(estimate_limit(j.duration_s)),
+                j.submit_s * 1000,
+            );
             p.nodes = n;
             p.account = j.group.clone();
             p.user = j.group.clone();
@@ -181,7 +226,11 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             next_arrival += 1;
             pass_due = true;
         }
-        if !pass_due || (opts.pass_interval_s > 0 && t < last_pass + opts.pass_interval_s && t_tick != Some(t)) {
+        if !pass_due
+            || (opts.pass_interval_s > 0
+                && t < last_pass + opts.pass_interval_s
+                && t_tick != Some(t))
+        {
             continue;
         }
         pass_due = false;
@@ -203,10 +252,20 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
         // The head of the queue (highest priority) waiting for resources means the free
         // GPUs are fragmented for it.
         let started: std::collections::HashSet<JobId> = p.starts.iter().map(|s| s.job).collect();
-        let head = p.priorities.iter().find(|(id, _)| !started.contains(id)).map(|(id, _)| *id);
-        head_blocked = head.is_some_and(|h| p.reasons.iter().any(|(id, r)| *id == h && *r == PendingReason::Resources));
+        let head = p
+            .priorities
+            .iter()
+            .find(|(id, _)| !started.contains(id))
+            .map(|(id, _)| *id);
+        head_blocked = head.is_some_and(|h| {
+            p.reasons
+                .iter()
+                .any(|(id, r)| *id == h && *r == PendingReason::Resources)
+        });
         for s in p.starts {
-            let Some(job) = pending.remove(&s.job) else { continue };
+            let Some(job) = pending.remove(&s.job) else {
+                continue;
+            };
             let trace_job = &trace[(job.id.0 - 1) as usize];
             let mut worst_tier = 0u8;
             let mut switches: Vec<Option<String>> = Vec::new();
@@ -221,7 +280,21 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             switches.dedup();
             let gpus = job.total_gpus();
             let min_nodes = gpus.div_ceil(max_per_node);
-            let best = if job.nodes == 1 { best_tier.get(job.gpus_per_node as usize).copied().flatten().unwrap_or(worst_tier) } else { worst_tier.min(best_tier.get(job.gpus_per_node as usize).copied().flatten().unwrap_or(worst_tier)) };
+            let best = if job.nodes == 1 {
+                best_tier
+                    .get(job.gpus_per_node as usize)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(worst_tier)
+            } else {
+                worst_tier.min(
+                    best_tier
+                        .get(job.gpus_per_node as usize)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(worst_tier),
+                )
+            };
             if gpus > 1 {
                 multi_jobs += 1;
                 if worst_tier <= best && job.nodes == min_nodes && switches.len() <= 1 {
@@ -229,11 +302,20 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
                 }
             }
             let slowdown = if opts.comm_model && gpus > 1 {
-                let c = if job.nodes > 1 { opts.comm_multi_node } else { opts.comm_single_node };
+                let c = if job.nodes > 1 {
+                    opts.comm_multi_node
+                } else {
+                    opts.comm_single_node
+                };
                 let mut bw = tier_class(worst_tier).nominal_gbps();
                 let mut best_bw = tier_class(best).nominal_gbps();
                 if job.nodes > 1 {
-                    let net = spec.network_gbps * if switches.len() > 1 { opts.cross_switch_penalty } else { 1.0 };
+                    let net = spec.network_gbps
+                        * if switches.len() > 1 {
+                            opts.cross_switch_penalty
+                        } else {
+                            1.0
+                        };
                     bw = bw.min(net);
                     best_bw = best_bw.min(spec.network_gbps);
                 }
@@ -252,22 +334,25 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             jcts.push((end - trace_job.submit_s) as f64);
             allocated_gpus += gpus;
             let nodes_alloc: Vec<NodeAlloc> = s.allocation.nodes;
-            running.insert(job.id, Running {
-                job: RunningJob {
-                    id: job.id,
-                    name: job.name.clone(),
-                    user: job.user.clone(),
-                    account: job.account.clone(),
-                    qos: None,
-                    start_ms: t * 1000,
-                    time_limit_s: job.time_limit_s,
-                    allocation: nodes_alloc,
-                    master_port: s.allocation.master_port,
-                    array_job: None,
-                    ending: false,
+            running.insert(
+                job.id,
+                Running {
+                    job: RunningJob {
+                        id: job.id,
+                        name: job.name.clone(),
+                        user: job.user.clone(),
+                        account: job.account.clone(),
+                        qos: None,
+                        start_ms: t * 1000,
+                        time_limit_s: job.time_limit_s,
+                        allocation: nodes_alloc,
+                        master_port: s.allocation.master_port,
+                        array_job: None,
+                        ending: false,
+                    },
+                    gpus,
                 },
-                gpus,
-            });
+            );
         }
     }
     let makespan = last_end.saturating_sub(start_s);
@@ -282,12 +367,30 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
         p95_queue_s: percentile(&sorted, 0.95),
         avg_jct_s: jcts.iter().sum::<f64>() / n,
         makespan_s: makespan,
-        gpu_utilization: if makespan > 0 { busy_gpu_s / (f64::from(total_gpus) * makespan as f64) } else { 0.0 },
-        best_placement_share: if multi_jobs > 0 { best_placed as f64 / multi_jobs as f64 } else { 1.0 },
-        avg_fragmented_gpus: if makespan > 0 { frag_gpu_s / makespan as f64 } else { 0.0 },
+        gpu_utilization: if makespan > 0 {
+            busy_gpu_s / (f64::from(total_gpus) * makespan as f64)
+        } else {
+            0.0
+        },
+        best_placement_share: if multi_jobs > 0 {
+            best_placed as f64 / multi_jobs as f64
+        } else {
+            1.0
+        },
+        avg_fragmented_gpus: if makespan > 0 {
+            frag_gpu_s / makespan as f64
+        } else {
+            0.0
+        },
         avg_slowdown: slowdowns.iter().sum::<f64>() / slowdowns.len().max(1) as f64,
-        avg_queue_s_by_group: group_delays.into_iter().map(|(g, (sum, n))| (g, sum / n.max(1) as f64)).collect(),
-        allocation_by_day: day_busy.iter().map(|b| b / (f64::from(total_gpus) * 86_400.0)).collect(),
+        avg_queue_s_by_group: group_delays
+            .into_iter()
+            .map(|(g, (sum, n))| (g, sum / n.max(1) as f64))
+            .collect(),
+        allocation_by_day: day_busy
+            .iter()
+            .map(|b| b / (f64::from(total_gpus) * 86_400.0))
+            .collect(),
         passes,
         wall_s: wall.elapsed().as_secs_f64(),
     }

@@ -6,7 +6,12 @@ use gsched_sim::{bench, cluster, engine, trace};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "gsim", version, about = "Replay GPU job traces through the gsched scheduler and its baselines", args_conflicts_with_subcommands = true)]
+#[command(
+    name = "gsim",
+    version,
+    about = "Replay GPU job traces through the gsched scheduler and its baselines",
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -32,7 +37,11 @@ struct Replay {
     #[arg(long)]
     topology: Option<PathBuf>,
     /// Policies to compare.
-    #[arg(long, value_delimiter = ',', default_value = "gsched,fifo-backfill,fifo")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gsched,fifo-backfill,fifo"
+    )]
     policies: Vec<String>,
     /// Replay only the first N jobs.
     #[arg(long)]
@@ -74,7 +83,14 @@ fn die(msg: impl std::fmt::Display) -> ! {
 
 fn main() {
     let args = Args::parse();
-    if let Some(Cmd::BenchPass { nodes, gpus_per_node, pending, runs, json }) = args.cmd {
+    if let Some(Cmd::BenchPass {
+        nodes,
+        gpus_per_node,
+        pending,
+        runs,
+        json,
+    }) = args.cmd
+    {
         let r = bench::bench_pass(nodes, gpus_per_node, pending, runs.max(1));
         if json {
             println!("{}", serde_json::to_string_pretty(&r).expect("json"));
@@ -94,17 +110,36 @@ fn main() {
         return;
     }
     let a = args.replay;
-    let Some(trace_path) = a.trace else { die("--trace FILE is required (or use `gsim bench-pass`)") };
+    let Some(trace_path) = a.trace else {
+        die("--trace FILE is required (or use `gsim bench-pass`)")
+    };
     let spec = match (&a.cluster, a.nodes) {
-        (Some(name), _) => cluster::preset(name).unwrap_or_else(|| die(format!("unknown cluster preset '{name}': use philly-760 or philly-full"))),
+        (Some(name), _) => cluster::preset(name).unwrap_or_else(|| {
+            die(format!(
+                "unknown cluster preset '{name}': use philly-760 or philly-full"
+            ))
+        }),
         (None, Some(n)) => {
-            let topo = a.topology.as_ref().map(|p| gsched_topology::load_topology_file(p).unwrap_or_else(|e| die(e)));
+            let topo = a
+                .topology
+                .as_ref()
+                .map(|p| gsched_topology::load_topology_file(p).unwrap_or_else(|e| die(e)));
             cluster::uniform(n, a.gpus_per_node, topo)
         }
         (None, None) => die("give --cluster PRESET or --nodes N [--gpus-per-node G]"),
     };
     let jobs = trace::load(&trace_path, a.limit_jobs).unwrap_or_else(|e| die(e));
-    let policies: Vec<Policy> = a.policies.iter().map(|p| Policy::parse(p).unwrap_or_else(|| die(format!("unknown policy '{p}': use gsched, fifo-backfill, fifo")))).collect();
+    let policies: Vec<Policy> = a
+        .policies
+        .iter()
+        .map(|p| {
+            Policy::parse(p).unwrap_or_else(|| {
+                die(format!(
+                    "unknown policy '{p}': use gsched, fifo-backfill, fifo"
+                ))
+            })
+        })
+        .collect();
     let models: Vec<bool> = match a.comm_model.as_str() {
         "on" => vec![true],
         "off" => vec![false],
@@ -118,24 +153,71 @@ fn main() {
             let mut opts = engine::SimOptions::new(*p, model);
             opts.pass_interval_s = a.pass_interval;
             if let Some(w) = &a.weights {
-                let v: Vec<f64> = w.split(',').map(|x| x.trim().parse().unwrap_or_else(|_| die(format!("--weights: bad number '{x}'")))).collect();
+                let v: Vec<f64> = w
+                    .split(',')
+                    .map(|x| {
+                        x.trim()
+                            .parse()
+                            .unwrap_or_else(|_| die(format!("--weights: bad number '{x}'")))
+                    })
+                    .collect();
                 if v.len() != 6 {
-                    die("--weights takes six numbers: age,fairshare,job_size,short_job,partition,qos");
+                    die(
+                        "--weights takes six numbers: age,fairshare,job_size,short_job,partition,qos",
+                    );
                 }
-                opts.weights = Some(gsched_scheduler::config::PriorityWeights { age: v[0], fairshare: v[1], job_size: v[2], short_job: v[3], partition: v[4], qos: v[5] });
+                opts.weights = Some(gsched_scheduler::config::PriorityWeights {
+                    age: v[0],
+                    fairshare: v[1],
+                    job_size: v[2],
+                    short_job: v[3],
+                    partition: v[4],
+                    qos: v[5],
+                });
             }
             let r = engine::run(&spec, &jobs, &opts);
             if !a.json {
-                eprintln!("{} (comm model {}): {} jobs replayed in {:.1} s ({} passes)", r.policy, if model { "on" } else { "off" }, r.jobs, r.wall_s, r.passes);
+                eprintln!(
+                    "{} (comm model {}): {} jobs replayed in {:.1} s ({} passes)",
+                    r.policy,
+                    if model { "on" } else { "off" },
+                    r.jobs,
+                    r.wall_s,
+                    r.passes
+                );
             }
             results.push(r);
         }
-        let key = if model { "policies" } else { "policies_comm_model_off" };
-        let map: serde_json::Map<String, serde_json::Value> = results.iter().map(|r| (r.policy.clone(), serde_json::to_value(r).expect("json"))).collect();
+        let key = if model {
+            "policies"
+        } else {
+            "policies_comm_model_off"
+        };
+        let map: serde_json::Map<String, serde_json::Value> = results
+            .iter()
+            .map(|r| (r.policy.clone(), serde_json::to_value(r).expect("json")))
+            .collect();
         doc.insert(key.into(), serde_json::Value::Object(map));
         if !a.json {
-            println!("\n{} jobs on {} GPUs, communication model {}", jobs.len(), spec.total_gpus(), if model { "on" } else { "off" });
-            println!("{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>8}", "policy", "avg_queue", "med_queue", "p95_queue", "avg_jct", "makespan", "gpu_util", "best_plc", "frag_gpu", "slowdown");
+            println!(
+                "\n{} jobs on {} GPUs, communication model {}",
+                jobs.len(),
+                spec.total_gpus(),
+                if model { "on" } else { "off" }
+            );
+            println!(
+                "{:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>8}",
+                "policy",
+                "avg_queue",
+                "med_queue",
+                "p95_queue",
+                "avg_jct",
+                "makespan",
+                "gpu_util",
+                "best_plc",
+                "frag_gpu",
+                "slowdown"
+            );
             for r in &results {
                 println!(
                     "{:<14} {:>9.2}h {:>9.2}h {:>9.2}h {:>9.2}h {:>9.1}d {:>7.1}% {:>8.1}% {:>8.1} {:>8.3}",
@@ -154,6 +236,9 @@ fn main() {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::Value::Object(doc)).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::Value::Object(doc)).expect("json")
+        );
     }
 }

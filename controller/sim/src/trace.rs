@@ -15,11 +15,22 @@ pub struct TraceJob {
 }
 
 pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
     let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().ok_or("empty trace")?.split(',').map(str::trim).collect();
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or("empty trace")?
+        .split(',')
+        .map(str::trim)
+        .collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
-    let (id, submit, gpus, dur) = (col("job_id"), col("submit_time_s").ok_or("trace has no submit_time_s column")?, col("num_gpus").ok_or("trace has no num_gpus column")?, col("duration_s").ok_or("trace has no duration_s column")?);
+    let (id, submit, gpus, dur) = (
+        col("job_id"),
+        col("submit_time_s").ok_or("trace has no submit_time_s column")?,
+        col("num_gpus").ok_or("trace has no num_gpus column")?,
+        col("duration_s").ok_or("trace has no duration_s column")?,
+    );
     let group = col("vc");
     let mut out = Vec::new();
     for (n, line) in lines.enumerate() {
@@ -28,17 +39,29 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> 
         }
         let f: Vec<&str> = line.split(',').collect();
         let get = |i: usize| f.get(i).map(|s| s.trim()).unwrap_or("");
-        let Ok(duration_s) = get(dur).parse::<f64>() else { continue };
-        let g: u32 = get(gpus).parse().map_err(|_| format!("line {}: bad num_gpus '{}'", n + 2, get(gpus)))?;
+        let Ok(duration_s) = get(dur).parse::<f64>() else {
+            continue;
+        };
+        let g: u32 = get(gpus)
+            .parse()
+            .map_err(|_| format!("line {}: bad num_gpus '{}'", n + 2, get(gpus)))?;
         if g == 0 {
             continue;
         }
         out.push(TraceJob {
-            id: id.map(|i| get(i).to_string()).unwrap_or_else(|| format!("job{n}")),
-            submit_s: get(submit).parse::<f64>().map_err(|_| format!("line {}: bad submit time", n + 2))? as u64,
+            id: id
+                .map(|i| get(i).to_string())
+                .unwrap_or_else(|| format!("job{n}")),
+            submit_s: get(submit)
+                .parse::<f64>()
+                .map_err(|_| format!("line {}: bad submit time", n + 2))?
+                as u64,
             gpus: g,
             duration_s: duration_s.max(1.0) as u64,
-            group: group.map(|i| get(i).to_string()).filter(|s| !s.is_empty()).unwrap_or_else(|| "default".into()),
+            group: group
+                .map(|i| get(i).to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".into()),
         });
     }
     out.sort_by_key(|j| j.submit_s);
@@ -50,9 +73,15 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> 
 /// 60 days), or to whole days beyond that. Every policy sees the same limits, and no job
 /// runs past its limit.
 pub fn estimate_limit(duration_s: u64) -> u64 {
-    const GRID: [u64; 13] = [900, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800, 1_209_600, 2_592_000, 5_184_000];
+    const GRID: [u64; 13] = [
+        900, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800, 1_209_600,
+        2_592_000, 5_184_000,
+    ];
     let want = duration_s + duration_s / 2;
-    GRID.iter().copied().find(|g| *g >= want).unwrap_or(want.div_ceil(86_400) * 86_400)
+    GRID.iter()
+        .copied()
+        .find(|g| *g >= want)
+        .unwrap_or(want.div_ceil(86_400) * 86_400)
 }
 
 /// How a trace job asks for GPUs: up to 8 on one node; above that, whole 8-GPU nodes

@@ -28,7 +28,13 @@ fn every_job_that_fits_eventually_runs() {
         trace.sort_by_key(|j| j.submit_s);
         for policy in [Policy::Gsched, Policy::FifoBackfill, Policy::Fifo] {
             let r = run(&spec, &trace, &SimOptions::new(policy, true));
-            assert_eq!(r.jobs, trace.len(), "{policy:?} seed {seed}: only {} of {} jobs ran", r.jobs, trace.len());
+            assert_eq!(
+                r.jobs,
+                trace.len(),
+                "{policy:?} seed {seed}: only {} of {} jobs ran",
+                r.jobs,
+                trace.len()
+            );
             assert!(r.gpu_utilization > 0.0 && r.gpu_utilization <= 1.0);
         }
     }
@@ -41,10 +47,22 @@ fn fair_share_evens_out_two_groups() {
     let spec = cluster::uniform(2, 8, None);
     let mut trace = Vec::new();
     for i in 0..400 {
-        trace.push(TraceJob { id: format!("h{i}"), submit_s: 0, gpus: 1, duration_s: 600, group: "heavy".into() });
+        trace.push(TraceJob {
+            id: format!("h{i}"),
+            submit_s: 0,
+            gpus: 1,
+            duration_s: 600,
+            group: "heavy".into(),
+        });
     }
     for i in 0..400 {
-        trace.push(TraceJob { id: format!("l{i}"), submit_s: 600, gpus: 1, duration_s: 600, group: "light".into() });
+        trace.push(TraceJob {
+            id: format!("l{i}"),
+            submit_s: 600,
+            gpus: 1,
+            duration_s: 600,
+            group: "light".into(),
+        });
     }
     let fair = run(&spec, &trace, &SimOptions::new(Policy::Gsched, false));
     let fifo = run(&spec, &trace, &SimOptions::new(Policy::FifoBackfill, false));
@@ -53,17 +71,30 @@ fn fair_share_evens_out_two_groups() {
     assert_eq!(fair.makespan_s, fifo.makespan_s);
     // ... but under FIFO the light group waits for the whole heavy backlog, while fair share
     // lets it in as soon as heavy has used its share.
-    let (fl, fh) = (fair.avg_queue_s_by_group["light"], fair.avg_queue_s_by_group["heavy"]);
-    let (ol, oh) = (fifo.avg_queue_s_by_group["light"], fifo.avg_queue_s_by_group["heavy"]);
-    assert!(fl < ol * 0.8, "light waits {fl:.0}s with fair share, {ol:.0}s with FIFO");
+    let (fl, fh) = (
+        fair.avg_queue_s_by_group["light"],
+        fair.avg_queue_s_by_group["heavy"],
+    );
+    let (ol, oh) = (
+        fifo.avg_queue_s_by_group["light"],
+        fifo.avg_queue_s_by_group["heavy"],
+    );
+    assert!(
+        fl < ol * 0.8,
+        "light waits {fl:.0}s with fair share, {ol:.0}s with FIFO"
+    );
     // Fair share converges: once their usage is equal the groups alternate, so their
     // average waits end up close, where FIFO keeps them a whole backlog apart.
-    assert!((fl - fh).abs() < 0.25 * (ol - oh).abs(), "fair {fl:.0}/{fh:.0} vs fifo {ol:.0}/{oh:.0}");
+    assert!(
+        (fl - fh).abs() < 0.25 * (ol - oh).abs(),
+        "fair {fl:.0}/{fh:.0} vs fifo {ol:.0}/{oh:.0}"
+    );
 }
 
 #[test]
 fn philly_slice_replays_for_every_policy() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/traces/philly_2017_first2000.csv");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/traces/philly_2017_first2000.csv");
     let trace = load(&path, None).unwrap();
     assert_eq!(trace.len(), 2000);
     let spec = cluster::preset("philly-760").unwrap();

@@ -7,11 +7,11 @@
 //! still decode (golden encodings are checked in `tests/golden/`).
 
 use gsched_scheduler::SchedConfig;
+use gsched_types::Failure;
 use gsched_types::job::{JobId, JobSpec, PendingReason};
 use gsched_types::node::HealthEvent;
 use gsched_types::resources::Allocation;
 use gsched_types::topology::Topology;
-use gsched_types::Failure;
 use serde::{Deserialize, Serialize};
 
 /// The log format version this build writes. Decoding accepts every version up to it.
@@ -47,15 +47,42 @@ pub struct KnownStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {
-    SubmitJob { spec: JobSpec },
-    CancelJob { job: JobId, by: String, admin: bool },
+    SubmitJob {
+        spec: JobSpec,
+    },
+    CancelJob {
+        job: JobId,
+        by: String,
+        admin: bool,
+    },
     /// Commit placements; each is re-checked with `fits` and skipped if stale.
-    StartJobs { starts: Vec<StartJob> },
-    SetPendingReasons { reasons: Vec<(JobId, PendingReason)> },
-    StepStarted { job: JobId, attempt: u32, node: String, pid: Option<u32> },
-    StepExited { job: JobId, attempt: u32, node: String, code: Option<i32>, signal: Option<i32>, failure: Option<Failure> },
+    StartJobs {
+        starts: Vec<StartJob>,
+    },
+    SetPendingReasons {
+        reasons: Vec<(JobId, PendingReason)>,
+    },
+    StepStarted {
+        job: JobId,
+        attempt: u32,
+        node: String,
+        pid: Option<u32>,
+    },
+    StepExited {
+        job: JobId,
+        attempt: u32,
+        node: String,
+        code: Option<i32>,
+        signal: Option<i32>,
+        failure: Option<Failure>,
+    },
     /// A failure seen while the step still runs (log line, Xid): stops the gang now.
-    StepFailed { job: JobId, attempt: u32, node: String, failure: Failure },
+    StepFailed {
+        job: JobId,
+        attempt: u32,
+        node: String,
+        failure: Failure,
+    },
     RegisterNode {
         name: String,
         address: String,
@@ -65,19 +92,52 @@ pub enum Command {
         agent_version: String,
         known_steps: Vec<KnownStep>,
     },
-    NodeLost { node: String, reason: String },
-    DrainNode { node: String, reason: String, by: String },
-    ResumeNode { node: String, by: String },
-    HealthEvents { node: String, events: Vec<HealthEvent> },
-    RequeueJob { job: JobId, by: String, admin: bool },
-    HoldJob { job: JobId, by: String, admin: bool, hold: bool },
-    Preempt { victims: Vec<JobId>, for_job: JobId },
-    SetConfig { config: Box<SchedConfig> },
+    NodeLost {
+        node: String,
+        reason: String,
+    },
+    DrainNode {
+        node: String,
+        reason: String,
+        by: String,
+    },
+    ResumeNode {
+        node: String,
+        by: String,
+    },
+    HealthEvents {
+        node: String,
+        events: Vec<HealthEvent>,
+    },
+    RequeueJob {
+        job: JobId,
+        by: String,
+        admin: bool,
+    },
+    HoldJob {
+        job: JobId,
+        by: String,
+        admin: bool,
+        hold: bool,
+    },
+    Preempt {
+        victims: Vec<JobId>,
+        for_job: JobId,
+    },
+    SetConfig {
+        config: Box<SchedConfig>,
+    },
     /// Controller backstop when an agent did not enforce a time limit.
-    TimeoutJob { job: JobId, attempt: u32 },
+    TimeoutJob {
+        job: JobId,
+        attempt: u32,
+    },
     /// Record a controller's address (membership changes carry addresses here so every
     /// replica, and every snapshot, knows how to reach its peers).
-    SetControllerAddress { id: u64, address: Option<String> },
+    SetControllerAddress {
+        id: u64,
+        address: Option<String>,
+    },
     /// Does nothing; a new leader commits one to learn its commit index.
     Noop,
 }
@@ -114,13 +174,20 @@ impl Command {
 pub enum DecodeError {
     #[error("log entry is not a gsched command: {0}")]
     Malformed(#[from] serde_json::Error),
-    #[error("log entry has format version {0}, newer than this build understands ({FORMAT_VERSION}); upgrade gctld")]
+    #[error(
+        "log entry has format version {0}, newer than this build understands ({FORMAT_VERSION}); upgrade gctld"
+    )]
     TooNew(u16),
 }
 
 impl Envelope {
     pub fn new(cmd: Command, at_ms: u64, request_id: Option<String>) -> Envelope {
-        Envelope { v: FORMAT_VERSION, request_id, at_ms, cmd }
+        Envelope {
+            v: FORMAT_VERSION,
+            request_id,
+            at_ms,
+            cmd,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -141,10 +208,21 @@ impl Envelope {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     Ok,
-    Submitted { jobs: Vec<JobId> },
-    Started { started: Vec<JobId>, stale: Vec<(JobId, String)> },
+    Submitted {
+        jobs: Vec<JobId>,
+    },
+    Started {
+        started: Vec<JobId>,
+        stale: Vec<(JobId, String)>,
+    },
     /// The command was valid but refused by the current state (the message says why).
-    Rejected { message: String },
-    NotFound { message: String },
-    PermissionDenied { message: String },
+    Rejected {
+        message: String,
+    },
+    NotFound {
+        message: String,
+    },
+    PermissionDenied {
+        message: String,
+    },
 }

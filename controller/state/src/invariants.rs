@@ -10,8 +10,16 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
     let mut gpu_owner: HashMap<(String, u32), u64> = HashMap::new();
     for job in state.jobs.values() {
         let live = matches!(job.state, JobState::Running | JobState::Completing);
-        if live != job.allocation.is_some() && job.state != JobState::Pending && !job.state.is_terminal() {
-            return Err(format!("job {} is {} but allocation presence is {}", job.id, job.state, job.allocation.is_some()));
+        if live != job.allocation.is_some()
+            && job.state != JobState::Pending
+            && !job.state.is_terminal()
+        {
+            return Err(format!(
+                "job {} is {} but allocation presence is {}",
+                job.id,
+                job.state,
+                job.allocation.is_some()
+            ));
         }
         if job.state == JobState::Pending && job.allocation.is_some() {
             return Err(format!("pending job {} holds an allocation", job.id));
@@ -22,7 +30,10 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
         for na in &job.allocation.as_ref().expect("live").nodes {
             for g in &na.gpus {
                 if let Some(other) = gpu_owner.insert((na.node.clone(), *g), job.id.0) {
-                    return Err(format!("GPU {g} on {} is held by jobs {other} and {}", na.node, job.id));
+                    return Err(format!(
+                        "GPU {g} on {} is held by jobs {other} and {}",
+                        na.node, job.id
+                    ));
                 }
             }
         }
@@ -31,12 +42,17 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
         let usage = state.usage_of(node);
         for g in usage.gpus.iter() {
             if !gpu_owner.contains_key(&(node.clone(), g)) {
-                return Err(format!("usage says GPU {g} on {node} is busy but no live job holds it"));
+                return Err(format!(
+                    "usage says GPU {g} on {node} is busy but no live job holds it"
+                ));
             }
         }
         let held = gpu_owner.keys().filter(|(n, _)| n == node).count() as u32;
         if held != usage.gpus.len() {
-            return Err(format!("usage on {node} counts {} GPUs, jobs hold {held}", usage.gpus.len()));
+            return Err(format!(
+                "usage on {node} counts {} GPUs, jobs hold {held}",
+                usage.gpus.len()
+            ));
         }
     }
     Ok(())

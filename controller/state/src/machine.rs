@@ -5,7 +5,9 @@
 use crate::command::{Command, Envelope, KnownStep, Outcome, StartJob};
 use gsched_scheduler::SchedConfig;
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{ArrayTask, Attempt, JobId, JobRecord, JobSpec, JobState, PendingReason, StepState, StepStatus};
+use gsched_types::job::{
+    ArrayTask, Attempt, JobId, JobRecord, JobSpec, JobState, PendingReason, StepState, StepStatus,
+};
 use gsched_types::node::{HealthEvent, HealthSeverity, NodeAdminState, NodeRecord};
 use gsched_types::resources::{NodeCapacity, NodeUsage, fits};
 use serde::{Deserialize, Serialize};
@@ -89,7 +91,12 @@ impl ClusterState {
 
     fn rebuild(&mut self) {
         self.dedup_base = 0;
-        self.dedup_index = self.dedup.iter().enumerate().map(|(i, (id, _))| (id.clone(), i)).collect();
+        self.dedup_index = self
+            .dedup
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (id.clone(), i))
+            .collect();
         self.node_usage.clear();
         for job in self.jobs.values() {
             if matches!(job.state, JobState::Running | JobState::Completing) {
@@ -106,7 +113,11 @@ impl ClusterState {
     pub fn digest(&self) -> String {
         let mut h = Sha256::new();
         h.update(self.to_snapshot());
-        h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
+        h.finalize()
+            .iter()
+            .take(12)
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// What is in use on a node.
@@ -119,7 +130,17 @@ impl ClusterState {
             gpu_count: node.topology.gpus.len() as u32,
             bad_gpus: gsched_types::resources::IdSet::from_ids(&node.bad_gpus),
             cpus: node.topology.all_cpus(),
-            mem_mb: node.topology.memory_mib.or_else(|| node.topology.numa_nodes.iter().map(|n| n.memory_mib).sum::<Option<u64>>()).unwrap_or(0),
+            mem_mb: node
+                .topology
+                .memory_mib
+                .or_else(|| {
+                    node.topology
+                        .numa_nodes
+                        .iter()
+                        .map(|n| n.memory_mib)
+                        .sum::<Option<u64>>()
+                })
+                .unwrap_or(0),
         }
     }
 
@@ -130,7 +151,8 @@ impl ClusterState {
     }
 
     fn remember(&mut self, request_id: String, outcome: Outcome) {
-        self.dedup_index.insert(request_id.clone(), self.dedup_base + self.dedup.len());
+        self.dedup_index
+            .insert(request_id.clone(), self.dedup_base + self.dedup.len());
         self.dedup.push_back((request_id, outcome));
         while self.dedup.len() > DEDUP_CAPACITY {
             if let Some((old, _)) = self.dedup.pop_front() {
@@ -163,20 +185,58 @@ impl ClusterState {
                 }
                 Outcome::Ok
             }
-            Command::StepStarted { job, attempt, node, pid } => self.step_started(*job, *attempt, node, *pid, at),
-            Command::StepExited { job, attempt, node, code, signal, failure } => self.step_exited(*job, *attempt, node, *code, *signal, failure.clone(), at),
-            Command::StepFailed { job, attempt, node, failure } => self.step_failed(*job, *attempt, node, failure.clone(), at),
-            Command::RegisterNode { name, address, training_addr, topology, features, agent_version, known_steps } => {
-                self.register_node(name, address, training_addr, topology, features, agent_version, known_steps, at)
-            }
+            Command::StepStarted {
+                job,
+                attempt,
+                node,
+                pid,
+            } => self.step_started(*job, *attempt, node, *pid, at),
+            Command::StepExited {
+                job,
+                attempt,
+                node,
+                code,
+                signal,
+                failure,
+            } => self.step_exited(*job, *attempt, node, *code, *signal, failure.clone(), at),
+            Command::StepFailed {
+                job,
+                attempt,
+                node,
+                failure,
+            } => self.step_failed(*job, *attempt, node, failure.clone(), at),
+            Command::RegisterNode {
+                name,
+                address,
+                training_addr,
+                topology,
+                features,
+                agent_version,
+                known_steps,
+            } => self.register_node(
+                name,
+                address,
+                training_addr,
+                topology,
+                features,
+                agent_version,
+                known_steps,
+                at,
+            ),
             Command::NodeLost { node, reason } => self.node_lost(node, reason, at),
             Command::DrainNode { node, reason, by } => match self.nodes.get_mut(node) {
                 Some(n) => {
-                    n.admin = NodeAdminState::Drain { reason: reason.clone(), since_ms: at, by: by.clone() };
+                    n.admin = NodeAdminState::Drain {
+                        reason: reason.clone(),
+                        since_ms: at,
+                        by: by.clone(),
+                    };
                     n.state_changed_ms = at;
                     Outcome::Ok
                 }
-                None => Outcome::NotFound { message: format!("no node named {node}") },
+                None => Outcome::NotFound {
+                    message: format!("no node named {node}"),
+                },
             },
             Command::ResumeNode { node, .. } => match self.nodes.get_mut(node) {
                 Some(n) => {
@@ -185,14 +245,26 @@ impl ClusterState {
                     n.state_changed_ms = at;
                     Outcome::Ok
                 }
-                None => Outcome::NotFound { message: format!("no node named {node}") },
+                None => Outcome::NotFound {
+                    message: format!("no node named {node}"),
+                },
             },
             Command::HealthEvents { node, events } => self.health_events(node, events, at),
             Command::RequeueJob { job, by, admin } => self.requeue_request(*job, by, *admin, at),
-            Command::HoldJob { job, by, admin, hold } => self.hold(*job, by, *admin, *hold),
+            Command::HoldJob {
+                job,
+                by,
+                admin,
+                hold,
+            } => self.hold(*job, by, *admin, *hold),
             Command::Preempt { victims, for_job } => {
                 for v in victims {
-                    let failure = Failure { kind: FailureKind::Preempted, node: None, evidence: format!("preempted for job {for_job}"), at_ms: at };
+                    let failure = Failure {
+                        kind: FailureKind::Preempted,
+                        node: None,
+                        evidence: format!("preempted for job {for_job}"),
+                        at_ms: at,
+                    };
                     self.begin_ending(*v, failure, at);
                 }
                 Outcome::Ok
@@ -202,8 +274,17 @@ impl ClusterState {
                 Outcome::Ok
             }
             Command::TimeoutJob { job, attempt } => {
-                if self.jobs.get(job).is_some_and(|j| j.restarts == *attempt && j.state == JobState::Running) {
-                    let failure = Failure { kind: FailureKind::Timeout, node: None, evidence: "time limit reached (controller backstop)".into(), at_ms: at };
+                if self
+                    .jobs
+                    .get(job)
+                    .is_some_and(|j| j.restarts == *attempt && j.state == JobState::Running)
+                {
+                    let failure = Failure {
+                        kind: FailureKind::Timeout,
+                        node: None,
+                        evidence: "time limit reached (controller backstop)".into(),
+                        at_ms: at,
+                    };
                     self.begin_ending(*job, failure, at);
                 }
                 Outcome::Ok
@@ -240,7 +321,11 @@ impl ClusterState {
                 id,
                 spec: spec.clone(),
                 state: JobState::Pending,
-                reason: if spec.hold { PendingReason::JobHeldUser } else { PendingReason::None },
+                reason: if spec.hold {
+                    PendingReason::JobHeldUser
+                } else {
+                    PendingReason::None
+                },
                 submit_ms: at,
                 eligible_ms: at,
                 start_ms: None,
@@ -251,7 +336,10 @@ impl ClusterState {
                 exit_code: None,
                 failure: None,
                 ending_as: None,
-                array_task: task.map(|t| ArrayTask { array_job_id: base, task_id: t }),
+                array_task: task.map(|t| ArrayTask {
+                    array_job_id: base,
+                    task_id: t,
+                }),
                 avoid_nodes: Vec::new(),
                 attempts: Vec::new(),
                 held: spec.hold,
@@ -269,8 +357,16 @@ impl ClusterState {
         }
         if let Some(p) = &spec.partition {
             if !self.config.partitions.is_empty() && self.config.partition(p).is_none() {
-                let names: Vec<&str> = self.config.partitions.iter().map(|p| p.name.as_str()).collect();
-                return Err(format!("invalid partition '{p}': known partitions are {}", names.join(", ")));
+                let names: Vec<&str> = self
+                    .config
+                    .partitions
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect();
+                return Err(format!(
+                    "invalid partition '{p}': known partitions are {}",
+                    names.join(", ")
+                ));
             }
         }
         if let Some(q) = &spec.qos {
@@ -278,18 +374,39 @@ impl ClusterState {
                 return Err(format!("invalid QOS '{q}'"));
             }
         }
-        let partition = spec.partition.clone().unwrap_or_else(|| self.config.default_partition());
-        let max_time = self.config.partition(&partition).and_then(|p| p.max_time_s).into_iter().chain(self.config.user_limits.max_time_s).min();
+        let partition = spec
+            .partition
+            .clone()
+            .unwrap_or_else(|| self.config.default_partition());
+        let max_time = self
+            .config
+            .partition(&partition)
+            .and_then(|p| p.max_time_s)
+            .into_iter()
+            .chain(self.config.user_limits.max_time_s)
+            .min();
         if let (Some(max), Some(t)) = (max_time, spec.time_limit_s) {
             if t > max {
-                return Err(format!("time limit {} exceeds the maximum {} for partition {partition}", gsched_types::parse::format_duration(t), gsched_types::parse::format_duration(max)));
+                return Err(format!(
+                    "time limit {} exceeds the maximum {} for partition {partition}",
+                    gsched_types::parse::format_duration(t),
+                    gsched_types::parse::format_duration(max)
+                ));
             }
         }
         if let Some(max) = self.config.user_limits.max_queued_jobs {
-            let queued = self.jobs.values().filter(|j| j.spec.user == spec.user && !j.state.is_terminal()).count();
+            let queued = self
+                .jobs
+                .values()
+                .filter(|j| j.spec.user == spec.user && !j.state.is_terminal())
+                .count();
             let adding = spec.array.as_ref().map(|a| a.len()).unwrap_or(1);
             if queued + adding > max as usize {
-                return Err(format!("user {} would have {} jobs queued or running; the limit is {max}", spec.user, queued + adding));
+                return Err(format!(
+                    "user {} would have {} jobs queued or running; the limit is {max}",
+                    spec.user,
+                    queued + adding
+                ));
             }
         }
         Ok(())
@@ -297,39 +414,78 @@ impl ClusterState {
 
     /// Jobs `id` names: itself, or every task of the array whose id it is.
     fn resolve(&self, id: JobId) -> Vec<JobId> {
-        let tasks: Vec<JobId> = self.jobs.values().filter(|j| j.array_task.is_some_and(|t| t.array_job_id == id)).map(|j| j.id).collect();
-        if tasks.is_empty() && self.jobs.contains_key(&id) { vec![id] } else { tasks }
+        let tasks: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.array_task.is_some_and(|t| t.array_job_id == id))
+            .map(|j| j.id)
+            .collect();
+        if tasks.is_empty() && self.jobs.contains_key(&id) {
+            vec![id]
+        } else {
+            tasks
+        }
     }
 
     fn cancel(&mut self, id: JobId, by: &str, admin: bool, at: u64) -> Outcome {
         let targets = self.resolve(id);
         if targets.is_empty() {
-            return Outcome::NotFound { message: format!("job {id} does not exist (or was purged)") };
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist (or was purged)"),
+            };
         }
-        if let Some(j) = targets.iter().filter_map(|t| self.jobs.get(t)).find(|j| !admin && j.spec.user != by) {
-            return Outcome::PermissionDenied { message: format!("job {} belongs to {}; only its owner or an admin may cancel it", j.display_id(), j.spec.user) };
+        if let Some(j) = targets
+            .iter()
+            .filter_map(|t| self.jobs.get(t))
+            .find(|j| !admin && j.spec.user != by)
+        {
+            return Outcome::PermissionDenied {
+                message: format!(
+                    "job {} belongs to {}; only its owner or an admin may cancel it",
+                    j.display_id(),
+                    j.spec.user
+                ),
+            };
         }
         let mut any = false;
         for t in targets {
-            let Some(state) = self.jobs.get(&t).map(|j| j.state) else { continue };
+            let Some(state) = self.jobs.get(&t).map(|j| j.state) else {
+                continue;
+            };
             match state {
                 JobState::Pending => {
                     let job = self.jobs.get_mut(&t).expect("present");
                     job.state = JobState::Cancelled;
                     job.end_ms = Some(at);
-                    job.failure = Some(Failure { kind: FailureKind::Cancelled, node: None, evidence: format!("cancelled by {by}"), at_ms: at });
+                    job.failure = Some(Failure {
+                        kind: FailureKind::Cancelled,
+                        node: None,
+                        evidence: format!("cancelled by {by}"),
+                        at_ms: at,
+                    });
                     self.retire(t);
                     any = true;
                 }
                 JobState::Running => {
-                    let failure = Failure { kind: FailureKind::Cancelled, node: None, evidence: format!("cancelled by {by}"), at_ms: at };
+                    let failure = Failure {
+                        kind: FailureKind::Cancelled,
+                        node: None,
+                        evidence: format!("cancelled by {by}"),
+                        at_ms: at,
+                    };
                     self.begin_ending(t, failure, at);
                     any = true;
                 }
                 _ => {}
             }
         }
-        if any { Outcome::Ok } else { Outcome::Rejected { message: format!("job {id} has already ended") } }
+        if any {
+            Outcome::Ok
+        } else {
+            Outcome::Rejected {
+                message: format!("job {id} has already ended"),
+            }
+        }
     }
 
     fn start_jobs(&mut self, starts: &[StartJob], at: u64) -> Outcome {
@@ -343,7 +499,18 @@ impl ClusterState {
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
                     job.allocation = Some(s.allocation.clone());
-                    job.steps = s.allocation.nodes.iter().map(|n| StepStatus { node: n.node.clone(), state: StepState::Launching, started_ms: None, ended_ms: None, failure: None }).collect();
+                    job.steps = s
+                        .allocation
+                        .nodes
+                        .iter()
+                        .map(|n| StepStatus {
+                            node: n.node.clone(),
+                            state: StepState::Launching,
+                            started_ms: None,
+                            ended_ms: None,
+                            failure: None,
+                        })
+                        .collect();
                     job.failure = None;
                     job.ending_as = None;
                     job.exit_code = None;
@@ -373,22 +540,37 @@ impl ClusterState {
             if !seen.insert(&na.node) {
                 return Err(format!("node {} appears twice", na.node));
             }
-            let node = self.nodes.get(&na.node).ok_or_else(|| format!("node {} is unknown", na.node))?;
+            let node = self
+                .nodes
+                .get(&na.node)
+                .ok_or_else(|| format!("node {} is unknown", na.node))?;
             if !node.is_schedulable() {
                 return Err(format!("node {} is not schedulable", na.node));
             }
             if na.gpus.len() as u32 != job.spec.gpus_per_node {
-                return Err(format!("node {} gets {} GPUs, job wants {}", na.node, na.gpus.len(), job.spec.gpus_per_node));
+                return Err(format!(
+                    "node {} gets {} GPUs, job wants {}",
+                    na.node,
+                    na.gpus.len(),
+                    job.spec.gpus_per_node
+                ));
             }
-            fits(&Self::capacity_of(node), &self.usage_of(&na.node), na).map_err(|e| format!("node {}: {e}", na.node))?;
+            fits(&Self::capacity_of(node), &self.usage_of(&na.node), na)
+                .map_err(|e| format!("node {}: {e}", na.node))?;
         }
         let first = &s.allocation.nodes[0].node;
         let port_taken = self.jobs.values().any(|j| {
             matches!(j.state, JobState::Running | JobState::Completing)
-                && j.allocation.as_ref().is_some_and(|a| a.master_port == s.allocation.master_port && a.nodes.first().is_some_and(|n| &n.node == first))
+                && j.allocation.as_ref().is_some_and(|a| {
+                    a.master_port == s.allocation.master_port
+                        && a.nodes.first().is_some_and(|n| &n.node == first)
+                })
         });
         if port_taken {
-            return Err(format!("port {} on {first} is in use", s.allocation.master_port));
+            return Err(format!(
+                "port {} on {first} is in use",
+                s.allocation.master_port
+            ));
         }
         Ok(())
     }
@@ -397,10 +579,24 @@ impl ClusterState {
         job.steps.iter_mut().find(|s| s.node == node)
     }
 
-    fn step_started(&mut self, id: JobId, attempt: u32, node: &str, pid: Option<u32>, at: u64) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else { return Outcome::NotFound { message: format!("job {id}") } };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing) {
-            return Outcome::Rejected { message: "stale step report".into() };
+    fn step_started(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        node: &str,
+        pid: Option<u32>,
+        at: u64,
+    ) -> Outcome {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Outcome::NotFound {
+                message: format!("job {id}"),
+            };
+        };
+        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        {
+            return Outcome::Rejected {
+                message: "stale step report".into(),
+            };
         }
         if let Some(step) = Self::step_mut(job, node) {
             if step.state == StepState::Launching {
@@ -412,24 +608,61 @@ impl ClusterState {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn step_exited(&mut self, id: JobId, attempt: u32, node: &str, code: Option<i32>, signal: Option<i32>, failure: Option<Failure>, at: u64) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else { return Outcome::NotFound { message: format!("job {id}") } };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing) {
-            return Outcome::Rejected { message: "stale step report".into() };
+    fn step_exited(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        node: &str,
+        code: Option<i32>,
+        signal: Option<i32>,
+        failure: Option<Failure>,
+        at: u64,
+    ) -> Outcome {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Outcome::NotFound {
+                message: format!("job {id}"),
+            };
+        };
+        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        {
+            return Outcome::Rejected {
+                message: "stale step report".into(),
+            };
         }
-        let Some(step) = Self::step_mut(job, node) else { return Outcome::Rejected { message: format!("job {id} has no step on {node}") } };
+        let Some(step) = Self::step_mut(job, node) else {
+            return Outcome::Rejected {
+                message: format!("job {id} has no step on {node}"),
+            };
+        };
         if step.state.is_done() {
             return Outcome::Ok;
         }
         step.state = StepState::Exited { code, signal };
         step.ended_ms = Some(at);
         step.started_ms.get_or_insert(at);
-        let failed = failure.is_some() || code.is_some_and(|c| c != 0) || (signal.is_some() && code.is_none());
+        let failed = failure.is_some()
+            || code.is_some_and(|c| c != 0)
+            || (signal.is_some() && code.is_none());
         let failure = failure.or_else(|| {
             failed.then(|| match (code, signal) {
-                (_, Some(sig)) => Failure { kind: FailureKind::Signal { signal: sig }, node: Some(node.into()), evidence: format!("killed by signal {sig}"), at_ms: at },
-                (Some(c), _) => Failure { kind: FailureKind::ExitCode { code: c }, node: Some(node.into()), evidence: format!("exited with code {c}"), at_ms: at },
-                _ => Failure { kind: FailureKind::LaunchFailed, node: Some(node.into()), evidence: "ended without a status".into(), at_ms: at },
+                (_, Some(sig)) => Failure {
+                    kind: FailureKind::Signal { signal: sig },
+                    node: Some(node.into()),
+                    evidence: format!("killed by signal {sig}"),
+                    at_ms: at,
+                },
+                (Some(c), _) => Failure {
+                    kind: FailureKind::ExitCode { code: c },
+                    node: Some(node.into()),
+                    evidence: format!("exited with code {c}"),
+                    at_ms: at,
+                },
+                _ => Failure {
+                    kind: FailureKind::LaunchFailed,
+                    node: Some(node.into()),
+                    evidence: "ended without a status".into(),
+                    at_ms: at,
+                },
             })
         });
         if let Some(f) = &failure {
@@ -447,10 +680,24 @@ impl ClusterState {
         Outcome::Ok
     }
 
-    fn step_failed(&mut self, id: JobId, attempt: u32, node: &str, failure: Failure, at: u64) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else { return Outcome::NotFound { message: format!("job {id}") } };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing) {
-            return Outcome::Rejected { message: "stale step report".into() };
+    fn step_failed(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        node: &str,
+        failure: Failure,
+        at: u64,
+    ) -> Outcome {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return Outcome::NotFound {
+                message: format!("job {id}"),
+            };
+        };
+        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        {
+            return Outcome::Rejected {
+                message: "stale step report".into(),
+            };
         }
         if let Some(step) = Self::step_mut(job, node) {
             if step.failure.is_none() {
@@ -464,11 +711,18 @@ impl ClusterState {
     /// Moves a running job to `Completing` (the dispatcher then stops every step) and keeps
     /// the most specific failure seen.
     fn begin_ending(&mut self, id: JobId, failure: Failure, at: u64) {
-        let Some(job) = self.jobs.get_mut(&id) else { return };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
         if !matches!(job.state, JobState::Running | JobState::Completing) {
             return;
         }
-        let better = job.failure.as_ref().is_none_or(|old| failure.kind.precedence() > old.kind.precedence());
+        // A cancel is what the owner asked for: whatever breaks while the job is being torn
+        // down (a node lost, a GPU gone) is kept in the step record, not promoted to a
+        // requeue the owner did not want.
+        let better = job.failure.as_ref().is_none_or(|old| {
+            old.kind != FailureKind::Cancelled && failure.kind.precedence() > old.kind.precedence()
+        });
         if better {
             job.ending_as = Some(failure.kind.final_state());
             job.failure = Some(failure);
@@ -481,21 +735,44 @@ impl ClusterState {
 
     /// Once every step of a job is done, releases its resources and ends (or requeues) it.
     fn maybe_finish(&mut self, id: JobId, at: u64) {
-        let Some(job) = self.jobs.get(&id) else { return };
-        if !matches!(job.state, JobState::Running | JobState::Completing) || !job.steps.iter().all(|s| s.state.is_done()) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if !matches!(job.state, JobState::Running | JobState::Completing)
+            || !job.steps.iter().all(|s| s.state.is_done())
+        {
             return;
         }
         let job = self.jobs.get_mut(&id).expect("present");
-        let final_state = job.ending_as.unwrap_or(if job.failure.is_some() { JobState::Failed } else { JobState::Completed });
+        let final_state = job.ending_as.unwrap_or(if job.failure.is_some() {
+            JobState::Failed
+        } else {
+            JobState::Completed
+        });
         let start = job.start_ms.unwrap_or(at);
-        let gpus: u32 = job.allocation.as_ref().map(|a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum()).unwrap_or(0);
+        let gpus: u32 = job
+            .allocation
+            .as_ref()
+            .map(|a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum())
+            .unwrap_or(0);
         let allocation = job.allocation.clone();
-        job.attempts.push(Attempt { restart: job.restarts, nodes: job.node_names(), start_ms: job.start_ms, end_ms: Some(at), state: final_state, failure: job.failure.clone() });
+        job.attempts.push(Attempt {
+            restart: job.restarts,
+            nodes: job.node_names(),
+            start_ms: job.start_ms,
+            end_ms: Some(at),
+            state: final_state,
+            failure: job.failure.clone(),
+        });
         let requeue = job.failure.as_ref().is_some_and(|f| {
             let max = job.spec.max_restarts.unwrap_or(self.config.max_restarts);
-            (f.kind == FailureKind::Preempted) || (job.spec.requeue && f.kind.is_requeueable() && job.restarts < max)
+            (f.kind == FailureKind::Preempted)
+                || (job.spec.requeue && f.kind.is_requeueable() && job.restarts < max)
         });
-        let (account, user) = (job.spec.account.clone().unwrap_or_else(|| "default".into()), job.spec.user.clone());
+        let (account, user) = (
+            job.spec.account.clone().unwrap_or_else(|| "default".into()),
+            job.spec.user.clone(),
+        );
         if requeue {
             if let Some(f) = &job.failure {
                 if f.kind.blames_node() {
@@ -527,7 +804,12 @@ impl ClusterState {
                 }
             }
         }
-        self.charge(&account, &user, f64::from(gpus) * at.saturating_sub(start) as f64 / 1000.0, at);
+        self.charge(
+            &account,
+            &user,
+            f64::from(gpus) * at.saturating_sub(start) as f64 / 1000.0,
+            at,
+        );
         if !requeue {
             self.retire(id);
         }
@@ -538,8 +820,14 @@ impl ClusterState {
             return;
         }
         let half_life = self.config.fairshare_half_life_s;
-        let u = self.usage.entry(account.to_string()).or_default().entry(user.to_string()).or_default();
-        u.gpu_seconds = gsched_scheduler::priority::decay(u.gpu_seconds, u.at_ms, at, half_life) + gpu_seconds;
+        let u = self
+            .usage
+            .entry(account.to_string())
+            .or_default()
+            .entry(user.to_string())
+            .or_default();
+        u.gpu_seconds =
+            gsched_scheduler::priority::decay(u.gpu_seconds, u.at_ms, at, half_life) + gpu_seconds;
         u.at_ms = at;
     }
 
@@ -566,22 +854,27 @@ impl ClusterState {
         at: u64,
     ) -> Outcome {
         if let Err(e) = topology.validate() {
-            return Outcome::Rejected { message: e.to_string() };
+            return Outcome::Rejected {
+                message: e.to_string(),
+            };
         }
-        let record = self.nodes.entry(name.to_string()).or_insert_with(|| NodeRecord {
-            name: name.to_string(),
-            address: address.to_string(),
-            training_addr: training_addr.to_string(),
-            topology: topology.clone(),
-            features: features.to_vec(),
-            admin: NodeAdminState::Up,
-            online: true,
-            registered_ms: at,
-            state_changed_ms: at,
-            bad_gpus: Vec::new(),
-            health: Vec::new(),
-            agent_version: agent_version.to_string(),
-        });
+        let record = self
+            .nodes
+            .entry(name.to_string())
+            .or_insert_with(|| NodeRecord {
+                name: name.to_string(),
+                address: address.to_string(),
+                training_addr: training_addr.to_string(),
+                topology: topology.clone(),
+                features: features.to_vec(),
+                admin: NodeAdminState::Up,
+                online: true,
+                registered_ms: at,
+                state_changed_ms: at,
+                bad_gpus: Vec::new(),
+                health: Vec::new(),
+                agent_version: agent_version.to_string(),
+            });
         if record.topology.gpus.len() != topology.gpus.len() {
             record.bad_gpus.clear();
         }
@@ -600,31 +893,57 @@ impl ClusterState {
             .jobs
             .values()
             .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
-            .filter(|j| j.steps.iter().any(|s| s.node == name && matches!(s.state, StepState::Running { .. })))
-            .filter(|j| !known.iter().any(|k| k.job == j.id && k.attempt == j.restarts))
+            .filter(|j| {
+                j.steps
+                    .iter()
+                    .any(|s| s.node == name && matches!(s.state, StepState::Running { .. }))
+            })
+            .filter(|j| {
+                !known
+                    .iter()
+                    .any(|k| k.job == j.id && k.attempt == j.restarts)
+            })
             .map(|j| (j.id, j.restarts))
             .collect();
         for (id, _) in lost {
-            self.lose_step(id, name, "the agent restarted without this step (its state was lost)", at);
+            self.lose_step(
+                id,
+                name,
+                "the agent restarted without this step (its state was lost)",
+                at,
+            );
         }
         Outcome::Ok
     }
 
     fn lose_step(&mut self, id: JobId, node: &str, why: &str, at: u64) {
-        let Some(job) = self.jobs.get_mut(&id) else { return };
-        let Some(step) = Self::step_mut(job, node) else { return };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let Some(step) = Self::step_mut(job, node) else {
+            return;
+        };
         if step.state.is_done() {
             return;
         }
         step.state = StepState::Lost;
         step.ended_ms = Some(at);
-        let failure = Failure { kind: FailureKind::NodeLost, node: Some(node.into()), evidence: why.into(), at_ms: at };
+        let failure = Failure {
+            kind: FailureKind::NodeLost,
+            node: Some(node.into()),
+            evidence: why.into(),
+            at_ms: at,
+        };
         step.failure = Some(failure.clone());
         self.begin_ending(id, failure, at);
     }
 
     fn node_lost(&mut self, node: &str, reason: &str, at: u64) -> Outcome {
-        let Some(record) = self.nodes.get_mut(node) else { return Outcome::NotFound { message: format!("no node named {node}") } };
+        let Some(record) = self.nodes.get_mut(node) else {
+            return Outcome::NotFound {
+                message: format!("no node named {node}"),
+            };
+        };
         if record.online {
             record.state_changed_ms = at;
         }
@@ -632,7 +951,10 @@ impl ClusterState {
         let affected: Vec<JobId> = self
             .jobs
             .values()
-            .filter(|j| matches!(j.state, JobState::Running | JobState::Completing) && j.steps.iter().any(|s| s.node == node && !s.state.is_done()))
+            .filter(|j| {
+                matches!(j.state, JobState::Running | JobState::Completing)
+                    && j.steps.iter().any(|s| s.node == node && !s.state.is_done())
+            })
             .map(|j| j.id)
             .collect();
         for id in affected {
@@ -642,7 +964,11 @@ impl ClusterState {
     }
 
     fn health_events(&mut self, node: &str, events: &[HealthEvent], at: u64) -> Outcome {
-        let Some(record) = self.nodes.get_mut(node) else { return Outcome::NotFound { message: format!("no node named {node}") } };
+        let Some(record) = self.nodes.get_mut(node) else {
+            return Outcome::NotFound {
+                message: format!("no node named {node}"),
+            };
+        };
         let mut failures: Vec<(u32, Failure)> = Vec::new();
         for ev in events {
             record.health.push(ev.clone());
@@ -654,7 +980,11 @@ impl ClusterState {
                     }
                 }
                 if !record.is_drained() {
-                    record.admin = NodeAdminState::Drain { reason: ev.message.clone(), since_ms: ev.at_ms.min(at).max(1), by: "health".into() };
+                    record.admin = NodeAdminState::Drain {
+                        reason: ev.message.clone(),
+                        since_ms: ev.at_ms.min(at).max(1),
+                        by: "health".into(),
+                    };
                     record.state_changed_ms = at;
                 }
                 let kind = match (ev.kind.as_str(), ev.xid) {
@@ -663,7 +993,15 @@ impl ClusterState {
                     _ => FailureKind::GpuLost { gpu: ev.gpu },
                 };
                 if let Some(g) = ev.gpu {
-                    failures.push((g, Failure { kind, node: Some(node.into()), evidence: ev.message.clone(), at_ms: ev.at_ms }));
+                    failures.push((
+                        g,
+                        Failure {
+                            kind,
+                            node: Some(node.into()),
+                            evidence: ev.message.clone(),
+                            at_ms: ev.at_ms,
+                        },
+                    ));
                 }
             }
         }
@@ -674,7 +1012,13 @@ impl ClusterState {
                 .jobs
                 .values()
                 .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
-                .filter(|j| j.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node && n.gpus.contains(&gpu))))
+                .filter(|j| {
+                    j.allocation.as_ref().is_some_and(|a| {
+                        a.nodes
+                            .iter()
+                            .any(|n| n.node == node && n.gpus.contains(&gpu))
+                    })
+                })
                 .map(|j| (j.id, j.restarts))
                 .collect();
             for (id, attempt) in victims {
@@ -685,14 +1029,30 @@ impl ClusterState {
     }
 
     fn requeue_request(&mut self, id: JobId, by: &str, admin: bool, at: u64) -> Outcome {
-        let Some(job) = self.jobs.get(&id) else { return Outcome::NotFound { message: format!("job {id} does not exist") } };
+        let Some(job) = self.jobs.get(&id) else {
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist"),
+            };
+        };
         if !admin && job.spec.user != by {
-            return Outcome::PermissionDenied { message: format!("job {id} belongs to {}", job.spec.user) };
+            return Outcome::PermissionDenied {
+                message: format!("job {id} belongs to {}", job.spec.user),
+            };
         }
         if job.state != JobState::Running {
-            return Outcome::Rejected { message: format!("job {id} is {}; only running jobs can be requeued", job.state) };
+            return Outcome::Rejected {
+                message: format!(
+                    "job {id} is {}; only running jobs can be requeued",
+                    job.state
+                ),
+            };
         }
-        let failure = Failure { kind: FailureKind::Preempted, node: None, evidence: format!("requeued by {by}"), at_ms: at };
+        let failure = Failure {
+            kind: FailureKind::Preempted,
+            node: None,
+            evidence: format!("requeued by {by}"),
+            at_ms: at,
+        };
         self.begin_ending(id, failure, at);
         Outcome::Ok
     }
@@ -700,16 +1060,24 @@ impl ClusterState {
     fn hold(&mut self, id: JobId, by: &str, admin: bool, hold: bool) -> Outcome {
         let targets = self.resolve(id);
         if targets.is_empty() {
-            return Outcome::NotFound { message: format!("job {id} does not exist") };
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist"),
+            };
         }
         for t in targets {
             let job = self.jobs.get_mut(&t).expect("resolved");
             if !admin && job.spec.user != by {
-                return Outcome::PermissionDenied { message: format!("job {id} belongs to {}", job.spec.user) };
+                return Outcome::PermissionDenied {
+                    message: format!("job {id} belongs to {}", job.spec.user),
+                };
             }
             if job.state == JobState::Pending {
                 job.held = hold;
-                job.reason = if hold { PendingReason::JobHeldUser } else { PendingReason::None };
+                job.reason = if hold {
+                    PendingReason::JobHeldUser
+                } else {
+                    PendingReason::None
+                };
             }
         }
         Outcome::Ok

@@ -17,11 +17,15 @@ pub struct ViewCache {
 impl ViewCache {
     fn node(&mut self, state: &ClusterState, name: &str) -> NodeView {
         let record = &state.nodes[name];
-        let fresh = self.nodes.get(name).is_none_or(|(at, _)| *at != record.registered_ms);
+        let fresh = self
+            .nodes
+            .get(name)
+            .is_none_or(|(at, _)| *at != record.registered_ms);
         if fresh {
             let mut view = NodeView::from_topology(name, &record.topology, &record.training_addr);
             view.features = record.features.clone();
-            self.nodes.insert(name.to_string(), (record.registered_ms, view));
+            self.nodes
+                .insert(name.to_string(), (record.registered_ms, view));
         }
         let mut view = self.nodes[name].1.clone();
         view.capacity = ClusterState::capacity_of(record);
@@ -35,8 +39,14 @@ impl ViewCache {
 /// The pending-job view of a job record.
 pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
     let spec = &job.spec;
-    let partition = spec.partition.clone().unwrap_or_else(|| state.config.default_partition());
-    let default_time = state.config.partition(&partition).and_then(|p| p.default_time_s);
+    let partition = spec
+        .partition
+        .clone()
+        .unwrap_or_else(|| state.config.default_partition());
+    let default_time = state
+        .config
+        .partition(&partition)
+        .and_then(|p| p.default_time_s);
     let mut exclude = spec.exclude.clone();
     exclude.extend(job.avoid_nodes.iter().cloned());
     PendingJob {
@@ -54,7 +64,16 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         mem_per_gpu_mb: spec.mem_per_gpu_mb,
         time_limit_s: spec.time_limit_s.or(default_time),
         exclusive: spec.exclusive,
-        constraint: spec.constraint.as_deref().map(|c| c.split(['&', ',']).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default(),
+        constraint: spec
+            .constraint
+            .as_deref()
+            .map(|c| {
+                c.split(['&', ','])
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
         nodelist: spec.nodelist.clone(),
         exclude,
         dependency: spec.dependency.clone(),
@@ -76,16 +95,31 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
                 for dep in &job.spec.dependency {
                     if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton) {
                         if let Some(d) = state.jobs.get(&id) {
-                            dependencies.insert(id, DepView { state: d.state, exit_code: d.exit_code });
+                            dependencies.insert(
+                                id,
+                                DepView {
+                                    state: d.state,
+                                    exit_code: d.exit_code,
+                                },
+                            );
                         }
                     }
                 }
                 pending.push(pending_view(job, state));
             }
             JobState::Running | JobState::Completing => {
-                let Some(alloc) = &job.allocation else { continue };
-                let partition = job.spec.partition.clone().unwrap_or_else(|| state.config.default_partition());
-                let default_time = state.config.partition(&partition).and_then(|p| p.default_time_s);
+                let Some(alloc) = &job.allocation else {
+                    continue;
+                };
+                let partition = job
+                    .spec
+                    .partition
+                    .clone()
+                    .unwrap_or_else(|| state.config.default_partition());
+                let default_time = state
+                    .config
+                    .partition(&partition)
+                    .and_then(|p| p.default_time_s);
                 running.push(RunningJob {
                     id: job.id,
                     name: job.spec.name.clone(),
@@ -106,7 +140,21 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
     let usage = state
         .usage
         .iter()
-        .flat_map(|(account, users)| users.iter().map(move |(user, u)| UsageRecord { account: account.clone(), user: user.clone(), gpu_seconds: u.gpu_seconds, at_ms: u.at_ms }))
+        .flat_map(|(account, users)| {
+            users.iter().map(move |(user, u)| UsageRecord {
+                account: account.clone(),
+                user: user.clone(),
+                gpu_seconds: u.gpu_seconds,
+                at_ms: u.at_ms,
+            })
+        })
         .collect();
-    Snapshot { config: Arc::new(state.config.clone()), nodes, pending, running, dependencies, usage }
+    Snapshot {
+        config: Arc::new(state.config.clone()),
+        nodes,
+        pending,
+        running,
+        dependencies,
+        usage,
+    }
 }

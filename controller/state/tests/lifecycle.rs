@@ -15,8 +15,24 @@ fn topo(gpus: u32) -> Topology {
     for i in 0..gpus {
         t.gpus.push(Gpu::new(i));
     }
-    t.gpu_links = (0..gpus).map(|i| (0..gpus).map(|j| if i == j { LinkClass::SameDevice } else { LinkClass::NvLink(4) }).collect()).collect();
-    t.numa_nodes = vec![NumaNode { id: 0, cpus: "0-15".into(), memory_mib: Some(65536) }];
+    t.gpu_links = (0..gpus)
+        .map(|i| {
+            (0..gpus)
+                .map(|j| {
+                    if i == j {
+                        LinkClass::SameDevice
+                    } else {
+                        LinkClass::NvLink(4)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    t.numa_nodes = vec![NumaNode {
+        id: 0,
+        cpus: "0-15".into(),
+        memory_mib: Some(65536),
+    }];
     t.memory_mib = Some(65536);
     t
 }
@@ -55,7 +71,14 @@ fn submit(state: &mut ClusterState, nodes: u32, gpus: u32, requeue: bool, at: u6
 /// Runs one scheduling pass and commits its starts, as the leader does.
 fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
     let p = plan(&snapshot(state, &mut ViewCache::default()), at);
-    let starts: Vec<StartJob> = p.starts.into_iter().map(|s| StartJob { job: s.job, allocation: s.allocation }).collect();
+    let starts: Vec<StartJob> = p
+        .starts
+        .into_iter()
+        .map(|s| StartJob {
+            job: s.job,
+            allocation: s.allocation,
+        })
+        .collect();
     match state.apply(&env(Command::StartJobs { starts }, at)) {
         Outcome::Started { started, .. } => started,
         other => panic!("{other:?}"),
@@ -64,7 +87,17 @@ fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
 
 fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) {
     let attempt = state.jobs[&job].restarts;
-    state.apply(&env(Command::StepExited { job, attempt, node: node.into(), code: Some(code), signal: None, failure: None }, at));
+    state.apply(&env(
+        Command::StepExited {
+            job,
+            attempt,
+            node: node.into(),
+            code: Some(code),
+            signal: None,
+            failure: None,
+        },
+        at,
+    ));
 }
 
 #[test]
@@ -76,7 +109,11 @@ fn two_node_job_completes_when_both_steps_exit_zero() {
     assert_eq!(schedule(&mut s, 3), vec![j]);
     assert_eq!(s.jobs[&j].state, JobState::Running);
     exited(&mut s, j, "n1", 0, 4);
-    assert_eq!(s.jobs[&j].state, JobState::Running, "one rank done, the other still runs");
+    assert_eq!(
+        s.jobs[&j].state,
+        JobState::Running,
+        "one rank done, the other still runs"
+    );
     exited(&mut s, j, "n2", 0, 5);
     assert_eq!(s.jobs[&j].state, JobState::Completed);
     assert!(s.usage_of("n1").gpus.is_empty());
@@ -90,14 +127,46 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
     register(&mut s, "n2", 1);
     let j = submit(&mut s, 2, 4, false, 2);
     schedule(&mut s, 3);
-    let failure = Failure { kind: FailureKind::NcclTimeout, node: Some("n2".into()), evidence: "Watchdog caught collective operation timeout".into(), at_ms: 4 };
-    s.apply(&env(Command::StepFailed { job: j, attempt: 0, node: "n2".into(), failure }, 4));
+    let failure = Failure {
+        kind: FailureKind::NcclTimeout,
+        node: Some("n2".into()),
+        evidence: "Watchdog caught collective operation timeout".into(),
+        at_ms: 4,
+    };
+    s.apply(&env(
+        Command::StepFailed {
+            job: j,
+            attempt: 0,
+            node: "n2".into(),
+            failure,
+        },
+        4,
+    ));
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     exited(&mut s, j, "n2", 134, 5);
-    s.apply(&env(Command::StepExited { job: j, attempt: 0, node: "n1".into(), code: None, signal: Some(15), failure: Some(Failure { kind: FailureKind::GangStopped, node: Some("n1".into()), evidence: String::new(), at_ms: 5 }) }, 5));
+    s.apply(&env(
+        Command::StepExited {
+            job: j,
+            attempt: 0,
+            node: "n1".into(),
+            code: None,
+            signal: Some(15),
+            failure: Some(Failure {
+                kind: FailureKind::GangStopped,
+                node: Some("n1".into()),
+                evidence: String::new(),
+                at_ms: 5,
+            }),
+        },
+        5,
+    ));
     let job = &s.jobs[&j];
     assert_eq!(job.state, JobState::Failed);
-    assert_eq!(job.failure.as_ref().unwrap().kind, FailureKind::NcclTimeout, "the specific cause wins over the exit code");
+    assert_eq!(
+        job.failure.as_ref().unwrap().kind,
+        FailureKind::NcclTimeout,
+        "the specific cause wins over the exit code"
+    );
     invariants::check(&s).unwrap();
 }
 
@@ -109,11 +178,34 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
     let j = submit(&mut s, 1, 4, true, 2);
     schedule(&mut s, 3);
     let node = s.jobs[&j].node_names()[0].clone();
-    let ev = HealthEvent { severity: HealthSeverity::Critical, kind: "gpu_lost".into(), gpu: Some(2), xid: Some(79), message: "GPU 2 has fallen off the bus".into(), at_ms: 4 };
-    s.apply(&env(Command::HealthEvents { node: node.clone(), events: vec![ev] }, 4));
+    let ev = HealthEvent {
+        severity: HealthSeverity::Critical,
+        kind: "gpu_lost".into(),
+        gpu: Some(2),
+        xid: Some(79),
+        message: "GPU 2 has fallen off the bus".into(),
+        at_ms: 4,
+    };
+    s.apply(&env(
+        Command::HealthEvents {
+            node: node.clone(),
+            events: vec![ev],
+        },
+        4,
+    ));
     assert!(s.nodes[&node].is_drained());
     assert_eq!(s.jobs[&j].state, JobState::Completing);
-    s.apply(&env(Command::StepExited { job: j, attempt: 0, node: node.clone(), code: None, signal: Some(9), failure: None }, 5));
+    s.apply(&env(
+        Command::StepExited {
+            job: j,
+            attempt: 0,
+            node: node.clone(),
+            code: None,
+            signal: Some(9),
+            failure: None,
+        },
+        5,
+    ));
     let job = &s.jobs[&j];
     assert_eq!(job.state, JobState::Pending, "requeued");
     assert_eq!(job.restarts, 1);
@@ -131,16 +223,88 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
     register(&mut s, "n1", 1);
     let j = submit(&mut s, 1, 2, false, 2);
     schedule(&mut s, 3);
-    s.apply(&env(Command::StepStarted { job: j, attempt: 0, node: "n1".into(), pid: Some(42) }, 3));
+    s.apply(&env(
+        Command::StepStarted {
+            job: j,
+            attempt: 0,
+            node: "n1".into(),
+            pid: Some(42),
+        },
+        3,
+    ));
     // The agent restarts and still knows the step: nothing changes.
     s.apply(&env(
-        Command::RegisterNode { name: "n1".into(), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![KnownStep { job: j, attempt: 0 }] },
+        Command::RegisterNode {
+            name: "n1".into(),
+            address: "a".into(),
+            training_addr: "t".into(),
+            topology: topo(4),
+            features: vec![],
+            agent_version: "v".into(),
+            known_steps: vec![KnownStep { job: j, attempt: 0 }],
+        },
         4,
     ));
     assert_eq!(s.jobs[&j].state, JobState::Running);
-    s.apply(&env(Command::NodeLost { node: "n1".into(), reason: "no heartbeat for 6 s".into() }, 10));
+    s.apply(&env(
+        Command::NodeLost {
+            node: "n1".into(),
+            reason: "no heartbeat for 6 s".into(),
+        },
+        10,
+    ));
     assert_eq!(s.jobs[&j].state, JobState::NodeFail);
     assert!(!s.nodes["n1"].online);
+    invariants::check(&s).unwrap();
+}
+
+#[test]
+fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let j = submit(&mut s, 1, 2, true, 2);
+    schedule(&mut s, 3);
+    s.apply(&env(
+        Command::StepStarted {
+            job: j,
+            attempt: 0,
+            node: "n1".into(),
+            pid: Some(42),
+        },
+        3,
+    ));
+    assert_eq!(
+        s.apply(&env(
+            Command::CancelJob {
+                job: j,
+                by: "alice".into(),
+                admin: false
+            },
+            4
+        )),
+        Outcome::Ok
+    );
+    assert_eq!(s.jobs[&j].state, JobState::Completing);
+    s.apply(&env(
+        Command::NodeLost {
+            node: "n1".into(),
+            reason: "no heartbeat for 3 s".into(),
+        },
+        8,
+    ));
+    let job = &s.jobs[&j];
+    assert_eq!(
+        job.state,
+        JobState::Cancelled,
+        "a --requeue job the owner cancelled must not come back"
+    );
+    assert_eq!(job.restarts, 0);
+    assert_eq!(
+        job.steps[0].failure.as_ref().unwrap().kind,
+        FailureKind::NodeLost,
+        "the lost node stays on record"
+    );
+    assert!(s.usage_of("n1").gpus.is_empty());
     invariants::check(&s).unwrap();
 }
 
@@ -171,8 +335,24 @@ fn stale_plans_never_double_book() {
     p1.starts.retain(|x| x.job == a);
     let mut alloc_b = p1.starts[0].allocation.clone();
     alloc_b.master_port += 1;
-    s.apply(&env(Command::StartJobs { starts: vec![StartJob { job: a, allocation: p1.starts[0].allocation.clone() }] }, 3));
-    let out = s.apply(&env(Command::StartJobs { starts: vec![StartJob { job: b, allocation: alloc_b }] }, 4));
+    s.apply(&env(
+        Command::StartJobs {
+            starts: vec![StartJob {
+                job: a,
+                allocation: p1.starts[0].allocation.clone(),
+            }],
+        },
+        3,
+    ));
+    let out = s.apply(&env(
+        Command::StartJobs {
+            starts: vec![StartJob {
+                job: b,
+                allocation: alloc_b,
+            }],
+        },
+        4,
+    ));
     match out {
         Outcome::Started { started, stale } => {
             assert!(started.is_empty());
@@ -187,9 +367,26 @@ fn stale_plans_never_double_book() {
 fn cancel_needs_owner_or_admin() {
     let mut s = ClusterState::default();
     let j = submit(&mut s, 1, 0, false, 1);
-    let out = s.apply(&env(Command::CancelJob { job: j, by: "mallory".into(), admin: false }, 2));
+    let out = s.apply(&env(
+        Command::CancelJob {
+            job: j,
+            by: "mallory".into(),
+            admin: false,
+        },
+        2,
+    ));
     assert!(matches!(out, Outcome::PermissionDenied { .. }));
-    assert_eq!(s.apply(&env(Command::CancelJob { job: j, by: "alice".into(), admin: false }, 3)), Outcome::Ok);
+    assert_eq!(
+        s.apply(&env(
+            Command::CancelJob {
+                job: j,
+                by: "alice".into(),
+                admin: false
+            },
+            3
+        )),
+        Outcome::Ok
+    );
     assert_eq!(s.jobs[&j].state, JobState::Cancelled);
 }
 
@@ -198,24 +395,50 @@ fn golden_encoding_still_decodes() {
     // A v1 entry as written by this version; changing the format must keep this decoding.
     let golden = r#"{"v":1,"request_id":"r1","at_ms":5,"cmd":{"type":"cancel_job","job":7,"by":"alice","admin":false}}"#;
     let e = Envelope::decode(golden.as_bytes()).unwrap();
-    assert_eq!(e.cmd, Command::CancelJob { job: JobId(7), by: "alice".into(), admin: false });
+    assert_eq!(
+        e.cmd,
+        Command::CancelJob {
+            job: JobId(7),
+            by: "alice".into(),
+            admin: false
+        }
+    );
     assert!(Envelope::decode(br#"{"v":99,"at_ms":1,"cmd":{"type":"noop"}}"#).is_err());
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Submit { nodes: u32, gpus: u32, requeue: bool },
+    Submit {
+        nodes: u32,
+        gpus: u32,
+        requeue: bool,
+    },
     Schedule,
-    Exit { job: usize, code: i32 },
-    Fail { job: usize },
-    Cancel { job: usize },
-    Lose { node: usize },
-    Register { node: usize },
+    Exit {
+        job: usize,
+        code: i32,
+    },
+    Fail {
+        job: usize,
+    },
+    Cancel {
+        job: usize,
+    },
+    Lose {
+        node: usize,
+    },
+    Register {
+        node: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (1u32..=2, 0u32..=4, any::<bool>()).prop_map(|(nodes, gpus, requeue)| Op::Submit { nodes, gpus, requeue }),
+        (1u32..=2, 0u32..=4, any::<bool>()).prop_map(|(nodes, gpus, requeue)| Op::Submit {
+            nodes,
+            gpus,
+            requeue
+        }),
         Just(Op::Schedule),
         Just(Op::Schedule),
         (0usize..20, 0i32..2).prop_map(|(job, code)| Op::Exit { job, code }),
@@ -311,7 +534,11 @@ fn array_throttle_limits_running_tasks() {
     assert_eq!(s.jobs[&ids[3]].array_task.unwrap().array_job_id, ids[0]);
     assert_eq!(schedule(&mut s, 3).len(), 2, "%2 allows two tasks at once");
     let r = reasons(&s, 4);
-    assert!(r.iter().all(|(_, r)| *r == gsched_types::job::PendingReason::JobArrayTaskLimit), "{r:?}");
+    assert!(
+        r.iter()
+            .all(|(_, r)| *r == gsched_types::job::PendingReason::JobArrayTaskLimit),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -328,10 +555,20 @@ fn afterok_waits_and_never_satisfied_is_reported() {
     assert_eq!(schedule(&mut s, 6), vec![b]);
     // A dependency on a failed job can never be met.
     let c = submit(&mut s, 1, 1, false, 7);
-    let d = submit_spec(&mut s, JobSpec { dependency: gsched_types::parse::dependency(&format!("afterok:{c}")).unwrap(), ..spec }, 8)[0];
+    let d = submit_spec(
+        &mut s,
+        JobSpec {
+            dependency: gsched_types::parse::dependency(&format!("afterok:{c}")).unwrap(),
+            ..spec
+        },
+        8,
+    )[0];
     schedule(&mut s, 9);
     exited(&mut s, c, "n1", 3, 10);
-    assert!(reasons(&s, 11).contains(&(d, gsched_types::job::PendingReason::DependencyNeverSatisfied)));
+    assert!(reasons(&s, 11).contains(&(
+        d,
+        gsched_types::job::PendingReason::DependencyNeverSatisfied
+    )));
 }
 
 #[test]
@@ -339,12 +576,19 @@ fn per_user_gpu_limit_binds() {
     let mut s = ClusterState::default();
     let mut config = gsched_scheduler::SchedConfig::default();
     config.user_limits.max_gpus = Some(4);
-    s.apply(&env(Command::SetConfig { config: Box::new(config) }, 1));
+    s.apply(&env(
+        Command::SetConfig {
+            config: Box::new(config),
+        },
+        1,
+    ));
     register(&mut s, "n1", 1);
     register(&mut s, "n2", 1);
     let ids: Vec<JobId> = (0..3).map(|i| submit(&mut s, 1, 2, false, 2 + i)).collect();
     assert_eq!(schedule(&mut s, 10).len(), 2);
-    assert!(reasons(&s, 11).contains(&(ids[2], gsched_types::job::PendingReason::QosMaxGpusPerUser)));
+    assert!(
+        reasons(&s, 11).contains(&(ids[2], gsched_types::job::PendingReason::QosMaxGpusPerUser))
+    );
 }
 
 #[test]
@@ -353,10 +597,29 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
     let mut config = gsched_scheduler::SchedConfig::default();
     config.preemption = true;
     config.qos = vec![
-        gsched_scheduler::config::QosConfig { name: "normal".into(), priority: 0, max_gpus_per_user: None, max_jobs_per_user: None, max_time_s: None, preempt: vec![] },
-        gsched_scheduler::config::QosConfig { name: "high".into(), priority: 100, max_gpus_per_user: None, max_jobs_per_user: None, max_time_s: None, preempt: vec!["normal".into()] },
+        gsched_scheduler::config::QosConfig {
+            name: "normal".into(),
+            priority: 0,
+            max_gpus_per_user: None,
+            max_jobs_per_user: None,
+            max_time_s: None,
+            preempt: vec![],
+        },
+        gsched_scheduler::config::QosConfig {
+            name: "high".into(),
+            priority: 100,
+            max_gpus_per_user: None,
+            max_jobs_per_user: None,
+            max_time_s: None,
+            preempt: vec!["normal".into()],
+        },
     ];
-    s.apply(&env(Command::SetConfig { config: Box::new(config) }, 1));
+    s.apply(&env(
+        Command::SetConfig {
+            config: Box::new(config),
+        },
+        1,
+    ));
     register(&mut s, "n1", 1);
     let mut low = JobSpec::simple("low", "bob", "true");
     low.gpus_per_node = 4;
@@ -369,15 +632,47 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
     let urgent = submit_spec(&mut s, high, 4)[0];
     let p = plan(&snapshot(&s, &mut ViewCache::default()), 5);
     assert_eq!(p.preemptions.len(), 1);
-    assert_eq!((p.preemptions[0].victim, p.preemptions[0].for_job), (victim, urgent));
-    s.apply(&env(Command::Preempt { victims: vec![victim], for_job: urgent }, 5));
+    assert_eq!(
+        (p.preemptions[0].victim, p.preemptions[0].for_job),
+        (victim, urgent)
+    );
+    s.apply(&env(
+        Command::Preempt {
+            victims: vec![victim],
+            for_job: urgent,
+        },
+        5,
+    ));
     assert_eq!(s.jobs[&victim].state, JobState::Completing);
-    s.apply(&env(Command::StepExited { job: victim, attempt: 0, node: "n1".into(), code: None, signal: Some(15), failure: None }, 6));
-    assert_eq!(s.jobs[&victim].state, JobState::Pending, "preempted work goes back to the queue");
+    s.apply(&env(
+        Command::StepExited {
+            job: victim,
+            attempt: 0,
+            node: "n1".into(),
+            code: None,
+            signal: Some(15),
+            failure: None,
+        },
+        6,
+    ));
+    assert_eq!(
+        s.jobs[&victim].state,
+        JobState::Pending,
+        "preempted work goes back to the queue"
+    );
     assert_eq!(schedule(&mut s, 7), vec![urgent]);
     // And with preemption off nothing is preempted.
     let mut off = s.config.clone();
     off.preemption = false;
-    s.apply(&env(Command::SetConfig { config: Box::new(off) }, 8));
-    assert!(plan(&snapshot(&s, &mut ViewCache::default()), 9).preemptions.is_empty());
+    s.apply(&env(
+        Command::SetConfig {
+            config: Box::new(off),
+        },
+        8,
+    ));
+    assert!(
+        plan(&snapshot(&s, &mut ViewCache::default()), 9)
+            .preemptions
+            .is_empty()
+    );
 }

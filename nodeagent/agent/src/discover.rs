@@ -22,8 +22,11 @@ pub fn discover(source: &Source) -> Result<Topology, String> {
     match source {
         Source::Fake(path) => gsched_topology::load_topology_file(path),
         Source::SmiTopo(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            let mut t = gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text)).map_err(|e| format!("{}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let mut t =
+                gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
             t.source = format!("nvidia-smi topo -m ({})", path.display());
             Ok(t)
         }
@@ -39,7 +42,11 @@ fn local(root: &Path) -> Topology {
     topo.memory_mib = mem;
     if topo.numa_nodes.is_empty() {
         if let Some(c) = cpus {
-            topo.numa_nodes.push(gsched_types::topology::NumaNode { id: 0, cpus: format!("0-{}", c.saturating_sub(1)), memory_mib: mem });
+            topo.numa_nodes.push(gsched_types::topology::NumaNode {
+                id: 0,
+                cpus: format!("0-{}", c.saturating_sub(1)),
+                memory_mib: mem,
+            });
         }
     }
     let found = sysfs::nics(root);
@@ -69,7 +76,9 @@ fn local(root: &Path) -> Topology {
                 .iter()
                 .map(|f| match (gp, &f.path) {
                     (Some(a), Some(b)) => pci::classify(a, b, *gn, f.nic.numa_node),
-                    _ if f.nic.kind == gsched_types::topology::NicKind::Virtual => LinkClass::Unknown,
+                    _ if f.nic.kind == gsched_types::topology::NicKind::Virtual => {
+                        LinkClass::Unknown
+                    }
                     _ => LinkClass::Unknown,
                 })
                 .collect()
@@ -82,10 +91,23 @@ fn local(root: &Path) -> Topology {
 
 /// IPv4 addresses of each interface (from getifaddrs).
 fn add_addresses(topo: &mut Topology) {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return };
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return;
+    };
     for a in addrs {
-        let Some(ip) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip().to_string()) else { continue };
-        if let Some(nic) = topo.nics.iter_mut().find(|n| n.netdev.as_deref() == Some(a.interface_name.as_str())) {
+        let Some(ip) = a
+            .address
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in())
+            .map(|s| s.ip().to_string())
+        else {
+            continue;
+        };
+        if let Some(nic) = topo
+            .nics
+            .iter_mut()
+            .find(|n| n.netdev.as_deref() == Some(a.interface_name.as_str()))
+        {
             if !nic.ipv4.contains(&ip) {
                 nic.ipv4.push(ip);
             }
@@ -97,7 +119,13 @@ fn add_addresses(topo: &mut Topology) {
 pub fn interface_of(addr: &str) -> Option<String> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     for a in addrs {
-        if a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip().to_string()).as_deref() == Some(addr) {
+        if a.address
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in())
+            .map(|s| s.ip().to_string())
+            .as_deref()
+            == Some(addr)
+        {
             return Some(a.interface_name);
         }
     }
@@ -106,8 +134,47 @@ pub fn interface_of(addr: &str) -> Option<String> {
 
 /// The local address used to reach `controller` (no packet is sent).
 pub fn local_addr_towards(controller: &str) -> Option<String> {
-    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(controller).ok()?.next()?;
-    let sock = std::net::UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    let target: std::net::SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(controller)
+        .ok()?
+        .next()?;
+    let sock = std::net::UdpSocket::bind(if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .ok()?;
     sock.connect(target).ok()?;
     Some(sock.local_addr().ok()?.ip().to_string())
+}
+
+/// Keeps only the GPUs with these device indices, renumbered 0.. in the given order's PCI
+/// order; returns each kept GPU's device index (what `CUDA_VISIBLE_DEVICES` must name).
+pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, String> {
+    let mut keep: Vec<u32> = devices.to_vec();
+    keep.sort_unstable();
+    keep.dedup();
+    if let Some(bad) = keep.iter().find(|d| **d as usize >= topo.gpus.len()) {
+        return Err(format!(
+            "GPU {bad} does not exist ({} GPUs found)",
+            topo.gpus.len()
+        ));
+    }
+    let idx: Vec<usize> = keep.iter().map(|d| *d as usize).collect();
+    topo.gpus = idx
+        .iter()
+        .enumerate()
+        .map(|(new, &old)| {
+            let mut g = topo.gpus[old].clone();
+            g.index = new as u32;
+            g
+        })
+        .collect();
+    topo.gpu_links = idx
+        .iter()
+        .map(|&i| idx.iter().map(|&j| topo.gpu_links[i][j]).collect())
+        .collect();
+    if !topo.gpu_nic_links.is_empty() {
+        topo.gpu_nic_links = idx.iter().map(|&i| topo.gpu_nic_links[i].clone()).collect();
+    }
+    Ok(keep)
 }

@@ -14,25 +14,43 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Turns a kernel event into a health event, attributing it to a GPU of `topo`.
 pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<HealthEvent> {
-    let gpu_of = |pci: &str| topo.gpus.iter().find(|g| g.pci_bus_id.as_deref().map(normalize_pci).as_deref() == Some(pci)).map(|g| g.index);
+    let gpu_of = |pci: &str| {
+        topo.gpus
+            .iter()
+            .find(|g| g.pci_bus_id.as_deref().map(normalize_pci).as_deref() == Some(pci))
+            .map(|g| g.index)
+    };
     match ev {
         KernelEvent::Xid(x) => {
             let code = x.effective_code();
             let (action, severity) = classify(code);
             let gpu = gpu_of(&x.pci);
             let kind = if code == 79 { "gpu_lost" } else { "xid" };
-            let cause = if x.code == 45 && x.caused_by.is_some() { format!(" (Xid 45 caused by Xid {code})") } else { String::new() };
+            let cause = if x.code == 45 && x.caused_by.is_some() {
+                format!(" (Xid 45 caused by Xid {code})")
+            } else {
+                String::new()
+            };
             Some(HealthEvent {
                 severity,
                 kind: kind.into(),
                 gpu,
                 xid: Some(code),
-                message: format!("Xid {}{cause} on GPU {} ({}): {}; action: {action:?}", x.code, gpu.map(|g| g.to_string()).unwrap_or_else(|| "?".into()), x.pci, x.message),
+                message: format!(
+                    "Xid {}{cause} on GPU {} ({}): {}; action: {action:?}",
+                    x.code,
+                    gpu.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
+                    x.pci,
+                    x.message
+                ),
                 at_ms: now_ms(),
             })
         }
@@ -44,8 +62,17 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
             message: format!("GPU at {pci} has fallen off the bus"),
             at_ms: now_ms(),
         }),
-        KernelEvent::SXid { pci, code, fatal, message } => Some(HealthEvent {
-            severity: if *fatal == Some(true) { HealthSeverity::Critical } else { HealthSeverity::Info },
+        KernelEvent::SXid {
+            pci,
+            code,
+            fatal,
+            message,
+        } => Some(HealthEvent {
+            severity: if *fatal == Some(true) {
+                HealthSeverity::Critical
+            } else {
+                HealthSeverity::Info
+            },
             kind: "nvswitch_sxid".into(),
             gpu: None,
             xid: None,
@@ -60,11 +87,14 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
 /// known, else by index).
 pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
     let present = |g: &gsched_types::Gpu| {
-        after.gpus.iter().any(|h| match (&g.uuid, &h.uuid, &g.pci_bus_id, &h.pci_bus_id) {
-            (Some(a), Some(b), _, _) => a == b,
-            (_, _, Some(a), Some(b)) => normalize_pci(a) == normalize_pci(b),
-            _ => g.index == h.index,
-        })
+        after
+            .gpus
+            .iter()
+            .any(|h| match (&g.uuid, &h.uuid, &g.pci_bus_id, &h.pci_bus_id) {
+                (Some(a), Some(b), _, _) => a == b,
+                (_, _, Some(a), Some(b)) => normalize_pci(a) == normalize_pci(b),
+                _ => g.index == h.index,
+            })
     };
     before
         .gpus
@@ -78,7 +108,10 @@ pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
             message: format!(
                 "GPU {} ({}) is no longer visible: {} GPUs registered, {} found",
                 g.index,
-                g.pci_bus_id.as_deref().or(g.uuid.as_deref()).unwrap_or("unknown id"),
+                g.pci_bus_id
+                    .as_deref()
+                    .or(g.uuid.as_deref())
+                    .unwrap_or("unknown id"),
                 before.gpus.len(),
                 after.gpus.len()
             ),
@@ -99,12 +132,20 @@ fn report(outbox: &Outbox, flush: &tokio::sync::Notify, events: Vec<HealthEvent>
 }
 
 /// Follows a kernel log: `/dev/kmsg` (records) or a plain file, from its current end.
-pub async fn watch_kernel_log(path: PathBuf, topo: Arc<RwLock<Topology>>, outbox: Arc<Outbox>, flush: Arc<tokio::sync::Notify>) {
+pub async fn watch_kernel_log(
+    path: PathBuf,
+    topo: Arc<RwLock<Topology>>,
+    outbox: Arc<Outbox>,
+    flush: Arc<tokio::sync::Notify>,
+) {
     let is_kmsg = path.to_string_lossy().ends_with("kmsg") && path.starts_with("/dev");
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) => {
-            tracing::info!("kernel log {} not readable ({e}); Xid lines will not be seen", path.display());
+            tracing::info!(
+                "kernel log {} not readable ({e}); Xid lines will not be seen",
+                path.display()
+            );
             return;
         }
     };
@@ -121,26 +162,45 @@ pub async fn watch_kernel_log(path: PathBuf, topo: Arc<RwLock<Topology>>, outbox
             Ok(0) => tokio::time::sleep(Duration::from_millis(200)).await,
             Ok(_) => {
                 if let Some(ev) = parse_line(&line) {
-                    let t = topo.read().map(|t| t.clone()).unwrap_or_else(|_| Topology::empty(""));
+                    let t = topo
+                        .read()
+                        .map(|t| t.clone())
+                        .unwrap_or_else(|_| Topology::empty(""));
                     if let Some(h) = kernel_event_to_health(&ev, &t) {
                         report(&outbox, &flush, vec![h]);
                     }
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput || e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput
+                    || e.raw_os_error() == Some(libc::EPIPE) =>
+            {
+                continue;
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
 }
 
 /// Re-reads the topology source every `every` and reports GPUs that disappeared.
-pub async fn watch_topology(reload: Arc<dyn Fn() -> Result<Topology, String> + Send + Sync>, topo: Arc<RwLock<Topology>>, outbox: Arc<Outbox>, flush: Arc<tokio::sync::Notify>, every: Duration) {
+pub async fn watch_topology(
+    reload: Arc<dyn Fn() -> Result<Topology, String> + Send + Sync>,
+    topo: Arc<RwLock<Topology>>,
+    outbox: Arc<Outbox>,
+    flush: Arc<tokio::sync::Notify>,
+    every: Duration,
+) {
     let mut reported: Vec<u32> = Vec::new();
     loop {
         tokio::time::sleep(every).await;
         let reload = reload.clone();
-        let Ok(Ok(now)) = tokio::task::spawn_blocking(move || reload()).await else { continue };
-        let registered = topo.read().map(|t| t.clone()).unwrap_or_else(|_| Topology::empty(""));
+        let Ok(Ok(now)) = tokio::task::spawn_blocking(move || reload()).await else {
+            continue;
+        };
+        let registered = topo
+            .read()
+            .map(|t| t.clone())
+            .unwrap_or_else(|_| Topology::empty(""));
         let mut events = lost_gpus(&registered, &now);
         events.retain(|e| e.gpu.is_some_and(|g| !reported.contains(&g)));
         reported.extend(events.iter().filter_map(|e| e.gpu));
@@ -153,16 +213,38 @@ pub async fn watch_topology(reload: Arc<dyn Fn() -> Result<Topology, String> + S
 
 /// Polls NVML (where a driver is present) for lost GPUs, temperature and PCIe problems,
 /// and listens for Xid events; each new problem is reported once.
-pub async fn watch_nvml(topo: Arc<RwLock<Topology>>, outbox: Arc<Outbox>, flush: Arc<tokio::sync::Notify>, every: Duration) {
-    let Ok(probe) = crate::nvml::NvmlProbe::init() else { return };
+pub async fn watch_nvml(
+    topo: Arc<RwLock<Topology>>,
+    gpu_map: Vec<u32>,
+    outbox: Arc<Outbox>,
+    flush: Arc<tokio::sync::Notify>,
+    every: Duration,
+) {
+    let Ok(probe) = crate::nvml::NvmlProbe::init() else {
+        return;
+    };
     let probe = Arc::new(std::sync::Mutex::new(probe));
     let mut seen: std::collections::HashSet<(String, Option<u32>)> = Default::default();
     loop {
         tokio::time::sleep(every).await;
         let registered = topo.read().map(|t| t.gpus.len()).unwrap_or(0);
+        let devices: Vec<u32> = if gpu_map.is_empty() {
+            (0..registered as u32).collect()
+        } else {
+            gpu_map.clone()
+        };
         let p = probe.clone();
-        let Ok(events) = tokio::task::spawn_blocking(move || p.lock().map(|p| p.health(registered)).unwrap_or_default()).await else { continue };
-        let fresh: Vec<HealthEvent> = events.into_iter().filter(|e| seen.insert((e.kind.clone(), e.gpu))).collect();
+        let Ok(events) = tokio::task::spawn_blocking(move || {
+            p.lock().map(|p| p.health(&devices)).unwrap_or_default()
+        })
+        .await
+        else {
+            continue;
+        };
+        let fresh: Vec<HealthEvent> = events
+            .into_iter()
+            .filter(|e| seen.insert((e.kind.clone(), e.gpu)))
+            .collect();
         report(&outbox, &flush, fresh);
     }
 }

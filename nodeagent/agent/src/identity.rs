@@ -20,15 +20,30 @@ pub fn resolve(user: &str, uid: Option<u32>) -> Result<Identity, String> {
     }
     .map_err(|e| format!("cannot look up user {user}: {e}"))?
     .ok_or_else(|| format!("user {user} does not exist on this node"))?;
-    let cname = CString::new(entry.name.clone()).map_err(|_| "user name contains a NUL byte".to_string())?;
-    let groups = nix::unistd::getgrouplist(&cname, entry.gid).map(|g| g.into_iter().map(|g| g.as_raw()).collect()).unwrap_or_else(|_| vec![entry.gid.as_raw()]);
-    Ok(Identity { user: entry.name, uid: entry.uid.as_raw(), gid: entry.gid.as_raw(), groups, home: entry.dir.to_string_lossy().into_owned() })
+    let cname = CString::new(entry.name.clone())
+        .map_err(|_| "user name contains a NUL byte".to_string())?;
+    let groups = nix::unistd::getgrouplist(&cname, entry.gid)
+        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_else(|_| vec![entry.gid.as_raw()]);
+    Ok(Identity {
+        user: entry.name,
+        uid: entry.uid.as_raw(),
+        gid: entry.gid.as_raw(),
+        groups,
+        home: entry.dir.to_string_lossy().into_owned(),
+    })
 }
 
 /// The identity the agent itself runs as.
 pub fn current() -> Identity {
     let uid = nix::unistd::getuid().as_raw();
-    resolve("", Some(uid)).unwrap_or(Identity { user: format!("uid{uid}"), uid, gid: nix::unistd::getgid().as_raw(), groups: vec![], home: "/".into() })
+    resolve("", Some(uid)).unwrap_or(Identity {
+        user: format!("uid{uid}"),
+        uid,
+        gid: nix::unistd::getgid().as_raw(),
+        groups: vec![],
+        home: "/".into(),
+    })
 }
 
 pub fn is_root() -> bool {

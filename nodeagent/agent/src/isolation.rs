@@ -19,16 +19,27 @@ impl Cgroups {
     pub fn detect(root: Option<&Path>) -> Result<Cgroups, String> {
         let candidates: Vec<PathBuf> = match root {
             Some(r) => vec![r.to_path_buf()],
-            None => vec![PathBuf::from("/sys/fs/cgroup"), PathBuf::from("/sys/fs/cgroup/unified")],
+            None => vec![
+                PathBuf::from("/sys/fs/cgroup"),
+                PathBuf::from("/sys/fs/cgroup/unified"),
+            ],
         };
-        let root = candidates.into_iter().find(|p| p.join("cgroup.controllers").exists()).ok_or("no cgroup v2 hierarchy found (cgroup.controllers missing)")?;
+        let root = candidates
+            .into_iter()
+            .find(|p| p.join("cgroup.controllers").exists())
+            .ok_or("no cgroup v2 hierarchy found (cgroup.controllers missing)")?;
         if !crate::identity::is_root() {
             return Err("cgroups need the agent to run as root".into());
         }
-        let available = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        let available =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
         let base = root.join("gsched");
-        std::fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
-        let wanted: Vec<&str> = ["cpuset", "memory", "pids"].into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
+        std::fs::create_dir_all(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let wanted: Vec<&str> = ["cpuset", "memory", "pids"]
+            .into_iter()
+            .filter(|c| available.split_whitespace().any(|a| a == *c))
+            .collect();
         for dir in [&root, &base] {
             for c in &wanted {
                 let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
@@ -39,7 +50,14 @@ impl Cgroups {
 
     /// Creates the step's cgroup and applies its limits; returns the directory and the
     /// limits that could not be set.
-    pub fn create(&self, name: &str, cpus: &str, mems: &str, mem_bytes: Option<u64>, pids: u64) -> (PathBuf, Vec<String>) {
+    pub fn create(
+        &self,
+        name: &str,
+        cpus: &str,
+        mems: &str,
+        mem_bytes: Option<u64>,
+        pids: u64,
+    ) -> (PathBuf, Vec<String>) {
         let dir = self.base.join(name);
         let mut missed = Vec::new();
         if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -69,7 +87,10 @@ impl Cgroups {
         std::fs::read_to_string(dir.join("memory.events"))
             .unwrap_or_default()
             .lines()
-            .find_map(|l| l.strip_prefix("oom_kill ").and_then(|v| v.trim().parse().ok()))
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
             .unwrap_or(0)
     }
 
@@ -86,7 +107,9 @@ impl Cgroups {
 pub fn claim_devices(paths: &[String], uid: u32, gid: u32) -> Vec<String> {
     let mut missed = Vec::new();
     for p in paths {
-        if let Err(e) = std::os::unix::fs::chown(p, Some(uid), Some(gid)).and_then(|_| set_mode(p, 0o600)) {
+        if let Err(e) =
+            std::os::unix::fs::chown(p, Some(uid), Some(gid)).and_then(|_| set_mode(p, 0o600))
+        {
             missed.push(format!("{p}: {e}"));
         }
     }

@@ -12,7 +12,12 @@ use std::time::Duration;
 
 /// gsched node agent: registers this node's GPUs and runs job steps.
 #[derive(Parser, Debug)]
-#[command(name = "gagentd", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "gagentd",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
     #[command(subcommand)]
     command: Option<Cmd>,
@@ -39,6 +44,10 @@ struct RunArgs {
     /// Interface for NCCL sockets (default: the one holding --training-addr).
     #[arg(long)]
     training_iface: Option<String>,
+    /// Manage only these GPUs of the machine (device indices, comma separated), e.g. to
+    /// split one machine between two agents or keep a GPU out of gsched.
+    #[arg(long, value_delimiter = ',')]
+    gpus: Vec<u32>,
     /// Node features for --constraint (comma separated).
     #[arg(long, value_delimiter = ',')]
     features: Vec<String>,
@@ -57,7 +66,11 @@ struct RunArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat: f64,
-    #[arg(long, env = "GSCHED_LOG", default_value = "info,h2=warn,tower=warn,hyper=warn")]
+    #[arg(
+        long,
+        env = "GSCHED_LOG",
+        default_value = "info,h2=warn,tower=warn,hyper=warn"
+    )]
     log: String,
 }
 
@@ -79,7 +92,9 @@ impl SourceArgs {
         match (&self.fake_topology, &self.nvidia_smi_topo) {
             (Some(f), _) => Source::Fake(f.clone()),
             (None, Some(t)) => Source::SmiTopo(t.clone()),
-            _ => Source::Local { sysfs_root: self.sysfs_root.clone() },
+            _ => Source::Local {
+                sysfs_root: self.sysfs_root.clone(),
+            },
         }
     }
 }
@@ -102,11 +117,19 @@ enum Cmd {
 fn main() {
     let args = Args::parse();
     match args.command {
-        Some(Cmd::Supervise { dir }) => std::process::exit(gsched_agent::supervise::supervise(&dir)),
+        Some(Cmd::Supervise { dir }) => {
+            std::process::exit(gsched_agent::supervise::supervise(&dir))
+        }
         Some(Cmd::Discover { source, json }) => {
-            tracing_subscriber::fmt().with_env_filter("warn").with_writer(std::io::stderr).init();
+            tracing_subscriber::fmt()
+                .with_env_filter("warn")
+                .with_writer(std::io::stderr)
+                .init();
             match discover::discover(&source.source()) {
-                Ok(t) if json => println!("{}", serde_json::to_string_pretty(&t).expect("topology serialises")),
+                Ok(t) if json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&t).expect("topology serialises")
+                ),
                 Ok(t) => print!("{}", gsched_agent_render(&t)),
                 Err(e) => {
                     eprintln!("gagentd discover: {e}");
@@ -116,7 +139,10 @@ fn main() {
         }
         None => {
             let run = args.run;
-            tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(&run.log)).with_target(false).init();
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(&run.log))
+                .with_target(false)
+                .init();
             if let Err(e) = run_agent(run) {
                 eprintln!("gagentd: {e}");
                 std::process::exit(1);
@@ -131,16 +157,45 @@ fn gsched_agent_render(t: &gsched_types::Topology) -> String {
 
 fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     if args.controllers.is_empty() {
-        anyhow::bail!("no controllers given: use --controllers HOST:PORT,... or GSCHED_CONTROLLERS");
+        anyhow::bail!(
+            "no controllers given: use --controllers HOST:PORT,... or GSCHED_CONTROLLERS"
+        );
     }
-    let name = args.name.clone().unwrap_or_else(|| nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "node".into()));
-    let state_dir = args.state_dir.clone().unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
-    std::fs::create_dir_all(state_dir.join("steps")).map_err(|e| anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display()))?;
+    let name = args.name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "node".into())
+    });
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
+    std::fs::create_dir_all(state_dir.join("steps")).map_err(|e| {
+        anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display())
+    })?;
     let source = args.source.source();
-    let topo = discover::discover(&source).map_err(|e| anyhow::anyhow!(e))?;
-    tracing::info!("{} GPUs, {} NICs, {} NUMA nodes ({})", topo.gpus.len(), topo.nics.len(), topo.numa_nodes.len(), topo.source);
-    let training_addr = args.training_addr.clone().or_else(|| discover::local_addr_towards(&args.controllers[0])).unwrap_or_else(|| "127.0.0.1".into());
-    let training_iface = args.training_iface.clone().or_else(|| discover::interface_of(&training_addr));
+    let mut topo = discover::discover(&source).map_err(|e| anyhow::anyhow!(e))?;
+    let gpu_map = if args.gpus.is_empty() {
+        Vec::new()
+    } else {
+        discover::keep_gpus(&mut topo, &args.gpus).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?
+    };
+    tracing::info!(
+        "{} GPUs, {} NICs, {} NUMA nodes ({})",
+        topo.gpus.len(),
+        topo.nics.len(),
+        topo.numa_nodes.len(),
+        topo.source
+    );
+    let training_addr = args
+        .training_addr
+        .clone()
+        .or_else(|| discover::local_addr_towards(&args.controllers[0]))
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let training_iface = args
+        .training_iface
+        .clone()
+        .or_else(|| discover::interface_of(&training_addr));
     let cgroups = match args.cgroup_root.as_deref() {
         Some("off") => None,
         root => match isolation::Cgroups::detect(root.map(std::path::Path::new)) {
@@ -156,7 +211,9 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut agent_env = BTreeMap::new();
     for kv in &args.job_env {
-        let (k, v) = kv.split_once('=').ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))?;
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))?;
         agent_env.insert(k.to_string(), v.to_string());
     }
     let topology = Arc::new(RwLock::new(topo));
@@ -170,11 +227,17 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         cgroups,
         restrict_devices: args.restrict_gpu_devices,
         exe: std::env::current_exe()?,
+        gpu_map: gpu_map.clone(),
     };
     let steps = Arc::new(Mutex::new(StepManager::new(settings, outbox.clone())));
     let flush = Arc::new(tokio::sync::Notify::new());
     let agent = Arc::new(Agent {
-        registration: Registration { name, address: String::new(), training_addr, features: args.features.clone() },
+        registration: Registration {
+            name,
+            address: String::new(),
+            training_addr,
+            features: args.features.clone(),
+        },
         controllers: args.controllers.clone(),
         topology: topology.clone(),
         steps,
@@ -182,15 +245,43 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         flush: flush.clone(),
         heartbeat: Duration::from_secs_f64(args.heartbeat.max(0.1)),
     });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
-        tokio::spawn(health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone(), flush.clone()));
+        tokio::spawn(health::watch_kernel_log(
+            args.kmsg.clone(),
+            topology.clone(),
+            outbox.clone(),
+            flush.clone(),
+        ));
         let src = source.clone();
-        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> = Arc::new(move || discover::discover(&src));
+        let keep = args.gpus.clone();
+        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> =
+            Arc::new(move || {
+                let mut t = discover::discover(&src)?;
+                if !keep.is_empty() {
+                    discover::keep_gpus(&mut t, &keep)?;
+                }
+                Ok(t)
+            });
         if matches!(source, Source::Fake(_)) {
-            tokio::spawn(health::watch_topology(reload, topology.clone(), outbox.clone(), flush.clone(), Duration::from_millis(500)));
+            tokio::spawn(health::watch_topology(
+                reload,
+                topology.clone(),
+                outbox.clone(),
+                flush.clone(),
+                Duration::from_millis(500),
+            ));
         } else if let Source::Local { .. } = source {
-            tokio::spawn(health::watch_nvml(topology.clone(), outbox.clone(), flush.clone(), Duration::from_secs(5)));
+            tokio::spawn(health::watch_nvml(
+                topology.clone(),
+                gpu_map.clone(),
+                outbox.clone(),
+                flush.clone(),
+                Duration::from_secs(5),
+            ));
         }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

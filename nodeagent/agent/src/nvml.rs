@@ -7,7 +7,9 @@ use gsched_topology::nvlink::{LinkEnd, nvlink_matrix};
 use gsched_types::node::{HealthEvent, HealthSeverity};
 use gsched_types::topology::{Gpu, LinkClass, PcieLink};
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TemperatureSensor, TemperatureThreshold, TopologyLevel};
+use nvml_wrapper::enum_wrappers::device::{
+    P2pCapabilitiesIndex, P2pStatus, TemperatureSensor, TemperatureThreshold, TopologyLevel,
+};
 use std::path::Path;
 
 pub struct NvmlProbe {
@@ -24,12 +26,17 @@ pub struct NvmlGpus {
 const MAX_NVLINKS: u32 = 18;
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl NvmlProbe {
     pub fn init() -> Result<NvmlProbe, String> {
-        Nvml::init().map(|nvml| NvmlProbe { nvml }).map_err(|e| format!("NVML not available ({e}); no GPUs will be offered"))
+        Nvml::init()
+            .map(|nvml| NvmlProbe { nvml })
+            .map_err(|e| format!("NVML not available ({e}); no GPUs will be offered"))
     }
 
     pub fn nvml(&self) -> &Nvml {
@@ -37,24 +44,53 @@ impl NvmlProbe {
     }
 
     pub fn discover(&self, sysfs_root: &Path) -> Result<NvmlGpus, String> {
-        let n = self.nvml.device_count().map_err(|e| format!("NVML device count: {e}"))?;
+        let n = self
+            .nvml
+            .device_count()
+            .map_err(|e| format!("NVML device count: {e}"))?;
         let driver = self.nvml.sys_driver_version().ok();
         let mut gpus = Vec::new();
         let mut ends: Vec<Vec<LinkEnd>> = Vec::new();
         for i in 0..n {
-            let d = self.nvml.device_by_index(i).map_err(|e| format!("GPU {i}: {e}"))?;
+            let d = self
+                .nvml
+                .device_by_index(i)
+                .map_err(|e| format!("GPU {i}: {e}"))?;
             let mut g = Gpu::new(i);
             g.uuid = d.uuid().ok();
-            g.pci_bus_id = d.pci_info().ok().map(|p| crate::sysfs::normalize_bdf(&p.bus_id));
+            g.pci_bus_id = d
+                .pci_info()
+                .ok()
+                .map(|p| crate::sysfs::normalize_bdf(&p.bus_id));
             g.model = d.name().ok();
             g.memory_mib = d.memory_info().ok().map(|m| m.total / (1024 * 1024));
-            let facts = g.pci_bus_id.as_deref().map(|b| crate::sysfs::pci_facts(sysfs_root, b));
-            g.numa_node = d.numa_node_id().ok().or(facts.as_ref().and_then(|f| f.numa));
-            let words = (std::thread::available_parallelism().map(|p| p.get()).unwrap_or(64) / 64 + 1).max(1);
+            let facts = g
+                .pci_bus_id
+                .as_deref()
+                .map(|b| crate::sysfs::pci_facts(sysfs_root, b));
+            g.numa_node = d
+                .numa_node_id()
+                .ok()
+                .or(facts.as_ref().and_then(|f| f.numa));
+            let words = (std::thread::available_parallelism()
+                .map(|p| p.get())
+                .unwrap_or(64)
+                / 64
+                + 1)
+            .max(1);
             g.cpus = d
                 .cpu_affinity(words)
                 .ok()
-                .map(|mask| mask.iter().enumerate().flat_map(|(w, bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| (w * 64 + b) as u32)).collect::<Vec<u32>>())
+                .map(|mask| {
+                    mask.iter()
+                        .enumerate()
+                        .flat_map(|(w, bits)| {
+                            (0..64)
+                                .filter(move |b| bits & (1 << b) != 0)
+                                .map(move |b| (w * 64 + b) as u32)
+                        })
+                        .collect::<Vec<u32>>()
+                })
                 .filter(|c| !c.is_empty())
                 .map(|c| gsched_types::cpulist::format(&c))
                 .or(facts.as_ref().and_then(|f| f.local_cpus.clone()));
@@ -64,12 +100,19 @@ impl NvmlProbe {
                 width_current: d.current_pcie_link_width().ok().map(|v| v as u8),
                 width_max: d.max_pcie_link_width().ok().map(|v| v as u8),
             };
-            g.pcie = Some(if nvml_pcie.gen_current.is_some() { nvml_pcie } else { facts.as_ref().map(|f| f.pcie.clone()).unwrap_or_default() });
+            g.pcie = Some(if nvml_pcie.gen_current.is_some() {
+                nvml_pcie
+            } else {
+                facts.as_ref().map(|f| f.pcie.clone()).unwrap_or_default()
+            });
             g.temperature_c = d.temperature(TemperatureSensor::Gpu).ok();
             g.power_w = d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
             g.mig_enabled = d.mig_mode().ok().map(|m| m.current != 0);
             g.ecc_uncorrected = d
-                .total_ecc_errors(nvml_wrapper::enum_wrappers::device::MemoryError::Uncorrected, nvml_wrapper::enum_wrappers::device::EccCounter::Volatile)
+                .total_ecc_errors(
+                    nvml_wrapper::enum_wrappers::device::MemoryError::Uncorrected,
+                    nvml_wrapper::enum_wrappers::device::EccCounter::Volatile,
+                )
                 .ok();
             g.device_path = d.minor_number().ok().map(|m| format!("/dev/nvidia{m}"));
             let mut gpu_ends = Vec::new();
@@ -84,10 +127,21 @@ impl NvmlProbe {
             ends.push(gpu_ends);
             gpus.push(g);
         }
-        let ids: Vec<String> = gpus.iter().map(|g| g.pci_bus_id.clone().unwrap_or_default()).collect();
+        let ids: Vec<String> = gpus
+            .iter()
+            .map(|g| g.pci_bus_id.clone().unwrap_or_default())
+            .collect();
         let p2p = |i: usize, j: usize| {
-            let (Ok(a), Ok(b)) = (self.nvml.device_by_index(i as u32), self.nvml.device_by_index(j as u32)) else { return false };
-            matches!(a.p2p_status(&b, P2pCapabilitiesIndex::NvLink), Ok(P2pStatus::Ok))
+            let (Ok(a), Ok(b)) = (
+                self.nvml.device_by_index(i as u32),
+                self.nvml.device_by_index(j as u32),
+            ) else {
+                return false;
+            };
+            matches!(
+                a.p2p_status(&b, P2pCapabilitiesIndex::NvLink),
+                Ok(P2pStatus::Ok)
+            )
         };
         let nv = nvlink_matrix(&ids, &ends, p2p);
         let mut links = vec![vec![LinkClass::Unknown; gpus.len()]; gpus.len()];
@@ -102,11 +156,17 @@ impl NvmlProbe {
                 };
             }
         }
-        Ok(NvmlGpus { gpus, links, driver })
+        Ok(NvmlGpus {
+            gpus,
+            links,
+            driver,
+        })
     }
 
     fn pcie_class(&self, i: u32, j: u32) -> LinkClass {
-        let (Ok(a), Ok(b)) = (self.nvml.device_by_index(i), self.nvml.device_by_index(j)) else { return LinkClass::Unknown };
+        let (Ok(a), Ok(b)) = (self.nvml.device_by_index(i), self.nvml.device_by_index(j)) else {
+            return LinkClass::Unknown;
+        };
         match a.topology_common_ancestor(b) {
             Ok(TopologyLevel::Internal | TopologyLevel::Single) => LinkClass::Pix,
             Ok(TopologyLevel::Multiple) => LinkClass::Pxb,
@@ -119,33 +179,80 @@ impl NvmlProbe {
 
     /// Health checks over the registered GPUs: lost GPUs, temperature at the slowdown
     /// threshold, a PCIe link trained below its maximum, uncorrected ECC errors.
-    pub fn health(&self, registered: usize) -> Vec<HealthEvent> {
+    /// `devices`: the device index of each registered GPU (GPU `k` of the node is device
+    /// `devices[k]`).
+    pub fn health(&self, devices: &[u32]) -> Vec<HealthEvent> {
         let mut out = Vec::new();
-        let ev = |severity, kind: &str, gpu: Option<u32>, message: String| HealthEvent { severity, kind: kind.into(), gpu, xid: None, message, at_ms: now_ms() };
-        let count = self.nvml.device_count().unwrap_or(0) as usize;
-        if count < registered {
-            out.push(ev(HealthSeverity::Critical, "gpu_count", None, format!("NVML sees {count} GPUs, {registered} were registered")));
+        let ev = |severity, kind: &str, gpu: Option<u32>, message: String| HealthEvent {
+            severity,
+            kind: kind.into(),
+            gpu,
+            xid: None,
+            message,
+            at_ms: now_ms(),
+        };
+        let count = self.nvml.device_count().unwrap_or(0);
+        if let Some(max) = devices.iter().max().filter(|m| **m >= count) {
+            out.push(ev(
+                HealthSeverity::Critical,
+                "gpu_count",
+                None,
+                format!("NVML sees {count} GPUs, device {max} was registered"),
+            ));
         }
-        for i in 0..registered as u32 {
-            let d = match self.nvml.device_by_index(i) {
+        for (k, &dev) in devices.iter().enumerate() {
+            let i = k as u32;
+            let d = match self.nvml.device_by_index(dev) {
                 Ok(d) => d,
                 Err(e) => {
-                    out.push(ev(HealthSeverity::Critical, "gpu_lost", Some(i), format!("GPU {i} is not accessible: {e}")));
+                    out.push(ev(
+                        HealthSeverity::Critical,
+                        "gpu_lost",
+                        Some(i),
+                        format!("GPU {i} is not accessible: {e}"),
+                    ));
                     continue;
                 }
             };
-            if let Err(nvml_wrapper::error::NvmlError::GpuLost) = d.temperature(TemperatureSensor::Gpu) {
-                out.push(ev(HealthSeverity::Critical, "gpu_lost", Some(i), format!("NVML reports GPU {i} lost (GPU_IS_LOST)")));
+            if let Err(nvml_wrapper::error::NvmlError::GpuLost) =
+                d.temperature(TemperatureSensor::Gpu)
+            {
+                out.push(ev(
+                    HealthSeverity::Critical,
+                    "gpu_lost",
+                    Some(i),
+                    format!("NVML reports GPU {i} lost (GPU_IS_LOST)"),
+                ));
                 continue;
             }
-            if let (Ok(t), Ok(slow)) = (d.temperature(TemperatureSensor::Gpu), d.temperature_threshold(TemperatureThreshold::Slowdown)) {
+            if let (Ok(t), Ok(slow)) = (
+                d.temperature(TemperatureSensor::Gpu),
+                d.temperature_threshold(TemperatureThreshold::Slowdown),
+            ) {
                 if t >= slow {
-                    out.push(ev(HealthSeverity::Warning, "temperature", Some(i), format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C")));
+                    out.push(ev(
+                        HealthSeverity::Warning,
+                        "temperature",
+                        Some(i),
+                        format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C"),
+                    ));
                 }
             }
-            if let (Ok(cg), Ok(mg), Ok(cw), Ok(mw)) = (d.current_pcie_link_gen(), d.max_pcie_link_gen(), d.current_pcie_link_width(), d.max_pcie_link_width()) {
+            if let (Ok(cg), Ok(mg), Ok(cw), Ok(mw)) = (
+                d.current_pcie_link_gen(),
+                d.max_pcie_link_gen(),
+                d.current_pcie_link_width(),
+                d.max_pcie_link_width(),
+            ) {
                 if cw < mw {
-                    out.push(ev(HealthSeverity::Warning, "pcie_degraded", Some(i), format!("GPU {i} PCIe link trained at x{cw}, max x{mw} (check the riser/slot)")));
+                    out.push(ev(
+                        HealthSeverity::Warning,
+                        "pcie_degraded",
+                        Some(i),
+                        format!(
+                            "GPU {i} PCIe link trained at x{cw}, max x{mw} (check the riser/slot)"
+                        ),
+                    ));
                 }
                 let _ = (cg, mg);
             }

@@ -18,16 +18,30 @@ impl Outbox {
         let mut next = 1;
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
-            let Some(seq) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()) else { continue };
+            let Some(seq) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                continue;
+            };
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
-            if let Ok(ev) = std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<AgentToController>(&b).map_err(|e| e.to_string())) {
+            if let Ok(ev) = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    serde_json::from_slice::<AgentToController>(&b).map_err(|e| e.to_string())
+                })
+            {
                 events.insert(seq, ev);
             }
             next = next.max(seq + 1);
         }
-        Ok(Outbox { dir, inner: Mutex::new((next, events)) })
+        Ok(Outbox {
+            dir,
+            inner: Mutex::new((next, events)),
+        })
     }
 
     /// Stores an event built from its sequence number and returns it.
@@ -37,7 +51,9 @@ impl Outbox {
         inner.0 += 1;
         let ev = make(seq);
         let path = self.dir.join(format!("{seq:012}.json"));
-        if let Err(e) = crate::supervise::write_atomic(&path, &serde_json::to_vec(&ev).unwrap_or_default()) {
+        if let Err(e) =
+            crate::supervise::write_atomic(&path, &serde_json::to_vec(&ev).unwrap_or_default())
+        {
             tracing::error!("cannot persist event {seq}: {e}");
         }
         inner.1.insert(seq, ev.clone());
@@ -52,6 +68,12 @@ impl Outbox {
     }
 
     pub fn pending(&self) -> Vec<AgentToController> {
-        self.inner.lock().expect("outbox lock").1.values().cloned().collect()
+        self.inner
+            .lock()
+            .expect("outbox lock")
+            .1
+            .values()
+            .cloned()
+            .collect()
     }
 }

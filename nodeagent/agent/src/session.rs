@@ -54,7 +54,8 @@ pub async fn run(agent: Arc<Agent>) {
     tokio::spawn(async move {
         loop {
             let steps = monitor.steps.clone();
-            let _ = tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").tick()).await;
+            let _ =
+                tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").tick()).await;
             monitor.flush.notify_one();
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -88,8 +89,14 @@ pub async fn run(agent: Arc<Agent>) {
 }
 
 async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect().await?;
-    let mut client = AgentClient::new(channel).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024);
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let mut client = AgentClient::new(channel)
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024);
     let (tx, rx) = mpsc::unbounded_channel::<AgentEnvelope>();
     let send = |msg: &AgentToController| tx.send(AgentEnvelope { json: encode(msg) });
     let known = agent.steps.lock().expect("steps lock").known();
@@ -104,8 +111,14 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         known_steps: known,
     })?;
-    let mut inbound = client.session(UnboundedReceiverStream::new(rx)).await?.into_inner();
-    let first = inbound.message().await?.ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
+    let mut inbound = client
+        .session(UnboundedReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let first = inbound
+        .message()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
     match decode::<ControllerToAgent>(&first.json)? {
         ControllerToAgent::Registered { .. } => tracing::info!("registered with controller {addr}"),
         ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
@@ -147,7 +160,12 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
 
 /// Sends outbox events not sent on this session yet (and, on `retry`, those sent over two
 /// seconds ago without an acknowledgement).
-fn flush<E>(agent: &Agent, send: &impl Fn(&AgentToController) -> Result<(), E>, sent: &mut HashMap<u64, Instant>, retry: bool) -> Result<(), E> {
+fn flush<E>(
+    agent: &Agent,
+    send: &impl Fn(&AgentToController) -> Result<(), E>,
+    sent: &mut HashMap<u64, Instant>,
+    retry: bool,
+) -> Result<(), E> {
     for ev in agent.outbox.pending() {
         let Some(seq) = seq_of(&ev) else { continue };
         let due = match sent.get(&seq) {

@@ -33,6 +33,8 @@ pub struct Settings {
     pub restrict_devices: bool,
     /// The binary that runs `supervise` (normally this agent's own executable).
     pub exe: PathBuf,
+    /// Device index of each GPU this agent manages (empty: all, same indices).
+    pub gpu_map: Vec<u32>,
 }
 
 struct Kill {
@@ -55,6 +57,7 @@ struct Step {
     kill: Option<Kill>,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
+    /// This node's private copy of the step's output (see `supervise`), scanned for evidence.
     outputs: Vec<PathBuf>,
     supervisor: Option<std::process::Child>,
     supervisor_pid: Option<i32>,
@@ -67,7 +70,10 @@ pub struct StepManager {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn signal_group(pgid: Option<i32>, sig: i32) {
@@ -84,17 +90,25 @@ fn alive(pid: i32) -> bool {
 
 impl StepManager {
     pub fn new(settings: Settings, outbox: Arc<Outbox>) -> StepManager {
-        let mut m = StepManager { settings, outbox, steps: HashMap::new() };
+        let mut m = StepManager {
+            settings,
+            outbox,
+            steps: HashMap::new(),
+        };
         m.readopt();
         m
     }
 
     fn dir(&self, job: JobId, attempt: u32) -> PathBuf {
-        self.settings.state_dir.join("steps").join(format!("{job}.{attempt}"))
+        self.settings
+            .state_dir
+            .join("steps")
+            .join(format!("{job}.{attempt}"))
     }
 
     fn emit(&self, event: StepEvent) {
-        self.outbox.push(|seq| AgentToController::Step { seq, event });
+        self.outbox
+            .push(|seq| AgentToController::Step { seq, event });
     }
 
     /// Steps still running, for heartbeats.
@@ -108,7 +122,11 @@ impl StepManager {
     pub fn known(&self) -> Vec<StepRef> {
         let mut v = self.running();
         for ev in self.outbox.pending() {
-            if let AgentToController::Step { event: StepEvent::Exited { job, attempt, .. }, .. } = ev {
+            if let AgentToController::Step {
+                event: StepEvent::Exited { job, attempt, .. },
+                ..
+            } = ev
+            {
                 if !v.iter().any(|s| s.job == job && s.attempt == attempt) {
                     v.push(StepRef { job, attempt });
                 }
@@ -119,23 +137,48 @@ impl StepManager {
 
     /// Picks up steps a previous agent process started.
     fn readopt(&mut self) {
-        let Ok(entries) = std::fs::read_dir(self.settings.state_dir.join("steps")) else { return };
+        let Ok(entries) = std::fs::read_dir(self.settings.state_dir.join("steps")) else {
+            return;
+        };
         for entry in entries.flatten() {
             let files = StepFiles(entry.path());
             if files.reported().exists() {
                 continue;
             }
-            let Ok(launch) = std::fs::read(files.launch()).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<LaunchSpec>(&b).map_err(|e| e.to_string())) else { continue };
-            let plan: Option<Plan> = std::fs::read(files.plan()).ok().and_then(|b| serde_json::from_slice(&b).ok());
-            let supervisor_pid = std::fs::read_to_string(files.0.join("supervisor.pid")).ok().and_then(|s| s.trim().parse().ok());
-            let pgid = std::fs::read_to_string(files.pgid()).ok().and_then(|s| s.trim().parse().ok());
-            let outputs = plan.as_ref().map(|p| std::iter::once(PathBuf::from(&p.stdout)).chain(p.stderr.iter().map(PathBuf::from)).collect()).unwrap_or_default();
-            let key = StepRef { job: launch.job, attempt: launch.attempt };
-            tracing::info!("re-adopting step {}.{} (supervisor {:?}, process group {:?})", key.job, key.attempt, supervisor_pid, pgid);
+            let Ok(launch) = std::fs::read(files.launch())
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<LaunchSpec>(&b).map_err(|e| e.to_string()))
+            else {
+                continue;
+            };
+            let plan: Option<Plan> = std::fs::read(files.plan())
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let supervisor_pid = std::fs::read_to_string(files.0.join("supervisor.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            let pgid = std::fs::read_to_string(files.pgid())
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            let outputs = vec![files.capture()];
+            let key = StepRef {
+                job: launch.job,
+                attempt: launch.attempt,
+            };
+            tracing::info!(
+                "re-adopting step {}.{} (supervisor {:?}, process group {:?})",
+                key.job,
+                key.attempt,
+                supervisor_pid,
+                pgid
+            );
             let step = Step {
                 key: key.clone(),
                 files,
-                cgroup: plan.as_ref().and_then(|p| p.cgroup.clone()).map(PathBuf::from),
+                cgroup: plan
+                    .as_ref()
+                    .and_then(|p| p.cgroup.clone())
+                    .map(PathBuf::from),
                 devices: Vec::new(),
                 outputs,
                 launch,
@@ -167,10 +210,16 @@ impl StepManager {
         let _ = write_atomic(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default());
         match self.prepare(&l, &files) {
             Ok((plan, ident, devices)) => {
-                let _ = write_atomic(&files.plan(), &serde_json::to_vec(&plan).unwrap_or_default());
+                let _ = write_atomic(
+                    &files.plan(),
+                    &serde_json::to_vec(&plan).unwrap_or_default(),
+                );
                 let log = std::fs::File::create(files.0.join("supervisor.log")).ok();
                 let mut cmd = std::process::Command::new(&self.settings.exe);
-                cmd.arg("supervise").arg(&files.0).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+                cmd.arg("supervise")
+                    .arg(&files.0)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null());
                 match log {
                     Some(f) => cmd.stderr(f),
                     None => cmd.stderr(std::process::Stdio::null()),
@@ -184,11 +233,23 @@ impl StepManager {
                 match cmd.spawn() {
                     Ok(child) => {
                         let pid = child.id() as i32;
-                        let _ = write_atomic(&files.0.join("supervisor.pid"), pid.to_string().as_bytes());
-                        tracing::info!("job {} attempt {} started on {} as {} (supervisor {pid})", l.job, l.attempt, self.settings.node, ident.user);
-                        let outputs = std::iter::once(PathBuf::from(&plan.stdout)).chain(plan.stderr.iter().map(PathBuf::from)).collect();
+                        let _ = write_atomic(
+                            &files.0.join("supervisor.pid"),
+                            pid.to_string().as_bytes(),
+                        );
+                        tracing::info!(
+                            "job {} attempt {} started on {} as {} (supervisor {pid})",
+                            l.job,
+                            l.attempt,
+                            self.settings.node,
+                            ident.user
+                        );
+                        let outputs = vec![files.capture()];
                         let step = Step {
-                            key: StepRef { job: l.job, attempt: l.attempt },
+                            key: StepRef {
+                                job: l.job,
+                                attempt: l.attempt,
+                            },
                             files,
                             cgroup: plan.cgroup.clone().map(PathBuf::from),
                             devices,
@@ -207,7 +268,14 @@ impl StepManager {
                     }
                     Err(e) => {
                         isolation::release_devices(&devices);
-                        self.fail_launch(&l, &files, format!("cannot start the step supervisor {}: {e}", self.settings.exe.display()));
+                        self.fail_launch(
+                            &l,
+                            &files,
+                            format!(
+                                "cannot start the step supervisor {}: {e}",
+                                self.settings.exe.display()
+                            ),
+                        );
                     }
                 }
             }
@@ -217,28 +285,58 @@ impl StepManager {
 
     fn fail_launch(&self, l: &LaunchSpec, files: &StepFiles, why: String) {
         tracing::warn!("job {} attempt {}: launch failed: {why}", l.job, l.attempt);
-        let failure = Failure { kind: FailureKind::LaunchFailed, node: Some(self.settings.node.clone()), evidence: why, at_ms: now_ms() };
-        self.emit(StepEvent::Exited { job: l.job, attempt: l.attempt, code: None, signal: None, failure: Some(failure) });
+        let failure = Failure {
+            kind: FailureKind::LaunchFailed,
+            node: Some(self.settings.node.clone()),
+            evidence: why,
+            at_ms: now_ms(),
+        };
+        self.emit(StepEvent::Exited {
+            job: l.job,
+            attempt: l.attempt,
+            code: None,
+            signal: None,
+            failure: Some(failure),
+        });
         let _ = std::fs::create_dir_all(&files.0);
         let _ = std::fs::write(files.reported(), b"");
     }
 
     /// Builds the supervisor plan: identity, environment per task, script, outputs,
     /// cgroup and devices.
-    fn prepare(&self, l: &LaunchSpec, files: &StepFiles) -> Result<(Plan, Identity, Vec<String>), String> {
+    fn prepare(
+        &self,
+        l: &LaunchSpec,
+        files: &StepFiles,
+    ) -> Result<(Plan, Identity, Vec<String>), String> {
         let spec = &l.spec;
         let root = identity::is_root();
-        let ident = if root { identity::resolve(&spec.user, spec.uid)? } else { identity::current() };
-        let topo = self.settings.topology.read().map_err(|_| "topology lock poisoned")?.clone();
-        let net = net_plan(&topo, &l.node_alloc.gpus, self.settings.training_iface.as_deref());
+        let ident = if root {
+            identity::resolve(&spec.user, spec.uid)?
+        } else {
+            identity::current()
+        };
+        let topo = self
+            .settings
+            .topology
+            .read()
+            .map_err(|_| "topology lock poisoned")?
+            .clone();
+        let net = net_plan(
+            &topo,
+            &l.node_alloc.gpus,
+            self.settings.training_iface.as_deref(),
+        );
         let script = match torchrun::script(l) {
             Some(s) => s,
             None => spec.script.clone(),
         };
-        std::fs::write(files.script(), &script).map_err(|e| format!("cannot write the job script: {e}"))?;
+        std::fs::write(files.script(), &script)
+            .map_err(|e| format!("cannot write the job script: {e}"))?;
         {
             use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(files.script(), std::fs::Permissions::from_mode(0o755));
+            let _ =
+                std::fs::set_permissions(files.script(), std::fs::Permissions::from_mode(0o755));
             let _ = std::fs::set_permissions(&files.0, std::fs::Permissions::from_mode(0o755));
             let _ = std::fs::set_permissions(files.logs(), std::fs::Permissions::from_mode(0o755));
         }
@@ -247,18 +345,39 @@ impl StepManager {
             let _ = std::os::unix::fs::chown(files.logs(), Some(ident.uid), Some(ident.gid));
         }
         let script_path = files.script().to_string_lossy().into_owned();
-        let mut argv = if script.starts_with("#!") { vec![script_path] } else { vec!["/bin/sh".to_string(), script_path] };
+        let mut argv = if script.starts_with("#!") {
+            vec![script_path]
+        } else {
+            vec!["/bin/sh".to_string(), script_path]
+        };
         if spec.torchrun.is_none() {
             argv.extend(spec.script_args.iter().cloned());
         }
-        let tasks = if spec.torchrun.is_some() { 1 } else { spec.ntasks_per_node.max(1) };
+        let tasks = if spec.torchrun.is_some() {
+            1
+        } else {
+            spec.ntasks_per_node.max(1)
+        };
         let log_dir = files.logs().to_string_lossy().into_owned();
-        let home = if root || ident.uid == nix::unistd::getuid().as_raw() { Some(ident.home.as_str()) } else { None };
+        let home = if root || ident.uid == nix::unistd::getuid().as_raw() {
+            Some(ident.home.as_str())
+        } else {
+            None
+        };
         let envs = (0..tasks)
             .map(|t| {
-                task_env(&TaskEnv { launch: l, node: &self.settings.node, local_task: t, net: &net, log_dir: &log_dir, agent_env: &self.settings.agent_env, home })
-                    .into_iter()
-                    .collect::<Vec<_>>()
+                task_env(&TaskEnv {
+                    launch: l,
+                    node: &self.settings.node,
+                    local_task: t,
+                    net: &net,
+                    log_dir: &log_dir,
+                    agent_env: &self.settings.agent_env,
+                    home,
+                    gpu_map: &self.settings.gpu_map,
+                })
+                .into_iter()
+                .collect::<Vec<_>>()
             })
             .collect();
         let (stdout, stderr) = output::paths(l, &self.settings.node);
@@ -268,24 +387,48 @@ impl StepManager {
             let mems: Vec<u32> = topo
                 .numa_nodes
                 .iter()
-                .filter(|n| gsched_types::cpulist::parse(&n.cpus).map(|c| c.iter().any(|x| l.node_alloc.cpus.contains(x))).unwrap_or(false))
+                .filter(|n| {
+                    gsched_types::cpulist::parse(&n.cpus)
+                        .map(|c| c.iter().any(|x| l.node_alloc.cpus.contains(x)))
+                        .unwrap_or(false)
+                })
                 .map(|n| n.id)
                 .collect();
             let mems = gsched_types::cpulist::format(&mems);
             let mem = (l.node_alloc.mem_mb > 0).then_some(l.node_alloc.mem_mb * 1024 * 1024);
-            let (dir, missed) = cg.create(&format!("job_{}_{}", l.job, l.attempt), &cpus, &mems, mem, 4096 * u64::from(tasks));
+            let (dir, missed) = cg.create(
+                &format!("job_{}_{}", l.job, l.attempt),
+                &cpus,
+                &mems,
+                mem,
+                4096 * u64::from(tasks),
+            );
             notes.extend(missed);
             dir.to_string_lossy().into_owned()
         });
         let devices: Vec<String> = if self.settings.restrict_devices && root {
-            let paths: Vec<String> = l.node_alloc.gpus.iter().map(|g| topo.gpus.get(*g as usize).and_then(|x| x.device_path.clone()).unwrap_or_else(|| format!("/dev/nvidia{g}"))).collect();
+            let paths: Vec<String> = l
+                .node_alloc
+                .gpus
+                .iter()
+                .map(|g| {
+                    topo.gpus
+                        .get(*g as usize)
+                        .and_then(|x| x.device_path.clone())
+                        .unwrap_or_else(|| format!("/dev/nvidia{g}"))
+                })
+                .collect();
             notes.extend(isolation::claim_devices(&paths, ident.uid, ident.gid));
             paths
         } else {
             Vec::new()
         };
         if !notes.is_empty() {
-            tracing::warn!("job {}: isolation not fully applied: {}", l.job, notes.join("; "));
+            tracing::warn!(
+                "job {}: isolation not fully applied: {}",
+                l.job,
+                notes.join("; ")
+            );
             let _ = std::fs::write(files.0.join("isolation-notes.txt"), notes.join("\n"));
         }
         let plan = Plan {
@@ -296,21 +439,42 @@ impl StepManager {
             stderr,
             uid: root.then_some(ident.uid),
             gid: root.then_some(ident.gid),
-            groups: if root { ident.groups.clone() } else { Vec::new() },
+            groups: if root {
+                ident.groups.clone()
+            } else {
+                Vec::new()
+            },
             cgroup,
         };
         Ok((plan, ident, devices))
     }
 
     /// Stops a step: SIGTERM now, SIGKILL after `grace`.
-    pub fn kill(&mut self, job: JobId, attempt: u32, cause: FailureKind, reason: &str, grace: Duration) {
+    pub fn kill(
+        &mut self,
+        job: JobId,
+        attempt: u32,
+        cause: FailureKind,
+        reason: &str,
+        grace: Duration,
+    ) {
         match self.steps.get_mut(&(job, attempt)) {
             Some(step) => {
                 if step.kill.is_none() {
                     tracing::info!("stopping job {job} attempt {attempt}: {reason}");
-                    step.pgid = step.pgid.or_else(|| std::fs::read_to_string(step.files.pgid()).ok().and_then(|s| s.trim().parse().ok()));
+                    step.pgid = step.pgid.or_else(|| {
+                        std::fs::read_to_string(step.files.pgid())
+                            .ok()
+                            .and_then(|s| s.trim().parse().ok())
+                    });
                     signal_group(step.pgid, libc::SIGTERM);
-                    step.kill = Some(Kill { at: Instant::now(), grace, cause, reason: reason.to_string(), hard_sent: false });
+                    step.kill = Some(Kill {
+                        at: Instant::now(),
+                        grace,
+                        cause,
+                        reason: reason.to_string(),
+                        hard_sent: false,
+                    });
                 }
             }
             None => {
@@ -321,8 +485,19 @@ impl StepManager {
                 // Never started here (or already gone): report it stopped so the job can end,
                 // and make a late launch of the same attempt a no-op.
                 let _ = std::fs::create_dir_all(&dir);
-                let failure = Failure { kind: cause, node: Some(self.settings.node.clone()), evidence: format!("stopped before it started: {reason}"), at_ms: now_ms() };
-                self.emit(StepEvent::Exited { job, attempt, code: None, signal: None, failure: Some(failure) });
+                let failure = Failure {
+                    kind: cause,
+                    node: Some(self.settings.node.clone()),
+                    evidence: format!("stopped before it started: {reason}"),
+                    at_ms: now_ms(),
+                };
+                self.emit(StepEvent::Exited {
+                    job,
+                    attempt,
+                    code: None,
+                    signal: None,
+                    failure: Some(failure),
+                });
                 let _ = std::fs::write(dir.join("reported"), b"");
             }
         }
@@ -342,18 +517,33 @@ impl StepManager {
                     let _ = c.try_wait();
                 }
                 if step.pgid.is_none() {
-                    step.pgid = std::fs::read_to_string(step.files.pgid()).ok().and_then(|s| s.trim().parse().ok());
+                    step.pgid = std::fs::read_to_string(step.files.pgid())
+                        .ok()
+                        .and_then(|s| s.trim().parse().ok());
                 }
                 if !step.started_reported && step.pgid.is_some() {
                     step.started_reported = true;
-                    events.push(StepEvent::Started { job: key.0, attempt: key.1, pid: step.pgid.map(|p| p as u32) });
+                    events.push(StepEvent::Started {
+                        job: key.0,
+                        attempt: key.1,
+                        pid: step.pgid.map(|p| p as u32),
+                    });
                 }
                 for finding in scan_logs(step) {
                     if finding.fatal && step.fatal_reported.is_none() && step.kill.is_none() {
-                        let failure = Failure { kind: finding.kind.clone(), node: Some(node.clone()), evidence: finding.line.clone(), at_ms: now_ms() };
+                        let failure = Failure {
+                            kind: finding.kind.clone(),
+                            node: Some(node.clone()),
+                            evidence: finding.line.clone(),
+                            at_ms: now_ms(),
+                        };
                         tracing::warn!("job {} on {node}: {}", key.0, failure);
                         step.fatal_reported = Some(failure.clone());
-                        events.push(StepEvent::Failed { job: key.0, attempt: key.1, failure });
+                        events.push(StepEvent::Failed {
+                            job: key.0,
+                            attempt: key.1,
+                            failure,
+                        });
                     }
                     step.findings.push(finding);
                     if step.findings.len() > 64 {
@@ -363,10 +553,28 @@ impl StepManager {
                 let limit = step.launch.time_limit_s;
                 if let Some(limit) = limit {
                     if step.kill.is_none() && now_ms() > step.launch.start_ms + limit * 1000 {
-                        let why = format!("time limit of {} reached", gsched_types::parse::format_duration(limit));
+                        let why = format!(
+                            "time limit of {} reached",
+                            gsched_types::parse::format_duration(limit)
+                        );
                         signal_group(step.pgid, libc::SIGTERM);
-                        step.kill = Some(Kill { at: Instant::now(), grace: Duration::from_secs(10), cause: FailureKind::Timeout, reason: why.clone(), hard_sent: false });
-                        events.push(StepEvent::Failed { job: key.0, attempt: key.1, failure: Failure { kind: FailureKind::Timeout, node: Some(node.clone()), evidence: why, at_ms: now_ms() } });
+                        step.kill = Some(Kill {
+                            at: Instant::now(),
+                            grace: Duration::from_secs(10),
+                            cause: FailureKind::Timeout,
+                            reason: why.clone(),
+                            hard_sent: false,
+                        });
+                        events.push(StepEvent::Failed {
+                            job: key.0,
+                            attempt: key.1,
+                            failure: Failure {
+                                kind: FailureKind::Timeout,
+                                node: Some(node.clone()),
+                                evidence: why,
+                                at_ms: now_ms(),
+                            },
+                        });
                     }
                 }
                 if let Some(k) = step.kill.as_mut() {
@@ -378,14 +586,31 @@ impl StepManager {
                         }
                     }
                 }
-                if let Some(rec) = std::fs::read(step.files.exit()).ok().and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok()) {
+                if let Some(rec) = std::fs::read(step.files.exit())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok())
+                {
                     events.push(exit_event(step, &rec, &node));
                     done = true;
-                } else if step.supervisor_pid.is_some_and(|p| !alive(p)) && step.supervisor.is_none() {
+                } else if step.supervisor_pid.is_some_and(|p| !alive(p))
+                    && step.supervisor.is_none()
+                {
                     // Re-adopted step whose supervisor is gone without a record (machine
                     // rebooted, supervisor killed): its processes are gone too.
-                    let failure = Failure { kind: FailureKind::LaunchFailed, node: Some(node.clone()), evidence: "the step supervisor died without recording an exit status".into(), at_ms: now_ms() };
-                    events.push(StepEvent::Exited { job: key.0, attempt: key.1, code: None, signal: None, failure: Some(failure) });
+                    let failure = Failure {
+                        kind: FailureKind::LaunchFailed,
+                        node: Some(node.clone()),
+                        evidence: "the step supervisor died without recording an exit status"
+                            .into(),
+                        at_ms: now_ms(),
+                    };
+                    events.push(StepEvent::Exited {
+                        job: key.0,
+                        attempt: key.1,
+                        code: None,
+                        signal: None,
+                        failure: Some(failure),
+                    });
                     done = true;
                 }
             }
@@ -411,23 +636,77 @@ impl StepManager {
 fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
     let (job, attempt) = (step.key.job, step.key.attempt);
     let failure = if let Some(err) = &rec.launch_error {
-        Some(Failure { kind: FailureKind::LaunchFailed, node: Some(node.into()), evidence: err.clone(), at_ms: now_ms() })
+        Some(Failure {
+            kind: FailureKind::LaunchFailed,
+            node: Some(node.into()),
+            evidence: err.clone(),
+            at_ms: now_ms(),
+        })
     } else if let Some(f) = &step.fatal_reported {
         (!(rec.code == Some(0) && rec.signal.is_none())).then(|| f.clone())
     } else if let Some(k) = &step.kill {
         // Stopped from outside; keep what its own log said, it may be the root cause.
-        let own = step.findings.iter().rev().find(|f| !matches!(f.kind, FailureKind::NcclError) || f.fatal).map(|f| format!("; its log: {}", f.line)).unwrap_or_default();
-        Some(Failure { kind: k.cause.clone(), node: Some(node.into()), evidence: format!("{}{own}", k.reason), at_ms: now_ms() })
+        let own = step
+            .findings
+            .iter()
+            .rev()
+            .find(|f| !matches!(f.kind, FailureKind::NcclError) || f.fatal)
+            .map(|f| format!("; its log: {}", f.line))
+            .unwrap_or_default();
+        Some(Failure {
+            kind: k.cause.clone(),
+            node: Some(node.into()),
+            evidence: format!("{}{own}", k.reason),
+            at_ms: now_ms(),
+        })
     } else {
         let error_file = std::fs::read_dir(step.files.logs())
             .ok()
-            .and_then(|d| d.flatten().map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("torchelastic-error"))).find_map(|p| std::fs::read_to_string(p).ok()))
+            .and_then(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("torchelastic-error"))
+                    })
+                    .find_map(|p| std::fs::read_to_string(p).ok())
+            })
             .and_then(|t| parse_error_file(&t));
-        let oom = step.cgroup.as_ref().is_some_and(|c| Cgroups::oom_kills(c) > 0);
-        classify_exit(rec.code, rec.signal, &step.findings, error_file.as_deref(), oom).map(|(kind, evidence)| Failure { kind, node: Some(node.into()), evidence, at_ms: now_ms() })
+        let oom = step
+            .cgroup
+            .as_ref()
+            .is_some_and(|c| Cgroups::oom_kills(c) > 0);
+        classify_exit(
+            rec.code,
+            rec.signal,
+            &step.findings,
+            error_file.as_deref(),
+            oom,
+        )
+        .map(|(kind, evidence)| Failure {
+            kind,
+            node: Some(node.into()),
+            evidence,
+            at_ms: now_ms(),
+        })
     };
-    tracing::info!("job {job} attempt {attempt} on {node} ended: code {:?} signal {:?}{}", rec.code, rec.signal, failure.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
-    StepEvent::Exited { job, attempt, code: rec.code, signal: rec.signal, failure }
+    tracing::info!(
+        "job {job} attempt {attempt} on {node} ended: code {:?} signal {:?}{}",
+        rec.code,
+        rec.signal,
+        failure
+            .as_ref()
+            .map(|f| format!(" ({f})"))
+            .unwrap_or_default()
+    );
+    StepEvent::Exited {
+        job,
+        attempt,
+        code: rec.code,
+        signal: rec.signal,
+        failure,
+    }
 }
 
 /// Reads what the step's output and NCCL log files gained since the last round and
@@ -435,14 +714,20 @@ fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
 fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
     let mut files = step.outputs.clone();
     if let Ok(d) = std::fs::read_dir(step.files.logs()) {
-        files.extend(d.flatten().map(|e| e.path()).filter(|p| p.extension().and_then(|x| x.to_str()) == Some("log")));
+        files.extend(
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("log")),
+        );
     }
     files.sort();
     files.dedup();
     let mut out = Vec::new();
     for f in files {
         let (offset, partial) = step.tails.entry(f.clone()).or_default();
-        let Ok(mut file) = std::fs::File::open(&f) else { continue };
+        let Ok(mut file) = std::fs::File::open(&f) else {
+            continue;
+        };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < *offset {
             *offset = 0;
@@ -451,7 +736,11 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
             continue;
         }
         let mut buf = Vec::new();
-        let n = file.by_ref().take(1 << 20).read_to_end(&mut buf).unwrap_or(0);
+        let n = file
+            .by_ref()
+            .take(1 << 20)
+            .read_to_end(&mut buf)
+            .unwrap_or(0);
         *offset += n as u64;
         partial.push_str(&String::from_utf8_lossy(&buf));
         while let Some(pos) = partial.find('\n') {

@@ -1,17 +1,28 @@
 //! `gagentd supervise DIR`: the small root process that owns one node's step of a job.
 //!
-//! The agent starts it in its own session, so it outlives agent restarts. It starts every
-//! task of the step in one process group; each task, between fork and exec, joins the
-//! step's cgroup, takes the owner's groups and uid, enters the working directory and
-//! opens its output files as that user (so they are owned by the user and created with
-//! the user's rights). It records the process group in `DIR/pgid` and, when all tasks have
-//! ended, the outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
+//! The agent starts it in its own session, so it outlives agent restarts. It opens the
+//! job's output files with the owner's file-system identity (so they are owned by the user
+//! and created with the user's rights) and starts every task of the step in one process
+//! group; each task, between fork and exec, joins the step's cgroup, takes the owner's
+//! groups and uid and enters the working directory. The tasks write into pipes that the
+//! supervisor copies both to the user's files and to `DIR/output.log`, this node's private
+//! copy, which the agent scans for failure evidence: on a shared file system every node of
+//! a job appends to the same output file, and another node's lines must not be blamed on
+//! this one. It records the process group in `DIR/pgid` and, when all tasks have ended, the
+//! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
 
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
+
+/// The private copy of the step's output is cut back to empty when it grows past this.
+const CAPTURE_LIMIT: u64 = 32 << 20;
 
 /// What to run, written by the agent to `DIR/plan.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,7 +64,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 fn record(dir: &Path, rec: &ExitRecord) {
-    let _ = write_atomic(&dir.join("exit.json"), &serde_json::to_vec(rec).unwrap_or_default());
+    let _ = write_atomic(
+        &dir.join("exit.json"),
+        &serde_json::to_vec(rec).unwrap_or_default(),
+    );
 }
 
 /// Everything the child needs between fork and exec, prepared before forking.
@@ -63,8 +77,8 @@ struct ChildSetup {
     gid: Option<u32>,
     groups: Vec<libc::gid_t>,
     workdir: CString,
-    stdout: CString,
-    stderr: Option<CString>,
+    stdout: RawFd,
+    stderr: RawFd,
 }
 
 fn cstr(s: &str) -> Result<CString, String> {
@@ -98,20 +112,8 @@ impl ChildSetup {
             if libc::chdir(self.workdir.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
-            let out = libc::open(self.stdout.as_ptr(), flags, 0o644);
-            if out < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let err = match &self.stderr {
-                Some(e) => libc::open(e.as_ptr(), flags, 0o644),
-                None => out,
-            };
-            if err < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::dup2(out, 1);
-            libc::dup2(err, 2);
+            libc::dup2(self.stdout, 1);
+            libc::dup2(self.stderr, 2);
             let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
             if devnull >= 0 {
                 libc::dup2(devnull, 0);
@@ -129,10 +131,21 @@ pub fn supervise(dir: &Path) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
-    let plan: Plan = match std::fs::read(dir.join("plan.json")).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+    let plan: Plan = match std::fs::read(dir.join("plan.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
         Ok(p) => p,
         Err(e) => {
-            record(dir, &ExitRecord { code: None, signal: None, launch_error: Some(format!("cannot read the step plan: {e}")), tasks: vec![] });
+            record(
+                dir,
+                &ExitRecord {
+                    code: None,
+                    signal: None,
+                    launch_error: Some(format!("cannot read the step plan: {e}")),
+                    tasks: vec![],
+                },
+            );
             return 1;
         }
     };
@@ -142,7 +155,15 @@ pub fn supervise(dir: &Path) -> i32 {
             0
         }
         Err(e) => {
-            record(dir, &ExitRecord { code: None, signal: None, launch_error: Some(e), tasks: vec![] });
+            record(
+                dir,
+                &ExitRecord {
+                    code: None,
+                    signal: None,
+                    launch_error: Some(e),
+                    tasks: vec![],
+                },
+            );
             1
         }
     }
@@ -150,21 +171,53 @@ pub fn supervise(dir: &Path) -> i32 {
 
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let root = crate::identity::is_root();
+    let owner = if root { plan.uid.zip(plan.gid) } else { None };
+    let user_out = open_as(&plan.stdout, owner, &plan.groups)?;
+    let user_err = plan
+        .stderr
+        .as_deref()
+        .map(|e| open_as(e, owner, &plan.groups))
+        .transpose()?;
+    let capture = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(StepFiles(dir.to_path_buf()).capture())
+        .map_err(|e| {
+            format!(
+                "cannot create the step's output copy in {}: {e}",
+                dir.display()
+            )
+        })?;
+    let (out_r, out_w) = pipe()?;
+    let err_pipe = if user_err.is_some() {
+        Some(pipe()?)
+    } else {
+        None
+    };
     let setup = ChildSetup {
-        cgroup_procs: plan.cgroup.as_ref().map(|c| cstr(&format!("{c}/cgroup.procs"))).transpose()?,
-        uid: if root { plan.uid } else { None },
-        gid: if root { plan.gid } else { None },
+        cgroup_procs: plan
+            .cgroup
+            .as_ref()
+            .map(|c| cstr(&format!("{c}/cgroup.procs")))
+            .transpose()?,
+        uid: owner.map(|o| o.0),
+        gid: owner.map(|o| o.1),
         groups: plan.groups.clone(),
         workdir: cstr(&plan.workdir)?,
-        stdout: cstr(&plan.stdout)?,
-        stderr: plan.stderr.as_deref().map(cstr).transpose()?,
+        stdout: out_w.as_raw_fd(),
+        stderr: err_pipe
+            .as_ref()
+            .map_or(out_w.as_raw_fd(), |(_, w)| w.as_raw_fd()),
     };
     let setup = std::sync::Arc::new(setup);
     let mut children = Vec::new();
     let mut pgid: Option<i32> = None;
+    let mut spawn_error = None;
     for env in &plan.tasks {
         let mut cmd = Command::new(&plan.argv[0]);
-        cmd.args(&plan.argv[1..]).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        cmd.args(&plan.argv[1..])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)));
         cmd.process_group(pgid.unwrap_or(0));
         let s = setup.clone();
         unsafe {
@@ -176,35 +229,157 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
                 children.push(child);
             }
             Err(e) => {
-                if let Some(g) = pgid {
-                    unsafe {
-                        libc::kill(-g, libc::SIGKILL);
-                    }
-                }
-                for mut c in children {
-                    let _ = c.wait();
-                }
-                return Err(describe_spawn_error(&e, plan));
+                spawn_error = Some(describe_spawn_error(&e, plan));
+                break;
             }
         }
+    }
+    // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
+    drop(setup);
+    drop(out_w);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut copiers = 0;
+    let capture = std::sync::Arc::new(std::sync::Mutex::new(capture));
+    for (read, user) in std::iter::once((out_r, user_out)).chain(
+        err_pipe
+            .map(|(r, w)| {
+                drop(w);
+                r
+            })
+            .zip(user_err),
+    ) {
+        let (capture, done) = (capture.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            copy_output(File::from(read), user, &capture);
+            let _ = done.send(());
+        });
+        copiers += 1;
+    }
+    if let Some(e) = spawn_error {
+        if let Some(g) = pgid {
+            unsafe {
+                libc::kill(-g, libc::SIGKILL);
+            }
+        }
+        for mut c in children {
+            let _ = c.wait();
+        }
+        return Err(e);
     }
     if let Some(g) = pgid {
         let _ = write_atomic(&dir.join("pgid"), g.to_string().as_bytes());
     }
     let mut tasks = Vec::new();
     for mut c in children {
-        let status = c.wait().map_err(|e| format!("waiting for a task failed: {e}"))?;
+        let status = c
+            .wait()
+            .map_err(|e| format!("waiting for a task failed: {e}"))?;
         tasks.push((status.code(), status.signal()));
     }
-    let failing = tasks.iter().find(|(c, s)| s.is_some() || c.is_some_and(|c| c != 0)).copied().or(tasks.first().copied()).unwrap_or((Some(0), None));
-    Ok(ExitRecord { code: failing.0, signal: failing.1, launch_error: None, tasks })
+    // A background process the job left behind may keep a pipe open: give the copiers a
+    // moment to drain what the tasks wrote, then report without waiting for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    for _ in 0..copiers {
+        if done_rx
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let failing = tasks
+        .iter()
+        .find(|(c, s)| s.is_some() || c.is_some_and(|c| c != 0))
+        .copied()
+        .or(tasks.first().copied())
+        .unwrap_or((Some(0), None));
+    Ok(ExitRecord {
+        code: failing.0,
+        signal: failing.1,
+        launch_error: None,
+        tasks,
+    })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!(
+            "cannot create a pipe for the step's output: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Opens (creating, appending) an output file with the job owner's file-system identity,
+/// so permissions are checked, and the file is created, as that user.
+fn open_as(path: &str, owner: Option<(u32, u32)>, groups: &[u32]) -> Result<File, String> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    };
+    let result = match owner {
+        None => open(),
+        Some((uid, gid)) => unsafe {
+            // The supervisor is single-threaded here; fsuid/fsgid and the group list are
+            // put back before anything else runs.
+            let mut saved = vec![0 as libc::gid_t; 256];
+            let n = libc::getgroups(saved.len() as i32, saved.as_mut_ptr());
+            saved.truncate(n.max(0) as usize);
+            libc::setgroups(groups.len(), groups.as_ptr());
+            libc::setfsgid(gid);
+            libc::setfsuid(uid);
+            let r = open();
+            libc::setfsuid(0);
+            libc::setfsgid(0);
+            libc::setgroups(saved.len(), saved.as_ptr());
+            r
+        },
+    };
+    result.map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES) => format!("permission denied opening the output file {path} as the job's user (check the directory's permissions)"),
+        Some(libc::ENOENT) => format!("cannot open the output file {path}: its directory does not exist on this node"),
+        _ => format!("cannot open the output file {path}: {e}"),
+    })
+}
+
+/// Copies a task stream to the user's file and to the private copy, until end-of-file.
+fn copy_output(mut from: File, mut user: File, capture: &std::sync::Mutex<File>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let _ = user.write_all(&buf[..n]);
+        if let Ok(mut c) = capture.lock() {
+            if c.stream_position().unwrap_or(0) > CAPTURE_LIMIT {
+                let _ = c.set_len(0);
+            }
+            let _ = c.write_all(&buf[..n]);
+        }
+    }
 }
 
 fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
     match e.raw_os_error() {
-        Some(libc::ENOENT) if !Path::new(&plan.workdir).is_dir() => format!("working directory {} does not exist on this node", plan.workdir),
-        Some(libc::EACCES) => format!("permission denied starting {} in {} (check the working directory and output file permissions for the job's user)", plan.argv[0], plan.workdir),
-        Some(libc::ENOENT) => format!("cannot start {}: no such file (or the output directory does not exist)", plan.argv[0]),
+        Some(libc::ENOENT) if !Path::new(&plan.workdir).is_dir() => format!(
+            "working directory {} does not exist on this node",
+            plan.workdir
+        ),
+        Some(libc::EACCES) => format!(
+            "permission denied starting {} in {} (check the working directory and output file permissions for the job's user)",
+            plan.argv[0], plan.workdir
+        ),
+        Some(libc::ENOENT) => format!(
+            "cannot start {}: no such file (or the output directory does not exist)",
+            plan.argv[0]
+        ),
         _ => format!("cannot start {}: {e}", plan.argv[0]),
     }
 }
@@ -233,5 +408,9 @@ impl StepFiles {
     }
     pub fn reported(&self) -> PathBuf {
         self.0.join("reported")
+    }
+    /// This node's own copy of the step's stdout and stderr.
+    pub fn capture(&self) -> PathBuf {
+        self.0.join("output.log")
     }
 }

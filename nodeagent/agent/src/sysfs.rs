@@ -8,26 +8,46 @@ use gsched_types::topology::{Nic, NicKind, NumaNode, PcieLink};
 use std::path::{Path, PathBuf};
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// `numa_node` file: -1 means unknown (never guessed as 0).
 fn numa(path: impl AsRef<Path>) -> Option<u32> {
-    read(path).and_then(|s| s.parse::<i64>().ok()).filter(|n| *n >= 0).map(|n| n as u32)
+    read(path)
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .map(|n| n as u32)
 }
 
 /// NUMA nodes from `/sys/devices/system/node`.
 pub fn numa_nodes(root: &Path) -> Vec<NumaNode> {
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(root.join("sys/devices/system/node")) else { return out };
+    let Ok(entries) = std::fs::read_dir(root.join("sys/devices/system/node")) else {
+        return out;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let cpus = read(e.path().join("cpulist")).unwrap_or_default();
         let memory_mib = read(e.path().join("meminfo")).and_then(|m| {
-            m.lines().find(|l| l.contains("MemTotal:")).and_then(|l| l.split_whitespace().rev().nth(1)).and_then(|kb| kb.parse::<u64>().ok()).map(|kb| kb / 1024)
+            m.lines()
+                .find(|l| l.contains("MemTotal:"))
+                .and_then(|l| l.split_whitespace().rev().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .map(|kb| kb / 1024)
         });
-        out.push(NumaNode { id, cpus, memory_mib });
+        out.push(NumaNode {
+            id,
+            cpus,
+            memory_mib,
+        });
     }
     out.sort_by_key(|n| n.id);
     out
@@ -35,8 +55,17 @@ pub fn numa_nodes(root: &Path) -> Vec<NumaNode> {
 
 /// Online CPUs and total memory when NUMA information is missing.
 pub fn cpus_and_memory(root: &Path) -> (Option<u32>, Option<u64>) {
-    let cpus = read(root.join("sys/devices/system/cpu/online")).and_then(|l| gsched_types::cpulist::parse(&l).ok()).map(|c| c.len() as u32);
-    let mem = read(root.join("proc/meminfo")).and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok())).map(|kb| kb / 1024);
+    let cpus = read(root.join("sys/devices/system/cpu/online"))
+        .and_then(|l| gsched_types::cpulist::parse(&l).ok())
+        .map(|c| c.len() as u32);
+    let mem = read(root.join("proc/meminfo"))
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024);
     (cpus, mem)
 }
 
@@ -65,7 +94,9 @@ fn gen_of(speed: &str) -> Option<u8> {
 pub fn pci_facts(root: &Path, bdf: &str) -> PciFacts {
     let bdf = normalize_bdf(bdf);
     let dev = root.join("sys/bus/pci/devices").join(&bdf);
-    let path = std::fs::canonicalize(&dev).ok().and_then(|p| PciPath::parse(&p.to_string_lossy()));
+    let path = std::fs::canonicalize(&dev)
+        .ok()
+        .and_then(|p| PciPath::parse(&p.to_string_lossy()));
     PciFacts {
         numa: numa(dev.join("numa_node")),
         local_cpus: read(dev.join("local_cpulist")),
@@ -88,7 +119,25 @@ pub fn normalize_bdf(bdf: &str) -> String {
     }
 }
 
-const VIRTUAL_PREFIXES: &[&str] = &["lo", "docker", "veth", "br-", "virbr", "tun", "tap", "cni", "flannel", "cali", "vxlan", "kube", "dummy", "bond_slave", "wg", "zt", "tailscale"];
+const VIRTUAL_PREFIXES: &[&str] = &[
+    "lo",
+    "docker",
+    "veth",
+    "br-",
+    "virbr",
+    "tun",
+    "tap",
+    "cni",
+    "flannel",
+    "cali",
+    "vxlan",
+    "kube",
+    "dummy",
+    "bond_slave",
+    "wg",
+    "zt",
+    "tailscale",
+];
 
 fn is_virtual_name(name: &str) -> bool {
     VIRTUAL_PREFIXES.iter().any(|p| name.starts_with(p))
@@ -106,19 +155,30 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
     let ib_root = root.join("sys/class/infiniband");
     let mut claimed_hcas = Vec::new();
     if let Ok(entries) = std::fs::read_dir(root.join("sys/class/net")) {
-        let mut names: Vec<String> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         for name in names {
             let dir = root.join("sys/class/net").join(&name);
             let device = dir.join("device");
             let has_device = device.exists();
-            let kind_code = read(dir.join("type")).and_then(|t| t.parse::<u32>().ok()).unwrap_or(1);
+            let kind_code = read(dir.join("type"))
+                .and_then(|t| t.parse::<u32>().ok())
+                .unwrap_or(1);
             let mut nic = Nic::new(&name, NicKind::Ethernet);
             nic.netdev = Some(name.clone());
             nic.mtu = read(dir.join("mtu")).and_then(|m| m.parse().ok());
-            nic.speed_mbps = read(dir.join("speed")).and_then(|s| s.parse::<i64>().ok()).filter(|s| *s > 0).map(|s| s as u64);
-            nic.up = read(dir.join("operstate")).map(|s| s == "up" || s == "unknown" && kind_code == 32);
-            let path = std::fs::canonicalize(&device).ok().and_then(|p| PciPath::parse(&p.to_string_lossy()));
+            nic.speed_mbps = read(dir.join("speed"))
+                .and_then(|s| s.parse::<i64>().ok())
+                .filter(|s| *s > 0)
+                .map(|s| s as u64);
+            nic.up =
+                read(dir.join("operstate")).map(|s| s == "up" || s == "unknown" && kind_code == 32);
+            let path = std::fs::canonicalize(&device)
+                .ok()
+                .and_then(|p| PciPath::parse(&p.to_string_lossy()));
             if !has_device || is_virtual_name(&name) || kind_code == 772 {
                 nic.kind = NicKind::Virtual;
                 out.push(FoundNic { nic, path: None });
@@ -127,20 +187,37 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
             nic.numa_node = numa(device.join("numa_node"));
             nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
             // The RDMA device behind this netdev, if any.
-            let hca = std::fs::read_dir(device.join("infiniband")).ok().and_then(|mut d| d.next()).and_then(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned());
+            let hca = std::fs::read_dir(device.join("infiniband"))
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned());
             if let Some(hca) = hca {
-                let port = read(dir.join("dev_port")).and_then(|p| p.parse::<u32>().ok()).unwrap_or(0) + 1;
+                let port = read(dir.join("dev_port"))
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .unwrap_or(0)
+                    + 1;
                 let pdir = ib_root.join(&hca).join("ports").join(port.to_string());
                 let layer = read(pdir.join("link_layer")).unwrap_or_default();
-                nic.kind = if layer.eq_ignore_ascii_case("InfiniBand") || kind_code == 32 { NicKind::Ib } else { NicKind::Roce };
+                nic.kind = if layer.eq_ignore_ascii_case("InfiniBand") || kind_code == 32 {
+                    NicKind::Ib
+                } else {
+                    NicKind::Roce
+                };
                 nic.rdma_device = Some(hca.clone());
                 nic.rdma_port = Some(port);
-                nic.roce_v2_gid_index = if nic.kind == NicKind::Roce { roce_v2_gid(&pdir, &name) } else { None };
+                nic.roce_v2_gid_index = if nic.kind == NicKind::Roce {
+                    roce_v2_gid(&pdir, &name)
+                } else {
+                    None
+                };
                 if let Some(state) = read(pdir.join("state")) {
                     nic.up = Some(state.contains("ACTIVE"));
                 }
                 if nic.speed_mbps.is_none() {
-                    nic.speed_mbps = read(pdir.join("rate")).and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok()).map(|g| (g * 1000.0) as u64);
+                    nic.speed_mbps = read(pdir.join("rate"))
+                        .and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
+                        .map(|g| (g * 1000.0) as u64);
                 }
                 claimed_hcas.push((hca, port));
             } else if kind_code == 32 {
@@ -151,25 +228,51 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
     }
     // RDMA ports with no netdev (IB HCAs used only through verbs).
     if let Ok(entries) = std::fs::read_dir(&ib_root) {
-        let mut names: Vec<String> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-        names.sort_by_key(|n| (n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string(), n.rsplit('_').next().and_then(|d| d.parse::<u32>().ok()).unwrap_or(0)));
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort_by_key(|n| {
+            (
+                n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string(),
+                n.rsplit('_')
+                    .next()
+                    .and_then(|d| d.parse::<u32>().ok())
+                    .unwrap_or(0),
+            )
+        });
         for hca in names {
-            let Ok(ports) = std::fs::read_dir(ib_root.join(&hca).join("ports")) else { continue };
+            let Ok(ports) = std::fs::read_dir(ib_root.join(&hca).join("ports")) else {
+                continue;
+            };
             for p in ports.flatten() {
-                let Some(port) = p.file_name().to_string_lossy().parse::<u32>().ok() else { continue };
+                let Some(port) = p.file_name().to_string_lossy().parse::<u32>().ok() else {
+                    continue;
+                };
                 if claimed_hcas.contains(&(hca.clone(), port)) {
                     continue;
                 }
                 let pdir = p.path();
                 let layer = read(pdir.join("link_layer")).unwrap_or_default();
-                let mut nic = Nic::new(&format!("{hca}:{port}"), if layer.eq_ignore_ascii_case("Ethernet") { NicKind::Roce } else { NicKind::Ib });
+                let mut nic = Nic::new(
+                    &format!("{hca}:{port}"),
+                    if layer.eq_ignore_ascii_case("Ethernet") {
+                        NicKind::Roce
+                    } else {
+                        NicKind::Ib
+                    },
+                );
                 nic.rdma_device = Some(hca.clone());
                 nic.rdma_port = Some(port);
                 nic.up = read(pdir.join("state")).map(|s| s.contains("ACTIVE"));
-                nic.speed_mbps = read(pdir.join("rate")).and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok()).map(|g| (g * 1000.0) as u64);
+                nic.speed_mbps = read(pdir.join("rate"))
+                    .and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
+                    .map(|g| (g * 1000.0) as u64);
                 let device = ib_root.join(&hca).join("device");
                 nic.numa_node = numa(device.join("numa_node"));
-                let path = std::fs::canonicalize(&device).ok().and_then(|p| PciPath::parse(&p.to_string_lossy()));
+                let path = std::fs::canonicalize(&device)
+                    .ok()
+                    .and_then(|p| PciPath::parse(&p.to_string_lossy()));
                 nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
                 out.push(FoundNic { nic, path });
             }
@@ -192,7 +295,8 @@ fn roce_v2_gid(port_dir: &Path, netdev: &str) -> Option<u32> {
         .collect();
     candidates.sort_unstable();
     candidates.into_iter().find(|i| {
-        let dev_ok = read(port_dir.join(format!("gid_attrs/ndevs/{i}"))).is_none_or(|d| d == netdev);
+        let dev_ok =
+            read(port_dir.join(format!("gid_attrs/ndevs/{i}"))).is_none_or(|d| d == netdev);
         let gid = read(port_dir.join(format!("gids/{i}"))).unwrap_or_default();
         dev_ok && gid.starts_with("0000:0000:0000:0000:0000:ffff:")
     })

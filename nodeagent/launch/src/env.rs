@@ -28,8 +28,20 @@ pub struct NetPlan {
 /// carries the node's training address (decided by the agent; `lo` only for a one-host
 /// demo cluster that was configured on 127.0.0.1).
 pub fn net_plan(topo: &Topology, gpus: &[u32], training_iface: Option<&str>) -> NetPlan {
-    let rdma: Vec<usize> = topo.nics.iter().enumerate().filter(|(_, n)| n.kind.is_rdma() && n.up != Some(false)).map(|(i, _)| i).collect();
-    let link_rank = |gpu: u32, nic: usize| topo.gpu_nic_links.get(gpu as usize).and_then(|r| r.get(nic)).map(|l| l.rank()).unwrap_or(u16::MAX);
+    let rdma: Vec<usize> = topo
+        .nics
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.kind.is_rdma() && n.up != Some(false))
+        .map(|(i, _)| i)
+        .collect();
+    let link_rank = |gpu: u32, nic: usize| {
+        topo.gpu_nic_links
+            .get(gpu as usize)
+            .and_then(|r| r.get(nic))
+            .map(|l| l.rank())
+            .unwrap_or(u16::MAX)
+    };
     let mut chosen: Vec<usize> = Vec::new();
     if gpus.is_empty() {
         chosen = rdma.clone();
@@ -48,21 +60,52 @@ pub fn net_plan(topo: &Topology, gpus: &[u32], training_iface: Option<&str>) -> 
         .iter()
         .map(|&i| {
             let n = &topo.nics[i];
-            format!("{}:{}", n.rdma_device.as_deref().unwrap_or(&n.name), n.rdma_port.unwrap_or(1))
+            format!(
+                "{}:{}",
+                n.rdma_device.as_deref().unwrap_or(&n.name),
+                n.rdma_port.unwrap_or(1)
+            )
         })
         .collect();
-    let gid_index = chosen.iter().find_map(|&i| (topo.nics[i].kind == NicKind::Roce).then_some(topo.nics[i].roce_v2_gid_index).flatten());
+    let gid_index = chosen.iter().find_map(|&i| {
+        (topo.nics[i].kind == NicKind::Roce)
+            .then_some(topo.nics[i].roce_v2_gid_index)
+            .flatten()
+    });
     let socket_ifname = training_iface.map(str::to_string).or_else(|| {
         topo.nics
             .iter()
             .filter(|n| n.is_usable() && n.netdev.is_some())
             .min_by_key(|n| {
-                let worst = gpus.iter().map(|g| topo.gpu_nic_links.get(*g as usize).and_then(|r| topo.nics.iter().position(|x| x.name == n.name).and_then(|k| r.get(k))).map(|l| l.rank()).unwrap_or(u16::MAX)).max().unwrap_or(0);
-                (n.ipv4.is_empty(), worst, u64::MAX - n.speed_mbps.unwrap_or(0))
+                let worst = gpus
+                    .iter()
+                    .map(|g| {
+                        topo.gpu_nic_links
+                            .get(*g as usize)
+                            .and_then(|r| {
+                                topo.nics
+                                    .iter()
+                                    .position(|x| x.name == n.name)
+                                    .and_then(|k| r.get(k))
+                            })
+                            .map(|l| l.rank())
+                            .unwrap_or(u16::MAX)
+                    })
+                    .max()
+                    .unwrap_or(0);
+                (
+                    n.ipv4.is_empty(),
+                    worst,
+                    u64::MAX - n.speed_mbps.unwrap_or(0),
+                )
             })
             .and_then(|n| n.netdev.clone())
     });
-    NetPlan { socket_ifname, ib_hcas, gid_index }
+    NetPlan {
+        socket_ifname,
+        ib_hcas,
+        gid_index,
+    }
 }
 
 /// Inputs for one task's environment.
@@ -77,11 +120,18 @@ pub struct TaskEnv<'a> {
     pub agent_env: &'a BTreeMap<String, String>,
     /// The job owner's home directory, when known.
     pub home: Option<&'a str>,
+    /// Device index of each of the agent's GPUs (empty: the same as gsched's index), for
+    /// agents that manage a subset of a machine's GPUs (`gagentd --gpus`).
+    pub gpu_map: &'a [u32],
 }
 
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
 fn tasks_per_node(count: u32, nodes: usize) -> String {
-    if nodes > 1 { format!("{count}(x{nodes})") } else { count.to_string() }
+    if nodes > 1 {
+        format!("{count}(x{nodes})")
+    } else {
+        count.to_string()
+    }
 }
 
 /// The complete environment of one task.
@@ -90,7 +140,10 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     let spec = &l.spec;
     let mut env: BTreeMap<String, String> = spec.env.clone();
     if !env.contains_key("PATH") {
-        env.insert("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+        env.insert(
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        );
     }
 
     // NCCL and PyTorch tuning from the node's hardware; explicit exports win over these.
@@ -114,9 +167,18 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     tuning.insert("TORCH_NCCL_ENABLE_MONITORING", "1".into());
     tuning.insert("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "300".into());
     tuning.insert("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".into());
-    tuning.insert("TORCH_FR_DUMP_TEMP_FILE", format!("{}/nccl_trace_rank_", t.log_dir));
-    tuning.insert("TORCHELASTIC_ERROR_FILE", format!("{}/torchelastic-error-{}.json", t.log_dir, t.local_task));
-    tuning.insert("NCCL_SOCKET_MAGIC", format!("{}", 0x6773_6368_0000_0000u64 | l.job.0));
+    tuning.insert(
+        "TORCH_FR_DUMP_TEMP_FILE",
+        format!("{}/nccl_trace_rank_", t.log_dir),
+    );
+    tuning.insert(
+        "TORCHELASTIC_ERROR_FILE",
+        format!("{}/torchelastic-error-{}.json", t.log_dir, t.local_task),
+    );
+    tuning.insert(
+        "NCCL_SOCKET_MAGIC",
+        format!("{}", 0x6773_6368_0000_0000u64 | l.job.0),
+    );
     if !env.contains_key("OMP_NUM_THREADS") {
         tuning.insert("OMP_NUM_THREADS", spec.cpus_per_task.max(1).to_string());
     }
@@ -136,11 +198,31 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     let ntasks = nnodes * per_node;
     let rank = l.node_rank * per_node + t.local_task;
     let gpus: Vec<u32> = match spec.gpus_per_task {
-        Some(g) if per_node > 1 && g > 0 => l.node_alloc.gpus.iter().skip((t.local_task * g) as usize).take(g as usize).copied().collect(),
+        Some(g) if per_node > 1 && g > 0 => l
+            .node_alloc
+            .gpus
+            .iter()
+            .skip((t.local_task * g) as usize)
+            .take(g as usize)
+            .copied()
+            .collect(),
         _ => l.node_alloc.gpus.clone(),
     };
-    let gpu_list = gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let node_gpu_list = l.node_alloc.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let device = |g: &u32| {
+        t.gpu_map
+            .get(*g as usize)
+            .copied()
+            .unwrap_or(*g)
+            .to_string()
+    };
+    let gpu_list = gpus.iter().map(device).collect::<Vec<_>>().join(",");
+    let node_gpu_list = l
+        .node_alloc
+        .gpus
+        .iter()
+        .map(device)
+        .collect::<Vec<_>>()
+        .join(",");
     let nodelist = hostlist::compress(&l.nodes);
     let job_id = l.job.to_string();
     let mut set = |k: &str, v: String| {
@@ -178,7 +260,10 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("SLURM_NTASKS", ntasks.to_string());
     set("SLURM_NPROCS", ntasks.to_string());
     set("SLURM_NTASKS_PER_NODE", per_node.to_string());
-    set("SLURM_TASKS_PER_NODE", tasks_per_node(per_node, l.nodes.len()));
+    set(
+        "SLURM_TASKS_PER_NODE",
+        tasks_per_node(per_node, l.nodes.len()),
+    );
     set("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string());
     set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
     set("SLURM_GPUS_ON_NODE", l.node_alloc.gpus.len().to_string());
@@ -187,7 +272,10 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("SLURM_MEM_PER_NODE", l.node_alloc.mem_mb.to_string());
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());
-    set("SLURM_JOB_PARTITION", spec.partition.clone().unwrap_or_default());
+    set(
+        "SLURM_JOB_PARTITION",
+        spec.partition.clone().unwrap_or_default(),
+    );
     set("SLURM_RESTART_COUNT", l.attempt.to_string());
     if let Some(a) = &spec.account {
         set("SLURM_JOB_ACCOUNT", a.clone());
@@ -203,7 +291,10 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("USER", spec.user.clone());
     set("LOGNAME", spec.user.clone());
     if !l.node_alloc.cpus.is_empty() {
-        set("GSCHED_CPUS", gsched_types::cpulist::format(&l.node_alloc.cpus));
+        set(
+            "GSCHED_CPUS",
+            gsched_types::cpulist::format(&l.node_alloc.cpus),
+        );
     }
     env
 }
@@ -220,7 +311,19 @@ mod tests {
         for i in 0..4 {
             t.gpus.push(gsched_types::Gpu::new(i));
         }
-        t.gpu_links = (0..4).map(|i| (0..4).map(|j| if i == j { LinkClass::SameDevice } else { LinkClass::NvLink(12) }).collect()).collect();
+        t.gpu_links = (0..4)
+            .map(|i| {
+                (0..4)
+                    .map(|j| {
+                        if i == j {
+                            LinkClass::SameDevice
+                        } else {
+                            LinkClass::NvLink(12)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         let mut nics = Vec::new();
         for k in [0, 1, 10] {
             let mut n = Nic::new(&format!("mlx5_{k}"), NicKind::Roce);
@@ -235,7 +338,24 @@ mod tests {
         nics.push(docker);
         t.nics = nics;
         // GPU0,1 next to mlx5_0; GPU2,3 next to mlx5_1; mlx5_10 far from all.
-        t.gpu_nic_links = (0..4).map(|g| vec![if g < 2 { LinkClass::Pxb } else { LinkClass::Sys }, if g >= 2 { LinkClass::Pxb } else { LinkClass::Sys }, LinkClass::Sys, LinkClass::Sys]).collect();
+        t.gpu_nic_links = (0..4)
+            .map(|g| {
+                vec![
+                    if g < 2 {
+                        LinkClass::Pxb
+                    } else {
+                        LinkClass::Sys
+                    },
+                    if g >= 2 {
+                        LinkClass::Pxb
+                    } else {
+                        LinkClass::Sys
+                    },
+                    LinkClass::Sys,
+                    LinkClass::Sys,
+                ]
+            })
+            .collect();
         t
     }
 
@@ -243,9 +363,17 @@ mod tests {
         let mut spec = JobSpec::simple("train", "alice", "true");
         spec.nodes = 2;
         spec.gpus_per_node = gpus.len() as u32;
-        spec.env.insert("NCCL_SOCKET_IFNAME".into(), "docker0".into());
+        spec.env
+            .insert("NCCL_SOCKET_IFNAME".into(), "docker0".into());
         spec.env.insert("HOME".into(), "/wrong".into());
-        let na = NodeAlloc { node: "n2".into(), gpus, cpus: vec![0, 1], mem_mb: 100, nic: Some("mlx5_0".into()), exclusive: false };
+        let na = NodeAlloc {
+            node: "n2".into(),
+            gpus,
+            cpus: vec![0, 1],
+            mem_mb: 100,
+            nic: Some("mlx5_0".into()),
+            exclusive: false,
+        };
         LaunchSpec {
             job: JobId(7),
             array: None,
@@ -253,7 +381,11 @@ mod tests {
             node_rank: 1,
             nodes: vec!["n1".into(), "n2".into()],
             spec,
-            allocation: Allocation { nodes: vec![na.clone(), na.clone()], master_addr: "10.0.0.1".into(), master_port: 29_501 },
+            allocation: Allocation {
+                nodes: vec![na.clone(), na.clone()],
+                master_addr: "10.0.0.1".into(),
+                master_port: 29_501,
+            },
             node_alloc: na,
             start_ms: 0,
             time_limit_s: None,
@@ -263,7 +395,11 @@ mod tests {
     #[test]
     fn nearest_hcas_exact_match_and_gid() {
         let plan = net_plan(&dgx_like(), &[0, 1], None);
-        assert_eq!(plan.ib_hcas, vec!["mlx5_0:1"], "mlx5_1 and mlx5_10 are farther");
+        assert_eq!(
+            plan.ib_hcas,
+            vec!["mlx5_0:1"],
+            "mlx5_1 and mlx5_10 are farther"
+        );
         assert_eq!(plan.gid_index, Some(3));
         assert_ne!(plan.socket_ifname.as_deref(), Some("docker0"));
         let both = net_plan(&dgx_like(), &[1, 2], None);
@@ -276,7 +412,16 @@ mod tests {
         let l = launch(vec![0, 1]);
         let net = net_plan(&topo, &l.node_alloc.gpus, Some("ens0"));
         let agent_env = BTreeMap::new();
-        let env = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 0, net: &net, log_dir: "/var/log/j7", agent_env: &agent_env, home: Some("/home/alice") });
+        let env = task_env(&TaskEnv {
+            launch: &l,
+            node: "n2",
+            local_task: 0,
+            net: &net,
+            log_dir: "/var/log/j7",
+            agent_env: &agent_env,
+            home: Some("/home/alice"),
+            gpu_map: &[],
+        });
         assert_eq!(env["NCCL_SOCKET_IFNAME"], "=ens0");
         assert_eq!(env["NCCL_IB_HCA"], "=mlx5_0:1");
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1");
@@ -289,11 +434,30 @@ mod tests {
         assert_eq!(env["HOME"], "/home/alice");
         assert_eq!(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3");
         let mut l2 = l.clone();
-        l2.spec.env_overrides.insert("NCCL_SOCKET_IFNAME".into(), "=ib0".into());
-        l2.spec.env_overrides.insert("SLURM_PROCID".into(), "99".into());
-        let env = task_env(&TaskEnv { launch: &l2, node: "n2", local_task: 0, net: &net, log_dir: "/x", agent_env: &agent_env, home: None });
-        assert_eq!(env["NCCL_SOCKET_IFNAME"], "=ib0", "an explicit --export wins");
-        assert_eq!(env["SLURM_PROCID"], "1", "identity variables cannot be overridden");
+        l2.spec
+            .env_overrides
+            .insert("NCCL_SOCKET_IFNAME".into(), "=ib0".into());
+        l2.spec
+            .env_overrides
+            .insert("SLURM_PROCID".into(), "99".into());
+        let env = task_env(&TaskEnv {
+            launch: &l2,
+            node: "n2",
+            local_task: 0,
+            net: &net,
+            log_dir: "/x",
+            agent_env: &agent_env,
+            home: None,
+            gpu_map: &[],
+        });
+        assert_eq!(
+            env["NCCL_SOCKET_IFNAME"], "=ib0",
+            "an explicit --export wins"
+        );
+        assert_eq!(
+            env["SLURM_PROCID"], "1",
+            "identity variables cannot be overridden"
+        );
     }
 
     #[test]
@@ -305,7 +469,16 @@ mod tests {
         assert!(plan.ib_hcas.is_empty());
         assert_eq!(plan.socket_ifname, None, "docker0 is never offered");
         let l = launch(vec![0]);
-        let env = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 0, net: &plan, log_dir: "/x", agent_env: &BTreeMap::new(), home: None });
+        let env = task_env(&TaskEnv {
+            launch: &l,
+            node: "n2",
+            local_task: 0,
+            net: &plan,
+            log_dir: "/x",
+            agent_env: &BTreeMap::new(),
+            home: None,
+            gpu_map: &[],
+        });
         assert_eq!(env["NCCL_IB_DISABLE"], "1");
         assert!(!env.contains_key("NCCL_IB_HCA"));
     }
@@ -316,11 +489,34 @@ mod tests {
         l.spec.ntasks_per_node = 2;
         l.spec.gpus_per_task = Some(2);
         let net = NetPlan::default();
-        let e1 = task_env(&TaskEnv { launch: &l, node: "n2", local_task: 1, net: &net, log_dir: "/x", agent_env: &BTreeMap::new(), home: None });
+        let e1 = task_env(&TaskEnv {
+            launch: &l,
+            node: "n2",
+            local_task: 1,
+            net: &net,
+            log_dir: "/x",
+            agent_env: &BTreeMap::new(),
+            home: None,
+            gpu_map: &[],
+        });
         assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "6,7");
         assert_eq!(e1["SLURM_PROCID"], "3");
         assert_eq!(e1["SLURM_LOCALID"], "1");
         assert_eq!(e1["SLURM_NTASKS"], "4");
         assert_eq!(e1["SLURM_JOB_GPUS"], "4,5,6,7");
+        // An agent managing devices 2 and 3 of a machine as its GPUs 0 and 1.
+        let mut l = launch(vec![0, 1]);
+        l.spec.ntasks_per_node = 1;
+        let e = task_env(&TaskEnv {
+            launch: &l,
+            node: "n2",
+            local_task: 0,
+            net: &net,
+            log_dir: "/x",
+            agent_env: &BTreeMap::new(),
+            home: None,
+            gpu_map: &[2, 3],
+        });
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "2,3");
     }
 }

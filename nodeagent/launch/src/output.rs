@@ -26,8 +26,14 @@ pub fn expand(pattern: &str, launch: &LaunchSpec, node: &str, task: u32) -> Stri
             Some('u') => launch.spec.user.clone(),
             Some('n') => launch.node_rank.to_string(),
             Some('t') => task.to_string(),
-            Some('A') => launch.array.map(|a| a.0.to_string()).unwrap_or_else(|| launch.job.to_string()),
-            Some('a') => launch.array.map(|a| a.1.to_string()).unwrap_or_else(|| "4294967294".into()),
+            Some('A') => launch
+                .array
+                .map(|a| a.0.to_string())
+                .unwrap_or_else(|| launch.job.to_string()),
+            Some('a') => launch
+                .array
+                .map(|a| a.1.to_string())
+                .unwrap_or_else(|| "4294967294".into()),
             Some('%') => "%".into(),
             Some(other) => format!("%{width}{other}"),
             None => "%".into(),
@@ -45,10 +51,28 @@ pub fn expand(pattern: &str, launch: &LaunchSpec, node: &str, task: u32) -> Stri
 /// from the job's working directory). Without `-e`, stderr goes with stdout.
 pub fn paths(launch: &LaunchSpec, node: &str) -> (String, Option<String>) {
     let spec = &launch.spec;
-    let default = if launch.array.is_some() { "gsched-%A_%a.out" } else { "gsched-%j.out" };
-    let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{p}", spec.workdir.trim_end_matches('/')) };
-    let out = abs(expand(spec.output.as_deref().unwrap_or(default), launch, node, 0));
-    let err = spec.error.as_deref().map(|e| abs(expand(e, launch, node, 0)));
+    let default = if launch.array.is_some() {
+        "gsched-%A_%a.out"
+    } else {
+        "gsched-%j.out"
+    };
+    let abs = |p: String| {
+        if p.starts_with('/') {
+            p
+        } else {
+            format!("{}/{p}", spec.workdir.trim_end_matches('/'))
+        }
+    };
+    let out = abs(expand(
+        spec.output.as_deref().unwrap_or(default),
+        launch,
+        node,
+        0,
+    ));
+    let err = spec
+        .error
+        .as_deref()
+        .map(|e| abs(expand(e, launch, node, 0)));
     (out, err)
 }
 
@@ -59,7 +83,14 @@ mod tests {
     use gsched_types::resources::{Allocation, NodeAlloc};
 
     fn launch() -> LaunchSpec {
-        let alloc = NodeAlloc { node: "n1".into(), gpus: vec![], cpus: vec![], mem_mb: 0, nic: None, exclusive: false };
+        let alloc = NodeAlloc {
+            node: "n1".into(),
+            gpus: vec![],
+            cpus: vec![],
+            mem_mb: 0,
+            nic: None,
+            exclusive: false,
+        };
         LaunchSpec {
             job: JobId(42),
             array: None,
@@ -67,7 +98,11 @@ mod tests {
             node_rank: 1,
             nodes: vec!["n0".into(), "n1".into()],
             spec: JobSpec::simple("train", "alice", "true"),
-            allocation: Allocation { nodes: vec![alloc.clone()], master_addr: "h".into(), master_port: 1 },
+            allocation: Allocation {
+                nodes: vec![alloc.clone()],
+                master_addr: "h".into(),
+                master_port: 1,
+            },
             node_alloc: alloc,
             start_ms: 0,
             time_limit_s: None,
@@ -77,7 +112,10 @@ mod tests {
     #[test]
     fn sbatch_patterns() {
         let l = launch();
-        assert_eq!(expand("%x-%j.%N.%u.%n.out", &l, "n1", 0), "train-42.n1.alice.1.out");
+        assert_eq!(
+            expand("%x-%j.%N.%u.%n.out", &l, "n1", 0),
+            "train-42.n1.alice.1.out"
+        );
         assert_eq!(expand("%5j%%", &l, "n1", 0), "00042%");
         assert_eq!(paths(&l, "n1").0, "/tmp/gsched-42.out");
     }

@@ -35,16 +35,44 @@ fn evidence(line: &str) -> String {
 /// Classifies one line of a job's output. Most lines return `None`.
 pub fn classify_line(line: &str) -> Option<LogFinding> {
     let rules: &[(&str, FailureKind, bool)] = &[
-        ("Watchdog caught collective operation timeout", FailureKind::NcclTimeout, true),
-        ("Heartbeat monitor timed out", FailureKind::NcclTimeout, true),
+        (
+            "Watchdog caught collective operation timeout",
+            FailureKind::NcclTimeout,
+            true,
+        ),
+        (
+            "Heartbeat monitor timed out",
+            FailureKind::NcclTimeout,
+            true,
+        ),
         ("watchdog got stuck for", FailureKind::NcclTimeout, true),
-        ("Future for ProcessGroup abort timed out", FailureKind::NcclTimeout, true),
-        ("collective operation timeout", FailureKind::NcclTimeout, true),
+        (
+            "Future for ProcessGroup abort timed out",
+            FailureKind::NcclTimeout,
+            true,
+        ),
+        (
+            "collective operation timeout",
+            FailureKind::NcclTimeout,
+            true,
+        ),
         ("ncclRemoteError", FailureKind::NcclError, true),
-        ("remote process exited or there was a network error", FailureKind::NcclError, true),
-        ("Connection closed by remote peer", FailureKind::NcclError, true),
+        (
+            "remote process exited or there was a network error",
+            FailureKind::NcclError,
+            true,
+        ),
+        (
+            "Connection closed by remote peer",
+            FailureKind::NcclError,
+            true,
+        ),
         ("unhandled system error", FailureKind::NcclError, true),
-        ("NCCL communicator was aborted", FailureKind::NcclError, true),
+        (
+            "NCCL communicator was aborted",
+            FailureKind::NcclError,
+            true,
+        ),
         ("ncclSystemError", FailureKind::NcclError, true),
         ("ncclInternalError", FailureKind::NcclError, true),
         ("CUDA out of memory", FailureKind::Oom, true),
@@ -54,7 +82,11 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
     ];
     for (needle, kind, fatal) in rules {
         if line.contains(needle) {
-            return Some(LogFinding { kind: kind.clone(), line: evidence(line), fatal: *fatal });
+            return Some(LogFinding {
+                kind: kind.clone(),
+                line: evidence(line),
+                fatal: *fatal,
+            });
         }
     }
     // torchrun's agent noticing a dead worker: "failed (exitcode: -9) local_rank: 1 ...".
@@ -63,12 +95,26 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
         let rest = &line[pos + 18..];
         let code: Option<i32> = rest.split(')').next().and_then(|c| c.trim().parse().ok());
         if let Some(code) = code {
-            let kind = if code < 0 { FailureKind::Signal { signal: -code } } else { FailureKind::ExitCode { code } };
-            return Some(LogFinding { kind, line: evidence(line), fatal: true });
+            let kind = if code < 0 {
+                FailureKind::Signal { signal: -code }
+            } else {
+                FailureKind::ExitCode { code }
+            };
+            return Some(LogFinding {
+                kind,
+                line: evidence(line),
+                fatal: true,
+            });
         }
     }
-    if line.contains("ChildFailedError") || (line.contains("received by PID") && line.contains("Signal")) {
-        return Some(LogFinding { kind: FailureKind::ExitCode { code: 1 }, line: evidence(line), fatal: false });
+    if line.contains("ChildFailedError")
+        || (line.contains("received by PID") && line.contains("Signal"))
+    {
+        return Some(LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line: evidence(line),
+            fatal: false,
+        });
     }
     None
 }
@@ -80,7 +126,10 @@ pub fn parse_error_file(text: &str) -> Option<String> {
     let msg = v.get("message")?;
     let text = match msg {
         serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Object(o) => o.get("message").and_then(|m| m.as_str()).map(str::to_string)?,
+        serde_json::Value::Object(o) => o
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(str::to_string)?,
         _ => return None,
     };
     Some(evidence(text.lines().next().unwrap_or(&text)))
@@ -103,28 +152,56 @@ pub fn signal_name(sig: i32) -> &'static str {
 
 /// Explains a step's end. `None` for a clean exit. Log findings outrank the error file,
 /// which outranks the bare status: "NCCL watchdog timeout" says more than "exit code 1".
-pub fn classify_exit(code: Option<i32>, signal: Option<i32>, findings: &[LogFinding], error_file: Option<&str>, oom_killed: bool) -> Option<(FailureKind, String)> {
+pub fn classify_exit(
+    code: Option<i32>,
+    signal: Option<i32>,
+    findings: &[LogFinding],
+    error_file: Option<&str>,
+    oom_killed: bool,
+) -> Option<(FailureKind, String)> {
     let clean = code == Some(0) && signal.is_none();
     if clean && !oom_killed {
         return None;
     }
     if oom_killed {
-        return Some((FailureKind::Oom, "the kernel OOM killer stopped the step (memory limit reached)".into()));
+        return Some((
+            FailureKind::Oom,
+            "the kernel OOM killer stopped the step (memory limit reached)".into(),
+        ));
     }
-    if let Some(best) = findings.iter().filter(|f| f.fatal).max_by_key(|f| f.kind.precedence()) {
+    if let Some(best) = findings
+        .iter()
+        .filter(|f| f.fatal)
+        .max_by_key(|f| f.kind.precedence())
+    {
         return Some((best.kind.clone(), best.line.clone()));
     }
     let status = match (code, signal) {
-        (_, Some(s)) => (FailureKind::Signal { signal: s }, format!("killed by {} ({s})", signal_name(s))),
-        (Some(c), _) if c > 128 && c < 160 => (FailureKind::Signal { signal: c - 128 }, format!("exited with {c} ({} in a child)", signal_name(c - 128))),
-        (Some(c), _) => (FailureKind::ExitCode { code: c }, format!("exited with code {c}")),
+        (_, Some(s)) => (
+            FailureKind::Signal { signal: s },
+            format!("killed by {} ({s})", signal_name(s)),
+        ),
+        (Some(c), _) if c > 128 && c < 160 => (
+            FailureKind::Signal { signal: c - 128 },
+            format!("exited with {c} ({} in a child)", signal_name(c - 128)),
+        ),
+        (Some(c), _) => (
+            FailureKind::ExitCode { code: c },
+            format!("exited with code {c}"),
+        ),
         (None, None) => (FailureKind::LaunchFailed, "ended without a status".into()),
     };
     if let Some(msg) = error_file {
-        return Some((status.0, format!("{}; torchrun error file: {msg}", status.1)));
+        return Some((
+            status.0,
+            format!("{}; torchrun error file: {msg}", status.1),
+        ));
     }
     if let Some(f) = findings.iter().rev().find(|f| !f.fatal) {
-        return Some((status.0, format!("{}; last error line: {}", status.1, f.line)));
+        return Some((
+            status.0,
+            format!("{}; last error line: {}", status.1, f.line),
+        ));
     }
     Some(status)
 }
@@ -145,10 +222,27 @@ mod tests {
     #[test]
     fn status_classification() {
         assert_eq!(classify_exit(Some(0), None, &[], None, false), None);
-        assert_eq!(classify_exit(None, Some(9), &[], None, false).unwrap().0, FailureKind::Signal { signal: 9 });
-        assert_eq!(classify_exit(Some(137), None, &[], None, false).unwrap().0, FailureKind::Signal { signal: 9 });
-        assert_eq!(classify_exit(Some(0), None, &[], None, true).unwrap().0, FailureKind::Oom);
-        let finding = classify_line("[rank0]:[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2)").unwrap();
-        assert_eq!(classify_exit(Some(1), None, &[finding], None, false).unwrap().0, FailureKind::NcclTimeout);
+        assert_eq!(
+            classify_exit(None, Some(9), &[], None, false).unwrap().0,
+            FailureKind::Signal { signal: 9 }
+        );
+        assert_eq!(
+            classify_exit(Some(137), None, &[], None, false).unwrap().0,
+            FailureKind::Signal { signal: 9 }
+        );
+        assert_eq!(
+            classify_exit(Some(0), None, &[], None, true).unwrap().0,
+            FailureKind::Oom
+        );
+        let finding = classify_line(
+            "[rank0]:[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2)",
+        )
+        .unwrap();
+        assert_eq!(
+            classify_exit(Some(1), None, &[finding], None, false)
+                .unwrap()
+                .0,
+            FailureKind::NcclTimeout
+        );
     }
 }

@@ -4,57 +4,98 @@ use gsched_launch::watch::{LogFinding, classify_exit, classify_line};
 use gsched_types::failure::FailureKind;
 
 fn findings(name: &str) -> Vec<LogFinding> {
-    let path = format!("{}/../../tests/fixtures/nccl/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../tests/fixtures/nccl/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(path).unwrap();
     let body = text.split("===== END HEADER").nth(1).unwrap_or(&text);
     body.lines().filter_map(classify_line).collect()
 }
 
 fn first_fatal(name: &str) -> LogFinding {
-    findings(name).into_iter().find(|f| f.fatal).unwrap_or_else(|| panic!("{name}: no fatal line found"))
+    findings(name)
+        .into_iter()
+        .find(|f| f.fatal)
+        .unwrap_or_else(|| panic!("{name}: no fatal line found"))
 }
 
 #[test]
 fn watchdog_timeouts_in_every_format() {
-    for f in ["pytorch-watchdog-timeout-old-format-1800000ms-ofa.txt", "pytorch-watchdog-timeout-pg-guid-format-basicsr.txt", "torch211-watchdog-timeout-15s-hang-h200.txt"] {
+    for f in [
+        "pytorch-watchdog-timeout-old-format-1800000ms-ofa.txt",
+        "pytorch-watchdog-timeout-pg-guid-format-basicsr.txt",
+        "torch211-watchdog-timeout-15s-hang-h200.txt",
+    ] {
         let hit = first_fatal(f);
         assert_eq!(hit.kind, FailureKind::NcclTimeout, "{f}");
-        assert!(hit.line.contains("Watchdog caught collective operation timeout"), "{f}: {}", hit.line);
+        assert!(
+            hit.line
+                .contains("Watchdog caught collective operation timeout"),
+            "{f}: {}",
+            hit.line
+        );
     }
     let hang = first_fatal("torch211-watchdog-timeout-15s-hang-h200.txt");
-    assert!(hang.line.contains("21:35:42"), "acting on the first line (21:35:42), not the abort at 21:36:49: {}", hang.line);
+    assert!(
+        hang.line.contains("21:35:42"),
+        "acting on the first line (21:35:42), not the abort at 21:36:49: {}",
+        hang.line
+    );
 }
 
 #[test]
 fn heartbeat_monitor_is_a_hang() {
     let hit = first_fatal("pytorch-heartbeat-monitor-watchdog-stuck-fatal.txt");
     assert_eq!(hit.kind, FailureKind::NcclTimeout);
-    assert!(findings("pytorch-heartbeat-monitor-watchdog-stuck-fatal.txt").iter().any(|f| f.line.contains("Heartbeat monitor timed out")));
+    assert!(
+        findings("pytorch-heartbeat-monitor-watchdog-stuck-fatal.txt")
+            .iter()
+            .any(|f| f.line.contains("Heartbeat monitor timed out"))
+    );
 }
 
 #[test]
 fn remote_peer_gone_is_an_nccl_error() {
     let hit = first_fatal("nccl-remote-error-broken-pipe-proxy-aws-p4d.txt");
     assert_eq!(hit.kind, FailureKind::NcclError);
-    assert!(hit.line.contains("Connection closed by remote peer") || hit.line.contains("Broken pipe"), "{}", hit.line);
+    assert!(
+        hit.line.contains("Connection closed by remote peer") || hit.line.contains("Broken pipe"),
+        "{}",
+        hit.line
+    );
 }
 
 #[test]
 fn torchrun_summaries_are_evidence_not_fatal() {
     let f = findings("torchrun-childfailederror-sigabrt-summary-mmseg.txt");
     assert!(f.iter().any(|x| x.line.contains("ChildFailedError")));
-    assert!(f.iter().all(|x| !x.fatal), "a summary explains an exit, it does not predict one");
+    assert!(
+        f.iter().all(|x| !x.fatal),
+        "a summary explains an exit, it does not predict one"
+    );
     let (kind, why) = classify_exit(Some(1), None, &f, None, false).unwrap();
     assert_eq!(kind, FailureKind::ExitCode { code: 1 });
     assert!(why.contains("last error line"), "{why}");
     let killed = findings("torch211-torchrun-local-rank-sigkill-h200.txt");
-    let dead = killed.iter().find(|x| x.fatal).expect("torchrun's 'failed (exitcode: -9)' line stops the gang");
+    let dead = killed
+        .iter()
+        .find(|x| x.fatal)
+        .expect("torchrun's 'failed (exitcode: -9)' line stops the gang");
     assert_eq!(dead.kind, FailureKind::Signal { signal: 9 });
     assert!(dead.line.contains("local_rank: 1"), "{}", dead.line);
 }
 
 #[test]
 fn healthy_logs_have_no_fatal_lines() {
-    assert!(findings("nccl228-debug-info-2gpu-nvlink-h200.txt").iter().all(|f| !f.fatal));
-    assert!(findings("nccl-2.4-docker-2node-socket-ib0-and-net-ib-mlx5-0.txt").iter().all(|f| !f.fatal));
+    assert!(
+        findings("nccl228-debug-info-2gpu-nvlink-h200.txt")
+            .iter()
+            .all(|f| !f.fatal)
+    );
+    assert!(
+        findings("nccl-2.4-docker-2node-socket-ib0-and-net-ib-mlx5-0.txt")
+            .iter()
+            .all(|f| !f.fatal)
+    );
 }

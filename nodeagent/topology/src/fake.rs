@@ -9,8 +9,10 @@ use std::path::Path;
 /// Loads and validates a topology file. The format is chosen by content: a JSON object,
 /// `nvidia-smi topo -m` text (a header with `GPU0`), or TOML.
 pub fn load_topology_file(path: &Path) -> Result<Topology, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read topology file {}: {e}", path.display()))?;
-    let mut topo = parse_topology_text(&text).map_err(|e| format!("topology file {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read topology file {}: {e}", path.display()))?;
+    let mut topo =
+        parse_topology_text(&text).map_err(|e| format!("topology file {}: {e}", path.display()))?;
     topo.source = format!("fake:{}", path.display());
     Ok(topo)
 }
@@ -36,7 +38,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes_with_a_message() {
-        let err = parse_topology_text(r#"{"gpus":[{"index":0}],"gpu_links":[["X","NV4"]]}"#).unwrap_err();
+        let err =
+            parse_topology_text(r#"{"gpus":[{"index":0}],"gpu_links":[["X","NV4"]]}"#).unwrap_err();
         assert!(err.contains("1x1"), "{err}");
         let err = parse_topology_text("{not json").unwrap_err();
         assert!(err.contains("JSON"), "{err}");

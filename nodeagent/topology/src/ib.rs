@@ -21,7 +21,12 @@ pub fn parse_ibdev2netdev(text: &str) -> Vec<DevMap> {
             if w.len() < 5 || w[1] != "port" || w[3] != "==>" {
                 return None;
             }
-            Some(DevMap { hca: w[0].to_string(), port: w[2].parse().ok()?, netdev: w[4].to_string(), netdev_up: w.get(5).is_some_and(|s| s.contains("Up")) })
+            Some(DevMap {
+                hca: w[0].to_string(),
+                port: w[2].parse().ok()?,
+                netdev: w[4].to_string(),
+                netdev_up: w.get(5).is_some_and(|s| s.contains("Up")),
+            })
         })
         .collect();
     out.sort_by(|a, b| natural(&a.hca).cmp(&natural(&b.hca)));
@@ -30,8 +35,18 @@ pub fn parse_ibdev2netdev(text: &str) -> Vec<DevMap> {
 
 /// Sort key that puts `mlx5_2` before `mlx5_10`.
 pub fn natural(name: &str) -> (String, u64) {
-    let digits: String = name.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<String>().chars().rev().collect();
-    (name[..name.len() - digits.len()].to_string(), digits.parse().unwrap_or(0))
+    let digits: String = name
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .chars()
+        .rev()
+        .collect();
+    (
+        name[..name.len() - digits.len()].to_string(),
+        digits.parse().unwrap_or(0),
+    )
 }
 
 /// One port from `ibstat` or `ibv_devinfo`.
@@ -52,7 +67,9 @@ pub struct IbPort {
 impl IbPort {
     /// RoCE (an RDMA device on Ethernet) rather than InfiniBand.
     pub fn is_roce(&self) -> bool {
-        self.link_layer.as_deref().is_some_and(|l| l.eq_ignore_ascii_case("Ethernet"))
+        self.link_layer
+            .as_deref()
+            .is_some_and(|l| l.eq_ignore_ascii_case("Ethernet"))
     }
 
     /// The port negotiated a smaller MTU than it supports.
@@ -80,9 +97,19 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
             fw = None;
             continue;
         }
-        if let Some(p) = t.strip_prefix("Port ").and_then(|r| r.strip_suffix(':')).and_then(|n| n.parse::<u32>().ok()) {
+        if let Some(p) = t
+            .strip_prefix("Port ")
+            .and_then(|r| r.strip_suffix(':'))
+            .and_then(|n| n.parse::<u32>().ok())
+        {
             out.extend(cur.take());
-            cur = Some(IbPort { hca: hca.clone(), port: p, ca_type: ca_type.clone(), firmware: fw.clone(), ..IbPort::default() });
+            cur = Some(IbPort {
+                hca: hca.clone(),
+                port: p,
+                ca_type: ca_type.clone(),
+                firmware: fw.clone(),
+                ..IbPort::default()
+            });
             continue;
         }
         let Some((k, v)) = kv(t) else { continue };
@@ -120,7 +147,13 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<IbPort> {
             "vendor_part_id" => part = Some(v.to_string()),
             "port" => {
                 out.extend(cur.take());
-                cur = Some(IbPort { hca: hca.clone(), port: first.parse().unwrap_or(1), ca_type: part.clone(), firmware: fw.clone(), ..IbPort::default() });
+                cur = Some(IbPort {
+                    hca: hca.clone(),
+                    port: first.parse().unwrap_or(1),
+                    ca_type: part.clone(),
+                    firmware: fw.clone(),
+                    ..IbPort::default()
+                });
             }
             "state" => {
                 if let Some(p) = cur.as_mut() {
@@ -166,9 +199,23 @@ pub fn parse_ifconfig(text: &str) -> Vec<IfConfig> {
     for l in text.lines() {
         if !l.starts_with(char::is_whitespace) && l.contains("flags=") {
             let name = l.split(':').next().unwrap_or("").trim().to_string();
-            let flags = l.split('<').nth(1).and_then(|f| f.split('>').next()).unwrap_or("");
-            let mtu = l.split("mtu").nth(1).and_then(|m| m.split_whitespace().next()).and_then(|m| m.parse().ok());
-            out.push(IfConfig { name, up: flags.split(',').any(|f| f == "UP"), running: flags.split(',').any(|f| f == "RUNNING"), mtu, ..IfConfig::default() });
+            let flags = l
+                .split('<')
+                .nth(1)
+                .and_then(|f| f.split('>').next())
+                .unwrap_or("");
+            let mtu = l
+                .split("mtu")
+                .nth(1)
+                .and_then(|m| m.split_whitespace().next())
+                .and_then(|m| m.parse().ok());
+            out.push(IfConfig {
+                name,
+                up: flags.split(',').any(|f| f == "UP"),
+                running: flags.split(',').any(|f| f == "RUNNING"),
+                mtu,
+                ..IfConfig::default()
+            });
             continue;
         }
         let Some(cur) = out.last_mut() else { continue };

@@ -19,7 +19,10 @@ impl LinkEnd {
     /// From NVML's remote PCI bus id (and, where known, whether the remote is a switch).
     pub fn from_remote(bus_id: &str, remote_is_switch: Option<bool>) -> LinkEnd {
         let upper = bus_id.to_ascii_uppercase();
-        if remote_is_switch == Some(true) || upper.starts_with("FFFFFFFF:FF:FF") || upper.starts_with("FFFF:FF:FF") {
+        if remote_is_switch == Some(true)
+            || upper.starts_with("FFFFFFFF:FF:FF")
+            || upper.starts_with("FFFF:FF:FF")
+        {
             LinkEnd::Switch
         } else if bus_id.is_empty() {
             LinkEnd::Unknown
@@ -31,17 +34,35 @@ impl LinkEnd {
 
 /// NVLink count between every pair of GPUs (`None`: no NVLink). `links[i]` lists GPU i's
 /// active links; `p2p_nvlink(i, j)` is NVML's P2P NVLink status for the pair.
-pub fn nvlink_matrix(bus_ids: &[String], links: &[Vec<LinkEnd>], p2p_nvlink: impl Fn(usize, usize) -> bool) -> Vec<Vec<Option<u8>>> {
+pub fn nvlink_matrix(
+    bus_ids: &[String],
+    links: &[Vec<LinkEnd>],
+    p2p_nvlink: impl Fn(usize, usize) -> bool,
+) -> Vec<Vec<Option<u8>>> {
     let n = bus_ids.len();
     let ids: Vec<String> = bus_ids.iter().map(|b| normalize_pci(b)).collect();
     let mut m = vec![vec![None; n]; n];
-    let switch_links: Vec<usize> = (0..n).map(|i| links.get(i).map(|l| l.iter().filter(|e| **e == LinkEnd::Switch).count()).unwrap_or(0)).collect();
+    let switch_links: Vec<usize> = (0..n)
+        .map(|i| {
+            links
+                .get(i)
+                .map(|l| l.iter().filter(|e| **e == LinkEnd::Switch).count())
+                .unwrap_or(0)
+        })
+        .collect();
     for i in 0..n {
         for j in 0..n {
             if i == j {
                 continue;
             }
-            let direct = links.get(i).map(|l| l.iter().filter(|e| matches!(e, LinkEnd::Gpu(b) if *b == ids[j])).count()).unwrap_or(0);
+            let direct = links
+                .get(i)
+                .map(|l| {
+                    l.iter()
+                        .filter(|e| matches!(e, LinkEnd::Gpu(b) if *b == ids[j]))
+                        .count()
+                })
+                .unwrap_or(0);
             let count = if direct > 0 {
                 direct
             } else if switch_links[i] > 0 && switch_links[j] > 0 && p2p_nvlink(i, j) {
@@ -73,7 +94,10 @@ mod tests {
     fn h200_pair_through_nvswitch_is_nv18() {
         // As captured on the project's 2x H200 machine: 18 active links each, every remote
         // PCI id FFFFFFFF:FF:FF.0, common ancestor HostBridge.
-        let ids = vec!["00000000:00:06.0".to_string(), "00000000:00:07.0".to_string()];
+        let ids = vec![
+            "00000000:00:06.0".to_string(),
+            "00000000:00:07.0".to_string(),
+        ];
         let links = vec![vec![LinkEnd::from_remote("FFFFFFFF:FF:FF.0", None); 18]; 2];
         let m = nvlink_matrix(&ids, &links, |_, _| true);
         assert_eq!(m[0][1], Some(18));
@@ -84,8 +108,16 @@ mod tests {
 
     #[test]
     fn bridged_pair_counts_direct_links() {
-        let ids = vec!["0000:01:00.0".to_string(), "0000:4c:00.0".to_string(), "0000:81:00.0".to_string()];
-        let links = vec![vec![LinkEnd::Gpu("0000:4c:00".into()); 4], vec![LinkEnd::Gpu("0000:01:00".into()); 4], vec![]];
+        let ids = vec![
+            "0000:01:00.0".to_string(),
+            "0000:4c:00.0".to_string(),
+            "0000:81:00.0".to_string(),
+        ];
+        let links = vec![
+            vec![LinkEnd::Gpu("0000:4c:00".into()); 4],
+            vec![LinkEnd::Gpu("0000:01:00".into()); 4],
+            vec![],
+        ];
         let m = nvlink_matrix(&ids, &links, |_, _| false);
         assert_eq!(m[0][1], Some(4));
         assert_eq!(m[0][2], None);

@@ -18,9 +18,15 @@ impl PciPath {
     /// Parses a sysfs device path (the target of `/sys/bus/pci/devices/<bdf>`). Path parts
     /// after the last PCI address (`virtio2/net/eth0`) are ignored.
     pub fn parse(path: &str) -> Option<PciPath> {
-        let mut parts = path.split('/').filter(|p| !p.is_empty()).skip_while(|p| !p.starts_with("pci"));
+        let mut parts = path
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .skip_while(|p| !p.starts_with("pci"));
         let root = parts.next()?.to_string();
-        let chain: Vec<String> = parts.take_while(|p| is_bdf(p)).map(|p| p.to_ascii_lowercase()).collect();
+        let chain: Vec<String> = parts
+            .take_while(|p| is_bdf(p))
+            .map(|p| p.to_ascii_lowercase())
+            .collect();
         if chain.is_empty() {
             return None;
         }
@@ -35,7 +41,13 @@ impl PciPath {
 fn is_bdf(s: &str) -> bool {
     // dddd:bb:dd.f
     let b = s.as_bytes();
-    b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.' && s.chars().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 /// Classifies the PCIe connection between two devices. `numa_a`/`numa_b` decide between
@@ -50,7 +62,12 @@ pub fn classify(a: &PciPath, b: &PciPath, numa_a: Option<u32>, numa_b: Option<u3
             _ => LinkClass::Sys,
         };
     }
-    let common = a.chain.iter().zip(&b.chain).take_while(|(x, y)| x == y).count();
+    let common = a
+        .chain
+        .iter()
+        .zip(&b.chain)
+        .take_while(|(x, y)| x == y)
+        .count();
     if common == 0 {
         // Different root ports of one host bridge.
         return LinkClass::Phb;
@@ -61,7 +78,11 @@ pub fn classify(a: &PciPath, b: &PciPath, numa_a: Option<u32>, numa_b: Option<u3
     }
     let below_a = a.chain.len() - common;
     let below_b = b.chain.len() - common;
-    if below_a <= 2 && below_b <= 2 { LinkClass::Pix } else { LinkClass::Pxb }
+    if below_a <= 2 && below_b <= 2 {
+        LinkClass::Pix
+    } else {
+        LinkClass::Pxb
+    }
 }
 
 #[cfg(test)]
@@ -79,23 +100,56 @@ mod tests {
         let gpu1 = p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:04:00.0");
         let nic = p("/sys/devices/pci0000:00/0000:00:03.0/0000:05:00.0");
         let far = p("/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
-        assert_eq!(classify(&gpu0, &gpu1, Some(0), Some(0)), LinkClass::Pix, "one switch");
-        assert_eq!(classify(&gpu0, &nic, Some(0), Some(0)), LinkClass::Phb, "through the host bridge");
+        assert_eq!(
+            classify(&gpu0, &gpu1, Some(0), Some(0)),
+            LinkClass::Pix,
+            "one switch"
+        );
+        assert_eq!(
+            classify(&gpu0, &nic, Some(0), Some(0)),
+            LinkClass::Phb,
+            "through the host bridge"
+        );
         assert_eq!(classify(&gpu0, &far, Some(0), Some(1)), LinkClass::Sys);
         assert_eq!(classify(&gpu0, &far, Some(0), Some(0)), LinkClass::Node);
-        assert_eq!(classify(&gpu0, &far, None, Some(1)), LinkClass::Sys, "unknown NUMA is not guessed");
-        let deep = p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0/0000:04:00.0/0000:05:00.0");
-        let other = p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:06:00.0");
+        assert_eq!(
+            classify(&gpu0, &far, None, Some(1)),
+            LinkClass::Sys,
+            "unknown NUMA is not guessed"
+        );
+        let deep = p(
+            "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0/0000:04:00.0/0000:05:00.0",
+        );
+        let other =
+            p("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:06:00.0");
         assert_eq!(classify(&deep, &other, Some(0), Some(0)), LinkClass::Pxb);
-        assert_eq!(p("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0").device(), "0000:00:03.0");
+        assert_eq!(
+            p("/sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0").device(),
+            "0000:00:03.0"
+        );
         assert!(PciPath::parse("/sys/devices/virtual/net/lo").is_none());
     }
 
     fn arb_path() -> impl Strategy<Value = (PciPath, Option<u32>)> {
-        (0u8..3, proptest::collection::vec(0u8..4, 1..6), proptest::option::of(0u32..2)).prop_map(|(root, hops, numa)| {
-            let chain = hops.iter().enumerate().map(|(depth, h)| format!("0000:{:02x}:{:02x}.0", depth, h)).collect();
-            (PciPath { root: format!("pci0000:{root:02x}"), chain }, numa)
-        })
+        (
+            0u8..3,
+            proptest::collection::vec(0u8..4, 1..6),
+            proptest::option::of(0u32..2),
+        )
+            .prop_map(|(root, hops, numa)| {
+                let chain = hops
+                    .iter()
+                    .enumerate()
+                    .map(|(depth, h)| format!("0000:{:02x}:{:02x}.0", depth, h))
+                    .collect();
+                (
+                    PciPath {
+                        root: format!("pci0000:{root:02x}"),
+                        chain,
+                    },
+                    numa,
+                )
+            })
     }
 
     proptest! {

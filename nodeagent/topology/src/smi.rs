@@ -31,7 +31,11 @@ pub struct SmiTable {
 }
 
 fn number(s: &str) -> Option<u64> {
-    let digits: String = s.trim().chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = s
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().ok()
 }
 
@@ -42,7 +46,10 @@ pub fn handle_errors(text: &str) -> Vec<String> {
         .filter_map(|l| {
             let pos = l.find("device handle for GPU")? + "device handle for GPU".len();
             let rest = l[pos..].trim_start();
-            let id: String = rest.chars().take_while(|c| c.is_ascii_hexdigit() || *c == ':' || *c == '.').collect();
+            let id: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_hexdigit() || *c == ':' || *c == '.')
+                .collect();
             let id = id.trim_end_matches(':');
             (!id.is_empty()).then(|| normalize_pci(id))
         })
@@ -51,14 +58,20 @@ pub fn handle_errors(text: &str) -> Vec<String> {
 
 /// Parses the default `nvidia-smi` table.
 pub fn parse_table(text: &str) -> SmiTable {
-    let mut t = SmiTable { failed: handle_errors(text), ..SmiTable::default() };
+    let mut t = SmiTable {
+        failed: handle_errors(text),
+        ..SmiTable::default()
+    };
     let lines: Vec<&str> = text.lines().collect();
     for l in &lines {
         if let Some(p) = l.find("Driver Version:") {
             t.driver = l[p + 15..].split_whitespace().next().map(str::to_string);
         }
         if let Some(p) = l.find("CUDA Version:") {
-            t.cuda = l[p + 13..].split_whitespace().next().map(|s| s.trim_end_matches('|').to_string());
+            t.cuda = l[p + 13..]
+                .split_whitespace()
+                .next()
+                .map(|s| s.trim_end_matches('|').to_string());
         }
     }
     let mut i = 0;
@@ -68,25 +81,48 @@ pub fn parse_table(text: &str) -> SmiTable {
         if cells.len() >= 4 {
             let first = cells[1].trim();
             let mut words = first.split_whitespace();
-            if let (Some(idx), Some(bus)) = (words.next().and_then(|w| w.parse::<u32>().ok()), cells[2].split_whitespace().next()) {
+            if let (Some(idx), Some(bus)) = (
+                words.next().and_then(|w| w.parse::<u32>().ok()),
+                cells[2].split_whitespace().next(),
+            ) {
                 if bus.matches(':').count() >= 2 {
                     let name_words: Vec<&str> = words.collect();
                     let name = name_words[..name_words.len().saturating_sub(1)].join(" ");
                     let ecc = cells[3].trim();
-                    let second: Vec<&str> = lines.get(i + 1).map(|l| l.split('|').collect()).unwrap_or_default();
+                    let second: Vec<&str> = lines
+                        .get(i + 1)
+                        .map(|l| l.split('|').collect())
+                        .unwrap_or_default();
                     let (mut temp, mut cap, mut used, mut total) = (None, None, None, None);
                     if second.len() >= 3 {
                         let s1 = second[1];
-                        temp = s1.split_whitespace().find(|w| w.ends_with('C') && w.len() > 1 && w[..w.len() - 1].chars().all(|c| c.is_ascii_digit())).and_then(number).map(|v| v as u32);
+                        temp = s1
+                            .split_whitespace()
+                            .find(|w| {
+                                w.ends_with('C')
+                                    && w.len() > 1
+                                    && w[..w.len() - 1].chars().all(|c| c.is_ascii_digit())
+                            })
+                            .and_then(number)
+                            .map(|v| v as u32);
                         // "N/A" has a slash too: the cap is after the last one.
-                        cap = s1.rsplit('/').next().filter(|_| s1.contains(" / ")).and_then(|w| w.split_whitespace().next()).and_then(number).map(|v| v as u32);
+                        cap = s1
+                            .rsplit('/')
+                            .next()
+                            .filter(|_| s1.contains(" / "))
+                            .and_then(|w| w.split_whitespace().next())
+                            .and_then(number)
+                            .map(|v| v as u32);
                         let mem: Vec<&str> = second[2].split('/').collect();
                         if mem.len() == 2 {
                             used = number(mem[0]);
                             total = number(mem[1]);
                         }
                     }
-                    let third: Vec<&str> = lines.get(i + 2).map(|l| l.split('|').collect()).unwrap_or_default();
+                    let third: Vec<&str> = lines
+                        .get(i + 2)
+                        .map(|l| l.split('|').collect())
+                        .unwrap_or_default();
                     let mig = third.get(3).map(|c| c.trim()).and_then(|c| match c {
                         "Disabled" => Some(false),
                         "Enabled" => Some(true),
@@ -125,12 +161,23 @@ pub fn parse_list(text: &str) -> Vec<ListedGpu> {
     let mut out: Vec<ListedGpu> = Vec::new();
     for l in text.lines() {
         let t = l.trim();
-        let uuid = t.find("(UUID: ").map(|p| t[p + 7..].trim_end_matches(')').to_string());
+        let uuid = t
+            .find("(UUID: ")
+            .map(|p| t[p + 7..].trim_end_matches(')').to_string());
         if let Some(rest) = t.strip_prefix("GPU ") {
-            let Some((idx, tail)) = rest.split_once(':') else { continue };
-            let Ok(index) = idx.trim().parse() else { continue };
+            let Some((idx, tail)) = rest.split_once(':') else {
+                continue;
+            };
+            let Ok(index) = idx.trim().parse() else {
+                continue;
+            };
             let name = tail.split("(UUID").next().unwrap_or("").trim().to_string();
-            out.push(ListedGpu { index, name, uuid: uuid.unwrap_or_default(), mig: Vec::new() });
+            out.push(ListedGpu {
+                index,
+                name,
+                uuid: uuid.unwrap_or_default(),
+                mig: Vec::new(),
+            });
         } else if let Some(rest) = t.strip_prefix("MIG ") {
             let profile = rest.split_whitespace().next().unwrap_or("").to_string();
             if let (Some(gpu), Some(u)) = (out.last_mut(), uuid) {
@@ -144,7 +191,16 @@ pub fn parse_list(text: &str) -> Vec<ListedGpu> {
 /// One CSV row of `--query-gpu ... --format=csv,noheader,nounits`: `[N/A]` and
 /// `[Not Supported]` become `None`.
 pub fn parse_query_row(line: &str) -> Vec<Option<String>> {
-    line.split(',').map(|f| f.trim()).map(|f| if f.starts_with('[') || f.is_empty() || f == "N/A" { None } else { Some(f.to_string()) }).collect()
+    line.split(',')
+        .map(|f| f.trim())
+        .map(|f| {
+            if f.starts_with('[') || f.is_empty() || f == "N/A" {
+                None
+            } else {
+                Some(f.to_string())
+            }
+        })
+        .collect()
 }
 
 /// GPUs an inventory expects but the table does not show (a GPU off the bus at boot).
@@ -158,14 +214,21 @@ pub fn remapped_rows(text: &str) -> Vec<(String, bool, bool)> {
     let mut gpu: Option<String> = None;
     let mut in_remap = false;
     let (mut pending, mut failure) = (false, false);
-    let flush = |gpu: &Option<String>, pending: bool, failure: bool, in_remap: bool, out: &mut Vec<(String, bool, bool)>| {
+    let flush = |gpu: &Option<String>,
+                 pending: bool,
+                 failure: bool,
+                 in_remap: bool,
+                 out: &mut Vec<(String, bool, bool)>| {
         if let (Some(g), true) = (gpu, in_remap) {
             out.push((g.clone(), pending, failure));
         }
     };
     for l in text.lines() {
         let t = l.trim();
-        if let Some(id) = t.strip_prefix("GPU ").filter(|r| r.matches(':').count() >= 2) {
+        if let Some(id) = t
+            .strip_prefix("GPU ")
+            .filter(|r| r.matches(':').count() >= 2)
+        {
             flush(&gpu, pending, failure, in_remap, &mut out);
             gpu = Some(normalize_pci(id.trim()));
             in_remap = false;

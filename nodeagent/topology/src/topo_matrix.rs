@@ -15,9 +15,17 @@ pub enum TopoParseError {
     NoHeader,
     #[error("the header lists no GPU columns")]
     NoGpus,
-    #[error("row {row} has {found} link cells but the header has {expected} device columns (partial paste?)")]
-    ShortRow { row: String, found: usize, expected: usize },
-    #[error("GPU rows missing: header has {expected} GPUs, found rows for {found} (partial paste?)")]
+    #[error(
+        "row {row} has {found} link cells but the header has {expected} device columns (partial paste?)"
+    )]
+    ShortRow {
+        row: String,
+        found: usize,
+        expected: usize,
+    },
+    #[error(
+        "GPU rows missing: header has {expected} GPUs, found rows for {found} (partial paste?)"
+    )]
     MissingGpuRows { expected: usize, found: usize },
     #[error("row {row}: {message}")]
     BadCell { row: String, message: String },
@@ -66,7 +74,10 @@ fn split_glued_devices(t: &str) -> Vec<String> {
             out.push(rest.to_string());
             break;
         };
-        let digits: String = rest[p.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
+        let digits: String = rest[p.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
         if digits.is_empty() {
             out.push(rest.to_string());
             break;
@@ -88,7 +99,9 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
         .position(|l| {
             let toks: Vec<&str> = l.split_whitespace().collect();
             match toks.iter().position(|t| t.starts_with("GPU0")) {
-                Some(p) => toks.get(p + 1).is_none_or(|next| split_glued_links(next).is_none()),
+                Some(p) => toks
+                    .get(p + 1)
+                    .is_none_or(|next| split_glued_links(next).is_none()),
                 None => false,
             }
         })
@@ -101,12 +114,25 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
     let has_cpu = tail.contains("CPU Affinity");
     let has_numa = tail.contains("NUMA Affinity");
     let has_gpu_numa = tail.contains("GPU NUMA ID");
-    let columns: Vec<String> = device_part.split_whitespace().flat_map(split_glued_devices).collect();
-    let gpu_cols: Vec<usize> = columns.iter().enumerate().filter(|(_, c)| c.starts_with("GPU")).map(|(i, _)| i).collect();
+    let columns: Vec<String> = device_part
+        .split_whitespace()
+        .flat_map(split_glued_devices)
+        .collect();
+    let gpu_cols: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.starts_with("GPU"))
+        .map(|(i, _)| i)
+        .collect();
     if gpu_cols.is_empty() {
         return Err(TopoParseError::NoGpus);
     }
-    let nic_cols: Vec<usize> = columns.iter().enumerate().filter(|(_, c)| !c.starts_with("GPU")).map(|(i, _)| i).collect();
+    let nic_cols: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.starts_with("GPU"))
+        .map(|(i, _)| i)
+        .collect();
     let n_gpus = gpu_cols.len();
 
     // NIC legend ("  NIC0: mlx5_0") anywhere after the matrix.
@@ -115,7 +141,10 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
         let t = l.trim();
         if let Some((k, v)) = t.split_once(':') {
             let k = k.trim();
-            if k.starts_with("NIC") && k[3..].chars().all(|c| c.is_ascii_digit()) && !k[3..].is_empty() {
+            if k.starts_with("NIC")
+                && k[3..].chars().all(|c| c.is_ascii_digit())
+                && !k[3..].is_empty()
+            {
                 legend.insert(k.to_string(), v.trim().to_string());
             }
         }
@@ -145,7 +174,10 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
             if cells.len() < columns.len() {
                 if let Some(parts) = split_glued_links(tok) {
                     for p in parts {
-                        let class = p.parse().map_err(|e: String| TopoParseError::BadCell { row: label.into(), message: e })?;
+                        let class = p.parse().map_err(|e: String| TopoParseError::BadCell {
+                            row: label.into(),
+                            message: e,
+                        })?;
                         cells.push(class);
                     }
                     continue;
@@ -154,16 +186,26 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
             trailing.push(tok.to_string());
         }
         if cells.len() != columns.len() {
-            return Err(TopoParseError::ShortRow { row: label.into(), found: cells.len(), expected: columns.len() });
+            return Err(TopoParseError::ShortRow {
+                row: label.into(),
+                found: cells.len(),
+                expected: columns.len(),
+            });
         }
         if cells[col] != LinkClass::SameDevice {
-            return Err(TopoParseError::BadCell { row: label.into(), message: format!("diagonal cell is {}, expected X", cells[col]) });
+            return Err(TopoParseError::BadCell {
+                row: label.into(),
+                message: format!("diagonal cell is {}, expected X", cells[col]),
+            });
         }
         let gpu_index = gpu_cols.iter().position(|&c| c == col).unwrap_or(0);
         gpu_rows.insert(gpu_index, (cells, trailing));
     }
     if gpu_rows.len() != n_gpus {
-        return Err(TopoParseError::MissingGpuRows { expected: n_gpus, found: gpu_rows.len() });
+        return Err(TopoParseError::MissingGpuRows {
+            expected: n_gpus,
+            found: gpu_rows.len(),
+        });
     }
 
     let mut topo = Topology::empty("nvidia-smi topo -m");
@@ -185,16 +227,28 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
         }
         let _ = has_gpu_numa;
         if let (Some(numa), Some(cpus)) = (gpu.numa_node, gpu.cpus.as_deref()) {
-            numa_cpus.entry(numa).or_default().extend(gsched_types::cpulist::parse(cpus).unwrap_or_default());
+            numa_cpus
+                .entry(numa)
+                .or_default()
+                .extend(gsched_types::cpulist::parse(cpus).unwrap_or_default());
         }
         topo.gpus.push(gpu);
-        topo.gpu_links.push(gpu_cols.iter().map(|&c| cells[c]).collect());
-        topo.gpu_nic_links.push(nic_cols.iter().map(|&c| cells[c]).collect());
+        topo.gpu_links
+            .push(gpu_cols.iter().map(|&c| cells[c]).collect());
+        topo.gpu_nic_links
+            .push(nic_cols.iter().map(|&c| cells[c]).collect());
     }
     for &c in &nic_cols {
         let col_name = &columns[c];
-        let name = legend.get(col_name).cloned().unwrap_or_else(|| col_name.clone());
-        let rdma = ["mlx", "bnxt_re", "irdma", "efa", "hfi", "qedr", "erdma", "ionic"].iter().any(|p| name.starts_with(p));
+        let name = legend
+            .get(col_name)
+            .cloned()
+            .unwrap_or_else(|| col_name.clone());
+        let rdma = [
+            "mlx", "bnxt_re", "irdma", "efa", "hfi", "qedr", "erdma", "ionic",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p));
         let mut nic = Nic::new(&name, if rdma { NicKind::Ib } else { NicKind::Ethernet });
         if rdma {
             nic.rdma_device = Some(name.clone());
@@ -208,9 +262,19 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
     for (id, mut cpus) in numa_cpus {
         cpus.sort_unstable();
         cpus.dedup();
-        topo.numa_nodes.push(NumaNode { id, cpus: gsched_types::cpulist::format(&cpus), memory_mib: None });
+        topo.numa_nodes.push(NumaNode {
+            id,
+            cpus: gsched_types::cpulist::format(&cpus),
+            memory_mib: None,
+        });
     }
-    let all: usize = topo.gpus.iter().filter_map(|g| g.cpus.as_deref()).flat_map(|c| gsched_types::cpulist::parse(c).unwrap_or_default()).collect::<std::collections::BTreeSet<u32>>().len();
+    let all: usize = topo
+        .gpus
+        .iter()
+        .filter_map(|g| g.cpus.as_deref())
+        .flat_map(|c| gsched_types::cpulist::parse(c).unwrap_or_default())
+        .collect::<std::collections::BTreeSet<u32>>()
+        .len();
     if all > 0 {
         topo.cpus = Some(all as u32);
     }

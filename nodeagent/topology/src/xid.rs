@@ -12,11 +12,21 @@ use serde::{Deserialize, Serialize};
 pub enum KernelEvent {
     Xid(XidEvent),
     /// NVSwitch error: concerns the fabric, not a GPU.
-    SXid { pci: String, code: u32, fatal: Option<bool>, message: String },
+    SXid {
+        pci: String,
+        code: u32,
+        fatal: Option<bool>,
+        message: String,
+    },
     /// "GPU 0000:a1:00.0: GPU has fallen off the bus." without an Xid number.
-    FallenOffBus { pci: String },
+    FallenOffBus {
+        pci: String,
+    },
     /// "NVRM: GPU at PCI:0000:a1:00: GPU-979426f2-…": maps a PCI address to a UUID.
-    GpuIdentity { pci: String, uuid: String },
+    GpuIdentity {
+        pci: String,
+        uuid: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +46,11 @@ pub struct XidEvent {
 impl XidEvent {
     /// The Xid that explains this event (Xid 45 is classified by its cause).
     pub fn effective_code(&self) -> u32 {
-        if self.code == 45 { self.caused_by.unwrap_or(45) } else { self.code }
+        if self.code == 45 {
+            self.caused_by.unwrap_or(45)
+        } else {
+            self.code
+        }
     }
 }
 
@@ -64,18 +78,47 @@ pub fn classify(code: u32) -> (XidAction, HealthSeverity) {
         63 => (ResetWhenIdle, Warning),
         92 => (Ignore, Info),
         79 | 160 | 154 => (RebootNode, Critical),
-        48 | 61 | 62 | 64 | 74 | 95 | 109 | 119 | 120 | 136 | 140 | 143 | 144..=150 | 155 | 156 | 158 => (ResetGpu, Critical),
+        48
+        | 61
+        | 62
+        | 64
+        | 74
+        | 95
+        | 109
+        | 119
+        | 120
+        | 136
+        | 140
+        | 143
+        | 144..=150
+        | 155
+        | 156
+        | 158 => (ResetGpu, Critical),
         _ => (ResetGpu, Warning),
     }
 }
 
 /// Normalises `PCI:0000:A1:00`, `0000:a1:00.0`, `00000000:A1:00.0` to `0000:a1:00`.
 pub fn normalize_pci(text: &str) -> String {
-    let t = text.trim().trim_start_matches("PCI:").trim_start_matches("GPU").to_ascii_lowercase();
+    let t = text
+        .trim()
+        .trim_start_matches("PCI:")
+        .trim_start_matches("GPU")
+        .to_ascii_lowercase();
     let t = t.split('.').next().unwrap_or(&t).to_string();
     let parts: Vec<&str> = t.split(':').collect();
     match parts.as_slice() {
-        [dom, bus, dev] => format!("{:0>4}:{bus:0>2}:{dev:0>2}", dom.trim_start_matches('0').chars().rev().take(4).collect::<String>().chars().rev().collect::<String>()),
+        [dom, bus, dev] => format!(
+            "{:0>4}:{bus:0>2}:{dev:0>2}",
+            dom.trim_start_matches('0')
+                .chars()
+                .rev()
+                .take(4)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        ),
         [bus, dev] => format!("0000:{bus:0>2}:{dev:0>2}"),
         _ => t,
     }
@@ -86,14 +129,22 @@ pub fn normalize_pci(text: &str) -> String {
 fn split_prefix(line: &str) -> (Option<String>, &str) {
     let mut rest = line.trim_end();
     if let Some((head, msg)) = rest.split_once(';') {
-        if head.split(',').count() >= 3 && head.split(',').take(3).all(|f| f.chars().all(|c| c.is_ascii_digit())) {
+        if head.split(',').count() >= 3
+            && head
+                .split(',')
+                .take(3)
+                .all(|f| f.chars().all(|c| c.is_ascii_digit()))
+        {
             rest = msg;
         }
     }
     let rest = rest.trim_start();
     if let Some(stripped) = rest.strip_prefix('[') {
         if let Some(end) = stripped.find(']') {
-            return (Some(stripped[..end].trim().to_string()), stripped[end + 1..].trim_start());
+            return (
+                Some(stripped[..end].trim().to_string()),
+                stripped[end + 1..].trim_start(),
+            );
         }
     }
     (None, rest)
@@ -115,8 +166,19 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
         let pci = normalize_pci(&after[..close]);
         let rest = after[close + 1..].trim_start_matches(':').trim();
         let code: u32 = rest.split(',').next()?.trim().parse().ok()?;
-        let fatal = if rest.contains("Non-fatal") { Some(false) } else if rest.contains("Fatal") { Some(true) } else { None };
-        return Some(KernelEvent::SXid { pci, code, fatal, message: rest.to_string() });
+        let fatal = if rest.contains("Non-fatal") {
+            Some(false)
+        } else if rest.contains("Fatal") {
+            Some(true)
+        } else {
+            None
+        };
+        return Some(KernelEvent::SXid {
+            pci,
+            code,
+            fatal,
+            message: rest.to_string(),
+        });
     }
     if let Some(pos) = msg.find("Xid (") {
         let after = &msg[pos + 5..];
@@ -125,23 +187,46 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
         let rest = after[close + 1..].trim_start_matches(':').trim();
         let code: u32 = rest.split(',').next()?.trim().parse().ok()?;
         let pid = field(rest, "pid=").and_then(|p| p.parse().ok());
-        let process = field(rest, "name=").filter(|n| *n != "<unknown>").map(str::to_string);
-        let caused_by = rest.find("caused by previous Xid").and_then(|i| rest[i + 22..].trim().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+        let process = field(rest, "name=")
+            .filter(|n| *n != "<unknown>")
+            .map(str::to_string);
+        let caused_by = rest.find("caused by previous Xid").and_then(|i| {
+            rest[i + 22..]
+                .trim()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        });
         let message = rest.splitn(2, ',').nth(1).unwrap_or("").trim().to_string();
-        return Some(KernelEvent::Xid(XidEvent { pci, code, pid, process, caused_by, message, timestamp, line: line.trim().to_string() }));
+        return Some(KernelEvent::Xid(XidEvent {
+            pci,
+            code,
+            pid,
+            process,
+            caused_by,
+            message,
+            timestamp,
+            line: line.trim().to_string(),
+        }));
     }
     if let Some(pos) = msg.find("NVRM: GPU at ") {
         let rest = &msg[pos + 13..];
         let (pci, uuid) = rest.rsplit_once(": ")?;
         if uuid.trim().starts_with("GPU-") {
-            return Some(KernelEvent::GpuIdentity { pci: normalize_pci(pci), uuid: uuid.trim().to_string() });
+            return Some(KernelEvent::GpuIdentity {
+                pci: normalize_pci(pci),
+                uuid: uuid.trim().to_string(),
+            });
         }
     }
     if msg.contains("GPU has fallen off the bus") {
         let pos = msg.find("NVRM: GPU ")?;
         let rest = &msg[pos + 10..];
         let pci = rest.split(':').take(3).collect::<Vec<_>>().join(":");
-        return Some(KernelEvent::FallenOffBus { pci: normalize_pci(&pci) });
+        return Some(KernelEvent::FallenOffBus {
+            pci: normalize_pci(&pci),
+        });
     }
     None
 }
@@ -153,8 +238,20 @@ pub fn parse_log(text: &str) -> Vec<KernelEvent> {
     for line in text.lines() {
         let Some(ev) = parse_line(line) else { continue };
         let duplicate = match (&ev, out.last()) {
-            (KernelEvent::Xid(a), Some(KernelEvent::Xid(b))) => a.pci == b.pci && a.code == b.code && a.timestamp == b.timestamp && a.timestamp.is_some(),
-            (KernelEvent::SXid { pci: a, code: ca, .. }, Some(KernelEvent::SXid { pci: b, code: cb, .. })) => a == b && ca == cb && !line.contains("Non-fatal") && !line.contains("Fatal"),
+            (KernelEvent::Xid(a), Some(KernelEvent::Xid(b))) => {
+                a.pci == b.pci
+                    && a.code == b.code
+                    && a.timestamp == b.timestamp
+                    && a.timestamp.is_some()
+            }
+            (
+                KernelEvent::SXid {
+                    pci: a, code: ca, ..
+                },
+                Some(KernelEvent::SXid {
+                    pci: b, code: cb, ..
+                }),
+            ) => a == b && ca == cb && !line.contains("Non-fatal") && !line.contains("Fatal"),
             _ => false,
         };
         if !duplicate {
@@ -181,7 +278,10 @@ mod tests {
         let ev = parse_line("4,2345,987654321,-;NVRM: Xid (PCI:0000:05:00): 79, pid=1173, GPU has fallen off the bus.").unwrap();
         match ev {
             KernelEvent::Xid(x) => {
-                assert_eq!((x.pci.as_str(), x.code, x.pid), ("0000:05:00", 79, Some(1173)));
+                assert_eq!(
+                    (x.pci.as_str(), x.code, x.pid),
+                    ("0000:05:00", 79, Some(1173))
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -5,7 +5,10 @@ use gsched_topology::{parse_topo_matrix, strip_fixture_header};
 use gsched_types::topology::{LinkClass, Topology};
 
 fn load(name: &str) -> Result<Topology, String> {
-    let path = format!("{}/../../tests/fixtures/topo/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../tests/fixtures/topo/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap();
     parse_topo_matrix(strip_fixture_header(&text)).map_err(|e| e.to_string())
 }
@@ -20,10 +23,24 @@ fn a100_nv12_four_nics() {
     assert_eq!(t.gpus.len(), 8);
     for i in 0..8 {
         for j in 0..8 {
-            assert_eq!(t.gpu_links[i][j], if i == j { LinkClass::SameDevice } else { l("NV12") });
+            assert_eq!(
+                t.gpu_links[i][j],
+                if i == j {
+                    LinkClass::SameDevice
+                } else {
+                    l("NV12")
+                }
+            );
         }
         assert_eq!(t.gpus[i].numa_node, Some(if i < 4 { 0 } else { 1 }));
-        assert_eq!(t.gpus[i].cpus.as_deref(), Some(if i < 4 { "0-63,128-191" } else { "64-127,192-254" }));
+        assert_eq!(
+            t.gpus[i].cpus.as_deref(),
+            Some(if i < 4 {
+                "0-63,128-191"
+            } else {
+                "64-127,192-254"
+            })
+        );
         assert!(t.gpu_nic_links[i].iter().all(|c| *c == LinkClass::Sys));
     }
     let names: Vec<&str> = t.nics.iter().map(|n| n.name.as_str()).collect();
@@ -36,8 +53,27 @@ fn dgx_h100_glued_header_and_cells() {
     assert_eq!(t.gpus.len(), 8);
     assert_eq!(t.nics.len(), 12, "NIC8NIC9 must split into two columns");
     assert!(t.gpu_links[0][7] == l("NV18") && t.gpu_links[5][2] == l("NV18"));
-    let pxb: Vec<(usize, usize)> = (0..8).flat_map(|g| (0..12).filter(move |&n| true && n < 12).map(move |n| (g, n))).filter(|&(g, n)| t.gpu_nic_links[g][n] == LinkClass::Pxb).collect();
-    assert_eq!(pxb, vec![(0, 0), (1, 3), (2, 4), (3, 5), (4, 6), (5, 9), (6, 10), (7, 11)]);
+    let pxb: Vec<(usize, usize)> = (0..8)
+        .flat_map(|g| {
+            (0..12)
+                .filter(move |&n| true && n < 12)
+                .map(move |n| (g, n))
+        })
+        .filter(|&(g, n)| t.gpu_nic_links[g][n] == LinkClass::Pxb)
+        .collect();
+    assert_eq!(
+        pxb,
+        vec![
+            (0, 0),
+            (1, 3),
+            (2, 4),
+            (3, 5),
+            (4, 6),
+            (5, 9),
+            (6, 10),
+            (7, 11)
+        ]
+    );
     assert_eq!(t.gpus[0].cpus.as_deref(), Some("0-55,112-167"));
     assert_eq!(t.gpus[4].numa_node, Some(1));
     assert_eq!(t.gpus[7].cpus.as_deref(), Some("56-111,168-223"));
@@ -56,7 +92,19 @@ fn dgx1_hybrid_cube_mesh_old_columns() {
     assert_eq!(t.nics.len(), 1);
     assert_eq!(t.nics[0].name, "mlx5_0");
     let col: Vec<LinkClass> = (0..8).map(|g| t.gpu_nic_links[g][0]).collect();
-    assert_eq!(col, vec![LinkClass::Node, LinkClass::Node, LinkClass::Pix, LinkClass::Pix, LinkClass::Sys, LinkClass::Sys, LinkClass::Sys, LinkClass::Sys]);
+    assert_eq!(
+        col,
+        vec![
+            LinkClass::Node,
+            LinkClass::Node,
+            LinkClass::Pix,
+            LinkClass::Pix,
+            LinkClass::Sys,
+            LinkClass::Sys,
+            LinkClass::Sys,
+            LinkClass::Sys
+        ]
+    );
 }
 
 #[test]
@@ -65,7 +113,11 @@ fn a6000_nv4_pair() {
     assert_eq!(t.gpus.len(), 3);
     assert_eq!(t.gpu_links[0][1], l("NV4"));
     assert_eq!(t.gpu_links[2][0], LinkClass::Node);
-    assert!(t.gpus.iter().all(|g| g.numa_node == Some(1) && g.cpus.as_deref() == Some("64-71")));
+    assert!(
+        t.gpus
+            .iter()
+            .all(|g| g.numa_node == Some(1) && g.cpus.as_deref() == Some("64-71"))
+    );
     assert_eq!(t.gpu_nic_links[2], vec![LinkClass::Phb, LinkClass::Phb]);
     assert_eq!(t.gpu_nic_links[0], vec![LinkClass::Node, LinkClass::Node]);
     assert_eq!(t.nics[1].name, "mlx5_1");
@@ -99,13 +151,21 @@ fn h200_ansi_header() {
     let t = load("h200-2gpu-nv18-vm-ansi-header.txt").unwrap();
     assert_eq!(t.gpus.len(), 2);
     assert_eq!(t.gpu_links[0][1], l("NV18"));
-    assert!(t.gpus.iter().all(|g| g.numa_node == Some(0) && g.cpus.as_deref() == Some("0-31")));
+    assert!(
+        t.gpus
+            .iter()
+            .all(|g| g.numa_node == Some(0) && g.cpus.as_deref() == Some("0-31"))
+    );
     assert!(t.nics.is_empty());
 }
 
 #[test]
 fn partial_pastes_fail_clearly() {
-    let full = std::fs::read_to_string(format!("{}/../../tests/fixtures/topo/a100-sxm4-80gb-8gpu-nv12-4nic.txt", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let full = std::fs::read_to_string(format!(
+        "{}/../../tests/fixtures/topo/a100-sxm4-80gb-8gpu-nv12-4nic.txt",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let body = strip_fixture_header(&full);
     // Cut after the fourth GPU row.
     let cut: String = body.lines().take(5).collect::<Vec<_>>().join("\n");
@@ -123,7 +183,10 @@ fn every_prefix_of_every_fixture_parses_or_errors() {
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let body = strip_fixture_header(&text);
-        for cut in (0..body.len()).step_by(7).filter(|c| body.is_char_boundary(*c)) {
+        for cut in (0..body.len())
+            .step_by(7)
+            .filter(|c| body.is_char_boundary(*c))
+        {
             let _ = parse_topo_matrix(&body[..cut]);
         }
     }

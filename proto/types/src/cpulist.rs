@@ -13,8 +13,14 @@ pub fn parse(text: &str) -> Result<Vec<u32>, String> {
         }
         match part.split_once('-') {
             Some((lo, hi)) => {
-                let lo: u32 = lo.trim().parse().map_err(|_| format!("bad CPU range '{part}'"))?;
-                let hi: u32 = hi.trim().parse().map_err(|_| format!("bad CPU range '{part}'"))?;
+                let lo: u32 = lo
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad CPU range '{part}'"))?;
+                let hi: u32 = hi
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad CPU range '{part}'"))?;
                 if hi < lo || hi - lo > 65_536 {
                     return Err(format!("bad CPU range '{part}'"));
                 }
@@ -58,7 +64,12 @@ pub fn format(cpus: &[u32]) -> String {
 /// Parses a hexadecimal affinity mask as printed by NVML or sysfs `cpumap`
 /// (`ffffffff` or comma-grouped `00000000,0000ffff`) into CPU ids.
 pub fn parse_mask(mask: &str) -> Result<Vec<u32>, String> {
-    let digits: String = mask.trim().trim_start_matches("0x").chars().filter(|c| *c != ',').collect();
+    let digits: String = mask
+        .trim()
+        .trim_start_matches("0x")
+        .chars()
+        .filter(|c| *c != ',')
+        .collect();
     if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(format!("bad CPU mask '{mask}'"));
     }

@@ -41,7 +41,8 @@ impl FailureKind {
     /// True when the node's hardware is at fault: the node is drained and a requeued job
     /// avoids it.
     pub fn blames_node(&self) -> bool {
-        matches!(self, FailureKind::GpuLost { .. } | FailureKind::NodeLost) || matches!(self, FailureKind::GpuXid { code } if xid_blames_hardware(*code))
+        matches!(self, FailureKind::GpuLost { .. } | FailureKind::NodeLost)
+            || matches!(self, FailureKind::GpuXid { code } if xid_blames_hardware(*code))
     }
 
     /// Infrastructure failures a `--requeue` job is put back in the queue for. A job's own
@@ -49,7 +50,12 @@ impl FailureKind {
     pub fn is_requeueable(&self) -> bool {
         matches!(
             self,
-            FailureKind::GpuLost { .. } | FailureKind::GpuXid { .. } | FailureKind::NodeLost | FailureKind::NcclTimeout | FailureKind::NcclError | FailureKind::Preempted
+            FailureKind::GpuLost { .. }
+                | FailureKind::GpuXid { .. }
+                | FailureKind::NodeLost
+                | FailureKind::NcclTimeout
+                | FailureKind::NcclError
+                | FailureKind::Preempted
         )
     }
 
@@ -108,7 +114,11 @@ impl FailureKind {
 /// (RESET_GPU / RESTART_BM / NODE_REBOOT buckets); application-level Xids (13, 31, 43, 45,
 /// 68, 69, 94, 109 when contained) do not blame the node.
 pub fn xid_blames_hardware(code: u32) -> bool {
-    matches!(code, 48 | 61 | 62 | 64 | 74 | 79 | 92 | 95 | 119 | 120 | 136 | 140 | 143 | 144..=150 | 155 | 156 | 158 | 160)
+    matches!(
+        code,
+        48 | 61 | 62 | 64 | 74 | 79 | 92 | 95 | 119 | 120 | 136 | 140 | 143 | 144
+            ..=150 | 155 | 156 | 158 | 160
+    )
 }
 
 /// A failure with its evidence.

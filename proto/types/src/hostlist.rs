@@ -45,7 +45,10 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
         out.push(item.to_string());
         return Ok(());
     };
-    let close = item[open..].find(']').map(|i| i + open).ok_or_else(|| format!("unbalanced '[' in '{item}'"))?;
+    let close = item[open..]
+        .find(']')
+        .map(|i| i + open)
+        .ok_or_else(|| format!("unbalanced '[' in '{item}'"))?;
     let prefix = &item[..open];
     let ranges = &item[open + 1..close];
     let suffix = &item[close + 1..];
@@ -55,8 +58,12 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
         let range = range.trim();
         let (lo, hi) = range.split_once('-').unwrap_or((range, range));
         let width = lo.len();
-        let lo_n: u64 = lo.parse().map_err(|_| format!("bad range '{range}' in hostlist"))?;
-        let hi_n: u64 = hi.parse().map_err(|_| format!("bad range '{range}' in hostlist"))?;
+        let lo_n: u64 = lo
+            .parse()
+            .map_err(|_| format!("bad range '{range}' in hostlist"))?;
+        let hi_n: u64 = hi
+            .parse()
+            .map_err(|_| format!("bad range '{range}' in hostlist"))?;
         if hi_n < lo_n || hi_n - lo_n > 100_000 {
             return Err(format!("bad range '{range}' in hostlist"));
         }
@@ -86,8 +93,15 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
         }
         let (prefix, num) = h.split_at(h.len() - digits);
         let n: u64 = num.parse().unwrap_or(0);
-        let width = if num.starts_with('0') && num.len() > 1 { num.len() } else { 0 };
-        match groups.iter_mut().find(|(p, w, _)| p == prefix && *w == width) {
+        let width = if num.starts_with('0') && num.len() > 1 {
+            num.len()
+        } else {
+            0
+        };
+        match groups
+            .iter_mut()
+            .find(|(p, w, _)| p == prefix && *w == width)
+        {
             Some((_, _, nums)) => nums.push(n),
             None => {
                 groups.push((prefix.to_string(), width, vec![n]));
@@ -103,7 +117,9 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
             parts.push(name);
             continue;
         }
-        let Some((prefix, width, mut nums)) = group_iter.next() else { continue };
+        let Some((prefix, width, mut nums)) = group_iter.next() else {
+            continue;
+        };
         nums.sort_unstable();
         nums.dedup();
         if nums.len() == 1 {
@@ -136,14 +152,23 @@ mod tests {
 
     #[test]
     fn expands_ranges_with_padding() {
-        assert_eq!(expand("node[01-03,07]").unwrap(), vec!["node01", "node02", "node03", "node07"]);
+        assert_eq!(
+            expand("node[01-03,07]").unwrap(),
+            vec!["node01", "node02", "node03", "node07"]
+        );
         assert_eq!(expand("a,b[1-2]").unwrap(), vec!["a", "b1", "b2"]);
-        assert_eq!(expand("rack[1-2]-n[1-2]").unwrap(), vec!["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]);
+        assert_eq!(
+            expand("rack[1-2]-n[1-2]").unwrap(),
+            vec!["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+        );
     }
 
     #[test]
     fn compresses_like_slurm() {
-        assert_eq!(compress(&["node01", "node02", "node03", "node05"]), "node[01-03,05]");
+        assert_eq!(
+            compress(&["node01", "node02", "node03", "node05"]),
+            "node[01-03,05]"
+        );
         assert_eq!(compress(&["gpu1", "gpu2"]), "gpu[1-2]");
         assert_eq!(compress(&["login", "gpu1"]), "login,gpu1");
         assert_eq!(compress(&["n1"]), "n1");

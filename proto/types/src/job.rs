@@ -178,7 +178,9 @@ impl JobSpec {
     /// `--cpus-per-task`.
     pub fn cpus_per_node(&self) -> u32 {
         match self.cpus_per_gpu {
-            Some(c) if self.gpus_per_node > 0 => (c * self.gpus_per_node).max(self.ntasks_per_node * self.cpus_per_task),
+            Some(c) if self.gpus_per_node > 0 => {
+                (c * self.gpus_per_node).max(self.ntasks_per_node * self.cpus_per_task)
+            }
             _ => self.ntasks_per_node * self.cpus_per_task,
         }
     }
@@ -214,7 +216,10 @@ pub enum JobState {
 
 impl JobState {
     pub fn is_terminal(self) -> bool {
-        !matches!(self, JobState::Pending | JobState::Running | JobState::Completing)
+        !matches!(
+            self,
+            JobState::Pending | JobState::Running | JobState::Completing
+        )
     }
 
     /// squeue's compact state code.
@@ -269,7 +274,8 @@ impl JobState {
             JobState::NodeFail,
             JobState::OutOfMemory,
         ];
-        all.into_iter().find(|s| s.code().eq_ignore_ascii_case(text) || s.name().eq_ignore_ascii_case(text))
+        all.into_iter()
+            .find(|s| s.code().eq_ignore_ascii_case(text) || s.name().eq_ignore_ascii_case(text))
     }
 }
 
@@ -333,7 +339,11 @@ impl fmt::Display for PendingReason {
                 if nodes.is_empty() {
                     f.write_str("ReqNodeNotAvail")
                 } else {
-                    write!(f, "ReqNodeNotAvail, UnavailableNodes:{}", crate::hostlist::compress(nodes))
+                    write!(
+                        f,
+                        "ReqNodeNotAvail, UnavailableNodes:{}",
+                        crate::hostlist::compress(nodes)
+                    )
                 }
             }
             PendingReason::TopologyWait => f.write_str("TopologyWait"),
@@ -352,9 +362,14 @@ impl fmt::Display for PendingReason {
 pub enum StepState {
     /// Allocated; the agent has not confirmed the start yet.
     Launching,
-    Running { pid: Option<u32> },
+    Running {
+        pid: Option<u32>,
+    },
     /// Ended; `code` is the exit status, `signal` the terminating signal.
-    Exited { code: Option<i32>, signal: Option<i32> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
     /// The node was lost while the step ran.
     Lost,
 }
@@ -439,13 +454,18 @@ impl JobRecord {
     }
 
     pub fn node_names(&self) -> Vec<String> {
-        self.allocation.as_ref().map(|a| a.nodes.iter().map(|n| n.node.clone()).collect()).unwrap_or_default()
+        self.allocation
+            .as_ref()
+            .map(|a| a.nodes.iter().map(|n| n.node.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// GPUs held now (allocated and not yet released).
     pub fn gpus_held(&self) -> u32 {
         match (&self.allocation, self.state) {
-            (Some(a), JobState::Running | JobState::Completing) => a.nodes.iter().map(|n| n.gpus.len() as u32).sum(),
+            (Some(a), JobState::Running | JobState::Completing) => {
+                a.nodes.iter().map(|n| n.gpus.len() as u32).sum()
+            }
             _ => 0,
         }
     }

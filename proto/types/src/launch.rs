@@ -21,4 +21,3 @@ pub struct LaunchSpec {
     /// Effective time limit (job's, or the partition default).
     pub time_limit_s: Option<u64>,
 }
-

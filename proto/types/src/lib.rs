@@ -16,7 +16,10 @@ pub mod resources;
 pub mod topology;
 
 pub use failure::{Failure, FailureKind};
-pub use job::{ArrayTask, Dependency, DependencyKind, JobId, JobRecord, JobSpec, JobState, PendingReason, StepState, TorchrunSpec};
+pub use job::{
+    ArrayTask, Dependency, DependencyKind, JobId, JobRecord, JobSpec, JobState, PendingReason,
+    StepState, TorchrunSpec,
+};
 pub use node::{HealthEvent, HealthSeverity, NodeAdminState, NodeRecord};
 pub use resources::{Allocation, NodeAlloc, NodeUsage};
 pub use topology::{Gpu, LinkClass, Nic, NicKind, NumaNode, Topology};

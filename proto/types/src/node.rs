@@ -11,7 +11,11 @@ pub enum NodeAdminState {
     /// Schedulable.
     Up,
     /// No new jobs; running jobs continue. Set by an admin or by a critical health event.
-    Drain { reason: String, since_ms: u64, by: String },
+    Drain {
+        reason: String,
+        since_ms: u64,
+        by: String,
+    },
 }
 
 /// How serious a health event is.

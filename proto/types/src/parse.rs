@@ -11,7 +11,11 @@ pub fn time_limit(text: &str) -> Result<Option<u64>, String> {
     if t.eq_ignore_ascii_case("infinite") || t.eq_ignore_ascii_case("unlimited") {
         return Ok(None);
     }
-    let bad = || format!("invalid time limit '{text}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS");
+    let bad = || {
+        format!(
+            "invalid time limit '{text}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+        )
+    };
     if t.is_empty() {
         return Err(bad());
     }
@@ -62,7 +66,11 @@ pub fn format_duration(secs: u64) -> String {
 /// by default. Returns megabytes; `0` keeps its special meaning (the whole node).
 pub fn mem_mb(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let bad = || format!("invalid memory size '{text}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G");
+    let bad = || {
+        format!(
+            "invalid memory size '{text}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G"
+        )
+    };
     if t.is_empty() {
         return Err(bad());
     }
@@ -103,14 +111,33 @@ pub fn gres(text: &str) -> Result<GpuRequest, String> {
         }
         let parts: Vec<&str> = entry.split(':').collect();
         if parts[0] != "gpu" {
-            return Err(format!("unknown generic resource '{}' in --gres={text}: only 'gpu' is supported", parts[0]));
+            return Err(format!(
+                "unknown generic resource '{}' in --gres={text}: only 'gpu' is supported",
+                parts[0]
+            ));
         }
         let req = match parts.as_slice() {
-            ["gpu"] => GpuRequest { gpu_type: None, count: 1 },
-            ["gpu", n] if n.chars().all(|c| c.is_ascii_digit()) => GpuRequest { gpu_type: None, count: count(n, "--gres")? },
-            ["gpu", t] => GpuRequest { gpu_type: Some(t.to_string()), count: 1 },
-            ["gpu", t, n] => GpuRequest { gpu_type: Some(t.to_string()), count: count(n, "--gres")? },
-            _ => return Err(format!("invalid --gres '{text}': use gpu[:type]:count, e.g. gpu:a100:8")),
+            ["gpu"] => GpuRequest {
+                gpu_type: None,
+                count: 1,
+            },
+            ["gpu", n] if n.chars().all(|c| c.is_ascii_digit()) => GpuRequest {
+                gpu_type: None,
+                count: count(n, "--gres")?,
+            },
+            ["gpu", t] => GpuRequest {
+                gpu_type: Some(t.to_string()),
+                count: 1,
+            },
+            ["gpu", t, n] => GpuRequest {
+                gpu_type: Some(t.to_string()),
+                count: count(n, "--gres")?,
+            },
+            _ => {
+                return Err(format!(
+                    "invalid --gres '{text}': use gpu[:type]:count, e.g. gpu:a100:8"
+                ));
+            }
         };
         if found.replace(req).is_some() {
             return Err(format!("--gres={text} names gpu twice"));
@@ -122,8 +149,14 @@ pub fn gres(text: &str) -> Result<GpuRequest, String> {
 /// Parses `--gpus-per-node` / `--gpus-per-task` values: `N` or `type:N`.
 pub fn gpus(text: &str, flag: &str) -> Result<GpuRequest, String> {
     match text.rsplit_once(':') {
-        Some((t, n)) => Ok(GpuRequest { gpu_type: Some(t.to_string()), count: count(n, flag)? }),
-        None => Ok(GpuRequest { gpu_type: None, count: count(text, flag)? }),
+        Some((t, n)) => Ok(GpuRequest {
+            gpu_type: Some(t.to_string()),
+            count: count(n, flag)?,
+        }),
+        None => Ok(GpuRequest {
+            gpu_type: None,
+            count: count(text, flag)?,
+        }),
     }
 }
 
@@ -133,7 +166,8 @@ pub fn count(text: &str, flag: &str) -> Result<u32, String> {
     if t.starts_with('-') {
         return Err(format!("{flag} must not be negative (got '{text}')"));
     }
-    t.parse::<u32>().map_err(|_| format!("{flag} needs a whole number (got '{text}')"))
+    t.parse::<u32>()
+        .map_err(|_| format!("{flag} needs a whole number (got '{text}')"))
 }
 
 /// Parses sbatch's `--array` spec (`0-15%4`, `1,3,5`, `0-20:5`) into task ids and the
@@ -158,7 +192,10 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
             return Err(bad());
         }
         let (lo, hi) = match range.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().map_err(|_| bad())?, b.parse::<u32>().map_err(|_| bad())?),
+            Some((a, b)) => (
+                a.parse::<u32>().map_err(|_| bad())?,
+                b.parse::<u32>().map_err(|_| bad())?,
+            ),
             None => {
                 let v = range.parse::<u32>().map_err(|_| bad())?;
                 (v, v)
@@ -172,7 +209,10 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
     ids.sort_unstable();
     ids.dedup();
     if ids.len() > 10_000 {
-        return Err(format!("--array '{text}' asks for {} tasks; at most 10000 are allowed", ids.len()));
+        return Err(format!(
+            "--array '{text}' asks for {} tasks; at most 10000 are allowed",
+            ids.len()
+        ));
     }
     if limit == Some(0) {
         return Err(bad());
@@ -183,15 +223,24 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
 /// Parses `--dependency` (`afterok:12:13,afterany:14`, `singleton`; `?` separators, which
 /// mean "any of", are refused since we only implement "all of").
 pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
-    let bad = || format!("invalid --dependency '{text}': use afterok:ID[:ID...], afterany:ID, afternotok:ID, after:ID or singleton");
+    let bad = || {
+        format!(
+            "invalid --dependency '{text}': use afterok:ID[:ID...], afterany:ID, afternotok:ID, after:ID or singleton"
+        )
+    };
     if text.contains('?') {
-        return Err(format!("--dependency '{text}': '?' (any-of) dependencies are not supported; use ',' (all-of)"));
+        return Err(format!(
+            "--dependency '{text}': '?' (any-of) dependencies are not supported; use ',' (all-of)"
+        ));
     }
     let mut deps = Vec::new();
     for part in text.split(',') {
         let part = part.trim();
         if part == "singleton" {
-            deps.push(Dependency { kind: DependencyKind::Singleton, job: None });
+            deps.push(Dependency {
+                kind: DependencyKind::Singleton,
+                job: None,
+            });
             continue;
         }
         let mut pieces = part.split(':');
@@ -206,7 +255,10 @@ pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
         for id in pieces {
             let id = id.split('+').next().unwrap_or(id);
             let job: u64 = id.parse().map_err(|_| bad())?;
-            deps.push(Dependency { kind, job: Some(crate::JobId(job)) });
+            deps.push(Dependency {
+                kind,
+                job: Some(crate::JobId(job)),
+            });
             any = true;
         }
         if !any {
@@ -226,8 +278,14 @@ mod tests {
         assert_eq!(time_limit("30:15").unwrap(), Some(1815));
         assert_eq!(time_limit("1:30:15").unwrap(), Some(5415));
         assert_eq!(time_limit("2-3").unwrap(), Some(2 * 86_400 + 3 * 3600));
-        assert_eq!(time_limit("2-3:04").unwrap(), Some(2 * 86_400 + 3 * 3600 + 240));
-        assert_eq!(time_limit("2-03:04:05").unwrap(), Some(2 * 86_400 + 3 * 3600 + 245));
+        assert_eq!(
+            time_limit("2-3:04").unwrap(),
+            Some(2 * 86_400 + 3 * 3600 + 240)
+        );
+        assert_eq!(
+            time_limit("2-03:04:05").unwrap(),
+            Some(2 * 86_400 + 3 * 3600 + 245)
+        );
         assert_eq!(time_limit("UNLIMITED").unwrap(), None);
         for bad in ["", "1:2:3:4", "abc", "-5", "1-", "1:x", "1-2:3:4:5"] {
             assert!(time_limit(bad).is_err(), "{bad} should be refused");
@@ -253,13 +311,35 @@ mod tests {
 
     #[test]
     fn gres_forms() {
-        assert_eq!(gres("gpu:8").unwrap(), GpuRequest { gpu_type: None, count: 8 });
-        assert_eq!(gres("gpu:a100:4").unwrap(), GpuRequest { gpu_type: Some("a100".into()), count: 4 });
+        assert_eq!(
+            gres("gpu:8").unwrap(),
+            GpuRequest {
+                gpu_type: None,
+                count: 8
+            }
+        );
+        assert_eq!(
+            gres("gpu:a100:4").unwrap(),
+            GpuRequest {
+                gpu_type: Some("a100".into()),
+                count: 4
+            }
+        );
         assert_eq!(gres("gpu").unwrap().count, 1);
         assert!(gres("fpga:2").is_err());
         assert!(gres("gpu:a:b:c").is_err());
-        assert_eq!(gpus("h100:4", "--gpus-per-node").unwrap(), GpuRequest { gpu_type: Some("h100".into()), count: 4 });
-        assert!(gpus("-1", "--gpus-per-node").unwrap_err().contains("negative"));
+        assert_eq!(
+            gpus("h100:4", "--gpus-per-node").unwrap(),
+            GpuRequest {
+                gpu_type: Some("h100".into()),
+                count: 4
+            }
+        );
+        assert!(
+            gpus("-1", "--gpus-per-node")
+                .unwrap_err()
+                .contains("negative")
+        );
     }
 
     #[test]

@@ -54,7 +54,9 @@ impl IdSet {
         }
     }
     pub fn contains(&self, i: u32) -> bool {
-        self.0.get((i / 64) as usize).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.0
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
     pub fn len(&self) -> u32 {
         self.0.iter().map(|w| w.count_ones()).sum()
@@ -63,7 +65,11 @@ impl IdSet {
         self.len() == 0
     }
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0.iter().enumerate().flat_map(|(wi, w)| (0..64).filter(move |b| w & (1u64 << b) != 0).map(move |b| wi as u32 * 64 + b))
+        self.0.iter().enumerate().flat_map(|(wi, w)| {
+            (0..64)
+                .filter(move |b| w & (1u64 << b) != 0)
+                .map(move |b| wi as u32 * 64 + b)
+        })
     }
 }
 
@@ -168,7 +174,10 @@ pub fn fits(cap: &NodeCapacity, usage: &NodeUsage, alloc: &NodeAlloc) -> Result<
     }
     let free = cap.mem_mb.saturating_sub(usage.mem_mb);
     if alloc.mem_mb > free {
-        return Err(FitError::Memory { want: alloc.mem_mb, free });
+        return Err(FitError::Memory {
+            want: alloc.mem_mb,
+            free,
+        });
     }
     Ok(())
 }
@@ -178,11 +187,23 @@ mod tests {
     use super::*;
 
     fn cap() -> NodeCapacity {
-        NodeCapacity { gpu_count: 4, bad_gpus: IdSet::from_ids(&[3]), cpus: (0..8).collect(), mem_mb: 1000 }
+        NodeCapacity {
+            gpu_count: 4,
+            bad_gpus: IdSet::from_ids(&[3]),
+            cpus: (0..8).collect(),
+            mem_mb: 1000,
+        }
     }
 
     fn alloc(gpus: &[u32], cpus: &[u32], mem: u64) -> NodeAlloc {
-        NodeAlloc { node: "n".into(), gpus: gpus.to_vec(), cpus: cpus.to_vec(), mem_mb: mem, nic: None, exclusive: false }
+        NodeAlloc {
+            node: "n".into(),
+            gpus: gpus.to_vec(),
+            cpus: cpus.to_vec(),
+            mem_mb: mem,
+            nic: None,
+            exclusive: false,
+        }
     }
 
     #[test]
@@ -191,10 +212,25 @@ mod tests {
         let a = alloc(&[0, 1], &[0, 1], 400);
         fits(&cap(), &usage, &a).unwrap();
         usage.add(&a);
-        assert_eq!(fits(&cap(), &usage, &alloc(&[1], &[2], 10)), Err(FitError::GpuBusy(1)));
-        assert_eq!(fits(&cap(), &usage, &alloc(&[2], &[1], 10)), Err(FitError::CpuBusy(1)));
-        assert_eq!(fits(&cap(), &usage, &alloc(&[2], &[2], 700)), Err(FitError::Memory { want: 700, free: 600 }));
-        assert_eq!(fits(&cap(), &usage, &alloc(&[3], &[2], 1)), Err(FitError::BadGpu(3)));
+        assert_eq!(
+            fits(&cap(), &usage, &alloc(&[1], &[2], 10)),
+            Err(FitError::GpuBusy(1))
+        );
+        assert_eq!(
+            fits(&cap(), &usage, &alloc(&[2], &[1], 10)),
+            Err(FitError::CpuBusy(1))
+        );
+        assert_eq!(
+            fits(&cap(), &usage, &alloc(&[2], &[2], 700)),
+            Err(FitError::Memory {
+                want: 700,
+                free: 600
+            })
+        );
+        assert_eq!(
+            fits(&cap(), &usage, &alloc(&[3], &[2], 1)),
+            Err(FitError::BadGpu(3))
+        );
         fits(&cap(), &usage, &alloc(&[2], &[2], 600)).unwrap();
         usage.remove(&a);
         assert!(usage.gpus.is_empty() && usage.mem_mb == 0);

@@ -352,7 +352,10 @@ impl Topology {
         }
         for (i, gpu) in self.gpus.iter().enumerate() {
             if gpu.index as usize != i {
-                return Err(TopologyError(format!("gpus[{i}] has index {}; indices must be 0..{n} in order", gpu.index)));
+                return Err(TopologyError(format!(
+                    "gpus[{i}] has index {}; indices must be 0..{n} in order",
+                    gpu.index
+                )));
             }
             if let Some(c) = &gpu.cpus {
                 crate::cpulist::parse(c).map_err(|e| TopologyError(format!("gpu {i}: {e}")))?;
@@ -362,29 +365,42 @@ impl Topology {
             for j in 0..n {
                 let l = self.gpu_links[i][j];
                 if (i == j) != (l == LinkClass::SameDevice) {
-                    return Err(TopologyError(format!("gpu_links[{i}][{j}] is {l}; only the diagonal may be X")));
+                    return Err(TopologyError(format!(
+                        "gpu_links[{i}][{j}] is {l}; only the diagonal may be X"
+                    )));
                 }
             }
         }
         if !self.nics.is_empty() || !self.gpu_nic_links.is_empty() {
             let m = self.nics.len();
             if self.gpu_nic_links.len() != n || self.gpu_nic_links.iter().any(|r| r.len() != m) {
-                return Err(TopologyError(format!("gpu_nic_links must be a {n}x{m} matrix (GPU rows, NIC columns)")));
+                return Err(TopologyError(format!(
+                    "gpu_nic_links must be a {n}x{m} matrix (GPU rows, NIC columns)"
+                )));
             }
         }
         for numa in &self.numa_nodes {
-            crate::cpulist::parse(&numa.cpus).map_err(|e| TopologyError(format!("numa node {}: {e}", numa.id)))?;
+            crate::cpulist::parse(&numa.cpus)
+                .map_err(|e| TopologyError(format!("numa node {}: {e}", numa.id)))?;
         }
         Ok(())
     }
 
     pub fn link(&self, a: usize, b: usize) -> LinkClass {
-        self.gpu_links.get(a).and_then(|r| r.get(b)).copied().unwrap_or(LinkClass::Unknown)
+        self.gpu_links
+            .get(a)
+            .and_then(|r| r.get(b))
+            .copied()
+            .unwrap_or(LinkClass::Unknown)
     }
 
     /// All logical CPU ids of the node: from NUMA nodes when known, else from `cpus`.
     pub fn all_cpus(&self) -> Vec<u32> {
-        let mut all: Vec<u32> = self.numa_nodes.iter().flat_map(|n| crate::cpulist::parse(&n.cpus).unwrap_or_default()).collect();
+        let mut all: Vec<u32> = self
+            .numa_nodes
+            .iter()
+            .flat_map(|n| crate::cpulist::parse(&n.cpus).unwrap_or_default())
+            .collect();
         if all.is_empty() {
             all = (0..self.cpus.unwrap_or(0)).collect();
         }
@@ -409,7 +425,11 @@ impl Topology {
         let first = *cpus.first()?;
         self.numa_nodes
             .iter()
-            .find(|n| crate::cpulist::parse(&n.cpus).map(|c| c.contains(&first)).unwrap_or(false))
+            .find(|n| {
+                crate::cpulist::parse(&n.cpus)
+                    .map(|c| c.contains(&first))
+                    .unwrap_or(false)
+            })
             .map(|n| n.id)
     }
 }
@@ -417,7 +437,12 @@ impl Topology {
 /// Does a GPU model name match a user's `--gres=gpu:TYPE` (case-insensitive substring,
 /// ignoring spaces, dashes and underscores, as Slurm matches types against NVML names)?
 pub fn model_matches(model: &str, wanted: &str) -> bool {
-    let norm = |s: &str| s.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+    let norm = |s: &str| {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
     let w = norm(wanted);
     !w.is_empty() && norm(model).contains(&w)
 }

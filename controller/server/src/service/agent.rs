@@ -31,12 +31,17 @@ fn envelope(msg: &ControllerToAgent) -> Result<ControllerEnvelope, Status> {
 impl Agent for AgentService {
     type SessionStream = Out;
 
-    async fn session(&self, req: Request<Streaming<AgentEnvelope>>) -> Result<Response<Out>, Status> {
+    async fn session(
+        &self,
+        req: Request<Streaming<AgentEnvelope>>,
+    ) -> Result<Response<Out>, Status> {
         let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         if !self.ctx.raft.is_leader() {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader { leader: self.ctx.leader_address() }));
+            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+                leader: self.ctx.leader_address(),
+            }));
             drop(tx);
             return Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))));
         }
@@ -50,28 +55,73 @@ impl Agent for AgentService {
     }
 }
 
-async fn serve(ctx: Arc<Ctx>, inbound: &mut Streaming<AgentEnvelope>, tx: crate::hub::AgentTx, peer: String) -> Result<(), Status> {
-    let first = inbound.next().await.ok_or_else(|| Status::cancelled("agent closed before registering"))??;
-    let msg: AgentToController = decode(&first.json).map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
-    let AgentToController::Register { name, address, training_addr, topology, features, agent_version, known_steps } = msg else {
-        return Err(Status::invalid_argument("the first agent message must be register"));
+async fn serve(
+    ctx: Arc<Ctx>,
+    inbound: &mut Streaming<AgentEnvelope>,
+    tx: crate::hub::AgentTx,
+    peer: String,
+) -> Result<(), Status> {
+    let first = inbound
+        .next()
+        .await
+        .ok_or_else(|| Status::cancelled("agent closed before registering"))??;
+    let msg: AgentToController = decode(&first.json)
+        .map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
+    let AgentToController::Register {
+        name,
+        address,
+        training_addr,
+        topology,
+        features,
+        agent_version,
+        known_steps,
+    } = msg
+    else {
+        return Err(Status::invalid_argument(
+            "the first agent message must be register",
+        ));
     };
     let address = if address.is_empty() { peer } else { address };
-    let known = known_steps.iter().map(|s| KnownStep { job: s.job, attempt: s.attempt }).collect();
-    let outcome = ctx.propose(Command::RegisterNode { name: name.clone(), address, training_addr, topology: *topology, features, agent_version, known_steps: known }, None).await;
+    let known = known_steps
+        .iter()
+        .map(|s| KnownStep {
+            job: s.job,
+            attempt: s.attempt,
+        })
+        .collect();
+    let outcome = ctx
+        .propose(
+            Command::RegisterNode {
+                name: name.clone(),
+                address,
+                training_addr,
+                topology: *topology,
+                features,
+                agent_version,
+                known_steps: known,
+            },
+            None,
+        )
+        .await;
     match outcome {
         Ok(gsched_state::Outcome::Ok) => {}
         Ok(other) => {
-            let _ = tx.send(Err(Status::invalid_argument(format!("registration refused: {other:?}"))));
+            let _ = tx.send(Err(Status::invalid_argument(format!(
+                "registration refused: {other:?}"
+            ))));
             return Ok(());
         }
         Err(status) => {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader { leader: ctx.leader_address() }));
+            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+                leader: ctx.leader_address(),
+            }));
             return Err(status);
         }
     }
     let conn = ctx.hub.attach(&name, tx.clone());
-    let _ = tx.send(envelope(&ControllerToAgent::Registered { node: name.clone() }));
+    let _ = tx.send(envelope(&ControllerToAgent::Registered {
+        node: name.clone(),
+    }));
     tracing::info!("agent {name} registered");
     ctx.hub.changed.notify_one();
     let result = pump(&ctx, &name, inbound, &tx).await;
@@ -80,16 +130,49 @@ async fn serve(ctx: Arc<Ctx>, inbound: &mut Streaming<AgentEnvelope>, tx: crate:
     result
 }
 
-async fn pump(ctx: &Arc<Ctx>, node: &str, inbound: &mut Streaming<AgentEnvelope>, tx: &crate::hub::AgentTx) -> Result<(), Status> {
+async fn pump(
+    ctx: &Arc<Ctx>,
+    node: &str,
+    inbound: &mut Streaming<AgentEnvelope>,
+    tx: &crate::hub::AgentTx,
+) -> Result<(), Status> {
     while let Some(item) = inbound.next().await {
-        let msg: AgentToController = decode(&item?.json).map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
+        let msg: AgentToController = decode(&item?.json)
+            .map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
         match msg {
             AgentToController::Heartbeat { running } => ctx.hub.heartbeat(node, running),
             AgentToController::Step { seq, event } => {
                 let cmd = match event {
-                    StepEvent::Started { job, attempt, pid } => Command::StepStarted { job, attempt, node: node.into(), pid },
-                    StepEvent::Failed { job, attempt, failure } => Command::StepFailed { job, attempt, node: node.into(), failure },
-                    StepEvent::Exited { job, attempt, code, signal, failure } => Command::StepExited { job, attempt, node: node.into(), code, signal, failure },
+                    StepEvent::Started { job, attempt, pid } => Command::StepStarted {
+                        job,
+                        attempt,
+                        node: node.into(),
+                        pid,
+                    },
+                    StepEvent::Failed {
+                        job,
+                        attempt,
+                        failure,
+                    } => Command::StepFailed {
+                        job,
+                        attempt,
+                        node: node.into(),
+                        failure,
+                    },
+                    StepEvent::Exited {
+                        job,
+                        attempt,
+                        code,
+                        signal,
+                        failure,
+                    } => Command::StepExited {
+                        job,
+                        attempt,
+                        node: node.into(),
+                        code,
+                        signal,
+                        failure,
+                    },
                 };
                 // Transient errors leave the event unacknowledged; the agent resends it.
                 if ctx.propose(cmd, None).await.is_ok() {
@@ -98,14 +181,28 @@ async fn pump(ctx: &Arc<Ctx>, node: &str, inbound: &mut Streaming<AgentEnvelope>
                 }
             }
             AgentToController::Health { seq, events } => {
-                if ctx.propose(Command::HealthEvents { node: node.into(), events }, None).await.is_ok() {
+                if ctx
+                    .propose(
+                        Command::HealthEvents {
+                            node: node.into(),
+                            events,
+                        },
+                        None,
+                    )
+                    .await
+                    .is_ok()
+                {
                     let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
                 }
             }
-            AgentToController::Register { .. } => return Err(Status::invalid_argument("already registered")),
+            AgentToController::Register { .. } => {
+                return Err(Status::invalid_argument("already registered"));
+            }
         }
         if !ctx.raft.is_leader() {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader { leader: ctx.leader_address() }));
+            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+                leader: ctx.leader_address(),
+            }));
             return Ok(());
         }
     }

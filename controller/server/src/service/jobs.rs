@@ -6,7 +6,10 @@
 use crate::config::now_ms;
 use crate::ctx::{Ctx, outcome_to_status};
 use gsched_proto::pb::jobs_server::Jobs;
-use gsched_proto::pb::{ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest, MembershipRequest, NodeAdminRequest, SubmitReply, SubmitRequest};
+use gsched_proto::pb::{
+    ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest, MembershipRequest,
+    NodeAdminRequest, SubmitReply, SubmitRequest,
+};
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
 use gsched_state::view::{ViewCache, pending_view, snapshot};
@@ -21,7 +24,9 @@ pub struct JobsService {
 }
 
 fn doc(v: serde_json::Value) -> Response<DocReply> {
-    Response::new(DocReply { json: serde_json::to_vec(&v).unwrap_or_default() })
+    Response::new(DocReply {
+        json: serde_json::to_vec(&v).unwrap_or_default(),
+    })
 }
 
 /// Checks a spec for values no controller state could make valid.
@@ -36,13 +41,19 @@ pub fn validate_spec(spec: &JobSpec) -> Result<(), String> {
         return Err("--cpus-per-task must be at least 1".into());
     }
     if spec.gpus_per_node > 64 {
-        return Err(format!("{} GPUs per node is more than any node can have", spec.gpus_per_node));
+        return Err(format!(
+            "{} GPUs per node is more than any node can have",
+            spec.gpus_per_node
+        ));
     }
     if spec.user.is_empty() {
         return Err("the job has no user".into());
     }
     if !spec.workdir.starts_with('/') {
-        return Err(format!("working directory '{}' must be absolute", spec.workdir));
+        return Err(format!(
+            "working directory '{}' must be absolute",
+            spec.workdir
+        ));
     }
     if spec.script.is_empty() && spec.torchrun.is_none() {
         return Err("the batch script is empty".into());
@@ -83,7 +94,9 @@ pub fn check_fits(state: &ClusterState, spec: &JobSpec) -> Result<(), String> {
     let view = pending_view(&record, state);
     let snap = snapshot(state, &mut ViewCache::default());
     let mut placer = Placer::new(&snap);
-    placer.check_ever_fits(&view).map_err(|why| format!("this job can never run here: {why}"))
+    placer
+        .check_ever_fits(&view)
+        .map_err(|why| format!("this job can never run here: {why}"))
 }
 
 /// A job record for clients: without the script text and inherited environment.
@@ -95,7 +108,11 @@ fn public(job: &JobRecord) -> JobRecord {
 }
 
 fn user_of(user: &str) -> Result<String, Status> {
-    if user.is_empty() { Err(Status::invalid_argument("the request names no user")) } else { Ok(user.to_string()) }
+    if user.is_empty() {
+        Err(Status::invalid_argument("the request names no user"))
+    } else {
+        Ok(user.to_string())
+    }
 }
 
 fn request_id(id: &str) -> Option<String> {
@@ -106,19 +123,35 @@ fn request_id(id: &str) -> Option<String> {
 impl Jobs for JobsService {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let req = req.into_inner();
-        let spec: JobSpec = serde_json::from_slice(&req.spec_json).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let spec: JobSpec = serde_json::from_slice(&req.spec_json)
+            .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         validate_spec(&spec).map_err(Status::invalid_argument)?;
         {
-            let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
-            if let Some(done) = request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned()) {
+            let r = self
+                .ctx
+                .raft
+                .replica
+                .read()
+                .map_err(|_| Status::internal("state lock poisoned"))?;
+            if let Some(done) =
+                request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
+            {
                 if let Outcome::Submitted { jobs } = done {
-                    return Ok(Response::new(SubmitReply { job_ids: jobs.iter().map(|j| j.0).collect() }));
+                    return Ok(Response::new(SubmitReply {
+                        job_ids: jobs.iter().map(|j| j.0).collect(),
+                    }));
                 }
             }
             check_fits(&r.state, &spec).map_err(Status::invalid_argument)?;
         }
-        match outcome_to_status(self.ctx.propose(Command::SubmitJob { spec }, request_id(&req.request_id)).await?) {
-            Ok(Outcome::Submitted { jobs }) => Ok(Response::new(SubmitReply { job_ids: jobs.iter().map(|j| j.0).collect() })),
+        match outcome_to_status(
+            self.ctx
+                .propose(Command::SubmitJob { spec }, request_id(&req.request_id))
+                .await?,
+        ) {
+            Ok(Outcome::Submitted { jobs }) => Ok(Response::new(SubmitReply {
+                job_ids: jobs.iter().map(|j| j.0).collect(),
+            })),
             Ok(other) => Err(Status::internal(format!("unexpected outcome {other:?}"))),
             Err(s) => Err(Status::invalid_argument(s.message().to_string())),
         }
@@ -128,32 +161,96 @@ impl Jobs for JobsService {
         let req = req.into_inner();
         let user = user_of(&req.user)?;
         let admin = self.ctx.is_admin(&user);
-        outcome_to_status(self.ctx.propose(Command::CancelJob { job: JobId(req.job_id), by: user, admin }, request_id(&req.request_id)).await?)?;
-        Ok(Response::new(ActionReply { message: format!("job {} cancelled", req.job_id) }))
+        outcome_to_status(
+            self.ctx
+                .propose(
+                    Command::CancelJob {
+                        job: JobId(req.job_id),
+                        by: user,
+                        admin,
+                    },
+                    request_id(&req.request_id),
+                )
+                .await?,
+        )?;
+        Ok(Response::new(ActionReply {
+            message: format!("job {} cancelled", req.job_id),
+        }))
     }
 
     async fn requeue(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let user = user_of(&req.user)?;
         let admin = self.ctx.is_admin(&user);
-        outcome_to_status(self.ctx.propose(Command::RequeueJob { job: JobId(req.job_id), by: user, admin }, request_id(&req.request_id)).await?)?;
-        Ok(Response::new(ActionReply { message: format!("job {} requeued", req.job_id) }))
+        outcome_to_status(
+            self.ctx
+                .propose(
+                    Command::RequeueJob {
+                        job: JobId(req.job_id),
+                        by: user,
+                        admin,
+                    },
+                    request_id(&req.request_id),
+                )
+                .await?,
+        )?;
+        Ok(Response::new(ActionReply {
+            message: format!("job {} requeued", req.job_id),
+        }))
     }
 
     async fn hold(&self, req: Request<HoldRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let user = user_of(&req.user)?;
         let admin = self.ctx.is_admin(&user);
-        outcome_to_status(self.ctx.propose(Command::HoldJob { job: JobId(req.job_id), by: user, admin, hold: req.hold }, request_id(&req.request_id)).await?)?;
-        Ok(Response::new(ActionReply { message: format!("job {} {}", req.job_id, if req.hold { "held" } else { "released" }) }))
+        outcome_to_status(
+            self.ctx
+                .propose(
+                    Command::HoldJob {
+                        job: JobId(req.job_id),
+                        by: user,
+                        admin,
+                        hold: req.hold,
+                    },
+                    request_id(&req.request_id),
+                )
+                .await?,
+        )?;
+        Ok(Response::new(ActionReply {
+            message: format!(
+                "job {} {}",
+                req.job_id,
+                if req.hold { "held" } else { "released" }
+            ),
+        }))
     }
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
         let all = req.into_inner().include_finished;
         let consistent = self.ctx.read_barrier().await;
-        let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
-        let jobs: Vec<JobRecord> = r.state.jobs.values().filter(|j| all || !j.state.is_terminal()).map(public).collect();
-        let estimates = self.ctx.estimates.read().map(|e| e.iter().map(|(k, v)| (k.0.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>()).unwrap_or_default();
+        let r = self
+            .ctx
+            .raft
+            .replica
+            .read()
+            .map_err(|_| Status::internal("state lock poisoned"))?;
+        let jobs: Vec<JobRecord> = r
+            .state
+            .jobs
+            .values()
+            .filter(|j| all || !j.state.is_terminal())
+            .map(public)
+            .collect();
+        let estimates = self
+            .ctx
+            .estimates
+            .read()
+            .map(|e| {
+                e.iter()
+                    .map(|(k, v)| (k.0.to_string(), *v))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            })
+            .unwrap_or_default();
         let status = self.ctx.raft.status.borrow().clone();
         Ok(doc(json!({
             "jobs": jobs,
@@ -168,7 +265,12 @@ impl Jobs for JobsService {
 
     async fn list_nodes(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
         let consistent = self.ctx.read_barrier().await;
-        let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
+        let r = self
+            .ctx
+            .raft
+            .replica
+            .read()
+            .map_err(|_| Status::internal("state lock poisoned"))?;
         let nodes: Vec<serde_json::Value> = r
             .state
             .nodes
@@ -179,7 +281,12 @@ impl Jobs for JobsService {
                     .state
                     .jobs
                     .values()
-                    .filter(|j| matches!(j.state, JobState::Running | JobState::Completing) && j.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|x| x.node == n.name)))
+                    .filter(|j| {
+                        matches!(j.state, JobState::Running | JobState::Completing)
+                            && j.allocation
+                                .as_ref()
+                                .is_some_and(|a| a.nodes.iter().any(|x| x.node == n.name))
+                    })
                     .map(|j| j.id.0)
                     .collect();
                 json!({
@@ -192,36 +299,74 @@ impl Jobs for JobsService {
                 })
             })
             .collect();
-        Ok(doc(json!({ "nodes": nodes, "applied_index": r.applied, "consistent": consistent, "now_ms": now_ms() })))
+        Ok(doc(
+            json!({ "nodes": nodes, "applied_index": r.applied, "consistent": consistent, "now_ms": now_ms() }),
+        ))
     }
 
-    async fn node_admin(&self, req: Request<NodeAdminRequest>) -> Result<Response<ActionReply>, Status> {
+    async fn node_admin(
+        &self,
+        req: Request<NodeAdminRequest>,
+    ) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let user = user_of(&req.user)?;
         if !self.ctx.is_admin(&user) {
-            return Err(Status::permission_denied(format!("{user} is not an admin; node changes need one of: {}", self.ctx.cfg.admins.join(", "))));
+            return Err(Status::permission_denied(format!(
+                "{user} is not an admin; node changes need one of: {}",
+                self.ctx.cfg.admins.join(", ")
+            )));
         }
         let cmd = match req.action.as_str() {
             "drain" => {
                 if req.reason.trim().is_empty() {
-                    return Err(Status::invalid_argument("draining a node needs a reason (--reason)"));
+                    return Err(Status::invalid_argument(
+                        "draining a node needs a reason (--reason)",
+                    ));
                 }
-                Command::DrainNode { node: req.node.clone(), reason: req.reason, by: user }
+                Command::DrainNode {
+                    node: req.node.clone(),
+                    reason: req.reason,
+                    by: user,
+                }
             }
-            "resume" => Command::ResumeNode { node: req.node.clone(), by: user },
-            other => return Err(Status::invalid_argument(format!("unknown node action '{other}': use drain or resume"))),
+            "resume" => Command::ResumeNode {
+                node: req.node.clone(),
+                by: user,
+            },
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown node action '{other}': use drain or resume"
+                )));
+            }
         };
         outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
-        Ok(Response::new(ActionReply { message: format!("node {} {}", req.node, req.action) }))
+        Ok(Response::new(ActionReply {
+            message: format!("node {} {}", req.node, req.action),
+        }))
     }
 
     async fn status(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
         let (applied, digest, jobs, nodes) = {
-            let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
-            (r.applied, r.state.digest(), r.state.jobs.len(), r.state.nodes.len())
+            let r = self
+                .ctx
+                .raft
+                .replica
+                .read()
+                .map_err(|_| Status::internal("state lock poisoned"))?;
+            (
+                r.applied,
+                r.state.digest(),
+                r.state.jobs.len(),
+                r.state.nodes.len(),
+            )
         };
         let s = self.ctx.raft.status.borrow().clone();
-        let book: std::collections::BTreeMap<u64, String> = self.ctx.book.read().map(|b| b.iter().map(|(k, v)| (*k, v.clone())).collect()).unwrap_or_default();
+        let book: std::collections::BTreeMap<u64, String> = self
+            .ctx
+            .book
+            .read()
+            .map(|b| b.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default();
         Ok(doc(json!({
             "id": s.id,
             "address": self.ctx.cfg.advertise,
@@ -245,32 +390,66 @@ impl Jobs for JobsService {
         })))
     }
 
-    async fn membership(&self, req: Request<MembershipRequest>) -> Result<Response<ActionReply>, Status> {
+    async fn membership(
+        &self,
+        req: Request<MembershipRequest>,
+    ) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let change = match req.action.as_str() {
             "add" => {
                 if !req.address.contains(':') {
-                    return Err(Status::invalid_argument("a controller address is HOST:PORT"));
+                    return Err(Status::invalid_argument(
+                        "a controller address is HOST:PORT",
+                    ));
                 }
                 if let Ok(mut b) = self.ctx.book.write() {
                     b.insert(req.id, req.address.clone());
                 }
-                Membership::Add { id: req.id, address: req.address.clone() }
+                Membership::Add {
+                    id: req.id,
+                    address: req.address.clone(),
+                }
             }
             "remove" => Membership::Remove { id: req.id },
-            other => return Err(Status::invalid_argument(format!("unknown membership action '{other}': use add or remove"))),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown membership action '{other}': use add or remove"
+                )));
+            }
         };
         if !self.ctx.raft.is_leader() {
-            return Err(self.ctx.unavailable("membership changes go to the leader".into()));
+            return Err(self
+                .ctx
+                .unavailable("membership changes go to the leader".into()));
         }
-        self.ctx.raft.change_membership(change).await.map_err(|e| self.ctx.propose_error(e))?;
-        Ok(Response::new(ActionReply { message: format!("controller {} {}", req.id, if req.action == "add" { "added" } else { "removed" }) }))
+        self.ctx
+            .raft
+            .change_membership(change)
+            .await
+            .map_err(|e| self.ctx.propose_error(e))?;
+        Ok(Response::new(ActionReply {
+            message: format!(
+                "controller {} {}",
+                req.id,
+                if req.action == "add" {
+                    "added"
+                } else {
+                    "removed"
+                }
+            ),
+        }))
     }
 
     async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {
-        let spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json)
+            .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         validate_spec(&spec).map_err(Status::invalid_argument)?;
-        let r = self.ctx.raft.replica.read().map_err(|_| Status::internal("state lock poisoned"))?;
+        let r = self
+            .ctx
+            .raft
+            .replica
+            .read()
+            .map_err(|_| Status::internal("state lock poisoned"))?;
         check_fits(&r.state, &spec).map_err(Status::invalid_argument)?;
         // Where the job would go on an idle cluster (for `gsub --dry-run`).
         let mut record = probe_record(&spec);
@@ -286,7 +465,12 @@ impl Jobs for JobsService {
         let topologies: std::collections::BTreeMap<String, gsched_types::Topology> = allocation
             .iter()
             .flat_map(|a| a.nodes.iter())
-            .filter_map(|na| r.state.nodes.get(&na.node).map(|n| (na.node.clone(), n.topology.clone())))
+            .filter_map(|na| {
+                r.state
+                    .nodes
+                    .get(&na.node)
+                    .map(|n| (na.node.clone(), n.topology.clone()))
+            })
             .collect();
         let reason = p.reasons.first().map(|(_, r)| r.to_string());
         Ok(doc(json!({
