@@ -76,7 +76,7 @@ sleep 1
 agent_up h200 --restrict-gpu-devices
 ginfo | tee -a "$SUM"
 cd "$W"
-J=$(gsub --parsable --gpus-per-node 2 -J allreduce-2gpu --export=ALL,ALLREDUCE_MB=256:1024,ALLREDUCE_ITERS=20 "${TR[@]}" --torchrun "$ROOT/examples/allreduce.py")
+J=$(gsub --parsable --gpus-per-node 2 -J allreduce-2gpu --export=ALL,ALLREDUCE_MB=256:1024,ALLREDUCE_ITERS=20,NCCL_DEBUG=INFO "${TR[@]}" --torchrun "$ROOT/examples/allreduce.py")
 say "job $J (2 GPUs, one node): $(wait_job "$J" 180)"
 grep -hE "allreduce size|expected=" "$W/gsched-$J.out" | tee -a "$SUM"
 gctl show job "$J" | grep -E "Node\[|MasterAddr" | tee -a "$SUM"
@@ -125,7 +125,7 @@ say "== (3) two agents with one GPU each (NCCL over sockets)"
 agent_up h200-g0 --gpus 0
 agent_up h200-g1 --gpus 1
 ginfo | tee -a "$SUM"
-J=$(gsub --parsable -N 2 --gpus-per-node 1 -J allreduce-2x1 -x h200 --export=ALL,ALLREDUCE_MB=256:1024,ALLREDUCE_ITERS=10,NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1 "${TR[@]}" --torchrun "$ROOT/examples/allreduce.py")
+J=$(gsub --parsable -N 2 --gpus-per-node 1 -J allreduce-2x1 -x h200 --export=ALL,ALLREDUCE_MB=256:1024,ALLREDUCE_ITERS=10,NCCL_DEBUG=INFO,NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1 "${TR[@]}" --torchrun "$ROOT/examples/allreduce.py")
 say "job $J (2 nodes x 1 GPU, sockets): $(wait_job "$J" 240)"
 grep -hE "allreduce size|expected=" "$W/gsched-$J.out" | tee -a "$SUM"
 gctl show job "$J" | grep -E "Node\[" | tee -a "$SUM"

@@ -242,7 +242,8 @@ impl Cluster {
         i
     }
 
-    /// The fake kernel log an agent watches for Xid lines.
+    /// The fake kernel log an agent watches for Xid lines. It is not created in advance:
+    /// the agent waits for it, as it would for a log file that appears after it started.
     pub fn kmsg(&self, name: &str) -> PathBuf {
         self.path(&format!("kmsg-{name}"))
     }
@@ -250,10 +251,6 @@ impl Cluster {
     fn spawn_agent(&self, i: usize) -> Proc {
         let o = &self.agent_opts[i];
         let log = self.path(&format!("agent-{}.log", o.name));
-        let kmsg = self.kmsg(&o.name);
-        if !kmsg.exists() {
-            std::fs::write(&kmsg, b"").expect("kmsg file");
-        }
         let mut cmd = Command::new(bin("gagentd"));
         cmd.args([
             "--controllers",

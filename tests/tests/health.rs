@@ -10,7 +10,11 @@ use std::io::Write;
 use std::time::Duration;
 
 fn append(path: &std::path::Path, line: &str) {
-    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     writeln!(f, "{line}").unwrap();
 }
 

@@ -167,6 +167,38 @@ fn t40_an_nccl_watchdog_line_stops_the_gang_at_once() {
 }
 
 #[test]
+fn t45_a_peers_connection_closed_waits_for_the_killed_ranks_own_report() {
+    // As seen on 2x H200 over sockets: the surviving rank's NCCL "Connection closed by
+    // remote peer" reaches the controller before the killed rank's own report. The
+    // blame must still go to the node whose rank was killed.
+    let c = two_nodes(&[]);
+    let script = c.script(
+        "peer.sh",
+        "#!/bin/bash\nif [ \"$SLURM_NODEID\" = 0 ]; then\n  echo '[2026-11-29 23:37:19] vm:2710:2863 [0] misc/socket.cc:72 NCCL WARN socketProgress: Connection closed by remote peer'\n  exec sleep 600\nfi\nsleep 0.4\nkill -9 $$\n",
+    );
+    let id = c.submit(&["-N", "2", &script]);
+    let job = c.wait_state(id, &["FAILED"], Duration::from_secs(60));
+    let failure = &job["failure"];
+    assert_eq!(failure["kind"], "signal", "{failure}");
+    assert_eq!(failure["signal"], 9, "{failure}");
+    assert_eq!(
+        failure["node"], job["allocation"]["nodes"][1]["node"],
+        "{failure}"
+    );
+    let steps = c.json("gctl", &["show", "job", &id.to_string()]);
+    let n0 = &steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["node"] == job["allocation"]["nodes"][0]["node"])
+        .unwrap()["failure"];
+    assert_eq!(
+        n0["kind"], "nccl_error",
+        "the symptom stays on record for its node: {steps}"
+    );
+}
+
+#[test]
 fn t50_time_limit_ends_the_job_as_timeout() {
     let c = two_nodes(&[]);
     let script = c.script("long.sh", "#!/bin/bash\nexec sleep 600\n");

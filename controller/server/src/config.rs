@@ -25,6 +25,9 @@ pub struct ControllerConfig {
     pub kill_grace_s: u64,
     /// Grace when a gang is stopped because another node's step failed.
     pub gang_stop_grace_s: u64,
+    /// When the first failure only says a peer went away, how long to wait for that
+    /// peer's own report (the cause) before stopping the gang.
+    pub peer_report_wait: Duration,
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
@@ -46,6 +49,7 @@ impl ControllerConfig {
             node_timeout: Duration::from_secs(6),
             kill_grace_s: 10,
             gang_stop_grace_s: 3,
+            peer_report_wait: Duration::from_millis(1500),
             raft_tick: Duration::from_millis(50),
             election_ticks: 10,
             snapshot_every: 5_000,
@@ -68,6 +72,8 @@ pub struct ConfigFile {
     pub kill_grace_s: Option<u64>,
     #[serde(default)]
     pub gang_stop_grace_s: Option<u64>,
+    #[serde(default)]
+    pub peer_report_wait_s: Option<f64>,
     #[serde(default)]
     pub snapshot_every: Option<u64>,
 }
@@ -100,6 +106,9 @@ impl ConfigFile {
         }
         if let Some(g) = self.gang_stop_grace_s {
             cfg.gang_stop_grace_s = g;
+        }
+        if let Some(w) = self.peer_report_wait_s {
+            cfg.peer_report_wait = Duration::from_secs_f64(w.clamp(0.0, 30.0));
         }
         if let Some(s) = self.snapshot_every {
             cfg.snapshot_every = s.max(10);

@@ -179,13 +179,21 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
     let mut status = ctx.raft.status.clone();
     let mut launched: HashMap<(JobId, u32, String), Instant> = HashMap::new();
     let mut killed: HashMap<(JobId, u32, String), Instant> = HashMap::new();
+    let mut holding: HashMap<(JobId, u32), Instant> = HashMap::new();
+    let mut held = false;
     loop {
+        let tick = if held {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_millis(500)
+        };
         tokio::select! {
             _ = stop.changed() => {}
             _ = status.changed() => {}
             _ = ctx.hub.changed.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::time::sleep(tick) => {}
         }
+        held = false;
         if stopped(&stop) {
             return;
         }
@@ -250,6 +258,18 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                             }
                         }
                         JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
+                            // A peer's "remote process exited" is a symptom: give the
+                            // node with the cause a moment to report it before the stop
+                            // makes its evidence disappear.
+                            let first_seen = *holding
+                                .entry((job.id, job.restarts))
+                                .or_insert_with(Instant::now);
+                            if job.failure.as_ref().is_some_and(|f| f.points_elsewhere())
+                                && first_seen.elapsed() < ctx.cfg.peer_report_wait
+                            {
+                                held = true;
+                                continue;
+                            }
                             if killed
                                 .get(&key)
                                 .is_none_or(|t| t.elapsed() > Duration::from_secs(2))
@@ -324,6 +344,7 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             }
         }
         launched.retain(|_, t| t.elapsed() < Duration::from_secs(600));
+        holding.retain(|_, t| t.elapsed() < Duration::from_secs(600));
         killed.retain(|_, t| t.elapsed() < Duration::from_secs(600));
         for (node, msg) in sends {
             ctx.hub.send(&node, &msg);

@@ -131,53 +131,84 @@ fn report(outbox: &Outbox, flush: &tokio::sync::Notify, events: Vec<HealthEvent>
     flush.notify_one();
 }
 
-/// Follows a kernel log: `/dev/kmsg` (records) or a plain file, from its current end.
-pub async fn watch_kernel_log(
+/// Follows a kernel log on a thread of its own (reads of `/dev/kmsg` block): `/dev/kmsg`
+/// records, or a plain file, from its current end. A file that does not exist yet is
+/// waited for and then read from its start; an unreadable `/dev/kmsg` (not root) is
+/// reported once and left alone.
+pub fn watch_kernel_log(
     path: PathBuf,
     topo: Arc<RwLock<Topology>>,
     outbox: Arc<Outbox>,
     flush: Arc<tokio::sync::Notify>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("kernel-log".into())
+        .spawn(move || follow_kernel_log(&path, &topo, &outbox, &flush))
+        .expect("spawning the kernel-log thread")
+}
+
+fn follow_kernel_log(
+    path: &std::path::Path,
+    topo: &RwLock<Topology>,
+    outbox: &Outbox,
+    flush: &tokio::sync::Notify,
 ) {
-    let is_kmsg = path.to_string_lossy().ends_with("kmsg") && path.starts_with("/dev");
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::info!(
-                "kernel log {} not readable ({e}); Xid lines will not be seen",
-                path.display()
-            );
-            return;
+    let is_kmsg = path.starts_with("/dev");
+    let mut from_start = false;
+    let mut told = false;
+    let file = loop {
+        match std::fs::File::open(path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !is_kmsg => {
+                if !told {
+                    tracing::warn!(
+                        "kernel log {} does not exist yet; Xid lines will be read once it appears",
+                        path.display()
+                    );
+                    told = true;
+                }
+                from_start = true;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "kernel log {} not readable ({e}); Xid lines will not be seen (run the agent as root or pass --kmsg)",
+                    path.display()
+                );
+                return;
+            }
         }
     };
+    tracing::info!("watching {} for Xid and bus errors", path.display());
     let mut reader = std::io::BufReader::new(file);
-    if is_kmsg {
-        let _ = reader.seek(SeekFrom::End(0));
-    } else {
+    if !from_start {
         let _ = reader.seek(SeekFrom::End(0));
     }
     let mut line = String::new();
     loop {
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Ok(0) => std::thread::sleep(Duration::from_millis(100)),
             Ok(_) => {
-                if let Some(ev) = parse_line(&line) {
-                    let t = topo
-                        .read()
-                        .map(|t| t.clone())
-                        .unwrap_or_else(|_| Topology::empty(""));
-                    if let Some(h) = kernel_event_to_health(&ev, &t) {
-                        report(&outbox, &flush, vec![h]);
-                    }
+                let Some(ev) = parse_line(&line) else {
+                    continue;
+                };
+                let t = topo
+                    .read()
+                    .map(|t| t.clone())
+                    .unwrap_or_else(|_| Topology::empty(""));
+                if let Some(h) = kernel_event_to_health(&ev, &t) {
+                    report(outbox, flush, vec![h]);
                 }
             }
+            // /dev/kmsg: a record overwritten before it was read (EPIPE) or a partial one.
             Err(e)
                 if e.kind() == std::io::ErrorKind::InvalidInput
                     || e.raw_os_error() == Some(libc::EPIPE) =>
             {
                 continue;
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
         }
     }
 }

@@ -250,12 +250,12 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        tokio::spawn(health::watch_kernel_log(
+        health::watch_kernel_log(
             args.kmsg.clone(),
             topology.clone(),
             outbox.clone(),
             flush.clone(),
-        ));
+        );
         let src = source.clone();
         let keep = args.gpus.clone();
         let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> =

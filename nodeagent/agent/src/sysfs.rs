@@ -174,8 +174,13 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
                 .and_then(|s| s.parse::<i64>().ok())
                 .filter(|s| *s > 0)
                 .map(|s| s as u64);
-            nic.up =
-                read(dir.join("operstate")).map(|s| s == "up" || s == "unknown" && kind_code == 32);
+            // "unknown" is what drivers without carrier reporting (lo, some virtual and
+            // IPoIB devices) show; the administrative IFF_UP flag decides for them.
+            let admin_up = read(dir.join("flags"))
+                .and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+                .is_some_and(|f| f & 1 != 0);
+            nic.up = read(dir.join("operstate"))
+                .map(|s| s == "up" || s == "unknown" && (kind_code == 32 || admin_up));
             let path = std::fs::canonicalize(&device)
                 .ok()
                 .and_then(|p| PciPath::parse(&p.to_string_lossy()));

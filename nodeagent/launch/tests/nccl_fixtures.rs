@@ -99,3 +99,48 @@ fn healthy_logs_have_no_fatal_lines() {
             .all(|f| !f.fatal)
     );
 }
+
+/// Outputs of gsched's own jobs on 2x H200 (deploy/gpu/h200-run.sh, torch 2.11, NCCL
+/// 2.28.9): what the agent must find in them.
+fn gpu_run(name: &str) -> Vec<LogFinding> {
+    let path = format!(
+        "{}/../../tests/fixtures/gpu/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(classify_line)
+        .collect()
+}
+
+#[test]
+fn h200_runs_killed_rank_hung_rank_and_peer_symptom() {
+    let killed = gpu_run("torchrun-1node-killed-rank.out");
+    let hit = killed
+        .iter()
+        .find(|f| f.fatal)
+        .expect("torchrun's failure line");
+    assert_eq!(hit.kind, FailureKind::Signal { signal: 9 }, "{}", hit.line);
+    assert!(hit.line.contains("failed (exitcode: -9)"));
+
+    let hung = gpu_run("torchrun-1node-hung-rank-nccl-timeout.out");
+    let hit = hung.iter().find(|f| f.fatal).expect("watchdog line");
+    assert_eq!(hit.kind, FailureKind::NcclTimeout);
+    assert!(hit.line.contains("Timeout(ms)=10000"), "{}", hit.line);
+
+    // Two nodes over sockets, rank 1 killed: what the surviving rank 0 prints names the
+    // peer, not itself.
+    let peer = gpu_run("torchrun-2node-killed-rank-sockets.out");
+    let hit = peer
+        .iter()
+        .find(|f| f.kind == FailureKind::NcclError)
+        .expect("NCCL remote error");
+    let failure = gsched_types::failure::Failure {
+        kind: hit.kind.clone(),
+        node: None,
+        evidence: hit.line.clone(),
+        at_ms: 0,
+    };
+    assert!(failure.points_elsewhere(), "{}", hit.line);
+}

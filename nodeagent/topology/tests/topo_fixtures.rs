@@ -191,3 +191,29 @@ fn every_prefix_of_every_fixture_parses_or_errors() {
         }
     }
 }
+
+/// What gsched's own discovery (NVML + sysfs) reported on the 2x H200 machine, and the
+/// `nvidia-smi topo -m` taken in the same run: both must describe the same wiring.
+#[test]
+fn h200_discovery_from_the_device_matches_its_topo_matrix() {
+    let dir = format!("{}/../../tests/fixtures/gpu", env!("CARGO_MANIFEST_DIR"));
+    let t = gsched_topology::fake::load_topology_file(std::path::Path::new(&format!(
+        "{dir}/discover-h200.json"
+    )))
+    .unwrap();
+    assert_eq!(t.gpus.len(), 2);
+    assert_eq!(t.gpu_links[0][1], l("NV18"));
+    for g in &t.gpus {
+        assert_eq!(g.model.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(g.memory_mib, Some(143771));
+        let p = g.pcie.as_ref().expect("PCIe link from NVML");
+        assert_eq!((p.gen_current, p.width_current), (Some(5), Some(16)));
+        assert_eq!(g.nvlinks_active, Some(18));
+    }
+    assert_eq!(t.gpus[1].pci_bus_id.as_deref(), Some("0000:00:07.0"));
+    let eth0 = t.nics.iter().find(|n| n.name == "eth0").unwrap();
+    assert_eq!((eth0.mtu, eth0.up), (Some(1400), Some(true)));
+    let text = std::fs::read_to_string(format!("{dir}/nvidia-smi-topo.txt")).unwrap();
+    let m = parse_topo_matrix(strip_fixture_header(&text)).unwrap();
+    assert_eq!(m.gpu_links, t.gpu_links);
+}

@@ -101,12 +101,40 @@ impl FailureKind {
             FailureKind::Timeout => 7,
             FailureKind::Cancelled | FailureKind::Preempted => 6,
             FailureKind::NcclTimeout => 5,
+            // A rank killed or crashed (SIGKILL, SIGSEGV, SIGBUS...) is the cause; its peers'
+            // "connection closed by remote peer" is the symptom, and often arrives first.
+            // SIGABRT is what NCCL's own error handling raises, so it stays below NCCL errors.
+            FailureKind::Signal { signal } if !matches!(signal, 1 | 2 | 6 | 15) => 5,
             FailureKind::NcclError => 4,
             FailureKind::LaunchFailed => 4,
             FailureKind::Signal { .. } => 3,
             FailureKind::ExitCode { .. } => 2,
             FailureKind::GangStopped => 0,
         }
+    }
+}
+
+impl Failure {
+    /// True when the evidence is a rank noticing that *another* rank went away (NCCL's
+    /// "remote process exited", "Connection closed by remote peer", a reset socket): the
+    /// cause is on the other node, whose own report usually follows within a second.
+    pub fn points_elsewhere(&self) -> bool {
+        if !matches!(
+            self.kind,
+            FailureKind::NcclError | FailureKind::ExitCode { .. }
+        ) {
+            return false;
+        }
+        let e = self.evidence.to_ascii_lowercase();
+        [
+            "remote peer",
+            "remote process exited",
+            "connection reset by peer",
+            "connection closed by peer",
+            "ncclremoteerror",
+        ]
+        .iter()
+        .any(|n| e.contains(n))
     }
 }
 
@@ -147,5 +175,53 @@ impl fmt::Display for Failure {
             write!(f, ": {}", self.evidence)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailureKind::*;
+
+    #[test]
+    fn a_killed_rank_outranks_its_peers_symptoms() {
+        // Seen on 2x H200 over sockets: the peer's "Connection closed by remote peer"
+        // reached the controller 0.04 s after the kill, before the killed rank's report.
+        assert!(Signal { signal: 9 }.precedence() > NcclError.precedence());
+        assert!(Signal { signal: 11 }.precedence() > NcclError.precedence());
+        assert!(
+            NcclError.precedence() > Signal { signal: 6 }.precedence(),
+            "NCCL's abort keeps the NCCL error"
+        );
+        assert!(NcclError.precedence() > ExitCode { code: 1 }.precedence());
+        assert!(GpuLost { gpu: Some(1) }.precedence() > Signal { signal: 9 }.precedence());
+        assert!(Signal { signal: 15 }.precedence() > GangStopped.precedence());
+    }
+
+    #[test]
+    fn peer_symptoms_are_recognised() {
+        let f = |kind, evidence: &str| super::Failure {
+            kind,
+            node: None,
+            evidence: evidence.into(),
+            at_ms: 0,
+        };
+        assert!(
+            f(
+                NcclError,
+                "[0] misc/socket.cc:72 NCCL WARN socketProgress: Connection closed by remote peer"
+            )
+            .points_elsewhere()
+        );
+        assert!(
+            f(
+                NcclError,
+                "NCCL error: remote process exited or there was a network error"
+            )
+            .points_elsewhere()
+        );
+        assert!(
+            !f(NcclError, "NCCL WARN NET/IB : Got completion with error 12").points_elsewhere()
+        );
+        assert!(!f(Signal { signal: 9 }, "Connection closed by remote peer").points_elsewhere());
     }
 }
