@@ -102,6 +102,10 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
     let mut status = ctx.raft.status.clone();
     let mut last_pass = Instant::now() - Duration::from_secs(10);
     let mut last_applied = u64::MAX;
+    // Passes are spaced by a multiple of what the last one cost, so a stream of
+    // submissions into a long queue cannot keep the replica lock (and with it the Raft
+    // apply path) busy: the scheduler gets at most about a fifth of the leader's time.
+    let mut min_gap = Duration::from_millis(30);
     loop {
         tokio::select! {
             _ = stop.changed() => {}
@@ -112,9 +116,10 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             return;
         }
         let since = last_pass.elapsed();
-        if since < Duration::from_millis(30) {
-            tokio::time::sleep(Duration::from_millis(30) - since).await;
+        if since < min_gap {
+            tokio::time::sleep(min_gap - since).await;
         }
+        let began = Instant::now();
         let snap = {
             let r = ctx.raft.replica.read().expect("replica lock");
             if r.applied == last_applied && last_pass.elapsed() < Duration::from_millis(900) {
@@ -128,6 +133,7 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         let Ok(p) = tokio::task::spawn_blocking(move || plan(&snap, now)).await else {
             continue;
         };
+        min_gap = (began.elapsed() * 4).clamp(Duration::from_millis(30), Duration::from_millis(1000));
         let (starts, reasons) = {
             let r = ctx.raft.replica.read().expect("replica lock");
             let starts: Vec<StartJob> = p

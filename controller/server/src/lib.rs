@@ -88,7 +88,7 @@ pub async fn run(
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(
-            JobsServer::new(service::jobs::JobsService { ctx: ctx.clone() })
+            JobsServer::new(service::jobs::JobsService::new(ctx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE),
         )

@@ -83,6 +83,19 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
     }
 }
 
+/// The nodes alone (no jobs, no usage history): enough to ask whether a job could ever
+/// run here, which every submission asks, without copying the queue.
+pub fn nodes_only(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
+    Snapshot {
+        config: Arc::new(state.config.clone()),
+        nodes: state.nodes.keys().map(|n| cache.node(state, n)).collect(),
+        pending: Vec::new(),
+        running: Vec::new(),
+        dependencies: HashMap::new(),
+        usage: Vec::new(),
+    }
+}
+
 /// A snapshot of everything the scheduler needs.
 pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
     let nodes = state.nodes.keys().map(|n| cache.node(state, n)).collect();

@@ -12,7 +12,7 @@ use gsched_proto::pb::{
 };
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
-use gsched_state::view::{ViewCache, pending_view, snapshot};
+use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{ClusterState, Command, Outcome};
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState, PendingReason};
 use serde_json::json;
@@ -21,6 +21,19 @@ use tonic::{Request, Response, Status};
 
 pub struct JobsService {
     pub ctx: Arc<Ctx>,
+    /// Node views for admission checks, rebuilt only when a node re-registers.
+    pub views: std::sync::Mutex<ViewCache>,
+}
+
+impl JobsService {
+    pub fn new(ctx: Arc<Ctx>) -> JobsService {
+        JobsService { ctx, views: std::sync::Mutex::new(ViewCache::default()) }
+    }
+
+    fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
+        let mut cache = self.views.lock().map_err(|_| Status::internal("view cache poisoned"))?;
+        check_fits(state, spec, &mut cache).map_err(Status::invalid_argument)
+    }
 }
 
 fn doc(v: serde_json::Value) -> Response<DocReply> {
@@ -86,13 +99,13 @@ fn probe_record(spec: &JobSpec) -> JobRecord {
     }
 }
 
-pub fn check_fits(state: &ClusterState, spec: &JobSpec) -> Result<(), String> {
+pub fn check_fits(state: &ClusterState, spec: &JobSpec, cache: &mut ViewCache) -> Result<(), String> {
     if state.nodes.is_empty() {
         return Ok(());
     }
     let record = probe_record(spec);
     let view = pending_view(&record, state);
-    let snap = snapshot(state, &mut ViewCache::default());
+    let snap = nodes_only(state, cache);
     let mut placer = Placer::new(&snap);
     placer
         .check_ever_fits(&view)
@@ -142,7 +155,7 @@ impl Jobs for JobsService {
                     }));
                 }
             }
-            check_fits(&r.state, &spec).map_err(Status::invalid_argument)?;
+            self.check_fits(&r.state, &spec)?;
         }
         match outcome_to_status(
             self.ctx
@@ -450,7 +463,7 @@ impl Jobs for JobsService {
             .replica
             .read()
             .map_err(|_| Status::internal("state lock poisoned"))?;
-        check_fits(&r.state, &spec).map_err(Status::invalid_argument)?;
+        self.check_fits(&r.state, &spec)?;
         // Where the job would go on an idle cluster (for `gsub --dry-run`).
         let mut record = probe_record(&spec);
         record.id = JobId(u64::MAX);
