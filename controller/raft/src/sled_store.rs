@@ -1,11 +1,19 @@
 //! [`LogStore`] on sled: entries in the `log` tree keyed by big-endian index, hard state,
-//! conf state and the latest snapshot in the `meta` tree. `sync` is `sled::Db::flush`.
+//! conf state and the latest snapshot's metadata in the `meta` tree. `sync` is
+//! `sled::Db::flush`.
+//!
+//! Snapshot data (the whole state machine, tens of MB on a busy cluster) lives beside the
+//! database in `snapshot-<index>-<term>.bin`, written to a temporary file, fsynced and
+//! renamed before the metadata in sled points at it; a replaced file is deleted only after
+//! the next `sync` made the new pointer durable. Kept out of sled, large snapshots do not
+//! inflate sled's log-structured files.
 
 use crate::store::{LogStore, Result, StoreError};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use std::path::Path;
 
 pub struct SledStore {
+    dir: std::path::PathBuf,
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
@@ -14,6 +22,8 @@ pub struct SledStore {
     snap_meta: raft::eraftpb::SnapshotMetadata,
     first: u64,
     last: u64,
+    /// Snapshot files to delete once the pointer to their successor is durable.
+    obsolete: Vec<std::path::PathBuf>,
 }
 
 fn io(e: sled::Error) -> StoreError {
@@ -26,6 +36,28 @@ fn decode<M: protobuf::Message>(bytes: &[u8], what: &str) -> Result<M> {
 
 fn encode<M: protobuf::Message>(m: &M) -> Vec<u8> {
     m.write_to_bytes().expect("raft messages always encode")
+}
+
+fn file_io(what: &str, path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io(format!("{what} {}: {e}", path.display()))
+}
+
+fn snapshot_file_name(meta: &raft::eraftpb::SnapshotMetadata) -> String {
+    format!("snapshot-{}-{}.bin", meta.index, meta.term)
+}
+
+/// Writes `bytes` to `path` so that after a crash the file is either absent or complete.
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(|e| file_io("creating", &tmp, e))?;
+    f.write_all(bytes).map_err(|e| file_io("writing", &tmp, e))?;
+    f.sync_all().map_err(|e| file_io("syncing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| file_io("renaming", &tmp, e))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| file_io("syncing", dir, e))?;
+    }
+    Ok(())
 }
 
 impl SledStore {
@@ -46,10 +78,26 @@ impl SledStore {
             Some(b) => decode(&b, "conf state")?,
             None => ConfState::default(),
         };
-        let snap_meta = match meta.get("snapshot").map_err(io)? {
-            Some(b) => decode::<Snapshot>(&b, "snapshot")?.take_metadata(),
+        let snap_meta = match meta.get("snapshot_meta").map_err(io)? {
+            Some(b) => decode::<raft::eraftpb::SnapshotMetadata>(&b, "snapshot metadata")?,
             None => Default::default(),
         };
+        // Snapshot files the durable metadata does not point at are leftovers of a crash
+        // (written but never referenced, or replaced but not yet deleted).
+        let current = (snap_meta.index > 0).then(|| snapshot_file_name(&snap_meta));
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("snapshot-") && Some(&name) != current.as_ref() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        if let Some(name) = &current {
+            if !dir.join(name).exists() {
+                return Err(StoreError::Corrupt(format!("snapshot file {} is missing", dir.join(name).display())));
+            }
+        }
         let key = |k: sled::IVec| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
         let first = log
             .first()
@@ -62,6 +110,7 @@ impl SledStore {
             .map(|(k, _)| key(k))
             .unwrap_or(snap_meta.index);
         Ok(SledStore {
+            dir: dir.to_path_buf(),
             db,
             log,
             meta,
@@ -70,7 +119,21 @@ impl SledStore {
             snap_meta,
             first,
             last,
+            obsolete: Vec::new(),
         })
+    }
+
+    /// Stores the snapshot's data in its own file and points the metadata at it.
+    fn put_snapshot(&mut self, snap: &Snapshot) -> Result<()> {
+        let meta = snap.get_metadata();
+        let path = self.dir.join(snapshot_file_name(meta));
+        write_durably(&path, &snap.data)?;
+        self.meta.insert("snapshot_meta", encode(meta)).map_err(io)?;
+        if self.snap_meta.index > 0 && snapshot_file_name(&self.snap_meta) != snapshot_file_name(meta) {
+            self.obsolete.push(self.dir.join(snapshot_file_name(&self.snap_meta)));
+        }
+        self.snap_meta = meta.clone();
+        Ok(())
     }
 }
 
@@ -82,10 +145,15 @@ impl LogStore for SledStore {
         self.cs.clone()
     }
     fn snapshot(&self) -> Result<Snapshot> {
-        match self.meta.get("snapshot").map_err(io)? {
-            Some(b) => decode(&b, "snapshot"),
-            None => Ok(Snapshot::default()),
+        let mut snap = Snapshot::default();
+        if self.snap_meta.index == 0 {
+            return Ok(snap);
         }
+        let path = self.dir.join(snapshot_file_name(&self.snap_meta));
+        let data = std::fs::read(&path).map_err(|e| file_io("reading", &path, e))?;
+        snap.set_metadata(self.snap_meta.clone());
+        snap.data = data.into();
+        Ok(snap)
     }
     fn first_index(&self) -> u64 {
         self.first
@@ -173,8 +241,7 @@ impl LogStore for SledStore {
     }
     fn save_snapshot(&mut self, snap: &Snapshot, compact_to: u64) -> Result<()> {
         let index = snap.get_metadata().index;
-        self.meta.insert("snapshot", encode(snap)).map_err(io)?;
-        self.snap_meta = snap.get_metadata().clone();
+        self.put_snapshot(snap)?;
         let compact_to = compact_to.min(index + 1).min(self.last + 1);
         if compact_to > self.first {
             let mut batch = sled::Batch::default();
@@ -197,8 +264,7 @@ impl LogStore for SledStore {
     fn install_snapshot(&mut self, snap: &Snapshot) -> Result<()> {
         let meta = snap.get_metadata().clone();
         self.log.clear().map_err(io)?;
-        self.meta.insert("snapshot", encode(snap)).map_err(io)?;
-        self.snap_meta = meta.clone();
+        self.put_snapshot(snap)?;
         self.first = meta.index + 1;
         self.last = meta.index;
         let cs = meta.get_conf_state().clone();
@@ -210,9 +276,13 @@ impl LogStore for SledStore {
     }
     fn sync(&mut self) -> Result<()> {
         self.db.flush().map_err(io)?;
+        for old in self.obsolete.drain(..) {
+            let _ = std::fs::remove_file(old);
+        }
         Ok(())
     }
     fn disk_bytes(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        let snapshot = std::fs::metadata(self.dir.join(snapshot_file_name(&self.snap_meta))).map(|m| m.len()).unwrap_or(0);
+        self.db.size_on_disk().unwrap_or(0) + snapshot
     }
 }
