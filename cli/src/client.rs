@@ -136,6 +136,7 @@ impl Client {
         let ch = ep
             .connect_timeout(Duration::from_millis(800))
             .timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
             .connect()
             .await
             .map_err(|e| Status::unavailable(format!("cannot reach {addr}: {e}")))?;

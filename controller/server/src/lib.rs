@@ -102,7 +102,17 @@ pub async fn run(
                 .max_decoding_message_size(MAX_MESSAGE),
         )
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // The builder's tcp_nodelay only covers listeners tonic opens itself; without
+            // it here every reply waits ~40 ms on Nagle and the client's delayed ACK.
+            tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                |conn| {
+                    conn.and_then(|s| {
+                        s.set_nodelay(true)?;
+                        Ok(s)
+                    })
+                },
+            ),
             shutdown,
         )
         .await?;
