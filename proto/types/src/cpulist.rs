@@ -25,6 +25,9 @@ pub fn parse(text: &str) -> Result<Vec<u32>, String> {
                     return Err(format!("bad CPU range '{part}'"));
                 }
                 cpus.extend(lo..=hi);
+                if cpus.len() > 1 << 20 {
+                    return Err(format!("cpulist '{}' names too many CPUs", text.trim()));
+                }
             }
             None => cpus.push(part.parse().map_err(|_| format!("bad CPU id '{part}'"))?),
         }

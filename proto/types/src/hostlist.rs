@@ -1,5 +1,9 @@
 //! Slurm hostlist expressions: `node[01-04,07],login1` to names and back.
 
+/// No hostlist gsched accepts names more hosts than this (the product of several bracket
+/// groups grows fast; found by fuzzing).
+pub const MAX_HOSTS: usize = 65_536;
+
 /// Expands a hostlist expression into host names, in the order written.
 pub fn expand(expr: &str) -> Result<Vec<String>, String> {
     let mut hosts = Vec::new();
@@ -8,6 +12,9 @@ pub fn expand(expr: &str) -> Result<Vec<String>, String> {
             continue;
         }
         expand_item(&item, &mut hosts)?;
+        if hosts.len() > MAX_HOSTS {
+            return Err(format!("hostlist names more than {MAX_HOSTS} hosts"));
+        }
     }
     Ok(hosts)
 }
@@ -66,6 +73,10 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
             .map_err(|_| format!("bad range '{range}' in hostlist"))?;
         if hi_n < lo_n || hi_n - lo_n > 100_000 {
             return Err(format!("bad range '{range}' in hostlist"));
+        }
+        let adds = (hi_n - lo_n + 1).saturating_mul(expanded_suffix.len() as u64);
+        if out.len() as u64 + adds > MAX_HOSTS as u64 {
+            return Err(format!("hostlist '{item}' names more than {MAX_HOSTS} hosts"));
         }
         for n in lo_n..=hi_n {
             for s in &expanded_suffix {
@@ -149,6 +160,16 @@ pub fn compress<S: AsRef<str>>(hosts: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_products_are_refused_not_expanded() {
+        // Found by cargo fuzz (sbatch_values): two bracket groups multiply to 41 million.
+        let err = expand("de[0-20710]x[0-2010]").unwrap_err();
+        assert!(err.contains("more than 65536 hosts"), "{err}");
+        let many = (0..100).map(|i| format!("r{i}n[0-999]")).collect::<Vec<_>>().join(",");
+        assert!(expand(&many).is_err());
+        assert_eq!(expand("n[1-3]x[1-2]").unwrap().len(), 6);
+    }
 
     #[test]
     fn expands_ranges_with_padding() {

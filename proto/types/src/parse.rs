@@ -205,6 +205,9 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
             return Err(bad());
         }
         ids.extend((lo..=hi).step_by(step as usize));
+        if ids.len() > 1_000_000 {
+            return Err(format!("--array '{text}' asks for too many tasks; at most 10000 are allowed"));
+        }
     }
     ids.sort_unstable();
     ids.dedup();
