@@ -23,11 +23,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn spec_json(c: &Cluster, name: &str) -> Vec<u8> {
-    let mut s = JobSpec::simple(name, &gsched_cli::client::current_user(), "#!/bin/sh\ntrue\n");
+    let mut s = JobSpec::simple(
+        name,
+        &gsched_cli::client::current_user(),
+        "#!/bin/sh\ntrue\n",
+    );
     s.gpus_per_node = 1;
     s.hold = true;
     s.workdir = c.path("").to_string_lossy().into_owned();
@@ -50,8 +57,18 @@ fn throughput(rt: &tokio::runtime::Runtime, c: &Cluster, clients: usize, secs: u
             rt.spawn(async move {
                 let mut client = Client::new(addrs).with_budget(Duration::from_secs(30));
                 while !stop.load(Ordering::Relaxed) {
-                    let req = SubmitRequest { request_id: uuid::Uuid::new_v4().to_string(), spec_json: json.clone() };
-                    if client.call(|mut j| { let r = req.clone(); async move { j.submit(r).await } }).await.is_ok() {
+                    let req = SubmitRequest {
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                        spec_json: json.clone(),
+                    };
+                    if client
+                        .call(|mut j| {
+                            let r = req.clone();
+                            async move { j.submit(r).await }
+                        })
+                        .await
+                        .is_ok()
+                    {
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -76,21 +93,45 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn main() {
     // Release binaries: build them once and point the harness at them.
     if std::env::var_os("GSCHED_BIN_DIR").is_none() {
-        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--quiet", "--bins", "-p", "gsched-controller", "-p", "gsched-agent", "-p", "gsched-cli"])
-            .current_dir(workspace())
-            .status()
-            .expect("cargo build --release");
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "--release",
+                    "--quiet",
+                    "--bins",
+                    "-p",
+                    "gsched-controller",
+                    "-p",
+                    "gsched-agent",
+                    "-p",
+                    "gsched-cli",
+                ])
+                .current_dir(workspace())
+                .status()
+                .expect("cargo build --release");
         assert!(status.success());
-        let dir = std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| workspace().join("target")).join("release");
+        let dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target"))
+            .join("release");
         // SAFETY: single-threaded here, before any thread or runtime starts.
         unsafe { std::env::set_var("GSCHED_BIN_DIR", dir) };
     }
     let secs = env_num("GSCHED_BENCH_SECS", 5);
     let trials = env_num("GSCHED_BENCH_TRIALS", 20) as usize;
     let disk_jobs = env_num("GSCHED_BENCH_DISK_JOBS", 40_000);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
-    println!("gsched controller HA benchmark: 3 gctld replicas on sled, 127.0.0.1, {} CPUs", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "gsched controller HA benchmark: 3 gctld replicas on sled, 127.0.0.1, {} CPUs",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
 
     let mut c = Cluster::controllers(3, &["--node-timeout", "60"]);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
@@ -100,7 +141,10 @@ fn main() {
     let one = throughput(&rt, &c, 1, secs);
     let many = throughput(&rt, &c, 64, secs);
     println!("submissions committed/s, 1 gRPC client:   {one:>8.0}");
-    println!("submissions committed/s, 64 gRPC clients: {many:>8.0}  ({:.1}x the single client)", many / one);
+    println!(
+        "submissions committed/s, 64 gRPC clients: {many:>8.0}  ({:.1}x the single client)",
+        many / one
+    );
 
     // 2. The CLI, one gsub after another (process start, connect, submit).
     let script = c.script("bench.sh", "#!/bin/sh\ntrue\n");
@@ -110,32 +154,60 @@ fn main() {
         c.ok("gsub", &["--hold", "-G", "1", &script]);
     }
     let cli = n as f64 / start.elapsed().as_secs_f64();
-    println!("gsub CLI submissions/s, sequential:       {cli:>8.1}  ({:.1} ms each)", 1000.0 / cli);
+    println!(
+        "gsub CLI submissions/s, sequential:       {cli:>8.1}  ({:.1} ms each)",
+        1000.0 / cli
+    );
 
     // 3. Failover.
     let mut times = Vec::new();
     let json = spec_json(&c, "failover");
     for trial in 0..trials {
         let leader = c.leader(Duration::from_secs(30));
-        let i = c.controllers.iter().position(|(id, _)| *id == leader).unwrap();
-        let survivors: Vec<String> = c.controllers.iter().filter(|(id, _)| *id != leader).map(|(_, a)| a.clone()).collect();
+        let i = c
+            .controllers
+            .iter()
+            .position(|(id, _)| *id == leader)
+            .unwrap();
+        let survivors: Vec<String> = c
+            .controllers
+            .iter()
+            .filter(|(id, _)| *id != leader)
+            .map(|(_, a)| a.clone())
+            .collect();
         c.kill_controller(i);
         let killed = Instant::now();
         let json = json.clone();
         let took = rt.block_on(async move {
             let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));
-            let req = SubmitRequest { request_id: uuid::Uuid::new_v4().to_string(), spec_json: json };
-            client.call(|mut j| { let r = req.clone(); async move { j.submit(r).await } }).await.expect("a write after failover");
+            let req = SubmitRequest {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                spec_json: json,
+            };
+            client
+                .call(|mut j| {
+                    let r = req.clone();
+                    async move { j.submit(r).await }
+                })
+                .await
+                .expect("a write after failover");
             killed.elapsed()
         });
         times.push(took.as_secs_f64());
         c.start_controller(i);
         // Let the restarted replica catch up before the next trial.
-        wait_for("the restarted replica to catch up", Duration::from_secs(60), || {
-            let rows = c.status();
-            let applied: std::collections::HashSet<u64> = rows.iter().filter_map(|r| r["applied_index"].as_u64()).collect();
-            (rows.len() == 3 && applied.len() == 1).then_some(())
-        });
+        wait_for(
+            "the restarted replica to catch up",
+            Duration::from_secs(60),
+            || {
+                let rows = c.status();
+                let applied: std::collections::HashSet<u64> = rows
+                    .iter()
+                    .filter_map(|r| r["applied_index"].as_u64())
+                    .collect();
+                (rows.len() == 3 && applied.len() == 1).then_some(())
+            },
+        );
         eprintln!("failover trial {trial}: {:.3} s", took.as_secs_f64());
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -148,8 +220,13 @@ fn main() {
     );
 
     // 4. Disk use under a long stream of submit+cancel pairs.
-    println!("disk use under {disk_jobs} submit+cancel pairs (finished jobs are kept up to 20000, then the oldest are purged):");
-    println!("  {:>8} {:>12} {:>12} {:>12} {:>12}", "pairs", "replica1 MB", "replica2 MB", "replica3 MB", "log entries");
+    println!(
+        "disk use under {disk_jobs} submit+cancel pairs (finished jobs are kept up to 20000, then the oldest are purged):"
+    );
+    println!(
+        "  {:>8} {:>12} {:>12} {:>12} {:>12}",
+        "pairs", "replica1 MB", "replica2 MB", "replica3 MB", "log entries"
+    );
     let done = Arc::new(AtomicU64::new(0));
     let step = (disk_jobs / 8).max(1);
     let tasks: Vec<_> = (0..32)
@@ -160,10 +237,30 @@ fn main() {
                 let mut client = Client::new(addrs).with_budget(Duration::from_secs(60));
                 let user = gsched_cli::client::current_user();
                 for _ in 0..per {
-                    let req = SubmitRequest { request_id: uuid::Uuid::new_v4().to_string(), spec_json: json.clone() };
-                    let Ok(r) = client.call(|mut j| { let r = req.clone(); async move { j.submit(r).await } }).await else { continue };
-                    let cancel = JobRequest { request_id: uuid::Uuid::new_v4().to_string(), job_id: r.job_ids[0], user: user.clone() };
-                    let _ = client.call(|mut j| { let r = cancel.clone(); async move { j.cancel(r).await } }).await;
+                    let req = SubmitRequest {
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                        spec_json: json.clone(),
+                    };
+                    let Ok(r) = client
+                        .call(|mut j| {
+                            let r = req.clone();
+                            async move { j.submit(r).await }
+                        })
+                        .await
+                    else {
+                        continue;
+                    };
+                    let cancel = JobRequest {
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                        job_id: r.job_ids[0],
+                        user: user.clone(),
+                    };
+                    let _ = client
+                        .call(|mut j| {
+                            let r = cancel.clone();
+                            async move { j.cancel(r).await }
+                        })
+                        .await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
                 let _ = k;
@@ -173,10 +270,22 @@ fn main() {
     let mut next = step;
     let report = |c: &Cluster, pairs: u64| {
         let rows = c.status();
-        let mut mb: Vec<String> = rows.iter().map(|r| format!("{:.1}", r["disk_bytes"].as_u64().unwrap_or(0) as f64 / 1e6)).collect();
+        let mut mb: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{:.1}", r["disk_bytes"].as_u64().unwrap_or(0) as f64 / 1e6))
+            .collect();
         mb.resize(3, "-".into());
-        let log = rows.iter().find(|r| r["role"] == "leader").map(|r| r["last_index"].as_u64().unwrap_or(0) + 1 - r["first_index"].as_u64().unwrap_or(1)).unwrap_or(0);
-        println!("  {pairs:>8} {:>12} {:>12} {:>12} {:>12}", mb[0], mb[1], mb[2], log);
+        let log = rows
+            .iter()
+            .find(|r| r["role"] == "leader")
+            .map(|r| {
+                r["last_index"].as_u64().unwrap_or(0) + 1 - r["first_index"].as_u64().unwrap_or(1)
+            })
+            .unwrap_or(0);
+        println!(
+            "  {pairs:>8} {:>12} {:>12} {:>12} {:>12}",
+            mb[0], mb[1], mb[2], log
+        );
     };
     while next <= disk_jobs / 32 * 32 {
         let d = done.load(Ordering::Relaxed);

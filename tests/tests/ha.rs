@@ -17,7 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn user() -> String {
@@ -43,7 +47,15 @@ struct Acks {
 
 /// `clients` tasks, each submitting `per_client` jobs named `c{k}-{i}`; every submission
 /// is retried with the same request id until it is acknowledged or 90 s have passed.
-fn start_clients(rt: &tokio::runtime::Runtime, c: &Cluster, clients: usize, per_client: usize, gpus: u32, script: &str, acks: &Arc<Acks>) -> Vec<tokio::task::JoinHandle<()>> {
+fn start_clients(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    clients: usize,
+    per_client: usize,
+    gpus: u32,
+    script: &str,
+    acks: &Arc<Acks>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..clients)
         .map(|k| {
             let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
@@ -59,7 +71,15 @@ fn start_clients(rt: &tokio::runtime::Runtime, c: &Cluster, clients: usize, per_
                 let mut client = Client::new(addrs).with_budget(Duration::from_secs(90));
                 for (name, json) in specs {
                     let rid = uuid::Uuid::new_v4().to_string();
-                    let r = client.call(|mut j| { let r = SubmitRequest { request_id: rid.clone(), spec_json: json.clone() }; async move { j.submit(r).await } }).await;
+                    let r = client
+                        .call(|mut j| {
+                            let r = SubmitRequest {
+                                request_id: rid.clone(),
+                                spec_json: json.clone(),
+                            };
+                            async move { j.submit(r).await }
+                        })
+                        .await;
                     match r {
                         Ok(reply) => {
                             acks.acked.lock().unwrap().insert(name, reply.job_ids[0]);
@@ -82,7 +102,15 @@ fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRecord> {
     let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
     rt.block_on(async move {
         let mut client = Client::new(addrs).with_budget(Duration::from_secs(30));
-        let doc = client.call(|mut j| { let r = ListJobsRequest { include_finished: true }; async move { j.list_jobs(r).await } }).await.expect("list jobs");
+        let doc = client
+            .call(|mut j| {
+                let r = ListJobsRequest {
+                    include_finished: true,
+                };
+                async move { j.list_jobs(r).await }
+            })
+            .await
+            .expect("list jobs");
         parse_jobs(&doc.json)
     })
 }
@@ -115,14 +143,19 @@ impl Monitor {
         let mut history = self.history.lock().unwrap();
         for j in jobs {
             let h = history.entry(j.id.0).or_default();
-            if h.last().is_none_or(|(s, r)| *s != j.state || *r != j.restarts) {
+            if h.last()
+                .is_none_or(|(s, r)| *s != j.state || *r != j.restarts)
+            {
                 h.push((j.state, j.restarts));
             }
             if live(j.state) {
                 for n in j.allocation.iter().flat_map(|a| a.nodes.iter()) {
                     for g in &n.gpus {
                         if let Some(other) = held.insert((n.node.clone(), *g), j.id.0) {
-                            self.violations.lock().unwrap().push(format!("GPU {g} of {} held by jobs {other} and {}", n.node, j.id.0));
+                            self.violations.lock().unwrap().push(format!(
+                                "GPU {g} of {} held by jobs {other} and {}",
+                                n.node, j.id.0
+                            ));
                         }
                     }
                 }
@@ -131,13 +164,26 @@ impl Monitor {
         self.snapshots.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn spawn(self: &Arc<Self>, rt: &tokio::runtime::Runtime, c: &Cluster, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    fn spawn(
+        self: &Arc<Self>,
+        rt: &tokio::runtime::Runtime,
+        c: &Cluster,
+        stop: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
         let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
         let me = self.clone();
         rt.spawn(async move {
             let mut client = Client::new(addrs).with_budget(Duration::from_secs(30));
             while !stop.load(Ordering::SeqCst) {
-                if let Ok(doc) = client.call(|mut j| { let r = ListJobsRequest { include_finished: true }; async move { j.list_jobs(r).await } }).await {
+                if let Ok(doc) = client
+                    .call(|mut j| {
+                        let r = ListJobsRequest {
+                            include_finished: true,
+                        };
+                        async move { j.list_jobs(r).await }
+                    })
+                    .await
+                {
                     me.observe(&parse_jobs(&doc.json));
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -151,8 +197,15 @@ impl Monitor {
         for (id, h) in self.history.lock().unwrap().iter() {
             for w in h.windows(2) {
                 let ((s0, r0), (s1, r1)) = (&w[0], &w[1]);
-                let ok = if r1 > r0 { true } else { r1 == r0 && rank(*s1) >= rank(*s0) && !(rank(*s0) == 3 && s0 != s1) };
-                assert!(ok, "job {id} went {s0}(restart {r0}) -> {s1}(restart {r1}); history {h:?}");
+                let ok = if r1 > r0 {
+                    true
+                } else {
+                    r1 == r0 && rank(*s1) >= rank(*s0) && !(rank(*s0) == 3 && s0 != s1)
+                };
+                assert!(
+                    ok,
+                    "job {id} went {s0}(restart {r0}) -> {s1}(restart {r1}); history {h:?}"
+                );
             }
         }
         let v = self.violations.lock().unwrap();
@@ -164,17 +217,35 @@ impl Monitor {
 /// was created (an unacknowledged submission may exist at most once).
 fn check_exactly_once(jobs: &[JobRecord], acks: &Acks) {
     let acked = acks.acked.lock().unwrap();
-    let failed: HashSet<String> = acks.failed.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    let failed: HashSet<String> = acks
+        .failed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
     let mut by_name: HashMap<&str, Vec<u64>> = HashMap::new();
     for j in jobs {
-        by_name.entry(j.spec.name.as_str()).or_default().push(j.id.0);
+        by_name
+            .entry(j.spec.name.as_str())
+            .or_default()
+            .push(j.id.0);
     }
     for (name, id) in acked.iter() {
-        let ids = by_name.get(name.as_str()).unwrap_or_else(|| panic!("acknowledged job {name} (id {id}) is missing"));
-        assert_eq!(ids, &vec![*id], "job {name} must exist exactly once with id {id}");
+        let ids = by_name
+            .get(name.as_str())
+            .unwrap_or_else(|| panic!("acknowledged job {name} (id {id}) is missing"));
+        assert_eq!(
+            ids,
+            &vec![*id],
+            "job {name} must exist exactly once with id {id}"
+        );
     }
     for (name, ids) in &by_name {
-        assert!(acked.contains_key(*name) || failed.contains(*name), "job {name} {ids:?} was never submitted");
+        assert!(
+            acked.contains_key(*name) || failed.contains(*name),
+            "job {name} {ids:?} was never submitted"
+        );
         assert_eq!(ids.len(), 1, "job {name} exists {} times", ids.len());
     }
 }
@@ -182,13 +253,27 @@ fn check_exactly_once(jobs: &[JobRecord], acks: &Acks) {
 /// Waits until every reachable replica reports the same applied index, then checks they
 /// report the same digest.
 fn check_replicas_agree(c: &Cluster, expect: usize) {
-    let rows = wait_for("all replicas at the same applied index", Duration::from_secs(60), || {
-        let rows = c.status();
-        let applied: HashSet<u64> = rows.iter().filter_map(|r| r["applied_index"].as_u64()).collect();
-        (rows.len() == expect && applied.len() == 1).then_some(rows)
-    });
-    let digests: HashSet<&str> = rows.iter().filter_map(|r| r["state_digest"].as_str()).collect();
-    assert_eq!(digests.len(), 1, "replicas disagree at the same applied index: {rows:#?}");
+    let rows = wait_for(
+        "all replicas at the same applied index",
+        Duration::from_secs(60),
+        || {
+            let rows = c.status();
+            let applied: HashSet<u64> = rows
+                .iter()
+                .filter_map(|r| r["applied_index"].as_u64())
+                .collect();
+            (rows.len() == expect && applied.len() == 1).then_some(rows)
+        },
+    );
+    let digests: HashSet<&str> = rows
+        .iter()
+        .filter_map(|r| r["state_digest"].as_str())
+        .collect();
+    assert_eq!(
+        digests.len(),
+        1,
+        "replicas disagree at the same applied index: {rows:#?}"
+    );
 }
 
 fn index_of(c: &Cluster, id: u64) -> usize {
@@ -202,7 +287,10 @@ fn quiesce(c: &Cluster, rt: &tokio::runtime::Runtime, nodes: &[&str]) {
         c.ok("gctl", &["node", "drain", n, "--reason", "test quiesce"]);
     }
     wait_for("running jobs to end", Duration::from_secs(60), || {
-        list_jobs(rt, c).iter().all(|j| !live(j.state)).then_some(())
+        list_jobs(rt, c)
+            .iter()
+            .all(|j| !live(j.state))
+            .then_some(())
     });
 }
 
@@ -223,20 +311,34 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
     let mut kills = Vec::new();
     for round in 1..=5 {
         let threshold = round * total / 7;
-        wait_for(&format!("{threshold} acknowledged submissions"), Duration::from_secs(120), || (acks.count.load(Ordering::SeqCst) >= threshold).then_some(()));
+        wait_for(
+            &format!("{threshold} acknowledged submissions"),
+            Duration::from_secs(120),
+            || (acks.count.load(Ordering::SeqCst) >= threshold).then_some(()),
+        );
         let leader = c.leader(Duration::from_secs(30));
         let i = index_of(&c, leader);
         c.kill_controller(i);
         let next = wait_for("a new leader", Duration::from_secs(30), || {
-            c.status().iter().find(|r| r["role"] == "leader" && r["id"].as_u64() != Some(leader)).and_then(|r| r["id"].as_u64())
+            c.status()
+                .iter()
+                .find(|r| r["role"] == "leader" && r["id"].as_u64() != Some(leader))
+                .and_then(|r| r["id"].as_u64())
         });
         kills.push((leader, next));
         c.start_controller(i);
     }
     // A follower restarts too.
-    wait_for("more submissions", Duration::from_secs(120), || (acks.count.load(Ordering::SeqCst) >= 6 * total / 7).then_some(()));
+    wait_for("more submissions", Duration::from_secs(120), || {
+        (acks.count.load(Ordering::SeqCst) >= 6 * total / 7).then_some(())
+    });
     let leader = c.leader(Duration::from_secs(30));
-    let follower = c.controllers.iter().map(|(id, _)| *id).find(|id| *id != leader).unwrap();
+    let follower = c
+        .controllers
+        .iter()
+        .map(|(id, _)| *id)
+        .find(|id| *id != leader)
+        .unwrap();
     c.restart_controller(index_of(&c, follower));
 
     rt.block_on(async {
@@ -244,7 +346,11 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
             h.await.unwrap();
         }
     });
-    assert!(acks.failed.lock().unwrap().is_empty(), "submissions failed past the retry budget: {:?}", acks.failed.lock().unwrap());
+    assert!(
+        acks.failed.lock().unwrap().is_empty(),
+        "submissions failed past the retry budget: {:?}",
+        acks.failed.lock().unwrap()
+    );
     assert_eq!(acks.count.load(Ordering::SeqCst), total);
     assert_eq!(kills.len(), 5, "leaders killed: {kills:?}");
 
@@ -258,13 +364,26 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
     monitor.check_forward();
     assert!(monitor.snapshots.load(Ordering::SeqCst) > 10);
     // No running job was disturbed by the failovers: every job that ran completed.
-    let ran: Vec<&JobRecord> = jobs.iter().filter(|j| j.state != JobState::Pending).collect();
+    let ran: Vec<&JobRecord> = jobs
+        .iter()
+        .filter(|j| j.state != JobState::Pending)
+        .collect();
     assert!(ran.len() >= 16, "jobs ran during the test: {}", ran.len());
     for j in &ran {
-        assert_eq!(j.state, JobState::Completed, "a failover disturbed job {}: {:?}", j.id.0, j.failure);
+        assert_eq!(
+            j.state,
+            JobState::Completed,
+            "a failover disturbed job {}: {:?}",
+            j.id.0,
+            j.failure
+        );
     }
     check_replicas_agree(&c, 3);
-    eprintln!("leaders killed (old -> new): {kills:?}; follower {follower} restarted; {} jobs ran; {} snapshots watched", ran.len(), monitor.snapshots.load(Ordering::SeqCst));
+    eprintln!(
+        "leaders killed (old -> new): {kills:?}; follower {follower} restarted; {} jobs ran; {} snapshots watched",
+        ran.len(),
+        monitor.snapshots.load(Ordering::SeqCst)
+    );
 }
 
 #[test]
@@ -278,12 +397,19 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = monitor.spawn(&rt, &c, stop.clone());
     let clients = start_clients(&rt, &c, 4, 100, 1, "#!/bin/sh\nsleep 1\n", &acks);
-    wait_for("150 acknowledged submissions", Duration::from_secs(120), || (acks.count.load(Ordering::SeqCst) >= 150).then_some(()));
+    wait_for(
+        "150 acknowledged submissions",
+        Duration::from_secs(120),
+        || (acks.count.load(Ordering::SeqCst) >= 150).then_some(()),
+    );
     for i in 0..3 {
         c.kill_controller(i);
     }
     let before: BTreeMap<String, u64> = acks.acked.lock().unwrap().clone();
-    assert!(before.len() < 400, "the restart must fall in the middle of the submissions");
+    assert!(
+        before.len() < 400,
+        "the restart must fall in the middle of the submissions"
+    );
     std::thread::sleep(Duration::from_millis(300));
     for i in 0..3 {
         c.start_controller(i);
@@ -293,7 +419,11 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
             h.await.unwrap();
         }
     });
-    assert!(acks.failed.lock().unwrap().is_empty(), "{:?}", acks.failed.lock().unwrap());
+    assert!(
+        acks.failed.lock().unwrap().is_empty(),
+        "{:?}",
+        acks.failed.lock().unwrap()
+    );
     quiesce(&c, &rt, &["n1"]);
     stop.store(true, Ordering::SeqCst);
     rt.block_on(watcher).unwrap();
@@ -301,11 +431,21 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
     monitor.observe(&jobs);
     check_exactly_once(&jobs, &acks);
     for (name, id) in &before {
-        assert_eq!(acks.acked.lock().unwrap()[name], *id, "ids acknowledged before the restart are kept");
+        assert_eq!(
+            acks.acked.lock().unwrap()[name],
+            *id,
+            "ids acknowledged before the restart are kept"
+        );
     }
     monitor.check_forward();
     for j in jobs.iter().filter(|j| j.state != JobState::Pending) {
-        assert_eq!(j.state, JobState::Completed, "job {} across the restart: {:?}", j.id.0, j.failure);
+        assert_eq!(
+            j.state,
+            JobState::Completed,
+            "job {} across the restart: {:?}",
+            j.id.0,
+            j.failure
+        );
     }
     check_replicas_agree(&c, 3);
 }
@@ -318,9 +458,22 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     let rt = runtime();
     let id0 = c.submit(&["--hold", "--wrap", "true", "-J", "before"]);
     let old = c.leader(Duration::from_secs(30));
-    let others: Vec<u64> = c.controllers.iter().map(|(i, _)| *i).filter(|i| *i != old).collect();
+    let others: Vec<u64> = c
+        .controllers
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| *i != old)
+        .collect();
     // Cut the leader off from both followers, in both directions.
-    std::fs::write(c.path(&format!("faults{old}")), others.iter().map(u64::to_string).collect::<Vec<_>>().join(",")).unwrap();
+    std::fs::write(
+        c.path(&format!("faults{old}")),
+        others
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+    .unwrap();
     for o in &others {
         std::fs::write(c.path(&format!("faults{o}")), old.to_string()).unwrap();
     }
@@ -330,28 +483,69 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     // A write sent to the isolated leader is never acknowledged.
     let json = serde_json::to_vec(&spec(&c, "minority", 0, "#!/bin/sh\ntrue\n")).unwrap();
     let t0 = std::time::Instant::now();
-    let minority = rt.block_on(Client::call_on(&old_addr, |mut j| { let r = SubmitRequest { request_id: "minority-1".into(), spec_json: json }; async move { j.submit(r).await } }));
+    let minority = rt.block_on(Client::call_on(&old_addr, |mut j| {
+        let r = SubmitRequest {
+            request_id: "minority-1".into(),
+            spec_json: json,
+        };
+        async move { j.submit(r).await }
+    }));
     let err = minority.expect_err("the isolated leader acknowledged a write");
-    assert_eq!(err.code(), tonic::Code::Unavailable, "refused for lack of a quorum, not for the request: {err:?} after {:?}", t0.elapsed());
+    assert_eq!(
+        err.code(),
+        tonic::Code::Unavailable,
+        "refused for lack of a quorum, not for the request: {err:?} after {:?}",
+        t0.elapsed()
+    );
     // The majority elects a new leader and takes writes.
-    let new = wait_for("a leader on the majority side", Duration::from_secs(30), || {
-        c.status().iter().find(|r| r["role"] == "leader" && r["id"].as_u64() != Some(old)).and_then(|r| r["id"].as_u64())
-    });
+    let new = wait_for(
+        "a leader on the majority side",
+        Duration::from_secs(30),
+        || {
+            c.status()
+                .iter()
+                .find(|r| r["role"] == "leader" && r["id"].as_u64() != Some(old))
+                .and_then(|r| r["id"].as_u64())
+        },
+    );
     assert_ne!(new, old);
-    let majority_addrs: Vec<String> = others.iter().map(|o| c.controllers[index_of(&c, *o)].1.clone()).collect();
+    let majority_addrs: Vec<String> = others
+        .iter()
+        .map(|o| c.controllers[index_of(&c, *o)].1.clone())
+        .collect();
     let json = serde_json::to_vec(&spec(&c, "majority", 0, "#!/bin/sh\ntrue\n")).unwrap();
     let reply = rt
         .block_on(async move {
             let mut client = Client::new(majority_addrs).with_budget(Duration::from_secs(30));
-            client.call(|mut j| { let r = SubmitRequest { request_id: "majority-1".into(), spec_json: json.clone() }; async move { j.submit(r).await } }).await
+            client
+                .call(|mut j| {
+                    let r = SubmitRequest {
+                        request_id: "majority-1".into(),
+                        spec_json: json.clone(),
+                    };
+                    async move { j.submit(r).await }
+                })
+                .await
         })
         .expect("the majority accepts writes");
     assert!(reply.job_ids[0] > id0);
     // The old leader no longer claims to lead once its check-quorum lapses.
-    let old_row = wait_for("the isolated controller to step down", Duration::from_secs(30), || {
-        let v: Value = serde_json::from_slice(&rt.block_on(Client::call_on(&old_addr, |mut j| { let r = gsched_proto::pb::Empty {}; async move { j.status(r).await } })).ok()?.json).ok()?;
-        (v["role"] != "leader").then_some(v)
-    });
+    let old_row = wait_for(
+        "the isolated controller to step down",
+        Duration::from_secs(30),
+        || {
+            let v: Value = serde_json::from_slice(
+                &rt.block_on(Client::call_on(&old_addr, |mut j| {
+                    let r = gsched_proto::pb::Empty {};
+                    async move { j.status(r).await }
+                }))
+                .ok()?
+                .json,
+            )
+            .ok()?;
+            (v["role"] != "leader").then_some(v)
+        },
+    );
     assert_ne!(old_row["role"], "leader");
     // Heal: everyone converges on the majority's history; the minority's write is gone.
     for (i, _) in &c.controllers {
@@ -360,6 +554,12 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     check_replicas_agree(&c, 3);
     let jobs = list_jobs(&rt, &c);
     let names: Vec<&str> = jobs.iter().map(|j| j.spec.name.as_str()).collect();
-    assert!(names.contains(&"majority") && names.contains(&"before"), "{names:?}");
-    assert!(!names.contains(&"minority"), "a write the minority never committed appeared: {names:?}");
+    assert!(
+        names.contains(&"majority") && names.contains(&"before"),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&"minority"),
+        "a write the minority never committed appeared: {names:?}"
+    );
 }

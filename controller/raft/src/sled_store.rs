@@ -51,11 +51,14 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| file_io("creating", &tmp, e))?;
-    f.write_all(bytes).map_err(|e| file_io("writing", &tmp, e))?;
+    f.write_all(bytes)
+        .map_err(|e| file_io("writing", &tmp, e))?;
     f.sync_all().map_err(|e| file_io("syncing", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| file_io("renaming", &tmp, e))?;
     if let Some(dir) = path.parent() {
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| file_io("syncing", dir, e))?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| file_io("syncing", dir, e))?;
     }
     Ok(())
 }
@@ -95,7 +98,10 @@ impl SledStore {
         }
         if let Some(name) = &current {
             if !dir.join(name).exists() {
-                return Err(StoreError::Corrupt(format!("snapshot file {} is missing", dir.join(name).display())));
+                return Err(StoreError::Corrupt(format!(
+                    "snapshot file {} is missing",
+                    dir.join(name).display()
+                )));
             }
         }
         let key = |k: sled::IVec| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
@@ -128,9 +134,14 @@ impl SledStore {
         let meta = snap.get_metadata();
         let path = self.dir.join(snapshot_file_name(meta));
         write_durably(&path, &snap.data)?;
-        self.meta.insert("snapshot_meta", encode(meta)).map_err(io)?;
-        if self.snap_meta.index > 0 && snapshot_file_name(&self.snap_meta) != snapshot_file_name(meta) {
-            self.obsolete.push(self.dir.join(snapshot_file_name(&self.snap_meta)));
+        self.meta
+            .insert("snapshot_meta", encode(meta))
+            .map_err(io)?;
+        if self.snap_meta.index > 0
+            && snapshot_file_name(&self.snap_meta) != snapshot_file_name(meta)
+        {
+            self.obsolete
+                .push(self.dir.join(snapshot_file_name(&self.snap_meta)));
         }
         self.snap_meta = meta.clone();
         Ok(())
@@ -282,7 +293,9 @@ impl LogStore for SledStore {
         Ok(())
     }
     fn disk_bytes(&self) -> u64 {
-        let snapshot = std::fs::metadata(self.dir.join(snapshot_file_name(&self.snap_meta))).map(|m| m.len()).unwrap_or(0);
+        let snapshot = std::fs::metadata(self.dir.join(snapshot_file_name(&self.snap_meta)))
+            .map(|m| m.len())
+            .unwrap_or(0);
         self.db.size_on_disk().unwrap_or(0) + snapshot
     }
 }

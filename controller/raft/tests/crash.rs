@@ -31,11 +31,20 @@ fn entry(index: u64, term: u64) -> Entry {
 #[test]
 #[ignore = "helper process for crash_consistency_under_sigkill"]
 fn crash_writer() {
-    let Ok(dir) = std::env::var(DIR_ENV) else { return };
+    let Ok(dir) = std::env::var(DIR_ENV) else {
+        return;
+    };
     let mut s = SledStore::open(std::path::Path::new(&dir)).unwrap();
     let mut acked = s.hard_state().commit;
-    let mut term = s.hard_state().term.max(s.term(s.last_index()).unwrap_or(0)).max(1);
-    let seed: u64 = std::env::var("GSCHED_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let mut term = s
+        .hard_state()
+        .term
+        .max(s.term(s.last_index()).unwrap_or(0))
+        .max(1);
+    let seed: u64 = std::env::var("GSCHED_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mut rng = seed;
     let mut next = || {
         rng ^= rng << 13;
@@ -60,10 +69,16 @@ fn crash_writer() {
             term += 1;
             let from = acked + 1 + next() % (last - acked);
             let n = 1 + next() % 20;
-            s.append(&(from..from + n).map(|i| entry(i, term)).collect::<Vec<_>>()).unwrap();
+            s.append(&(from..from + n).map(|i| entry(i, term)).collect::<Vec<_>>())
+                .unwrap();
         } else {
             let n = 1 + next() % 64;
-            s.append(&(last + 1..=last + n).map(|i| entry(i, term)).collect::<Vec<_>>()).unwrap();
+            s.append(
+                &(last + 1..=last + n)
+                    .map(|i| entry(i, term))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
         }
         s.sync().unwrap();
         // Acknowledge part of what is now on disk (as a leader acknowledges committed entries).
@@ -94,7 +109,14 @@ fn crash_consistency_under_sigkill() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "crash_writer", "--nocapture", "--test-threads", "1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_writer",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(DIR_ENV, dir.path())
             .env("GSCHED_CRASH_SEED", (rng | 1).to_string())
             .stdout(Stdio::piped())
@@ -105,7 +127,10 @@ fn crash_consistency_under_sigkill() {
         let reader = std::thread::spawn(move || {
             let mut last = None;
             let mut lines = 0;
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if let Some(rest) = line.strip_prefix("ACK ") {
                     let mut it = rest.split(' ').map(|x| x.parse::<u64>().unwrap());
                     last = Some((it.next().unwrap(), it.next().unwrap()));
@@ -126,30 +151,66 @@ fn crash_consistency_under_sigkill() {
         }
         total_entries += lines;
 
-        let s = SledStore::open(dir.path()).unwrap_or_else(|e| panic!("round {round}: the store does not reopen after SIGKILL: {e}"));
+        let s = SledStore::open(dir.path()).unwrap_or_else(|e| {
+            panic!("round {round}: the store does not reopen after SIGKILL: {e}")
+        });
         let (ack_index, ack_term) = acked;
-        assert!(s.last_index() >= ack_index, "round {round}: acknowledged index {ack_index} lost (last index {})", s.last_index());
-        assert_eq!(s.term(ack_index).unwrap(), ack_term, "round {round}: acknowledged entry {ack_index} changed term");
+        assert!(
+            s.last_index() >= ack_index,
+            "round {round}: acknowledged index {ack_index} lost (last index {})",
+            s.last_index()
+        );
+        assert_eq!(
+            s.term(ack_index).unwrap(),
+            ack_term,
+            "round {round}: acknowledged entry {ack_index} changed term"
+        );
         let hs = s.hard_state();
-        assert!(hs.commit >= ack_index && hs.commit <= s.last_index(), "round {round}: hard state {hs:?} vs acknowledged {ack_index}, last {}", s.last_index());
+        assert!(
+            hs.commit >= ack_index && hs.commit <= s.last_index(),
+            "round {round}: hard state {hs:?} vs acknowledged {ack_index}, last {}",
+            s.last_index()
+        );
         let snap = s.snapshot().unwrap();
         let si = snap.get_metadata().index;
-        assert!(si <= hs.commit && s.first_index() <= si + 1, "round {round}: snapshot {si}, first {} commit {}", s.first_index(), hs.commit);
+        assert!(
+            si <= hs.commit && s.first_index() <= si + 1,
+            "round {round}: snapshot {si}, first {} commit {}",
+            s.first_index(),
+            hs.commit
+        );
         if si > 0 {
             assert_eq!(snap.data.as_ref(), format!("snapshot-at-{si}").as_bytes());
         }
-        let entries = s.entries(s.first_index(), s.last_index() + 1, None).unwrap();
+        let entries = s
+            .entries(s.first_index(), s.last_index() + 1, None)
+            .unwrap();
         let mut expect = s.first_index();
         let mut prev_term = 0;
         for e in &entries {
             assert_eq!(e.index, expect, "round {round}: log not contiguous");
-            assert!(e.term >= prev_term, "round {round}: term went back at {}", e.index);
-            assert_eq!(e.data.as_ref(), data(e.index, e.term).as_slice(), "round {round}: entry {} corrupt", e.index);
+            assert!(
+                e.term >= prev_term,
+                "round {round}: term went back at {}",
+                e.index
+            );
+            assert_eq!(
+                e.data.as_ref(),
+                data(e.index, e.term).as_slice(),
+                "round {round}: entry {} corrupt",
+                e.index
+            );
             prev_term = e.term;
             expect += 1;
         }
         assert_eq!(expect, s.last_index() + 1);
     }
-    assert!(total_entries > 30, "the writer acknowledged too little to mean anything: {total_entries}");
-    eprintln!("30 SIGKILLs; the writer acknowledged {total_entries} times; after each kill the last acknowledgement was checked (final acknowledged index {})", acked.0);
+    assert!(
+        total_entries > 30,
+        "the writer acknowledged too little to mean anything: {total_entries}"
+    );
+    eprintln!(
+        "30 SIGKILLs; the writer acknowledged {total_entries} times; after each kill the last acknowledgement was checked (final acknowledged index {})",
+        acked.0
+    );
 }

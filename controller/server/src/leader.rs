@@ -133,7 +133,8 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         let Ok(p) = tokio::task::spawn_blocking(move || plan(&snap, now)).await else {
             continue;
         };
-        min_gap = (began.elapsed() * 4).clamp(Duration::from_millis(30), Duration::from_millis(1000));
+        min_gap =
+            (began.elapsed() * 4).clamp(Duration::from_millis(30), Duration::from_millis(1000));
         let (starts, reasons) = {
             let r = ctx.raft.replica.read().expect("replica lock");
             let starts: Vec<StartJob> = p

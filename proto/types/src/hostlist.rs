@@ -76,7 +76,9 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
         }
         let adds = (hi_n - lo_n + 1).saturating_mul(expanded_suffix.len() as u64);
         if out.len() as u64 + adds > MAX_HOSTS as u64 {
-            return Err(format!("hostlist '{item}' names more than {MAX_HOSTS} hosts"));
+            return Err(format!(
+                "hostlist '{item}' names more than {MAX_HOSTS} hosts"
+            ));
         }
         for n in lo_n..=hi_n {
             for s in &expanded_suffix {
@@ -166,7 +168,10 @@ mod tests {
         // Found by cargo fuzz (sbatch_values): two bracket groups multiply to 41 million.
         let err = expand("de[0-20710]x[0-2010]").unwrap_err();
         assert!(err.contains("more than 65536 hosts"), "{err}");
-        let many = (0..100).map(|i| format!("r{i}n[0-999]")).collect::<Vec<_>>().join(",");
+        let many = (0..100)
+            .map(|i| format!("r{i}n[0-999]"))
+            .collect::<Vec<_>>()
+            .join(",");
         assert!(expand(&many).is_err());
         assert_eq!(expand("n[1-3]x[1-2]").unwrap().len(), 6);
     }

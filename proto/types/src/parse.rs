@@ -206,7 +206,9 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
         }
         ids.extend((lo..=hi).step_by(step as usize));
         if ids.len() > 1_000_000 {
-            return Err(format!("--array '{text}' asks for too many tasks; at most 10000 are allowed"));
+            return Err(format!(
+                "--array '{text}' asks for too many tasks; at most 10000 are allowed"
+            ));
         }
     }
     ids.sort_unstable();

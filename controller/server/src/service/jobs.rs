@@ -27,11 +27,17 @@ pub struct JobsService {
 
 impl JobsService {
     pub fn new(ctx: Arc<Ctx>) -> JobsService {
-        JobsService { ctx, views: std::sync::Mutex::new(ViewCache::default()) }
+        JobsService {
+            ctx,
+            views: std::sync::Mutex::new(ViewCache::default()),
+        }
     }
 
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
-        let mut cache = self.views.lock().map_err(|_| Status::internal("view cache poisoned"))?;
+        let mut cache = self
+            .views
+            .lock()
+            .map_err(|_| Status::internal("view cache poisoned"))?;
         check_fits(state, spec, &mut cache).map_err(Status::invalid_argument)
     }
 }
@@ -99,7 +105,11 @@ fn probe_record(spec: &JobSpec) -> JobRecord {
     }
 }
 
-pub fn check_fits(state: &ClusterState, spec: &JobSpec, cache: &mut ViewCache) -> Result<(), String> {
+pub fn check_fits(
+    state: &ClusterState,
+    spec: &JobSpec,
+    cache: &mut ViewCache,
+) -> Result<(), String> {
     if state.nodes.is_empty() {
         return Ok(());
     }
