@@ -410,7 +410,6 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
         before.len() < 400,
         "the restart must fall in the middle of the submissions"
     );
-    std::thread::sleep(Duration::from_millis(300));
     for i in 0..3 {
         c.start_controller(i);
     }
@@ -477,9 +476,34 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     for o in &others {
         std::fs::write(c.path(&format!("faults{o}")), old.to_string()).unwrap();
     }
-    // Controllers re-read their faults file every 200 ms.
-    std::thread::sleep(Duration::from_millis(700));
     let old_addr = c.controllers[index_of(&c, old)].1.clone();
+    // Controllers re-read their faults file every 200 ms; wait until the cut is in force.
+    let status_of = |addr: &str| -> Option<Value> {
+        serde_json::from_slice(
+            &rt.block_on(Client::call_on(addr, |mut j| async move {
+                j.status(gsched_proto::pb::Empty {}).await
+            }))
+            .ok()?
+            .json,
+        )
+        .ok()
+    };
+    wait_for(
+        "the partition to take effect",
+        Duration::from_secs(10),
+        || {
+            c.controllers
+                .iter()
+                .all(|(_, addr)| {
+                    status_of(addr).is_some_and(|v| {
+                        v["fault_blocked_peers"]
+                            .as_array()
+                            .is_some_and(|b| !b.is_empty())
+                    })
+                })
+                .then_some(())
+        },
+    );
     // A write sent to the isolated leader is never acknowledged.
     let json = serde_json::to_vec(&spec(&c, "minority", 0, "#!/bin/sh\ntrue\n")).unwrap();
     let t0 = std::time::Instant::now();

@@ -28,6 +28,17 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Peers whose traffic is being dropped now, sorted (shown by `Status`).
+    pub fn blocked(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .blocked
+            .read()
+            .map(|b| b.iter().copied().collect())
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+
     pub fn is_blocked(&self, peer: u64) -> bool {
         self.blocked
             .read()

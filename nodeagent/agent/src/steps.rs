@@ -145,6 +145,16 @@ impl StepManager {
             if files.reported().exists() {
                 continue;
             }
+            if files.never_started() {
+                // The agent died while preparing this step, before any supervisor existed:
+                // forget it; the controller sends the launch again.
+                tracing::info!(
+                    "discarding {}: the launch was interrupted before the step started",
+                    files.0.display()
+                );
+                let _ = std::fs::remove_dir_all(&files.0);
+                continue;
+            }
             let Ok(launch) = std::fs::read(files.launch())
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<LaunchSpec>(&b).map_err(|e| e.to_string()))
@@ -199,10 +209,16 @@ impl StepManager {
     pub fn launch(&mut self, l: LaunchSpec) {
         let key = (l.job, l.attempt);
         let dir = self.dir(l.job, l.attempt);
-        if self.steps.contains_key(&key) || dir.exists() {
+        if self.steps.contains_key(&key) {
             return;
         }
         let files = StepFiles(dir);
+        if files.0.exists() {
+            if !files.never_started() {
+                return;
+            }
+            let _ = std::fs::remove_dir_all(&files.0);
+        }
         if let Err(e) = std::fs::create_dir_all(files.logs()) {
             self.fail_launch(&l, &files, format!("cannot create step directory: {e}"));
             return;

@@ -384,6 +384,21 @@ fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
     }
 }
 
+/// Is some process running `... supervise DIR` for this step directory?
+fn supervisor_running(dir: &Path) -> bool {
+    let want = dir.as_os_str().as_encoded_bytes();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.windows(2)
+                .any(|w| w[0] == b"supervise" && w[1] == want)
+        })
+    })
+}
+
 /// Path helpers for a step directory.
 pub struct StepFiles(pub PathBuf);
 
@@ -409,8 +424,47 @@ impl StepFiles {
     pub fn reported(&self) -> PathBuf {
         self.0.join("reported")
     }
+    /// True when the step's supervisor was never started: the agent writes `launch.json`
+    /// and then `plan.json` before it spawns the supervisor.
+    pub fn never_started(&self) -> bool {
+        if !self.launch().exists() || !self.plan().exists() {
+            return true;
+        }
+        // Killed between writing the plan and recording the supervisor's pid: only a
+        // running `gagentd supervise DIR` process tells whether the spawn happened.
+        let recorded = ["supervisor.pid", "pgid", "exit.json"]
+            .iter()
+            .any(|f| self.0.join(f).exists());
+        !recorded && !supervisor_running(&self.0)
+    }
     /// This node's own copy of the step's stdout and stderr.
     pub fn capture(&self) -> PathBuf {
         self.0.join("output.log")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepFiles;
+
+    #[test]
+    fn an_interrupted_launch_is_recognised_and_a_started_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = StepFiles(dir.path().join("7.0"));
+        std::fs::create_dir_all(files.logs()).unwrap();
+        std::fs::write(files.0.join("launch.tmp"), b"{").unwrap();
+        assert!(files.never_started(), "killed while writing launch.json");
+        std::fs::write(files.launch(), b"{}").unwrap();
+        assert!(files.never_started(), "killed before plan.json");
+        std::fs::write(files.plan(), b"{}").unwrap();
+        assert!(
+            files.never_started(),
+            "killed before spawning: no supervisor runs for this directory"
+        );
+        std::fs::write(files.0.join("supervisor.pid"), b"123").unwrap();
+        assert!(
+            !files.never_started(),
+            "a recorded supervisor is re-adopted, never launched twice"
+        );
     }
 }

@@ -410,6 +410,7 @@ impl Jobs for JobsService {
             "nodes": nodes,
             "peers": book,
             "agents_connected": self.ctx.hub.connected().len(),
+            "fault_blocked_peers": self.ctx.faults.blocked(),
         })))
     }
 
