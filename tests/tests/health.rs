@@ -1,7 +1,8 @@
 //! Node health through real processes: a GPU falling off the bus (Xid 79 in the kernel
 //! log) drains the node and fails the job on that GPU with GpuLost, which requeues on
 //! another node; a GPU vanishing from the (fake) topology drains the node; an
-//! application-level Xid does not; `gctl node resume` clears a drain. Also checks
+//! application-level Xid does not; `gctl node resume` clears a drain; the training
+//! interface going down drains while a mismatched MTU only warns. Also checks
 //! `gagentd discover --json` on every topology fixture and its round trip as a fake
 //! topology.
 
@@ -184,4 +185,67 @@ fn t40_discover_json_on_every_fixture_round_trips() {
         b["source"] = serde_json::Value::Null;
         assert_eq!(a, b, "{name}: round trip changed the topology");
     }
+}
+
+#[test]
+fn t50_the_training_interface_going_down_drains_and_an_mtu_mismatch_warns() {
+    let mut c = Cluster::controllers(1, &[]);
+    let topo_path = c.path("box.json");
+    std::fs::copy(topology("rtx4090-8gpu.json"), &topo_path).unwrap();
+    // The RoCE port runs MTU 9000; tell the agent the training network uses 4200.
+    c.add_agent_with(
+        "n1",
+        topo_path.clone(),
+        &["--training-iface", "enp65s0f0np0", "--training-mtu", "4200"],
+    );
+    let node = wait_for("the MTU warning", Duration::from_secs(20), || {
+        c.node("n1").filter(|n| {
+            n["health"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|e| e["kind"] == "mtu_mismatch"))
+        })
+    });
+    let warning = node["health"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "mtu_mismatch")
+        .unwrap()
+        .clone();
+    assert_eq!(warning["severity"], "warning");
+    assert!(
+        warning["message"].as_str().unwrap().contains("MTU 9000"),
+        "{warning}"
+    );
+    assert_eq!(
+        node["state"], "idle",
+        "a mismatched MTU warns, it does not drain"
+    );
+
+    // The management NIC going down only warns; the training interface going down drains.
+    let mut t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&topo_path).unwrap()).unwrap();
+    for nic in t["nics"].as_array_mut().unwrap() {
+        if nic["name"] == "eno1" || nic["name"] == "enp65s0f0np0" {
+            nic["up"] = serde_json::json!(false);
+        }
+    }
+    std::fs::write(&topo_path, serde_json::to_vec_pretty(&t).unwrap()).unwrap();
+    let node = wait_for("n1 to be drained", Duration::from_secs(20), || {
+        drained(&c, "n1")
+    });
+    assert!(
+        node["drain_reason"]
+            .as_str()
+            .unwrap()
+            .contains("training interface enp65s0f0np0 is down"),
+        "{node}"
+    );
+    let health = node["health"].as_array().unwrap();
+    assert!(
+        health.iter().any(|e| e["kind"] == "nic_down"
+            && e["severity"] == "warning"
+            && e["message"] == "NIC eno1 is down"),
+        "{health:?}"
+    );
 }

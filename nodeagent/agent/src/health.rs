@@ -1,7 +1,8 @@
 //! The node health monitor: Xid and "fallen off the bus" lines from the kernel log
-//! (`/dev/kmsg` or a file), GPUs that disappear from the (fake) topology, and NVML's view
-//! (lost GPUs, temperatures, PCIe link, remapped rows) where a driver is present. Each
-//! finding becomes a `HealthEvent` with a severity; critical ones drain the node.
+//! (`/dev/kmsg` or a file), GPUs that disappear from the (fake) topology, NVML's view
+//! (lost GPUs, temperatures, PCIe link, remapped rows) where a driver is present, and the
+//! NICs (training interface down, MTU other than the training network's). Each finding
+//! becomes a `HealthEvent` with a severity; critical ones drain the node.
 
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
@@ -120,6 +121,116 @@ pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
         .collect()
 }
 
+/// NIC problems: the training interface down (critical: multi-node jobs would hang on
+/// it), another physical NIC down (warning), the training interface's MTU different from
+/// the training network's (`--training-mtu`; warning: NCCL over mismatched MTUs stalls
+/// or fragments).
+pub fn nic_events(
+    t: &Topology,
+    training_iface: Option<&str>,
+    expected_mtu: Option<u32>,
+) -> Vec<HealthEvent> {
+    let mut out = Vec::new();
+    for nic in t
+        .nics
+        .iter()
+        .filter(|n| n.kind != gsched_types::topology::NicKind::Virtual)
+    {
+        let training =
+            training_iface.is_some_and(|i| nic.netdev.as_deref() == Some(i) || nic.name == i);
+        let event = |severity, kind: &str, message: String| HealthEvent {
+            severity,
+            kind: kind.into(),
+            gpu: None,
+            xid: None,
+            message,
+            at_ms: now_ms(),
+        };
+        if nic.up == Some(false) {
+            out.push(if training {
+                event(
+                    HealthSeverity::Critical,
+                    "nic_down",
+                    format!("training interface {} is down", nic.name),
+                )
+            } else {
+                event(
+                    HealthSeverity::Warning,
+                    "nic_down",
+                    format!("NIC {} is down", nic.name),
+                )
+            });
+        }
+        if let (true, Some(want), Some(have)) = (training, expected_mtu, nic.mtu) {
+            if want != have {
+                out.push(event(
+                    HealthSeverity::Warning,
+                    "mtu_mismatch",
+                    format!(
+                        "training interface {} has MTU {have}, the training network uses {want}",
+                        nic.name
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What the NIC checks compare against.
+#[derive(Clone, Debug, Default)]
+pub struct NicPolicy {
+    pub training_iface: Option<String>,
+    pub expected_mtu: Option<u32>,
+}
+
+/// Reports each NIC problem once while it lasts; a problem that clears may be reported
+/// again if it comes back.
+#[derive(Default)]
+pub struct NicWatch {
+    active: std::collections::HashSet<String>,
+}
+
+impl NicWatch {
+    pub fn check(&mut self, t: &Topology, policy: &NicPolicy) -> Vec<HealthEvent> {
+        let now = nic_events(t, policy.training_iface.as_deref(), policy.expected_mtu);
+        let keys: std::collections::HashSet<String> =
+            now.iter().map(|e| e.message.clone()).collect();
+        let fresh = now
+            .into_iter()
+            .filter(|e| !self.active.contains(&e.message))
+            .collect();
+        self.active = keys;
+        fresh
+    }
+}
+
+/// Re-reads the NICs from sysfs every `every` (nodes with a real driver; the fake
+/// topology's NICs are checked by `watch_topology`).
+pub async fn watch_nics(
+    topo: Arc<RwLock<Topology>>,
+    policy: NicPolicy,
+    outbox: Arc<Outbox>,
+    flush: Arc<tokio::sync::Notify>,
+    every: Duration,
+) {
+    let mut watch = NicWatch::default();
+    loop {
+        let Ok(nics) =
+            tokio::task::spawn_blocking(|| crate::sysfs::nics(&crate::sysfs::default_root())).await
+        else {
+            continue;
+        };
+        let mut t = topo
+            .read()
+            .map(|t| t.clone())
+            .unwrap_or_else(|_| Topology::empty(""));
+        t.nics = nics.into_iter().map(|n| n.nic).collect();
+        report(&outbox, &flush, watch.check(&t, &policy));
+        tokio::time::sleep(every).await;
+    }
+}
+
 fn report(outbox: &Outbox, flush: &tokio::sync::Notify, events: Vec<HealthEvent>) {
     if events.is_empty() {
         return;
@@ -213,15 +324,18 @@ fn follow_kernel_log(
     }
 }
 
-/// Re-reads the topology source every `every` and reports GPUs that disappeared.
+/// Re-reads the topology source every `every` and reports GPUs that disappeared and NIC
+/// problems.
 pub async fn watch_topology(
     reload: Arc<dyn Fn() -> Result<Topology, String> + Send + Sync>,
     topo: Arc<RwLock<Topology>>,
+    policy: NicPolicy,
     outbox: Arc<Outbox>,
     flush: Arc<tokio::sync::Notify>,
     every: Duration,
 ) {
     let mut reported: Vec<u32> = Vec::new();
+    let mut nics = NicWatch::default();
     loop {
         tokio::time::sleep(every).await;
         let reload = reload.clone();
@@ -238,6 +352,7 @@ pub async fn watch_topology(
         if now.gpus.len() >= registered.gpus.len() {
             reported.clear();
         }
+        events.extend(nics.check(&now, &policy));
         report(&outbox, &flush, events);
     }
 }
@@ -277,5 +392,56 @@ pub async fn watch_nvml(
             .filter(|e| seen.insert((e.kind.clone(), e.gpu)))
             .collect();
         report(&outbox, &flush, fresh);
+    }
+}
+
+#[cfg(test)]
+mod nic_tests {
+    use super::*;
+    use gsched_types::topology::{Nic, NicKind};
+
+    fn nic(name: &str, kind: NicKind, up: bool, mtu: u32) -> Nic {
+        let mut n = Nic::new(name, kind);
+        n.netdev = Some(name.into());
+        n.up = Some(up);
+        n.mtu = Some(mtu);
+        n
+    }
+
+    #[test]
+    fn virtual_nics_are_ignored_and_each_problem_is_reported_once() {
+        let mut t = Topology::empty("n1");
+        t.nics = vec![
+            nic("docker0", NicKind::Virtual, false, 1500),
+            nic("ib0", NicKind::Ib, true, 4092),
+        ];
+        let policy = NicPolicy {
+            training_iface: Some("ib0".into()),
+            expected_mtu: Some(4092),
+        };
+        let mut w = NicWatch::default();
+        assert!(
+            w.check(&t, &policy).is_empty(),
+            "docker0 down is not a problem; MTU matches"
+        );
+        t.nics[1].up = Some(false);
+        let ev = w.check(&t, &policy);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            (ev[0].severity, ev[0].kind.as_str()),
+            (HealthSeverity::Critical, "nic_down")
+        );
+        assert!(
+            w.check(&t, &policy).is_empty(),
+            "reported once while it lasts"
+        );
+        t.nics[1].up = Some(true);
+        assert!(w.check(&t, &policy).is_empty());
+        t.nics[1].up = Some(false);
+        assert_eq!(
+            w.check(&t, &policy).len(),
+            1,
+            "reported again when it comes back"
+        );
     }
 }

@@ -44,6 +44,10 @@ struct RunArgs {
     /// Interface for NCCL sockets (default: the one holding --training-addr).
     #[arg(long)]
     training_iface: Option<String>,
+    /// The training network's MTU: the health monitor warns when the training interface
+    /// differs (e.g. 9000 on a jumbo-frame RoCE fabric).
+    #[arg(long)]
+    training_mtu: Option<u32>,
     /// Manage only these GPUs of the machine (device indices, comma separated), e.g. to
     /// split one machine between two agents or keep a GPU out of gsched.
     #[arg(long, value_delimiter = ',')]
@@ -196,6 +200,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .training_iface
         .clone()
         .or_else(|| discover::interface_of(&training_addr));
+    let nic_iface = training_iface.clone();
     let cgroups = match args.cgroup_root.as_deref() {
         Some("off") => None,
         root => match isolation::Cgroups::detect(root.map(std::path::Path::new)) {
@@ -266,15 +271,27 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 }
                 Ok(t)
             });
+        let nic_policy = health::NicPolicy {
+            training_iface: nic_iface.clone(),
+            expected_mtu: args.training_mtu,
+        };
         if matches!(source, Source::Fake(_)) {
             tokio::spawn(health::watch_topology(
                 reload,
                 topology.clone(),
+                nic_policy,
                 outbox.clone(),
                 flush.clone(),
                 Duration::from_millis(500),
             ));
         } else if let Source::Local { .. } = source {
+            tokio::spawn(health::watch_nics(
+                topology.clone(),
+                nic_policy,
+                outbox.clone(),
+                flush.clone(),
+                Duration::from_secs(5),
+            ));
             tokio::spawn(health::watch_nvml(
                 topology.clone(),
                 gpu_map.clone(),
