@@ -4,7 +4,7 @@
 #
 #   deploy/local/cluster.sh up      build (if needed) and start it
 #   deploy/local/cluster.sh down    stop every process and keep the state
-#   deploy/local/cluster.sh clean   stop and delete ./.gsched
+#   deploy/local/cluster.sh clean   stop and delete ./.gsched (and examples/gsched-*.out)
 #   deploy/local/cluster.sh env     print the export line for the CLI tools
 #
 # Settings: GSCHED_HOME (./.gsched), GSCHED_BASE_PORT (16800), GSCHED_TOPOLOGY
@@ -66,7 +66,8 @@ case "${1:-up}" in
     up) build && start ;;
     start) start ;;
     down) stop ;;
-    clean) stop; rm -rf "$HOME_DIR" ;;
+    # Job ids start again at 1 after a clean: drop the old demo outputs with them.
+    clean) stop; rm -rf "$HOME_DIR"; rm -f "$ROOT"/examples/gsched-*.out ;;
     env) echo "export GSCHED_CONTROLLERS=$CONTROLLERS PATH=$BIN:\$PATH" ;;
     *) echo "usage: $0 up|down|clean|env" >&2; exit 2 ;;
 esac
