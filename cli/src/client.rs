@@ -66,10 +66,10 @@ impl Client {
             .get(self.current % self.addrs.len().max(1))
             .cloned()
             .ok_or_else(|| Status::invalid_argument("no controllers configured"))?;
-        if let Some((a, c)) = &self.channel {
-            if *a == addr {
-                return Ok(c.clone());
-            }
+        if let Some((a, c)) = &self.channel
+            && *a == addr
+        {
+            return Ok(c.clone());
         }
         let ep = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| Status::invalid_argument(format!("bad controller address {addr}: {e}")))?;

@@ -347,10 +347,10 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
             break;
         }
         for prefix in ["#SBATCH", "#GSUB"] {
-            if let Some(rest) = t.strip_prefix(prefix) {
-                if rest.starts_with(char::is_whitespace) || rest.is_empty() {
-                    out.extend(split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?);
-                }
+            if let Some(rest) = t.strip_prefix(prefix)
+                && (rest.starts_with(char::is_whitespace) || rest.is_empty())
+            {
+                out.extend(split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?);
             }
         }
     }
@@ -572,7 +572,7 @@ pub fn resolve(
         let extra = args
             .torchrun_args
             .as_deref()
-            .map(|s| split_words(s))
+            .map(split_words)
             .transpose()?
             .unwrap_or_default();
         (

@@ -366,10 +366,10 @@ async fn status(addrs: Vec<String>, json: bool) {
             Ok(r) => {
                 let v: serde_json::Value = serde_json::from_slice(&r.json).unwrap_or_default();
                 for (_, a) in v["peers"].as_object().into_iter().flatten() {
-                    if let Some(a) = a.as_str() {
-                        if !seen.iter().any(|s| s == a) {
-                            seen.push(a.to_string());
-                        }
+                    if let Some(a) = a.as_str()
+                        && !seen.iter().any(|s| s == a)
+                    {
+                        seen.push(a.to_string());
                     }
                 }
                 if !rows.iter().any(|r| r["id"] == v["id"]) {

@@ -436,13 +436,13 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         return Ok(true);
                     }
                 }
-                if let Membership::Add { id, .. } = &change {
-                    if voters.contains(id) {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
-                            "controller {id} is already a member"
-                        ))));
-                        return Ok(true);
-                    }
+                if let Membership::Add { id, .. } = &change
+                    && voters.contains(id)
+                {
+                    let _ = reply.send(Err(ProposeError::BadConfChange(format!(
+                        "controller {id} is already a member"
+                    ))));
+                    return Ok(true);
                 }
                 let (seq, ctx) = self.next_tag(address);
                 match self.raw.propose_conf_change(ctx, cc) {

@@ -96,13 +96,13 @@ impl SledStore {
                 }
             }
         }
-        if let Some(name) = &current {
-            if !dir.join(name).exists() {
-                return Err(StoreError::Corrupt(format!(
-                    "snapshot file {} is missing",
-                    dir.join(name).display()
-                )));
-            }
+        if let Some(name) = &current
+            && !dir.join(name).exists()
+        {
+            return Err(StoreError::Corrupt(format!(
+                "snapshot file {} is missing",
+                dir.join(name).display()
+            )));
         }
         let key = |k: sled::IVec| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
         let first = log

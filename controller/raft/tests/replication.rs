@@ -36,10 +36,8 @@ impl Transport for ChannelTransport {
                 let is_snap = gsched_raft::node::is_snapshot(&m);
                 let to = m.to;
                 let _ = tx.send(Msg::Raft(Box::new(m)));
-                if is_snap {
-                    if let Some(me) = net.peers.get(&self.from) {
-                        let _ = me.send(Msg::SnapshotDone { to, ok: true });
-                    }
+                if is_snap && let Some(me) = net.peers.get(&self.from) {
+                    let _ = me.send(Msg::SnapshotDone { to, ok: true });
                 }
             }
         }

@@ -186,14 +186,13 @@ impl<'a> Placer<'a> {
         {
             return Some("not in --nodelist".into());
         }
-        if let Some(t) = &job.gpu_type {
-            if !node
+        if let Some(t) = &job.gpu_type
+            && !node
                 .gpu_model
                 .as_deref()
                 .is_some_and(|m| model_matches(m, t))
-            {
-                return Some(format!("GPU model is not {t}"));
-            }
+        {
+            return Some(format!("GPU model is not {t}"));
         }
         if let Some(f) = job.constraint.iter().find(|f| {
             !node.features.iter().any(|nf| nf == *f)

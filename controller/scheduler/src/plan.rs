@@ -230,18 +230,17 @@ impl<'a> Pass<'a> {
                 });
             }
         }
-        if let Some((array, Some(limit))) = job.array {
-            if self.array_running.get(&array).copied().unwrap_or(0) >= limit {
-                return Some(PendingReason::JobArrayTaskLimit);
-            }
+        if let Some((array, Some(limit))) = job.array
+            && self.array_running.get(&array).copied().unwrap_or(0) >= limit
+        {
+            return Some(PendingReason::JobArrayTaskLimit);
         }
         if let (Some(max), Some(t)) = (
             config.partition(&job.partition).and_then(|p| p.max_time_s),
             job.time_limit_s,
-        ) {
-            if t > max {
-                return Some(PendingReason::PartitionTimeLimit);
-            }
+        ) && t > max
+        {
+            return Some(PendingReason::PartitionTimeLimit);
         }
         let qos = config.qos(job.qos.as_deref());
         let user_gpus = self.user_gpus.get(&job.user).copied().unwrap_or(0);
@@ -266,10 +265,9 @@ impl<'a> Pass<'a> {
             .iter()
             .find(|a| a.name == job.account)
             .and_then(|a| a.max_gpus)
+            && self.account_gpus.get(&job.account).copied().unwrap_or(0) + job.total_gpus() > max
         {
-            if self.account_gpus.get(&job.account).copied().unwrap_or(0) + job.total_gpus() > max {
-                return Some(PendingReason::AssocGrpGpuLimit);
-            }
+            return Some(PendingReason::AssocGrpGpuLimit);
         }
         None
     }
@@ -361,10 +359,9 @@ impl<'a> Pass<'a> {
                 } else if self.estimates.len()
                     < self.snap.config.reservations as usize + EXTRA_ESTIMATES
                     && policy != Policy::Fifo
+                    && let Some((start_ms, _)) = self.shadow(job, false)
                 {
-                    if let Some((start_ms, _)) = self.shadow(job, false) {
-                        self.estimates.push((job.id, start_ms));
-                    }
+                    self.estimates.push((job.id, start_ms));
                 }
                 if policy == Policy::Fifo {
                     self.fifo_blocked = true;
@@ -467,10 +464,10 @@ impl<'a> Pass<'a> {
                     fitting.remove(&ni);
                 }
             }
-            if fitting.len() as u32 >= job.nodes {
-                if let Ok(picks) = self.placer.place_on(job, &future, &mask, &fitting) {
-                    return Some((t.max(self.now_ms), picks));
-                }
+            if fitting.len() as u32 >= job.nodes
+                && let Ok(picks) = self.placer.place_on(job, &future, &mask, &fitting)
+            {
+                return Some((t.max(self.now_ms), picks));
             }
         }
         None

@@ -37,10 +37,10 @@ impl Ctx {
     /// A gRPC `Unavailable` that carries the leader's address so clients can follow it.
     pub fn unavailable(&self, message: String) -> Status {
         let mut status = Status::unavailable(message);
-        if let Some(addr) = self.leader_address() {
-            if let Ok(v) = addr.parse() {
-                status.metadata_mut().insert(LEADER_HINT, v);
-            }
+        if let Some(addr) = self.leader_address()
+            && let Ok(v) = addr.parse()
+        {
+            status.metadata_mut().insert(LEADER_HINT, v);
         }
         status
     }

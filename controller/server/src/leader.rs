@@ -230,39 +230,37 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                     match job.state {
                         JobState::Running
                             if step.is_some_and(|s| s.state == StepState::Launching)
-                                && !reported =>
+                                && !reported
+                                && launched
+                                    .get(&key)
+                                    .is_none_or(|t| t.elapsed() > Duration::from_secs(3)) =>
                         {
-                            if launched
-                                .get(&key)
-                                .is_none_or(|t| t.elapsed() > Duration::from_secs(3))
-                            {
-                                let partition = job
-                                    .spec
-                                    .partition
-                                    .clone()
-                                    .unwrap_or_else(|| state.config.default_partition());
-                                let time_limit_s = job.spec.time_limit_s.or(state
-                                    .config
-                                    .partition(&partition)
-                                    .and_then(|p| p.default_time_s));
-                                let launch = LaunchSpec {
-                                    job: job.id,
-                                    array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
-                                    attempt: job.restarts,
-                                    node_rank: rank as u32,
-                                    nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
-                                    spec: job.spec.clone(),
-                                    allocation: alloc.clone(),
-                                    node_alloc: na.clone(),
-                                    start_ms: job.start_ms.unwrap_or_else(now_ms),
-                                    time_limit_s,
-                                };
-                                launched.insert(key, Instant::now());
-                                sends.push((
-                                    na.node.clone(),
-                                    ControllerToAgent::Launch(Box::new(launch)),
-                                ));
-                            }
+                            let partition = job
+                                .spec
+                                .partition
+                                .clone()
+                                .unwrap_or_else(|| state.config.default_partition());
+                            let time_limit_s = job.spec.time_limit_s.or(state
+                                .config
+                                .partition(&partition)
+                                .and_then(|p| p.default_time_s));
+                            let launch = LaunchSpec {
+                                job: job.id,
+                                array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
+                                attempt: job.restarts,
+                                node_rank: rank as u32,
+                                nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
+                                spec: job.spec.clone(),
+                                allocation: alloc.clone(),
+                                node_alloc: na.clone(),
+                                start_ms: job.start_ms.unwrap_or_else(now_ms),
+                                time_limit_s,
+                            };
+                            launched.insert(key, Instant::now());
+                            sends.push((
+                                na.node.clone(),
+                                ControllerToAgent::Launch(Box::new(launch)),
+                            ));
                         }
                         JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
                             // A peer's "remote process exited" is a symptom: give the
@@ -403,10 +401,10 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
                             .partition(j.spec.partition.as_deref().unwrap_or(""))
                             .and_then(|p| p.default_time_s)
                     });
-                    if let (Some(limit), Some(start)) = (limit, j.start_ms) {
-                        if now > start + (limit + ctx.cfg.kill_grace_s + 30) * 1000 {
-                            overdue.push((j.id, j.restarts));
-                        }
+                    if let (Some(limit), Some(start)) = (limit, j.start_ms)
+                        && now > start + (limit + ctx.cfg.kill_grace_s + 30) * 1000
+                    {
+                        overdue.push((j.id, j.restarts));
                     }
                 }
             }

@@ -99,11 +99,11 @@ impl ClusterState {
             .collect();
         self.node_usage.clear();
         for job in self.jobs.values() {
-            if matches!(job.state, JobState::Running | JobState::Completing) {
-                if let Some(a) = &job.allocation {
-                    for na in &a.nodes {
-                        self.node_usage.entry(na.node.clone()).or_default().add(na);
-                    }
+            if matches!(job.state, JobState::Running | JobState::Completing)
+                && let Some(a) = &job.allocation
+            {
+                for na in &a.nodes {
+                    self.node_usage.entry(na.node.clone()).or_default().add(na);
                 }
             }
         }
@@ -164,10 +164,10 @@ impl ClusterState {
 
     /// Applies one log entry. Deterministic: same state + same envelope = same result.
     pub fn apply(&mut self, env: &Envelope) -> Outcome {
-        if let Some(id) = &env.request_id {
-            if let Some(done) = self.dedup_lookup(id) {
-                return done.clone();
-            }
+        if let Some(id) = &env.request_id
+            && let Some(done) = self.dedup_lookup(id)
+        {
+            return done.clone();
         }
         self.clock_ms = self.clock_ms.max(env.at_ms);
         let at = env.at_ms;
@@ -177,10 +177,10 @@ impl ClusterState {
             Command::StartJobs { starts } => self.start_jobs(starts, at),
             Command::SetPendingReasons { reasons } => {
                 for (id, reason) in reasons {
-                    if let Some(j) = self.jobs.get_mut(id) {
-                        if j.state == JobState::Pending {
-                            j.reason = reason.clone();
-                        }
+                    if let Some(j) = self.jobs.get_mut(id)
+                        && j.state == JobState::Pending
+                    {
+                        j.reason = reason.clone();
                     }
                 }
                 Outcome::Ok
@@ -355,24 +355,25 @@ impl ClusterState {
         if spec.nodes == 0 {
             return Err("--nodes must be at least 1".into());
         }
-        if let Some(p) = &spec.partition {
-            if !self.config.partitions.is_empty() && self.config.partition(p).is_none() {
-                let names: Vec<&str> = self
-                    .config
-                    .partitions
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect();
-                return Err(format!(
-                    "invalid partition '{p}': known partitions are {}",
-                    names.join(", ")
-                ));
-            }
+        if let Some(p) = &spec.partition
+            && !self.config.partitions.is_empty()
+            && self.config.partition(p).is_none()
+        {
+            let names: Vec<&str> = self
+                .config
+                .partitions
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            return Err(format!(
+                "invalid partition '{p}': known partitions are {}",
+                names.join(", ")
+            ));
         }
-        if let Some(q) = &spec.qos {
-            if self.config.qos(Some(q)).is_none() {
-                return Err(format!("invalid QOS '{q}'"));
-            }
+        if let Some(q) = &spec.qos
+            && self.config.qos(Some(q)).is_none()
+        {
+            return Err(format!("invalid QOS '{q}'"));
         }
         let partition = spec
             .partition
@@ -385,14 +386,14 @@ impl ClusterState {
             .into_iter()
             .chain(self.config.user_limits.max_time_s)
             .min();
-        if let (Some(max), Some(t)) = (max_time, spec.time_limit_s) {
-            if t > max {
-                return Err(format!(
-                    "time limit {} exceeds the maximum {} for partition {partition}",
-                    gsched_types::parse::format_duration(t),
-                    gsched_types::parse::format_duration(max)
-                ));
-            }
+        if let (Some(max), Some(t)) = (max_time, spec.time_limit_s)
+            && t > max
+        {
+            return Err(format!(
+                "time limit {} exceeds the maximum {} for partition {partition}",
+                gsched_types::parse::format_duration(t),
+                gsched_types::parse::format_duration(max)
+            ));
         }
         if let Some(max) = self.config.user_limits.max_queued_jobs {
             let queued = self
@@ -598,11 +599,11 @@ impl ClusterState {
                 message: "stale step report".into(),
             };
         }
-        if let Some(step) = Self::step_mut(job, node) {
-            if step.state == StepState::Launching {
-                step.state = StepState::Running { pid };
-                step.started_ms = Some(at);
-            }
+        if let Some(step) = Self::step_mut(job, node)
+            && step.state == StepState::Launching
+        {
+            step.state = StepState::Running { pid };
+            step.started_ms = Some(at);
         }
         Outcome::Ok
     }
@@ -671,10 +672,10 @@ impl ClusterState {
         if code.is_some() && job.exit_code.is_none_or(|c| c == 0) {
             job.exit_code = code;
         }
-        if let Some(f) = failure {
-            if f.kind != FailureKind::GangStopped {
-                self.begin_ending(id, f, at);
-            }
+        if let Some(f) = failure
+            && f.kind != FailureKind::GangStopped
+        {
+            self.begin_ending(id, f, at);
         }
         self.maybe_finish(id, at);
         Outcome::Ok
@@ -699,10 +700,10 @@ impl ClusterState {
                 message: "stale step report".into(),
             };
         }
-        if let Some(step) = Self::step_mut(job, node) {
-            if step.failure.is_none() {
-                step.failure = Some(failure.clone());
-            }
+        if let Some(step) = Self::step_mut(job, node)
+            && step.failure.is_none()
+        {
+            step.failure = Some(failure.clone());
         }
         self.begin_ending(id, failure, at);
         Outcome::Ok
@@ -774,14 +775,12 @@ impl ClusterState {
             job.spec.user.clone(),
         );
         if requeue {
-            if let Some(f) = &job.failure {
-                if f.kind.blames_node() {
-                    if let Some(n) = &f.node {
-                        if !job.avoid_nodes.contains(n) {
-                            job.avoid_nodes.push(n.clone());
-                        }
-                    }
-                }
+            if let Some(f) = &job.failure
+                && f.kind.blames_node()
+                && let Some(n) = &f.node
+                && !job.avoid_nodes.contains(n)
+            {
+                job.avoid_nodes.push(n.clone());
             }
             job.state = JobState::Pending;
             job.reason = PendingReason::Requeued;
@@ -973,11 +972,11 @@ impl ClusterState {
         for ev in events {
             record.health.push(ev.clone());
             if ev.severity == HealthSeverity::Critical {
-                if let Some(g) = ev.gpu {
-                    if !record.bad_gpus.contains(&g) {
-                        record.bad_gpus.push(g);
-                        record.bad_gpus.sort_unstable();
-                    }
+                if let Some(g) = ev.gpu
+                    && !record.bad_gpus.contains(&g)
+                {
+                    record.bad_gpus.push(g);
+                    record.bad_gpus.sort_unstable();
                 }
                 if !record.is_drained() {
                     record.admin = NodeAdminState::Drain {

@@ -106,16 +106,16 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
         match job.state {
             JobState::Pending => {
                 for dep in &job.spec.dependency {
-                    if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton) {
-                        if let Some(d) = state.jobs.get(&id) {
-                            dependencies.insert(
-                                id,
-                                DepView {
-                                    state: d.state,
-                                    exit_code: d.exit_code,
-                                },
-                            );
-                        }
+                    if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton)
+                        && let Some(d) = state.jobs.get(&id)
+                    {
+                        dependencies.insert(
+                            id,
+                            DepView {
+                                state: d.state,
+                                exit_code: d.exit_code,
+                            },
+                        );
                     }
                 }
                 pending.push(pending_view(job, state));

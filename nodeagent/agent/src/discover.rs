@@ -40,14 +40,14 @@ fn local(root: &Path) -> Topology {
     let (cpus, mem) = sysfs::cpus_and_memory(root);
     topo.cpus = cpus;
     topo.memory_mib = mem;
-    if topo.numa_nodes.is_empty() {
-        if let Some(c) = cpus {
-            topo.numa_nodes.push(gsched_types::topology::NumaNode {
-                id: 0,
-                cpus: format!("0-{}", c.saturating_sub(1)),
-                memory_mib: mem,
-            });
-        }
+    if topo.numa_nodes.is_empty()
+        && let Some(c) = cpus
+    {
+        topo.numa_nodes.push(gsched_types::topology::NumaNode {
+            id: 0,
+            cpus: format!("0-{}", c.saturating_sub(1)),
+            memory_mib: mem,
+        });
     }
     let found = sysfs::nics(root);
     match crate::nvml::NvmlProbe::init().and_then(|p| p.discover(root)) {
@@ -107,10 +107,9 @@ fn add_addresses(topo: &mut Topology) {
             .nics
             .iter_mut()
             .find(|n| n.netdev.as_deref() == Some(a.interface_name.as_str()))
+            && !nic.ipv4.contains(&ip)
         {
-            if !nic.ipv4.contains(&ip) {
-                nic.ipv4.push(ip);
-            }
+            nic.ipv4.push(ip);
         }
     }
 }

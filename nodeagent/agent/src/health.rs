@@ -161,17 +161,17 @@ pub fn nic_events(
                 )
             });
         }
-        if let (true, Some(want), Some(have)) = (training, expected_mtu, nic.mtu) {
-            if want != have {
-                out.push(event(
-                    HealthSeverity::Warning,
-                    "mtu_mismatch",
-                    format!(
-                        "training interface {} has MTU {have}, the training network uses {want}",
-                        nic.name
-                    ),
-                ));
-            }
+        if let (true, Some(want), Some(have)) = (training, expected_mtu, nic.mtu)
+            && want != have
+        {
+            out.push(event(
+                HealthSeverity::Warning,
+                "mtu_mismatch",
+                format!(
+                    "training interface {} has MTU {have}, the training network uses {want}",
+                    nic.name
+                ),
+            ));
         }
     }
     out

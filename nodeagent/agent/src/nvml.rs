@@ -228,15 +228,14 @@ impl NvmlProbe {
             if let (Ok(t), Ok(slow)) = (
                 d.temperature(TemperatureSensor::Gpu),
                 d.temperature_threshold(TemperatureThreshold::Slowdown),
-            ) {
-                if t >= slow {
-                    out.push(ev(
-                        HealthSeverity::Warning,
-                        "temperature",
-                        Some(i),
-                        format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C"),
-                    ));
-                }
+            ) && t >= slow
+            {
+                out.push(ev(
+                    HealthSeverity::Warning,
+                    "temperature",
+                    Some(i),
+                    format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C"),
+                ));
             }
             if let (Ok(cg), Ok(mg), Ok(cw), Ok(mw)) = (
                 d.current_pcie_link_gen(),

@@ -126,10 +126,9 @@ impl StepManager {
                 event: StepEvent::Exited { job, attempt, .. },
                 ..
             } = ev
+                && !v.iter().any(|s| s.job == job && s.attempt == attempt)
             {
-                if !v.iter().any(|s| s.job == job && s.attempt == attempt) {
-                    v.push(StepRef { job, attempt });
-                }
+                v.push(StepRef { job, attempt });
             }
         }
         v
@@ -567,39 +566,41 @@ impl StepManager {
                     }
                 }
                 let limit = step.launch.time_limit_s;
-                if let Some(limit) = limit {
-                    if step.kill.is_none() && now_ms() > step.launch.start_ms + limit * 1000 {
-                        let why = format!(
-                            "time limit of {} reached",
-                            gsched_types::parse::format_duration(limit)
-                        );
-                        signal_group(step.pgid, libc::SIGTERM);
-                        step.kill = Some(Kill {
-                            at: Instant::now(),
-                            grace: Duration::from_secs(10),
-                            cause: FailureKind::Timeout,
-                            reason: why.clone(),
-                            hard_sent: false,
-                        });
-                        events.push(StepEvent::Failed {
-                            job: key.0,
-                            attempt: key.1,
-                            failure: Failure {
-                                kind: FailureKind::Timeout,
-                                node: Some(node.clone()),
-                                evidence: why,
-                                at_ms: now_ms(),
-                            },
-                        });
-                    }
+                if let Some(limit) = limit
+                    && step.kill.is_none()
+                    && now_ms() > step.launch.start_ms + limit * 1000
+                {
+                    let why = format!(
+                        "time limit of {} reached",
+                        gsched_types::parse::format_duration(limit)
+                    );
+                    signal_group(step.pgid, libc::SIGTERM);
+                    step.kill = Some(Kill {
+                        at: Instant::now(),
+                        grace: Duration::from_secs(10),
+                        cause: FailureKind::Timeout,
+                        reason: why.clone(),
+                        hard_sent: false,
+                    });
+                    events.push(StepEvent::Failed {
+                        job: key.0,
+                        attempt: key.1,
+                        failure: Failure {
+                            kind: FailureKind::Timeout,
+                            node: Some(node.clone()),
+                            evidence: why,
+                            at_ms: now_ms(),
+                        },
+                    });
                 }
-                if let Some(k) = step.kill.as_mut() {
-                    if !k.hard_sent && k.at.elapsed() >= k.grace {
-                        k.hard_sent = true;
-                        signal_group(step.pgid, libc::SIGKILL);
-                        if let Some(cg) = &step.cgroup {
-                            Cgroups::kill(cg);
-                        }
+                if let Some(k) = step.kill.as_mut()
+                    && !k.hard_sent
+                    && k.at.elapsed() >= k.grace
+                {
+                    k.hard_sent = true;
+                    signal_group(step.pgid, libc::SIGKILL);
+                    if let Some(cg) = &step.cgroup {
+                        Cgroups::kill(cg);
                     }
                 }
                 if let Some(rec) = std::fs::read(step.files.exit())
@@ -633,16 +634,14 @@ impl StepManager {
             for ev in events {
                 self.emit(ev);
             }
-            if done {
-                if let Some(mut step) = self.steps.remove(&key) {
-                    let _ = std::fs::write(step.files.reported(), b"");
-                    isolation::release_devices(&step.devices);
-                    if let Some(cg) = &step.cgroup {
-                        Cgroups::remove(cg);
-                    }
-                    if let Some(c) = step.supervisor.as_mut() {
-                        let _ = c.wait();
-                    }
+            if done && let Some(mut step) = self.steps.remove(&key) {
+                let _ = std::fs::write(step.files.reported(), b"");
+                isolation::release_devices(&step.devices);
+                if let Some(cg) = &step.cgroup {
+                    Cgroups::remove(cg);
+                }
+                if let Some(c) = step.supervisor.as_mut() {
+                    let _ = c.wait();
                 }
             }
         }

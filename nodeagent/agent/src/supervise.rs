@@ -104,10 +104,10 @@ impl ChildSetup {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if let Some(uid) = self.uid {
-                if libc::setuid(uid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+            if let Some(uid) = self.uid
+                && libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
             }
             if libc::chdir(self.workdir.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());

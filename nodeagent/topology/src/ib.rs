@@ -29,7 +29,7 @@ pub fn parse_ibdev2netdev(text: &str) -> Vec<DevMap> {
             })
         })
         .collect();
-    out.sort_by(|a, b| natural(&a.hca).cmp(&natural(&b.hca)));
+    out.sort_by_key(|a| natural(&a.hca));
     out
 }
 
@@ -123,7 +123,7 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
         }
     }
     out.extend(cur);
-    out.sort_by(|a, b| (natural(&a.hca), a.port).cmp(&(natural(&b.hca), b.port)));
+    out.sort_by_key(|a| (natural(&a.hca), a.port));
     out
 }
 

@@ -84,62 +84,61 @@ pub fn parse_table(text: &str) -> SmiTable {
             if let (Some(idx), Some(bus)) = (
                 words.next().and_then(|w| w.parse::<u32>().ok()),
                 cells[2].split_whitespace().next(),
-            ) {
-                if bus.matches(':').count() >= 2 {
-                    let name_words: Vec<&str> = words.collect();
-                    let name = name_words[..name_words.len().saturating_sub(1)].join(" ");
-                    let ecc = cells[3].trim();
-                    let second: Vec<&str> = lines
-                        .get(i + 1)
-                        .map(|l| l.split('|').collect())
-                        .unwrap_or_default();
-                    let (mut temp, mut cap, mut used, mut total) = (None, None, None, None);
-                    if second.len() >= 3 {
-                        let s1 = second[1];
-                        temp = s1
-                            .split_whitespace()
-                            .find(|w| {
-                                w.ends_with('C')
-                                    && w.len() > 1
-                                    && w[..w.len() - 1].chars().all(|c| c.is_ascii_digit())
-                            })
-                            .and_then(number)
-                            .map(|v| v as u32);
-                        // "N/A" has a slash too: the cap is after the last one.
-                        cap = s1
-                            .rsplit('/')
-                            .next()
-                            .filter(|_| s1.contains(" / "))
-                            .and_then(|w| w.split_whitespace().next())
-                            .and_then(number)
-                            .map(|v| v as u32);
-                        let mem: Vec<&str> = second[2].split('/').collect();
-                        if mem.len() == 2 {
-                            used = number(mem[0]);
-                            total = number(mem[1]);
-                        }
+            ) && bus.matches(':').count() >= 2
+            {
+                let name_words: Vec<&str> = words.collect();
+                let name = name_words[..name_words.len().saturating_sub(1)].join(" ");
+                let ecc = cells[3].trim();
+                let second: Vec<&str> = lines
+                    .get(i + 1)
+                    .map(|l| l.split('|').collect())
+                    .unwrap_or_default();
+                let (mut temp, mut cap, mut used, mut total) = (None, None, None, None);
+                if second.len() >= 3 {
+                    let s1 = second[1];
+                    temp = s1
+                        .split_whitespace()
+                        .find(|w| {
+                            w.ends_with('C')
+                                && w.len() > 1
+                                && w[..w.len() - 1].chars().all(|c| c.is_ascii_digit())
+                        })
+                        .and_then(number)
+                        .map(|v| v as u32);
+                    // "N/A" has a slash too: the cap is after the last one.
+                    cap = s1
+                        .rsplit('/')
+                        .next()
+                        .filter(|_| s1.contains(" / "))
+                        .and_then(|w| w.split_whitespace().next())
+                        .and_then(number)
+                        .map(|v| v as u32);
+                    let mem: Vec<&str> = second[2].split('/').collect();
+                    if mem.len() == 2 {
+                        used = number(mem[0]);
+                        total = number(mem[1]);
                     }
-                    let third: Vec<&str> = lines
-                        .get(i + 2)
-                        .map(|l| l.split('|').collect())
-                        .unwrap_or_default();
-                    let mig = third.get(3).map(|c| c.trim()).and_then(|c| match c {
-                        "Disabled" => Some(false),
-                        "Enabled" => Some(true),
-                        _ => None,
-                    });
-                    t.gpus.push(SmiGpu {
-                        index: idx,
-                        name,
-                        bus_id: normalize_pci(bus),
-                        memory_used_mib: used,
-                        memory_total_mib: total,
-                        temperature_c: temp,
-                        power_cap_w: cap,
-                        ecc_uncorrected: number(ecc),
-                        mig,
-                    });
                 }
+                let third: Vec<&str> = lines
+                    .get(i + 2)
+                    .map(|l| l.split('|').collect())
+                    .unwrap_or_default();
+                let mig = third.get(3).map(|c| c.trim()).and_then(|c| match c {
+                    "Disabled" => Some(false),
+                    "Enabled" => Some(true),
+                    _ => None,
+                });
+                t.gpus.push(SmiGpu {
+                    index: idx,
+                    name,
+                    bus_id: normalize_pci(bus),
+                    memory_used_mib: used,
+                    memory_total_mib: total,
+                    temperature_c: temp,
+                    power_cap_w: cap,
+                    ecc_uncorrected: number(ecc),
+                    mig,
+                });
             }
         }
         i += 1;
@@ -236,14 +235,12 @@ pub fn remapped_rows(text: &str) -> Vec<(String, bool, bool)> {
             failure = false;
         } else if t.starts_with("Remapped Rows") {
             in_remap = true;
-        } else if in_remap {
-            if let Some((k, v)) = t.split_once(':') {
-                let yes = v.trim().eq_ignore_ascii_case("yes");
-                match k.trim() {
-                    "Pending" => pending = yes,
-                    "Remapping Failure Occurred" => failure = yes,
-                    _ => {}
-                }
+        } else if in_remap && let Some((k, v)) = t.split_once(':') {
+            let yes = v.trim().eq_ignore_ascii_case("yes");
+            match k.trim() {
+                "Pending" => pending = yes,
+                "Remapping Failure Occurred" => failure = yes,
+                _ => {}
             }
         }
     }

@@ -171,17 +171,17 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
         let mut cells: Vec<LinkClass> = Vec::new();
         let mut trailing: Vec<String> = Vec::new();
         for tok in tokens {
-            if cells.len() < columns.len() {
-                if let Some(parts) = split_glued_links(tok) {
-                    for p in parts {
-                        let class = p.parse().map_err(|e: String| TopoParseError::BadCell {
-                            row: label.into(),
-                            message: e,
-                        })?;
-                        cells.push(class);
-                    }
-                    continue;
+            if cells.len() < columns.len()
+                && let Some(parts) = split_glued_links(tok)
+            {
+                for p in parts {
+                    let class = p.parse().map_err(|e: String| TopoParseError::BadCell {
+                        row: label.into(),
+                        message: e,
+                    })?;
+                    cells.push(class);
                 }
+                continue;
             }
             trailing.push(tok.to_string());
         }
@@ -213,17 +213,15 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
     for (i, (cells, trailing)) in &gpu_rows {
         let mut gpu = Gpu::new(*i as u32);
         let mut rest = trailing.iter();
-        if has_cpu {
-            if let Some(c) = rest.next() {
-                if gsched_types::cpulist::parse(c).is_ok() && c != "N/A" {
-                    gpu.cpus = Some(c.clone());
-                }
-            }
+        if has_cpu
+            && let Some(c) = rest.next()
+            && gsched_types::cpulist::parse(c).is_ok()
+            && c != "N/A"
+        {
+            gpu.cpus = Some(c.clone());
         }
-        if has_numa {
-            if let Some(nm) = rest.next() {
-                gpu.numa_node = nm.parse().ok();
-            }
+        if has_numa && let Some(nm) = rest.next() {
+            gpu.numa_node = nm.parse().ok();
         }
         let _ = has_gpu_numa;
         if let (Some(numa), Some(cpus)) = (gpu.numa_node, gpu.cpus.as_deref()) {

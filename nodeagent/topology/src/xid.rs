@@ -128,24 +128,23 @@ pub fn normalize_pci(text: &str) -> String {
 /// timestamp text (if any) and the message.
 fn split_prefix(line: &str) -> (Option<String>, &str) {
     let mut rest = line.trim_end();
-    if let Some((head, msg)) = rest.split_once(';') {
-        if head.split(',').count() >= 3
-            && head
-                .split(',')
-                .take(3)
-                .all(|f| f.chars().all(|c| c.is_ascii_digit()))
-        {
-            rest = msg;
-        }
+    if let Some((head, msg)) = rest.split_once(';')
+        && head.split(',').count() >= 3
+        && head
+            .split(',')
+            .take(3)
+            .all(|f| f.chars().all(|c| c.is_ascii_digit()))
+    {
+        rest = msg;
     }
     let rest = rest.trim_start();
-    if let Some(stripped) = rest.strip_prefix('[') {
-        if let Some(end) = stripped.find(']') {
-            return (
-                Some(stripped[..end].trim().to_string()),
-                stripped[end + 1..].trim_start(),
-            );
-        }
+    if let Some(stripped) = rest.strip_prefix('[')
+        && let Some(end) = stripped.find(']')
+    {
+        return (
+            Some(stripped[..end].trim().to_string()),
+            stripped[end + 1..].trim_start(),
+        );
     }
     (None, rest)
 }
@@ -198,7 +197,12 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
                 .parse()
                 .ok()
         });
-        let message = rest.splitn(2, ',').nth(1).unwrap_or("").trim().to_string();
+        let message = rest
+            .split_once(',')
+            .map(|x| x.1)
+            .unwrap_or("")
+            .trim()
+            .to_string();
         return Some(KernelEvent::Xid(XidEvent {
             pci,
             code,

@@ -158,12 +158,11 @@ impl Jobs for JobsService {
                 .map_err(|_| Status::internal("state lock poisoned"))?;
             if let Some(done) =
                 request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
+                && let Outcome::Submitted { jobs } = done
             {
-                if let Outcome::Submitted { jobs } = done {
-                    return Ok(Response::new(SubmitReply {
-                        job_ids: jobs.iter().map(|j| j.0).collect(),
-                    }));
-                }
+                return Ok(Response::new(SubmitReply {
+                    job_ids: jobs.iter().map(|j| j.0).collect(),
+                }));
             }
             self.check_fits(&r.state, &spec)?;
         }

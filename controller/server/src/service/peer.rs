@@ -17,10 +17,10 @@ impl PeerService {
         if address.is_empty() || from == 0 {
             return;
         }
-        if let Ok(mut book) = self.ctx.book.write() {
-            if book.get(&from).map(String::as_str) != Some(address) {
-                book.insert(from, address.to_string());
-            }
+        if let Ok(mut book) = self.ctx.book.write()
+            && book.get(&from).map(String::as_str) != Some(address)
+        {
+            book.insert(from, address.to_string());
         }
     }
 }
