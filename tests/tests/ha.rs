@@ -1,6 +1,7 @@
 //! Controller high availability through real processes: three `gctld` replicas on sled,
 //! clients submitting over gRPC (with the CLI's failover client, as `gsub` does) while
-//! controllers are SIGKILLed, the whole cluster restarted, or the leader cut off.
+//! controllers are SIGKILLed, the whole cluster restarted, or the leader cut off; and a
+//! controller joining at run time, caught up from a snapshot, then removed.
 //!
 //! After each: every acknowledged job exists exactly once, no GPU was ever held by two
 //! live jobs, job states only moved forward, and all replicas report the same state digest
@@ -586,4 +587,117 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
         !names.contains(&"minority"),
         "a write the minority never committed appeared: {names:?}"
     );
+}
+
+#[test]
+fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
+    // Snapshots every 50 entries, so by the time the new member joins, the log it needs
+    // is compacted away and it must be sent a snapshot (over gRPC, in chunks).
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "snapshot_every = 50\n").unwrap();
+    let cfg_path = cfg.path().to_string_lossy().into_owned();
+    let mut c = Cluster::controllers(3, &["--config", &cfg_path]);
+    std::fs::create_dir_all(c.path("out")).unwrap();
+    c.add_agent("n1", "ws-2gpu-nvlink.json", &[]);
+    let rt = runtime();
+    let acks = Arc::new(Acks::default());
+    rt.block_on(async {
+        for h in start_clients(&rt, &c, 4, 50, 0, "#!/bin/sh\ntrue\n", &acks) {
+            h.await.unwrap();
+        }
+    });
+    assert_eq!(acks.count.load(Ordering::SeqCst), 200);
+    let leader_row = c
+        .status()
+        .into_iter()
+        .find(|r| r["role"] == "leader")
+        .unwrap();
+    assert!(
+        leader_row["first_index"].as_u64().unwrap() > 1,
+        "the leader's log was compacted: {leader_row}"
+    );
+
+    // Start controller 4 empty, then add it.
+    let addr4 = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let log4 = std::fs::File::create(c.path("ctl4.log")).unwrap();
+    let mut ctl4 = gsched_tests::Proc {
+        name: "gctld4".into(),
+        child: std::process::Command::new(gsched_tests::bin("gctld"))
+            .args([
+                "--id",
+                "4",
+                "--listen",
+                &addr4,
+                "--join",
+                "--config",
+                &cfg_path,
+                "--data-dir",
+            ])
+            .arg(c.path("ctl4"))
+            .env(
+                "GSCHED_LOG",
+                "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn",
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(log4)
+            .spawn()
+            .unwrap(),
+        log: c.path("ctl4.log"),
+    };
+    c.ok("gctl", &["controllers", "add", &format!("4={addr4}")]);
+    c.controllers.push((4, addr4.clone()));
+    let rows = wait_for("controller 4 to catch up", Duration::from_secs(60), || {
+        let rows = c.status();
+        let four = rows.iter().find(|r| r["id"] == 4)?;
+        let leader = rows.iter().find(|r| r["role"] == "leader")?;
+        (four["applied_index"] == leader["applied_index"]
+            && four["state_digest"] == leader["state_digest"])
+            .then_some(rows)
+    });
+    let four = rows.iter().find(|r| r["id"] == 4).unwrap();
+    assert_eq!(four["role"], "follower");
+    assert!(
+        four["snapshot_index"].as_u64().unwrap() > 0,
+        "controller 4 was brought up from a snapshot: {four}"
+    );
+    assert!(
+        std::fs::read_to_string(c.path("ctl4.log"))
+            .unwrap()
+            .contains("installed snapshot"),
+        "controller 4 installed a snapshot sent by the leader: {}",
+        std::fs::read_to_string(c.path("ctl4.log")).unwrap()
+    );
+    // Its copy serves reads like any replica.
+    let jobs = rt.block_on(async {
+        let mut client = Client::new(vec![addr4.clone()]).with_budget(Duration::from_secs(10));
+        let doc = client
+            .call(|mut j| async move {
+                j.list_jobs(ListJobsRequest {
+                    include_finished: true,
+                })
+                .await
+            })
+            .await
+            .unwrap();
+        parse_jobs(&doc.json)
+    });
+    check_exactly_once(&jobs, &acks);
+
+    // Remove it again: the other three go on and agree.
+    c.ok("gctl", &["controllers", "remove", "4"]);
+    c.controllers.pop();
+    wait_for(
+        "controller 4 to leave the voters",
+        Duration::from_secs(30),
+        || {
+            c.status()
+                .iter()
+                .find(|r| r["role"] == "leader")
+                .filter(|r| !r["voters"].as_array().unwrap().iter().any(|v| v == 4))
+                .map(|_| ())
+        },
+    );
+    ctl4.kill9();
+    let _ = c.submit(&["--wrap", "true", "-J", "after-remove"]);
+    check_replicas_agree(&c, 3);
 }

@@ -50,9 +50,13 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    // Logs go to stderr (stdout stays free for output a caller may parse), in colour only
+    // on a terminal.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(e) = real_main(args) {
         eprintln!("gctld: {e}");

@@ -146,6 +146,8 @@ fn main() {
             tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(&run.log))
                 .with_target(false)
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
             if let Err(e) = run_agent(run) {
                 eprintln!("gagentd: {e}");
