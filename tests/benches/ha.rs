@@ -4,7 +4,7 @@
 //!
 //! On a local 3-replica cluster on sled (127.0.0.1), measures
 //!   1. committed submissions/s with 1 and with 64 concurrent gRPC clients;
-//!   2. `gsub` CLI submissions/s, run one after another;
+//!   2. `gsub` submissions/s and `gqueue` reads/s from the CLI, run one after another;
 //!   3. failover: time from SIGKILL of the leader to the first write accepted by the new
 //!      leader, over 20 trials (p50/p99), with the default election settings;
 //!   4. disk use (sled, per replica) over a long stream of submit+cancel pairs, with the
@@ -158,6 +158,15 @@ fn main() {
         "gsub CLI submissions/s, sequential:       {cli:>8.1}  ({:.1} ms each)",
         1000.0 / cli
     );
+    let start = Instant::now();
+    for _ in 0..n {
+        c.ok("gqueue", &[]);
+    }
+    let reads = n as f64 / start.elapsed().as_secs_f64();
+    println!(
+        "gqueue CLI reads/s, sequential:           {reads:>8.1}  ({:.1} ms each, with the read barrier)",
+        1000.0 / reads
+    );
 
     // 3. Failover.
     let mut times = Vec::new();
@@ -230,7 +239,7 @@ fn main() {
     let done = Arc::new(AtomicU64::new(0));
     let step = (disk_jobs / 8).max(1);
     let tasks: Vec<_> = (0..32)
-        .map(|k| {
+        .map(|_| {
             let (done, json, addrs) = (done.clone(), spec_json(&c, "disk"), addrs(&c));
             let per = disk_jobs / 32;
             rt.spawn(async move {
@@ -263,7 +272,6 @@ fn main() {
                         .await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
-                let _ = k;
             })
         })
         .collect();

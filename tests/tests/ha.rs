@@ -558,18 +558,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     let old_row = wait_for(
         "the isolated controller to step down",
         Duration::from_secs(30),
-        || {
-            let v: Value = serde_json::from_slice(
-                &rt.block_on(Client::call_on(&old_addr, |mut j| {
-                    let r = gsched_proto::pb::Empty {};
-                    async move { j.status(r).await }
-                }))
-                .ok()?
-                .json,
-            )
-            .ok()?;
-            (v["role"] != "leader").then_some(v)
-        },
+        || status_of(&old_addr).filter(|v| v["role"] != "leader"),
     );
     assert_ne!(old_row["role"], "leader");
     // Heal: everyone converges on the majority's history; the minority's write is gone.

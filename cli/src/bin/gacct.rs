@@ -2,9 +2,8 @@
 //! reason and the evidence behind it.
 
 use clap::Parser;
-use gsched_cli::client::{Client, controller_list, describe, die};
+use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
-use gsched_proto::pb::ListJobsRequest;
 use gsched_types::job::JobRecord;
 use gsched_types::parse::format_duration;
 
@@ -33,35 +32,15 @@ fn main() {
         .iter()
         .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gacct", e)))
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let reply = rt
-        .block_on(client.call(|mut c| async move {
-            c.list_jobs(ListJobsRequest {
-                include_finished: true,
-            })
-            .await
-        }))
-        .unwrap_or_else(|s| die("gacct", describe(&s)));
-    let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
-    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone())
-        .unwrap_or_else(|e| die("gacct", format!("bad reply: {e}")));
-    let now = doc["now_ms"].as_u64().unwrap_or(0);
-    let jobs: Vec<&JobRecord> = jobs
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, true, "gacct");
+    let now = list.now_ms;
+    let jobs: Vec<&JobRecord> = list
+        .jobs
         .iter()
         .filter(|j| args.user.as_ref().is_none_or(|u| &j.spec.user == u))
-        .filter(|j| {
-            ids.is_empty()
-                || ids.iter().any(|(id, task)| {
-                    j.id.0 == *id
-                        || j.array_task.is_some_and(|t| {
-                            t.array_job_id.0 == *id && task.is_none_or(|x| x == t.task_id)
-                        })
-                })
-        })
+        .filter(|j| gsched_cli::job_matches(j, &ids))
         .collect();
     if args.json {
         let out: Vec<serde_json::Value> = jobs

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, describe, request_id};
-use gsched_proto::pb::{JobRequest, ListJobsRequest};
+use gsched_proto::pb::JobRequest;
 use gsched_types::job::JobRecord;
 
 /// Cancel jobs by id (120 cancels every task of array 120; 120_3 one task).
@@ -24,32 +24,14 @@ fn main() {
         eprintln!("gcancel: error: no job id given (gcancel ID... or gcancel -u USER)");
         std::process::exit(1);
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     let me = current_user();
     let mut targets: Vec<u64> = Vec::new();
     let mut failed = false;
     let needs_list = args.user.is_some() || args.job_ids.iter().any(|j| j.contains('_'));
     let jobs: Vec<JobRecord> = if needs_list {
-        match rt.block_on(client.call(|mut c| async move {
-            c.list_jobs(ListJobsRequest {
-                include_finished: false,
-            })
-            .await
-        })) {
-            Ok(r) => serde_json::from_value(
-                serde_json::from_slice::<serde_json::Value>(&r.json).unwrap_or_default()["jobs"]
-                    .clone(),
-            )
-            .unwrap_or_default(),
-            Err(s) => {
-                eprintln!("gcancel: error: {}", describe(&s));
-                std::process::exit(1);
-            }
-        }
+        gsched_cli::fetch_jobs(&rt, &mut client, false, "gcancel").jobs
     } else {
         Vec::new()
     };

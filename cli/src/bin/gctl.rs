@@ -3,9 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
-use gsched_proto::pb::{
-    Empty, HoldRequest, JobRequest, ListJobsRequest, MembershipRequest, NodeAdminRequest,
-};
+use gsched_proto::pb::{Empty, HoldRequest, JobRequest, MembershipRequest, NodeAdminRequest};
 use gsched_types::job::JobRecord;
 
 #[derive(Parser, Debug)]
@@ -87,10 +85,7 @@ enum Members {
 fn main() {
     gsched_cli::init();
     let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     let addrs = controller_list(args.controllers.as_deref());
     let mut client = Client::new(addrs.clone());
     let me = current_user();
@@ -100,17 +95,7 @@ fn main() {
             what: Show::Job { job, json },
         } => {
             let (id, task) = gsched_cli::parse_job_id(&job).unwrap_or_else(|e| die("gctl", e));
-            let reply = rt
-                .block_on(client.call(|mut c| async move {
-                    c.list_jobs(ListJobsRequest {
-                        include_finished: true,
-                    })
-                    .await
-                }))
-                .unwrap_or_else(|s| die("gctl", describe(&s)));
-            let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
-            let jobs: Vec<JobRecord> =
-                serde_json::from_value(doc["jobs"].clone()).unwrap_or_default();
+            let jobs = gsched_cli::fetch_jobs(&rt, &mut client, true, "gctl").jobs;
             let Some(j) = jobs.iter().find(|j| match task {
                 Some(t) => j
                     .array_task

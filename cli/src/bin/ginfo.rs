@@ -48,10 +48,7 @@ fn state_of(rec: &NodeRecord, used_gpus: usize, jobs: usize) -> String {
 fn main() {
     gsched_cli::init();
     let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     let reply = rt
         .block_on(client.call(|mut c| async move { c.list_nodes(Empty {}).await }))

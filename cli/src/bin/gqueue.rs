@@ -1,11 +1,9 @@
 //! `gqueue`: the queue, as squeue shows it.
 
 use clap::Parser;
-use gsched_cli::client::{Client, controller_list, describe, die};
+use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
-use gsched_proto::pb::ListJobsRequest;
 use gsched_types::job::{JobRecord, JobState};
-use std::collections::BTreeMap;
 
 /// Show pending and running jobs (squeue-compatible columns).
 #[derive(Parser, Debug)]
@@ -58,25 +56,13 @@ fn main() {
         .iter()
         .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gqueue", e)))
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let reply = rt
-        .block_on(
-            client.call(
-                |mut c| async move { c.list_jobs(ListJobsRequest { include_finished }).await },
-            ),
-        )
-        .unwrap_or_else(|s| die("gqueue", describe(&s)));
-    let doc: serde_json::Value = serde_json::from_slice(&reply.json)
-        .unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
-    let jobs: Vec<JobRecord> = serde_json::from_value(doc["jobs"].clone())
-        .unwrap_or_else(|e| die("gqueue", format!("bad reply: {e}")));
-    let estimates: BTreeMap<String, u64> =
-        serde_json::from_value(doc["estimates"].clone()).unwrap_or_default();
-    let now = doc["now_ms"].as_u64().unwrap_or(0);
+    let gsched_cli::JobList {
+        jobs,
+        estimates,
+        now_ms: now,
+    } = gsched_cli::fetch_jobs(&rt, &mut client, include_finished, "gqueue");
     let jobs: Vec<&JobRecord> = jobs
         .iter()
         .filter(|j| args.user.is_empty() || args.user.contains(&j.spec.user))
@@ -89,16 +75,7 @@ fn main() {
             wanted_states.is_empty() && (all || !j.state.is_terminal())
                 || wanted_states.contains(&j.state)
         })
-        .filter(|j| {
-            ids.is_empty()
-                || ids.iter().any(|(id, task)| match (j.array_task, task) {
-                    (_, None) => {
-                        j.id.0 == *id || j.array_task.is_some_and(|t| t.array_job_id.0 == *id)
-                    }
-                    (Some(t), Some(task)) => t.array_job_id.0 == *id && t.task_id == *task,
-                    (None, Some(_)) => false,
-                })
-        })
+        .filter(|j| gsched_cli::job_matches(j, &ids))
         .collect();
     if args.json {
         let out: Vec<serde_json::Value> = jobs

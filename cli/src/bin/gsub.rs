@@ -104,10 +104,7 @@ fn main() {
         is_root: nix::unistd::geteuid().is_root(),
     };
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = gsched_cli::runtime();
     if args.dry_run {
         rt.block_on(dry_run(&args, &spec));
         return;

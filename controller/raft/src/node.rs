@@ -297,6 +297,7 @@ pub fn start<S: LogStore, T: Transport>(
         seq: 0,
         last_snapshot: snap_index,
         term: 0,
+        disk_bytes: (Instant::now(), 0),
     };
     let thread = std::thread::Builder::new()
         .name(format!("raft-{}", node.cfg.id))
@@ -324,6 +325,9 @@ struct Node<S: LogStore, T: Transport> {
     seq: u64,
     last_snapshot: u64,
     term: u64,
+    /// The store's size on disk and when it was measured (a file-system query, so not on
+    /// every Ready).
+    disk_bytes: (Instant, u64),
 }
 
 impl<S: LogStore, T: Transport> Node<S, T> {
@@ -704,7 +708,10 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         Ok(())
     }
 
-    fn publish_status(&self) {
+    fn publish_status(&mut self) {
+        if self.disk_bytes.1 == 0 || self.disk_bytes.0.elapsed() > Duration::from_secs(1) {
+            self.disk_bytes = (Instant::now(), self.raw.store().store.disk_bytes());
+        }
         let raft = &self.raw.raft;
         let store = &self.raw.store().store;
         let conf = raft.prs().conf();
@@ -730,7 +737,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             voters,
             learners,
             matched,
-            disk_bytes: store.disk_bytes(),
+            disk_bytes: self.disk_bytes.1,
         };
         self.status_tx.send_if_modified(|old| {
             if *old == status {

@@ -317,33 +317,11 @@ impl ClusterState {
         for task in tasks {
             let id = JobId(self.next_job_id);
             self.next_job_id += 1;
-            let record = JobRecord {
-                id,
-                spec: spec.clone(),
-                state: JobState::Pending,
-                reason: if spec.hold {
-                    PendingReason::JobHeldUser
-                } else {
-                    PendingReason::None
-                },
-                submit_ms: at,
-                eligible_ms: at,
-                start_ms: None,
-                end_ms: None,
-                allocation: None,
-                steps: Vec::new(),
-                restarts: 0,
-                exit_code: None,
-                failure: None,
-                ending_as: None,
-                array_task: task.map(|t| ArrayTask {
-                    array_job_id: base,
-                    task_id: t,
-                }),
-                avoid_nodes: Vec::new(),
-                attempts: Vec::new(),
-                held: spec.hold,
-            };
+            let mut record = JobRecord::new(id, spec.clone(), at);
+            record.array_task = task.map(|t| ArrayTask {
+                array_job_id: base,
+                task_id: t,
+            });
             self.jobs.insert(id, record);
             ids.push(id);
         }
@@ -580,6 +558,21 @@ impl ClusterState {
         job.steps.iter_mut().find(|s| s.node == node)
     }
 
+    /// The job a step report is about, if the report is for its current attempt and the
+    /// job is still running or ending; otherwise the outcome that refuses the report.
+    fn reported_job(&mut self, id: JobId, attempt: u32) -> Result<&mut JobRecord, Outcome> {
+        let job = self.jobs.get_mut(&id).ok_or_else(|| Outcome::NotFound {
+            message: format!("job {id}"),
+        })?;
+        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        {
+            return Err(Outcome::Rejected {
+                message: "stale step report".into(),
+            });
+        }
+        Ok(job)
+    }
+
     fn step_started(
         &mut self,
         id: JobId,
@@ -588,17 +581,10 @@ impl ClusterState {
         pid: Option<u32>,
         at: u64,
     ) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else {
-            return Outcome::NotFound {
-                message: format!("job {id}"),
-            };
+        let job = match self.reported_job(id, attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
         };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
-        {
-            return Outcome::Rejected {
-                message: "stale step report".into(),
-            };
-        }
         if let Some(step) = Self::step_mut(job, node)
             && step.state == StepState::Launching
         {
@@ -619,17 +605,10 @@ impl ClusterState {
         failure: Option<Failure>,
         at: u64,
     ) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else {
-            return Outcome::NotFound {
-                message: format!("job {id}"),
-            };
+        let job = match self.reported_job(id, attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
         };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
-        {
-            return Outcome::Rejected {
-                message: "stale step report".into(),
-            };
-        }
         let Some(step) = Self::step_mut(job, node) else {
             return Outcome::Rejected {
                 message: format!("job {id} has no step on {node}"),
@@ -689,17 +668,10 @@ impl ClusterState {
         failure: Failure,
         at: u64,
     ) -> Outcome {
-        let Some(job) = self.jobs.get_mut(&id) else {
-            return Outcome::NotFound {
-                message: format!("job {id}"),
-            };
+        let job = match self.reported_job(id, attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
         };
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
-        {
-            return Outcome::Rejected {
-                message: "stale step report".into(),
-            };
-        }
         if let Some(step) = Self::step_mut(job, node)
             && step.failure.is_none()
         {

@@ -57,8 +57,6 @@ struct Step {
     kill: Option<Kill>,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
-    /// This node's private copy of the step's output (see `supervise`), scanned for evidence.
-    outputs: Vec<PathBuf>,
     supervisor: Option<std::process::Child>,
     supervisor_pid: Option<i32>,
 }
@@ -169,7 +167,6 @@ impl StepManager {
             let pgid = std::fs::read_to_string(files.pgid())
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
-            let outputs = vec![files.capture()];
             let key = StepRef {
                 job: launch.job,
                 attempt: launch.attempt,
@@ -189,7 +186,6 @@ impl StepManager {
                     .and_then(|p| p.cgroup.clone())
                     .map(PathBuf::from),
                 devices: Vec::new(),
-                outputs,
                 launch,
                 pgid,
                 started_reported: false,
@@ -259,7 +255,6 @@ impl StepManager {
                             self.settings.node,
                             ident.user
                         );
-                        let outputs = vec![files.capture()];
                         let step = Step {
                             key: StepRef {
                                 job: l.job,
@@ -268,7 +263,6 @@ impl StepManager {
                             files,
                             cgroup: plan.cgroup.clone().map(PathBuf::from),
                             devices,
-                            outputs,
                             launch: l,
                             pgid: None,
                             started_reported: false,
@@ -727,7 +721,9 @@ fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
 /// Reads what the step's output and NCCL log files gained since the last round and
 /// classifies complete lines.
 fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
-    let mut files = step.outputs.clone();
+    // This node's private copy of the step's output (see `supervise`), never the user's
+    // file, which other nodes of the job append to as well.
+    let mut files = vec![step.files.capture()];
     if let Ok(d) = std::fs::read_dir(step.files.logs()) {
         files.extend(
             d.flatten()

@@ -445,6 +445,35 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// A newly submitted job: pending since `at_ms` (held if its spec says so), no attempt
+    /// made yet.
+    pub fn new(id: JobId, spec: JobSpec, at_ms: u64) -> JobRecord {
+        JobRecord {
+            id,
+            state: JobState::Pending,
+            reason: if spec.hold {
+                PendingReason::JobHeldUser
+            } else {
+                PendingReason::None
+            },
+            held: spec.hold,
+            spec,
+            submit_ms: at_ms,
+            eligible_ms: at_ms,
+            start_ms: None,
+            end_ms: None,
+            allocation: None,
+            steps: Vec::new(),
+            restarts: 0,
+            exit_code: None,
+            failure: None,
+            ending_as: None,
+            array_task: None,
+            avoid_nodes: Vec::new(),
+            attempts: Vec::new(),
+        }
+    }
+
     /// `123` or `120_3` for array tasks, as squeue prints them.
     pub fn display_id(&self) -> String {
         match self.array_task {

@@ -14,7 +14,7 @@ use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{ClusterState, Command, Outcome};
-use gsched_types::job::{JobId, JobRecord, JobSpec, JobState, PendingReason};
+use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use serde_json::json;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -22,15 +22,36 @@ use tonic::{Request, Response, Status};
 pub struct JobsService {
     pub ctx: Arc<Ctx>,
     /// Node views for admission checks, rebuilt only when a node re-registers.
-    pub views: std::sync::Mutex<ViewCache>,
+    views: std::sync::Mutex<ViewCache>,
+    /// The state digest and the applied index it was computed at.
+    digest: std::sync::Mutex<Option<(u64, String)>>,
 }
 
 impl JobsService {
     pub fn new(ctx: Arc<Ctx>) -> JobsService {
         JobsService {
             ctx,
-            views: std::sync::Mutex::new(ViewCache::default()),
+            views: Default::default(),
+            digest: Default::default(),
         }
+    }
+
+    /// Proposes a command acting on a job for `user` (who may be an admin), retried
+    /// exactly once under `request_id`; refusals become gRPC errors.
+    async fn act_on_job(
+        &self,
+        user: &str,
+        request_id_text: &str,
+        command: impl FnOnce(String, bool) -> Command,
+    ) -> Result<(), Status> {
+        let user = user_of(user)?;
+        let admin = self.ctx.is_admin(&user);
+        outcome_to_status(
+            self.ctx
+                .propose(command(user, admin), request_id(request_id_text))
+                .await?,
+        )?;
+        Ok(())
     }
 
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
@@ -83,26 +104,9 @@ pub fn validate_spec(spec: &JobSpec) -> Result<(), String> {
 /// Would the job ever fit on the registered nodes? Checked at submit so impossible
 /// requests are refused with a reason instead of waiting forever.
 fn probe_record(spec: &JobSpec) -> JobRecord {
-    JobRecord {
-        id: JobId(0),
-        spec: spec.clone(),
-        state: JobState::Pending,
-        reason: PendingReason::None,
-        submit_ms: 0,
-        eligible_ms: 0,
-        start_ms: None,
-        end_ms: None,
-        allocation: None,
-        steps: Vec::new(),
-        restarts: 0,
-        exit_code: None,
-        failure: None,
-        ending_as: None,
-        array_task: None,
-        avoid_nodes: Vec::new(),
-        attempts: Vec::new(),
-        held: false,
-    }
+    let mut probe = spec.clone();
+    probe.hold = false;
+    JobRecord::new(JobId(0), probe, 0)
 }
 
 pub fn check_fits(
@@ -128,6 +132,10 @@ fn public(job: &JobRecord) -> JobRecord {
     j.spec.script.clear();
     j.spec.env.clear();
     j
+}
+
+fn reply(message: String) -> Response<ActionReply> {
+    Response::new(ActionReply { message })
 }
 
 fn user_of(user: &str) -> Result<String, Status> {
@@ -181,70 +189,40 @@ impl Jobs for JobsService {
 
     async fn cancel(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
-        let user = user_of(&req.user)?;
-        let admin = self.ctx.is_admin(&user);
-        outcome_to_status(
-            self.ctx
-                .propose(
-                    Command::CancelJob {
-                        job: JobId(req.job_id),
-                        by: user,
-                        admin,
-                    },
-                    request_id(&req.request_id),
-                )
-                .await?,
-        )?;
-        Ok(Response::new(ActionReply {
-            message: format!("job {} cancelled", req.job_id),
-        }))
+        let job = JobId(req.job_id);
+        self.act_on_job(&req.user, &req.request_id, |by, admin| Command::CancelJob {
+            job,
+            by,
+            admin,
+        })
+        .await?;
+        Ok(reply(format!("job {job} cancelled")))
     }
 
     async fn requeue(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
-        let user = user_of(&req.user)?;
-        let admin = self.ctx.is_admin(&user);
-        outcome_to_status(
-            self.ctx
-                .propose(
-                    Command::RequeueJob {
-                        job: JobId(req.job_id),
-                        by: user,
-                        admin,
-                    },
-                    request_id(&req.request_id),
-                )
-                .await?,
-        )?;
-        Ok(Response::new(ActionReply {
-            message: format!("job {} requeued", req.job_id),
-        }))
+        let job = JobId(req.job_id);
+        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+            Command::RequeueJob { job, by, admin }
+        })
+        .await?;
+        Ok(reply(format!("job {job} requeued")))
     }
 
     async fn hold(&self, req: Request<HoldRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
-        let user = user_of(&req.user)?;
-        let admin = self.ctx.is_admin(&user);
-        outcome_to_status(
-            self.ctx
-                .propose(
-                    Command::HoldJob {
-                        job: JobId(req.job_id),
-                        by: user,
-                        admin,
-                        hold: req.hold,
-                    },
-                    request_id(&req.request_id),
-                )
-                .await?,
-        )?;
-        Ok(Response::new(ActionReply {
-            message: format!(
-                "job {} {}",
-                req.job_id,
-                if req.hold { "held" } else { "released" }
-            ),
-        }))
+        let (job, hold) = (JobId(req.job_id), req.hold);
+        self.act_on_job(&req.user, &req.request_id, |by, admin| Command::HoldJob {
+            job,
+            by,
+            admin,
+            hold,
+        })
+        .await?;
+        Ok(reply(format!(
+            "job {job} {}",
+            if hold { "held" } else { "released" }
+        )))
     }
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
@@ -375,12 +353,16 @@ impl Jobs for JobsService {
                 .replica
                 .read()
                 .map_err(|_| Status::internal("state lock poisoned"))?;
-            (
-                r.applied,
-                r.state.digest(),
-                r.state.jobs.len(),
-                r.state.nodes.len(),
-            )
+            // The digest hashes the whole state: compute it once per applied index.
+            let mut cached = self
+                .digest
+                .lock()
+                .map_err(|_| Status::internal("digest cache poisoned"))?;
+            if cached.as_ref().is_none_or(|(at, _)| *at != r.applied) {
+                *cached = Some((r.applied, r.state.digest()));
+            }
+            let digest = cached.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+            (r.applied, digest, r.state.jobs.len(), r.state.nodes.len())
         };
         let s = self.ctx.raft.status.borrow().clone();
         let book: std::collections::BTreeMap<u64, String> = self
