@@ -1,8 +1,8 @@
 //! Text output in Slurm's shapes: squeue's default columns for `gqueue`, per-node lines for
 //! `ginfo`, sacct-like rows for `gacct`. Widths grow with the content.
 
-use gsched_types::hostlist;
-use gsched_types::job::{JobRecord, JobState};
+use gsched_types::api::JobRow;
+use gsched_types::job::JobState;
 use gsched_types::parse::format_duration;
 
 /// Left- or right-aligned columns sized to their content.
@@ -66,7 +66,7 @@ impl Table {
 }
 
 /// Elapsed run time of a job, as squeue's TIME column shows it.
-pub fn elapsed(job: &JobRecord, now_ms: u64) -> String {
+pub fn elapsed(job: &JobRow, now_ms: u64) -> String {
     match (job.start_ms, job.end_ms) {
         (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
         (Some(s), None) if job.state != JobState::Pending => {
@@ -76,28 +76,18 @@ pub fn elapsed(job: &JobRecord, now_ms: u64) -> String {
     }
 }
 
-/// NODELIST(REASON): the nodes of a running job, `(Reason)` for a pending one.
-pub fn nodelist_or_reason(job: &JobRecord) -> String {
-    match job.state {
-        JobState::Pending => format!("({})", job.reason),
-        JobState::Running | JobState::Completing => hostlist::compress(&job.node_names()),
-        _ => {
-            let nodes = job
-                .attempts
-                .last()
-                .map(|a| a.nodes.clone())
-                .unwrap_or_default();
-            let list = hostlist::compress(&nodes);
-            match &job.failure {
-                Some(f) => format!("{list} ({})", f.kind.reason_name()),
-                None => list,
-            }
-        }
+/// NODELIST(REASON): the nodes of a running job, `(Reason)` for a pending one, the nodes
+/// and `(FailureKind)` for an ended one.
+pub fn nodelist_or_reason(job: &JobRow) -> String {
+    match (job.state, &job.failure) {
+        (JobState::Pending, _) => format!("({})", job.reason),
+        (JobState::Running | JobState::Completing, _) | (_, None) => job.node_list.clone(),
+        (_, Some(f)) => format!("{} ({})", job.node_list, f.kind.reason_name()),
     }
 }
 
 /// A failure as one line: kind, node, evidence.
-pub fn failure_line(job: &JobRecord) -> String {
+pub fn failure_line(job: &JobRow) -> String {
     job.failure
         .as_ref()
         .map(|f| f.to_string())

@@ -6,6 +6,8 @@ pub mod client;
 pub mod format;
 pub mod sbatch;
 
+use gsched_types::api::{JobList, JobRow, NodeList};
+
 /// Parses a job id as users write it: `123`, or `120_3` for a task of array 120 (returns
 /// the array id and task).
 pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
@@ -22,9 +24,14 @@ pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
 /// Process setup every tool does first: die quietly on a closed pipe (`gqueue | head`)
 /// instead of panicking, as Unix tools do.
 pub fn init() {
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any other
+    // thread exists; no handler is installed.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
 }
 
 /// The single-threaded runtime each tool drives its gRPC calls with.
@@ -35,63 +42,89 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// The job table as `Jobs.ListJobs` returns it.
-pub struct JobList {
-    pub jobs: Vec<gsched_types::job::JobRecord>,
-    /// Expected start times of pending jobs (job id as text -> ms since the epoch).
-    pub estimates: std::collections::BTreeMap<String, u64>,
-    /// The controller's clock when it answered.
-    pub now_ms: u64,
+fn decode_doc<T: serde::de::DeserializeOwned>(json: &[u8], tool: &str) -> T {
+    serde_json::from_slice(json)
+        .unwrap_or_else(|e| client::die(tool, format!("malformed reply from the controller: {e}")))
 }
 
-/// Fetches the job table (finished jobs too when asked); `tool: error: ...` and exit 1
-/// when no controller answers or the reply is malformed.
+/// Fetches the job table (finished jobs too when asked; allocation, steps and attempts
+/// when `detail`); `tool: error: ...` and exit 1 when no controller answers.
 pub fn fetch_jobs(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
     include_finished: bool,
+    detail: bool,
     tool: &str,
 ) -> JobList {
     let reply = rt
         .block_on(client.call(|mut c| async move {
-            c.list_jobs(gsched_proto::pb::ListJobsRequest { include_finished })
+            c.list_jobs(gsched_proto::pb::ListJobsRequest {
+                include_finished,
+                detail,
+            })
+            .await
+        }))
+        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
+    decode_doc(&reply.json, tool)
+}
+
+/// Fetches every node's row (with its wiring when `detail`).
+pub fn fetch_nodes(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    detail: bool,
+    tool: &str,
+) -> NodeList {
+    let reply = rt
+        .block_on(client.call(|mut c| async move {
+            c.list_nodes(gsched_proto::pb::ListNodesRequest { detail })
                 .await
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    let doc: serde_json::Value = serde_json::from_slice(&reply.json)
-        .unwrap_or_else(|e| client::die(tool, format!("bad reply: {e}")));
-    JobList {
-        jobs: serde_json::from_value(doc["jobs"].clone())
-            .unwrap_or_else(|e| client::die(tool, format!("bad reply: {e}"))),
-        estimates: serde_json::from_value(doc["estimates"].clone()).unwrap_or_default(),
-        now_ms: doc["now_ms"].as_u64().unwrap_or(0),
-    }
+    decode_doc(&reply.json, tool)
+}
+
+/// Prints a document as pretty JSON (every tool's `--json`).
+pub fn print_json<T: serde::Serialize>(doc: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(doc).expect("documents serialise")
+    );
 }
 
 /// Does `job` match one of the ids a user gave (`parse_job_id` results)? `120` names job
 /// 120 and every task of array 120; `120_3` names task 3 of array 120 only. No ids match
 /// everything.
-pub fn job_matches(job: &gsched_types::job::JobRecord, ids: &[(u64, Option<u32>)]) -> bool {
+pub fn job_matches(job: &JobRow, ids: &[(u64, Option<u32>)]) -> bool {
     ids.is_empty()
-        || ids.iter().any(|(id, task)| match (job.array_task, task) {
-            (_, None) => job.id.0 == *id || job.array_task.is_some_and(|t| t.array_job_id.0 == *id),
-            (Some(t), Some(task)) => t.array_job_id.0 == *id && t.task_id == *task,
-            (None, Some(_)) => false,
-        })
+        || ids.iter().any(
+            |(id, task)| match (job.array_job_id, job.array_task_id, task) {
+                (array, _, None) => job.job_id.0 == *id || array.is_some_and(|a| a.0 == *id),
+                (Some(a), Some(t), Some(task)) => a.0 == *id && t == *task,
+                _ => false,
+            },
+        )
 }
 
 #[cfg(test)]
 mod tests {
     use super::job_matches;
+    use gsched_types::api::{JobContext, JobRow};
     use gsched_types::job::{ArrayTask, JobId, JobRecord, JobSpec};
 
-    fn record(id: u64, array: Option<(u64, u32)>) -> JobRecord {
+    fn record(id: u64, array: Option<(u64, u32)>) -> JobRow {
         let mut j = JobRecord::new(JobId(id), JobSpec::simple("j", "u", "true"), 0);
         j.array_task = array.map(|(a, t)| ArrayTask {
             array_job_id: JobId(a),
             task_id: t,
         });
-        j
+        let ctx = JobContext {
+            account: "default".into(),
+            partition: "gpu".into(),
+            time_limit_s: None,
+            expected_start_ms: None,
+        };
+        JobRow::summary(&j, ctx)
     }
 
     #[test]

@@ -654,6 +654,7 @@ pub fn resolve(
         torchrun,
         hold: args.hold,
         max_restarts,
+        umask: None,
     })
 }
 

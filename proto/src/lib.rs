@@ -7,6 +7,7 @@ pub mod pb {
 }
 
 pub mod agent;
+pub mod clock;
 
 /// gRPC metadata key carrying the leader's client address when a controller redirects.
 pub const LEADER_HINT: &str = "gsched-leader";

@@ -10,11 +10,13 @@
 use gsched_cli::client::Client;
 use gsched_proto::pb::{ListJobsRequest, SubmitRequest};
 use gsched_tests::{Cluster, wait_for};
-use gsched_types::job::{JobRecord, JobSpec, JobState};
+use gsched_types::api::{JobList, JobRow};
+use gsched_types::job::{JobSpec, JobState};
+use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -83,10 +85,10 @@ fn start_clients(
                         .await;
                     match r {
                         Ok(reply) => {
-                            acks.acked.lock().unwrap().insert(name, reply.job_ids[0]);
+                            acks.acked.lock().insert(name, reply.job_ids[0]);
                             acks.count.fetch_add(1, Ordering::SeqCst);
                         }
-                        Err(e) => acks.failed.lock().unwrap().push((name, e.to_string())),
+                        Err(e) => acks.failed.lock().push((name, e.to_string())),
                     }
                 }
             })
@@ -94,12 +96,13 @@ fn start_clients(
         .collect()
 }
 
-fn parse_jobs(doc: &[u8]) -> Vec<JobRecord> {
-    let v: Value = serde_json::from_slice(doc).unwrap();
-    serde_json::from_value(v["jobs"].clone()).expect("job records")
+fn parse_jobs(doc: &[u8]) -> Vec<JobRow> {
+    serde_json::from_slice::<JobList>(doc)
+        .expect("a job list")
+        .jobs
 }
 
-fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRecord> {
+fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRow> {
     let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
     rt.block_on(async move {
         let mut client = Client::new(addrs).with_budget(Duration::from_secs(30));
@@ -107,6 +110,7 @@ fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRecord> {
             .call(|mut j| {
                 let r = ListJobsRequest {
                     include_finished: true,
+                    detail: true,
                 };
                 async move { j.list_jobs(r).await }
             })
@@ -139,11 +143,11 @@ struct Monitor {
 }
 
 impl Monitor {
-    fn observe(&self, jobs: &[JobRecord]) {
+    fn observe(&self, jobs: &[JobRow]) {
         let mut held: HashMap<(String, u32), u64> = HashMap::new();
-        let mut history = self.history.lock().unwrap();
+        let mut history = self.history.lock();
         for j in jobs {
-            let h = history.entry(j.id.0).or_default();
+            let h = history.entry(j.job_id.0).or_default();
             if h.last()
                 .is_none_or(|(s, r)| *s != j.state || *r != j.restarts)
             {
@@ -152,10 +156,10 @@ impl Monitor {
             if live(j.state) {
                 for n in j.allocation.iter().flat_map(|a| a.nodes.iter()) {
                     for g in &n.gpus {
-                        if let Some(other) = held.insert((n.node.clone(), *g), j.id.0) {
-                            self.violations.lock().unwrap().push(format!(
+                        if let Some(other) = held.insert((n.node.clone(), *g), j.job_id.0) {
+                            self.violations.lock().push(format!(
                                 "GPU {g} of {} held by jobs {other} and {}",
-                                n.node, j.id.0
+                                n.node, j.job_id.0
                             ));
                         }
                     }
@@ -180,6 +184,7 @@ impl Monitor {
                     .call(|mut j| {
                         let r = ListJobsRequest {
                             include_finished: true,
+                            detail: true,
                         };
                         async move { j.list_jobs(r).await }
                     })
@@ -195,7 +200,7 @@ impl Monitor {
     /// States only move forward; going back to PENDING is allowed only as a requeue
     /// (the restart count grows).
     fn check_forward(&self) {
-        for (id, h) in self.history.lock().unwrap().iter() {
+        for (id, h) in self.history.lock().iter() {
             for w in h.windows(2) {
                 let ((s0, r0), (s1, r1)) = (&w[0], &w[1]);
                 let ok = if r1 > r0 {
@@ -209,28 +214,19 @@ impl Monitor {
                 );
             }
         }
-        let v = self.violations.lock().unwrap();
+        let v = self.violations.lock();
         assert!(v.is_empty(), "double-held GPUs: {v:?}");
     }
 }
 
 /// Every acknowledged job exists once, with the id the client was given; nothing else
 /// was created (an unacknowledged submission may exist at most once).
-fn check_exactly_once(jobs: &[JobRecord], acks: &Acks) {
-    let acked = acks.acked.lock().unwrap();
-    let failed: HashSet<String> = acks
-        .failed
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(n, _)| n.clone())
-        .collect();
+fn check_exactly_once(jobs: &[JobRow], acks: &Acks) {
+    let acked = acks.acked.lock();
+    let failed: HashSet<String> = acks.failed.lock().iter().map(|(n, _)| n.clone()).collect();
     let mut by_name: HashMap<&str, Vec<u64>> = HashMap::new();
     for j in jobs {
-        by_name
-            .entry(j.spec.name.as_str())
-            .or_default()
-            .push(j.id.0);
+        by_name.entry(j.name.as_str()).or_default().push(j.job_id.0);
     }
     for (name, id) in acked.iter() {
         let ids = by_name
@@ -348,9 +344,9 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
         }
     });
     assert!(
-        acks.failed.lock().unwrap().is_empty(),
+        acks.failed.lock().is_empty(),
         "submissions failed past the retry budget: {:?}",
-        acks.failed.lock().unwrap()
+        acks.failed.lock()
     );
     assert_eq!(acks.count.load(Ordering::SeqCst), total);
     assert_eq!(kills.len(), 5, "leaders killed: {kills:?}");
@@ -365,7 +361,7 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
     monitor.check_forward();
     assert!(monitor.snapshots.load(Ordering::SeqCst) > 10);
     // No running job was disturbed by the failovers: every job that ran completed.
-    let ran: Vec<&JobRecord> = jobs
+    let ran: Vec<&JobRow> = jobs
         .iter()
         .filter(|j| j.state != JobState::Pending)
         .collect();
@@ -375,7 +371,7 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
             j.state,
             JobState::Completed,
             "a failover disturbed job {}: {:?}",
-            j.id.0,
+            j.job_id.0,
             j.failure
         );
     }
@@ -406,7 +402,7 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
     for i in 0..3 {
         c.kill_controller(i);
     }
-    let before: BTreeMap<String, u64> = acks.acked.lock().unwrap().clone();
+    let before: BTreeMap<String, u64> = acks.acked.lock().clone();
     assert!(
         before.len() < 400,
         "the restart must fall in the middle of the submissions"
@@ -419,11 +415,7 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
             h.await.unwrap();
         }
     });
-    assert!(
-        acks.failed.lock().unwrap().is_empty(),
-        "{:?}",
-        acks.failed.lock().unwrap()
-    );
+    assert!(acks.failed.lock().is_empty(), "{:?}", acks.failed.lock());
     quiesce(&c, &rt, &["n1"]);
     stop.store(true, Ordering::SeqCst);
     rt.block_on(watcher).unwrap();
@@ -432,7 +424,7 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
     check_exactly_once(&jobs, &acks);
     for (name, id) in &before {
         assert_eq!(
-            acks.acked.lock().unwrap()[name],
+            acks.acked.lock()[name],
             *id,
             "ids acknowledged before the restart are kept"
         );
@@ -443,7 +435,7 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
             j.state,
             JobState::Completed,
             "job {} across the restart: {:?}",
-            j.id.0,
+            j.job_id.0,
             j.failure
         );
     }
@@ -567,7 +559,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     }
     check_replicas_agree(&c, 3);
     let jobs = list_jobs(&rt, &c);
-    let names: Vec<&str> = jobs.iter().map(|j| j.spec.name.as_str()).collect();
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
     assert!(
         names.contains(&"majority") && names.contains(&"before"),
         "{names:?}"
@@ -663,6 +655,7 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
             .call(|mut j| async move {
                 j.list_jobs(ListJobsRequest {
                     include_finished: true,
+                    detail: true,
                 })
                 .await
             })

@@ -4,7 +4,7 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
-use gsched_types::job::JobRecord;
+use gsched_types::api::{JobRow, JobsDoc};
 use gsched_types::parse::format_duration;
 
 /// Job accounting: state, exit code, elapsed time, GPUs, and why a job failed.
@@ -34,43 +34,16 @@ fn main() {
         .collect();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let list = gsched_cli::fetch_jobs(&rt, &mut client, true, "gacct");
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, true, true, "gacct");
     let now = list.now_ms;
-    let jobs: Vec<&JobRecord> = list
+    let jobs: Vec<JobRow> = list
         .jobs
-        .iter()
-        .filter(|j| args.user.as_ref().is_none_or(|u| &j.spec.user == u))
+        .into_iter()
+        .filter(|j| args.user.as_ref().is_none_or(|u| &j.user == u))
         .filter(|j| gsched_cli::job_matches(j, &ids))
         .collect();
     if args.json {
-        let out: Vec<serde_json::Value> = jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "job_id": j.id.0,
-                    "display_id": j.display_id(),
-                    "name": j.spec.name,
-                    "user": j.spec.user,
-                    "account": j.spec.account,
-                    "partition": j.spec.partition,
-                    "state": j.state.name(),
-                    "exit_code": j.exit_code,
-                    "reason": j.failure.as_ref().map(|f| f.kind.reason_name()),
-                    "failure": j.failure,
-                    "restarts": j.restarts,
-                    "attempts": j.attempts,
-                    "gpus": j.spec.total_gpus(),
-                    "nodes": j.node_names(),
-                    "submit_ms": j.submit_ms,
-                    "start_ms": j.start_ms,
-                    "end_ms": j.end_ms,
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json")
-        );
+        gsched_cli::print_json(&JobsDoc { jobs });
         return;
     }
     let mut t = Table::new(&[
@@ -86,7 +59,7 @@ fn main() {
         ("NodeList", false),
         ("Reason", false),
     ]);
-    for j in jobs {
+    for j in &jobs {
         let exit = match (j.exit_code, j.failure.as_ref().map(|f| &f.kind)) {
             (_, Some(gsched_types::FailureKind::Signal { signal })) => format!("0:{signal}"),
             (Some(c), _) => format!("{c}:0"),
@@ -97,25 +70,17 @@ fn main() {
             (Some(s), None) => format_duration(now.saturating_sub(s) / 1000),
             _ => "00:00".into(),
         };
-        let nodes = if j.node_names().is_empty() {
-            j.attempts
-                .last()
-                .map(|a| a.nodes.clone())
-                .unwrap_or_default()
-        } else {
-            j.node_names()
-        };
         t.row(vec![
-            j.display_id(),
-            j.spec.name.clone(),
-            j.spec.partition.clone().unwrap_or_else(|| "gpu".into()),
-            j.spec.user.clone(),
-            j.spec.total_gpus().to_string(),
+            j.display_id.clone(),
+            j.name.clone(),
+            j.partition.clone(),
+            j.user.clone(),
+            j.gpus.to_string(),
             j.state.name().into(),
             exit,
             elapsed,
             j.restarts.to_string(),
-            gsched_types::hostlist::compress(&nodes),
+            j.node_list.clone(),
             gsched_cli::format::failure_line(j),
         ]);
         if args.attempts {
@@ -125,7 +90,7 @@ fn main() {
                     _ => "-".into(),
                 };
                 t.row(vec![
-                    format!("{}.attempt{}", j.display_id(), a.restart),
+                    format!("{}.attempt{}", j.display_id, a.restart),
                     String::new(),
                     String::new(),
                     String::new(),

@@ -3,7 +3,7 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, describe, request_id};
 use gsched_proto::pb::JobRequest;
-use gsched_types::job::JobRecord;
+use gsched_types::api::JobRow;
 
 /// Cancel jobs by id (120 cancels every task of array 120; 120_3 one task).
 #[derive(Parser, Debug)]
@@ -30,22 +30,22 @@ fn main() {
     let mut targets: Vec<u64> = Vec::new();
     let mut failed = false;
     let needs_list = args.user.is_some() || args.job_ids.iter().any(|j| j.contains('_'));
-    let jobs: Vec<JobRecord> = if needs_list {
-        gsched_cli::fetch_jobs(&rt, &mut client, false, "gcancel").jobs
+    let jobs: Vec<JobRow> = if needs_list {
+        gsched_cli::fetch_jobs(&rt, &mut client, false, false, "gcancel").jobs
     } else {
         Vec::new()
     };
     if let Some(u) = &args.user {
-        targets.extend(jobs.iter().filter(|j| &j.spec.user == u).map(|j| j.id.0));
+        targets.extend(jobs.iter().filter(|j| &j.user == u).map(|j| j.job_id.0));
     }
     for id in &args.job_ids {
         match gsched_cli::parse_job_id(id) {
             Ok((job, None)) => targets.push(job),
-            Ok((array, Some(task))) => match jobs.iter().find(|j| {
-                j.array_task
-                    .is_some_and(|t| t.array_job_id.0 == array && t.task_id == task)
-            }) {
-                Some(j) => targets.push(j.id.0),
+            Ok((array, Some(task))) => match jobs
+                .iter()
+                .find(|j| gsched_cli::job_matches(j, &[(array, Some(task))]))
+            {
+                Some(j) => targets.push(j.job_id.0),
                 None => {
                     eprintln!("gcancel: error: job {id} does not exist or has ended");
                     failed = true;

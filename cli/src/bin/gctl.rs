@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
 use gsched_proto::pb::{Empty, HoldRequest, JobRequest, MembershipRequest, NodeAdminRequest};
-use gsched_types::job::JobRecord;
+use gsched_types::api::{JobRow, Role, StatusList, StatusRow};
 
 #[derive(Parser, Debug)]
 #[command(name = "gctl", version, about = "gsched administration")]
@@ -94,13 +94,11 @@ fn main() {
         Cmd::Show {
             what: Show::Job { job, json },
         } => {
-            let (id, task) = gsched_cli::parse_job_id(&job).unwrap_or_else(|e| die("gctl", e));
-            let jobs = gsched_cli::fetch_jobs(&rt, &mut client, true, "gctl").jobs;
-            let Some(j) = jobs.iter().find(|j| match task {
-                Some(t) => j
-                    .array_task
-                    .is_some_and(|a| a.array_job_id.0 == id && a.task_id == t),
-                None => j.id.0 == id,
+            let ids = [gsched_cli::parse_job_id(&job).unwrap_or_else(|e| die("gctl", e))];
+            let jobs = gsched_cli::fetch_jobs(&rt, &mut client, true, true, "gctl").jobs;
+            let Some(j) = jobs.iter().find(|j| match ids[0] {
+                (id, None) => j.job_id.0 == id,
+                _ => gsched_cli::job_matches(j, &ids),
             }) else {
                 die(
                     "gctl",
@@ -110,7 +108,7 @@ fn main() {
                 )
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(j).expect("json"));
+                gsched_cli::print_json(j);
             } else {
                 print_job(j);
             }
@@ -118,44 +116,37 @@ fn main() {
         Cmd::Show {
             what: Show::Node { node, json },
         } => {
-            let reply = rt
-                .block_on(client.call(|mut c| async move { c.list_nodes(Empty {}).await }))
-                .unwrap_or_else(|s| die("gctl", describe(&s)));
-            let doc: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
-            let Some(n) = doc["nodes"]
-                .as_array()
-                .and_then(|a| a.iter().find(|n| n["record"]["name"] == *node))
-            else {
+            let nodes = gsched_cli::fetch_nodes(&rt, &mut client, false, "gctl").nodes;
+            let Some(n) = nodes.iter().find(|n| n.name == node) else {
                 die("gctl", format!("no node named {node}"))
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(n).expect("json"));
+                gsched_cli::print_json(n);
             } else {
-                let rec: gsched_types::NodeRecord =
-                    serde_json::from_value(n["record"].clone()).unwrap_or_else(|e| die("gctl", e));
                 println!(
                     "NodeName={} State={} Online={} Address={} TrainingAddr={}",
-                    rec.name,
-                    rec.drain_reason()
+                    n.name,
+                    n.drain_reason
+                        .as_ref()
                         .map(|r| format!("DRAIN Reason=\"{r}\""))
                         .unwrap_or_else(|| "UP".into()),
-                    rec.online,
-                    rec.address,
-                    rec.training_addr
+                    n.online,
+                    n.address,
+                    n.training_addr
                 );
                 println!(
-                    "   GPUs={} Model={} GPUsInUse={} BadGPUs={:?} Jobs={}",
-                    rec.topology.gpus.len(),
-                    rec.topology.gpu_model().unwrap_or("-"),
-                    n["gpus_used"],
-                    rec.bad_gpus,
-                    n["jobs"]
+                    "   GPUs={} Model={} GPUsInUse={:?} BadGPUs={:?} Jobs={:?}",
+                    n.gpus_total,
+                    n.gpu_model.as_deref().unwrap_or("-"),
+                    n.gpus_used,
+                    n.bad_gpus,
+                    n.jobs.iter().map(|j| j.0).collect::<Vec<_>>()
                 );
                 println!(
                     "   CPUsInUse={} MemoryUsedMB={} Features={:?} AgentVersion={}",
-                    n["cpus_used"], n["mem_used_mb"], rec.features, rec.agent_version
+                    n.cpus_used, n.memory_used_mb, n.features, n.agent_version
                 );
-                for h in &rec.health {
+                for h in &n.health {
                     println!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
                 }
             }
@@ -231,70 +222,63 @@ fn main() {
 }
 
 fn hold(rt: &tokio::runtime::Runtime, client: &mut Client, job: u64, me: String, hold: bool) {
-    {
-        {
-            let req = HoldRequest {
-                request_id: request_id(),
-                job_id: job,
-                user: me,
-                hold,
-            };
-            match rt.block_on(client.call(|mut c| {
-                let req = req.clone();
-                async move { c.hold(req).await }
-            })) {
-                Ok(r) => println!("{}", r.message),
-                Err(s) => die("gctl", describe(&s)),
-            }
-        }
+    let req = HoldRequest {
+        request_id: request_id(),
+        job_id: job,
+        user: me,
+        hold,
+    };
+    match rt.block_on(client.call(|mut c| {
+        let req = req.clone();
+        async move { c.hold(req).await }
+    })) {
+        Ok(r) => println!("{}", r.message),
+        Err(s) => die("gctl", describe(&s)),
     }
 }
 
-fn print_job(j: &JobRecord) {
-    let s = &j.spec;
+fn print_job(j: &JobRow) {
     println!(
         "JobId={} JobName={} UserId={} Account={} Partition={}",
-        j.display_id(),
-        s.name,
-        s.user,
-        s.account.as_deref().unwrap_or("default"),
-        s.partition.as_deref().unwrap_or("gpu")
+        j.display_id, j.name, j.user, j.account, j.partition
     );
     println!(
         "   JobState={} Reason={} Restarts={} ExitCode={}",
         j.state.name(),
-        if j.state == gsched_types::JobState::Pending {
-            j.reason.to_string()
-        } else {
-            j.failure
-                .as_ref()
-                .map(|f| f.kind.reason_name())
-                .unwrap_or_else(|| "None".into())
-        },
+        j.reason,
         j.restarts,
         j.exit_code
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into())
     );
-    println!(
-        "   NumNodes={} GPUsPerNode={} GpuType={} NTasks={} CPUsPerTask={} Mem={} TimeLimit={}",
-        s.nodes,
-        s.gpus_per_node,
-        s.gpu_type.as_deref().unwrap_or("-"),
-        s.ntasks,
-        s.cpus_per_task,
-        s.mem_mb
-            .map(|m| format!("{m}M"))
-            .unwrap_or_else(|| "default".into()),
-        s.time_limit_s
-            .map(gsched_types::parse::format_duration)
-            .unwrap_or_else(|| "UNLIMITED".into())
-    );
-    println!(
-        "   WorkDir={} StdOut={}",
-        s.workdir,
-        s.output.as_deref().unwrap_or("gsched-%j.out")
-    );
+    let time_limit = j
+        .time_limit_s
+        .map(gsched_types::parse::format_duration)
+        .unwrap_or_else(|| "UNLIMITED".into());
+    match &j.spec {
+        Some(s) => {
+            println!(
+                "   NumNodes={} GPUsPerNode={} GpuType={} NTasks={} CPUsPerTask={} Mem={} TimeLimit={time_limit}",
+                s.nodes,
+                s.gpus_per_node,
+                s.gpu_type.as_deref().unwrap_or("-"),
+                s.ntasks,
+                s.cpus_per_task,
+                s.mem_mb
+                    .map(|m| format!("{m}M"))
+                    .unwrap_or_else(|| "default".into()),
+            );
+            println!(
+                "   WorkDir={} StdOut={}",
+                s.workdir,
+                s.output.as_deref().unwrap_or("gsched-%j.out")
+            );
+        }
+        None => println!(
+            "   NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
+            j.nodes, j.gpus_per_node
+        ),
+    }
     if let Some(a) = &j.allocation {
         println!(
             "   MasterAddr={} MasterPort={}",
@@ -340,58 +324,49 @@ fn print_job(j: &JobRecord) {
     }
 }
 
+/// Asks every controller it can find (the configured ones and the peers they name) for
+/// its status; fills in each one's lag behind the leader's commit index.
 async fn status(addrs: Vec<String>, json: bool) {
     let mut seen: Vec<String> = addrs.clone();
-    let mut rows: Vec<serde_json::Value> = Vec::new();
+    let mut rows: Vec<StatusRow> = Vec::new();
     let mut i = 0;
     while i < seen.len() {
         let addr = seen[i].clone();
         i += 1;
-        match Client::call_on(&addr, |mut c| async move { c.status(Empty {}).await }).await {
-            Ok(r) => {
-                let v: serde_json::Value = serde_json::from_slice(&r.json).unwrap_or_default();
-                for (_, a) in v["peers"].as_object().into_iter().flatten() {
-                    if let Some(a) = a.as_str()
-                        && !seen.iter().any(|s| s == a)
-                    {
-                        seen.push(a.to_string());
+        let reply = Client::call_on(&addr, |mut c| async move { c.status(Empty {}).await }).await;
+        let row = reply
+            .map_err(|e| e.message().to_string())
+            .and_then(|r| serde_json::from_slice::<StatusRow>(&r.json).map_err(|e| e.to_string()));
+        match row {
+            Ok(v) => {
+                for a in v.peers.values() {
+                    if !seen.contains(a) {
+                        seen.push(a.clone());
                     }
                 }
-                if !rows.iter().any(|r| r["id"] == v["id"]) {
+                if !rows.iter().any(|r| r.id == v.id) {
                     rows.push(v);
                 }
             }
             Err(e) => {
                 if !json {
-                    eprintln!("gctl: {addr}: {}", e.message());
+                    eprintln!("gctl: {addr}: {e}");
                 }
             }
         }
     }
-    rows.sort_by_key(|r| r["id"].as_u64().unwrap_or(0));
+    rows.sort_by_key(|r| r.id);
     let leader_commit = rows
         .iter()
-        .filter(|r| r["role"] == "leader")
-        .filter_map(|r| r["commit_index"].as_u64())
+        .filter(|r| r.role == Role::Leader)
+        .map(|r| r.commit_index)
         .max()
         .unwrap_or(0);
+    for r in &mut rows {
+        r.lag = Some(leader_commit.saturating_sub(r.applied_index));
+    }
     if json {
-        let out: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "id": r["id"], "address": r["address"], "role": r["role"], "term": r["term"], "leader_id": r["leader_id"],
-                    "commit_index": r["commit_index"], "applied_index": r["applied_index"], "state_digest": r["state_digest"],
-                    "lag": leader_commit.saturating_sub(r["applied_index"].as_u64().unwrap_or(0)),
-                    "snapshot_index": r["snapshot_index"], "first_index": r["first_index"], "last_index": r["last_index"],
-                    "voters": r["voters"], "disk_bytes": r["disk_bytes"], "jobs": r["jobs"], "nodes": r["nodes"], "agents_connected": r["agents_connected"],
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "controllers": out })).expect("json")
-        );
+        gsched_cli::print_json(&StatusList { controllers: rows });
         return;
     }
     if rows.is_empty() {
@@ -412,19 +387,17 @@ async fn status(addrs: Vec<String>, json: bool) {
     ]);
     for r in &rows {
         t.row(vec![
-            r["id"].to_string(),
-            r["address"].as_str().unwrap_or("").into(),
-            r["role"].as_str().unwrap_or("").into(),
-            r["term"].to_string(),
-            r["commit_index"].to_string(),
-            r["applied_index"].to_string(),
-            leader_commit
-                .saturating_sub(r["applied_index"].as_u64().unwrap_or(0))
-                .to_string(),
-            r["state_digest"].as_str().unwrap_or("").into(),
-            r["jobs"].to_string(),
-            r["nodes"].to_string(),
-            format!("{:.1}", r["disk_bytes"].as_f64().unwrap_or(0.0) / 1e6),
+            r.id.to_string(),
+            r.address.clone(),
+            r.role.name().into(),
+            r.term.to_string(),
+            r.commit_index.to_string(),
+            r.applied_index.to_string(),
+            r.lag.unwrap_or(0).to_string(),
+            r.state_digest.clone(),
+            r.jobs.to_string(),
+            r.nodes.to_string(),
+            format!("{:.1}", r.disk_bytes as f64 / 1e6),
         ]);
     }
     print!("{}", t.render());

@@ -3,7 +3,8 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
-use gsched_types::job::{JobRecord, JobState};
+use gsched_types::api::{JobRow, JobsDoc};
+use gsched_types::job::JobState;
 
 /// Show pending and running jobs (squeue-compatible columns).
 #[derive(Parser, Debug)]
@@ -58,59 +59,18 @@ fn main() {
         .collect();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let gsched_cli::JobList {
-        jobs,
-        estimates,
-        now_ms: now,
-    } = gsched_cli::fetch_jobs(&rt, &mut client, include_finished, "gqueue");
-    let jobs: Vec<&JobRecord> = jobs
-        .iter()
-        .filter(|j| args.user.is_empty() || args.user.contains(&j.spec.user))
-        .filter(|j| {
-            args.partition
-                .as_ref()
-                .is_none_or(|p| j.spec.partition.as_ref() == Some(p))
-        })
-        .filter(|j| {
-            wanted_states.is_empty() && (all || !j.state.is_terminal())
-                || wanted_states.contains(&j.state)
-        })
-        .filter(|j| gsched_cli::job_matches(j, &ids))
-        .collect();
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, include_finished, args.json, "gqueue");
+    let now = list.now_ms;
+    let keep = |j: &JobRow| {
+        (args.user.is_empty() || args.user.contains(&j.user))
+            && args.partition.as_ref().is_none_or(|p| &j.partition == p)
+            && (wanted_states.is_empty() && (all || !j.state.is_terminal())
+                || wanted_states.contains(&j.state))
+            && gsched_cli::job_matches(j, &ids)
+    };
+    let jobs: Vec<JobRow> = list.jobs.into_iter().filter(|j| keep(j)).collect();
     if args.json {
-        let out: Vec<serde_json::Value> = jobs
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "job_id": j.id.0,
-                    "array_job_id": j.array_task.map(|t| t.array_job_id.0),
-                    "array_task_id": j.array_task.map(|t| t.task_id),
-                    "display_id": j.display_id(),
-                    "name": j.spec.name,
-                    "user": j.spec.user,
-                    "account": j.spec.account,
-                    "partition": j.spec.partition,
-                    "state": j.state.name(),
-                    "reason": if j.state == JobState::Pending { j.reason.to_string() } else { j.failure.as_ref().map(|f| f.kind.reason_name()).unwrap_or_else(|| "None".into()) },
-                    "failure": j.failure,
-                    "nodes": j.spec.nodes,
-                    "node_list": gsched_types::hostlist::compress(&j.node_names()),
-                    "gpus_per_node": j.spec.gpus_per_node,
-                    "allocation": j.allocation,
-                    "restarts": j.restarts,
-                    "submit_ms": j.submit_ms,
-                    "start_ms": j.start_ms,
-                    "end_ms": j.end_ms,
-                    "exit_code": j.exit_code,
-                    "expected_start_ms": estimates.get(&j.id.0.to_string()),
-                    "time_limit_s": j.spec.time_limit_s,
-                })
-            })
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "jobs": out })).expect("json")
-        );
+        gsched_cli::print_json(&JobsDoc { jobs });
         return;
     }
     let mut headers = vec![
@@ -130,25 +90,23 @@ fn main() {
         headers.push(("FAILURE", false));
     }
     let mut t = Table::new(&headers);
-    for j in jobs {
+    for j in &jobs {
         let mut row = vec![
-            j.display_id(),
-            j.spec.partition.clone().unwrap_or_else(|| "gpu".into()),
-            j.spec.name.chars().take(16).collect(),
-            j.spec.user.clone(),
+            j.display_id.clone(),
+            j.partition.clone(),
+            j.name.chars().take(16).collect(),
+            j.user.clone(),
             j.state.code().into(),
             elapsed(j, now),
-            j.spec.nodes.to_string(),
+            j.nodes.to_string(),
         ];
         if args.start {
-            row.push(
-                match (j.state, estimates.get(&j.id.0.to_string()), j.start_ms) {
-                    (JobState::Pending, Some(t), _) => fmt_time(*t),
-                    (JobState::Pending, None, _) => "N/A".into(),
-                    (_, _, Some(s)) => fmt_time(s),
-                    _ => "N/A".into(),
-                },
-            );
+            row.push(match (j.state, j.expected_start_ms, j.start_ms) {
+                (JobState::Pending, Some(t), _) => fmt_time(t),
+                (JobState::Pending, None, _) => "N/A".into(),
+                (_, _, Some(s)) => fmt_time(s),
+                _ => "N/A".into(),
+            });
         }
         row.push(nodelist_or_reason(j));
         if args.long {

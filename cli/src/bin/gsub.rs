@@ -4,6 +4,7 @@ use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
 use gsched_cli::sbatch::{SubArgs, SubmitContext, directives, dry_run_json, resolve};
 use gsched_proto::pb::SubmitRequest;
+use gsched_types::api::CheckReply;
 use gsched_types::job::JobSpec;
 use std::io::Read;
 
@@ -148,13 +149,15 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec) {
         })
         .await
     {
-        Ok(reply) => {
-            let check: serde_json::Value = serde_json::from_slice(&reply.json).unwrap_or_default();
-            doc["check"] = serde_json::json!(check["message"]);
-            if let Some(env) = environments(spec, &check) {
-                doc["environment"] = env;
+        Ok(reply) => match serde_json::from_slice::<CheckReply>(&reply.json) {
+            Ok(check) => {
+                doc["check"] = serde_json::json!(check.message);
+                if let Some(env) = environments(spec, &check) {
+                    doc["environment"] = env;
+                }
             }
-        }
+            Err(e) => doc["check"] = serde_json::json!(format!("malformed reply: {e}")),
+        },
         Err(s) => {
             doc["check"] =
                 serde_json::json!(format!("not checked against the cluster: {}", describe(&s)))
@@ -188,11 +191,9 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec) {
     }
 }
 
-fn environments(spec: &JobSpec, check: &serde_json::Value) -> Option<serde_json::Value> {
-    let alloc: gsched_types::resources::Allocation =
-        serde_json::from_value(check.get("allocation_if_idle")?.clone()).ok()?;
-    let topologies: std::collections::BTreeMap<String, gsched_types::Topology> =
-        serde_json::from_value(check.get("topologies")?.clone()).ok()?;
+fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value> {
+    let alloc = check.allocation_if_idle.as_ref()?;
+    let topologies = &check.topologies;
     let nodes: Vec<String> = alloc.nodes.iter().map(|n| n.node.clone()).collect();
     let mut out = serde_json::Map::new();
     for (rank, na) in alloc.nodes.iter().enumerate() {

@@ -13,7 +13,9 @@
 
 use crate::storage::RaftStorage;
 use crate::store::LogStore;
-use gsched_state::{ClusterState, Command, Envelope, Outcome};
+use gsched_state::{ClusterState, Command, Envelope, Outcome, SetControllerAddress};
+use gsched_types::api::Role;
+use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, EntryType, Message, MessageType, Snapshot,
@@ -21,8 +23,8 @@ use raft::eraftpb::{
 use raft::{RawNode, StateRole};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
@@ -115,7 +117,7 @@ pub enum Msg {
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct NodeStatus {
     pub id: u64,
-    pub role: String,
+    pub role: Role,
     pub term: u64,
     pub leader_id: u64,
     pub commit_index: u64,
@@ -189,16 +191,16 @@ impl RaftHandle {
     }
 
     pub fn is_leader(&self) -> bool {
-        self.status.borrow().role == "leader"
+        self.status.borrow().role == Role::Leader
     }
 }
 
-fn role_name(r: StateRole) -> &'static str {
+fn role_of(r: StateRole) -> Role {
     match r {
-        StateRole::Leader => "leader",
-        StateRole::Follower => "follower",
-        StateRole::Candidate => "candidate",
-        StateRole::PreCandidate => "pre-candidate",
+        StateRole::Leader => Role::Leader,
+        StateRole::Follower => Role::Follower,
+        StateRole::Candidate => Role::Candidate,
+        StateRole::PreCandidate => Role::PreCandidate,
     }
 }
 
@@ -608,7 +610,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             .map_err(|e| NodeError::Snapshot(e.to_string()))?;
         self.raw.mut_store().store.install_snapshot(snap)?;
         self.raw.mut_store().store.sync()?;
-        let mut r = self.replica.write().expect("replica lock");
+        let mut r = self.replica.write();
         r.state = state;
         r.applied = index;
         self.last_snapshot = index;
@@ -625,7 +627,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         }
         let mut replies = Vec::new();
         {
-            let mut r = self.replica.write().expect("replica lock");
+            let mut r = self.replica.write();
             for entry in entries {
                 r.applied = entry.index;
                 let tag: Option<Tag> = serde_json::from_slice(&entry.context).ok();
@@ -653,10 +655,10 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         };
                         let at = r.state.clock_ms;
                         r.state.apply(&Envelope::new(
-                            Command::SetControllerAddress {
+                            Command::SetControllerAddress(SetControllerAddress {
                                 id: cc.node_id,
                                 address,
-                            },
+                            }),
                             at,
                             None,
                         ));
@@ -687,7 +689,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             return Ok(());
         }
         let data = {
-            let r = self.replica.read().expect("replica lock");
+            let r = self.replica.read();
             debug_assert_eq!(r.applied, applied);
             r.state.to_snapshot()
         };
@@ -726,7 +728,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         learners.sort_unstable();
         let status = NodeStatus {
             id: self.cfg.id,
-            role: role_name(raft.state).into(),
+            role: role_of(raft.state),
             term: raft.term,
             leader_id: raft.leader_id,
             commit_index: raft.raft_log.committed,

@@ -4,12 +4,14 @@
 //! conformance suite against sled.
 
 use gsched_raft::{Membership, Msg, NodeConfig, ProposeError, RaftHandle, SledStore, Transport};
-use gsched_state::{Command, Envelope, Outcome};
+use gsched_state::{Command, Envelope, Outcome, SubmitJob};
+use gsched_types::api::Role;
 use gsched_types::job::JobSpec;
+use parking_lot::Mutex;
 use raft::eraftpb::Message;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
@@ -27,7 +29,7 @@ struct ChannelTransport {
 
 impl Transport for ChannelTransport {
     fn send(&self, msgs: Vec<Message>) {
-        let net = self.net.lock().unwrap();
+        let net = self.net.lock();
         for m in msgs {
             if net.cut.contains(&(self.from, m.to)) {
                 continue;
@@ -70,7 +72,7 @@ impl Cluster {
 
     fn start(&mut self, id: u64) {
         let (tx, rx) = std::sync::mpsc::channel();
-        self.net.lock().unwrap().peers.insert(id, tx.clone());
+        self.net.lock().peers.insert(id, tx.clone());
         let mut cfg = NodeConfig::new(id);
         cfg.tick = Duration::from_millis(20);
         cfg.bootstrap_voters = self.voters.clone();
@@ -94,7 +96,7 @@ impl Cluster {
 
     fn stop(&mut self, id: u64) {
         if let Some((h, t)) = self.nodes.remove(&id) {
-            self.net.lock().unwrap().peers.remove(&id);
+            self.net.lock().peers.remove(&id);
             h.shutdown();
             t.join().unwrap();
         }
@@ -105,11 +107,10 @@ impl Cluster {
         loop {
             for (id, (h, _)) in &self.nodes {
                 let s = h.status.borrow().clone();
-                if s.role == "leader"
+                if s.role == Role::Leader
                     && !self
                         .net
                         .lock()
-                        .unwrap()
                         .cut
                         .contains(&(*id, *self.voters.iter().find(|v| *v != id).unwrap_or(id)))
                 {
@@ -130,7 +131,7 @@ impl Cluster {
         while !self
             .nodes
             .values()
-            .all(|(h, _)| h.replica.read().unwrap().applied >= index)
+            .all(|(h, _)| h.replica.read().applied >= index)
         {
             assert!(
                 start.elapsed() < timeout,
@@ -150,9 +151,9 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn submit_env(i: u64) -> Envelope {
     Envelope::new(
-        Command::SubmitJob {
+        Command::SubmitJob(SubmitJob {
             spec: JobSpec::simple(&format!("job{i}"), "alice", "true"),
-        },
+        }),
         1000 + i,
         Some(format!("req-{i}")),
     )
@@ -221,15 +222,15 @@ fn three_replicas_elect_replicate_and_survive_leader_loss() {
     );
     c.start(leader);
     let new_leader = c.leader(Duration::from_secs(5));
-    let target = c.handle(new_leader).replica.read().unwrap().applied;
+    let target = c.handle(new_leader).replica.read().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
     let digests: HashSet<String> = c
         .nodes
         .values()
-        .map(|(h, _)| h.replica.read().unwrap().state.digest())
+        .map(|(h, _)| h.replica.read().state.digest())
         .collect();
     assert_eq!(digests.len(), 1, "replicas disagree");
-    let state = &c.handle(new_leader).replica.read().unwrap().state;
+    let state = &c.handle(new_leader).replica.read().state;
     assert_eq!(
         state.jobs.len(),
         100,
@@ -247,7 +248,7 @@ fn isolated_leader_cannot_commit_and_majority_continues() {
     propose_retrying(&rt, &c, &submit_env(0));
     let old = c.leader(Duration::from_secs(5));
     {
-        let mut net = c.net.lock().unwrap();
+        let mut net = c.net.lock();
         for other in [1, 2, 3] {
             if other != old {
                 net.cut.insert((old, other));
@@ -272,7 +273,7 @@ fn isolated_leader_cannot_commit_and_majority_continues() {
     let new = loop {
         let found = [1, 2, 3]
             .into_iter()
-            .find(|id| *id != old && c.handle(*id).status.borrow().role == "leader");
+            .find(|id| *id != old && c.handle(*id).status.borrow().role == Role::Leader);
         if let Some(id) = found {
             break id;
         }
@@ -283,10 +284,10 @@ fn isolated_leader_cannot_commit_and_majority_continues() {
     assert!(matches!(out, Outcome::Submitted { .. }));
     assert_ne!(
         c.handle(old).status.borrow().role,
-        "leader",
+        Role::Leader,
         "check-quorum must depose the isolated leader"
     );
-    let old_state = c.handle(old).replica.read().unwrap().state.jobs.len();
+    let old_state = c.handle(old).replica.read().state.jobs.len();
     assert_eq!(old_state, 1, "the isolated replica applied nothing new");
 }
 
@@ -307,12 +308,9 @@ fn lagging_follower_catches_up_from_a_snapshot() {
         "the leader compacted its log (first index {first})"
     );
     c.start(lagger);
-    let target = c.handle(leader).replica.read().unwrap().applied;
+    let target = c.handle(leader).replica.read().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
-    assert_eq!(
-        c.handle(lagger).replica.read().unwrap().state.jobs.len(),
-        120
-    );
+    assert_eq!(c.handle(lagger).replica.read().state.jobs.len(), 120);
     assert!(c.handle(lagger).status.borrow().snapshot_index > 0);
 }
 
@@ -334,15 +332,14 @@ fn membership_add_and_remove() {
         .unwrap();
     assert_eq!(out, Outcome::Ok);
     propose_retrying(&rt, &c, &submit_env(1));
-    let target = c.handle(leader).replica.read().unwrap().applied;
+    let target = c.handle(leader).replica.read().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
-    assert_eq!(c.handle(4).replica.read().unwrap().state.jobs.len(), 2);
+    assert_eq!(c.handle(4).replica.read().state.jobs.len(), 2);
     assert_eq!(c.handle(leader).status.borrow().voters, vec![1, 2, 3, 4]);
     assert_eq!(
         c.handle(4)
             .replica
             .read()
-            .unwrap()
             .state
             .controllers
             .get(&4)

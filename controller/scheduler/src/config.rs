@@ -198,6 +198,22 @@ impl SchedConfig {
         self.partitions.iter().find(|p| p.name == name)
     }
 
+    /// The partition a job runs in: the one it names, else the default one.
+    pub fn partition_of(&self, spec: &gsched_types::JobSpec) -> String {
+        spec.partition
+            .clone()
+            .unwrap_or_else(|| self.default_partition())
+    }
+
+    /// The time limit that applies to a job: its own, else its partition's default.
+    /// `None` means no limit.
+    pub fn time_limit_for(&self, spec: &gsched_types::JobSpec) -> Option<u64> {
+        spec.time_limit_s.or_else(|| {
+            self.partition(&self.partition_of(spec))
+                .and_then(|p| p.default_time_s)
+        })
+    }
+
     /// The partition a job lands in when it names none.
     pub fn default_partition(&self) -> String {
         self.partitions

@@ -7,7 +7,7 @@ use crate::topo::TopoModel;
 use gsched_types::job::{Dependency, JobId, JobState};
 use gsched_types::resources::{NodeAlloc, NodeCapacity, NodeUsage};
 use gsched_types::topology::{LinkClass, NicKind};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A NIC as placement sees it: usable or not, and its link to each GPU.
@@ -278,6 +278,6 @@ pub struct Snapshot {
     pub pending: Vec<PendingJob>,
     pub running: Vec<RunningJob>,
     /// States of jobs named in dependencies.
-    pub dependencies: HashMap<JobId, DepView>,
+    pub dependencies: BTreeMap<JobId, DepView>,
     pub usage: Vec<UsageRecord>,
 }

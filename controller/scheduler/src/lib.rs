@@ -11,6 +11,7 @@
 //! - [`plan`]: one pass with EASY backfill, limits, dependencies and reasons.
 
 pub mod config;
+pub mod decay;
 pub mod input;
 pub mod place;
 pub mod plan;

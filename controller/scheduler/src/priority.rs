@@ -2,23 +2,15 @@
 //! and user, job size, partition and QOS priority, weighted as configured.
 
 use crate::config::{Policy, SchedConfig};
+use crate::decay::{decay, pow2_neg};
 use crate::input::{PendingJob, RunningJob, UsageRecord};
-use std::collections::HashMap;
-
-/// Usage decayed to `now_ms` with the configured half-life.
-pub fn decay(gpu_seconds: f64, at_ms: u64, now_ms: u64, half_life_s: u64) -> f64 {
-    if half_life_s == 0 {
-        return gpu_seconds;
-    }
-    let dt = now_ms.saturating_sub(at_ms) as f64 / 1000.0;
-    gpu_seconds * (-dt / half_life_s as f64 * std::f64::consts::LN_2).exp()
-}
+use std::collections::BTreeMap;
 
 /// Per-pass fair-share factors, computed once from usage and running jobs.
 #[derive(Debug, Default)]
 pub struct FairShare {
-    factor: HashMap<(String, String), f64>,
-    account_factor: HashMap<String, f64>,
+    factor: BTreeMap<(String, String), f64>,
+    account_factor: BTreeMap<String, f64>,
 }
 
 impl FairShare {
@@ -29,7 +21,7 @@ impl FairShare {
         pending: &[PendingJob],
         now_ms: u64,
     ) -> FairShare {
-        let mut per_user: HashMap<(String, String), f64> = HashMap::new();
+        let mut per_user: BTreeMap<(String, String), f64> = BTreeMap::new();
         for u in usage {
             *per_user
                 .entry((u.account.clone(), u.user.clone()))
@@ -48,7 +40,7 @@ impl FairShare {
                 .or_default();
         }
         let total: f64 = per_user.values().sum();
-        let mut per_account: HashMap<String, (f64, u32)> = HashMap::new();
+        let mut per_account: BTreeMap<String, (f64, u32)> = BTreeMap::new();
         for ((account, _), u) in &per_user {
             let e = per_account.entry(account.clone()).or_default();
             e.0 += u;
@@ -72,7 +64,7 @@ impl FairShare {
         for (account, (used, _)) in &per_account {
             let share = shares_of(account) / share_total;
             let f = if total > 0.0 {
-                (-(used / total) / share * std::f64::consts::LN_2).exp()
+                pow2_neg((used / total) / share)
             } else {
                 1.0
             };
@@ -82,7 +74,7 @@ impl FairShare {
             let (acct_used, users) = per_account[&account];
             let share = 1.0 / f64::from(users.max(1));
             let fu = if acct_used > 0.0 {
-                (-(used / acct_used) / share * std::f64::consts::LN_2).exp()
+                pow2_neg((used / acct_used) / share)
             } else {
                 1.0
             };
@@ -159,12 +151,6 @@ pub fn priority(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decay_halves_per_half_life() {
-        let v = decay(100.0, 0, 3_600_000, 3600);
-        assert!((v - 50.0).abs() < 1e-9);
-    }
 
     #[test]
     fn heavy_user_gets_lower_factor() {

@@ -5,7 +5,6 @@ use gsched_scheduler::{NodeView, PendingJob, RunningJob, SchedConfig, Snapshot, 
 use gsched_types::job::{JobId, PendingReason};
 use gsched_types::resources::NodeAlloc;
 use gsched_types::topology::{LinkClass, Topology};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 fn fixture(name: &str) -> Topology {
@@ -39,7 +38,7 @@ fn snapshot(nodes: Vec<NodeView>, pending: Vec<PendingJob>, running: Vec<Running
         nodes,
         pending,
         running,
-        dependencies: HashMap::new(),
+        dependencies: Default::default(),
         usage: Vec::new(),
     }
 }

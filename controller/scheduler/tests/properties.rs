@@ -132,7 +132,7 @@ fn build(c: &Case) -> Snapshot {
         nodes,
         pending,
         running,
-        dependencies: HashMap::new(),
+        dependencies: Default::default(),
         usage: Vec::new(),
     }
 }

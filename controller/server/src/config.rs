@@ -2,6 +2,7 @@
 //! table is the scheduler configuration (partitions, QOS, limits, switches, weights).
 
 use gsched_scheduler::SchedConfig;
+use gsched_state::decide::DispatchConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,13 +22,8 @@ pub struct ControllerConfig {
     pub scheduler: SchedConfig,
     /// No heartbeat for this long: the node is lost and its jobs fail with NodeLost.
     pub node_timeout: Duration,
-    /// Grace between SIGTERM and SIGKILL for cancelled or timed-out jobs.
-    pub kill_grace_s: u64,
-    /// Grace when a gang is stopped because another node's step failed.
-    pub gang_stop_grace_s: u64,
-    /// When the first failure only says a peer went away, how long to wait for that
-    /// peer's own report (the cause) before stopping the gang.
-    pub peer_report_wait: Duration,
+    /// Kill graces and the dispatcher's timings.
+    pub dispatch: DispatchConfig,
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
@@ -47,9 +43,7 @@ impl ControllerConfig {
             join: false,
             scheduler: SchedConfig::default(),
             node_timeout: Duration::from_secs(6),
-            kill_grace_s: 10,
-            gang_stop_grace_s: 3,
-            peer_report_wait: Duration::from_millis(1500),
+            dispatch: DispatchConfig::default(),
             raft_tick: Duration::from_millis(50),
             election_ticks: 10,
             snapshot_every: 5_000,
@@ -102,13 +96,13 @@ impl ConfigFile {
             cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
         }
         if let Some(g) = self.kill_grace_s {
-            cfg.kill_grace_s = g;
+            cfg.dispatch.kill_grace_s = g;
         }
         if let Some(g) = self.gang_stop_grace_s {
-            cfg.gang_stop_grace_s = g;
+            cfg.dispatch.gang_stop_grace_s = g;
         }
         if let Some(w) = self.peer_report_wait_s {
-            cfg.peer_report_wait = Duration::from_secs_f64(w.clamp(0.0, 30.0));
+            cfg.dispatch.peer_report_wait = Duration::from_secs_f64(w.clamp(0.0, 30.0));
         }
         if let Some(s) = self.snapshot_every {
             cfg.snapshot_every = s.max(10);
@@ -138,13 +132,6 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
         }
     }
     Ok(out)
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! State shared by the controller's services and leader loops.
 
-use crate::config::{ControllerConfig, now_ms};
+use crate::config::ControllerConfig;
 use crate::hub::AgentHub;
 use crate::transport::{AddressBook, Faults};
 use gsched_proto::LEADER_HINT;
+use gsched_proto::clock::now_ms;
 use gsched_raft::{ProposeError, RaftHandle};
 use gsched_state::{Command, Envelope, Outcome};
 use gsched_types::job::JobId;
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::RwLock;
 use tonic::Status;
 
 pub struct Ctx {
@@ -31,7 +32,7 @@ impl Ctx {
         if leader == self.cfg.id {
             return Some(self.cfg.advertise.clone());
         }
-        self.book.read().ok()?.get(&leader).cloned()
+        self.book.read().get(&leader).cloned()
     }
 
     /// A gRPC `Unavailable` that carries the leader's address so clients can follow it.

@@ -3,8 +3,8 @@
 
 use gsched_proto::agent::{ControllerToAgent, StepRef, encode};
 use gsched_proto::pb::ControllerEnvelope;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::Status;
@@ -29,11 +29,11 @@ pub struct AgentHub {
 impl AgentHub {
     pub fn attach(&self, node: &str, tx: AgentTx) -> u64 {
         let id = {
-            let mut n = self.next_id.lock().expect("hub lock");
+            let mut n = self.next_id.lock();
             *n += 1;
             *n
         };
-        self.conns.lock().expect("hub lock").insert(
+        self.conns.lock().insert(
             node.to_string(),
             AgentConn {
                 conn_id: id,
@@ -46,7 +46,7 @@ impl AgentHub {
     }
 
     pub fn detach(&self, node: &str, conn_id: u64) {
-        let mut conns = self.conns.lock().expect("hub lock");
+        let mut conns = self.conns.lock();
         if conns.get(node).is_some_and(|c| c.conn_id == conn_id) {
             conns.remove(node);
         }
@@ -55,12 +55,11 @@ impl AgentHub {
     pub fn touch(&self, node: &str) {
         self.last_seen
             .lock()
-            .expect("hub lock")
             .insert(node.to_string(), Instant::now());
     }
 
     pub fn heartbeat(&self, node: &str, running: Vec<StepRef>) {
-        if let Some(c) = self.conns.lock().expect("hub lock").get_mut(node) {
+        if let Some(c) = self.conns.lock().get_mut(node) {
             c.running = running;
         }
         self.touch(node);
@@ -68,24 +67,23 @@ impl AgentHub {
     }
 
     pub fn last_seen(&self, node: &str) -> Option<Instant> {
-        self.last_seen.lock().expect("hub lock").get(node).copied()
+        self.last_seen.lock().get(node).copied()
     }
 
     pub fn connected(&self) -> Vec<(String, Vec<StepRef>)> {
         self.conns
             .lock()
-            .expect("hub lock")
             .iter()
             .map(|(n, c)| (n.clone(), c.running.clone()))
             .collect()
     }
 
     pub fn is_connected(&self, node: &str) -> bool {
-        self.conns.lock().expect("hub lock").contains_key(node)
+        self.conns.lock().contains_key(node)
     }
 
     pub fn send(&self, node: &str, msg: &ControllerToAgent) -> bool {
-        let conns = self.conns.lock().expect("hub lock");
+        let conns = self.conns.lock();
         match conns.get(node) {
             Some(c) => {
                 c.tx.send(Ok(ControllerEnvelope { json: encode(msg) }))
@@ -97,7 +95,7 @@ impl AgentHub {
 
     /// Drops every connection (this controller stopped being the leader).
     pub fn clear(&self) {
-        self.conns.lock().expect("hub lock").clear();
-        self.last_seen.lock().expect("hub lock").clear();
+        self.conns.lock().clear();
+        self.last_seen.lock().clear();
     }
 }

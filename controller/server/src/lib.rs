@@ -20,9 +20,10 @@ use gsched_proto::pb::agent_server::AgentServer;
 use gsched_proto::pb::jobs_server::JobsServer;
 use gsched_proto::pb::peer_server::PeerServer;
 use gsched_raft::{NodeConfig, SledStore};
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use transport::{Faults, GrpcTransport};
 
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
@@ -128,15 +129,13 @@ async fn sync_address_book(ctx: Arc<Ctx>) {
             .raft
             .replica
             .read()
-            .map(|r| {
-                r.state
-                    .controllers
-                    .iter()
-                    .map(|(k, v)| (*k, v.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let Ok(mut book) = ctx.book.write() {
+            .state
+            .controllers
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        {
+            let mut book = ctx.book.write();
             for (id, addr) in known {
                 if id != ctx.cfg.id {
                     book.insert(id, addr);

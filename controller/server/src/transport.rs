@@ -5,13 +5,14 @@
 //! For fault-injection tests, `GSCHED_FAULTS_FILE` may name a file listing peer ids
 //! (comma or space separated) whose traffic this controller drops in both directions.
 
-use crate::config::now_ms;
+use gsched_proto::clock::now_ms;
 use gsched_proto::pb::peer_client::PeerClient;
 use gsched_proto::pb::{RaftBatch, SnapshotChunk};
 use gsched_raft::{Msg, RaftMessage, Transport, encode_message};
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
@@ -30,20 +31,13 @@ pub struct Faults {
 impl Faults {
     /// Peers whose traffic is being dropped now, sorted (shown by `Status`).
     pub fn blocked(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .blocked
-            .read()
-            .map(|b| b.iter().copied().collect())
-            .unwrap_or_default();
+        let mut v: Vec<u64> = self.blocked.read().iter().copied().collect();
         v.sort_unstable();
         v
     }
 
     pub fn is_blocked(&self, peer: u64) -> bool {
-        self.blocked
-            .read()
-            .map(|b| b.contains(&peer))
-            .unwrap_or(false)
+        self.blocked.read().contains(&peer)
     }
 
     /// Re-reads `GSCHED_FAULTS_FILE` every 200 ms.
@@ -59,9 +53,7 @@ impl Faults {
                     .split([',', ' ', '\n'])
                     .filter_map(|s| s.trim().parse().ok())
                     .collect();
-                if let Ok(mut b) = blocked.write() {
-                    *b = ids;
-                }
+                *blocked.write() = ids;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
@@ -99,7 +91,7 @@ impl GrpcTransport {
     }
 
     fn queue(&self, to: u64) -> mpsc::UnboundedSender<RaftMessage> {
-        let mut queues = self.queues.lock().expect("queues lock");
+        let mut queues = self.queues.lock();
         if let Some(q) = queues.get(&to).filter(|q| !q.is_closed()) {
             return q.clone();
         }
@@ -177,7 +169,7 @@ impl PeerWorker {
                 continue;
             }
             if client.is_none() {
-                let addr = self.book.read().ok().and_then(|b| b.get(&self.to).cloned());
+                let addr = self.book.read().get(&self.to).cloned();
                 client = match addr {
                     Some(a) => connect(&a).await,
                     None => None,

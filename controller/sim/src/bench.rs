@@ -7,7 +7,6 @@ use gsched_scheduler::{NodeView, PendingJob, Policy, RunningJob, SchedConfig, Sn
 use gsched_types::job::JobId;
 use gsched_types::resources::NodeAlloc;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A small deterministic generator (xorshift64*), so runs are reproducible.
@@ -114,7 +113,7 @@ pub fn snapshot(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Snap
         nodes: views,
         pending: queue,
         running,
-        dependencies: HashMap::new(),
+        dependencies: Default::default(),
         usage: Vec::new(),
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::cluster::ClusterSpec;
 use crate::trace::{TraceJob, estimate_limit, shape};
-use gsched_scheduler::priority::decay;
+use gsched_scheduler::decay::decay;
 use gsched_scheduler::{
     NodeView, PendingJob, Policy, RunningJob, SchedConfig, Snapshot, UsageRecord, plan,
 };
@@ -245,7 +245,7 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             nodes: nodes.clone(),
             pending: pending.values().cloned().collect(),
             running: running.values().map(|r| r.job.clone()).collect(),
-            dependencies: HashMap::new(),
+            dependencies: Default::default(),
             usage: usage.values().cloned().collect(),
         };
         let p = plan(&snap, t * 1000);

@@ -4,7 +4,7 @@
 //! exactly-once submission across retries and failovers), the leader's timestamp (the state
 //! machine never reads a clock), and one [`Command`]. New commands are appended as new
 //! variants; existing variants and their fields are never renamed or removed, so old logs
-//! still decode (golden encodings are checked in `tests/golden/`).
+//! still decode (`tests/golden.rs` decodes and re-encodes every variant as version 1 wrote it).
 
 use gsched_scheduler::SchedConfig;
 use gsched_types::Failure;
@@ -43,101 +43,167 @@ pub struct KnownStep {
     pub attempt: u32,
 }
 
-/// Every state change gsched makes.
+/// A new job (or one job per task of an array).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitJob {
+    pub spec: JobSpec,
+}
+
+/// Cancel a job (every task of an array named by its id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelJob {
+    pub job: JobId,
+    /// Who asked (verified by the controller that proposed the command).
+    pub by: String,
+    /// Whether `by` may act on other users' jobs.
+    pub admin: bool,
+}
+
+/// Commit placements; each is re-checked with `fits` and skipped if stale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartJobs {
+    pub starts: Vec<StartJob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetPendingReasons {
+    pub reasons: Vec<(JobId, PendingReason)>,
+}
+
+/// An agent started its step of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStarted {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: String,
+    pub pid: Option<u32>,
+}
+
+/// A node's step of a job ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepExited {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: String,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub failure: Option<Failure>,
+}
+
+/// A failure seen while the step still runs (log line, Xid): stops the gang now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepFailed {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: String,
+    pub failure: Failure,
+}
+
+/// An agent (re)connected and described its node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisterNode {
+    pub name: String,
+    pub address: String,
+    pub training_addr: String,
+    pub topology: Topology,
+    pub features: Vec<String>,
+    pub agent_version: String,
+    pub known_steps: Vec<KnownStep>,
+}
+
+/// The leader stopped hearing from a node's agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeLost {
+    pub node: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrainNode {
+    pub node: String,
+    pub reason: String,
+    pub by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeNode {
+    pub node: String,
+    pub by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthEvents {
+    pub node: String,
+    pub events: Vec<HealthEvent>,
+}
+
+/// Stop a running job and put it back in the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequeueJob {
+    pub job: JobId,
+    pub by: String,
+    pub admin: bool,
+}
+
+/// Hold (or release) a pending job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HoldJob {
+    pub job: JobId,
+    pub by: String,
+    pub admin: bool,
+    pub hold: bool,
+}
+
+/// Requeue lower-QOS jobs to make room for a blocked higher-QOS one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preempt {
+    pub victims: Vec<JobId>,
+    pub for_job: JobId,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetConfig {
+    pub config: Box<SchedConfig>,
+}
+
+/// Controller backstop when an agent did not enforce a time limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimeoutJob {
+    pub job: JobId,
+    pub attempt: u32,
+}
+
+/// Record a controller's address (membership changes carry addresses here so every
+/// replica, and every snapshot, knows how to reach its peers).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetControllerAddress {
+    pub id: u64,
+    pub address: Option<String>,
+}
+
+/// Every state change gsched makes. Each variant carries its own payload type, so the
+/// handler of a command takes exactly what the command says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {
-    SubmitJob {
-        spec: JobSpec,
-    },
-    CancelJob {
-        job: JobId,
-        by: String,
-        admin: bool,
-    },
-    /// Commit placements; each is re-checked with `fits` and skipped if stale.
-    StartJobs {
-        starts: Vec<StartJob>,
-    },
-    SetPendingReasons {
-        reasons: Vec<(JobId, PendingReason)>,
-    },
-    StepStarted {
-        job: JobId,
-        attempt: u32,
-        node: String,
-        pid: Option<u32>,
-    },
-    StepExited {
-        job: JobId,
-        attempt: u32,
-        node: String,
-        code: Option<i32>,
-        signal: Option<i32>,
-        failure: Option<Failure>,
-    },
-    /// A failure seen while the step still runs (log line, Xid): stops the gang now.
-    StepFailed {
-        job: JobId,
-        attempt: u32,
-        node: String,
-        failure: Failure,
-    },
-    RegisterNode {
-        name: String,
-        address: String,
-        training_addr: String,
-        topology: Topology,
-        features: Vec<String>,
-        agent_version: String,
-        known_steps: Vec<KnownStep>,
-    },
-    NodeLost {
-        node: String,
-        reason: String,
-    },
-    DrainNode {
-        node: String,
-        reason: String,
-        by: String,
-    },
-    ResumeNode {
-        node: String,
-        by: String,
-    },
-    HealthEvents {
-        node: String,
-        events: Vec<HealthEvent>,
-    },
-    RequeueJob {
-        job: JobId,
-        by: String,
-        admin: bool,
-    },
-    HoldJob {
-        job: JobId,
-        by: String,
-        admin: bool,
-        hold: bool,
-    },
-    Preempt {
-        victims: Vec<JobId>,
-        for_job: JobId,
-    },
-    SetConfig {
-        config: Box<SchedConfig>,
-    },
-    /// Controller backstop when an agent did not enforce a time limit.
-    TimeoutJob {
-        job: JobId,
-        attempt: u32,
-    },
-    /// Record a controller's address (membership changes carry addresses here so every
-    /// replica, and every snapshot, knows how to reach its peers).
-    SetControllerAddress {
-        id: u64,
-        address: Option<String>,
-    },
+    SubmitJob(SubmitJob),
+    CancelJob(CancelJob),
+    StartJobs(StartJobs),
+    SetPendingReasons(SetPendingReasons),
+    StepStarted(StepStarted),
+    StepExited(StepExited),
+    StepFailed(StepFailed),
+    RegisterNode(RegisterNode),
+    NodeLost(NodeLost),
+    DrainNode(DrainNode),
+    ResumeNode(ResumeNode),
+    HealthEvents(HealthEvents),
+    RequeueJob(RequeueJob),
+    HoldJob(HoldJob),
+    Preempt(Preempt),
+    SetConfig(SetConfig),
+    TimeoutJob(TimeoutJob),
+    SetControllerAddress(SetControllerAddress),
     /// Does nothing; a new leader commits one to learn its commit index.
     Noop,
 }
@@ -146,24 +212,24 @@ impl Command {
     /// A short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
-            Command::SubmitJob { .. } => "submit_job",
-            Command::CancelJob { .. } => "cancel_job",
-            Command::StartJobs { .. } => "start_jobs",
-            Command::SetPendingReasons { .. } => "set_pending_reasons",
-            Command::StepStarted { .. } => "step_started",
-            Command::StepExited { .. } => "step_exited",
-            Command::StepFailed { .. } => "step_failed",
-            Command::RegisterNode { .. } => "register_node",
-            Command::NodeLost { .. } => "node_lost",
-            Command::DrainNode { .. } => "drain_node",
-            Command::ResumeNode { .. } => "resume_node",
-            Command::HealthEvents { .. } => "health_events",
-            Command::RequeueJob { .. } => "requeue_job",
-            Command::HoldJob { .. } => "hold_job",
-            Command::Preempt { .. } => "preempt",
-            Command::SetConfig { .. } => "set_config",
-            Command::TimeoutJob { .. } => "timeout_job",
-            Command::SetControllerAddress { .. } => "set_controller_address",
+            Command::SubmitJob(_) => "submit_job",
+            Command::CancelJob(_) => "cancel_job",
+            Command::StartJobs(_) => "start_jobs",
+            Command::SetPendingReasons(_) => "set_pending_reasons",
+            Command::StepStarted(_) => "step_started",
+            Command::StepExited(_) => "step_exited",
+            Command::StepFailed(_) => "step_failed",
+            Command::RegisterNode(_) => "register_node",
+            Command::NodeLost(_) => "node_lost",
+            Command::DrainNode(_) => "drain_node",
+            Command::ResumeNode(_) => "resume_node",
+            Command::HealthEvents(_) => "health_events",
+            Command::RequeueJob(_) => "requeue_job",
+            Command::HoldJob(_) => "hold_job",
+            Command::Preempt(_) => "preempt",
+            Command::SetConfig(_) => "set_config",
+            Command::TimeoutJob(_) => "timeout_job",
+            Command::SetControllerAddress(_) => "set_controller_address",
             Command::Noop => "noop",
         }
     }

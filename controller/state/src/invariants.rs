@@ -2,12 +2,12 @@
 
 use crate::machine::ClusterState;
 use gsched_types::job::JobState;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Checks that no GPU (or CPU) is held by two live jobs and that the derived usage matches
 /// the allocations. Returns the first violation found.
 pub fn check(state: &ClusterState) -> Result<(), String> {
-    let mut gpu_owner: HashMap<(String, u32), u64> = HashMap::new();
+    let mut gpu_owner: BTreeMap<(String, u32), u64> = BTreeMap::new();
     for job in state.jobs.values() {
         let live = matches!(job.state, JobState::Running | JobState::Completing);
         if live != job.allocation.is_some()

@@ -6,9 +6,11 @@
 //! [`ClusterState::apply`] in log order on every replica.
 
 pub mod command;
+pub mod decide;
 pub mod invariants;
 pub mod machine;
+pub mod rows;
 pub mod view;
 
-pub use command::{Command, Envelope, KnownStep, Outcome, StartJob};
+pub use command::*;
 pub use machine::ClusterState;

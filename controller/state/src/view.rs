@@ -5,13 +5,13 @@
 use crate::machine::ClusterState;
 use gsched_scheduler::{DepView, NodeView, PendingJob, RunningJob, Snapshot, UsageRecord};
 use gsched_types::job::{DependencyKind, JobRecord, JobState};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Per-node views keyed by (name, registration time).
 #[derive(Default)]
 pub struct ViewCache {
-    nodes: HashMap<String, (u64, NodeView)>,
+    nodes: BTreeMap<String, (u64, NodeView)>,
 }
 
 impl ViewCache {
@@ -91,7 +91,7 @@ pub fn nodes_only(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
         nodes: state.nodes.keys().map(|n| cache.node(state, n)).collect(),
         pending: Vec::new(),
         running: Vec::new(),
-        dependencies: HashMap::new(),
+        dependencies: BTreeMap::new(),
         usage: Vec::new(),
     }
 }
@@ -101,7 +101,7 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
     let nodes = state.nodes.keys().map(|n| cache.node(state, n)).collect();
     let mut pending = Vec::new();
     let mut running = Vec::new();
-    let mut dependencies = HashMap::new();
+    let mut dependencies = BTreeMap::new();
     for job in state.jobs.values() {
         match job.state {
             JobState::Pending => {

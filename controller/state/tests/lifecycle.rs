@@ -3,7 +3,7 @@
 
 use gsched_scheduler::plan;
 use gsched_state::view::{ViewCache, snapshot};
-use gsched_state::{ClusterState, Command, Envelope, KnownStep, Outcome, StartJob, invariants};
+use gsched_state::*;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobSpec, JobState};
 use gsched_types::node::{HealthEvent, HealthSeverity};
@@ -43,7 +43,7 @@ fn env(cmd: Command, at: u64) -> Envelope {
 
 fn register(state: &mut ClusterState, name: &str, at: u64) {
     let out = state.apply(&env(
-        Command::RegisterNode {
+        Command::RegisterNode(RegisterNode {
             name: name.into(),
             address: "127.0.0.1:1".into(),
             training_addr: "127.0.0.1".into(),
@@ -51,7 +51,7 @@ fn register(state: &mut ClusterState, name: &str, at: u64) {
             features: vec![],
             agent_version: "test".into(),
             known_steps: vec![],
-        },
+        }),
         at,
     ));
     assert_eq!(out, Outcome::Ok);
@@ -62,40 +62,36 @@ fn submit(state: &mut ClusterState, nodes: u32, gpus: u32, requeue: bool, at: u6
     spec.nodes = nodes;
     spec.gpus_per_node = gpus;
     spec.requeue = requeue;
-    match state.apply(&env(Command::SubmitJob { spec }, at)) {
+    match state.apply(&env(Command::SubmitJob(SubmitJob { spec }), at)) {
         Outcome::Submitted { jobs } => jobs[0],
         other => panic!("{other:?}"),
     }
 }
 
-/// Runs one scheduling pass and commits its starts, as the leader does.
+/// Runs one scheduling pass and commits what it decided, as the leader does; returns the
+/// jobs started.
 fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
     let p = plan(&snapshot(state, &mut ViewCache::default()), at);
-    let starts: Vec<StartJob> = p
-        .starts
-        .into_iter()
-        .map(|s| StartJob {
-            job: s.job,
-            allocation: s.allocation,
-        })
-        .collect();
-    match state.apply(&env(Command::StartJobs { starts }, at)) {
-        Outcome::Started { started, .. } => started,
-        other => panic!("{other:?}"),
+    let mut started = Vec::new();
+    for cmd in decide::commands_for(p, state) {
+        if let Outcome::Started { started: s, .. } = state.apply(&env(cmd, at)) {
+            started.extend(s);
+        }
     }
+    started
 }
 
 fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) {
     let attempt = state.jobs[&job].restarts;
     state.apply(&env(
-        Command::StepExited {
+        Command::StepExited(StepExited {
             job,
             attempt,
             node: node.into(),
             code: Some(code),
             signal: None,
             failure: None,
-        },
+        }),
         at,
     ));
 }
@@ -134,18 +130,18 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
         at_ms: 4,
     };
     s.apply(&env(
-        Command::StepFailed {
+        Command::StepFailed(StepFailed {
             job: j,
             attempt: 0,
             node: "n2".into(),
             failure,
-        },
+        }),
         4,
     ));
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     exited(&mut s, j, "n2", 134, 5);
     s.apply(&env(
-        Command::StepExited {
+        Command::StepExited(StepExited {
             job: j,
             attempt: 0,
             node: "n1".into(),
@@ -157,7 +153,7 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
                 evidence: String::new(),
                 at_ms: 5,
             }),
-        },
+        }),
         5,
     ));
     let job = &s.jobs[&j];
@@ -180,30 +176,30 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
     let node = s.jobs[&j].node_names()[0].clone();
     let ev = HealthEvent {
         severity: HealthSeverity::Critical,
-        kind: "gpu_lost".into(),
+        kind: gsched_types::node::HealthKind::GpuLost,
         gpu: Some(2),
         xid: Some(79),
         message: "GPU 2 has fallen off the bus".into(),
         at_ms: 4,
     };
     s.apply(&env(
-        Command::HealthEvents {
+        Command::HealthEvents(HealthEvents {
             node: node.clone(),
             events: vec![ev],
-        },
+        }),
         4,
     ));
     assert!(s.nodes[&node].is_drained());
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     s.apply(&env(
-        Command::StepExited {
+        Command::StepExited(StepExited {
             job: j,
             attempt: 0,
             node: node.clone(),
             code: None,
             signal: Some(9),
             failure: None,
-        },
+        }),
         5,
     ));
     let job = &s.jobs[&j];
@@ -224,17 +220,17 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
     let j = submit(&mut s, 1, 2, false, 2);
     schedule(&mut s, 3);
     s.apply(&env(
-        Command::StepStarted {
+        Command::StepStarted(StepStarted {
             job: j,
             attempt: 0,
             node: "n1".into(),
             pid: Some(42),
-        },
+        }),
         3,
     ));
     // The agent restarts and still knows the step: nothing changes.
     s.apply(&env(
-        Command::RegisterNode {
+        Command::RegisterNode(RegisterNode {
             name: "n1".into(),
             address: "a".into(),
             training_addr: "t".into(),
@@ -242,15 +238,15 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
             features: vec![],
             agent_version: "v".into(),
             known_steps: vec![KnownStep { job: j, attempt: 0 }],
-        },
+        }),
         4,
     ));
     assert_eq!(s.jobs[&j].state, JobState::Running);
     s.apply(&env(
-        Command::NodeLost {
+        Command::NodeLost(NodeLost {
             node: "n1".into(),
             reason: "no heartbeat for 6 s".into(),
-        },
+        }),
         10,
     ));
     assert_eq!(s.jobs[&j].state, JobState::NodeFail);
@@ -265,31 +261,31 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
     let j = submit(&mut s, 1, 2, true, 2);
     schedule(&mut s, 3);
     s.apply(&env(
-        Command::StepStarted {
+        Command::StepStarted(StepStarted {
             job: j,
             attempt: 0,
             node: "n1".into(),
             pid: Some(42),
-        },
+        }),
         3,
     ));
     assert_eq!(
         s.apply(&env(
-            Command::CancelJob {
+            Command::CancelJob(CancelJob {
                 job: j,
                 by: "alice".into(),
                 admin: false
-            },
+            }),
             4
         )),
         Outcome::Ok
     );
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     s.apply(&env(
-        Command::NodeLost {
+        Command::NodeLost(NodeLost {
             node: "n1".into(),
             reason: "no heartbeat for 3 s".into(),
-        },
+        }),
         8,
     ));
     let job = &s.jobs[&j];
@@ -312,7 +308,11 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
 fn retried_submission_is_applied_once() {
     let mut s = ClusterState::default();
     let spec = JobSpec::simple("j", "alice", "true");
-    let e = Envelope::new(Command::SubmitJob { spec }, 1, Some("req-1".into()));
+    let e = Envelope::new(
+        Command::SubmitJob(SubmitJob { spec }),
+        1,
+        Some("req-1".into()),
+    );
     let first = s.apply(&e);
     let second = s.apply(&e);
     assert_eq!(first, second);
@@ -336,21 +336,21 @@ fn stale_plans_never_double_book() {
     let mut alloc_b = p1.starts[0].allocation.clone();
     alloc_b.master_port += 1;
     s.apply(&env(
-        Command::StartJobs {
+        Command::StartJobs(StartJobs {
             starts: vec![StartJob {
                 job: a,
                 allocation: p1.starts[0].allocation.clone(),
             }],
-        },
+        }),
         3,
     ));
     let out = s.apply(&env(
-        Command::StartJobs {
+        Command::StartJobs(StartJobs {
             starts: vec![StartJob {
                 job: b,
                 allocation: alloc_b,
             }],
-        },
+        }),
         4,
     ));
     match out {
@@ -368,21 +368,21 @@ fn cancel_needs_owner_or_admin() {
     let mut s = ClusterState::default();
     let j = submit(&mut s, 1, 0, false, 1);
     let out = s.apply(&env(
-        Command::CancelJob {
+        Command::CancelJob(CancelJob {
             job: j,
             by: "mallory".into(),
             admin: false,
-        },
+        }),
         2,
     ));
     assert!(matches!(out, Outcome::PermissionDenied { .. }));
     assert_eq!(
         s.apply(&env(
-            Command::CancelJob {
+            Command::CancelJob(CancelJob {
                 job: j,
                 by: "alice".into(),
                 admin: false
-            },
+            }),
             3
         )),
         Outcome::Ok
@@ -397,11 +397,11 @@ fn golden_encoding_still_decodes() {
     let e = Envelope::decode(golden.as_bytes()).unwrap();
     assert_eq!(
         e.cmd,
-        Command::CancelJob {
+        Command::CancelJob(CancelJob {
             job: JobId(7),
             by: "alice".into(),
             admin: false
-        }
+        })
     );
     assert!(Envelope::decode(br#"{"v":99,"at_ms":1,"cmd":{"type":"noop"}}"#).is_err());
 }
@@ -468,25 +468,25 @@ proptest! {
                 Op::Submit { nodes, gpus, requeue } => {
                     let mut spec = JobSpec::simple("j", "alice", "true");
                     spec.nodes = nodes; spec.gpus_per_node = gpus; spec.requeue = requeue;
-                    Some(Command::SubmitJob { spec })
+                    Some(Command::SubmitJob(SubmitJob { spec }))
                 }
                 Op::Schedule => {
                     let p = plan(&snapshot(&s, &mut ViewCache::default()), at);
-                    Some(Command::StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() })
+                    Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() }))
                 }
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
                     let node = r.steps.iter().find(|st| !st.state.is_done())?.node.clone();
-                    Some(Command::StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None })
+                    Some(Command::StepExited(StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None }))
                 }),
                 Op::Fail { job } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
                     let node = r.steps.first()?.node.clone();
-                    Some(Command::StepFailed { job: j, attempt: r.restarts, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } })
+                    Some(Command::StepFailed(StepFailed { job: j, attempt: r.restarts, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } }))
                 }),
-                Op::Cancel { job } => pick(job).map(|j| Command::CancelJob { job: j, by: "alice".into(), admin: false }),
-                Op::Lose { node } => Some(Command::NodeLost { node: format!("n{node}"), reason: "test".into() }),
-                Op::Register { node } => Some(Command::RegisterNode { name: format!("n{node}"), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![] }),
+                Op::Cancel { job } => pick(job).map(|j| Command::CancelJob(CancelJob { job: j, by: "alice".into(), admin: false })),
+                Op::Lose { node } => Some(Command::NodeLost(NodeLost { node: format!("n{node}"), reason: "test".into() })),
+                Op::Register { node } => Some(Command::RegisterNode(RegisterNode { name: format!("n{node}"), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![] })),
             };
             let Some(cmd) = cmd else { continue };
             let e = env(cmd, at);
@@ -511,7 +511,7 @@ proptest! {
 }
 
 fn submit_spec(state: &mut ClusterState, spec: JobSpec, at: u64) -> Vec<JobId> {
-    match state.apply(&env(Command::SubmitJob { spec }, at)) {
+    match state.apply(&env(Command::SubmitJob(SubmitJob { spec }), at)) {
         Outcome::Submitted { jobs } => jobs,
         other => panic!("{other:?}"),
     }
@@ -577,9 +577,9 @@ fn per_user_gpu_limit_binds() {
     let mut config = gsched_scheduler::SchedConfig::default();
     config.user_limits.max_gpus = Some(4);
     s.apply(&env(
-        Command::SetConfig {
+        Command::SetConfig(SetConfig {
             config: Box::new(config),
-        },
+        }),
         1,
     ));
     register(&mut s, "n1", 1);
@@ -615,9 +615,9 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
         },
     ];
     s.apply(&env(
-        Command::SetConfig {
+        Command::SetConfig(SetConfig {
             config: Box::new(config),
-        },
+        }),
         1,
     ));
     register(&mut s, "n1", 1);
@@ -637,22 +637,22 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
         (victim, urgent)
     );
     s.apply(&env(
-        Command::Preempt {
+        Command::Preempt(Preempt {
             victims: vec![victim],
             for_job: urgent,
-        },
+        }),
         5,
     ));
     assert_eq!(s.jobs[&victim].state, JobState::Completing);
     s.apply(&env(
-        Command::StepExited {
+        Command::StepExited(StepExited {
             job: victim,
             attempt: 0,
             node: "n1".into(),
             code: None,
             signal: Some(15),
             failure: None,
-        },
+        }),
         6,
     ));
     assert_eq!(
@@ -665,9 +665,9 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
     let mut off = s.config.clone();
     off.preemption = false;
     s.apply(&env(
-        Command::SetConfig {
+        Command::SetConfig(SetConfig {
             config: Box::new(off),
-        },
+        }),
         8,
     ));
     assert!(

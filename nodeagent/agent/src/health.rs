@@ -7,11 +7,12 @@
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
 use gsched_topology::xid::{KernelEvent, classify, normalize_pci, parse_line};
-use gsched_types::node::{HealthEvent, HealthSeverity};
+use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;
+use parking_lot::RwLock;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn now_ms() -> u64 {
@@ -34,7 +35,11 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
             let code = x.effective_code();
             let (action, severity) = classify(code);
             let gpu = gpu_of(&x.pci);
-            let kind = if code == 79 { "gpu_lost" } else { "xid" };
+            let kind = if code == 79 {
+                HealthKind::GpuLost
+            } else {
+                HealthKind::Xid
+            };
             let cause = if x.code == 45 && x.caused_by.is_some() {
                 format!(" (Xid 45 caused by Xid {code})")
             } else {
@@ -42,7 +47,7 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
             };
             Some(HealthEvent {
                 severity,
-                kind: kind.into(),
+                kind,
                 gpu,
                 xid: Some(code),
                 message: format!(
@@ -57,7 +62,7 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
         }
         KernelEvent::FallenOffBus { pci } => Some(HealthEvent {
             severity: HealthSeverity::Critical,
-            kind: "gpu_lost".into(),
+            kind: HealthKind::GpuLost,
             gpu: gpu_of(pci),
             xid: Some(79),
             message: format!("GPU at {pci} has fallen off the bus"),
@@ -74,7 +79,7 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
             } else {
                 HealthSeverity::Info
             },
-            kind: "nvswitch_sxid".into(),
+            kind: HealthKind::NvswitchSxid,
             gpu: None,
             xid: None,
             message: format!("NVSwitch {pci} SXid {code}: {message}"),
@@ -103,7 +108,7 @@ pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
         .filter(|g| !present(g))
         .map(|g| HealthEvent {
             severity: HealthSeverity::Critical,
-            kind: "gpu_lost".into(),
+            kind: HealthKind::GpuLost,
             gpu: Some(g.index),
             xid: None,
             message: format!(
@@ -138,9 +143,9 @@ pub fn nic_events(
     {
         let training =
             training_iface.is_some_and(|i| nic.netdev.as_deref() == Some(i) || nic.name == i);
-        let event = |severity, kind: &str, message: String| HealthEvent {
+        let event = |severity, kind: HealthKind, message: String| HealthEvent {
             severity,
-            kind: kind.into(),
+            kind,
             gpu: None,
             xid: None,
             message,
@@ -150,13 +155,13 @@ pub fn nic_events(
             out.push(if training {
                 event(
                     HealthSeverity::Critical,
-                    "nic_down",
+                    HealthKind::NicDown,
                     format!("training interface {} is down", nic.name),
                 )
             } else {
                 event(
                     HealthSeverity::Warning,
-                    "nic_down",
+                    HealthKind::NicDown,
                     format!("NIC {} is down", nic.name),
                 )
             });
@@ -166,7 +171,7 @@ pub fn nic_events(
         {
             out.push(event(
                 HealthSeverity::Warning,
-                "mtu_mismatch",
+                HealthKind::MtuMismatch,
                 format!(
                     "training interface {} has MTU {have}, the training network uses {want}",
                     nic.name
@@ -221,10 +226,7 @@ pub async fn watch_nics(
         else {
             continue;
         };
-        let mut t = topo
-            .read()
-            .map(|t| t.clone())
-            .unwrap_or_else(|_| Topology::empty(""));
+        let mut t = topo.read().clone();
         t.nics = nics.into_iter().map(|n| n.nic).collect();
         report(&outbox, &flush, watch.check(&t, &policy));
         tokio::time::sleep(every).await;
@@ -304,10 +306,7 @@ fn follow_kernel_log(
                 let Some(ev) = parse_line(&line) else {
                     continue;
                 };
-                let t = topo
-                    .read()
-                    .map(|t| t.clone())
-                    .unwrap_or_else(|_| Topology::empty(""));
+                let t = topo.read().clone();
                 if let Some(h) = kernel_event_to_health(&ev, &t) {
                     report(outbox, flush, vec![h]);
                 }
@@ -342,10 +341,7 @@ pub async fn watch_topology(
         let Ok(Ok(now)) = tokio::task::spawn_blocking(move || reload()).await else {
             continue;
         };
-        let registered = topo
-            .read()
-            .map(|t| t.clone())
-            .unwrap_or_else(|_| Topology::empty(""));
+        let registered = topo.read().clone();
         let mut events = lost_gpus(&registered, &now);
         events.retain(|e| e.gpu.is_some_and(|g| !reported.contains(&g)));
         reported.extend(events.iter().filter_map(|e| e.gpu));
@@ -370,10 +366,10 @@ pub async fn watch_nvml(
         return;
     };
     let probe = Arc::new(std::sync::Mutex::new(probe));
-    let mut seen: std::collections::HashSet<(String, Option<u32>)> = Default::default();
+    let mut seen: std::collections::HashSet<(HealthKind, Option<u32>)> = Default::default();
     loop {
         tokio::time::sleep(every).await;
-        let registered = topo.read().map(|t| t.gpus.len()).unwrap_or(0);
+        let registered = topo.read().gpus.len();
         let devices: Vec<u32> = if gpu_map.is_empty() {
             (0..registered as u32).collect()
         } else {
@@ -389,7 +385,7 @@ pub async fn watch_nvml(
         };
         let fresh: Vec<HealthEvent> = events
             .into_iter()
-            .filter(|e| seen.insert((e.kind.clone(), e.gpu)))
+            .filter(|e| seen.insert((e.kind, e.gpu)))
             .collect();
         report(&outbox, &flush, fresh);
     }
@@ -428,7 +424,7 @@ mod nic_tests {
         let ev = w.check(&t, &policy);
         assert_eq!(ev.len(), 1);
         assert_eq!(
-            (ev[0].severity, ev[0].kind.as_str()),
+            (ev[0].severity, ev[0].kind.name()),
             (HealthSeverity::Critical, "nic_down")
         );
         assert!(

@@ -1,19 +1,11 @@
 //! Who a job runs as: the submitting user's uid, primary and supplementary groups, home
 //! and shell, resolved before any fork (getgrouplist is not async-signal-safe).
 
+use gsched_launch::plan::Owner;
 use std::ffi::CString;
 
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct Identity {
-    pub user: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub home: String,
-}
-
 /// Resolves `user` (or `uid`) from the password database.
-pub fn resolve(user: &str, uid: Option<u32>) -> Result<Identity, String> {
+pub fn resolve(user: &str, uid: Option<u32>) -> Result<Owner, String> {
     let entry = match uid {
         Some(u) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(u)),
         None => nix::unistd::User::from_name(user),
@@ -25,7 +17,7 @@ pub fn resolve(user: &str, uid: Option<u32>) -> Result<Identity, String> {
     let groups = nix::unistd::getgrouplist(&cname, entry.gid)
         .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
         .unwrap_or_else(|_| vec![entry.gid.as_raw()]);
-    Ok(Identity {
+    Ok(Owner {
         user: entry.name,
         uid: entry.uid.as_raw(),
         gid: entry.gid.as_raw(),
@@ -35,9 +27,9 @@ pub fn resolve(user: &str, uid: Option<u32>) -> Result<Identity, String> {
 }
 
 /// The identity the agent itself runs as.
-pub fn current() -> Identity {
+pub fn current() -> Owner {
     let uid = nix::unistd::getuid().as_raw();
-    resolve("", Some(uid)).unwrap_or(Identity {
+    resolve("", Some(uid)).unwrap_or(Owner {
         user: format!("uid{uid}"),
         uid,
         gid: nix::unistd::getgid().as_raw(),

@@ -5,6 +5,7 @@
 //! cannot open it). Both are best effort: what could not be applied is logged and recorded
 //! in the step directory, never silently assumed.
 
+use gsched_launch::plan::CgroupLimits;
 use std::path::{Path, PathBuf};
 
 /// Where step cgroups are created, if cgroup v2 with the needed controllers is available.
@@ -50,15 +51,8 @@ impl Cgroups {
 
     /// Creates the step's cgroup and applies its limits; returns the directory and the
     /// limits that could not be set.
-    pub fn create(
-        &self,
-        name: &str,
-        cpus: &str,
-        mems: &str,
-        mem_bytes: Option<u64>,
-        pids: u64,
-    ) -> (PathBuf, Vec<String>) {
-        let dir = self.base.join(name);
+    pub fn create(&self, limits: &CgroupLimits) -> (PathBuf, Vec<String>) {
+        let dir = self.base.join(&limits.name);
         let mut missed = Vec::new();
         if let Err(e) = std::fs::create_dir_all(&dir) {
             missed.push(format!("create {}: {e}", dir.display()));
@@ -72,13 +66,13 @@ impl Cgroups {
                 missed.push(format!("{file}={value}: {e}"));
             }
         };
-        set("cpuset.cpus", cpus.to_string());
-        set("cpuset.mems", mems.to_string());
-        if let Some(b) = mem_bytes {
+        set("cpuset.cpus", limits.cpus.clone());
+        set("cpuset.mems", limits.mems.clone());
+        if let Some(b) = limits.mem_bytes {
             set("memory.max", b.to_string());
             set("memory.swap.max", "0".into());
         }
-        set("pids.max", pids.to_string());
+        set("pids.max", limits.pids.to_string());
         (dir, missed)
     }
 

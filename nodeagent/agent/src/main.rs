@@ -5,9 +5,10 @@ use gsched_agent::discover::{self, Source};
 use gsched_agent::session::{Agent, Registration};
 use gsched_agent::steps::{Settings, StepManager};
 use gsched_agent::{health, isolation, outbox};
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// gsched node agent: registers this node's GPUs and runs job steps.

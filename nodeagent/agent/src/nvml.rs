@@ -4,7 +4,7 @@
 //! the common ancestor; NUMA, CPUs and PCIe link from NVML with sysfs as the fallback.
 
 use gsched_topology::nvlink::{LinkEnd, nvlink_matrix};
-use gsched_types::node::{HealthEvent, HealthSeverity};
+use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::{Gpu, LinkClass, PcieLink};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
@@ -183,9 +183,9 @@ impl NvmlProbe {
     /// `devices[k]`).
     pub fn health(&self, devices: &[u32]) -> Vec<HealthEvent> {
         let mut out = Vec::new();
-        let ev = |severity, kind: &str, gpu: Option<u32>, message: String| HealthEvent {
+        let ev = |severity, kind: HealthKind, gpu: Option<u32>, message: String| HealthEvent {
             severity,
-            kind: kind.into(),
+            kind,
             gpu,
             xid: None,
             message,
@@ -195,7 +195,7 @@ impl NvmlProbe {
         if let Some(max) = devices.iter().max().filter(|m| **m >= count) {
             out.push(ev(
                 HealthSeverity::Critical,
-                "gpu_count",
+                HealthKind::GpuCount,
                 None,
                 format!("NVML sees {count} GPUs, device {max} was registered"),
             ));
@@ -207,7 +207,7 @@ impl NvmlProbe {
                 Err(e) => {
                     out.push(ev(
                         HealthSeverity::Critical,
-                        "gpu_lost",
+                        HealthKind::GpuLost,
                         Some(i),
                         format!("GPU {i} is not accessible: {e}"),
                     ));
@@ -219,7 +219,7 @@ impl NvmlProbe {
             {
                 out.push(ev(
                     HealthSeverity::Critical,
-                    "gpu_lost",
+                    HealthKind::GpuLost,
                     Some(i),
                     format!("NVML reports GPU {i} lost (GPU_IS_LOST)"),
                 ));
@@ -232,7 +232,7 @@ impl NvmlProbe {
             {
                 out.push(ev(
                     HealthSeverity::Warning,
-                    "temperature",
+                    HealthKind::Temperature,
                     Some(i),
                     format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C"),
                 ));
@@ -246,7 +246,7 @@ impl NvmlProbe {
                 if cw < mw {
                     out.push(ev(
                         HealthSeverity::Warning,
-                        "pcie_degraded",
+                        HealthKind::PcieDegraded,
                         Some(i),
                         format!(
                             "GPU {i} PCIe link trained at x{cw}, max x{mw} (check the riser/slot)"

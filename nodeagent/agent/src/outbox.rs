@@ -2,9 +2,9 @@
 //! controller failover loses none. Each event is a file named by its sequence number.
 
 use gsched_proto::agent::AgentToController;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 pub struct Outbox {
     dir: PathBuf,
@@ -46,7 +46,7 @@ impl Outbox {
 
     /// Stores an event built from its sequence number and returns it.
     pub fn push(&self, make: impl FnOnce(u64) -> AgentToController) -> AgentToController {
-        let mut inner = self.inner.lock().expect("outbox lock");
+        let mut inner = self.inner.lock();
         let seq = inner.0;
         inner.0 += 1;
         let ev = make(seq);
@@ -61,19 +61,13 @@ impl Outbox {
     }
 
     pub fn ack(&self, seq: u64) {
-        let mut inner = self.inner.lock().expect("outbox lock");
+        let mut inner = self.inner.lock();
         if inner.1.remove(&seq).is_some() {
             let _ = std::fs::remove_file(self.dir.join(format!("{seq:012}.json")));
         }
     }
 
     pub fn pending(&self) -> Vec<AgentToController> {
-        self.inner
-            .lock()
-            .expect("outbox lock")
-            .1
-            .values()
-            .cloned()
-            .collect()
+        self.inner.lock().1.values().cloned().collect()
     }
 }

@@ -9,8 +9,9 @@ use gsched_proto::agent::{AgentToController, ControllerToAgent, decode, encode};
 use gsched_proto::pb::AgentEnvelope;
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_types::topology::Topology;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -54,8 +55,7 @@ pub async fn run(agent: Arc<Agent>) {
     tokio::spawn(async move {
         loop {
             let steps = monitor.steps.clone();
-            let _ =
-                tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").tick()).await;
+            let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
             monitor.flush.notify_one();
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -99,9 +99,9 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         .max_encoding_message_size(64 * 1024 * 1024);
     let (tx, rx) = mpsc::unbounded_channel::<AgentEnvelope>();
     let send = |msg: &AgentToController| tx.send(AgentEnvelope { json: encode(msg) });
-    let known = agent.steps.lock().expect("steps lock").known();
+    let known = agent.steps.lock().known();
     let reg = &agent.registration;
-    let topology = agent.topology.read().expect("topology lock").clone();
+    let topology = agent.topology.read().clone();
     send(&AgentToController::Register {
         name: reg.name.clone(),
         address: reg.address.clone(),
@@ -133,11 +133,11 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 match decode::<ControllerToAgent>(&msg.json)? {
                     ControllerToAgent::Launch(spec) => {
                         let steps = agent.steps.clone();
-                        tokio::task::spawn_blocking(move || steps.lock().expect("steps lock").launch(*spec)).await?;
+                        tokio::task::spawn_blocking(move || steps.lock().launch(*spec)).await?;
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
-                        agent.steps.lock().expect("steps lock").kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
+                        agent.steps.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Ack { seq } => {
@@ -149,7 +149,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 }
             }
             _ = ticker.tick() => {
-                let running = agent.steps.lock().expect("steps lock").running();
+                let running = agent.steps.lock().running();
                 send(&AgentToController::Heartbeat { running })?;
                 flush(agent, &send, &mut sent, true)?;
             }

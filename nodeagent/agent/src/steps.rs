@@ -3,21 +3,22 @@
 //! them after an agent restart. Every event goes to the on-disk outbox before anything
 //! else, so none is lost.
 
-use crate::identity::{self, Identity};
+use crate::identity;
 use crate::isolation::{self, Cgroups};
 use crate::outbox::Outbox;
-use crate::supervise::{ExitRecord, Plan, StepFiles, write_atomic};
+use crate::supervise::{ExitRecord, StepFiles, write_atomic};
+use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
-use gsched_launch::{TaskEnv, net_plan, output, task_env, torchrun};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
 use gsched_types::topology::Topology;
+use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Agent-wide settings the step manager needs.
@@ -220,7 +221,7 @@ impl StepManager {
         }
         let _ = write_atomic(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default());
         match self.prepare(&l, &files) {
-            Ok((plan, ident, devices)) => {
+            Ok((plan, owner, devices)) => {
                 let _ = write_atomic(
                     &files.plan(),
                     &serde_json::to_vec(&plan).unwrap_or_default(),
@@ -253,7 +254,7 @@ impl StepManager {
                             l.job,
                             l.attempt,
                             self.settings.node,
-                            ident.user
+                            owner.user
                         );
                         let step = Step {
                             key: StepRef {
@@ -311,35 +312,22 @@ impl StepManager {
         let _ = std::fs::write(files.reported(), b"");
     }
 
-    /// Builds the supervisor plan: identity, environment per task, script, outputs,
-    /// cgroup and devices.
+    /// Builds and prepares the supervisor plan: the owner's identity, the script file,
+    /// the cgroup and the GPU device nodes (the decisions are `gsched_launch::plan`'s).
     fn prepare(
         &self,
         l: &LaunchSpec,
         files: &StepFiles,
-    ) -> Result<(Plan, Identity, Vec<String>), String> {
+    ) -> Result<(Plan, Owner, Vec<String>), String> {
         let spec = &l.spec;
         let root = identity::is_root();
-        let ident = if root {
+        let owner = if root {
             identity::resolve(&spec.user, spec.uid)?
         } else {
             identity::current()
         };
-        let topo = self
-            .settings
-            .topology
-            .read()
-            .map_err(|_| "topology lock poisoned")?
-            .clone();
-        let net = net_plan(
-            &topo,
-            &l.node_alloc.gpus,
-            self.settings.training_iface.as_deref(),
-        );
-        let script = match torchrun::script(l) {
-            Some(s) => s,
-            None => spec.script.clone(),
-        };
+        let topo = self.settings.topology.read().clone();
+        let script = step_plan::script(l);
         std::fs::write(files.script(), &script)
             .map_err(|e| format!("cannot write the job script: {e}"))?;
         {
@@ -350,84 +338,19 @@ impl StepManager {
             let _ = std::fs::set_permissions(files.logs(), std::fs::Permissions::from_mode(0o755));
         }
         if root {
-            let _ = std::os::unix::fs::chown(files.script(), Some(ident.uid), Some(ident.gid));
-            let _ = std::os::unix::fs::chown(files.logs(), Some(ident.uid), Some(ident.gid));
+            let _ = std::os::unix::fs::chown(files.script(), Some(owner.uid), Some(owner.gid));
+            let _ = std::os::unix::fs::chown(files.logs(), Some(owner.uid), Some(owner.gid));
         }
-        let script_path = files.script().to_string_lossy().into_owned();
-        let mut argv = if script.starts_with("#!") {
-            vec![script_path]
-        } else {
-            vec!["/bin/sh".to_string(), script_path]
-        };
-        if spec.torchrun.is_none() {
-            argv.extend(spec.script_args.iter().cloned());
-        }
-        let tasks = if spec.torchrun.is_some() {
-            1
-        } else {
-            spec.ntasks_per_node.max(1)
-        };
-        let log_dir = files.logs().to_string_lossy().into_owned();
-        let home = if root || ident.uid == nix::unistd::getuid().as_raw() {
-            Some(ident.home.as_str())
-        } else {
-            None
-        };
-        let envs = (0..tasks)
-            .map(|t| {
-                task_env(&TaskEnv {
-                    launch: l,
-                    node: &self.settings.node,
-                    local_task: t,
-                    net: &net,
-                    log_dir: &log_dir,
-                    agent_env: &self.settings.agent_env,
-                    home,
-                    gpu_map: &self.settings.gpu_map,
-                })
-                .into_iter()
-                .collect::<Vec<_>>()
-            })
-            .collect();
-        let (stdout, stderr) = output::paths(l, &self.settings.node);
         let mut notes = Vec::new();
-        let cgroup = self.settings.cgroups.as_ref().map(|cg| {
-            let cpus = gsched_types::cpulist::format(&l.node_alloc.cpus);
-            let mems: Vec<u32> = topo
-                .numa_nodes
-                .iter()
-                .filter(|n| {
-                    gsched_types::cpulist::parse(&n.cpus)
-                        .map(|c| c.iter().any(|x| l.node_alloc.cpus.contains(x)))
-                        .unwrap_or(false)
-                })
-                .map(|n| n.id)
-                .collect();
-            let mems = gsched_types::cpulist::format(&mems);
-            let mem = (l.node_alloc.mem_mb > 0).then_some(l.node_alloc.mem_mb * 1024 * 1024);
-            let (dir, missed) = cg.create(
-                &format!("job_{}_{}", l.job, l.attempt),
-                &cpus,
-                &mems,
-                mem,
-                4096 * u64::from(tasks),
-            );
+        let cgroup_dir = self.settings.cgroups.as_ref().map(|cg| {
+            let limits = step_plan::cgroup_limits(l, &topo);
+            let (dir, missed) = cg.create(&limits);
             notes.extend(missed);
             dir.to_string_lossy().into_owned()
         });
-        let devices: Vec<String> = if self.settings.restrict_devices && root {
-            let paths: Vec<String> = l
-                .node_alloc
-                .gpus
-                .iter()
-                .map(|g| {
-                    topo.gpus
-                        .get(*g as usize)
-                        .and_then(|x| x.device_path.clone())
-                        .unwrap_or_else(|| format!("/dev/nvidia{g}"))
-                })
-                .collect();
-            notes.extend(isolation::claim_devices(&paths, ident.uid, ident.gid));
+        let devices = if self.settings.restrict_devices && root {
+            let paths = step_plan::gpu_devices(l, &topo);
+            notes.extend(isolation::claim_devices(&paths, owner.uid, owner.gid));
             paths
         } else {
             Vec::new()
@@ -440,22 +363,22 @@ impl StepManager {
             );
             let _ = std::fs::write(files.0.join("isolation-notes.txt"), notes.join("\n"));
         }
-        let plan = Plan {
-            argv,
-            tasks: envs,
-            workdir: spec.workdir.clone(),
-            stdout,
-            stderr,
-            uid: root.then_some(ident.uid),
-            gid: root.then_some(ident.gid),
-            groups: if root {
-                ident.groups.clone()
-            } else {
-                Vec::new()
-            },
-            cgroup,
+        let script_path = files.script().to_string_lossy().into_owned();
+        let log_dir = files.logs().to_string_lossy().into_owned();
+        let show_home = root || owner.uid == nix::unistd::getuid().as_raw();
+        let ctx = StepContext {
+            node: &self.settings.node,
+            topology: &topo,
+            training_iface: self.settings.training_iface.as_deref(),
+            agent_env: &self.settings.agent_env,
+            gpu_map: &self.settings.gpu_map,
+            script_path: &script_path,
+            log_dir: &log_dir,
+            owner: root.then_some(&owner),
+            home: show_home.then_some(owner.home.as_str()),
+            cgroup_dir,
         };
-        Ok((plan, ident, devices))
+        Ok((step_plan::plan(l, &script, &ctx), owner, devices))
     }
 
     /// Stops a step: SIGTERM now, SIGKILL after `grace`.

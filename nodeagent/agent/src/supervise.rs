@@ -11,6 +11,7 @@
 //! this one. It records the process group in `DIR/pgid` and, when all tasks have ended, the
 //! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
 
+use gsched_launch::plan::Plan;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::fs::File;
@@ -23,24 +24,6 @@ use std::time::Duration;
 
 /// The private copy of the step's output is cut back to empty when it grows past this.
 const CAPTURE_LIMIT: u64 = 32 << 20;
-
-/// What to run, written by the agent to `DIR/plan.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Plan {
-    pub argv: Vec<String>,
-    /// One environment per task.
-    pub tasks: Vec<Vec<(String, String)>>,
-    pub workdir: String,
-    pub stdout: String,
-    pub stderr: Option<String>,
-    /// Drop to this identity (only when the supervisor runs as root).
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    #[serde(default)]
-    pub groups: Vec<u32>,
-    /// cgroup v2 directory the tasks join.
-    pub cgroup: Option<String>,
-}
 
 /// How the step ended, written to `DIR/exit.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

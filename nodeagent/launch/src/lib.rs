@@ -1,10 +1,12 @@
 //! Pure launch logic for the node agent: the environment each task gets ([`env`]), the
-//! torchrun command line ([`torchrun`]), output-file patterns ([`output`]) and the
+//! torchrun command line ([`torchrun`]), output-file patterns ([`output`]), the whole
+//! supervisor plan of a step with its cgroup limits and device nodes ([`plan`]) and the
 //! classification of failures from exit statuses, torchrun error files and log lines
 //! ([`watch`]). No processes are started here; the agent does that.
 
 pub mod env;
 pub mod output;
+pub mod plan;
 pub mod torchrun;
 pub mod watch;
 

@@ -165,6 +165,24 @@ pub struct Failure {
     pub at_ms: u64,
 }
 
+impl Failure {
+    /// A failure of `kind` seen at `at_ms`, not tied to a node.
+    pub fn new(kind: FailureKind, evidence: impl Into<String>, at_ms: u64) -> Failure {
+        Failure {
+            kind,
+            node: None,
+            evidence: evidence.into(),
+            at_ms,
+        }
+    }
+
+    /// The same failure, reported by `node`.
+    pub fn on(mut self, node: impl Into<String>) -> Failure {
+        self.node = Some(node.into());
+        self
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.kind.reason_name())?;

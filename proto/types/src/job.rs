@@ -128,6 +128,9 @@ pub struct JobSpec {
     /// Upper bound on automatic requeues for this job (default: the cluster's).
     #[serde(default)]
     pub max_restarts: Option<u32>,
+    /// The submitter's umask: output files and whatever the job creates get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
 }
 
 impl JobSpec {
@@ -171,6 +174,7 @@ impl JobSpec {
             torchrun: None,
             hold: false,
             max_restarts: None,
+            umask: None,
         }
     }
 
@@ -188,7 +192,15 @@ impl JobSpec {
     pub fn total_gpus(&self) -> u32 {
         self.nodes * self.gpus_per_node
     }
+
+    /// The account charged: the one named, else [`DEFAULT_ACCOUNT`].
+    pub fn account_name(&self) -> &str {
+        self.account.as_deref().unwrap_or(DEFAULT_ACCOUNT)
+    }
 }
+
+/// The account of jobs that name none.
+pub const DEFAULT_ACCOUNT: &str = "default";
 
 /// One task of a job array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,8 @@
 //! Pure data and pure functions only: no clock, no IO, no async. Types serialise with
 //! serde so the same documents travel in the Raft log, over gRPC and in `--json` output.
 
+pub mod agent;
+pub mod api;
 pub mod cpulist;
 pub mod failure;
 pub mod hostlist;
@@ -20,6 +22,6 @@ pub use job::{
     ArrayTask, Dependency, DependencyKind, JobId, JobRecord, JobSpec, JobState, PendingReason,
     StepState, TorchrunSpec,
 };
-pub use node::{HealthEvent, HealthSeverity, NodeAdminState, NodeRecord};
+pub use node::{HealthEvent, HealthKind, HealthSeverity, NodeAdminState, NodeRecord};
 pub use resources::{Allocation, NodeAlloc, NodeUsage};
 pub use topology::{Gpu, LinkClass, Nic, NicKind, NumaNode, Topology};

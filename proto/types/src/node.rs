@@ -28,13 +28,65 @@ pub enum HealthSeverity {
     Critical,
 }
 
+/// What a health event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthKind {
+    /// The GPU is gone (fell off the bus, NVML lost it, Xid 79, no longer enumerated).
+    GpuLost,
+    /// Fewer GPUs than registered are visible.
+    GpuCount,
+    /// An Xid error (the code is in `HealthEvent::xid`).
+    Xid,
+    /// An NVSwitch SXid error.
+    NvswitchSxid,
+    /// At or above the slowdown temperature.
+    Temperature,
+    /// The PCIe link trained below its maximum generation or width.
+    PcieDegraded,
+    /// A NIC (or the training interface) is down.
+    NicDown,
+    /// The training interface's MTU differs from the training network's.
+    MtuMismatch,
+    /// Uncorrected ECC errors.
+    Ecc,
+    /// Rows are waiting to be remapped (needs a GPU reset).
+    RemapPending,
+}
+
+impl HealthKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            HealthKind::GpuLost => "gpu_lost",
+            HealthKind::GpuCount => "gpu_count",
+            HealthKind::Xid => "xid",
+            HealthKind::NvswitchSxid => "nvswitch_sxid",
+            HealthKind::Temperature => "temperature",
+            HealthKind::PcieDegraded => "pcie_degraded",
+            HealthKind::NicDown => "nic_down",
+            HealthKind::MtuMismatch => "mtu_mismatch",
+            HealthKind::Ecc => "ecc",
+            HealthKind::RemapPending => "remap_pending",
+        }
+    }
+
+    /// True when the GPU itself is gone (as opposed to an error on a GPU that is still there).
+    pub fn is_gpu_loss(self) -> bool {
+        matches!(self, HealthKind::GpuLost | HealthKind::GpuCount)
+    }
+}
+
+impl std::fmt::Display for HealthKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Something the agent's health monitor saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthEvent {
     pub severity: HealthSeverity,
-    /// Machine-readable kind: `gpu_lost`, `xid`, `temperature`, `pcie_degraded`, `nic_down`,
-    /// `mtu_mismatch`, `ecc`, `remap_pending`, `gpu_count`.
-    pub kind: String,
+    pub kind: HealthKind,
     /// GPU index concerned, if any.
     #[serde(default)]
     pub gpu: Option<u32>,
@@ -42,6 +94,25 @@ pub struct HealthEvent {
     pub xid: Option<u32>,
     pub message: String,
     pub at_ms: u64,
+}
+
+impl HealthEvent {
+    /// An event about the node (no GPU, no Xid).
+    pub fn new(severity: HealthSeverity, kind: HealthKind, message: String, at_ms: u64) -> Self {
+        HealthEvent {
+            severity,
+            kind,
+            gpu: None,
+            xid: None,
+            message,
+            at_ms,
+        }
+    }
+
+    pub fn on_gpu(mut self, gpu: Option<u32>) -> Self {
+        self.gpu = gpu;
+        self
+    }
 }
 
 /// The controller's record of a node.

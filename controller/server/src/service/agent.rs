@@ -9,7 +9,9 @@ use crate::ctx::Ctx;
 use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent, decode, encode};
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
-use gsched_state::{Command, KnownStep};
+use gsched_state::{
+    Command, HealthEvents, KnownStep, RegisterNode, StepExited, StepFailed, StepStarted,
+};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -91,7 +93,7 @@ async fn serve(
         .collect();
     let outcome = ctx
         .propose(
-            Command::RegisterNode {
+            Command::RegisterNode(RegisterNode {
                 name: name.clone(),
                 address,
                 training_addr,
@@ -99,7 +101,7 @@ async fn serve(
                 features,
                 agent_version,
                 known_steps: known,
-            },
+            }),
             None,
         )
         .await;
@@ -143,36 +145,36 @@ async fn pump(
             AgentToController::Heartbeat { running } => ctx.hub.heartbeat(node, running),
             AgentToController::Step { seq, event } => {
                 let cmd = match event {
-                    StepEvent::Started { job, attempt, pid } => Command::StepStarted {
+                    StepEvent::Started { job, attempt, pid } => Command::StepStarted(StepStarted {
                         job,
                         attempt,
                         node: node.into(),
                         pid,
-                    },
+                    }),
                     StepEvent::Failed {
                         job,
                         attempt,
                         failure,
-                    } => Command::StepFailed {
+                    } => Command::StepFailed(StepFailed {
                         job,
                         attempt,
                         node: node.into(),
                         failure,
-                    },
+                    }),
                     StepEvent::Exited {
                         job,
                         attempt,
                         code,
                         signal,
                         failure,
-                    } => Command::StepExited {
+                    } => Command::StepExited(StepExited {
                         job,
                         attempt,
                         node: node.into(),
                         code,
                         signal,
                         failure,
-                    },
+                    }),
                 };
                 // Transient errors leave the event unacknowledged; the agent resends it.
                 if ctx.propose(cmd, None).await.is_ok() {
@@ -183,10 +185,10 @@ async fn pump(
             AgentToController::Health { seq, events } => {
                 if ctx
                     .propose(
-                        Command::HealthEvents {
+                        Command::HealthEvents(HealthEvents {
                             node: node.into(),
                             events,
-                        },
+                        }),
                         None,
                     )
                     .await

@@ -3,28 +3,34 @@
 //! forwards proposals to the leader); reads answer from this replica's applied state and
 //! say which index they reflect.
 
-use crate::config::now_ms;
 use crate::ctx::{Ctx, outcome_to_status};
+use gsched_proto::clock::now_ms;
 use gsched_proto::pb::jobs_server::Jobs;
 use gsched_proto::pb::{
-    ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest, MembershipRequest,
-    NodeAdminRequest, SubmitReply, SubmitRequest,
+    ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest, ListNodesRequest,
+    MembershipRequest, NodeAdminRequest, SubmitReply, SubmitRequest,
 };
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
+use gsched_state::rows::{JobDetail, job_row, node_rows};
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
-use gsched_state::{ClusterState, Command, Outcome};
-use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
-use serde_json::json;
+use gsched_state::{
+    CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob, ResumeNode,
+    SubmitJob,
+};
+use gsched_types::api::{CheckReply, JobList, NodeList, StatusRow};
+use gsched_types::job::{JobId, JobRecord, JobSpec};
+use parking_lot::Mutex;
+use serde::Serialize;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 pub struct JobsService {
     pub ctx: Arc<Ctx>,
     /// Node views for admission checks, rebuilt only when a node re-registers.
-    views: std::sync::Mutex<ViewCache>,
+    views: Mutex<ViewCache>,
     /// The state digest and the applied index it was computed at.
-    digest: std::sync::Mutex<Option<(u64, String)>>,
+    digest: Mutex<Option<(u64, String)>>,
 }
 
 impl JobsService {
@@ -55,18 +61,14 @@ impl JobsService {
     }
 
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
-        let mut cache = self
-            .views
-            .lock()
-            .map_err(|_| Status::internal("view cache poisoned"))?;
-        check_fits(state, spec, &mut cache).map_err(Status::invalid_argument)
+        check_fits(state, spec, &mut self.views.lock()).map_err(Status::invalid_argument)
     }
 }
 
-fn doc(v: serde_json::Value) -> Response<DocReply> {
-    Response::new(DocReply {
-        json: serde_json::to_vec(&v).unwrap_or_default(),
-    })
+fn doc<T: Serialize>(v: &T) -> Result<Response<DocReply>, Status> {
+    let json = serde_json::to_vec(v)
+        .map_err(|e| Status::internal(format!("cannot encode the reply: {e}")))?;
+    Ok(Response::new(DocReply { json }))
 }
 
 /// Checks a spec for values no controller state could make valid.
@@ -126,14 +128,6 @@ pub fn check_fits(
         .map_err(|why| format!("this job can never run here: {why}"))
 }
 
-/// A job record for clients: without the script text and inherited environment.
-fn public(job: &JobRecord) -> JobRecord {
-    let mut j = job.clone();
-    j.spec.script.clear();
-    j.spec.env.clear();
-    j
-}
-
 fn reply(message: String) -> Response<ActionReply> {
     Response::new(ActionReply { message })
 }
@@ -158,12 +152,7 @@ impl Jobs for JobsService {
             .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         validate_spec(&spec).map_err(Status::invalid_argument)?;
         {
-            let r = self
-                .ctx
-                .raft
-                .replica
-                .read()
-                .map_err(|_| Status::internal("state lock poisoned"))?;
+            let r = self.ctx.raft.replica.read();
             if let Some(done) =
                 request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
                 && let Outcome::Submitted { jobs } = done
@@ -176,7 +165,10 @@ impl Jobs for JobsService {
         }
         match outcome_to_status(
             self.ctx
-                .propose(Command::SubmitJob { spec }, request_id(&req.request_id))
+                .propose(
+                    Command::SubmitJob(SubmitJob { spec }),
+                    request_id(&req.request_id),
+                )
                 .await?,
         ) {
             Ok(Outcome::Submitted { jobs }) => Ok(Response::new(SubmitReply {
@@ -190,10 +182,8 @@ impl Jobs for JobsService {
     async fn cancel(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let job = JobId(req.job_id);
-        self.act_on_job(&req.user, &req.request_id, |by, admin| Command::CancelJob {
-            job,
-            by,
-            admin,
+        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+            Command::CancelJob(CancelJob { job, by, admin })
         })
         .await?;
         Ok(reply(format!("job {job} cancelled")))
@@ -203,7 +193,7 @@ impl Jobs for JobsService {
         let req = req.into_inner();
         let job = JobId(req.job_id);
         self.act_on_job(&req.user, &req.request_id, |by, admin| {
-            Command::RequeueJob { job, by, admin }
+            Command::RequeueJob(RequeueJob { job, by, admin })
         })
         .await?;
         Ok(reply(format!("job {job} requeued")))
@@ -212,11 +202,13 @@ impl Jobs for JobsService {
     async fn hold(&self, req: Request<HoldRequest>) -> Result<Response<ActionReply>, Status> {
         let req = req.into_inner();
         let (job, hold) = (JobId(req.job_id), req.hold);
-        self.act_on_job(&req.user, &req.request_id, |by, admin| Command::HoldJob {
-            job,
-            by,
-            admin,
-            hold,
+        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+            Command::HoldJob(HoldJob {
+                job,
+                by,
+                admin,
+                hold,
+            })
         })
         .await?;
         Ok(reply(format!(
@@ -226,82 +218,45 @@ impl Jobs for JobsService {
     }
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
-        let all = req.into_inner().include_finished;
+        let req = req.into_inner();
         let consistent = self.ctx.read_barrier().await;
-        let r = self
-            .ctx
-            .raft
-            .replica
-            .read()
-            .map_err(|_| Status::internal("state lock poisoned"))?;
-        let jobs: Vec<JobRecord> = r
+        let estimates = self.ctx.estimates.read().clone();
+        let r = self.ctx.raft.replica.read();
+        let detail = if req.detail {
+            JobDetail::FullWithSpec
+        } else {
+            JobDetail::Summary
+        };
+        let jobs = r
             .state
             .jobs
             .values()
-            .filter(|j| all || !j.state.is_terminal())
-            .map(public)
+            .filter(|j| req.include_finished || !j.state.is_terminal())
+            .map(|j| job_row(&r.state, j, estimates.get(&j.id).copied(), detail))
             .collect();
-        let estimates = self
-            .ctx
-            .estimates
-            .read()
-            .map(|e| {
-                e.iter()
-                    .map(|(k, v)| (k.0.to_string(), *v))
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            })
-            .unwrap_or_default();
-        let status = self.ctx.raft.status.borrow().clone();
-        Ok(doc(json!({
-            "jobs": jobs,
-            "estimates": estimates,
-            "applied_index": r.applied,
-            "controller": self.ctx.cfg.id,
-            "role": status.role,
-            "consistent": consistent,
-            "now_ms": now_ms(),
-        })))
+        doc(&JobList {
+            jobs,
+            applied_index: r.applied,
+            controller: self.ctx.cfg.id,
+            role: self.ctx.raft.status.borrow().role,
+            consistent,
+            now_ms: now_ms(),
+        })
     }
 
-    async fn list_nodes(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
+    async fn list_nodes(
+        &self,
+        req: Request<ListNodesRequest>,
+    ) -> Result<Response<DocReply>, Status> {
+        let detail = req.into_inner().detail;
         let consistent = self.ctx.read_barrier().await;
-        let r = self
-            .ctx
-            .raft
-            .replica
-            .read()
-            .map_err(|_| Status::internal("state lock poisoned"))?;
-        let nodes: Vec<serde_json::Value> = r
-            .state
-            .nodes
-            .values()
-            .map(|n| {
-                let usage = r.state.usage_of(&n.name);
-                let jobs: Vec<u64> = r
-                    .state
-                    .jobs
-                    .values()
-                    .filter(|j| {
-                        matches!(j.state, JobState::Running | JobState::Completing)
-                            && j.allocation
-                                .as_ref()
-                                .is_some_and(|a| a.nodes.iter().any(|x| x.node == n.name))
-                    })
-                    .map(|j| j.id.0)
-                    .collect();
-                json!({
-                    "record": n,
-                    "gpus_used": usage.gpus.iter().collect::<Vec<u32>>(),
-                    "cpus_used": usage.cpus.len(),
-                    "mem_used_mb": usage.mem_mb,
-                    "jobs": jobs,
-                    "capacity": ClusterState::capacity_of(n),
-                })
-            })
-            .collect();
-        Ok(doc(
-            json!({ "nodes": nodes, "applied_index": r.applied, "consistent": consistent, "now_ms": now_ms() }),
-        ))
+        let r = self.ctx.raft.replica.read();
+        doc(&NodeList {
+            nodes: node_rows(&r.state, detail),
+            applied_index: r.applied,
+            consistent,
+            now_ms: now_ms(),
+        })
     }
 
     async fn node_admin(
@@ -323,16 +278,16 @@ impl Jobs for JobsService {
                         "draining a node needs a reason (--reason)",
                     ));
                 }
-                Command::DrainNode {
+                Command::DrainNode(DrainNode {
                     node: req.node.clone(),
                     reason: req.reason,
                     by: user,
-                }
+                })
             }
-            "resume" => Command::ResumeNode {
+            "resume" => Command::ResumeNode(ResumeNode {
                 node: req.node.clone(),
                 by: user,
-            },
+            }),
             other => {
                 return Err(Status::invalid_argument(format!(
                     "unknown node action '{other}': use drain or resume"
@@ -347,52 +302,50 @@ impl Jobs for JobsService {
 
     async fn status(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
         let (applied, digest, jobs, nodes) = {
-            let r = self
-                .ctx
-                .raft
-                .replica
-                .read()
-                .map_err(|_| Status::internal("state lock poisoned"))?;
+            let r = self.ctx.raft.replica.read();
             // The digest hashes the whole state: compute it once per applied index.
-            let mut cached = self
-                .digest
-                .lock()
-                .map_err(|_| Status::internal("digest cache poisoned"))?;
-            if cached.as_ref().is_none_or(|(at, _)| *at != r.applied) {
-                *cached = Some((r.applied, r.state.digest()));
-            }
-            let digest = cached.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+            let mut cached = self.digest.lock();
+            let digest = match cached.as_ref() {
+                Some((at, d)) if *at == r.applied => d.clone(),
+                _ => {
+                    let d = r.state.digest();
+                    *cached = Some((r.applied, d.clone()));
+                    d
+                }
+            };
             (r.applied, digest, r.state.jobs.len(), r.state.nodes.len())
         };
         let s = self.ctx.raft.status.borrow().clone();
-        let book: std::collections::BTreeMap<u64, String> = self
+        let peers = self
             .ctx
             .book
             .read()
-            .map(|b| b.iter().map(|(k, v)| (*k, v.clone())).collect())
-            .unwrap_or_default();
-        Ok(doc(json!({
-            "id": s.id,
-            "address": self.ctx.cfg.advertise,
-            "role": s.role,
-            "term": s.term,
-            "leader_id": s.leader_id,
-            "leader_address": self.ctx.leader_address(),
-            "commit_index": s.commit_index,
-            "applied_index": applied,
-            "state_digest": digest,
-            "first_index": s.first_index,
-            "last_index": s.last_index,
-            "snapshot_index": s.snapshot_index,
-            "voters": s.voters,
-            "matched": s.matched,
-            "disk_bytes": s.disk_bytes,
-            "jobs": jobs,
-            "nodes": nodes,
-            "peers": book,
-            "agents_connected": self.ctx.hub.connected().len(),
-            "fault_blocked_peers": self.ctx.faults.blocked(),
-        })))
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        doc(&StatusRow {
+            id: s.id,
+            address: self.ctx.cfg.advertise.clone(),
+            role: s.role,
+            term: s.term,
+            leader_id: s.leader_id,
+            leader_address: self.ctx.leader_address(),
+            commit_index: s.commit_index,
+            applied_index: applied,
+            state_digest: digest,
+            first_index: s.first_index,
+            last_index: s.last_index,
+            snapshot_index: s.snapshot_index,
+            voters: s.voters,
+            matched: s.matched,
+            disk_bytes: s.disk_bytes,
+            jobs: jobs as u64,
+            nodes: nodes as u64,
+            peers,
+            agents_connected: self.ctx.hub.connected().len() as u64,
+            fault_blocked_peers: self.ctx.faults.blocked(),
+            lag: None,
+        })
     }
 
     async fn membership(
@@ -407,9 +360,7 @@ impl Jobs for JobsService {
                         "a controller address is HOST:PORT",
                     ));
                 }
-                if let Ok(mut b) = self.ctx.book.write() {
-                    b.insert(req.id, req.address.clone());
-                }
+                self.ctx.book.write().insert(req.id, req.address.clone());
                 Membership::Add {
                     id: req.id,
                     address: req.address.clone(),
@@ -449,12 +400,7 @@ impl Jobs for JobsService {
         let spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json)
             .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         validate_spec(&spec).map_err(Status::invalid_argument)?;
-        let r = self
-            .ctx
-            .raft
-            .replica
-            .read()
-            .map_err(|_| Status::internal("state lock poisoned"))?;
+        let r = self.ctx.raft.replica.read();
         self.check_fits(&r.state, &spec)?;
         // Where the job would go on an idle cluster (for `gsub --dry-run`).
         let mut record = probe_record(&spec);
@@ -467,7 +413,7 @@ impl Jobs for JobsService {
         snap.pending = vec![pending_view(&record, &r.state)];
         let p = gsched_scheduler::plan(&snap, now_ms());
         let allocation = p.starts.first().map(|s| s.allocation.clone());
-        let topologies: std::collections::BTreeMap<String, gsched_types::Topology> = allocation
+        let topologies = allocation
             .iter()
             .flat_map(|a| a.nodes.iter())
             .filter_map(|na| {
@@ -477,13 +423,12 @@ impl Jobs for JobsService {
                     .map(|n| (na.node.clone(), n.topology.clone()))
             })
             .collect();
-        let reason = p.reasons.first().map(|(_, r)| r.to_string());
-        Ok(doc(json!({
-            "fits": true,
-            "message": format!("fits the {} registered node(s)", r.state.nodes.len()),
-            "allocation_if_idle": allocation,
-            "reason_if_not_idle": reason,
-            "topologies": topologies,
-        })))
+        doc(&CheckReply {
+            fits: true,
+            message: format!("fits the {} registered node(s)", r.state.nodes.len()),
+            allocation_if_idle: allocation,
+            reason_if_not_idle: p.reasons.first().map(|(_, r)| r.to_string()),
+            topologies,
+        })
     }
 }

@@ -17,9 +17,8 @@ impl PeerService {
         if address.is_empty() || from == 0 {
             return;
         }
-        if let Ok(mut book) = self.ctx.book.write()
-            && book.get(&from).map(String::as_str) != Some(address)
-        {
+        let mut book = self.ctx.book.write();
+        if book.get(&from).map(String::as_str) != Some(address) {
             book.insert(from, address.to_string());
         }
     }

@@ -1,0 +1,319 @@
+//! The leader's decisions as pure functions of the committed state and of what the
+//! leader knows about the connected agents: which launches and kills to send
+//! ([`dispatch`]), which commands a scheduling plan becomes ([`commands_for`]), which
+//! silent nodes are lost ([`lost_nodes`]) and which jobs ran past their time limit
+//! ([`overdue_jobs`]). The leader's loops only read the state, call these, propose and
+//! send. Time comes in as arguments, never from a clock.
+
+use crate::command::TimeoutJob;
+use crate::command::{Command, NodeLost, Preempt, SetPendingReasons, StartJob, StartJobs};
+use crate::machine::ClusterState;
+use gsched_scheduler::Plan;
+use gsched_types::agent::{ControllerToAgent, LaunchSpec, StepRef};
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{JobId, JobRecord, JobState, StepState};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Timings of the dispatcher.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    /// SIGTERM to SIGKILL for cancelled, timed-out and preempted jobs.
+    pub kill_grace_s: u64,
+    /// SIGTERM to SIGKILL when a gang is stopped because another node failed.
+    pub gang_stop_grace_s: u64,
+    /// How long a failure that only blames a peer waits for the peer's own report.
+    pub peer_report_wait: Duration,
+    /// A launch the agent has not confirmed is sent again after this long.
+    pub relaunch_after: Duration,
+    /// A kill whose step still runs is sent again after this long.
+    pub rekill_after: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            kill_grace_s: 10,
+            gang_stop_grace_s: 3,
+            peer_report_wait: Duration::from_millis(1500),
+            relaunch_after: Duration::from_secs(3),
+            rekill_after: Duration::from_secs(2),
+        }
+    }
+}
+
+type StepKey = (JobId, u32, String);
+
+/// What the dispatcher sent recently, so it neither floods agents nor forgets to retry.
+#[derive(Debug, Default)]
+pub struct DispatchMemo {
+    launched: BTreeMap<StepKey, Instant>,
+    killed: BTreeMap<StepKey, Instant>,
+    /// When a job was first seen ending (for the peer-report wait).
+    ending_since: BTreeMap<(JobId, u32), Instant>,
+}
+
+impl DispatchMemo {
+    fn due(
+        sent: &BTreeMap<StepKey, Instant>,
+        key: &StepKey,
+        after: Duration,
+        now: Instant,
+    ) -> bool {
+        sent.get(key)
+            .is_none_or(|t| now.saturating_duration_since(*t) > after)
+    }
+
+    /// Drops what is older than ten minutes.
+    fn expire(&mut self, now: Instant) {
+        let keep = |t: &Instant| now.saturating_duration_since(*t) < Duration::from_secs(600);
+        self.launched.retain(|_, t| keep(t));
+        self.killed.retain(|_, t| keep(t));
+        self.ending_since.retain(|_, t| keep(t));
+    }
+}
+
+/// One round of the dispatcher.
+#[derive(Debug, Default, PartialEq)]
+pub struct Dispatch {
+    /// (node, message) in the order to send them.
+    pub sends: Vec<(String, ControllerToAgent)>,
+    /// A gang stop is held back waiting for a peer's report: run again soon.
+    pub waiting: bool,
+}
+
+/// How a step is stopped: the kind its exit is reported as, the grace between SIGTERM and
+/// SIGKILL, and the reason the agent logs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KillOrder {
+    pub cause: FailureKind,
+    pub grace_s: u64,
+    pub reason: String,
+}
+
+/// The kill order for the steps of a job ending with `failure`: a cancel, a time limit
+/// or a preemption is what the step's own exit is reported as, with the full grace;
+/// anything else stops the rest of the gang quickly, as `GangStopped`.
+pub fn kill_order(failure: Option<&Failure>, cfg: &DispatchConfig) -> KillOrder {
+    let cause = match failure.map(|f| &f.kind) {
+        Some(k @ (FailureKind::Cancelled | FailureKind::Timeout | FailureKind::Preempted)) => {
+            k.clone()
+        }
+        _ => FailureKind::GangStopped,
+    };
+    let grace_s = if cause == FailureKind::GangStopped {
+        cfg.gang_stop_grace_s
+    } else {
+        cfg.kill_grace_s
+    };
+    let reason = failure
+        .map(|f| f.to_string())
+        .unwrap_or_else(|| "job ending".into());
+    KillOrder {
+        cause,
+        grace_s,
+        reason,
+    }
+}
+
+/// What node rank `rank` of a running job is told to start.
+pub fn launch_spec(state: &ClusterState, job: &JobRecord, rank: usize) -> Option<LaunchSpec> {
+    let alloc = job.allocation.as_ref()?;
+    Some(LaunchSpec {
+        job: job.id,
+        array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
+        attempt: job.restarts,
+        node_rank: rank as u32,
+        nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
+        spec: job.spec.clone(),
+        allocation: alloc.clone(),
+        node_alloc: alloc.nodes.get(rank)?.clone(),
+        start_ms: job.start_ms.unwrap_or(state.clock_ms),
+        time_limit_s: state.config.time_limit_for(&job.spec),
+    })
+}
+
+fn kill(job: JobId, attempt: u32, order: KillOrder) -> ControllerToAgent {
+    ControllerToAgent::Kill {
+        job,
+        attempt,
+        cause: order.cause,
+        reason: order.reason,
+        grace_s: order.grace_s,
+    }
+}
+
+/// Launches for committed starts an agent has not confirmed, kills for the steps of
+/// ending jobs, and kills for steps an agent runs that the committed state does not want
+/// running. `connected`: the connected agents and the steps each reports running.
+pub fn dispatch(
+    state: &ClusterState,
+    connected: &BTreeMap<String, Vec<StepRef>>,
+    memo: &mut DispatchMemo,
+    cfg: &DispatchConfig,
+    now: Instant,
+) -> Dispatch {
+    let mut out = Dispatch::default();
+    for job in state
+        .jobs
+        .values()
+        .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+    {
+        let Some(alloc) = &job.allocation else {
+            continue;
+        };
+        for (rank, na) in alloc.nodes.iter().enumerate() {
+            let Some(running) = connected.get(&na.node) else {
+                continue;
+            };
+            let step = job.steps.iter().find(|s| s.node == na.node);
+            let reported = running
+                .iter()
+                .any(|s| s.job == job.id && s.attempt == job.restarts);
+            let key = (job.id, job.restarts, na.node.clone());
+            match job.state {
+                JobState::Running
+                    if step.is_some_and(|s| s.state == StepState::Launching)
+                        && !reported
+                        && DispatchMemo::due(&memo.launched, &key, cfg.relaunch_after, now) =>
+                {
+                    if let Some(launch) = launch_spec(state, job, rank) {
+                        memo.launched.insert(key, now);
+                        out.sends
+                            .push((na.node.clone(), ControllerToAgent::Launch(Box::new(launch))));
+                    }
+                }
+                JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
+                    // A peer's "remote process exited" is a symptom: give the node with
+                    // the cause a moment to report it before the stop makes its evidence
+                    // disappear.
+                    let first_seen = *memo
+                        .ending_since
+                        .entry((job.id, job.restarts))
+                        .or_insert(now);
+                    if job.failure.as_ref().is_some_and(|f| f.points_elsewhere())
+                        && now.saturating_duration_since(first_seen) < cfg.peer_report_wait
+                    {
+                        out.waiting = true;
+                        continue;
+                    }
+                    if DispatchMemo::due(&memo.killed, &key, cfg.rekill_after, now) {
+                        memo.killed.insert(key, now);
+                        let order = kill_order(job.failure.as_ref(), cfg);
+                        out.sends
+                            .push((na.node.clone(), kill(job.id, job.restarts, order)));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for (node, running) in connected {
+        for s in running {
+            let job = state.jobs.get(&s.job).filter(|j| j.restarts == s.attempt);
+            let wanted = job.is_some_and(|j| {
+                j.state == JobState::Running
+                    && j.steps
+                        .iter()
+                        .any(|st| &st.node == node && !st.state.is_done())
+            });
+            let completing = job.is_some_and(|j| j.state == JobState::Completing);
+            let key = (s.job, s.attempt, node.clone());
+            if !wanted
+                && !completing
+                && DispatchMemo::due(&memo.killed, &key, cfg.rekill_after, now)
+            {
+                memo.killed.insert(key, now);
+                let order = KillOrder {
+                    cause: FailureKind::GangStopped,
+                    grace_s: cfg.kill_grace_s,
+                    reason: "the job is no longer running".into(),
+                };
+                out.sends
+                    .push((node.clone(), kill(s.job, s.attempt, order)));
+            }
+        }
+    }
+    memo.expire(now);
+    out
+}
+
+/// The commands a scheduling plan becomes against the latest committed state: starts
+/// that still fit (re-checked with `check_start`), pending reasons that changed, and one
+/// preemption per job that needs room. The plan's estimates are not commands.
+pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
+    let mut out = Vec::new();
+    let starts: Vec<StartJob> = plan
+        .starts
+        .into_iter()
+        .map(|s| StartJob {
+            job: s.job,
+            allocation: s.allocation,
+        })
+        .filter(|s| state.check_start(s).is_ok())
+        .collect();
+    if !starts.is_empty() {
+        out.push(Command::StartJobs(StartJobs { starts }));
+    }
+    let reasons: Vec<_> = plan
+        .reasons
+        .into_iter()
+        .filter(|(id, reason)| {
+            state
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.state == JobState::Pending && &j.reason != reason)
+        })
+        .collect();
+    if !reasons.is_empty() {
+        out.push(Command::SetPendingReasons(SetPendingReasons { reasons }));
+    }
+    let mut by_job: BTreeMap<JobId, Vec<JobId>> = BTreeMap::new();
+    for p in plan.preemptions {
+        by_job.entry(p.for_job).or_default().push(p.victim);
+    }
+    for (for_job, victims) in by_job {
+        out.push(Command::Preempt(Preempt { victims, for_job }));
+    }
+    out
+}
+
+/// Nodes the state says are online whose agent has been silent for longer than
+/// `timeout` (`silent_for` is `None` for an agent never heard from by this leader).
+pub fn lost_nodes(
+    state: &ClusterState,
+    silent_for: impl Fn(&str) -> Option<Duration>,
+    timeout: Duration,
+) -> Vec<NodeLost> {
+    state
+        .nodes
+        .values()
+        .filter(|n| n.online)
+        .filter(|n| silent_for(&n.name).is_none_or(|d| d > timeout))
+        .map(|n| NodeLost {
+            node: n.name.clone(),
+            reason: format!(
+                "no heartbeat from the agent for {:.1} s",
+                timeout.as_secs_f64()
+            ),
+        })
+        .collect()
+}
+
+/// Running jobs past their time limit by more than `slack_s` (the agent should have
+/// stopped them: the controller's backstop).
+pub fn overdue_jobs(state: &ClusterState, now_ms: u64, slack_s: u64) -> Vec<TimeoutJob> {
+    state
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Running)
+        .filter_map(|j| {
+            let limit = state.config.time_limit_for(&j.spec)?;
+            let start = j.start_ms?;
+            (now_ms > start + (limit + slack_s) * 1000).then_some(TimeoutJob {
+                job: j.id,
+                attempt: j.restarts,
+            })
+        })
+        .collect()
+}

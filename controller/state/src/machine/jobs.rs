@@ -1,0 +1,476 @@
+//! Jobs: submission and its limits, placement, cancel, hold, requeue, preemption, the
+//! time-limit backstop, and the end of an attempt (release, requeue, fair-share charge,
+//! retention).
+
+use super::ClusterState;
+use crate::command::{
+    CancelJob, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons, StartJob, SubmitJob,
+    TimeoutJob,
+};
+use gsched_scheduler::decay::decay;
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{ArrayTask, Attempt, JobId, JobRecord, JobState, PendingReason};
+use gsched_types::job::{StepState, StepStatus};
+use gsched_types::parse::format_duration;
+use gsched_types::resources::fits;
+
+impl ClusterState {
+    pub(super) fn submit(&mut self, c: &SubmitJob, at: u64) -> Outcome {
+        let spec = &c.spec;
+        if let Err(message) = self.validate_submit(spec) {
+            return Outcome::Rejected { message };
+        }
+        let tasks: Vec<Option<u32>> = match &spec.array {
+            Some(ids) => ids.iter().map(|i| Some(*i)).collect(),
+            None => vec![None],
+        };
+        let base = JobId(self.next_job_id);
+        let mut ids = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let id = JobId(self.next_job_id);
+            self.next_job_id += 1;
+            let mut record = JobRecord::new(id, spec.clone(), at);
+            record.array_task = task.map(|t| ArrayTask {
+                array_job_id: base,
+                task_id: t,
+            });
+            self.jobs.insert(id, record);
+            ids.push(id);
+        }
+        Outcome::Submitted { jobs: ids }
+    }
+
+    /// Checks that depend on replicated state (partition names, queue limits).
+    fn validate_submit(&self, spec: &gsched_types::JobSpec) -> Result<(), String> {
+        if spec.nodes == 0 {
+            return Err("--nodes must be at least 1".into());
+        }
+        if let Some(p) = &spec.partition
+            && !self.config.partitions.is_empty()
+            && self.config.partition(p).is_none()
+        {
+            let names: Vec<&str> = self
+                .config
+                .partitions
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            return Err(format!(
+                "invalid partition '{p}': known partitions are {}",
+                names.join(", ")
+            ));
+        }
+        if let Some(q) = &spec.qos
+            && self.config.qos(Some(q)).is_none()
+        {
+            return Err(format!("invalid QOS '{q}'"));
+        }
+        let partition = self.config.partition_of(spec);
+        let max_time = self
+            .config
+            .partition(&partition)
+            .and_then(|p| p.max_time_s)
+            .into_iter()
+            .chain(self.config.user_limits.max_time_s)
+            .min();
+        if let (Some(max), Some(t)) = (max_time, spec.time_limit_s)
+            && t > max
+        {
+            return Err(format!(
+                "time limit {} exceeds the maximum {} for partition {partition}",
+                format_duration(t),
+                format_duration(max)
+            ));
+        }
+        if let Some(max) = self.config.user_limits.max_queued_jobs {
+            let queued = self
+                .jobs
+                .values()
+                .filter(|j| j.spec.user == spec.user && !j.state.is_terminal())
+                .count();
+            let adding = spec.array.as_ref().map(|a| a.len()).unwrap_or(1);
+            if queued + adding > max as usize {
+                return Err(format!(
+                    "user {} would have {} jobs queued or running; the limit is {max}",
+                    spec.user,
+                    queued + adding
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Jobs `id` names: itself, or every task of the array whose id it is.
+    pub(super) fn resolve(&self, id: JobId) -> Vec<JobId> {
+        let tasks: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.array_task.is_some_and(|t| t.array_job_id == id))
+            .map(|j| j.id)
+            .collect();
+        if tasks.is_empty() && self.jobs.contains_key(&id) {
+            vec![id]
+        } else {
+            tasks
+        }
+    }
+
+    pub(super) fn cancel(&mut self, c: &CancelJob, at: u64) -> Outcome {
+        let (id, by) = (c.job, c.by.as_str());
+        let targets = self.resolve(id);
+        if targets.is_empty() {
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist (or was purged)"),
+            };
+        }
+        if let Some(j) = targets
+            .iter()
+            .filter_map(|t| self.jobs.get(t))
+            .find(|j| !c.admin && j.spec.user != by)
+        {
+            return Outcome::PermissionDenied {
+                message: format!(
+                    "job {} belongs to {}; only its owner or an admin may cancel it",
+                    j.display_id(),
+                    j.spec.user
+                ),
+            };
+        }
+        let mut any = false;
+        for t in targets {
+            let Some(state) = self.jobs.get(&t).map(|j| j.state) else {
+                continue;
+            };
+            let failure = Failure::new(FailureKind::Cancelled, format!("cancelled by {by}"), at);
+            match state {
+                JobState::Pending => {
+                    let job = self.jobs.get_mut(&t).expect("present");
+                    job.state = JobState::Cancelled;
+                    job.end_ms = Some(at);
+                    job.failure = Some(failure);
+                    self.retire(t);
+                    any = true;
+                }
+                JobState::Running => {
+                    self.begin_ending(t, failure, at);
+                    any = true;
+                }
+                _ => {}
+            }
+        }
+        if any {
+            Outcome::Ok
+        } else {
+            Outcome::Rejected {
+                message: format!("job {id} has already ended"),
+            }
+        }
+    }
+
+    pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons) -> Outcome {
+        for (id, reason) in &c.reasons {
+            if let Some(j) = self.jobs.get_mut(id)
+                && j.state == JobState::Pending
+            {
+                j.reason = reason.clone();
+            }
+        }
+        Outcome::Ok
+    }
+
+    pub(super) fn start_jobs(&mut self, starts: &[StartJob], at: u64) -> Outcome {
+        let mut started = Vec::new();
+        let mut stale = Vec::new();
+        for s in starts {
+            match self.check_start(s) {
+                Ok(()) => {
+                    let job = self.jobs.get_mut(&s.job).expect("checked");
+                    job.state = JobState::Running;
+                    job.reason = PendingReason::None;
+                    job.start_ms = Some(at);
+                    job.allocation = Some(s.allocation.clone());
+                    job.steps = s
+                        .allocation
+                        .nodes
+                        .iter()
+                        .map(|n| StepStatus {
+                            node: n.node.clone(),
+                            state: StepState::Launching,
+                            started_ms: None,
+                            ended_ms: None,
+                            failure: None,
+                        })
+                        .collect();
+                    job.failure = None;
+                    job.ending_as = None;
+                    job.exit_code = None;
+                    for na in &s.allocation.nodes {
+                        self.node_usage.entry(na.node.clone()).or_default().add(na);
+                    }
+                    started.push(s.job);
+                }
+                Err(why) => stale.push((s.job, why)),
+            }
+        }
+        Outcome::Started { started, stale }
+    }
+
+    /// The leader-side re-check of a planned start against committed state: the same
+    /// `fits` the scheduler used, so a stale plan can never double-book.
+    pub fn check_start(&self, s: &StartJob) -> Result<(), String> {
+        let job = self.jobs.get(&s.job).ok_or("job no longer exists")?;
+        if job.state != JobState::Pending || job.held {
+            return Err(format!("job is {}, not pending", job.state));
+        }
+        if s.allocation.nodes.len() != job.spec.nodes as usize {
+            return Err("allocation has the wrong node count".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for na in &s.allocation.nodes {
+            if !seen.insert(&na.node) {
+                return Err(format!("node {} appears twice", na.node));
+            }
+            let node = self
+                .nodes
+                .get(&na.node)
+                .ok_or_else(|| format!("node {} is unknown", na.node))?;
+            if !node.is_schedulable() {
+                return Err(format!("node {} is not schedulable", na.node));
+            }
+            if na.gpus.len() as u32 != job.spec.gpus_per_node {
+                return Err(format!(
+                    "node {} gets {} GPUs, job wants {}",
+                    na.node,
+                    na.gpus.len(),
+                    job.spec.gpus_per_node
+                ));
+            }
+            fits(&Self::capacity_of(node), &self.usage_of(&na.node), na)
+                .map_err(|e| format!("node {}: {e}", na.node))?;
+        }
+        let first = &s.allocation.nodes[0].node;
+        let port_taken = self.jobs.values().any(|j| {
+            matches!(j.state, JobState::Running | JobState::Completing)
+                && j.allocation.as_ref().is_some_and(|a| {
+                    a.master_port == s.allocation.master_port
+                        && a.nodes.first().is_some_and(|n| &n.node == first)
+                })
+        });
+        if port_taken {
+            return Err(format!(
+                "port {} on {first} is in use",
+                s.allocation.master_port
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves a running job to `Completing` (the dispatcher then stops every step) and keeps
+    /// the most specific failure seen.
+    pub(super) fn begin_ending(&mut self, id: JobId, failure: Failure, at: u64) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if !matches!(job.state, JobState::Running | JobState::Completing) {
+            return;
+        }
+        // A cancel is what the owner asked for: whatever breaks while the job is being torn
+        // down (a node lost, a GPU gone) is kept in the step record, not promoted to a
+        // requeue the owner did not want.
+        let better = job.failure.as_ref().is_none_or(|old| {
+            old.kind != FailureKind::Cancelled && failure.kind.precedence() > old.kind.precedence()
+        });
+        if better {
+            job.ending_as = Some(failure.kind.final_state());
+            job.failure = Some(failure);
+        }
+        if job.state == JobState::Running {
+            job.state = JobState::Completing;
+        }
+        self.maybe_finish(id, at);
+    }
+
+    /// Once every step of a job is done, releases its resources and ends (or requeues) it.
+    pub(super) fn maybe_finish(&mut self, id: JobId, at: u64) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if !matches!(job.state, JobState::Running | JobState::Completing)
+            || !job.steps.iter().all(|s| s.state.is_done())
+        {
+            return;
+        }
+        let max_restarts = self.config.max_restarts;
+        let job = self.jobs.get_mut(&id).expect("present");
+        let final_state = job.ending_as.unwrap_or(if job.failure.is_some() {
+            JobState::Failed
+        } else {
+            JobState::Completed
+        });
+        let start = job.start_ms.unwrap_or(at);
+        let gpus: u32 = job
+            .allocation
+            .as_ref()
+            .map(|a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum())
+            .unwrap_or(0);
+        let allocation = job.allocation.clone();
+        job.attempts.push(Attempt {
+            restart: job.restarts,
+            nodes: job.node_names(),
+            start_ms: job.start_ms,
+            end_ms: Some(at),
+            state: final_state,
+            failure: job.failure.clone(),
+        });
+        let requeue = job.failure.as_ref().is_some_and(|f| {
+            let max = job.spec.max_restarts.unwrap_or(max_restarts);
+            (f.kind == FailureKind::Preempted)
+                || (job.spec.requeue && f.kind.is_requeueable() && job.restarts < max)
+        });
+        let (account, user) = (job.spec.account_name().to_string(), job.spec.user.clone());
+        if requeue {
+            if let Some(f) = &job.failure
+                && f.kind.blames_node()
+                && let Some(n) = &f.node
+                && !job.avoid_nodes.contains(n)
+            {
+                job.avoid_nodes.push(n.clone());
+            }
+            job.state = JobState::Pending;
+            job.reason = PendingReason::Requeued;
+            job.restarts += 1;
+            job.eligible_ms = at;
+            job.allocation = None;
+            job.steps.clear();
+            job.ending_as = None;
+            job.start_ms = None;
+        } else {
+            job.state = final_state;
+            job.end_ms = Some(at);
+            job.ending_as = None;
+            job.spec.env.clear();
+        }
+        if let Some(a) = allocation {
+            for na in &a.nodes {
+                if let Some(u) = self.node_usage.get_mut(&na.node) {
+                    u.remove(na);
+                }
+            }
+        }
+        self.charge(
+            &account,
+            &user,
+            f64::from(gpus) * at.saturating_sub(start) as f64 / 1000.0,
+            at,
+        );
+        if !requeue {
+            self.retire(id);
+        }
+    }
+
+    /// Adds GPU-seconds to a user's decayed usage (the fair-share input).
+    fn charge(&mut self, account: &str, user: &str, gpu_seconds: f64, at: u64) {
+        if gpu_seconds <= 0.0 {
+            return;
+        }
+        let half_life = self.config.fairshare_half_life_s;
+        let u = self
+            .usage
+            .entry(account.to_string())
+            .or_default()
+            .entry(user.to_string())
+            .or_default();
+        u.gpu_seconds = decay(u.gpu_seconds, u.at_ms, at, half_life) + gpu_seconds;
+        u.at_ms = at;
+    }
+
+    /// Records a terminal job and purges the oldest beyond the retention bound.
+    pub(super) fn retire(&mut self, id: JobId) {
+        self.finished.push_back(id);
+        while self.finished.len() > self.retain_finished {
+            if let Some(old) = self.finished.pop_front() {
+                self.jobs.remove(&old);
+            }
+        }
+    }
+
+    pub(super) fn requeue_request(&mut self, c: &RequeueJob, at: u64) -> Outcome {
+        let id = c.job;
+        let Some(job) = self.jobs.get(&id) else {
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist"),
+            };
+        };
+        if !c.admin && job.spec.user != c.by {
+            return Outcome::PermissionDenied {
+                message: format!("job {id} belongs to {}", job.spec.user),
+            };
+        }
+        if job.state != JobState::Running {
+            return Outcome::Rejected {
+                message: format!(
+                    "job {id} is {}; only running jobs can be requeued",
+                    job.state
+                ),
+            };
+        }
+        let failure = Failure::new(FailureKind::Preempted, format!("requeued by {}", c.by), at);
+        self.begin_ending(id, failure, at);
+        Outcome::Ok
+    }
+
+    pub(super) fn hold(&mut self, c: &HoldJob) -> Outcome {
+        let id = c.job;
+        let targets = self.resolve(id);
+        if targets.is_empty() {
+            return Outcome::NotFound {
+                message: format!("job {id} does not exist"),
+            };
+        }
+        for t in targets {
+            let job = self.jobs.get_mut(&t).expect("resolved");
+            if !c.admin && job.spec.user != c.by {
+                return Outcome::PermissionDenied {
+                    message: format!("job {id} belongs to {}", job.spec.user),
+                };
+            }
+            if job.state == JobState::Pending {
+                job.held = c.hold;
+                job.reason = if c.hold {
+                    PendingReason::JobHeldUser
+                } else {
+                    PendingReason::None
+                };
+            }
+        }
+        Outcome::Ok
+    }
+
+    pub(super) fn preempt(&mut self, c: &Preempt, at: u64) -> Outcome {
+        for v in &c.victims {
+            let failure = Failure::new(
+                FailureKind::Preempted,
+                format!("preempted for job {}", c.for_job),
+                at,
+            );
+            self.begin_ending(*v, failure, at);
+        }
+        Outcome::Ok
+    }
+
+    pub(super) fn timeout_job(&mut self, c: &TimeoutJob, at: u64) -> Outcome {
+        if self
+            .jobs
+            .get(&c.job)
+            .is_some_and(|j| j.restarts == c.attempt && j.state == JobState::Running)
+        {
+            let failure = Failure::new(
+                FailureKind::Timeout,
+                "time limit reached (controller backstop)",
+                at,
+            );
+            self.begin_ending(c.job, failure, at);
+        }
+        Outcome::Ok
+    }
+}

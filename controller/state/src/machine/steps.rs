@@ -1,0 +1,127 @@
+//! What agents report about a node's part of a job: started, failed while running,
+//! exited; and a step lost with its node.
+
+use super::ClusterState;
+use crate::command::{Outcome, StepExited, StepFailed, StepStarted};
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{JobId, JobRecord, JobState, StepState, StepStatus};
+
+impl ClusterState {
+    fn step_mut<'a>(job: &'a mut JobRecord, node: &str) -> Option<&'a mut StepStatus> {
+        job.steps.iter_mut().find(|s| s.node == node)
+    }
+
+    /// The job a step report is about, if the report is for its current attempt and the
+    /// job is still running or ending; otherwise the outcome that refuses the report.
+    fn reported_job(&mut self, id: JobId, attempt: u32) -> Result<&mut JobRecord, Outcome> {
+        let job = self.jobs.get_mut(&id).ok_or_else(|| Outcome::NotFound {
+            message: format!("job {id}"),
+        })?;
+        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        {
+            return Err(Outcome::Rejected {
+                message: "stale step report".into(),
+            });
+        }
+        Ok(job)
+    }
+
+    pub(super) fn step_started(&mut self, c: &StepStarted, at: u64) -> Outcome {
+        let job = match self.reported_job(c.job, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        if let Some(step) = Self::step_mut(job, &c.node)
+            && step.state == StepState::Launching
+        {
+            step.state = StepState::Running { pid: c.pid };
+            step.started_ms = Some(at);
+        }
+        Outcome::Ok
+    }
+
+    pub(super) fn step_exited(&mut self, c: &StepExited, at: u64) -> Outcome {
+        let (id, node, code, signal) = (c.job, c.node.as_str(), c.code, c.signal);
+        let job = match self.reported_job(id, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        let Some(step) = Self::step_mut(job, node) else {
+            return Outcome::Rejected {
+                message: format!("job {id} has no step on {node}"),
+            };
+        };
+        if step.state.is_done() {
+            return Outcome::Ok;
+        }
+        step.state = StepState::Exited { code, signal };
+        step.ended_ms = Some(at);
+        step.started_ms.get_or_insert(at);
+        let failed = c.failure.is_some()
+            || code.is_some_and(|c| c != 0)
+            || (signal.is_some() && code.is_none());
+        let failure = c.failure.clone().or_else(|| {
+            failed.then(|| {
+                match (code, signal) {
+                    (_, Some(sig)) => Failure::new(
+                        FailureKind::Signal { signal: sig },
+                        format!("killed by signal {sig}"),
+                        at,
+                    ),
+                    (Some(c), _) => Failure::new(
+                        FailureKind::ExitCode { code: c },
+                        format!("exited with code {c}"),
+                        at,
+                    ),
+                    _ => Failure::new(FailureKind::LaunchFailed, "ended without a status", at),
+                }
+                .on(node)
+            })
+        });
+        if let Some(f) = &failure {
+            step.failure = Some(f.clone());
+        }
+        if code.is_some() && job.exit_code.is_none_or(|c| c == 0) {
+            job.exit_code = code;
+        }
+        if let Some(f) = failure
+            && f.kind != FailureKind::GangStopped
+        {
+            self.begin_ending(id, f, at);
+        }
+        self.maybe_finish(id, at);
+        Outcome::Ok
+    }
+
+    pub(super) fn step_failed(&mut self, c: &StepFailed, at: u64) -> Outcome {
+        let job = match self.reported_job(c.job, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        if let Some(step) = Self::step_mut(job, &c.node)
+            && step.failure.is_none()
+        {
+            step.failure = Some(c.failure.clone());
+        }
+        self.begin_ending(c.job, c.failure.clone(), at);
+        Outcome::Ok
+    }
+
+    /// Marks a node's step of a job lost (the node is gone, or its agent forgot the step).
+    pub(super) fn lose_step(&mut self, id: JobId, node: &str, why: &str, at: u64) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let Some(step) = Self::step_mut(job, node) else {
+            return;
+        };
+        if step.state.is_done() {
+            return;
+        }
+        step.state = StepState::Lost;
+        step.ended_ms = Some(at);
+        let failure = Failure::new(FailureKind::NodeLost, why, at).on(node);
+        step.failure = Some(failure.clone());
+        self.begin_ending(id, failure, at);
+    }
+}

@@ -1,0 +1,97 @@
+//! The read API's rows ([`gsched_types::api`]) built from the committed state: what
+//! `Jobs.ListJobs`/`ListNodes` answer and the REST API serves.
+
+use crate::machine::ClusterState;
+use gsched_types::api::{JobContext, JobRow, NodeRow, NodeState};
+use gsched_types::job::{JobId, JobRecord, JobState};
+use std::collections::BTreeMap;
+
+/// How much of a job a row shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobDetail {
+    /// Summary fields only (what a `gqueue` table prints).
+    Summary,
+    /// Allocation, steps and attempts too.
+    Full,
+    /// Everything, and the request as submitted (for the owner, operators and admins).
+    FullWithSpec,
+}
+
+/// The configuration-dependent values of a job's row.
+pub fn job_context(
+    state: &ClusterState,
+    job: &JobRecord,
+    expected_start_ms: Option<u64>,
+) -> JobContext {
+    JobContext {
+        account: job.spec.account_name().to_string(),
+        partition: state.config.partition_of(&job.spec),
+        time_limit_s: state.config.time_limit_for(&job.spec),
+        expected_start_ms: (job.state == JobState::Pending)
+            .then_some(expected_start_ms)
+            .flatten(),
+    }
+}
+
+pub fn job_row(
+    state: &ClusterState,
+    job: &JobRecord,
+    expected_start_ms: Option<u64>,
+    detail: JobDetail,
+) -> JobRow {
+    let ctx = job_context(state, job, expected_start_ms);
+    match detail {
+        JobDetail::Summary => JobRow::summary(job, ctx),
+        JobDetail::Full => JobRow::detailed(job, ctx, false),
+        JobDetail::FullWithSpec => JobRow::detailed(job, ctx, true),
+    }
+}
+
+/// Every node's row; `with_topology` adds the wiring.
+pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
+    let mut jobs_on: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+    for j in state
+        .jobs
+        .values()
+        .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+    {
+        for na in j.allocation.iter().flat_map(|a| &a.nodes) {
+            jobs_on.entry(na.node.as_str()).or_default().push(j.id);
+        }
+    }
+    state
+        .nodes
+        .values()
+        .map(|n| {
+            let usage = state.usage_of(&n.name);
+            let capacity = ClusterState::capacity_of(n);
+            let gpus_used: Vec<u32> = usage.gpus.iter().collect();
+            let jobs = jobs_on.remove(n.name.as_str()).unwrap_or_default();
+            let total = n.topology.gpus.len() as u32;
+            let idle_bad = n.bad_gpus.iter().filter(|g| !gpus_used.contains(g)).count() as u32;
+            NodeRow {
+                name: n.name.clone(),
+                state: NodeState::of(n, gpus_used.len(), jobs.len()),
+                online: n.online,
+                admin: n.admin.clone(),
+                drain_reason: n.drain_reason().map(str::to_string),
+                address: n.address.clone(),
+                training_addr: n.training_addr.clone(),
+                gpu_model: n.topology.gpu_model().map(str::to_string),
+                gpus_total: total,
+                gpus_free: total.saturating_sub(gpus_used.len() as u32 + idle_bad),
+                gpus_used,
+                bad_gpus: n.bad_gpus.clone(),
+                cpus_total: capacity.cpus.len() as u32,
+                cpus_used: usage.cpus.len() as u32,
+                memory_mb: capacity.mem_mb,
+                memory_used_mb: usage.mem_mb,
+                jobs,
+                features: n.features.clone(),
+                agent_version: n.agent_version.clone(),
+                health: n.health.clone(),
+                topology: with_topology.then(|| n.topology.clone()),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,175 @@
+//! What the supervisor runs for one node's step, decided from the launch, the node's
+//! topology and the job owner's identity: the script, argv, one environment per task,
+//! output paths, the identity to drop to, the cgroup limits and the GPU device nodes. The
+//! agent writes the result as `plan.json` and does the IO (files, cgroup, devices).
+
+use crate::{TaskEnv, net_plan, output, task_env, torchrun};
+use gsched_types::launch::LaunchSpec;
+use gsched_types::topology::Topology;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Who a job runs as, resolved by the agent from the password database.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Owner {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the primary group included).
+    pub groups: Vec<u32>,
+    pub home: String,
+}
+
+/// What the supervisor runs, written by the agent to `DIR/plan.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Plan {
+    pub argv: Vec<String>,
+    /// One environment per task.
+    pub tasks: Vec<Vec<(String, String)>>,
+    pub workdir: String,
+    pub stdout: String,
+    pub stderr: Option<String>,
+    /// Drop to this identity (only when the supervisor runs as root).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    #[serde(default)]
+    pub groups: Vec<u32>,
+    /// cgroup v2 directory the tasks join.
+    pub cgroup: Option<String>,
+    /// The submitter's umask, applied to the output files and the tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
+}
+
+/// A step's cgroup: where, and its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLimits {
+    /// Directory name under the agent's cgroup base.
+    pub name: String,
+    pub cpus: String,
+    pub mems: String,
+    pub mem_bytes: Option<u64>,
+    pub pids: u64,
+}
+
+/// The agent's settings a step plan depends on.
+pub struct StepContext<'a> {
+    pub node: &'a str,
+    pub topology: &'a Topology,
+    pub training_iface: Option<&'a str>,
+    pub agent_env: &'a BTreeMap<String, String>,
+    /// Device index of each GPU the agent manages (empty: the same as gsched's index).
+    pub gpu_map: &'a [u32],
+    /// Where the step's script is written (as the tasks see it).
+    pub script_path: &'a str,
+    /// The step's log directory (NCCL debug files, torchrun error files), writable by
+    /// the owner.
+    pub log_dir: &'a str,
+    /// The job owner, when the agent runs as root and drops to them; `None` runs the
+    /// tasks as the agent's own user.
+    pub owner: Option<&'a Owner>,
+    /// The owner's home directory may be shown to the job (root agents, or jobs of the
+    /// agent's own user).
+    pub home: Option<&'a str>,
+    /// The cgroup directory the tasks join, when cgroups are in use.
+    pub cgroup_dir: Option<String>,
+}
+
+/// The text of the step's script: the submitted batch script, or the torchrun line
+/// gsched writes for `--torchrun`.
+pub fn script(launch: &LaunchSpec) -> String {
+    torchrun::script(launch).unwrap_or_else(|| launch.spec.script.clone())
+}
+
+/// How many tasks the supervisor starts on this node: one torchrun (which starts a worker
+/// per GPU itself), else the job's tasks per node.
+pub fn task_count(launch: &LaunchSpec) -> u32 {
+    if launch.spec.torchrun.is_some() {
+        1
+    } else {
+        launch.spec.ntasks_per_node.max(1)
+    }
+}
+
+/// The supervisor plan for this node's step.
+pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Plan {
+    let spec = &launch.spec;
+    let mut argv = if script_text.starts_with("#!") {
+        vec![ctx.script_path.to_string()]
+    } else {
+        vec!["/bin/sh".to_string(), ctx.script_path.to_string()]
+    };
+    if spec.torchrun.is_none() {
+        argv.extend(spec.script_args.iter().cloned());
+    }
+    let net = net_plan(ctx.topology, &launch.node_alloc.gpus, ctx.training_iface);
+    let tasks = (0..task_count(launch))
+        .map(|t| {
+            task_env(&TaskEnv {
+                launch,
+                node: ctx.node,
+                local_task: t,
+                net: &net,
+                log_dir: ctx.log_dir,
+                agent_env: ctx.agent_env,
+                home: ctx.home,
+                gpu_map: ctx.gpu_map,
+            })
+            .into_iter()
+            .collect()
+        })
+        .collect();
+    let (stdout, stderr) = output::paths(launch, ctx.node);
+    Plan {
+        argv,
+        tasks,
+        workdir: spec.workdir.clone(),
+        stdout,
+        stderr,
+        uid: ctx.owner.map(|o| o.uid),
+        gid: ctx.owner.map(|o| o.gid),
+        groups: ctx.owner.map(|o| o.groups.clone()).unwrap_or_default(),
+        cgroup: ctx.cgroup_dir.clone(),
+        umask: spec.umask,
+    }
+}
+
+/// The step's cgroup: its CPUs, the memory nodes of those CPUs, its memory (when the
+/// allocation names an amount) and a pids limit per task.
+pub fn cgroup_limits(launch: &LaunchSpec, topo: &Topology) -> CgroupLimits {
+    let cpus = &launch.node_alloc.cpus;
+    let mems: Vec<u32> = topo
+        .numa_nodes
+        .iter()
+        .filter(|n| {
+            gsched_types::cpulist::parse(&n.cpus)
+                .map(|c| c.iter().any(|x| cpus.contains(x)))
+                .unwrap_or(false)
+        })
+        .map(|n| n.id)
+        .collect();
+    let mem_mb = launch.node_alloc.mem_mb;
+    CgroupLimits {
+        name: format!("job_{}_{}", launch.job, launch.attempt),
+        cpus: gsched_types::cpulist::format(cpus),
+        mems: gsched_types::cpulist::format(&mems),
+        mem_bytes: (mem_mb > 0).then_some(mem_mb * 1024 * 1024),
+        pids: 4096 * u64::from(task_count(launch)),
+    }
+}
+
+/// The device nodes of the step's GPUs (`/dev/nvidiaN` unless discovery recorded
+/// another path).
+pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
+    launch
+        .node_alloc
+        .gpus
+        .iter()
+        .map(|g| {
+            topo.gpus
+                .get(*g as usize)
+                .and_then(|x| x.device_path.clone())
+                .unwrap_or_else(|| format!("/dev/nvidia{g}"))
+        })
+        .collect()
+}

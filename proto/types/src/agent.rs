@@ -1,0 +1,95 @@
+//! Messages on the agent stream (carried as JSON inside the gRPC `AgentEnvelope` and
+//! `ControllerEnvelope`).
+//!
+//! The agent opens the stream, registers, heartbeats every second with the steps it runs,
+//! and reports step events and health events, each with a sequence number it keeps on
+//! disk until the controller acknowledges that the event is committed. The controller
+//! sends launches and kills; both are idempotent, so resending after a failover is safe.
+
+use crate::failure::{Failure, FailureKind};
+use crate::job::JobId;
+pub use crate::launch::LaunchSpec;
+use crate::node::HealthEvent;
+use crate::topology::Topology;
+use serde::{Deserialize, Serialize};
+
+/// A step the agent knows about (running, or ended with its report not yet acknowledged).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRef {
+    pub job: JobId,
+    pub attempt: u32,
+}
+
+/// Something that happened to a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum StepEvent {
+    Started {
+        job: JobId,
+        attempt: u32,
+        pid: Option<u32>,
+    },
+    /// A failure seen while the step still runs (log line, Xid on its GPU).
+    Failed {
+        job: JobId,
+        attempt: u32,
+        failure: Failure,
+    },
+    Exited {
+        job: JobId,
+        attempt: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+        failure: Option<Failure>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentToController {
+    Register {
+        name: String,
+        address: String,
+        training_addr: String,
+        topology: Box<Topology>,
+        features: Vec<String>,
+        agent_version: String,
+        known_steps: Vec<StepRef>,
+    },
+    Heartbeat {
+        running: Vec<StepRef>,
+    },
+    Step {
+        seq: u64,
+        event: StepEvent,
+    },
+    Health {
+        seq: u64,
+        events: Vec<HealthEvent>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControllerToAgent {
+    Registered {
+        node: String,
+    },
+    Launch(Box<LaunchSpec>),
+    /// Stop a step: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the step's
+    /// exit is reported as (cancelled, timed out, stopped with its gang...).
+    Kill {
+        job: JobId,
+        attempt: u32,
+        cause: FailureKind,
+        reason: String,
+        grace_s: u64,
+    },
+    Ack {
+        seq: u64,
+    },
+    /// This controller is not the leader; connect to `leader` (client address) instead.
+    NotLeader {
+        leader: Option<String>,
+    },
+}

@@ -1,0 +1,371 @@
+//! The controller's read replies: job rows, node rows, controller status and the submit
+//! check. One schema for the gRPC replies, every CLI tool's `--json` output and the REST
+//! API, so a field means the same thing wherever it appears.
+
+use crate::failure::Failure;
+use crate::job::{Attempt, JobId, JobRecord, JobSpec, JobState, StepStatus};
+use crate::node::{HealthEvent, NodeAdminState, NodeRecord};
+use crate::resources::Allocation;
+use crate::topology::Topology;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A controller's Raft role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Leader,
+    #[default]
+    Follower,
+    Candidate,
+    PreCandidate,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::PreCandidate => "pre-candidate",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One job as `gqueue`, `gacct` and `gctl show job` show it (and `--json` prints it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub job_id: JobId,
+    #[serde(default)]
+    pub array_job_id: Option<JobId>,
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
+    /// `123`, or `120_3` for a task of array 120.
+    pub display_id: String,
+    pub name: String,
+    pub user: String,
+    /// The account charged (the default account when the job named none).
+    pub account: String,
+    /// The partition the job runs in (the default partition when it named none).
+    pub partition: String,
+    #[serde(default)]
+    pub qos: Option<String>,
+    pub state: JobState,
+    /// Why a pending job waits, or what ended a finished one (`None` if nothing did).
+    pub reason: String,
+    #[serde(default)]
+    pub failure: Option<Failure>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Nodes asked for.
+    pub nodes: u32,
+    /// The nodes it runs (or last ran) on, as a hostlist.
+    pub node_list: String,
+    pub gpus_per_node: u32,
+    /// GPUs asked for in all.
+    pub gpus: u32,
+    pub restarts: u32,
+    pub held: bool,
+    pub submit_ms: u64,
+    #[serde(default)]
+    pub start_ms: Option<u64>,
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    /// When a pending job is expected to start, from the leader's last backfill plan.
+    #[serde(default)]
+    pub expected_start_ms: Option<u64>,
+    /// The limit that applies (the job's, else its partition's default); `None` is none.
+    #[serde(default)]
+    pub time_limit_s: Option<u64>,
+    /// Where it runs: GPUs, CPUs, memory and NIC per node (detailed rows only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+    /// Each node's part of the current attempt (detailed rows only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
+    /// Ended attempts of a requeued job (detailed rows only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+    /// The request as submitted, without the script text: only for the job's owner,
+    /// operators and admins, in detailed rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<JobSpec>,
+}
+
+/// Values of a job that depend on the cluster's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobContext {
+    pub account: String,
+    pub partition: String,
+    pub time_limit_s: Option<u64>,
+    pub expected_start_ms: Option<u64>,
+}
+
+impl JobRow {
+    /// The summary row of `job` (no allocation, steps, attempts or spec).
+    pub fn summary(job: &JobRecord, ctx: JobContext) -> JobRow {
+        let node_names = match job.state {
+            JobState::Pending => Vec::new(),
+            JobState::Running | JobState::Completing => job.node_names(),
+            _ => job
+                .attempts
+                .last()
+                .map(|a| a.nodes.clone())
+                .unwrap_or_default(),
+        };
+        let reason = match (job.state, &job.failure) {
+            (JobState::Pending, _) => job.reason.to_string(),
+            (_, Some(f)) => f.kind.reason_name(),
+            (_, None) => "None".into(),
+        };
+        JobRow {
+            job_id: job.id,
+            array_job_id: job.array_task.map(|t| t.array_job_id),
+            array_task_id: job.array_task.map(|t| t.task_id),
+            display_id: job.display_id(),
+            name: job.spec.name.clone(),
+            user: job.spec.user.clone(),
+            account: ctx.account,
+            partition: ctx.partition,
+            qos: job.spec.qos.clone(),
+            state: job.state,
+            reason,
+            failure: job.failure.clone(),
+            exit_code: job.exit_code,
+            nodes: job.spec.nodes,
+            node_list: crate::hostlist::compress(&node_names),
+            gpus_per_node: job.spec.gpus_per_node,
+            gpus: job.spec.total_gpus(),
+            restarts: job.restarts,
+            held: job.held,
+            submit_ms: job.submit_ms,
+            start_ms: job.start_ms,
+            end_ms: job.end_ms,
+            expected_start_ms: ctx.expected_start_ms,
+            time_limit_s: ctx.time_limit_s,
+            allocation: None,
+            steps: Vec::new(),
+            attempts: Vec::new(),
+            spec: None,
+        }
+    }
+
+    /// The detailed row: allocation, steps and attempts; the spec (script text and
+    /// inherited environment removed) only when `show_spec`.
+    pub fn detailed(job: &JobRecord, ctx: JobContext, show_spec: bool) -> JobRow {
+        let mut row = JobRow::summary(job, ctx);
+        row.allocation = job.allocation.clone();
+        row.steps = job.steps.clone();
+        row.attempts = job.attempts.clone();
+        if show_spec {
+            let mut spec = job.spec.clone();
+            spec.script.clear();
+            spec.env.clear();
+            row.spec = Some(spec);
+        }
+        row
+    }
+
+    /// The node names of the current allocation, else of the last attempt.
+    pub fn node_names(&self) -> Vec<String> {
+        crate::hostlist::expand(&self.node_list).unwrap_or_default()
+    }
+}
+
+/// `Jobs.ListJobs`'s reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobRow>,
+    /// The Raft index the answer reflects.
+    pub applied_index: u64,
+    /// The controller that answered.
+    pub controller: u64,
+    pub role: Role,
+    /// False when the read barrier could not be passed (no leader): possibly stale.
+    pub consistent: bool,
+    /// The controller's clock when it answered.
+    pub now_ms: u64,
+}
+
+/// A node's state as `ginfo` names it (sinfo's words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeState {
+    #[serde(rename = "idle")]
+    Idle,
+    #[serde(rename = "mix")]
+    Mixed,
+    #[serde(rename = "alloc")]
+    Allocated,
+    /// Drained, nothing running any more.
+    #[serde(rename = "drain")]
+    Drained,
+    /// Drained, jobs still running.
+    #[serde(rename = "drng")]
+    Draining,
+    /// The agent is not connected.
+    #[serde(rename = "down")]
+    Down,
+    #[serde(rename = "down+drain")]
+    DownDrained,
+}
+
+impl NodeState {
+    pub fn of(record: &NodeRecord, gpus_used: usize, jobs: usize) -> NodeState {
+        match (record.is_drained(), jobs > 0, record.online) {
+            (true, true, _) => NodeState::Draining,
+            (true, false, true) => NodeState::Drained,
+            (true, false, false) => NodeState::DownDrained,
+            (false, _, false) => NodeState::Down,
+            (false, false, true) => NodeState::Idle,
+            (false, true, true)
+                if gpus_used >= record.topology.gpus.len() && !record.topology.gpus.is_empty() =>
+            {
+                NodeState::Allocated
+            }
+            (false, true, true) => NodeState::Mixed,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Idle => "idle",
+            NodeState::Mixed => "mix",
+            NodeState::Allocated => "alloc",
+            NodeState::Drained => "drain",
+            NodeState::Draining => "drng",
+            NodeState::Down => "down",
+            NodeState::DownDrained => "down+drain",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One node as `ginfo` and `gctl show node` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRow {
+    pub name: String,
+    pub state: NodeState,
+    pub online: bool,
+    pub admin: NodeAdminState,
+    #[serde(default)]
+    pub drain_reason: Option<String>,
+    /// Management address.
+    pub address: String,
+    pub training_addr: String,
+    #[serde(default)]
+    pub gpu_model: Option<String>,
+    pub gpus_total: u32,
+    /// GPU indices held by running jobs.
+    pub gpus_used: Vec<u32>,
+    /// Healthy GPUs nobody holds.
+    pub gpus_free: u32,
+    /// GPUs withheld from scheduling as unhealthy.
+    pub bad_gpus: Vec<u32>,
+    pub cpus_total: u32,
+    pub cpus_used: u32,
+    pub memory_mb: u64,
+    pub memory_used_mb: u64,
+    /// Jobs running (or ending) here.
+    pub jobs: Vec<JobId>,
+    #[serde(default)]
+    pub features: Vec<String>,
+    #[serde(default)]
+    pub agent_version: String,
+    /// Recent health events, oldest first.
+    #[serde(default)]
+    pub health: Vec<HealthEvent>,
+    /// The node's wiring (detailed rows only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+}
+
+/// `Jobs.ListNodes`'s reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeList {
+    pub nodes: Vec<NodeRow>,
+    pub applied_index: u64,
+    pub consistent: bool,
+    pub now_ms: u64,
+}
+
+/// One controller as `gctl status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusRow {
+    pub id: u64,
+    pub address: String,
+    pub role: Role,
+    pub term: u64,
+    /// 0 when no leader is known.
+    pub leader_id: u64,
+    #[serde(default)]
+    pub leader_address: Option<String>,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// A hash of the applied state: equal on replicas at the same applied index.
+    pub state_digest: String,
+    pub first_index: u64,
+    pub last_index: u64,
+    pub snapshot_index: u64,
+    pub voters: Vec<u64>,
+    /// Leader only: each peer's matched log index.
+    #[serde(default)]
+    pub matched: Vec<(u64, u64)>,
+    pub disk_bytes: u64,
+    pub jobs: u64,
+    pub nodes: u64,
+    /// Controller id -> address, as this controller knows them.
+    #[serde(default)]
+    pub peers: BTreeMap<u64, String>,
+    pub agents_connected: u64,
+    /// Peers whose traffic a fault file blocks (tests only).
+    #[serde(default)]
+    pub fault_blocked_peers: Vec<u64>,
+    /// How far this replica's applied index is behind the leader's commit index (filled
+    /// in by `gctl status`, which asks every controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
+}
+
+/// `gctl status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusList {
+    pub controllers: Vec<StatusRow>,
+}
+
+/// `Jobs.Check`'s reply: whether a request fits the cluster, and where it would go on an
+/// idle one (for `gsub --dry-run`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckReply {
+    pub fits: bool,
+    pub message: String,
+    #[serde(default)]
+    pub allocation_if_idle: Option<Allocation>,
+    #[serde(default)]
+    pub reason_if_not_idle: Option<String>,
+    /// Wiring of the nodes in `allocation_if_idle`.
+    #[serde(default)]
+    pub topologies: BTreeMap<String, Topology>,
+}
+
+/// A `--json` list of jobs (`gqueue`, `gacct`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsDoc {
+    pub jobs: Vec<JobRow>,
+}
+
+/// A `--json` list of nodes (`ginfo`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodesDoc {
+    pub nodes: Vec<NodeRow>,
+}
