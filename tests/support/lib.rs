@@ -454,5 +454,5 @@ pub fn torch_available() -> bool {
 
 /// Is a process with this pid alive?
 pub fn pid_alive(pid: i32) -> bool {
-    unsafe { libc::kill(pid, 0) == 0 }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }

@@ -280,7 +280,7 @@ fn t70_jobs_run_as_their_owner() {
 }
 
 fn nix_is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 #[test]

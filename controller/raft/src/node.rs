@@ -242,8 +242,10 @@ pub fn start<S: LogStore, T: Transport>(
         && store.conf_state().voters.is_empty()
         && store.snapshot()?.get_metadata().index == 0;
     if fresh && !cfg.bootstrap_voters.is_empty() {
-        let mut cs = ConfState::default();
-        cs.voters = cfg.bootstrap_voters.clone();
+        let cs = ConfState {
+            voters: cfg.bootstrap_voters.clone(),
+            ..Default::default()
+        };
         store.set_conf_state(&cs)?;
         store.sync()?;
     }

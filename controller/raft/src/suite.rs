@@ -5,11 +5,12 @@ use crate::store::{LogStore, StoreError};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
 fn entry(index: u64, term: u64) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e.data = format!("entry-{index}-{term}").into_bytes().into();
-    e
+    Entry {
+        index,
+        term,
+        data: format!("entry-{index}-{term}").into_bytes().into(),
+        ..Default::default()
+    }
 }
 
 fn entries(range: std::ops::RangeInclusive<u64>, term: u64) -> Vec<Entry> {
@@ -136,13 +137,17 @@ fn install_snapshot_replaces_log<S: LogStore>(mut s: S) {
 
 fn survives_reopen<S: LogStore>(mut s: S, reopen: &dyn Fn(S) -> S) {
     s.append(&entries(1..=6, 2)).unwrap();
-    let mut hs = HardState::default();
-    hs.term = 2;
-    hs.vote = 3;
-    hs.commit = 5;
+    let hs = HardState {
+        term: 2,
+        vote: 3,
+        commit: 5,
+        ..Default::default()
+    };
     s.set_hard_state(&hs).unwrap();
-    let mut cs = ConfState::default();
-    cs.voters = vec![1, 2, 3];
+    let cs = ConfState {
+        voters: vec![1, 2, 3],
+        ..Default::default()
+    };
     s.set_conf_state(&cs).unwrap();
     s.save_snapshot(&snapshot(4, 2, vec![1, 2, 3], b"four"), 3)
         .unwrap();

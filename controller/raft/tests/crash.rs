@@ -20,11 +20,12 @@ fn data(index: u64, term: u64) -> Vec<u8> {
 }
 
 fn entry(index: u64, term: u64) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e.data = data(index, term).into();
-    e
+    Entry {
+        index,
+        term,
+        data: data(index, term).into(),
+        ..Default::default()
+    }
 }
 
 /// Not a test on its own: the writer process `crash_consistency_under_sigkill` kills.
@@ -85,9 +86,11 @@ fn crash_writer() {
         let last = s.last_index();
         if op % 3 != 2 {
             acked = last;
-            let mut hs = HardState::default();
-            hs.term = term;
-            hs.commit = acked;
+            let hs = HardState {
+                term,
+                commit: acked,
+                ..Default::default()
+            };
             s.set_hard_state(&hs).unwrap();
             s.sync().unwrap();
             let mut o = out.lock();
@@ -141,9 +144,7 @@ fn crash_consistency_under_sigkill() {
         });
         // Kill at a random moment once the writer has acknowledged something this round.
         std::thread::sleep(Duration::from_millis(150 + rng % 400));
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGKILL);
-        }
+        let _ = child.kill();
         let _ = child.wait();
         let (last, lines) = reader.join().unwrap();
         if let Some(a) = last {

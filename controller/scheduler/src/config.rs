@@ -266,7 +266,7 @@ impl SchedConfig {
                 self.master_port_min, self.master_port_max
             ));
         }
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::BTreeSet::new();
         for p in &self.partitions {
             if !seen.insert(&p.name) {
                 return Err(format!("partition '{}' is defined twice", p.name));

@@ -601,7 +601,7 @@ impl<'a> Placer<'a> {
         }
         let mut models: Vec<_> = by_model.into_iter().collect();
         models.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut best: Option<((usize, SetQuality, (bool, u64), u32, Vec<usize>), Vec<Eval>)> = None;
+        let mut best: Option<(GangRank, Vec<Eval>)> = None;
         for (_, mut group) in models {
             if group.len() < n {
                 continue;
@@ -650,6 +650,10 @@ impl<'a> Placer<'a> {
         best.map(|(_, c)| c)
     }
 }
+
+/// How a multi-node placement ranks (lower is better): switches spanned, the worst GPU
+/// set, the worst NIC, GPUs left free on the chosen nodes, then the node ids.
+type GangRank = (usize, SetQuality, (bool, u64), u32, Vec<usize>);
 
 /// Free, healthy GPUs of a node under `usage`.
 pub fn free_mask(node: &NodeView, usage: &NodeUsage) -> u64 {

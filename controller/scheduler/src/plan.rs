@@ -33,7 +33,7 @@ pub struct Preemption {
 }
 
 /// What one pass decided.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     pub starts: Vec<PlannedStart>,
     /// The binding reason of every pending job that does not start.

@@ -38,8 +38,11 @@ pub struct TopoModel {
     /// Quality of every subset (bit i = GPU i), when `n <= TABLE_MAX_GPUS`.
     table: Vec<SetQuality>,
     /// Memo of `best_set(free_mask, k)`; pure memoisation, it never changes a result.
-    memo: Mutex<FxHashMap<(u64, u32), Option<Arc<Choice>>>>,
+    memo: Mutex<ChoiceMemo>,
 }
+
+/// `(free GPU mask, set size)` -> the best choice, if any.
+type ChoiceMemo = FxHashMap<(u64, u32), Option<Arc<Choice>>>;
 
 /// A chosen GPU set with its quality and the fragmentation it leaves behind.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,7 @@ fn shipped(name: &str) -> Topology {
         "{}/../../deploy/local/topologies/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
-    gsched_topology::load_topology_file(std::path::Path::new(&path)).unwrap()
+    gsched_topology::parse_topology_file(&std::fs::read_to_string(&path).unwrap(), &path).unwrap()
 }
 
 fn snapshot(nodes: Vec<NodeView>, pending: Vec<PendingJob>, running: Vec<RunningJob>) -> Snapshot {

@@ -5,7 +5,6 @@
 //! For fault-injection tests, `GSCHED_FAULTS_FILE` may name a file listing peer ids
 //! (comma or space separated) whose traffic this controller drops in both directions.
 
-use gsched_proto::clock::now_ms;
 use gsched_proto::pb::peer_client::PeerClient;
 use gsched_proto::pb::{RaftBatch, SnapshotChunk};
 use gsched_raft::{Msg, RaftMessage, Transport, encode_message};
@@ -13,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
@@ -147,7 +146,7 @@ async fn connect(addr: &str) -> Option<PeerClient<Channel>> {
 impl PeerWorker {
     async fn run(self, mut rx: mpsc::UnboundedReceiver<RaftMessage>) {
         let mut client: Option<PeerClient<Channel>> = None;
-        let mut backoff_until = 0u64;
+        let mut backoff_until = Instant::now();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while let Ok(m) = rx.try_recv() {
@@ -158,7 +157,7 @@ impl PeerWorker {
             }
             let (snaps, normal): (Vec<RaftMessage>, Vec<RaftMessage>) =
                 batch.into_iter().partition(gsched_raft::node::is_snapshot);
-            if now_ms() < backoff_until {
+            if Instant::now() < backoff_until {
                 let _ = self.mailbox.send(Msg::Unreachable(self.to));
                 for s in snaps {
                     let _ = self.mailbox.send(Msg::SnapshotDone {
@@ -176,7 +175,7 @@ impl PeerWorker {
                 };
             }
             let Some(c) = client.as_mut() else {
-                backoff_until = now_ms() + 200;
+                backoff_until = Instant::now() + Duration::from_millis(200);
                 let _ = self.mailbox.send(Msg::Unreachable(self.to));
                 for s in snaps {
                     let _ = self.mailbox.send(Msg::SnapshotDone {

@@ -120,10 +120,14 @@ fn main() {
             ))
         }),
         (None, Some(n)) => {
-            let topo = a
-                .topology
-                .as_ref()
-                .map(|p| gsched_topology::load_topology_file(p).unwrap_or_else(|e| die(e)));
+            let topo = a.topology.as_ref().map(|p| {
+                std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read topology file {}: {e}", p.display()))
+                    .and_then(|t| {
+                        gsched_topology::parse_topology_file(&t, &p.display().to_string())
+                    })
+                    .unwrap_or_else(|e| die(e))
+            });
             cluster::uniform(n, a.gpus_per_node, topo)
         }
         (None, None) => die("give --cluster PRESET or --nodes N [--gpus-per-node G]"),

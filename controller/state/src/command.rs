@@ -185,6 +185,10 @@ pub struct SetControllerAddress {
 /// handler of a command takes exactly what the command says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "commands are decoded, applied and dropped one at a time; boxing the large ones would only add an allocation"
+)]
 pub enum Command {
     SubmitJob(SubmitJob),
     CancelJob(CancelJob),

@@ -83,7 +83,7 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
                 gpus_used,
                 bad_gpus: n.bad_gpus.clone(),
                 cpus_total: capacity.cpus.len() as u32,
-                cpus_used: usage.cpus.len() as u32,
+                cpus_used: usage.cpus.len(),
                 memory_mb: capacity.mem_mb,
                 memory_used_mb: usage.mem_mb,
                 jobs,

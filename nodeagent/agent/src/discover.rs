@@ -20,7 +20,11 @@ pub enum Source {
 
 pub fn discover(source: &Source) -> Result<Topology, String> {
     match source {
-        Source::Fake(path) => gsched_topology::load_topology_file(path),
+        Source::Fake(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read topology file {}: {e}", path.display()))
+            .and_then(|text| {
+                gsched_topology::parse_topology_file(&text, &path.display().to_string())
+            }),
         Source::SmiTopo(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;

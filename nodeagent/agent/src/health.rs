@@ -6,6 +6,7 @@
 
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
+use gsched_proto::clock::now_ms;
 use gsched_topology::xid::{KernelEvent, classify, normalize_pci, parse_line};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;
@@ -14,13 +15,6 @@ use std::io::{BufRead, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Turns a kernel event into a health event, attributing it to a GPU of `topo`.
 pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<HealthEvent> {

@@ -3,6 +3,7 @@
 //! from active links and their remote ends ([`gsched_topology::nvlink`]); PCIe classes from
 //! the common ancestor; NUMA, CPUs and PCIe link from NVML with sysfs as the fallback.
 
+use gsched_proto::clock::now_ms;
 use gsched_topology::nvlink::{LinkEnd, nvlink_matrix};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::{Gpu, LinkClass, PcieLink};
@@ -24,13 +25,6 @@ pub struct NvmlGpus {
 }
 
 const MAX_NVLINKS: u32 = 18;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 impl NvmlProbe {
     pub fn init() -> Result<NvmlProbe, String> {

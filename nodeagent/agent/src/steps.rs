@@ -10,9 +10,12 @@ use crate::supervise::{ExitRecord, StepFiles, write_atomic};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
+use gsched_proto::clock::now_ms;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
 use gsched_types::topology::Topology;
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
@@ -68,23 +71,14 @@ pub struct StepManager {
     steps: HashMap<(JobId, u32), Step>,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn signal_group(pgid: Option<i32>, sig: i32) {
+fn signal_group(pgid: Option<i32>, sig: Signal) {
     if let Some(g) = pgid.filter(|g| *g > 1) {
-        unsafe {
-            libc::kill(-g, sig);
-        }
+        let _ = signal::killpg(Pid::from_raw(g), sig);
     }
 }
 
 fn alive(pid: i32) -> bool {
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+    pid > 0 && signal::kill(Pid::from_raw(pid), None).is_ok()
 }
 
 impl StepManager {
@@ -236,9 +230,11 @@ impl StepManager {
                     Some(f) => cmd.stderr(f),
                     None => cmd.stderr(std::process::Stdio::null()),
                 };
+                // SAFETY: the hook makes one async-signal-safe system call (setsid) and
+                // allocates nothing.
                 unsafe {
                     cmd.pre_exec(|| {
-                        libc::setsid();
+                        nix::unistd::setsid()?;
                         Ok(())
                     });
                 }
@@ -399,7 +395,7 @@ impl StepManager {
                             .ok()
                             .and_then(|s| s.trim().parse().ok())
                     });
-                    signal_group(step.pgid, libc::SIGTERM);
+                    signal_group(step.pgid, Signal::SIGTERM);
                     step.kill = Some(Kill {
                         at: Instant::now(),
                         grace,
@@ -491,7 +487,7 @@ impl StepManager {
                         "time limit of {} reached",
                         gsched_types::parse::format_duration(limit)
                     );
-                    signal_group(step.pgid, libc::SIGTERM);
+                    signal_group(step.pgid, Signal::SIGTERM);
                     step.kill = Some(Kill {
                         at: Instant::now(),
                         grace: Duration::from_secs(10),
@@ -515,7 +511,7 @@ impl StepManager {
                     && k.at.elapsed() >= k.grace
                 {
                     k.hard_sent = true;
-                    signal_group(step.pgid, libc::SIGKILL);
+                    signal_group(step.pgid, Signal::SIGKILL);
                     if let Some(cg) = &step.cgroup {
                         Cgroups::kill(cg);
                     }

@@ -12,11 +12,15 @@
 //! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
 
 use gsched_launch::plan::Plan;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{self, SigHandler, SigSet, SigmaskHow, Signal};
+use nix::sys::stat::Mode;
+use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,10 +60,11 @@ fn record(dir: &Path, rec: &ExitRecord) {
 /// Everything the child needs between fork and exec, prepared before forking.
 struct ChildSetup {
     cgroup_procs: Option<CString>,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    groups: Vec<libc::gid_t>,
+    uid: Option<Uid>,
+    gid: Option<Gid>,
+    groups: Vec<Gid>,
     workdir: CString,
+    umask: Option<Mode>,
     stdout: RawFd,
     stderr: RawFd,
 }
@@ -68,51 +73,65 @@ fn cstr(s: &str) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("'{s}' contains a NUL byte"))
 }
 
+/// Signals the supervisor ignores (so a Ctrl-C or a closed terminal does not stop it);
+/// tasks get them back at their default disposition.
+const IGNORED_BY_SUPERVISOR: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+
 impl ChildSetup {
-    /// Runs in the child after fork: only async-signal-safe calls.
+    /// Runs in the child between fork and exec, so it makes only async-signal-safe
+    /// system calls (nix's wrappers of them, on data prepared before the fork) and
+    /// allocates nothing.
     fn apply(&self) -> std::io::Result<()> {
-        unsafe {
-            if let Some(procs) = &self.cgroup_procs {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                if fd >= 0 {
-                    libc::write(fd, b"0".as_ptr().cast(), 1);
-                    libc::close(fd);
-                }
+        if let Some(procs) = &self.cgroup_procs
+            && let Ok(fd) = nix::fcntl::open(procs.as_c_str(), OFlag::O_WRONLY, Mode::empty())
+        {
+            let _ = nix::unistd::write(&fd, b"0");
+        }
+        // Dispositions the supervisor set and the signal mask are inherited across exec:
+        // give the job what a login shell would have, so it can trap SIGTERM (the warning
+        // before SIGKILL) and be stopped by Ctrl-C.
+        for sig in IGNORED_BY_SUPERVISOR {
+            // SAFETY: SIG_DFL installs no handler; this runs single-threaded after fork.
+            unsafe { signal::signal(sig, SigHandler::SigDfl) }?;
+        }
+        signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+        if let Some(gid) = self.gid {
+            nix::unistd::setgroups(&self.groups)?;
+            nix::unistd::setgid(gid)?;
+        }
+        if let Some(uid) = self.uid {
+            nix::unistd::setuid(uid)?;
+            // Dropping root must be final: a process that can get root back is refused.
+            if nix::unistd::setuid(Uid::from_raw(0)).is_ok() && !uid.is_root() {
+                return Err(std::io::Error::other("setuid did not drop root"));
             }
-            if let Some(gid) = self.gid {
-                if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::setgid(gid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if let Some(uid) = self.uid
-                && libc::setuid(uid) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::chdir(self.workdir.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::dup2(self.stdout, 1);
-            libc::dup2(self.stderr, 2);
-            let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
-            if devnull >= 0 {
-                libc::dup2(devnull, 0);
-            }
+        }
+        if let Some(mask) = self.umask {
+            nix::sys::stat::umask(mask);
+        }
+        nix::unistd::chdir(self.workdir.as_c_str())?;
+        nix::unistd::dup2_stdout(borrow(self.stdout))?;
+        nix::unistd::dup2_stderr(borrow(self.stderr))?;
+        if let Ok(devnull) = nix::fcntl::open(c"/dev/null", OFlag::O_RDONLY, Mode::empty()) {
+            nix::unistd::dup2_stdin(&devnull)?;
         }
         Ok(())
     }
 }
 
+/// A descriptor the supervisor keeps open for as long as the child setup runs.
+fn borrow(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: `fd` is a pipe end owned by `run`, which keeps it open until every task
+    // has been spawned (the setup that borrows it runs inside those spawns).
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
 /// Runs the step described in `dir/plan.json`; never returns an error to the caller, the
 /// outcome goes to `dir/exit.json`.
 pub fn supervise(dir: &Path) -> i32 {
-    unsafe {
-        libc::signal(libc::SIGTERM, libc::SIG_IGN);
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    for sig in IGNORED_BY_SUPERVISOR {
+        // SAFETY: SIG_IGN installs no handler; this runs before any thread is started.
+        let _ = unsafe { signal::signal(sig, SigHandler::SigIgn) };
     }
     let plan: Plan = match std::fs::read(dir.join("plan.json"))
         .map_err(|e| e.to_string())
@@ -155,11 +174,12 @@ pub fn supervise(dir: &Path) -> i32 {
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let root = crate::identity::is_root();
     let owner = if root { plan.uid.zip(plan.gid) } else { None };
-    let user_out = open_as(&plan.stdout, owner, &plan.groups)?;
+    let umask = plan.umask.map(|m| Mode::from_bits_truncate(m & 0o777));
+    let user_out = open_as(&plan.stdout, owner, &plan.groups, umask)?;
     let user_err = plan
         .stderr
         .as_deref()
-        .map(|e| open_as(e, owner, &plan.groups))
+        .map(|e| open_as(e, owner, &plan.groups, umask))
         .transpose()?;
     let capture = std::fs::OpenOptions::new()
         .create(true)
@@ -183,10 +203,11 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
             .as_ref()
             .map(|c| cstr(&format!("{c}/cgroup.procs")))
             .transpose()?,
-        uid: owner.map(|o| o.0),
-        gid: owner.map(|o| o.1),
-        groups: plan.groups.clone(),
+        uid: owner.map(|o| Uid::from_raw(o.0)),
+        gid: owner.map(|o| Gid::from_raw(o.1)),
+        groups: plan.groups.iter().map(|g| Gid::from_raw(*g)).collect(),
         workdir: cstr(&plan.workdir)?,
+        umask,
         stdout: out_w.as_raw_fd(),
         stderr: err_pipe
             .as_ref()
@@ -203,6 +224,8 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
             .envs(env.iter().map(|(k, v)| (k, v)));
         cmd.process_group(pgid.unwrap_or(0));
         let s = setup.clone();
+        // SAFETY: the hook only calls `ChildSetup::apply`, which makes async-signal-safe
+        // system calls on data prepared before the fork and allocates nothing.
         unsafe {
             cmd.pre_exec(move || s.apply());
         }
@@ -240,9 +263,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     }
     if let Some(e) = spawn_error {
         if let Some(g) = pgid {
-            unsafe {
-                libc::kill(-g, libc::SIGKILL);
-            }
+            let _ = signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
         }
         for mut c in children {
             let _ = c.wait();
@@ -285,48 +306,67 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut fds = [0; 2];
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!(
-            "cannot create a pipe for the step's output: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| format!("cannot create a pipe for the step's output: {e}"))
 }
 
-/// Opens (creating, appending) an output file with the job owner's file-system identity,
-/// so permissions are checked, and the file is created, as that user.
-fn open_as(path: &str, owner: Option<(u32, u32)>, groups: &[u32]) -> Result<File, String> {
+/// Opens (creating, appending) an output file with the job owner's file-system identity
+/// and umask, so permissions are checked, and the file is created, as that user.
+fn open_as(
+    path: &str,
+    owner: Option<(u32, u32)>,
+    groups: &[u32],
+    umask: Option<Mode>,
+) -> Result<File, String> {
     let open = || {
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
     };
+    let saved_umask = umask.map(nix::sys::stat::umask);
     let result = match owner {
         None => open(),
-        Some((uid, gid)) => unsafe {
-            // The supervisor is single-threaded here; fsuid/fsgid and the group list are
-            // put back before anything else runs.
-            let mut saved = vec![0 as libc::gid_t; 256];
-            let n = libc::getgroups(saved.len() as i32, saved.as_mut_ptr());
-            saved.truncate(n.max(0) as usize);
-            libc::setgroups(groups.len(), groups.as_ptr());
-            libc::setfsgid(gid);
-            libc::setfsuid(uid);
-            let r = open();
-            libc::setfsuid(0);
-            libc::setfsgid(0);
-            libc::setgroups(saved.len(), saved.as_ptr());
-            r
-        },
+        Some((uid, gid)) => as_owner(uid, gid, groups, open),
     };
+    if let Some(old) = saved_umask {
+        nix::sys::stat::umask(old);
+    }
     result.map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES) => format!("permission denied opening the output file {path} as the job's user (check the directory's permissions)"),
         Some(libc::ENOENT) => format!("cannot open the output file {path}: its directory does not exist on this node"),
         _ => format!("cannot open the output file {path}: {e}"),
     })
+}
+
+/// Runs `f` with the file-system identity (fsuid, fsgid, groups) of `uid`/`gid`, and
+/// restores root's afterwards. The supervisor is single-threaded while it does this.
+fn as_owner(
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    f: impl FnOnce() -> std::io::Result<File>,
+) -> std::io::Result<File> {
+    let saved = nix::unistd::getgroups()?;
+    let wanted: Vec<Gid> = groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    nix::unistd::setgroups(&wanted)?;
+    // setfsuid/setfsgid report the previous value, not errors: asking again tells
+    // whether the change took.
+    nix::unistd::setfsgid(Gid::from_raw(gid));
+    nix::unistd::setfsuid(Uid::from_raw(uid));
+    let took = nix::unistd::setfsuid(Uid::from_raw(uid)) == Uid::from_raw(uid)
+        && nix::unistd::setfsgid(Gid::from_raw(gid)) == Gid::from_raw(gid);
+    let result = if took {
+        f()
+    } else {
+        Err(std::io::Error::other(format!(
+            "could not take the file-system identity of uid {uid}"
+        )))
+    };
+    nix::unistd::setfsuid(Uid::from_raw(0));
+    nix::unistd::setfsgid(Gid::from_raw(0));
+    nix::unistd::setgroups(&saved)?;
+    result
 }
 
 /// Copies a task stream to the user's file and to the private copy, until end-of-file.

@@ -4,16 +4,13 @@
 //! anywhere.
 
 use gsched_types::topology::Topology;
-use std::path::Path;
 
-/// Loads and validates a topology file. The format is chosen by content: a JSON object,
-/// `nvidia-smi topo -m` text (a header with `GPU0`), or TOML.
-pub fn load_topology_file(path: &Path) -> Result<Topology, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read topology file {}: {e}", path.display()))?;
-    let mut topo =
-        parse_topology_text(&text).map_err(|e| format!("topology file {}: {e}", path.display()))?;
-    topo.source = format!("fake:{}", path.display());
+/// Parses and validates the text of a topology file named `origin` (its source becomes
+/// `fake:ORIGIN`). The format is chosen by content: a JSON object, `nvidia-smi topo -m`
+/// text (a header with `GPU0`), or TOML.
+pub fn parse_topology_file(text: &str, origin: &str) -> Result<Topology, String> {
+    let mut topo = parse_topology_text(text).map_err(|e| format!("topology file {origin}: {e}"))?;
+    topo.source = format!("fake:{origin}");
     Ok(topo)
 }
 

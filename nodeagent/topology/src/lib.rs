@@ -3,7 +3,8 @@
 //! InfiniBand tools' output, and the documented fake-topology JSON.
 //!
 //! Nothing here touches the machine: the agent reads files and runs tools, these modules
-//! only parse text. Every parser returns an error (never panics) on malformed input.
+//! only parse the text they are given. Every parser returns an error (never panics) on
+//! malformed input.
 
 pub mod fake;
 pub mod ib;
@@ -14,7 +15,7 @@ pub mod smi;
 pub mod topo_matrix;
 pub mod xid;
 
-pub use fake::load_topology_file;
+pub use fake::parse_topology_file;
 pub use topo_matrix::parse_topo_matrix;
 
 /// Removes ANSI escape sequences (`\x1b[4m` ... `\x1b[0m`) that nvidia-smi puts around

@@ -76,12 +76,10 @@ pub fn nvlink_matrix(
         }
     }
     // Direct links are seen from both ends; keep the matrix symmetric.
-    for i in 0..n {
-        for j in i + 1..n {
-            let v = m[i][j].max(m[j][i]);
-            m[i][j] = v;
-            m[j][i] = v;
-        }
+    for (i, j) in (0..n).flat_map(|i| (i + 1..n).map(move |j| (i, j))) {
+        let v = m[i][j].max(m[j][i]);
+        m[i][j] = v;
+        m[j][i] = v;
     }
     m
 }

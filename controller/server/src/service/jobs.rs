@@ -103,14 +103,16 @@ pub fn validate_spec(spec: &JobSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Would the job ever fit on the registered nodes? Checked at submit so impossible
-/// requests are refused with a reason instead of waiting forever.
+/// A not-yet-submitted job's record, released, for placement questions about its spec.
 fn probe_record(spec: &JobSpec) -> JobRecord {
     let mut probe = spec.clone();
     probe.hold = false;
     JobRecord::new(JobId(0), probe, 0)
 }
 
+/// Would the job ever fit on the registered nodes (were they all idle)? Checked at
+/// submit so impossible requests are refused with a reason instead of waiting forever.
+/// With no node registered yet, everything is accepted.
 pub fn check_fits(
     state: &ClusterState,
     spec: &JobSpec,

@@ -1,0 +1,77 @@
+//! `#SBATCH` and `#GSUB` lines at the top of a batch script, split into words as a shell
+//! would split them.
+
+/// Splits a directive line into words with shell-like quoting; a word starting with `#`
+/// ends the directive (a trailing comment).
+pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                    in_word = true;
+                }
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, '#') if !in_word => break,
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err(format!("unbalanced quote in directive: {line}"));
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// `#SBATCH`/`#GSUB` directive words, read from the top of the script up to the first
+/// command, as sbatch does.
+pub fn directives(script: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (n, line) in script.lines().enumerate() {
+        let t = line.trim();
+        if n == 0 && t.starts_with("#!") {
+            continue;
+        }
+        if t.is_empty() {
+            continue;
+        }
+        if !t.starts_with('#') {
+            break;
+        }
+        for prefix in ["#SBATCH", "#GSUB"] {
+            if let Some(rest) = t.strip_prefix(prefix)
+                && (rest.starts_with(char::is_whitespace) || rest.is_empty())
+            {
+                out.extend(split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?);
+            }
+        }
+    }
+    Ok(out)
+}

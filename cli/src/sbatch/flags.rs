@@ -1,0 +1,275 @@
+//! sbatch's options as clap flags, and the ones gsched accepts but does not act on yet.
+
+use clap::{ArgAction, Parser};
+
+/// Submit a batch job (sbatch-compatible).
+#[derive(Parser, Debug, Clone, Default)]
+#[command(
+    name = "gsub",
+    version,
+    about,
+    infer_long_args = true,
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+pub struct SubArgs {
+    /// Number of nodes (all-or-nothing gang).
+    #[arg(short = 'N', long = "nodes")]
+    pub nodes: Option<String>,
+    /// GPUs on every node: N or TYPE:N.
+    #[arg(long = "gpus-per-node")]
+    pub gpus_per_node: Option<String>,
+    /// Generic resources: gpu[:TYPE]:N.
+    #[arg(long = "gres")]
+    pub gres: Option<String>,
+    /// Total GPUs for the job: N or TYPE:N (spread evenly over the nodes).
+    #[arg(short = 'G', long = "gpus")]
+    pub gpus: Option<String>,
+    /// GPUs per task: N or TYPE:N.
+    #[arg(long = "gpus-per-task")]
+    pub gpus_per_task: Option<String>,
+    /// Number of tasks.
+    #[arg(short = 'n', long = "ntasks")]
+    pub ntasks: Option<String>,
+    #[arg(long = "ntasks-per-node")]
+    pub ntasks_per_node: Option<String>,
+    #[arg(short = 'c', long = "cpus-per-task")]
+    pub cpus_per_task: Option<String>,
+    #[arg(long = "cpus-per-gpu")]
+    pub cpus_per_gpu: Option<String>,
+    /// Memory per node (MB, or with K/M/G/T); 0 = the whole node.
+    #[arg(long = "mem")]
+    pub mem: Option<String>,
+    #[arg(long = "mem-per-gpu")]
+    pub mem_per_gpu: Option<String>,
+    #[arg(long = "mem-per-cpu")]
+    pub mem_per_cpu: Option<String>,
+    /// Time limit: MIN, MIN:SEC, H:M:S, D-H, D-H:M or D-H:M:S.
+    #[arg(short = 't', long = "time")]
+    pub time: Option<String>,
+    #[arg(short = 'p', long = "partition")]
+    pub partition: Option<String>,
+    #[arg(short = 'J', long = "job-name")]
+    pub job_name: Option<String>,
+    /// stdout file pattern (%j %x %N %u %n %A %a).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<String>,
+    /// stderr file pattern (default: with stdout).
+    #[arg(short = 'e', long = "error")]
+    pub error: Option<String>,
+    /// Working directory of the job.
+    #[arg(short = 'D', long = "chdir")]
+    pub chdir: Option<String>,
+    /// Environment to pass: ALL (default), NONE, or a list NAME[=VALUE],...
+    #[arg(long = "export")]
+    pub export: Option<String>,
+    /// Requeue on infrastructure failures (lost GPU or node, NCCL errors).
+    #[arg(long = "requeue", action = ArgAction::SetTrue, overrides_with = "no_requeue")]
+    pub requeue: bool,
+    #[arg(long = "no-requeue", action = ArgAction::SetTrue, overrides_with = "requeue")]
+    pub no_requeue: bool,
+    /// Whole nodes only.
+    #[arg(long = "exclusive", num_args = 0..=1, default_missing_value = "node")]
+    pub exclusive: Option<String>,
+    /// Job array: 0-15, 1,3,5, 0-20:5, with %N to limit running tasks.
+    #[arg(short = 'a', long = "array")]
+    pub array: Option<String>,
+    #[arg(short = 'A', long = "account")]
+    pub account: Option<String>,
+    #[arg(short = 'q', long = "qos")]
+    pub qos: Option<String>,
+    /// Required node features or GPU model (a100, rtx4090...), '&' or ',' separated.
+    #[arg(short = 'C', long = "constraint")]
+    pub constraint: Option<String>,
+    /// Nodes the job must use (hostlist).
+    #[arg(short = 'w', long = "nodelist")]
+    pub nodelist: Option<String>,
+    /// Nodes the job must not use (hostlist).
+    #[arg(short = 'x', long = "exclude")]
+    pub exclude: Option<String>,
+    /// afterok:ID[:ID], afterany:ID, afternotok:ID, after:ID, singleton.
+    #[arg(short = 'd', long = "dependency")]
+    pub dependency: Option<String>,
+    /// Submit held (release with `gctl release`).
+    #[arg(short = 'H', long = "hold", action = ArgAction::SetTrue)]
+    pub hold: bool,
+    /// Print only the job id.
+    #[arg(long = "parsable", action = ArgAction::SetTrue)]
+    pub parsable: bool,
+    /// Run this command line instead of a script.
+    #[arg(long = "wrap")]
+    pub wrap: Option<String>,
+    /// Submit as this user (root only), like sbatch --uid.
+    #[arg(long = "uid")]
+    pub uid: Option<String>,
+    /// Run `torchrun` on every node with the job's rendezvous (the positional arguments are
+    /// the training program and its arguments).
+    #[arg(long = "torchrun", action = ArgAction::SetTrue)]
+    pub torchrun: bool,
+    /// Extra torchrun flags for --torchrun (one string, split on spaces).
+    #[arg(long = "torchrun-args", allow_hyphen_values = true)]
+    pub torchrun_args: Option<String>,
+    /// Automatic requeues allowed for this job.
+    #[arg(long = "max-restarts")]
+    pub max_restarts: Option<String>,
+    /// Print the resolved request and submit nothing.
+    #[arg(long = "dry-run", action = ArgAction::SetTrue)]
+    pub dry_run: bool,
+    /// With --dry-run: print JSON.
+    #[arg(long = "json", action = ArgAction::SetTrue)]
+    pub json: bool,
+    /// Controllers to contact (HOST:PORT,...).
+    #[arg(long = "controllers")]
+    pub controllers: Option<String>,
+
+    // sbatch options accepted and ignored (with a warning).
+    #[arg(long, hide = true)]
+    pub hint: Option<String>,
+    #[arg(long, hide = true)]
+    pub reservation: Option<String>,
+    #[arg(long = "mail-type", hide = true)]
+    pub mail_type: Option<String>,
+    #[arg(long = "mail-user", hide = true)]
+    pub mail_user: Option<String>,
+    #[arg(long, hide = true)]
+    pub signal: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "100")]
+    pub nice: Option<String>,
+    #[arg(long, hide = true)]
+    pub comment: Option<String>,
+    #[arg(long, hide = true)]
+    pub wckey: Option<String>,
+    #[arg(short = 'L', long, hide = true)]
+    pub licenses: Option<String>,
+    #[arg(long, hide = true)]
+    pub begin: Option<String>,
+    #[arg(long, hide = true)]
+    pub deadline: Option<String>,
+    #[arg(long = "open-mode", hide = true)]
+    pub open_mode: Option<String>,
+    #[arg(long = "get-user-env", hide = true, num_args = 0..=1, default_missing_value = "")]
+    pub get_user_env: Option<String>,
+    #[arg(short = 'k', long = "no-kill", hide = true, num_args = 0..=1, default_missing_value = "")]
+    pub no_kill: Option<String>,
+    #[arg(long = "kill-on-invalid-dep", hide = true)]
+    pub kill_on_invalid_dep: Option<String>,
+    #[arg(long, hide = true)]
+    pub switches: Option<String>,
+    #[arg(short = 'm', long, hide = true)]
+    pub distribution: Option<String>,
+    #[arg(long = "mem-bind", hide = true)]
+    pub mem_bind: Option<String>,
+    #[arg(long = "cpu-bind", hide = true)]
+    pub cpu_bind: Option<String>,
+    #[arg(long = "gpu-bind", hide = true)]
+    pub gpu_bind: Option<String>,
+    #[arg(long = "gpu-freq", hide = true)]
+    pub gpu_freq: Option<String>,
+    #[arg(long = "threads-per-core", hide = true)]
+    pub threads_per_core: Option<String>,
+    #[arg(long = "sockets-per-node", hide = true)]
+    pub sockets_per_node: Option<String>,
+    #[arg(long = "cores-per-socket", hide = true)]
+    pub cores_per_socket: Option<String>,
+    #[arg(long = "ntasks-per-core", hide = true)]
+    pub ntasks_per_core: Option<String>,
+    #[arg(long = "ntasks-per-socket", hide = true)]
+    pub ntasks_per_socket: Option<String>,
+    #[arg(long = "ntasks-per-gpu", hide = true)]
+    pub ntasks_per_gpu: Option<String>,
+    #[arg(long = "gpus-per-socket", hide = true)]
+    pub gpus_per_socket: Option<String>,
+    #[arg(long, hide = true)]
+    pub tmp: Option<String>,
+    #[arg(long, hide = true)]
+    pub priority: Option<String>,
+    #[arg(long, hide = true)]
+    pub profile: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "ALL")]
+    pub propagate: Option<String>,
+    #[arg(short = 'W', long, hide = true, action = ArgAction::SetTrue)]
+    pub wait: bool,
+    #[arg(long = "wait-all-nodes", hide = true)]
+    pub wait_all_nodes: Option<String>,
+    #[arg(long, hide = true)]
+    pub container: Option<String>,
+    #[arg(long, hide = true)]
+    pub network: Option<String>,
+    #[arg(long = "acctg-freq", hide = true)]
+    pub acctg_freq: Option<String>,
+    #[arg(short = 'M', long, hide = true)]
+    pub clusters: Option<String>,
+    #[arg(long = "spread-job", hide = true, action = ArgAction::SetTrue)]
+    pub spread_job: bool,
+    #[arg(long = "use-min-nodes", hide = true, action = ArgAction::SetTrue)]
+    pub use_min_nodes: bool,
+    #[arg(short = 'S', long = "core-spec", hide = true)]
+    pub core_spec: Option<String>,
+    #[arg(long = "thread-spec", hide = true)]
+    pub thread_spec: Option<String>,
+    #[arg(short = 'O', long, hide = true, action = ArgAction::SetTrue)]
+    pub overcommit: bool,
+    #[arg(short = 's', long, hide = true, action = ArgAction::SetTrue)]
+    pub oversubscribe: bool,
+    #[arg(short = 'Q', long, hide = true, action = ArgAction::SetTrue)]
+    pub quiet: bool,
+    #[arg(short = 'v', long, hide = true, action = ArgAction::Count)]
+    pub verbose: u8,
+    #[arg(long = "test-only", hide = true, action = ArgAction::SetTrue)]
+    pub test_only: bool,
+    #[arg(long = "time-min", hide = true)]
+    pub time_min: Option<String>,
+    #[arg(long, hide = true)]
+    pub mincpus: Option<String>,
+    #[arg(long, hide = true)]
+    pub gid: Option<String>,
+    #[arg(short = 'I', long, hide = true, num_args = 0..=1, default_missing_value = "")]
+    pub immediate: Option<String>,
+    #[arg(short = 'F', long, hide = true)]
+    pub nodefile: Option<String>,
+    #[arg(long = "export-file", hide = true)]
+    pub export_file: Option<String>,
+
+    /// The batch script (or, with --torchrun, the training program) and its arguments.
+    #[arg(trailing_var_arg = true, num_args = 0..)]
+    pub script: Vec<String>,
+}
+
+impl SubArgs {
+    /// Options given that gsched accepts but does not act on yet.
+    pub fn ignored(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        macro_rules! ign {
+            ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
+        }
+        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user", signal => "--signal", nice => "--nice",
+            comment => "--comment", wckey => "--wckey", licenses => "--licenses", begin => "--begin", deadline => "--deadline", open_mode => "--open-mode",
+            get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
+            distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_bind => "--gpu-bind", gpu_freq => "--gpu-freq",
+            threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",
+            ntasks_per_core => "--ntasks-per-core", ntasks_per_socket => "--ntasks-per-socket", ntasks_per_gpu => "--ntasks-per-gpu",
+            gpus_per_socket => "--gpus-per-socket", tmp => "--tmp", priority => "--priority", profile => "--profile", propagate => "--propagate",
+            wait_all_nodes => "--wait-all-nodes", container => "--container", network => "--network", acctg_freq => "--acctg-freq", clusters => "--clusters",
+            core_spec => "--core-spec", thread_spec => "--thread-spec", time_min => "--time-min", mincpus => "--mincpus", gid => "--gid",
+            immediate => "--immediate", nodefile => "--nodefile", export_file => "--export-file");
+        if self.wait {
+            v.push("--wait");
+        }
+        if self.spread_job {
+            v.push("--spread-job");
+        }
+        if self.use_min_nodes {
+            v.push("--use-min-nodes");
+        }
+        if self.overcommit {
+            v.push("--overcommit");
+        }
+        if self.oversubscribe {
+            v.push("--oversubscribe");
+        }
+        if self.test_only {
+            v.push("--test-only");
+        }
+        v
+    }
+}

@@ -1,0 +1,160 @@
+//! `gsub`'s options: sbatch's names (with its unambiguous abbreviations, [`flags`]),
+//! `#SBATCH` and `#GSUB` directives read from the script ([`directives`]; the command line
+//! wins), and the resolution of all of it into a [`JobSpec`](gsched_types::job::JobSpec)
+//! the way sbatch resolves it ([`resolve`]). Options sbatch has that gsched does not act
+//! on yet are accepted with a warning that names them; options sbatch does not know are
+//! refused.
+
+pub mod directives;
+pub mod flags;
+pub mod resolve;
+
+pub use directives::{directives, split_words};
+pub use flags::SubArgs;
+pub use resolve::{SubmitContext, dry_run_json, resolve};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::collections::BTreeMap;
+
+    fn ctx() -> SubmitContext {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".into(), "/usr/bin".into());
+        env.insert("NCCL_DEBUG".into(), "INFO".into());
+        SubmitContext {
+            cwd: "/home/a".into(),
+            env,
+            user: "alice".into(),
+            uid: Some(1000),
+            gid: Some(1000),
+            is_root: false,
+        }
+    }
+
+    fn parse_args(v: &[&str]) -> SubArgs {
+        SubArgs::try_parse_from(std::iter::once("gsub").chain(v.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn directives_stop_at_first_command_and_cli_wins() {
+        let script = "#!/bin/bash\n#SBATCH -N 2 --gpus-per-node=4 # two nodes\n#SBATCH --job-name 'my job'\n# plain comment\n#GSUB --time=1:00:00\necho hi\n#SBATCH --nodes=9\n";
+        let d = directives(script).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                "-N",
+                "2",
+                "--gpus-per-node=4",
+                "--job-name",
+                "my job",
+                "--time=1:00:00"
+            ]
+        );
+        let mut argv = vec!["gsub".to_string()];
+        argv.extend(d);
+        argv.extend(["-N".to_string(), "3".to_string(), "train.sh".to_string()]);
+        let args = SubArgs::try_parse_from(argv).unwrap();
+        let spec = resolve(&args, Some(script.into()), Some("train.sh"), &ctx()).unwrap();
+        assert_eq!(spec.nodes, 3, "the command line wins");
+        assert_eq!(spec.gpus_per_node, 4);
+        assert_eq!(spec.name, "my job");
+        assert_eq!(spec.time_limit_s, Some(3600));
+    }
+
+    #[test]
+    fn gpus_per_task_resolves_per_node() {
+        let a = parse_args(&[
+            "--ntasks-per-node=2",
+            "--gpus-per-task=2",
+            "-N",
+            "2",
+            "x.sh",
+        ]);
+        let s = resolve(&a, Some("#!/bin/sh\ntrue".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.gpus_per_node, s.ntasks, s.ntasks_per_node), (4, 4, 2));
+        let a = parse_args(&["--gres=gpu:a100:8", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.gpus_per_node, s.gpu_type.as_deref()), (8, Some("a100")));
+        let a = parse_args(&["--gres=gpu:8", "--gpus-per-node=4", "x.sh"]);
+        assert!(
+            resolve(&a, Some("true".into()), Some("x.sh"), &ctx())
+                .unwrap_err()
+                .contains("asks for")
+        );
+    }
+
+    #[test]
+    fn torchrun_jobs_get_a_cpu_per_worker_unless_told_otherwise() {
+        let a = parse_args(&["--gpus-per-node=4", "--torchrun", "train.py"]);
+        let s = resolve(&a, None, None, &ctx()).unwrap();
+        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (Some(1), 1));
+        let a = parse_args(&[
+            "--gpus-per-node=4",
+            "--cpus-per-task=16",
+            "--torchrun",
+            "train.py",
+        ]);
+        let s = resolve(&a, None, None, &ctx()).unwrap();
+        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (None, 16));
+        let a = parse_args(&["--gpus-per-node=4", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            s.cpus_per_gpu, None,
+            "batch scripts keep Slurm's one CPU per task"
+        );
+    }
+
+    #[test]
+    fn abbreviations_and_unknown_options() {
+        let a = parse_args(&["--err=e.log", "--job=j", "x.sh"]);
+        assert_eq!(a.error.as_deref(), Some("e.log"));
+        assert_eq!(a.job_name.as_deref(), Some("j"));
+        assert!(SubArgs::try_parse_from(["gsub", "--frobnicate", "x.sh"]).is_err());
+        let a = parse_args(&["--hint=nomultithread", "--reservation=r", "x.sh"]);
+        assert_eq!(a.ignored(), vec!["--hint", "--reservation"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_flag_named() {
+        for (argv, needle) in [
+            (vec!["-N", "-2", "x.sh"], "negative"),
+            (vec!["-N", "two", "x.sh"], "--nodes"),
+            (vec!["--time=1:2:3:4", "x.sh"], "--time"),
+            (vec!["--mem=lots", "x.sh"], "memory"),
+            (vec!["-n", "3", "-N", "2", "x.sh"], "multiple"),
+            (
+                vec!["--mem=1G", "--mem-per-gpu=1G", "x.sh"],
+                "mutually exclusive",
+            ),
+        ] {
+            let a = SubArgs::try_parse_from(std::iter::once("gsub").chain(argv.iter().copied()));
+            let err = match a {
+                Ok(a) => resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err(),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(needle), "{argv:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn export_keeps_explicit_values_apart() {
+        let a = parse_args(&["--export=ALL,NCCL_SOCKET_IFNAME=ib0,NCCL_DEBUG", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            s.env_overrides
+                .get("NCCL_SOCKET_IFNAME")
+                .map(String::as_str),
+            Some("ib0")
+        );
+        assert_eq!(
+            s.env_overrides.get("NCCL_DEBUG").map(String::as_str),
+            Some("INFO")
+        );
+        assert!(s.env.contains_key("PATH"));
+        let a = parse_args(&["--export=NONE", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert!(!s.env.contains_key("NCCL_DEBUG"));
+    }
+}

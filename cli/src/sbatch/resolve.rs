@@ -1,0 +1,400 @@
+//! The resolution of options, directives and the script into a job spec, as sbatch
+//! resolves them: node and task counts, the GPU spellings (which must agree), memory,
+//! time, arrays, dependencies, node lists, the environment to export and the identity.
+
+use super::directives::split_words;
+use super::flags::SubArgs;
+use gsched_types::hostlist;
+use gsched_types::job::{JobSpec, TorchrunSpec};
+use gsched_types::parse;
+use std::collections::BTreeMap;
+
+/// The submitting side's facts gsub resolves against.
+pub struct SubmitContext {
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    pub user: String,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub is_root: bool,
+}
+
+fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
+    v.as_deref().map(|s| parse::count(s, flag)).transpose()
+}
+
+/// Resolves options and script into a job spec, as sbatch would.
+pub fn resolve(
+    args: &SubArgs,
+    script_text: Option<String>,
+    script_name: Option<&str>,
+    ctx: &SubmitContext,
+) -> Result<JobSpec, String> {
+    let nodes = match args.nodes.as_deref() {
+        None => 1,
+        Some(s) => {
+            // sbatch accepts MIN-MAX; gsched takes the minimum.
+            let first = if s.starts_with('-') {
+                s
+            } else {
+                s.split_once('-').map(|(a, _)| a).unwrap_or(s)
+            };
+            let n = parse::count(first, "--nodes")?;
+            if n == 0 {
+                return Err("--nodes must be at least 1".into());
+            }
+            n
+        }
+    };
+    let mut ntasks = count(&args.ntasks, "--ntasks")?;
+    let mut per_node = count(&args.ntasks_per_node, "--ntasks-per-node")?;
+    if ntasks == Some(0) || per_node == Some(0) {
+        return Err("task counts must be at least 1".into());
+    }
+    match (ntasks, per_node) {
+        (Some(n), Some(m)) if n != nodes * m && n > nodes * m => {
+            return Err(format!(
+                "--ntasks={n} does not fit --nodes={nodes} x --ntasks-per-node={m}"
+            ));
+        }
+        (Some(n), None) => {
+            if n % nodes != 0 {
+                return Err(format!(
+                    "--ntasks={n} must be a multiple of --nodes={nodes} (gsched places the same number of tasks on every node)"
+                ));
+            }
+            per_node = Some(n / nodes);
+        }
+        (None, Some(m)) => ntasks = Some(nodes * m),
+        _ => {}
+    }
+    let per_node = per_node.unwrap_or(1);
+    let ntasks = ntasks.unwrap_or(nodes * per_node);
+    let cpus_per_task = count(&args.cpus_per_task, "--cpus-per-task")?.unwrap_or(1);
+    if cpus_per_task == 0 {
+        return Err("--cpus-per-task must be at least 1".into());
+    }
+
+    // GPUs: every spelling must agree.
+    let mut gpu: Option<(u32, Option<String>, &str)> = None;
+    let mut agree = |count: u32, ty: Option<String>, flag: &'static str| -> Result<(), String> {
+        match &gpu {
+            Some((c, t, other)) if *c != count || (ty.is_some() && t.is_some() && *t != ty) => Err(
+                format!("{flag} asks for {count} GPUs per node but {other} asks for {c}"),
+            ),
+            Some((_, t, other)) => {
+                gpu = Some((count, ty.or(t.clone()), other));
+                Ok(())
+            }
+            None => {
+                gpu = Some((count, ty, flag));
+                Ok(())
+            }
+        }
+    };
+    if let Some(g) = &args.gpus_per_node {
+        let r = parse::gpus(g, "--gpus-per-node")?;
+        agree(r.count, r.gpu_type, "--gpus-per-node")?;
+    }
+    if let Some(g) = &args.gres {
+        let r = parse::gres(g)?;
+        agree(r.count, r.gpu_type, "--gres")?;
+    }
+    let gpus_per_task = match &args.gpus_per_task {
+        Some(g) => {
+            let r = parse::gpus(g, "--gpus-per-task")?;
+            agree(r.count * per_node, r.gpu_type, "--gpus-per-task")?;
+            Some(r.count)
+        }
+        None => None,
+    };
+    if let Some(g) = &args.gpus {
+        let r = parse::gpus(g, "--gpus")?;
+        if r.count % nodes != 0 {
+            return Err(format!(
+                "--gpus={} cannot be spread evenly over {nodes} nodes",
+                r.count
+            ));
+        }
+        agree(r.count / nodes, r.gpu_type, "--gpus")?;
+    }
+    let (gpus_per_node, gpu_type) = gpu.map(|(c, t, _)| (c, t)).unwrap_or((0, None));
+
+    // torchrun starts one worker per GPU from a single task: give each worker a CPU of its
+    // own unless the user said otherwise (one CPU for eight workers is a silent slowdown once
+    // the cpuset is enforced).
+    let cpus_per_gpu = match count(&args.cpus_per_gpu, "--cpus-per-gpu")? {
+        None if args.torchrun && args.cpus_per_task.is_none() && gpus_per_node > 0 => Some(1),
+        explicit => explicit,
+    };
+    let mem_flags = [
+        args.mem.is_some(),
+        args.mem_per_gpu.is_some(),
+        args.mem_per_cpu.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
+    if mem_flags > 1 {
+        return Err("--mem, --mem-per-gpu and --mem-per-cpu are mutually exclusive".into());
+    }
+    let mut mem_mb = args.mem.as_deref().map(parse::mem_mb).transpose()?;
+    let mem_per_gpu_mb = args.mem_per_gpu.as_deref().map(parse::mem_mb).transpose()?;
+    if let Some(per_cpu) = args.mem_per_cpu.as_deref().map(parse::mem_mb).transpose()? {
+        let cpus = match cpus_per_gpu {
+            Some(c) if gpus_per_node > 0 => (c * gpus_per_node).max(per_node * cpus_per_task),
+            _ => per_node * cpus_per_task,
+        };
+        mem_mb = Some(per_cpu * u64::from(cpus));
+    }
+    let time_limit_s = match &args.time {
+        Some(t) => parse::time_limit(t).map_err(|e| format!("--time: {e}"))?,
+        None => None,
+    };
+    let (array, array_limit) = match &args.array {
+        Some(a) => {
+            let (ids, limit) = parse::array(a)?;
+            (Some(ids), limit)
+        }
+        None => (None, None),
+    };
+    let dependency = args
+        .dependency
+        .as_deref()
+        .map(parse::dependency)
+        .transpose()?
+        .unwrap_or_default();
+    let nodelist = args
+        .nodelist
+        .as_deref()
+        .map(hostlist::expand)
+        .transpose()?
+        .unwrap_or_default();
+    let exclude = args
+        .exclude
+        .as_deref()
+        .map(hostlist::expand)
+        .transpose()?
+        .unwrap_or_default();
+    if nodelist.len() as u32 > nodes {
+        return Err(format!(
+            "--nodelist names {} nodes but --nodes is {nodes}",
+            nodelist.len()
+        ));
+    }
+    if let Some(n) = nodelist.iter().find(|n| exclude.contains(n)) {
+        return Err(format!(
+            "node {n} is both required (--nodelist) and excluded (--exclude)"
+        ));
+    }
+    let workdir = match &args.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{}/{d}", ctx.cwd.trim_end_matches('/')),
+        None => ctx.cwd.clone(),
+    };
+    let Exported {
+        env,
+        overrides: env_overrides,
+    } = export(args.export.as_deref(), &ctx.env)?;
+    let (user, uid) = match &args.uid {
+        Some(u) if !ctx.is_root => return Err(format!("--uid={u} needs root")),
+        Some(u) => match u.parse::<u32>() {
+            Ok(n) => (
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(n))
+                    .ok()
+                    .flatten()
+                    .map(|x| x.name)
+                    .ok_or(format!("no user with uid {n}"))?,
+                Some(n),
+            ),
+            Err(_) => (
+                u.clone(),
+                nix::unistd::User::from_name(u)
+                    .ok()
+                    .flatten()
+                    .map(|x| x.uid.as_raw()),
+            ),
+        },
+        None => (ctx.user.clone(), ctx.uid),
+    };
+    let max_restarts = count(&args.max_restarts, "--max-restarts")?;
+    let (script, script_args, torchrun, default_name) = if args.torchrun {
+        let Some((program, rest)) = args.script.split_first() else {
+            return Err(
+                "--torchrun needs the training program: gsub --torchrun train.py [args]".into(),
+            );
+        };
+        let extra = args
+            .torchrun_args
+            .as_deref()
+            .map(split_words)
+            .transpose()?
+            .unwrap_or_default();
+        (
+            String::new(),
+            Vec::new(),
+            Some(TorchrunSpec {
+                program: program.clone(),
+                args: rest.to_vec(),
+                extra_args: extra,
+            }),
+            program.rsplit('/').next().unwrap_or(program).to_string(),
+        )
+    } else if let Some(w) = &args.wrap {
+        (
+            format!("#!/bin/sh\n# This script was created by gsub --wrap\n{w}\n"),
+            Vec::new(),
+            None,
+            "wrap".to_string(),
+        )
+    } else {
+        let text = script_text.ok_or("no batch script given")?;
+        if text.trim().is_empty() {
+            return Err("the batch script is empty".into());
+        }
+        let args_rest = args.script.iter().skip(1).cloned().collect();
+        (
+            text,
+            args_rest,
+            None,
+            script_name
+                .map(|n| n.rsplit('/').next().unwrap_or(n).to_string())
+                .unwrap_or_else(|| "gsub".into()),
+        )
+    };
+    let exclusive = match args.exclusive.as_deref() {
+        None => false,
+        Some("node" | "" | "user" | "mcs" | "topo") => true,
+        Some(other) => {
+            return Err(format!(
+                "--exclusive={other}: use --exclusive or --exclusive=user"
+            ));
+        }
+    };
+    Ok(JobSpec {
+        name: args.job_name.clone().unwrap_or(default_name),
+        user,
+        uid,
+        gid: ctx.gid,
+        account: args.account.clone(),
+        partition: args.partition.clone(),
+        qos: args.qos.clone(),
+        nodes,
+        gpus_per_node,
+        gpu_type,
+        ntasks,
+        ntasks_per_node: per_node,
+        cpus_per_task,
+        cpus_per_gpu,
+        gpus_per_task,
+        mem_mb,
+        mem_per_gpu_mb,
+        time_limit_s,
+        output: args.output.clone(),
+        error: args.error.clone(),
+        requeue: args.requeue && !args.no_requeue,
+        exclusive,
+        array,
+        array_limit,
+        constraint: args.constraint.clone(),
+        nodelist,
+        exclude,
+        dependency,
+        workdir,
+        submit_dir: ctx.cwd.clone(),
+        script,
+        script_args,
+        env,
+        env_overrides,
+        torchrun,
+        hold: args.hold,
+        max_restarts,
+        umask: None,
+    })
+}
+
+/// What `--export` passes to the job.
+struct Exported {
+    /// Inherited from the submitting shell (gsched's NCCL/CUDA settings win over these).
+    env: BTreeMap<String, String>,
+    /// Given explicitly (these win over gsched's settings).
+    overrides: BTreeMap<String, String>,
+}
+
+/// `--export`: ALL (default), NONE, or NAME[=VALUE] items (with or without ALL).
+fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<Exported, String> {
+    let spec = spec.unwrap_or("ALL");
+    let mut env = BTreeMap::new();
+    let mut overrides = BTreeMap::new();
+    let mut all = false;
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item {
+            "ALL" => all = true,
+            "NONE" | "NIL" => {}
+            _ => match item.split_once('=') {
+                Some((k, v)) => {
+                    if k.is_empty() {
+                        return Err(format!("--export item '{item}' has no name"));
+                    }
+                    overrides.insert(k.to_string(), v.to_string());
+                }
+                None => {
+                    if let Some(v) = current.get(item) {
+                        overrides.insert(item.to_string(), v.clone());
+                    }
+                }
+            },
+        }
+    }
+    if all {
+        env = current
+            .iter()
+            .filter(|(k, _)| {
+                !k.starts_with("SLURM_")
+                    && !k.starts_with("GSCHED_JOB")
+                    && *k != "CUDA_VISIBLE_DEVICES"
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+    } else if let Some(p) = current.get("PATH") {
+        env.insert("PATH".into(), p.clone());
+    }
+    Ok(Exported { env, overrides })
+}
+
+/// The dry-run document: the request resolved, as `gsub --dry-run --json` prints it.
+pub fn dry_run_json(spec: &JobSpec) -> serde_json::Value {
+    serde_json::json!({
+        "job_name": spec.name,
+        "user": spec.user,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "gpu_type": spec.gpu_type,
+        "ntasks": spec.ntasks,
+        "ntasks_per_node": spec.ntasks_per_node,
+        "cpus_per_task": spec.cpus_per_task,
+        "cpus_per_gpu": spec.cpus_per_gpu,
+        "gpus_per_task": spec.gpus_per_task,
+        "mem_mb": spec.mem_mb,
+        "mem_per_gpu_mb": spec.mem_per_gpu_mb,
+        "time_limit_s": spec.time_limit_s,
+        "partition": spec.partition,
+        "account": spec.account,
+        "qos": spec.qos,
+        "output": spec.output.clone().unwrap_or_else(|| if spec.array.is_some() { "gsched-%A_%a.out".into() } else { "gsched-%j.out".into() }),
+        "error": spec.error,
+        "workdir": spec.workdir,
+        "requeue": spec.requeue,
+        "exclusive": spec.exclusive,
+        "array": spec.array,
+        "array_limit": spec.array_limit,
+        "constraint": spec.constraint,
+        "nodelist": spec.nodelist,
+        "exclude": spec.exclude,
+        "dependency": spec.dependency,
+        "hold": spec.hold,
+        "script_args": spec.script_args,
+        "torchrun": spec.torchrun,
+        "export_overrides": spec.env_overrides,
+    })
+}

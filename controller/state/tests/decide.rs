@@ -1,0 +1,365 @@
+//! The leader's decisions, table by table: what kills say (cause, grace, reason), when
+//! launches and kills are sent and re-sent, when a gang stop waits for a peer's report,
+//! which time limit applies (a job's own, its partition's default, none) and when a node
+//! counts as lost.
+
+use gsched_scheduler::config::PartitionConfig;
+use gsched_scheduler::{SchedConfig, plan};
+use gsched_state::decide::{self, DispatchConfig, DispatchMemo, KillOrder};
+use gsched_state::view::{ViewCache, snapshot};
+use gsched_state::*;
+use gsched_types::agent::{ControllerToAgent, StepRef};
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{JobId, JobSpec, JobState};
+use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+fn topo(gpus: u32) -> Topology {
+    let mut t = Topology::empty("test");
+    for i in 0..gpus {
+        t.gpus.push(Gpu::new(i));
+    }
+    t.gpu_links = (0..gpus)
+        .map(|i| {
+            (0..gpus)
+                .map(|j| {
+                    if i == j {
+                        LinkClass::SameDevice
+                    } else {
+                        LinkClass::NvLink(4)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    t.numa_nodes = vec![NumaNode {
+        id: 0,
+        cpus: "0-15".into(),
+        memory_mib: Some(65536),
+    }];
+    t.memory_mib = Some(65536);
+    t
+}
+
+fn apply(s: &mut ClusterState, cmd: Command, at: u64) -> Outcome {
+    s.apply(&Envelope::new(cmd, at, None))
+}
+
+fn cluster(nodes: &[&str], config: SchedConfig) -> ClusterState {
+    let mut s = ClusterState::default();
+    apply(
+        &mut s,
+        Command::SetConfig(SetConfig {
+            config: Box::new(config),
+        }),
+        1,
+    );
+    for n in nodes {
+        let reg = RegisterNode {
+            name: n.to_string(),
+            address: "127.0.0.1:1".into(),
+            training_addr: "127.0.0.1".into(),
+            topology: topo(4),
+            features: vec![],
+            agent_version: "test".into(),
+            known_steps: vec![],
+        };
+        assert_eq!(apply(&mut s, Command::RegisterNode(reg), 1), Outcome::Ok);
+    }
+    s
+}
+
+/// Submits `spec` and runs one scheduling pass the way the leader does.
+fn run(s: &mut ClusterState, spec: JobSpec, at: u64) -> JobId {
+    let Outcome::Submitted { jobs } = apply(s, Command::SubmitJob(SubmitJob { spec }), at) else {
+        panic!("submit refused")
+    };
+    let p = plan(&snapshot(s, &mut ViewCache::default()), at);
+    for cmd in decide::commands_for(p, s) {
+        apply(s, cmd, at);
+    }
+    assert_eq!(s.jobs[&jobs[0]].state, JobState::Running);
+    jobs[0]
+}
+
+fn gpu_job(nodes: u32, limit: Option<u64>) -> JobSpec {
+    let mut spec = JobSpec::simple("j", "alice", "#!/bin/sh\ntrue\n");
+    spec.nodes = nodes;
+    spec.gpus_per_node = 2;
+    spec.time_limit_s = limit;
+    spec
+}
+
+fn failure(kind: FailureKind, evidence: &str) -> Failure {
+    Failure::new(kind, evidence, 5).on("n1")
+}
+
+#[test]
+fn kill_orders_name_the_cause_and_the_grace() {
+    let cfg = DispatchConfig {
+        kill_grace_s: 30,
+        gang_stop_grace_s: 3,
+        ..Default::default()
+    };
+    let cases: Vec<(Option<Failure>, FailureKind, u64)> = vec![
+        (None, FailureKind::GangStopped, 3),
+        (
+            Some(failure(FailureKind::Cancelled, "cancelled by alice")),
+            FailureKind::Cancelled,
+            30,
+        ),
+        (
+            Some(failure(FailureKind::Timeout, "time limit")),
+            FailureKind::Timeout,
+            30,
+        ),
+        (
+            Some(failure(FailureKind::Preempted, "for job 9")),
+            FailureKind::Preempted,
+            30,
+        ),
+        (
+            Some(failure(FailureKind::NcclTimeout, "watchdog")),
+            FailureKind::GangStopped,
+            3,
+        ),
+        (
+            Some(failure(FailureKind::GpuLost { gpu: Some(1) }, "Xid 79")),
+            FailureKind::GangStopped,
+            3,
+        ),
+        (
+            Some(failure(FailureKind::ExitCode { code: 2 }, "exit 2")),
+            FailureKind::GangStopped,
+            3,
+        ),
+    ];
+    for (f, cause, grace_s) in cases {
+        let KillOrder {
+            cause: got,
+            grace_s: got_grace,
+            reason,
+        } = decide::kill_order(f.as_ref(), &cfg);
+        assert_eq!((got, got_grace), (cause.clone(), grace_s), "{f:?}");
+        match &f {
+            Some(f) => assert!(reason.contains(&f.evidence), "{reason}"),
+            None => assert_eq!(reason, "job ending"),
+        }
+    }
+}
+
+#[test]
+fn launches_go_to_connected_agents_once_and_again_if_unconfirmed() {
+    let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+    let job = run(&mut s, gpu_job(2, Some(600)), 10);
+    let cfg = DispatchConfig::default();
+    let mut memo = DispatchMemo::default();
+    let t0 = Instant::now();
+    let mut connected: BTreeMap<String, Vec<StepRef>> = BTreeMap::new();
+    connected.insert("n1".into(), vec![]);
+    let round = decide::dispatch(&s, &connected, &mut memo, &cfg, t0);
+    assert_eq!(
+        round.sends.len(),
+        1,
+        "only the connected node gets its launch"
+    );
+    let (node, ControllerToAgent::Launch(l)) = &round.sends[0] else {
+        panic!("{:?}", round.sends)
+    };
+    assert_eq!((node.as_str(), l.job, l.node_rank), ("n1", job, 0));
+    assert_eq!(l.time_limit_s, Some(600));
+    let again = decide::dispatch(&s, &connected, &mut memo, &cfg, t0 + Duration::from_secs(1));
+    assert!(again.sends.is_empty(), "not re-sent within 3 s");
+    let late = decide::dispatch(&s, &connected, &mut memo, &cfg, t0 + Duration::from_secs(4));
+    assert_eq!(
+        late.sends.len(),
+        1,
+        "re-sent when still unconfirmed after 3 s"
+    );
+    connected.insert("n1".into(), vec![StepRef { job, attempt: 0 }]);
+    let confirmed = decide::dispatch(&s, &connected, &mut memo, &cfg, t0 + Duration::from_secs(9));
+    assert!(
+        confirmed.sends.is_empty(),
+        "the agent runs it: nothing to send"
+    );
+}
+
+#[test]
+fn a_gang_stop_that_blames_a_peer_waits_for_the_peers_report() {
+    let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+    let job = run(&mut s, gpu_job(2, None), 10);
+    let echo = Failure::new(
+        FailureKind::NcclError,
+        "NCCL WARN socketProgress: Connection closed by remote peer",
+        20,
+    )
+    .on("n2");
+    let report = StepFailed {
+        job,
+        attempt: 0,
+        node: "n2".into(),
+        failure: echo,
+    };
+    apply(&mut s, Command::StepFailed(report), 20);
+    assert_eq!(s.jobs[&job].state, JobState::Completing);
+    let cfg = DispatchConfig::default();
+    let mut memo = DispatchMemo::default();
+    let mut connected = BTreeMap::new();
+    for n in ["n1", "n2"] {
+        connected.insert(n.to_string(), vec![StepRef { job, attempt: 0 }]);
+    }
+    let t0 = Instant::now();
+    let held = decide::dispatch(&s, &connected, &mut memo, &cfg, t0);
+    assert!(held.waiting && held.sends.is_empty(), "{held:?}");
+    let later = decide::dispatch(
+        &s,
+        &connected,
+        &mut memo,
+        &cfg,
+        t0 + cfg.peer_report_wait * 2,
+    );
+    assert!(!later.waiting);
+    assert_eq!(
+        later.sends.len(),
+        2,
+        "both nodes are stopped once the wait is over"
+    );
+    for (_, msg) in &later.sends {
+        let ControllerToAgent::Kill { cause, grace_s, .. } = msg else {
+            panic!("{msg:?}")
+        };
+        assert_eq!(
+            (cause, *grace_s),
+            (&FailureKind::GangStopped, cfg.gang_stop_grace_s)
+        );
+    }
+}
+
+#[test]
+fn steps_the_state_does_not_want_are_killed() {
+    let mut s = cluster(&["n1"], SchedConfig::default());
+    let job = run(&mut s, gpu_job(1, None), 10);
+    let cancel = CancelJob {
+        job,
+        by: "alice".into(),
+        admin: false,
+    };
+    apply(&mut s, Command::CancelJob(cancel), 11);
+    let stale = StepExited {
+        job,
+        attempt: 0,
+        node: "n1".into(),
+        code: Some(0),
+        signal: Some(15),
+        failure: None,
+    };
+    apply(&mut s, Command::StepExited(stale), 12);
+    assert_eq!(s.jobs[&job].state, JobState::Cancelled);
+    // The agent still reports the step (and one of a job that never existed).
+    let mut connected = BTreeMap::new();
+    connected.insert(
+        "n1".to_string(),
+        vec![
+            StepRef { job, attempt: 0 },
+            StepRef {
+                job: JobId(999),
+                attempt: 0,
+            },
+        ],
+    );
+    let round = decide::dispatch(
+        &s,
+        &connected,
+        &mut DispatchMemo::default(),
+        &DispatchConfig::default(),
+        Instant::now(),
+    );
+    let killed: Vec<JobId> = round
+        .sends
+        .iter()
+        .map(|(_, m)| match m {
+            ControllerToAgent::Kill { job, reason, .. } => {
+                assert!(reason.contains("no longer running"));
+                *job
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(killed, vec![job, JobId(999)]);
+}
+
+#[test]
+fn the_time_limit_is_the_jobs_own_else_its_partitions_default() {
+    let config = SchedConfig {
+        partitions: vec![
+            PartitionConfig {
+                name: "short".into(),
+                nodes: None,
+                default: true,
+                max_time_s: None,
+                default_time_s: Some(120),
+                priority: 0,
+                max_nodes: None,
+            },
+            PartitionConfig {
+                name: "long".into(),
+                nodes: None,
+                default: false,
+                max_time_s: None,
+                default_time_s: None,
+                priority: 0,
+                max_nodes: None,
+            },
+        ],
+        ..Default::default()
+    };
+    let mut s = cluster(&["n1", "n2", "n3", "n4"], config);
+    let own = run(&mut s, gpu_job(1, Some(60)), 1_000);
+    // Submitted without -p: the default partition's default applies (this was looked up
+    // under partition "" and never applied).
+    let defaulted = run(&mut s, gpu_job(1, None), 1_000);
+    let mut long = gpu_job(1, None);
+    long.partition = Some("long".into());
+    let unlimited = run(&mut s, long, 1_000);
+    let cases = [(own, Some(60)), (defaulted, Some(120)), (unlimited, None)];
+    for (job, limit) in cases {
+        assert_eq!(s.config.time_limit_for(&s.jobs[&job].spec), limit);
+        let l = decide::launch_spec(&s, &s.jobs[&job], 0).unwrap();
+        assert_eq!(l.time_limit_s, limit, "launch of job {job}");
+    }
+    let slack = 40;
+    let overdue = |now_ms: u64| -> Vec<JobId> {
+        decide::overdue_jobs(&s, now_ms, slack)
+            .into_iter()
+            .map(|t| t.job)
+            .collect()
+    };
+    assert!(
+        overdue(1_000 + (60 + slack) * 1000).is_empty(),
+        "not past yet"
+    );
+    assert_eq!(overdue(1_001 + (60 + slack) * 1000), vec![own]);
+    assert_eq!(overdue(1_001 + (120 + slack) * 1000), vec![own, defaulted]);
+    assert_eq!(
+        overdue(u64::MAX / 2),
+        vec![own, defaulted],
+        "a job without a limit is never overdue"
+    );
+}
+
+#[test]
+fn silent_or_unknown_agents_are_lost_after_the_timeout() {
+    let s = cluster(&["n1", "n2", "n3"], SchedConfig::default());
+    let timeout = Duration::from_secs(6);
+    let silent = |n: &str| match n {
+        "n1" => Some(Duration::from_secs(1)),
+        "n2" => Some(Duration::from_secs(7)),
+        _ => None,
+    };
+    let lost: Vec<String> = decide::lost_nodes(&s, silent, timeout)
+        .into_iter()
+        .map(|l| l.node)
+        .collect();
+    assert_eq!(lost, vec!["n2", "n3"]);
+}

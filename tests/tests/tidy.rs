@@ -1,0 +1,298 @@
+//! Tidy checks over the workspace's own sources and manifests (in the spirit of
+//! rust-analyzer's): the pure crates depend on no runtime, transport, storage or clock;
+//! the replicated state machine iterates no randomly seeded map and calls no platform
+//! math; every `unsafe` says why it is sound; every module says what it is; every crate
+//! uses the workspace lints and every dependency it declares; nothing stray sits at the
+//! root.
+
+use gsched_tests::workspace;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The crates that must stay pure (no IO, no async, no clock), by package name and folder.
+const PURE: &[(&str, &str)] = &[
+    ("gsched-types", "proto/types"),
+    ("gsched-scheduler", "controller/scheduler"),
+    ("gsched-state", "controller/state"),
+    ("gsched-topology", "nodeagent/topology"),
+    ("gsched-launch", "nodeagent/launch"),
+];
+
+/// Every workspace member's folder.
+const MEMBERS: &[&str] = &[
+    "proto",
+    "proto/types",
+    "controller/state",
+    "controller/scheduler",
+    "controller/raft",
+    "controller/server",
+    "controller/sim",
+    "nodeagent/topology",
+    "nodeagent/launch",
+    "nodeagent/agent",
+    "cli",
+    "tests",
+];
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The crate's own sources: src/, tests/, benches/, examples/, support/ and build.rs.
+fn crate_sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for sub in ["src", "tests", "benches", "examples", "support"] {
+        files.extend(rust_files(&dir.join(sub)));
+    }
+    if dir.join("build.rs").exists() {
+        files.push(dir.join("build.rs"));
+    }
+    files
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Lines of code before a file's test module, `//` comment lines left out (a tidy check,
+/// not a parser: the patterns it looks for do not occur in strings).
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l))
+}
+
+#[test]
+fn pure_crates_depend_on_no_runtime_transport_storage_or_clock() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for (package, dir) in PURE {
+        let out = Command::new(&cargo)
+            .args([
+                "tree",
+                "--offline",
+                "--locked",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}",
+                "-p",
+                package,
+            ])
+            .current_dir(workspace())
+            .output()
+            .expect("run cargo tree");
+        assert!(
+            out.status.success(),
+            "cargo tree -p {package}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let tree = String::from_utf8_lossy(&out.stdout);
+        let names: BTreeSet<&str> = tree
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        for banned in ["tokio", "tonic", "sled", "hyper", "axum", "h2"] {
+            assert!(
+                !names.contains(banned),
+                "{package} depends on {banned} (normal dependencies: {names:?})"
+            );
+        }
+        for file in rust_files(&workspace().join(dir).join("src")) {
+            for (n, line) in code_lines(&read(&file)) {
+                for clock in ["SystemTime::now", "Instant::now", "UNIX_EPOCH"] {
+                    assert!(
+                        !line.contains(clock),
+                        "{}:{n} reads the clock ({clock}) in a pure crate",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn replicated_state_uses_no_seeded_maps_and_no_platform_math() {
+    let state = workspace().join("controller/state/src");
+    let scheduler = workspace().join("controller/scheduler/src");
+    let mut files = rust_files(&state);
+    files.extend(rust_files(&scheduler));
+    for file in files {
+        let in_state = file.starts_with(&state);
+        for (n, line) in code_lines(&read(&file)) {
+            // Fx maps hash with a fixed seed (same order on every replica); std's are
+            // randomly seeded per map, so iterating one makes results differ.
+            for map in ["std::collections::HashMap", "std::collections::HashSet"] {
+                assert!(
+                    !line.contains(map),
+                    "{}:{n}: {map} (use BTreeMap/BTreeSet or an Fx map)",
+                    file.display()
+                );
+            }
+            if in_state {
+                for f in [
+                    ".exp(", ".powf(", ".ln(", ".powi(", ".log2(", ".log10(", ".sqrt(",
+                ] {
+                    assert!(
+                        !line.contains(f),
+                        "{}:{n}: platform math {f} in the replicated state machine (use gsched_scheduler::decay)",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+    // The decay the state machine uses is the table one.
+    let jobs = read(&state.join("machine/jobs.rs"));
+    assert!(jobs.contains("use gsched_scheduler::decay::decay;"));
+    let decay = read(&scheduler.join("decay.rs"));
+    assert!(!code_lines(&decay).any(|(_, l)| l.contains(".exp(")));
+}
+
+#[test]
+fn every_unsafe_says_why_it_is_sound() {
+    let mut missing = Vec::new();
+    for member in MEMBERS {
+        // This file names the patterns it looks for.
+        for file in crate_sources(&workspace().join(member))
+            .into_iter()
+            .filter(|f| !f.ends_with("tidy.rs"))
+        {
+            let text = read(&file);
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let is_unsafe = code.contains("unsafe {")
+                    || code.contains("unsafe fn")
+                    || code.contains("unsafe impl")
+                    || code.trim_end().ends_with("unsafe");
+                if !is_unsafe || code.contains("unsafe_op_in_unsafe_fn") {
+                    continue;
+                }
+                let above = lines[i.saturating_sub(6)..i].join("\n");
+                if !above.contains("SAFETY:") && !line.contains("SAFETY:") {
+                    missing.push(format!("{}:{}", file.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "unsafe without a `// SAFETY:` comment: {missing:#?}"
+    );
+}
+
+#[test]
+fn every_module_says_what_it_is() {
+    let mut missing = Vec::new();
+    for member in MEMBERS {
+        for file in crate_sources(&workspace().join(member)) {
+            let text = read(&file);
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            if !first.starts_with("//!") {
+                missing.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "files without a `//!` line: {missing:#?}"
+    );
+}
+
+/// The dependency names a manifest section declares.
+fn declared(manifest: &str, section: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t == format!("[{section}]");
+            continue;
+        }
+        if inside
+            && let Some((name, _)) = t.split_once('=')
+            && !t.starts_with('#')
+        {
+            out.push(name.trim().split('.').next().unwrap_or("").to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_crate_uses_the_workspace_lints_and_every_dependency_it_declares() {
+    // Used only by code a build script generates.
+    let generated = [("proto", "prost"), ("proto", "tonic-prost")];
+    let mut problems = Vec::new();
+    for member in MEMBERS {
+        let dir = workspace().join(member);
+        let manifest = read(&dir.join("Cargo.toml"));
+        if !manifest.contains("[lints]\nworkspace = true") {
+            problems.push(format!("{member}: no `[lints] workspace = true`"));
+        }
+        let sources: String = crate_sources(&dir)
+            .iter()
+            .map(|f| read(f))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            for dep in declared(&manifest, section) {
+                let ident = dep.replace('-', "_");
+                let used = [
+                    format!("{ident}::"),
+                    format!("use {ident}"),
+                    format!("extern crate {ident}"),
+                    format!("{ident}!"),
+                    format!("#[{ident}"),
+                    format!("{ident}::{{"),
+                ]
+                .iter()
+                .any(|p| sources.contains(p.as_str()));
+                if !used && !generated.contains(&(*member, dep.as_str())) {
+                    problems.push(format!("{member}: [{section}] {dep} is never used"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn nothing_stray_is_committed_at_the_root() {
+    let out = Command::new("git")
+        .args(["ls-files"])
+        .current_dir(workspace())
+        .output()
+        .expect("run git ls-files");
+    assert!(out.status.success(), "git ls-files failed");
+    let stray: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|f| !f.contains('/'))
+        .filter(|f| {
+            [".log", ".out", ".tmp", ".swp"]
+                .iter()
+                .any(|x| f.ends_with(x))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(stray.is_empty(), "stray files at the root: {stray:?}");
+}
