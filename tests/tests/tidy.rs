@@ -168,6 +168,30 @@ fn replicated_state_uses_no_seeded_maps_and_no_platform_math() {
 }
 
 #[test]
+fn locks_follow_one_policy() {
+    // parking_lot's locks do not poison: no thread ever has to decide what a lock
+    // poisoned by another thread's panic means.
+    for member in MEMBERS {
+        for file in rust_files(&workspace().join(member).join("src")) {
+            for (n, line) in code_lines(&read(&file)) {
+                for banned in [
+                    "std::sync::Mutex",
+                    "std::sync::RwLock",
+                    "sync::{Mutex",
+                    "PoisonError",
+                ] {
+                    assert!(
+                        !line.contains(banned),
+                        "{}:{n}: {banned} (use parking_lot's locks)",
+                        file.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn every_unsafe_says_why_it_is_sound() {
     let mut missing = Vec::new();
     for member in MEMBERS {

@@ -359,7 +359,7 @@ pub async fn watch_nvml(
     let Ok(probe) = crate::nvml::NvmlProbe::init() else {
         return;
     };
-    let probe = Arc::new(std::sync::Mutex::new(probe));
+    let probe = Arc::new(parking_lot::Mutex::new(probe));
     let mut seen: std::collections::HashSet<(HealthKind, Option<u32>)> = Default::default();
     loop {
         tokio::time::sleep(every).await;
@@ -370,10 +370,7 @@ pub async fn watch_nvml(
             gpu_map.clone()
         };
         let p = probe.clone();
-        let Ok(events) = tokio::task::spawn_blocking(move || {
-            p.lock().map(|p| p.health(&devices)).unwrap_or_default()
-        })
-        .await
+        let Ok(events) = tokio::task::spawn_blocking(move || p.lock().health(&devices)).await
         else {
             continue;
         };

@@ -245,7 +245,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     drop(out_w);
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut copiers = 0;
-    let capture = std::sync::Arc::new(std::sync::Mutex::new(capture));
+    let capture = std::sync::Arc::new(parking_lot::Mutex::new(capture));
     for (read, user) in std::iter::once((out_r, user_out)).chain(
         err_pipe
             .map(|(r, w)| {
@@ -370,7 +370,7 @@ fn as_owner(
 }
 
 /// Copies a task stream to the user's file and to the private copy, until end-of-file.
-fn copy_output(mut from: File, mut user: File, capture: &std::sync::Mutex<File>) {
+fn copy_output(mut from: File, mut user: File, capture: &parking_lot::Mutex<File>) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -380,7 +380,8 @@ fn copy_output(mut from: File, mut user: File, capture: &std::sync::Mutex<File>)
             Err(_) => return,
         };
         let _ = user.write_all(&buf[..n]);
-        if let Ok(mut c) = capture.lock() {
+        {
+            let mut c = capture.lock();
             if c.stream_position().unwrap_or(0) > CAPTURE_LIMIT {
                 let _ = c.set_len(0);
             }
