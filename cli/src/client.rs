@@ -2,19 +2,86 @@
 //! leader hint a controller returns, and retries transient failures (elections, a dead
 //! controller) with the same request id until a time budget runs out, so a user sees a
 //! short delay during a failover rather than an error.
+//!
+//! Who the caller is travels as a fresh MUNGE credential on every request, over TLS
+//! checked against the cluster's CA (`GSCHED_TLS_CA`, else `/etc/gsched/tls/ca.pem`). A
+//! `--dev-local` cluster on loopback needs neither: the controller asks the kernel who
+//! owns the connection.
 
-use gsched_proto::LEADER_HINT;
+use gsched_proto::munge::Munge;
 use gsched_proto::pb::jobs_client::JobsClient;
+use gsched_proto::tls::Dialer;
+use gsched_proto::{LEADER_HINT, MUNGE_CREDENTIAL};
 use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+/// The Jobs API as the tools call it: every request carries the caller's credential.
+pub type Api = JobsClient<InterceptedService<Channel, Credential>>;
+
+/// Puts a fresh MUNGE credential on every request (nothing on `--dev-local` clusters).
+#[derive(Clone, Default)]
+pub struct Credential {
+    munge: Option<Arc<Munge>>,
+}
+
+impl Interceptor for Credential {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(m) = &self.munge {
+            let cred = m.encode(b"gsched").map_err(Status::unauthenticated)?;
+            let value = cred.parse().map_err(|_| {
+                Status::unauthenticated("munge made a credential that is not ASCII")
+            })?;
+            req.metadata_mut().insert(MUNGE_CREDENTIAL, value);
+        }
+        Ok(req)
+    }
+}
+
+/// How the tools reach controllers: TLS with the cluster's CA when one is configured
+/// (and then a MUNGE credential), else plaintext to loopback controllers.
+#[derive(Clone, Default)]
+pub struct Security {
+    pub dialer: Dialer,
+    pub credential: Credential,
+}
+
+impl Security {
+    /// From `GSCHED_TLS_CA` (or `/etc/gsched/tls/ca.pem` when it exists) and
+    /// `GSCHED_MUNGE_SOCKET`.
+    pub fn from_env() -> Result<Security, String> {
+        let ca = std::env::var_os("GSCHED_TLS_CA")
+            .map(PathBuf::from)
+            .or_else(|| {
+                let default = PathBuf::from("/etc/gsched/tls/ca.pem");
+                default.exists().then_some(default)
+            });
+        let Some(ca) = ca else {
+            return Ok(Security::default());
+        };
+        let socket = std::env::var_os("GSCHED_MUNGE_SOCKET").map(PathBuf::from);
+        let munge =
+            Munge::load(socket.as_deref()).map_err(|e| format!("cannot prove who you are: {e}"))?;
+        Ok(Security {
+            dialer: Dialer::user(&ca)?,
+            credential: Credential {
+                munge: Some(Arc::new(munge)),
+            },
+        })
+    }
+}
 
 pub struct Client {
     addrs: Vec<String>,
     current: usize,
     channel: Option<(String, Channel)>,
     budget: Duration,
+    security: Security,
 }
 
 /// Controllers from `--controllers`, else `GSCHED_CONTROLLERS`, else 127.0.0.1:6817.
@@ -41,7 +108,14 @@ fn retryable(s: &Status) -> bool {
 }
 
 impl Client {
+    /// A client of `addrs` with the security settings of the environment; exits with a
+    /// message when they are unusable.
     pub fn new(addrs: Vec<String>) -> Client {
+        let security = Security::from_env().unwrap_or_else(|e| die("gsched", e));
+        Client::with_security(addrs, security)
+    }
+
+    pub fn with_security(addrs: Vec<String>, security: Security) -> Client {
         let budget = std::env::var("GSCHED_RETRY_S")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
@@ -52,6 +126,7 @@ impl Client {
             current: 0,
             channel: None,
             budget,
+            security,
         }
     }
 
@@ -71,8 +146,11 @@ impl Client {
         {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Status::invalid_argument(format!("bad controller address {addr}: {e}")))?;
+        let ep = self
+            .security
+            .dialer
+            .endpoint(&addr)
+            .map_err(Status::invalid_argument)?;
         let ch = ep
             .connect_timeout(Duration::from_millis(800))
             .timeout(Duration::from_secs(15))
@@ -87,16 +165,14 @@ impl Client {
     /// Calls `f` until it succeeds, fails permanently, or the retry budget is spent.
     pub async fn call<T, F, Fut>(&mut self, mut f: F) -> Result<T, Status>
     where
-        F: FnMut(JobsClient<Channel>) -> Fut,
+        F: FnMut(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let start = Instant::now();
         let mut delay = Duration::from_millis(50);
         loop {
             let result = match self.channel().await {
-                Ok(ch) => f(JobsClient::new(ch).max_decoding_message_size(256 * 1024 * 1024))
-                    .await
-                    .map(|r| r.into_inner()),
+                Ok(ch) => f(self.api(ch)).await.map(|r| r.into_inner()),
                 Err(e) => Err(e),
             };
             match result {
@@ -125,14 +201,22 @@ impl Client {
         }
     }
 
+    fn api(&self, ch: Channel) -> Api {
+        JobsClient::with_interceptor(ch, self.security.credential.clone())
+            .max_decoding_message_size(256 * 1024 * 1024)
+    }
+
     /// Calls `f` on one specific controller, once.
-    pub async fn call_on<T, F, Fut>(addr: &str, f: F) -> Result<T, Status>
+    pub async fn call_on<T, F, Fut>(&self, addr: &str, f: F) -> Result<T, Status>
     where
-        F: FnOnce(JobsClient<Channel>) -> Fut,
+        F: FnOnce(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let ep = self
+            .security
+            .dialer
+            .endpoint(addr)
+            .map_err(Status::invalid_argument)?;
         let ch = ep
             .connect_timeout(Duration::from_millis(800))
             .timeout(Duration::from_secs(5))
@@ -140,7 +224,7 @@ impl Client {
             .connect()
             .await
             .map_err(|e| Status::unavailable(format!("cannot reach {addr}: {e}")))?;
-        f(JobsClient::new(ch)).await.map(|r| r.into_inner())
+        f(self.api(ch)).await.map(|r| r.into_inner())
     }
 }
 

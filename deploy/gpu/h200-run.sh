@@ -50,7 +50,7 @@ PY
 }
 agent_up() { # name extra...
     local name=$1; shift
-    gagentd --controllers $GSCHED_CONTROLLERS --name "$name" --state-dir "$W/$name" --training-addr "$IP" \
+    gagentd --dev-local --controllers $GSCHED_CONTROLLERS --name "$name" --state-dir "$W/$name" --training-addr "$IP" \
         --kmsg "$W/kmsg-$name" $SAFE "$@" >"$W/logs/agent-$name.log" 2>&1 &
     for _ in $(seq 1 100); do ginfo --json 2>/dev/null | grep -q "\"name\": \"$name\"" && return 0; sleep 0.2; done
     say "agent $name did not register"; tail -20 "$W/logs/agent-$name.log"
@@ -71,7 +71,7 @@ gagentd discover 2>&1 | tee -a "$SUM"
 for f in "$ROOT"/tests/fixtures/topo/h200-2gpu-nv18-vm-ansi-header.txt; do gagentd discover --nvidia-smi-topo "$f" >> "$W/logs/discover-fixture.txt" 2>&1; done
 
 say "== (2) one agent, both GPUs"
-gctld --id 1 --listen 127.0.0.1:6817 --data-dir "$W/ctl" --master-ports 29500-29599 --node-timeout 3 >"$W/logs/gctld.log" 2>&1 &
+gctld --dev-local --id 1 --listen 127.0.0.1:6817 --data-dir "$W/ctl" --master-ports 29500-29599 --node-timeout 3 >"$W/logs/gctld.log" 2>&1 &
 sleep 1
 agent_up h200 --restrict-gpu-devices
 ginfo | tee -a "$SUM"

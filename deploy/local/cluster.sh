@@ -29,13 +29,13 @@ start() {
     mkdir -p "$HOME_DIR/log"
     for id in 1 2 3; do
         if [ -f "$HOME_DIR/gctld$id.pid" ] && kill -0 "$(cat "$HOME_DIR/gctld$id.pid")" 2>/dev/null; then continue; fi
-        "$BIN/gctld" --id "$id" --listen "127.0.0.1:$((BASE+id))" --peers "$PEERS" \
+        "$BIN/gctld" --dev-local --id "$id" --listen "127.0.0.1:$((BASE+id))" --peers "$PEERS" \
             --data-dir "$HOME_DIR/controller$id" >>"$HOME_DIR/log/gctld$id.log" 2>&1 &
         echo $! >"$HOME_DIR/gctld$id.pid"
     done
     for n in 1 2; do
         if [ -f "$HOME_DIR/node$n.pid" ] && kill -0 "$(cat "$HOME_DIR/node$n.pid")" 2>/dev/null; then continue; fi
-        "$BIN/gagentd" --controllers "$CONTROLLERS" --name "node$n" --state-dir "$HOME_DIR/node$n" \
+        "$BIN/gagentd" --dev-local --controllers "$CONTROLLERS" --name "node$n" --state-dir "$HOME_DIR/node$n" \
             --fake-topology "$TOPO" --training-addr 127.0.0.1 --cgroup-root off \
             --kmsg "$HOME_DIR/node$n.kmsg" >>"$HOME_DIR/log/node$n.log" 2>&1 &
         echo $! >"$HOME_DIR/node$n.pid"

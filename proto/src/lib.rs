@@ -1,5 +1,7 @@
-//! The contract between gsched processes: the generated gRPC code for `schema/gsched.proto`
-//! and the JSON documents carried in its `bytes` fields ([`agent`] for the agent stream).
+//! The contract between gsched processes: the generated gRPC code for `schema/gsched.proto`,
+//! the JSON documents carried in its `bytes` fields ([`agent`] for the agent stream), and
+//! what every process needs to speak it safely: [`tls`] (certificates, identities, dialing),
+//! [`munge`] (user credentials) and [`clock`].
 
 #[allow(clippy::all)]
 pub mod pb {
@@ -8,6 +10,11 @@ pub mod pb {
 
 pub mod agent;
 pub mod clock;
+pub mod munge;
+pub mod tls;
 
 /// gRPC metadata key carrying the leader's client address when a controller redirects.
 pub const LEADER_HINT: &str = "gsched-leader";
+
+/// gRPC metadata key carrying the caller's MUNGE credential.
+pub const MUNGE_CREDENTIAL: &str = "gsched-munge";

@@ -116,6 +116,8 @@ pub struct Cluster {
     pub agents: Vec<Option<Proc>>,
     pub agent_opts: Vec<AgentOpts>,
     pub ctl_extra: Vec<String>,
+    /// How the daemons authenticate (`--dev-local` unless a test sets up certificates).
+    pub security: Vec<String>,
 }
 
 pub fn topology(name: &str) -> PathBuf {
@@ -146,6 +148,7 @@ impl Cluster {
             agents: Vec::new(),
             agent_opts: Vec::new(),
             ctl_extra,
+            security: vec!["--dev-local".to_string()],
         };
         for i in 0..n as usize {
             let p = c.spawn_controller(i);
@@ -188,6 +191,7 @@ impl Cluster {
             "--data-dir",
         ])
         .arg(self.path(&format!("ctl{id}")))
+        .args(&self.security)
         .args(&self.ctl_extra)
         .env(
             "GSCHED_LOG",
@@ -262,6 +266,7 @@ impl Cluster {
         .arg(self.path(&format!("agent-{}", o.name)))
         .arg("--fake-topology")
         .arg(&o.topology)
+        .args(&self.security)
         .args(["--training-addr", "127.0.0.1", "--kmsg"])
         .arg(self.path(&format!("kmsg-{}", o.name)))
         .args(["--cgroup-root", "off"])

@@ -90,7 +90,7 @@ fn main() {
     let mut client = Client::new(addrs.clone());
     let me = current_user();
     match args.cmd {
-        Cmd::Status { json } => rt.block_on(status(addrs, json)),
+        Cmd::Status { json } => rt.block_on(status(&client, addrs, json)),
         Cmd::Show {
             what: Show::Job { job, json },
         } => {
@@ -326,14 +326,16 @@ fn print_job(j: &JobRow) {
 
 /// Asks every controller it can find (the configured ones and the peers they name) for
 /// its status; fills in each one's lag behind the leader's commit index.
-async fn status(addrs: Vec<String>, json: bool) {
+async fn status(client: &Client, addrs: Vec<String>, json: bool) {
     let mut seen: Vec<String> = addrs.clone();
     let mut rows: Vec<StatusRow> = Vec::new();
     let mut i = 0;
     while i < seen.len() {
         let addr = seen[i].clone();
         i += 1;
-        let reply = Client::call_on(&addr, |mut c| async move { c.status(Empty {}).await }).await;
+        let reply = client
+            .call_on(&addr, |mut c| async move { c.status(Empty {}).await })
+            .await;
         let row = reply
             .map_err(|e| e.message().to_string())
             .and_then(|r| serde_json::from_slice::<StatusRow>(&r.json).map_err(|e| e.to_string()));

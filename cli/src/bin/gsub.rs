@@ -100,14 +100,12 @@ fn main() {
             .unwrap_or_else(|_| "/".into()),
         env: std::env::vars().collect(),
         user: current_user(),
-        uid: Some(nix::unistd::getuid().as_raw()),
-        gid: Some(nix::unistd::getgid().as_raw()),
-        is_root: nix::unistd::geteuid().is_root(),
+        umask: current_umask(),
     };
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
     let rt = gsched_cli::runtime();
     if args.dry_run {
-        rt.block_on(dry_run(&args, &spec));
+        rt.block_on(dry_run(&args, &spec, &ctx));
         return;
     }
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
@@ -132,10 +130,18 @@ fn main() {
     }
 }
 
+/// This process's umask (read by setting it and putting it back).
+fn current_umask() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o077));
+    umask(old);
+    old.bits()
+}
+
 /// Prints the resolved request; with a reachable controller, also where the job would
 /// run on an idle cluster and the environment each node's first task would get.
-async fn dry_run(args: &SubArgs, spec: &JobSpec) {
-    let mut doc = dry_run_json(spec);
+async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {
+    let mut doc = dry_run_json(spec, ctx);
     let mut client = Client::new(controller_list(args.controllers.as_deref()))
         .with_budget(std::time::Duration::from_secs(3));
     let req = SubmitRequest {

@@ -27,9 +27,7 @@ mod tests {
             cwd: "/home/a".into(),
             env,
             user: "alice".into(),
-            uid: Some(1000),
-            gid: Some(1000),
-            is_root: false,
+            umask: 0o022,
         }
     }
 

@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 pub struct SubmitContext {
     pub cwd: String,
     pub env: BTreeMap<String, String>,
+    /// The submitting user's name, as this host knows it (shown by `--dry-run`; the
+    /// controller decides who the job runs as from the verified caller).
     pub user: String,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub is_root: bool,
+    /// The submitting process's umask (the job's output files and files get it).
+    pub umask: u32,
 }
 
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
@@ -196,26 +197,14 @@ pub fn resolve(
         env,
         overrides: env_overrides,
     } = export(args.export.as_deref(), &ctx.env)?;
+    // Who the job runs as is the controller's decision, made from the verified caller;
+    // the request only says whether --uid asks for someone else (root and admins only).
     let (user, uid) = match &args.uid {
-        Some(u) if !ctx.is_root => return Err(format!("--uid={u} needs root")),
         Some(u) => match u.parse::<u32>() {
-            Ok(n) => (
-                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(n))
-                    .ok()
-                    .flatten()
-                    .map(|x| x.name)
-                    .ok_or(format!("no user with uid {n}"))?,
-                Some(n),
-            ),
-            Err(_) => (
-                u.clone(),
-                nix::unistd::User::from_name(u)
-                    .ok()
-                    .flatten()
-                    .map(|x| x.uid.as_raw()),
-            ),
+            Ok(n) => (String::new(), Some(n)),
+            Err(_) => (u.clone(), None),
         },
-        None => (ctx.user.clone(), ctx.uid),
+        None => (String::new(), None),
     };
     let max_restarts = count(&args.max_restarts, "--max-restarts")?;
     let (script, script_args, torchrun, default_name) = if args.torchrun {
@@ -275,7 +264,7 @@ pub fn resolve(
         name: args.job_name.clone().unwrap_or(default_name),
         user,
         uid,
-        gid: ctx.gid,
+        gid: None,
         account: args.account.clone(),
         partition: args.partition.clone(),
         qos: args.qos.clone(),
@@ -309,7 +298,7 @@ pub fn resolve(
         torchrun,
         hold: args.hold,
         max_restarts,
-        umask: None,
+        umask: Some(ctx.umask),
     })
 }
 
@@ -363,10 +352,15 @@ fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<Expo
 }
 
 /// The dry-run document: the request resolved, as `gsub --dry-run --json` prints it.
-pub fn dry_run_json(spec: &JobSpec) -> serde_json::Value {
+pub fn dry_run_json(spec: &JobSpec, ctx: &SubmitContext) -> serde_json::Value {
+    let user = if spec.user.is_empty() && spec.uid.is_none() {
+        ctx.user.clone()
+    } else {
+        spec.user.clone()
+    };
     serde_json::json!({
         "job_name": spec.name,
-        "user": spec.user,
+        "user": user,
         "nodes": spec.nodes,
         "gpus_per_node": spec.gpus_per_node,
         "gpu_type": spec.gpu_type,

@@ -13,7 +13,7 @@
 
 use crate::storage::RaftStorage;
 use crate::store::LogStore;
-use gsched_state::{ClusterState, Command, Envelope, Outcome, SetControllerAddress};
+use gsched_state::{ClusterState, Command, DecodeError, Envelope, Outcome, SetControllerAddress};
 use gsched_types::api::Role;
 use parking_lot::RwLock;
 use protobuf::Message as _;
@@ -228,6 +228,8 @@ pub enum NodeError {
     Store(#[from] crate::store::StoreError),
     #[error("snapshot state is unreadable: {0}")]
     Snapshot(String),
+    #[error("{0}")]
+    NewerLog(String),
 }
 
 /// Starts a replica on its own thread.
@@ -639,8 +641,27 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         if entry.data.is_empty() {
                             continue;
                         }
-                        let env = Envelope::decode(&entry.data).unwrap_or_else(|e| panic!("committed log entry {} cannot be decoded ({e}); refusing to diverge from the other replicas", entry.index));
-                        let outcome = r.state.apply(&env);
+                        let outcome = match Envelope::decode(&entry.data) {
+                            Ok(env) => r.state.apply(&env),
+                            // Applying it wrong would diverge from upgraded replicas.
+                            Err(e @ DecodeError::TooNew(_)) => {
+                                return Err(NodeError::NewerLog(format!(
+                                    "committed log entry {}: {e}",
+                                    entry.index
+                                )));
+                            }
+                            // Every replica decodes the same bytes the same way, so all
+                            // of them skip it alike.
+                            Err(e) => {
+                                tracing::error!(
+                                    "committed log entry {} is not a gsched command and is skipped: {e}",
+                                    entry.index
+                                );
+                                Outcome::Rejected {
+                                    message: format!("log entry {} does not decode", entry.index),
+                                }
+                            }
+                        };
                         if mine {
                             replies.push((tag.expect("mine").seq, outcome));
                         }

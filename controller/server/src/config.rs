@@ -1,12 +1,27 @@
 //! Controller settings: command-line flags plus an optional TOML file whose `[scheduler]`
 //! table is the scheduler configuration (partitions, QOS, limits, switches, weights).
 
+use crate::auth::Policy;
+use gsched_proto::tls::CertDir;
 use gsched_scheduler::SchedConfig;
 use gsched_state::decide::DispatchConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// How the controller authenticates callers and talks to its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Security {
+    /// `--dev-local`: loopback only, plaintext, callers known by their socket's owner.
+    DevLocal,
+    /// TLS with the cluster's certificates; users prove who they are with MUNGE.
+    Cluster {
+        certs: CertDir,
+        /// munged's socket when it is not the default.
+        munge_socket: Option<PathBuf>,
+    },
+}
 
 /// Everything `gctld` runs with.
 #[derive(Debug, Clone)]
@@ -27,8 +42,9 @@ pub struct ControllerConfig {
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
-    /// Users allowed to act on other users' jobs and on nodes.
-    pub admins: Vec<String>,
+    /// Who may act on other users' jobs, nodes and membership; the lowest ordinary uid.
+    pub policy: Policy,
+    pub security: Security,
 }
 
 impl ControllerConfig {
@@ -47,7 +63,8 @@ impl ControllerConfig {
             raft_tick: Duration::from_millis(50),
             election_ticks: 10,
             snapshot_every: 5_000,
-            admins: vec!["root".into()],
+            policy: Policy::default(),
+            security: Security::DevLocal,
         }
     }
 }
@@ -58,8 +75,15 @@ impl ControllerConfig {
 pub struct ConfigFile {
     #[serde(default)]
     pub scheduler: Option<SchedConfig>,
+    /// Users with every privilege (root and the controllers' own user always have it).
     #[serde(default)]
     pub admins: Option<Vec<String>>,
+    /// Users who may act on anyone's jobs.
+    #[serde(default)]
+    pub operators: Option<Vec<String>>,
+    /// Jobs run as a uid below this (or as root) only when that user submits them.
+    #[serde(default)]
+    pub min_uid: Option<u32>,
     #[serde(default)]
     pub node_timeout_s: Option<f64>,
     #[serde(default)]
@@ -90,7 +114,13 @@ impl ConfigFile {
             cfg.scheduler = s;
         }
         if let Some(a) = self.admins {
-            cfg.admins = a;
+            cfg.policy.admins = a;
+        }
+        if let Some(o) = self.operators {
+            cfg.policy.operators = o;
+        }
+        if let Some(m) = self.min_uid {
+            cfg.policy.min_uid = m;
         }
         if let Some(t) = self.node_timeout_s {
             cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));

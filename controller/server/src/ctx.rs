@@ -1,10 +1,12 @@
 //! State shared by the controller's services and leader loops.
 
+use crate::auth::Auth;
 use crate::config::ControllerConfig;
 use crate::hub::AgentHub;
 use crate::transport::{AddressBook, Faults};
 use gsched_proto::LEADER_HINT;
 use gsched_proto::clock::now_ms;
+use gsched_proto::tls::Dialer;
 use gsched_raft::{ProposeError, RaftHandle};
 use gsched_state::{Command, Envelope, Outcome};
 use gsched_types::job::JobId;
@@ -14,6 +16,10 @@ use tonic::Status;
 
 pub struct Ctx {
     pub cfg: ControllerConfig,
+    /// Who callers are and what they may do.
+    pub auth: Auth,
+    /// How this controller dials its peers (and a controller about to join).
+    pub dialer: Dialer,
     pub raft: RaftHandle,
     pub book: AddressBook,
     pub hub: AgentHub,
@@ -58,10 +64,6 @@ impl Ctx {
             tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         }
         false
-    }
-
-    pub fn is_admin(&self, user: &str) -> bool {
-        self.cfg.admins.iter().any(|a| a == user)
     }
 
     /// Proposes a command stamped with this controller's clock.

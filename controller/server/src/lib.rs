@@ -3,28 +3,35 @@
 //! jobs and drives the agents.
 //!
 //! - [`config`]: flags and the TOML file.
+//! - [`auth`]: who callers are and what they may do.
+//! - [`membership`]: checks before a controller joins.
 //! - [`transport`]: Raft messages between controllers.
 //! - [`service`]: the gRPC services.
 //! - [`leader`]: scheduling, dispatch and liveness loops of the leader.
 
+pub mod auth;
 pub mod config;
 pub mod ctx;
 pub mod hub;
 pub mod leader;
+pub mod membership;
 pub mod service;
 pub mod transport;
 
-use config::ControllerConfig;
+use auth::{Auth, Mode};
+use config::{ControllerConfig, Security};
 use ctx::Ctx;
+use gsched_proto::munge::Munge;
 use gsched_proto::pb::agent_server::AgentServer;
 use gsched_proto::pb::jobs_server::JobsServer;
 use gsched_proto::pb::peer_server::PeerServer;
+use gsched_proto::tls::{Dialer, PeerIdentity};
 use gsched_raft::{NodeConfig, SledStore};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use transport::{Faults, GrpcTransport};
+use transport::{Faults, GrpcTransport, TransportSetup};
 
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
@@ -55,13 +62,33 @@ pub async fn run(
     ));
     let faults = Faults::default();
     faults.watch_file(&tokio::runtime::Handle::current());
+    let (mode, dialer, server_tls) = match &cfg.security {
+        Security::DevLocal => (Mode::DevLocal, Dialer::default(), None),
+        Security::Cluster {
+            certs,
+            munge_socket,
+        } => {
+            let munge = Munge::load(munge_socket.as_deref())
+                .map_err(|e| anyhow::anyhow!("users are authenticated with MUNGE: {e}"))?;
+            let me = PeerIdentity::Controller(cfg.id);
+            let dialer = Dialer {
+                tls: Some(certs.client(&me).map_err(|e| anyhow::anyhow!(e))?),
+            };
+            let server = certs.server(cfg.id).map_err(|e| anyhow::anyhow!(e))?;
+            (Mode::Cluster { munge }, dialer, Some(server))
+        }
+    };
+    let dev_local = matches!(mode, Mode::DevLocal);
     let transport = GrpcTransport::new(
-        cfg.id,
-        cfg.advertise.clone(),
-        book.clone(),
+        TransportSetup {
+            id: cfg.id,
+            advertise: cfg.advertise.clone(),
+            book: book.clone(),
+            dialer: dialer.clone(),
+            faults: faults.clone(),
+        },
         tx.clone(),
         tokio::runtime::Handle::current(),
-        faults.clone(),
     );
     let mut node_cfg = NodeConfig::new(cfg.id);
     node_cfg.tick = cfg.raft_tick;
@@ -75,8 +102,11 @@ pub async fn run(
     };
     let (raft, thread) = gsched_raft::start(node_cfg, store, transport, tx, rx)
         .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
+    let auth = Auth::new(mode, cfg.policy.clone());
     let ctx = Arc::new(Ctx {
         cfg,
+        auth,
+        dialer,
         raft: raft.clone(),
         book,
         hub: Default::default(),
@@ -86,8 +116,13 @@ pub async fn run(
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = server_tls {
+        server = server
+            .tls_config(tls)
+            .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
+    }
+    server
         .add_service(
             JobsServer::new(service::jobs::JobsService::new(ctx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -103,16 +138,11 @@ pub async fn run(
                 .max_decoding_message_size(MAX_MESSAGE),
         )
         .serve_with_incoming_shutdown(
-            // The builder's tcp_nodelay only covers listeners tonic opens itself; without
-            // it here every reply waits ~40 ms on Nagle and the client's delayed ACK.
+            // Each connection carries what the kernel says about it (and sets TCP_NODELAY:
+            // without it every reply waits ~40 ms on Nagle and the client's delayed ACK).
             tokio_stream::StreamExt::map(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
-                |conn| {
-                    conn.and_then(|s| {
-                        s.set_nodelay(true)?;
-                        Ok(s)
-                    })
-                },
+                move |conn| conn.and_then(|s| auth::conn::Conn::new(s, dev_local)),
             ),
             shutdown,
         )

@@ -1,7 +1,8 @@
 //! `gctld`: the gsched controller daemon.
 
 use clap::Parser;
-use gsched_controller::config::{ConfigFile, ControllerConfig, parse_peers};
+use gsched_controller::config::{ConfigFile, ControllerConfig, Security, parse_peers};
+use gsched_proto::tls::{CertDir, is_loopback};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +37,18 @@ struct Args {
     /// Range of MASTER_PORTs handed to jobs (MIN-MAX), overriding the config file.
     #[arg(long)]
     master_ports: Option<String>,
+    /// A single-host development cluster: every address must be loopback, there are no
+    /// certificates and no munged, and callers are identified by the kernel's owner of
+    /// their loopback socket (agents and peer controllers must run as this user).
+    #[arg(long, conflicts_with = "tls_dir")]
+    dev_local: bool,
+    /// The cluster's certificates (`gctl certs init` and `gctl certs issue --controller
+    /// ID`): ca.pem, controller-ID.pem, controller-ID.key. Required unless --dev-local.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+    /// munged's socket, when it is not the default /run/munge/munge.socket.2.
+    #[arg(long)]
+    munge_socket: Option<PathBuf>,
     /// Raft tick in milliseconds (election timeout is 10-20 ticks).
     #[arg(long, default_value_t = 50)]
     tick_ms: u64,
@@ -87,7 +100,28 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             Some(_) => {}
         }
     }
+    let security = match (&args.tls_dir, args.dev_local) {
+        (Some(dir), _) => Security::Cluster {
+            certs: CertDir(dir.clone()),
+            munge_socket: args.munge_socket.clone(),
+        },
+        (None, true) => {
+            let mut addrs = vec![args.listen.clone(), advertise.clone()];
+            addrs.extend(peers.values().cloned());
+            if let Some(a) = addrs.iter().find(|a| !is_loopback(a)) {
+                anyhow::bail!(
+                    "--dev-local serves loopback only, but {a} is not a loopback address; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
+                );
+            }
+            Security::DevLocal
+        }
+        (None, false) => anyhow::bail!(
+            "no security settings: give --tls-dir with the cluster's certificates (`gctl certs init` then `gctl certs issue --controller {}`), or --dev-local for a single-host development cluster",
+            args.id
+        ),
+    };
     let mut cfg = ControllerConfig::new(args.id, &advertise, args.data_dir.clone());
+    cfg.security = security;
     cfg.peers = peers;
     cfg.join = args.join;
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));

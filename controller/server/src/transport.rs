@@ -7,6 +7,7 @@
 
 use gsched_proto::pb::peer_client::PeerClient;
 use gsched_proto::pb::{RaftBatch, SnapshotChunk};
+use gsched_proto::tls::Dialer;
 use gsched_raft::{Msg, RaftMessage, Transport, encode_message};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Peer id -> client address, learned from flags, replicated state and incoming traffic.
 pub type AddressBook = Arc<RwLock<HashMap<u64, String>>>;
@@ -67,25 +68,34 @@ pub struct GrpcTransport {
     runtime: tokio::runtime::Handle,
     queues: Mutex<HashMap<u64, mpsc::UnboundedSender<RaftMessage>>>,
     faults: Faults,
+    /// How peers are dialed (TLS with this controller's certificate on a real cluster).
+    dialer: Dialer,
+}
+
+/// Where a transport sends from and how it reaches its peers.
+pub struct TransportSetup {
+    pub id: u64,
+    pub advertise: String,
+    pub book: AddressBook,
+    pub dialer: Dialer,
+    pub faults: Faults,
 }
 
 impl GrpcTransport {
     pub fn new(
-        id: u64,
-        advertise: String,
-        book: AddressBook,
+        setup: TransportSetup,
         mailbox: Sender<Msg>,
         runtime: tokio::runtime::Handle,
-        faults: Faults,
     ) -> GrpcTransport {
         GrpcTransport {
-            id,
-            advertise,
-            book,
+            id: setup.id,
+            advertise: setup.advertise,
+            book: setup.book,
             mailbox,
             runtime,
             queues: Mutex::new(HashMap::new()),
-            faults,
+            faults: setup.faults,
+            dialer: setup.dialer,
         }
     }
 
@@ -103,6 +113,7 @@ impl GrpcTransport {
             book: self.book.clone(),
             mailbox: self.mailbox.clone(),
             faults: self.faults.clone(),
+            dialer: self.dialer.clone(),
         };
         self.runtime.spawn(worker.run(rx));
         tx
@@ -128,10 +139,13 @@ struct PeerWorker {
     book: AddressBook,
     mailbox: Sender<Msg>,
     faults: Faults,
+    dialer: Dialer,
 }
 
-async fn connect(addr: &str) -> Option<PeerClient<Channel>> {
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
+async fn connect(dialer: &Dialer, addr: &str) -> Option<PeerClient<Channel>> {
+    let ep = dialer
+        .endpoint(addr)
+        .map_err(|e| tracing::warn!("peer {addr}: {e}"))
         .ok()?
         .connect_timeout(Duration::from_millis(300))
         .timeout(Duration::from_secs(5))
@@ -170,7 +184,7 @@ impl PeerWorker {
             if client.is_none() {
                 let addr = self.book.read().get(&self.to).cloned();
                 client = match addr {
-                    Some(a) => connect(&a).await,
+                    Some(a) => connect(&self.dialer, &a).await,
                     None => None,
                 };
             }

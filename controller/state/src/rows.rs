@@ -11,10 +11,18 @@ use std::collections::BTreeMap;
 pub enum JobDetail {
     /// Summary fields only (what a `gqueue` table prints).
     Summary,
-    /// Allocation, steps and attempts too.
+    /// Allocation, steps and attempts too (and, for its owner, the request).
     Full,
-    /// Everything, and the request as submitted (for the owner, operators and admins).
-    FullWithSpec,
+}
+
+/// Who reads a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The job's owner, an operator or an admin: everything.
+    Owner,
+    /// Anyone else: no request (environment, arguments, paths) and no failure evidence
+    /// (log lines), only what squeue would show.
+    Public,
 }
 
 /// The configuration-dependent values of a job's row.
@@ -38,13 +46,18 @@ pub fn job_row(
     job: &JobRecord,
     expected_start_ms: Option<u64>,
     detail: JobDetail,
+    audience: Audience,
 ) -> JobRow {
     let ctx = job_context(state, job, expected_start_ms);
-    match detail {
+    let owner = audience == Audience::Owner;
+    let mut row = match detail {
         JobDetail::Summary => JobRow::summary(job, ctx),
-        JobDetail::Full => JobRow::detailed(job, ctx, false),
-        JobDetail::FullWithSpec => JobRow::detailed(job, ctx, true),
+        JobDetail::Full => JobRow::detailed(job, ctx, owner),
+    };
+    if !owner {
+        row.redact_evidence();
     }
+    row
 }
 
 /// Every node's row; `with_topology` adds the wiring.

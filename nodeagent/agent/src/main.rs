@@ -5,6 +5,7 @@ use gsched_agent::discover::{self, Source};
 use gsched_agent::session::{Agent, Registration};
 use gsched_agent::steps::{Settings, StepManager};
 use gsched_agent::{health, isolation, outbox};
+use gsched_proto::tls::{CertDir, Dialer, PeerIdentity, is_loopback};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,6 +69,14 @@ struct RunArgs {
     /// Extra environment for every job: NAME=VALUE (repeatable).
     #[arg(long = "job-env")]
     job_env: Vec<String>,
+    /// A single-host development cluster: the controllers are on loopback, reached in
+    /// plaintext, and know this agent by its uid (it must run as the controllers' user).
+    #[arg(long, conflicts_with = "tls_dir")]
+    dev_local: bool,
+    /// The cluster's certificates: ca.pem and this node's node-NAME.pem/node-NAME.key
+    /// (`gctl certs issue --node NAME`). Required unless --dev-local.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat: f64,
@@ -173,6 +182,26 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "node".into())
     });
+    let dialer = match (&args.tls_dir, args.dev_local) {
+        (Some(dir), _) => Dialer {
+            tls: Some(
+                CertDir(dir.clone())
+                    .client(&PeerIdentity::Node(name.clone()))
+                    .map_err(|e| anyhow::anyhow!(e))?,
+            ),
+        },
+        (None, true) => {
+            if let Some(c) = args.controllers.iter().find(|c| !is_loopback(c)) {
+                anyhow::bail!(
+                    "--dev-local reaches loopback controllers only, but {c} is not one; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
+                );
+            }
+            Dialer::default()
+        }
+        (None, false) => anyhow::bail!(
+            "no security settings: give --tls-dir with this node's certificate (`gctl certs issue --node {name}`), or --dev-local for a single-host development cluster"
+        ),
+    };
     let state_dir = args
         .state_dir
         .clone()
@@ -247,6 +276,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             features: args.features.clone(),
         },
         controllers: args.controllers.clone(),
+        dialer,
         topology: topology.clone(),
         steps,
         outbox: outbox.clone(),

@@ -8,6 +8,7 @@ use crate::steps::StepManager;
 use gsched_proto::agent::{AgentToController, ControllerToAgent, decode, encode};
 use gsched_proto::pb::AgentEnvelope;
 use gsched_proto::pb::agent_client::AgentClient;
+use gsched_proto::tls::Dialer;
 use gsched_types::topology::Topology;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -15,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::Endpoint;
 
 /// What the agent says about itself when it registers.
 #[derive(Debug, Clone)]
@@ -29,6 +29,8 @@ pub struct Registration {
 pub struct Agent {
     pub registration: Registration,
     pub controllers: Vec<String>,
+    /// How controllers are dialed (TLS with the node's certificate on a real cluster).
+    pub dialer: Dialer,
     pub topology: Arc<RwLock<Topology>>,
     pub steps: Arc<Mutex<StepManager>>,
     pub outbox: Arc<Outbox>,
@@ -89,7 +91,10 @@ pub async fn run(agent: Arc<Agent>) {
 }
 
 async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))?
+    let channel = agent
+        .dialer
+        .endpoint(addr)
+        .map_err(|e| anyhow::anyhow!(e))?
         .connect_timeout(Duration::from_millis(500))
         .tcp_nodelay(true)
         .connect()

@@ -172,6 +172,19 @@ impl JobRow {
         row
     }
 
+    /// Drops the failure evidence (log lines, which may show the job's data) from the row
+    /// and its steps and attempts, keeping the kinds and nodes.
+    pub fn redact_evidence(&mut self) {
+        let failures = self
+            .failure
+            .iter_mut()
+            .chain(self.steps.iter_mut().filter_map(|s| s.failure.as_mut()))
+            .chain(self.attempts.iter_mut().filter_map(|a| a.failure.as_mut()));
+        for f in failures {
+            f.evidence.clear();
+        }
+    }
+
     /// The node names of the current allocation, else of the last attempt.
     pub fn node_names(&self) -> Vec<String> {
         crate::hostlist::expand(&self.node_list).unwrap_or_default()

@@ -5,6 +5,7 @@
 //! gets an `Ack` for each event once it is committed, and resends anything unacknowledged
 //! after a reconnect, so no event is lost across failovers.
 
+use crate::auth::{Auth, Daemon};
 use crate::ctx::Ctx;
 use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent, decode, encode};
 use gsched_proto::pb::agent_server::Agent;
@@ -37,7 +38,10 @@ impl Agent for AgentService {
         &self,
         req: Request<Streaming<AgentEnvelope>>,
     ) -> Result<Response<Out>, Status> {
-        let peer = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
+        let daemon = self.ctx.auth.daemon(&req)?;
+        let peer = crate::auth::Auth::remote_of(&req)
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         if !self.ctx.raft.is_leader() {
@@ -49,7 +53,7 @@ impl Agent for AgentService {
         }
         let ctx = self.ctx.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve(ctx, &mut inbound, tx, peer).await {
+            if let Err(e) = serve(ctx, &mut inbound, tx, peer, daemon).await {
                 tracing::debug!("agent session ended: {e}");
             }
         });
@@ -62,6 +66,7 @@ async fn serve(
     inbound: &mut Streaming<AgentEnvelope>,
     tx: crate::hub::AgentTx,
     peer: String,
+    daemon: Daemon,
 ) -> Result<(), Status> {
     let first = inbound
         .next()
@@ -83,6 +88,11 @@ async fn serve(
             "the first agent message must be register",
         ));
     };
+    if let Err(refused) = Auth::check_node(&daemon, &name) {
+        tracing::warn!("agent registration refused: {}", refused.message());
+        let _ = tx.send(Err(refused.clone()));
+        return Err(refused);
+    }
     let address = if address.is_empty() { peer } else { address };
     let known = known_steps
         .iter()

@@ -1,8 +1,10 @@
 //! The `Jobs` service: submit, cancel, requeue, hold, list jobs and nodes, drain and
-//! resume nodes, membership, status. Writes are accepted on any controller (raft-rs
-//! forwards proposals to the leader); reads answer from this replica's applied state and
-//! say which index they reflect.
+//! resume nodes, membership, status. Every call is made by a caller the controller
+//! verified (`crate::auth`); what a request says about its user is ignored. Writes are
+//! accepted on any controller (raft-rs forwards proposals to the leader); reads answer
+//! from this replica's applied state and say which index they reflect.
 
+use crate::auth::Caller;
 use crate::ctx::{Ctx, outcome_to_status};
 use gsched_proto::clock::now_ms;
 use gsched_proto::pb::jobs_server::Jobs;
@@ -12,7 +14,7 @@ use gsched_proto::pb::{
 };
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
-use gsched_state::rows::{JobDetail, job_row, node_rows};
+use gsched_state::rows::{Audience, JobDetail, job_row, node_rows};
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
     CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob, ResumeNode,
@@ -42,22 +44,32 @@ impl JobsService {
         }
     }
 
-    /// Proposes a command acting on a job for `user` (who may be an admin), retried
-    /// exactly once under `request_id`; refusals become gRPC errors.
+    /// Proposes a command acting on a job for `caller` (the state machine refuses it
+    /// unless they own the job or act for others), applied exactly once under
+    /// `request_id`; refusals become gRPC errors.
     async fn act_on_job(
         &self,
-        user: &str,
+        caller: &Caller,
         request_id_text: &str,
         command: impl FnOnce(String, bool) -> Command,
     ) -> Result<(), Status> {
-        let user = user_of(user)?;
-        let admin = self.ctx.is_admin(&user);
-        outcome_to_status(
-            self.ctx
-                .propose(command(user, admin), request_id(request_id_text))
-                .await?,
-        )?;
+        let cmd = command(caller.user.clone(), caller.acts_for_others());
+        outcome_to_status(self.ctx.propose(cmd, request_id(request_id_text)).await?)?;
         Ok(())
+    }
+
+    /// Refuses a caller who is not an admin, naming the rule.
+    fn require_admin(&self, caller: &Caller, what: &str) -> Result<(), Status> {
+        if caller.is_admin() {
+            return Ok(());
+        }
+        let mut admins = vec!["root".to_string(), "the controllers' own user".into()];
+        admins.extend(self.ctx.auth.policy().admins.iter().cloned());
+        Err(Status::permission_denied(format!(
+            "permission denied: {what} is for admins ({}); you are {}",
+            admins.join(", "),
+            caller.user
+        )))
     }
 
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
@@ -134,14 +146,6 @@ fn reply(message: String) -> Response<ActionReply> {
     Response::new(ActionReply { message })
 }
 
-fn user_of(user: &str) -> Result<String, Status> {
-    if user.is_empty() {
-        Err(Status::invalid_argument("the request names no user"))
-    } else {
-        Ok(user.to_string())
-    }
-}
-
 fn request_id(id: &str) -> Option<String> {
     (!id.is_empty()).then(|| id.to_string())
 }
@@ -149,9 +153,13 @@ fn request_id(id: &str) -> Option<String> {
 #[tonic::async_trait]
 impl Jobs for JobsService {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
-        let spec: JobSpec = serde_json::from_slice(&req.spec_json)
+        let mut spec: JobSpec = serde_json::from_slice(&req.spec_json)
             .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        // Who the job runs as is decided here, from the verified caller.
+        let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
+        (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
         validate_spec(&spec).map_err(Status::invalid_argument)?;
         {
             let r = self.ctx.raft.replica.read();
@@ -177,14 +185,18 @@ impl Jobs for JobsService {
                 job_ids: jobs.iter().map(|j| j.0).collect(),
             })),
             Ok(other) => Err(Status::internal(format!("unexpected outcome {other:?}"))),
-            Err(s) => Err(Status::invalid_argument(s.message().to_string())),
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                Err(Status::invalid_argument(s.message().to_string()))
+            }
+            Err(s) => Err(s),
         }
     }
 
     async fn cancel(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
         let job = JobId(req.job_id);
-        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+        self.act_on_job(&caller, &req.request_id, |by, admin| {
             Command::CancelJob(CancelJob { job, by, admin })
         })
         .await?;
@@ -192,9 +204,10 @@ impl Jobs for JobsService {
     }
 
     async fn requeue(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
         let job = JobId(req.job_id);
-        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+        self.act_on_job(&caller, &req.request_id, |by, admin| {
             Command::RequeueJob(RequeueJob { job, by, admin })
         })
         .await?;
@@ -202,9 +215,10 @@ impl Jobs for JobsService {
     }
 
     async fn hold(&self, req: Request<HoldRequest>) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
         let (job, hold) = (JobId(req.job_id), req.hold);
-        self.act_on_job(&req.user, &req.request_id, |by, admin| {
+        self.act_on_job(&caller, &req.request_id, |by, admin| {
             Command::HoldJob(HoldJob {
                 job,
                 by,
@@ -220,21 +234,34 @@ impl Jobs for JobsService {
     }
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
         let consistent = self.ctx.read_barrier().await;
         let estimates = self.ctx.estimates.read().clone();
         let r = self.ctx.raft.replica.read();
+        // Everybody sees every job's summary (as squeue shows it); only the owner,
+        // operators and admins see its request and the evidence of its failure.
         let detail = if req.detail {
-            JobDetail::FullWithSpec
+            JobDetail::Full
         } else {
             JobDetail::Summary
+        };
+        let audience = |owner: &str| {
+            if caller.may_see_details_of(owner) {
+                Audience::Owner
+            } else {
+                Audience::Public
+            }
         };
         let jobs = r
             .state
             .jobs
             .values()
             .filter(|j| req.include_finished || !j.state.is_terminal())
-            .map(|j| job_row(&r.state, j, estimates.get(&j.id).copied(), detail))
+            .map(|j| {
+                let audience = audience(&j.spec.user);
+                job_row(&r.state, j, estimates.get(&j.id).copied(), detail, audience)
+            })
             .collect();
         doc(&JobList {
             jobs,
@@ -250,6 +277,7 @@ impl Jobs for JobsService {
         &self,
         req: Request<ListNodesRequest>,
     ) -> Result<Response<DocReply>, Status> {
+        self.ctx.auth.caller(&req)?;
         let detail = req.into_inner().detail;
         let consistent = self.ctx.read_barrier().await;
         let r = self.ctx.raft.replica.read();
@@ -265,14 +293,13 @@ impl Jobs for JobsService {
         &self,
         req: Request<NodeAdminRequest>,
     ) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
-        let user = user_of(&req.user)?;
-        if !self.ctx.is_admin(&user) {
-            return Err(Status::permission_denied(format!(
-                "{user} is not an admin; node changes need one of: {}",
-                self.ctx.cfg.admins.join(", ")
-            )));
-        }
+        self.require_admin(
+            &caller,
+            &format!("changing node {} ({})", req.node, req.action),
+        )?;
+        let user = caller.user.clone();
         let cmd = match req.action.as_str() {
             "drain" => {
                 if req.reason.trim().is_empty() {
@@ -302,7 +329,8 @@ impl Jobs for JobsService {
         }))
     }
 
-    async fn status(&self, _req: Request<Empty>) -> Result<Response<DocReply>, Status> {
+    async fn status(&self, req: Request<Empty>) -> Result<Response<DocReply>, Status> {
+        self.ctx.auth.caller(&req)?;
         let (applied, digest, jobs, nodes) = {
             let r = self.ctx.raft.replica.read();
             // The digest hashes the whole state: compute it once per applied index.
@@ -354,7 +382,9 @@ impl Jobs for JobsService {
         &self,
         req: Request<MembershipRequest>,
     ) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
+        self.require_admin(&caller, "changing the controller membership")?;
         let change = match req.action.as_str() {
             "add" => {
                 if !req.address.contains(':') {
@@ -362,6 +392,12 @@ impl Jobs for JobsService {
                         "a controller address is HOST:PORT",
                     ));
                 }
+                if !self.ctx.raft.is_leader() {
+                    return Err(self
+                        .ctx
+                        .unavailable("membership changes go to the leader".into()));
+                }
+                crate::membership::verify_new_member(&self.ctx, req.id, &req.address).await?;
                 self.ctx.book.write().insert(req.id, req.address.clone());
                 Membership::Add {
                     id: req.id,
@@ -399,8 +435,11 @@ impl Jobs for JobsService {
     }
 
     async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {
-        let spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json)
+        let caller = self.ctx.auth.caller(&req)?;
+        let mut spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json)
             .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
+        (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
         validate_spec(&spec).map_err(Status::invalid_argument)?;
         let r = self.ctx.raft.replica.read();
         self.check_fits(&r.state, &spec)?;

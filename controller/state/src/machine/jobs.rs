@@ -14,6 +14,13 @@ use gsched_types::job::{StepState, StepStatus};
 use gsched_types::parse::format_duration;
 use gsched_types::resources::fits;
 
+/// The refusal of an action on someone else's job, naming the rule.
+fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> String {
+    format!(
+        "permission denied: job {job} belongs to {owner}; only its owner, an operator or an admin may {action} it (you are {by})"
+    )
+}
+
 impl ClusterState {
     pub(super) fn submit(&mut self, c: &SubmitJob, at: u64) -> Outcome {
         let spec = &c.spec;
@@ -129,11 +136,7 @@ impl ClusterState {
             .find(|j| !c.admin && j.spec.user != by)
         {
             return Outcome::PermissionDenied {
-                message: format!(
-                    "job {} belongs to {}; only its owner or an admin may cancel it",
-                    j.display_id(),
-                    j.spec.user
-                ),
+                message: not_yours(&j.display_id(), &j.spec.user, by, "cancel"),
             };
         }
         let mut any = false;
@@ -403,7 +406,7 @@ impl ClusterState {
         };
         if !c.admin && job.spec.user != c.by {
             return Outcome::PermissionDenied {
-                message: format!("job {id} belongs to {}", job.spec.user),
+                message: not_yours(&job.display_id(), &job.spec.user, &c.by, "requeue"),
             };
         }
         if job.state != JobState::Running {
@@ -430,8 +433,9 @@ impl ClusterState {
         for t in targets {
             let job = self.jobs.get_mut(&t).expect("resolved");
             if !c.admin && job.spec.user != c.by {
+                let what = if c.hold { "hold" } else { "release" };
                 return Outcome::PermissionDenied {
-                    message: format!("job {id} belongs to {}", job.spec.user),
+                    message: not_yours(&job.display_id(), &job.spec.user, &c.by, what),
                 };
             }
             if job.state == JobState::Pending {

@@ -1,0 +1,179 @@
+//! MUNGE credentials (how Slurm knows who a request comes from), through `libmunge.so.2`
+//! loaded at run time, as NVML is: builds need nothing, and hosts without munge get a
+//! clear error only when they try to use it.
+//!
+//! The client encodes a credential per request (the local munged vouches for the calling
+//! process's uid and gid); the controller decodes it with its own munged, which checks
+//! the shared key, the time-to-live and that the credential was not decoded before.
+
+use libloading::Library;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::Path;
+
+/// `MUNGE_OPT_SOCKET` in munge.h (0.5.x).
+const MUNGE_OPT_SOCKET: c_int = 8;
+
+type CtxCreate = unsafe extern "C" fn() -> *mut c_void;
+type CtxDestroy = unsafe extern "C" fn(*mut c_void);
+type CtxSet = unsafe extern "C" fn(*mut c_void, c_int, ...) -> c_int;
+type Encode = unsafe extern "C" fn(*mut *mut c_char, *mut c_void, *const c_void, c_int) -> c_int;
+type Decode = unsafe extern "C" fn(
+    *const c_char,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut c_int,
+    *mut libc::uid_t,
+    *mut libc::gid_t,
+) -> c_int;
+type StrError = unsafe extern "C" fn(c_int) -> *const c_char;
+
+/// What a decoded credential vouches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub uid: u32,
+    pub gid: u32,
+    pub payload: Vec<u8>,
+}
+
+/// A loaded libmunge, talking to the munged at `socket` (or the default one).
+pub struct Munge {
+    _lib: Library,
+    ctx_create: CtxCreate,
+    ctx_destroy: CtxDestroy,
+    ctx_set: CtxSet,
+    encode: Encode,
+    decode: Decode,
+    strerror: StrError,
+    socket: Option<CString>,
+}
+
+impl std::fmt::Debug for Munge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Munge")
+            .field("socket", &self.socket)
+            .finish()
+    }
+}
+
+/// A munge context, destroyed when dropped.
+struct Ctx<'a> {
+    munge: &'a Munge,
+    ptr: *mut c_void,
+}
+
+impl Drop for Ctx<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from munge_ctx_create and is destroyed exactly once.
+        unsafe { (self.munge.ctx_destroy)(self.ptr) }
+    }
+}
+
+impl Munge {
+    /// Loads libmunge. `socket`: munged's socket when it is not the default
+    /// (`/run/munge/munge.socket.2`).
+    pub fn load(socket: Option<&Path>) -> Result<Munge, String> {
+        // SAFETY: loading libmunge runs its (trivial) initialisers; it is a plain C library.
+        let lib = unsafe { Library::new("libmunge.so.2") }.map_err(|e| {
+            format!("cannot load libmunge.so.2 ({e}); install munge (Debian: apt install munge)")
+        })?;
+        // SAFETY: the symbol types match munge.h's declarations of these functions.
+        let munge = unsafe {
+            Munge {
+                ctx_create: *lib.get::<CtxCreate>(b"munge_ctx_create\0").map_err(sym)?,
+                ctx_destroy: *lib.get::<CtxDestroy>(b"munge_ctx_destroy\0").map_err(sym)?,
+                ctx_set: *lib.get::<CtxSet>(b"munge_ctx_set\0").map_err(sym)?,
+                encode: *lib.get::<Encode>(b"munge_encode\0").map_err(sym)?,
+                decode: *lib.get::<Decode>(b"munge_decode\0").map_err(sym)?,
+                strerror: *lib.get::<StrError>(b"munge_strerror\0").map_err(sym)?,
+                socket: socket
+                    .map(|p| CString::new(p.as_os_str().as_encoded_bytes()))
+                    .transpose()
+                    .map_err(|_| "the munge socket path contains a NUL byte".to_string())?,
+                _lib: lib,
+            }
+        };
+        Ok(munge)
+    }
+
+    fn ctx(&self) -> Result<Ctx<'_>, String> {
+        // SAFETY: munge_ctx_create takes no arguments and returns a new context or NULL.
+        let ptr = unsafe { (self.ctx_create)() };
+        if ptr.is_null() {
+            return Err("munge_ctx_create failed (out of memory)".into());
+        }
+        let ctx = Ctx { munge: self, ptr };
+        if let Some(s) = &self.socket {
+            // SAFETY: MUNGE_OPT_SOCKET takes one `const char *`; `s` outlives the call
+            // (libmunge copies the string).
+            let e = unsafe { (self.ctx_set)(ctx.ptr, MUNGE_OPT_SOCKET, s.as_ptr()) };
+            if e != 0 {
+                return Err(format!("cannot point munge at {s:?}: {}", self.error(e)));
+            }
+        }
+        Ok(ctx)
+    }
+
+    fn error(&self, code: c_int) -> String {
+        // SAFETY: munge_strerror returns a pointer to a static string for any code.
+        let p = unsafe { (self.strerror)(code) };
+        if p.is_null() {
+            return format!("munge error {code}");
+        }
+        // SAFETY: non-null results are NUL-terminated static strings.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    /// A credential for the calling process, carrying `payload`.
+    pub fn encode(&self, payload: &[u8]) -> Result<String, String> {
+        let ctx = self.ctx()?;
+        let mut cred: *mut c_char = std::ptr::null_mut();
+        let len = c_int::try_from(payload.len()).map_err(|_| "payload too large")?;
+        // SAFETY: `cred` receives a malloc'd NUL-terminated string we free below;
+        // `payload` is valid for `len` bytes.
+        let e = unsafe { (self.encode)(&mut cred, ctx.ptr, payload.as_ptr().cast(), len) };
+        if e != 0 || cred.is_null() {
+            return Err(format!(
+                "munge could not make a credential: {} (is munged running?)",
+                self.error(e)
+            ));
+        }
+        // SAFETY: `cred` is a valid NUL-terminated string from libmunge.
+        let text = unsafe { CStr::from_ptr(cred) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: libmunge allocated `cred` with malloc; it is freed once.
+        unsafe { libc::free(cred.cast()) };
+        Ok(text)
+    }
+
+    /// Checks a credential with munged and returns who made it.
+    pub fn decode(&self, cred: &str) -> Result<Verified, String> {
+        let ctx = self.ctx()?;
+        let c = CString::new(cred).map_err(|_| "the credential contains a NUL byte")?;
+        let mut buf: *mut c_void = std::ptr::null_mut();
+        let mut len: c_int = 0;
+        let (mut uid, mut gid): (libc::uid_t, libc::gid_t) = (0, 0);
+        // SAFETY: every out-pointer is valid; `buf` receives a malloc'd payload (or NULL)
+        // that we free below.
+        let e =
+            unsafe { (self.decode)(c.as_ptr(), ctx.ptr, &mut buf, &mut len, &mut uid, &mut gid) };
+        let payload = if buf.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: libmunge returned `len` bytes at `buf`.
+            let v = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len.max(0) as usize) }
+                .to_vec();
+            // SAFETY: `buf` was malloc'd by libmunge and is freed once.
+            unsafe { libc::free(buf) };
+            v
+        };
+        if e != 0 {
+            return Err(format!("invalid MUNGE credential: {}", self.error(e)));
+        }
+        Ok(Verified { uid, gid, payload })
+    }
+}
+
+fn sym(e: libloading::Error) -> String {
+    format!("libmunge.so.2 lacks a symbol gsched needs: {e}")
+}
