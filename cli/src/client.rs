@@ -81,7 +81,8 @@ pub struct Client {
     current: usize,
     channel: Option<(String, Channel)>,
     budget: Duration,
-    security: Security,
+    /// Read from the environment when the first call is made.
+    security: Option<Security>,
 }
 
 /// Controllers from `--controllers`, else `GSCHED_CONTROLLERS`, else 127.0.0.1:6817.
@@ -108,14 +109,13 @@ fn retryable(s: &Status) -> bool {
 }
 
 impl Client {
-    /// A client of `addrs` with the security settings of the environment; exits with a
-    /// message when they are unusable.
+    /// A client of `addrs` with the security settings of the environment (read at the
+    /// first call).
     pub fn new(addrs: Vec<String>) -> Client {
-        let security = Security::from_env().unwrap_or_else(|e| die("gsched", e));
-        Client::with_security(addrs, security)
+        Client::with_security(addrs, None)
     }
 
-    pub fn with_security(addrs: Vec<String>, security: Security) -> Client {
+    pub fn with_security(addrs: Vec<String>, security: Option<Security>) -> Client {
         let budget = std::env::var("GSCHED_RETRY_S")
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
@@ -135,6 +135,13 @@ impl Client {
         self
     }
 
+    fn security(&mut self) -> Result<&Security, Status> {
+        if self.security.is_none() {
+            self.security = Some(Security::from_env().map_err(Status::unauthenticated)?);
+        }
+        Ok(self.security.as_ref().expect("just set"))
+    }
+
     async fn channel(&mut self) -> Result<Channel, Status> {
         let addr = self
             .addrs
@@ -147,7 +154,7 @@ impl Client {
             return Ok(c.clone());
         }
         let ep = self
-            .security
+            .security()?
             .dialer
             .endpoint(&addr)
             .map_err(Status::invalid_argument)?;
@@ -172,7 +179,7 @@ impl Client {
         let mut delay = Duration::from_millis(50);
         loop {
             let result = match self.channel().await {
-                Ok(ch) => f(self.api(ch)).await.map(|r| r.into_inner()),
+                Ok(ch) => f(self.api(ch)?).await.map(|r| r.into_inner()),
                 Err(e) => Err(e),
             };
             match result {
@@ -201,19 +208,20 @@ impl Client {
         }
     }
 
-    fn api(&self, ch: Channel) -> Api {
-        JobsClient::with_interceptor(ch, self.security.credential.clone())
-            .max_decoding_message_size(256 * 1024 * 1024)
+    fn api(&mut self, ch: Channel) -> Result<Api, Status> {
+        let credential = self.security()?.credential.clone();
+        Ok(JobsClient::with_interceptor(ch, credential)
+            .max_decoding_message_size(256 * 1024 * 1024))
     }
 
     /// Calls `f` on one specific controller, once.
-    pub async fn call_on<T, F, Fut>(&self, addr: &str, f: F) -> Result<T, Status>
+    pub async fn call_on<T, F, Fut>(&mut self, addr: &str, f: F) -> Result<T, Status>
     where
         F: FnOnce(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let ep = self
-            .security
+            .security()?
             .dialer
             .endpoint(addr)
             .map_err(Status::invalid_argument)?;
@@ -224,7 +232,7 @@ impl Client {
             .connect()
             .await
             .map_err(|e| Status::unavailable(format!("cannot reach {addr}: {e}")))?;
-        f(self.api(ch)).await.map(|r| r.into_inner())
+        f(self.api(ch)?).await.map(|r| r.into_inner())
     }
 }
 
@@ -250,11 +258,16 @@ pub fn die(tool: &str, message: impl std::fmt::Display) -> ! {
 
 /// A gRPC status as a user-facing message.
 pub fn describe(s: &Status) -> String {
+    let m = s.message();
+    if m.contains("h2 protocol error") || m.contains("InvalidContentType") {
+        return format!(
+            "{m}: the controller and this tool disagree about TLS (a cluster with certificates needs GSCHED_TLS_CA=.../ca.pem here; a --dev-local one needs it unset)"
+        );
+    }
     match s.code() {
-        Code::Unavailable => format!(
-            "no controller answered ({}); check --controllers / GSCHED_CONTROLLERS",
-            s.message()
-        ),
-        _ => s.message().to_string(),
+        Code::Unavailable => {
+            format!("no controller answered ({m}); check --controllers / GSCHED_CONTROLLERS")
+        }
+        _ => m.to_string(),
     }
 }

@@ -2,6 +2,7 @@
 //! a shared controller client with failover, sbatch-compatible option parsing and
 //! Slurm-shaped output.
 
+pub mod certs;
 pub mod client;
 pub mod format;
 pub mod sbatch;
@@ -21,17 +22,31 @@ pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
     }
 }
 
-/// Process setup every tool does first: die quietly on a closed pipe (`gqueue | head`)
-/// instead of panicking, as Unix tools do.
-pub fn init() {
-    // SAFETY: restoring the default disposition of SIGPIPE at start-up, before any other
-    // thread exists; no handler is installed.
-    let _ = unsafe {
-        nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::SigHandler::SigDfl,
-        )
-    };
+/// Writes to stdout; a reader that went away (`gqueue | head`) ends the tool quietly, as
+/// Unix tools do. (SIGPIPE itself stays ignored: a controller that hangs up mid-call must
+/// be an error message, not a silent death.)
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` that ends the tool quietly when stdout's reader is gone.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` that ends the tool quietly when stdout's reader is gone.
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::write_out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 /// The single-threaded runtime each tool drives its gRPC calls with.
@@ -86,10 +101,8 @@ pub fn fetch_nodes(
 
 /// Prints a document as pretty JSON (every tool's `--json`).
 pub fn print_json<T: serde::Serialize>(doc: &T) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(doc).expect("documents serialise")
-    );
+    let text = serde_json::to_string_pretty(doc).expect("documents serialise");
+    write_out(format_args!("{text}\n"));
 }
 
 /// Does `job` match one of the ids a user gave (`parse_job_id` results)? `120` names job

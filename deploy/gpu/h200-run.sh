@@ -73,7 +73,7 @@ for f in "$ROOT"/tests/fixtures/topo/h200-2gpu-nv18-vm-ansi-header.txt; do gagen
 say "== (2) one agent, both GPUs"
 gctld --dev-local --id 1 --listen 127.0.0.1:6817 --data-dir "$W/ctl" --master-ports 29500-29599 --node-timeout 3 >"$W/logs/gctld.log" 2>&1 &
 sleep 1
-agent_up h200 --restrict-gpu-devices
+agent_up h200
 ginfo | tee -a "$SUM"
 cd "$W"
 J=$(gsub --parsable --gpus-per-node 2 -J allreduce-2gpu --export=ALL,ALLREDUCE_MB=256:1024,ALLREDUCE_ITERS=20,NCCL_DEBUG=INFO "${TR[@]}" --torchrun "$ROOT/examples/allreduce.py")

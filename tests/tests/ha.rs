@@ -471,10 +471,10 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     }
     let old_addr = c.controllers[index_of(&c, old)].1.clone();
     // Controllers re-read their faults file every 200 ms; wait until the cut is in force.
-    let one = Client::new(Vec::new());
+    let one = std::cell::RefCell::new(Client::new(Vec::new()));
     let status_of = |addr: &str| -> Option<Value> {
         serde_json::from_slice(
-            &rt.block_on(one.call_on(addr, |mut j| async move {
+            &rt.block_on(one.borrow_mut().call_on(addr, |mut j| async move {
                 j.status(gsched_proto::pb::Empty {}).await
             }))
             .ok()?
@@ -501,7 +501,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     // A write sent to the isolated leader is never acknowledged.
     let json = serde_json::to_vec(&spec(&c, "minority", 0, "#!/bin/sh\ntrue\n")).unwrap();
     let t0 = std::time::Instant::now();
-    let minority = rt.block_on(one.call_on(&old_addr, |mut j| {
+    let minority = rt.block_on(one.borrow_mut().call_on(&old_addr, |mut j| {
         let r = SubmitRequest {
             request_id: "minority-1".into(),
             spec_json: json,

@@ -4,6 +4,7 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
+use gsched_cli::out;
 use gsched_types::api::{JobRow, JobsDoc};
 use gsched_types::parse::format_duration;
 
@@ -25,7 +26,6 @@ struct Args {
 }
 
 fn main() {
-    gsched_cli::init();
     let args = Args::parse();
     let ids: Vec<(u64, Option<u32>)> = args
         .jobs
@@ -108,5 +108,5 @@ fn main() {
             }
         }
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
 }

@@ -18,7 +18,6 @@ struct Args {
 }
 
 fn main() {
-    gsched_cli::init();
     let args = Args::parse();
     if args.job_ids.is_empty() && args.user.is_none() {
         eprintln!("gcancel: error: no job id given (gcancel ID... or gcancel -u USER)");

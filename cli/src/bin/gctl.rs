@@ -3,7 +3,9 @@
 
 use clap::{Parser, Subcommand};
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
+use gsched_cli::{out, outln};
 use gsched_proto::pb::{Empty, HoldRequest, JobRequest, MembershipRequest, NodeAdminRequest};
+use gsched_proto::tls::PeerIdentity;
 use gsched_types::api::{JobRow, Role, StatusList, StatusRow};
 
 #[derive(Parser, Debug)]
@@ -37,12 +39,47 @@ enum Cmd {
         #[command(subcommand)]
         action: Members,
     },
+    /// The cluster's certificates: `init` a CA, then `issue` one per controller and node.
+    Certs {
+        #[command(subcommand)]
+        action: Certs,
+    },
     /// Requeue a running job.
     Requeue { job: u64 },
     /// Hold a pending job.
     Hold { job: u64 },
     /// Release a held job.
     Release { job: u64 },
+}
+
+#[derive(Subcommand, Debug)]
+enum Certs {
+    /// Make a new cluster CA: DIR/ca.pem (for every host) and DIR/ca.key (keep it safe).
+    Init {
+        #[arg(long, default_value = "/etc/gsched/tls")]
+        dir: std::path::PathBuf,
+        /// A name for the cluster, shown in the CA's subject.
+        #[arg(long, default_value = "gsched")]
+        cluster: String,
+    },
+    /// Issue a certificate and key for a controller or a node, signed by DIR's CA.
+    Issue {
+        #[arg(long, default_value = "/etc/gsched/tls")]
+        dir: std::path::PathBuf,
+        /// A node agent's certificate, for the node NAME (its `gagentd --name`).
+        #[arg(
+            long,
+            conflicts_with = "controller",
+            required_unless_present = "controller"
+        )]
+        node: Option<String>,
+        /// A controller's certificate, for controller ID (its `gctld --id`).
+        #[arg(long)]
+        controller: Option<u64>,
+        /// A host name or address the holder is reached by (repeat; controllers).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -83,14 +120,13 @@ enum Members {
 }
 
 fn main() {
-    gsched_cli::init();
     let args = Args::parse();
     let rt = gsched_cli::runtime();
     let addrs = controller_list(args.controllers.as_deref());
     let mut client = Client::new(addrs.clone());
     let me = current_user();
     match args.cmd {
-        Cmd::Status { json } => rt.block_on(status(&client, addrs, json)),
+        Cmd::Status { json } => rt.block_on(status(&mut client, addrs, json)),
         Cmd::Show {
             what: Show::Job { job, json },
         } => {
@@ -123,7 +159,7 @@ fn main() {
             if json {
                 gsched_cli::print_json(n);
             } else {
-                println!(
+                outln!(
                     "NodeName={} State={} Online={} Address={} TrainingAddr={}",
                     n.name,
                     n.drain_reason
@@ -134,7 +170,7 @@ fn main() {
                     n.address,
                     n.training_addr
                 );
-                println!(
+                outln!(
                     "   GPUs={} Model={} GPUsInUse={:?} BadGPUs={:?} Jobs={:?}",
                     n.gpus_total,
                     n.gpu_model.as_deref().unwrap_or("-"),
@@ -142,12 +178,15 @@ fn main() {
                     n.bad_gpus,
                     n.jobs.iter().map(|j| j.0).collect::<Vec<_>>()
                 );
-                println!(
+                outln!(
                     "   CPUsInUse={} MemoryUsedMB={} Features={:?} AgentVersion={}",
-                    n.cpus_used, n.memory_used_mb, n.features, n.agent_version
+                    n.cpus_used,
+                    n.memory_used_mb,
+                    n.features,
+                    n.agent_version
                 );
                 for h in &n.health {
-                    println!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
+                    outln!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
                 }
             }
         }
@@ -168,7 +207,7 @@ fn main() {
                 async move { c.node_admin(req).await }
             }));
             match r {
-                Ok(r) => println!("{}", r.message),
+                Ok(r) => outln!("{}", r.message),
                 Err(s) => die("gctl", describe(&s)),
             }
         }
@@ -198,7 +237,7 @@ fn main() {
                 async move { c.membership(req).await }
             }));
             match r {
-                Ok(r) => println!("{}", r.message),
+                Ok(r) => outln!("{}", r.message),
                 Err(s) => die("gctl", describe(&s)),
             }
         }
@@ -212,12 +251,36 @@ fn main() {
                 let req = req.clone();
                 async move { c.requeue(req).await }
             })) {
-                Ok(r) => println!("{}", r.message),
+                Ok(r) => outln!("{}", r.message),
                 Err(s) => die("gctl", describe(&s)),
             }
         }
+        Cmd::Certs { action } => certs(action),
         Cmd::Hold { job } => hold(&rt, &mut client, job, me, true),
         Cmd::Release { job } => hold(&rt, &mut client, job, me, false),
+    }
+}
+
+/// `gctl certs init|issue` (needs no controller).
+fn certs(action: Certs) {
+    let made = match action {
+        Certs::Init { dir, cluster } => gsched_cli::certs::init(&dir, &cluster),
+        Certs::Issue {
+            dir,
+            node,
+            controller,
+            hosts,
+        } => {
+            let who = match (node, controller) {
+                (Some(n), _) => PeerIdentity::Node(n),
+                (None, Some(id)) => PeerIdentity::Controller(id),
+                (None, None) => die("gctl", "give --node NAME or --controller ID"),
+            };
+            gsched_cli::certs::issue(&dir, &who, &hosts)
+        }
+    };
+    for path in made.unwrap_or_else(|e| die("gctl", e)) {
+        outln!("wrote {path}");
     }
 }
 
@@ -232,17 +295,21 @@ fn hold(rt: &tokio::runtime::Runtime, client: &mut Client, job: u64, me: String,
         let req = req.clone();
         async move { c.hold(req).await }
     })) {
-        Ok(r) => println!("{}", r.message),
+        Ok(r) => outln!("{}", r.message),
         Err(s) => die("gctl", describe(&s)),
     }
 }
 
 fn print_job(j: &JobRow) {
-    println!(
+    outln!(
         "JobId={} JobName={} UserId={} Account={} Partition={}",
-        j.display_id, j.name, j.user, j.account, j.partition
+        j.display_id,
+        j.name,
+        j.user,
+        j.account,
+        j.partition
     );
-    println!(
+    outln!(
         "   JobState={} Reason={} Restarts={} ExitCode={}",
         j.state.name(),
         j.reason,
@@ -257,7 +324,7 @@ fn print_job(j: &JobRow) {
         .unwrap_or_else(|| "UNLIMITED".into());
     match &j.spec {
         Some(s) => {
-            println!(
+            outln!(
                 "   NumNodes={} GPUsPerNode={} GpuType={} NTasks={} CPUsPerTask={} Mem={} TimeLimit={time_limit}",
                 s.nodes,
                 s.gpus_per_node,
@@ -268,24 +335,26 @@ fn print_job(j: &JobRow) {
                     .map(|m| format!("{m}M"))
                     .unwrap_or_else(|| "default".into()),
             );
-            println!(
+            outln!(
                 "   WorkDir={} StdOut={}",
                 s.workdir,
                 s.output.as_deref().unwrap_or("gsched-%j.out")
             );
         }
-        None => println!(
+        None => outln!(
             "   NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
-            j.nodes, j.gpus_per_node
+            j.nodes,
+            j.gpus_per_node
         ),
     }
     if let Some(a) = &j.allocation {
-        println!(
+        outln!(
             "   MasterAddr={} MasterPort={}",
-            a.master_addr, a.master_port
+            a.master_addr,
+            a.master_port
         );
         for (rank, n) in a.nodes.iter().enumerate() {
-            println!(
+            outln!(
                 "   Node[{rank}]={} GPUs={:?} CPUs={} Mem={}M NIC={}",
                 n.node,
                 n.gpus,
@@ -296,7 +365,7 @@ fn print_job(j: &JobRow) {
         }
     }
     for st in &j.steps {
-        println!(
+        outln!(
             "   Step[{}]: {:?}{}",
             st.node,
             st.state,
@@ -307,11 +376,11 @@ fn print_job(j: &JobRow) {
         );
     }
     if let Some(f) = &j.failure {
-        println!("   Failure={}", f.kind.reason_name());
-        println!("   Evidence={}", f.evidence);
+        outln!("   Failure={}", f.kind.reason_name());
+        outln!("   Evidence={}", f.evidence);
     }
     for a in &j.attempts {
-        println!(
+        outln!(
             "   Attempt[{}]: {} on {} {}",
             a.restart,
             a.state.name(),
@@ -326,7 +395,7 @@ fn print_job(j: &JobRow) {
 
 /// Asks every controller it can find (the configured ones and the peers they name) for
 /// its status; fills in each one's lag behind the leader's commit index.
-async fn status(client: &Client, addrs: Vec<String>, json: bool) {
+async fn status(client: &mut Client, addrs: Vec<String>, json: bool) {
     let mut seen: Vec<String> = addrs.clone();
     let mut rows: Vec<StatusRow> = Vec::new();
     let mut i = 0;
@@ -402,5 +471,5 @@ async fn status(client: &Client, addrs: Vec<String>, json: bool) {
             format!("{:.1}", r.disk_bytes as f64 / 1e6),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
 }

@@ -3,6 +3,7 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
+use gsched_cli::{out, outln};
 use gsched_types::api::NodesDoc;
 use gsched_types::node::NodeAdminState;
 
@@ -23,7 +24,6 @@ struct Args {
 }
 
 fn main() {
-    gsched_cli::init();
     let args = Args::parse();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
@@ -39,9 +39,9 @@ fn main() {
             gsched_cli::print_json(topology);
             return;
         }
-        print!("{}", gsched_topology::render::render(topology, &n.name));
+        out!("{}", gsched_topology::render::render(topology, &n.name));
         let used: Vec<String> = n.gpus_used.iter().map(|g| g.to_string()).collect();
-        println!(
+        outln!(
             "GPUs in use: {}",
             if used.is_empty() {
                 "none".to_string()
@@ -50,7 +50,7 @@ fn main() {
             }
         );
         if !n.bad_gpus.is_empty() {
-            println!("GPUs withheld as unhealthy: {:?}", n.bad_gpus);
+            outln!("GPUs withheld as unhealthy: {:?}", n.bad_gpus);
         }
         return;
     }
@@ -83,11 +83,11 @@ fn main() {
             reason,
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
     if args.health {
         for n in &nodes {
             for h in &n.health {
-                println!("{} {:?} {}: {}", n.name, h.severity, h.kind, h.message);
+                outln!("{} {:?} {}: {}", n.name, h.severity, h.kind, h.message);
             }
         }
     }

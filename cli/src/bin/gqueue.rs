@@ -3,8 +3,10 @@
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
+use gsched_cli::out;
 use gsched_types::api::{JobRow, JobsDoc};
 use gsched_types::job::JobState;
+use gsched_types::parse::format_timestamp;
 
 /// Show pending and running jobs (squeue-compatible columns).
 #[derive(Parser, Debug)]
@@ -35,7 +37,6 @@ struct Args {
 }
 
 fn main() {
-    gsched_cli::init();
     let args = Args::parse();
     let mut wanted_states: Vec<JobState> = Vec::new();
     let mut all = false;
@@ -102,9 +103,9 @@ fn main() {
         ];
         if args.start {
             row.push(match (j.state, j.expected_start_ms, j.start_ms) {
-                (JobState::Pending, Some(t), _) => fmt_time(t),
+                (JobState::Pending, Some(t), _) => format_timestamp(t),
                 (JobState::Pending, None, _) => "N/A".into(),
-                (_, _, Some(s)) => fmt_time(s),
+                (_, _, Some(s)) => format_timestamp(s),
                 _ => "N/A".into(),
             });
         }
@@ -114,31 +115,5 @@ fn main() {
         }
         t.row(row);
     }
-    print!("{}", t.render());
-}
-
-fn fmt_time(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a (year, month, day), UTC.
-fn civil(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    out!("{}", t.render());
 }

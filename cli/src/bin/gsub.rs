@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
+use gsched_cli::outln;
 use gsched_cli::sbatch::{SubArgs, SubmitContext, directives, dry_run_json, resolve};
 use gsched_proto::pb::SubmitRequest;
 use gsched_types::api::CheckReply;
@@ -9,7 +10,6 @@ use gsched_types::job::JobSpec;
 use std::io::Read;
 
 fn main() {
-    gsched_cli::init();
     let raw: Vec<String> = std::env::args().collect();
     let first = match SubArgs::try_parse_from(&raw) {
         Ok(a) => a,
@@ -121,9 +121,9 @@ fn main() {
         Ok(r) => {
             let id = r.job_ids.first().copied().unwrap_or(0);
             if args.parsable {
-                println!("{id}");
+                outln!("{id}");
             } else {
-                println!("Submitted job {id}");
+                outln!("Submitted job {id}");
             }
         }
         Err(s) => die("gsub", describe(&s)),
@@ -170,16 +170,16 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&doc).expect("json"));
     } else {
         for (k, v) in doc.as_object().into_iter().flatten() {
             if k != "environment" {
-                println!("{k:<18} {v}");
+                outln!("{k:<18} {v}");
             }
         }
         if let Some(env) = doc.get("environment").and_then(|e| e.as_object()) {
             for (node, vars) in env {
-                println!("\nenvironment on {node}:");
+                outln!("\nenvironment on {node}:");
                 for (k, v) in vars.as_object().into_iter().flatten() {
                     if k.starts_with("SLURM_")
                         || k.starts_with("GSCHED_")
@@ -189,7 +189,7 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {
                         || k.starts_with("TORCH")
                         || ["RANK", "WORLD_SIZE", "LOCAL_RANK"].contains(&k.as_str())
                     {
-                        println!("  {k}={}", v.as_str().unwrap_or(""));
+                        outln!("  {k}={}", v.as_str().unwrap_or(""));
                     }
                 }
             }

@@ -1,9 +1,7 @@
-//! Per-step isolation: a cgroup v2 directory (cpuset on the job's CPUs and their NUMA
-//! memory, memory limit, pids limit; `cgroup.kill` to stop everything) and GPU
-//! device-node ownership (each allocated `/dev/nvidiaN` is handed to the job's owner with
-//! mode 0600 while the step runs, and back to root afterwards, so other users' processes
-//! cannot open it). Both are best effort: what could not be applied is logged and recorded
-//! in the step directory, never silently assumed.
+//! Per-step cgroups (v2): cpuset on the job's CPUs and their NUMA memory, memory limit,
+//! pids limit; `cgroup.kill` to stop everything. Best effort: what could not be applied
+//! is logged, never silently assumed. GPU device privacy is in `devices` and
+//! `devfilter`.
 
 use gsched_launch::plan::CgroupLimits;
 use std::path::{Path, PathBuf};
@@ -95,29 +93,4 @@ impl Cgroups {
     pub fn remove(dir: &Path) {
         let _ = std::fs::remove_dir(dir);
     }
-}
-
-/// GPU device nodes handed to a step's owner.
-pub fn claim_devices(paths: &[String], uid: u32, gid: u32) -> Vec<String> {
-    let mut missed = Vec::new();
-    for p in paths {
-        if let Err(e) =
-            std::os::unix::fs::chown(p, Some(uid), Some(gid)).and_then(|_| set_mode(p, 0o600))
-        {
-            missed.push(format!("{p}: {e}"));
-        }
-    }
-    missed
-}
-
-/// Gives device nodes back to root, mode 0600 (nobody else can open them).
-pub fn release_devices(paths: &[String]) {
-    for p in paths {
-        let _ = std::os::unix::fs::chown(p, Some(0), Some(0)).and_then(|_| set_mode(p, 0o600));
-    }
-}
-
-fn set_mode(p: &str, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }

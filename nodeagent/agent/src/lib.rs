@@ -5,14 +5,18 @@
 //!
 //! - [`discover`], [`sysfs`], [`nvml`]: what the node is made of.
 //! - [`session`]: the controller connection.
-//! - [`steps`], [`supervise`], [`isolation`], [`identity`]: running jobs.
+//! - [`steps`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`layout`]: where
+//!   their files live and who may read them; [`devices`], [`devfilter`]: private GPUs.
 //! - [`health`]: the health monitor.
 //! - [`outbox`]: events kept on disk until acknowledged.
 
+pub mod devfilter;
+pub mod devices;
 pub mod discover;
 pub mod health;
 pub mod identity;
 pub mod isolation;
+pub mod layout;
 pub mod nvml;
 pub mod outbox;
 pub mod session;

@@ -1,10 +1,11 @@
 //! `gagentd`: the gsched node agent.
 
 use clap::{Parser, Subcommand};
+use gsched_agent::devices::GpuDevices;
 use gsched_agent::discover::{self, Source};
 use gsched_agent::session::{Agent, Registration};
 use gsched_agent::steps::{Settings, StepManager};
-use gsched_agent::{health, isolation, outbox};
+use gsched_agent::{devfilter, health, isolation, layout, outbox};
 use gsched_proto::tls::{CertDir, Dialer, PeerIdentity, is_loopback};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -63,9 +64,15 @@ struct RunArgs {
     /// cgroup v2 root for per-step cgroups ("off" to disable).
     #[arg(long)]
     cgroup_root: Option<String>,
-    /// Hand each job's /dev/nvidiaN to its owner (mode 0600) and back to root afterwards.
+    /// Leave GPU device nodes as they are. By default a root agent keeps every managed
+    /// GPU's device node root's (0600) while idle and its job owner's while allocated, and
+    /// kills what still holds one open when the step ends.
     #[arg(long)]
-    restrict_gpu_devices: bool,
+    share_gpu_devices: bool,
+    /// Where steps' private directories (script, NCCL logs) are made
+    /// (default /tmp/gsched-jobs, or /tmp/gsched-jobs-UID for a non-root agent).
+    #[arg(long)]
+    job_root: Option<PathBuf>,
     /// Extra environment for every job: NAME=VALUE (repeatable).
     #[arg(long = "job-env")]
     job_env: Vec<String>,
@@ -206,9 +213,17 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .state_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
-    std::fs::create_dir_all(state_dir.join("steps")).map_err(|e| {
-        anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display())
-    })?;
+    layout::private_dir(&state_dir)
+        .and_then(|_| layout::private_dir(&state_dir.join("steps")))
+        .map_err(|e| {
+            anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display())
+        })?;
+    let job_root = layout::JobRoot::prepare(
+        args.job_root
+            .clone()
+            .unwrap_or_else(layout::JobRoot::default_path),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     let source = args.source.source();
     let mut topo = discover::discover(&source).map_err(|e| anyhow::anyhow!(e))?;
     let gpu_map = if args.gpus.is_empty() {
@@ -233,6 +248,14 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| discover::interface_of(&training_addr));
     let nic_iface = training_iface.clone();
+    let root = gsched_agent::identity::is_root();
+    let private_gpus = root && !args.share_gpu_devices;
+    let gpu_devices = GpuDevices::from_topology(&topo);
+    if private_gpus && gpu_devices.paths.is_empty() && !topo.gpus.is_empty() {
+        tracing::warn!(
+            "the GPUs' device nodes are unknown (no NVML, or a fake topology without device_path): jobs are kept apart by CUDA_VISIBLE_DEVICES only"
+        );
+    }
     let cgroups = match args.cgroup_root.as_deref() {
         Some("off") => None,
         root => match isolation::Cgroups::detect(root.map(std::path::Path::new)) {
@@ -253,6 +276,29 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))?;
         agent_env.insert(k.to_string(), v.to_string());
     }
+    let device_filter = match (&cgroups, private_gpus) {
+        (Some(_), true) => match devfilter::probe() {
+            Ok(()) => {
+                tracing::info!(
+                    "GPU device filter: on (a BPF device program on every step's cgroup)"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "GPU device filter unavailable ({e}); GPU privacy rests on device-node ownership alone"
+                );
+                false
+            }
+        },
+        (None, true) => {
+            tracing::warn!(
+                "GPU device filter off: no usable cgroup v2 hierarchy; GPU privacy rests on device-node ownership alone"
+            );
+            false
+        }
+        (_, false) => false,
+    };
     let topology = Arc::new(RwLock::new(topo));
     let outbox = Arc::new(outbox::Outbox::open(state_dir.join("outbox"))?);
     let settings = Settings {
@@ -262,11 +308,20 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         training_iface,
         agent_env,
         cgroups,
-        restrict_devices: args.restrict_gpu_devices,
+        private_gpus,
+        device_filter,
+        job_root,
         exe: std::env::current_exe()?,
         gpu_map: gpu_map.clone(),
     };
-    let steps = Arc::new(Mutex::new(StepManager::new(settings, outbox.clone())));
+    let steps = StepManager::new(settings, outbox.clone());
+    if private_gpus {
+        // Every GPU no re-adopted step holds is root's while idle.
+        for note in gpu_devices.lock_idle(&steps.devices_in_use()) {
+            tracing::warn!("cannot make a GPU device node private: {note}");
+        }
+    }
+    let steps = Arc::new(Mutex::new(steps));
     let flush = Arc::new(tokio::sync::Notify::new());
     let agent = Arc::new(Agent {
         registration: Registration {

@@ -13,7 +13,7 @@ pub struct Outbox {
 
 impl Outbox {
     pub fn open(dir: PathBuf) -> std::io::Result<Outbox> {
-        std::fs::create_dir_all(&dir)?;
+        crate::layout::private_dir(&dir)?;
         let mut events = BTreeMap::new();
         let mut next = 1;
         for entry in std::fs::read_dir(&dir)? {
@@ -52,7 +52,7 @@ impl Outbox {
         let ev = make(seq);
         let path = self.dir.join(format!("{seq:012}.json"));
         if let Err(e) =
-            crate::supervise::write_atomic(&path, &serde_json::to_vec(&ev).unwrap_or_default())
+            crate::layout::write_private(&path, &serde_json::to_vec(&ev).unwrap_or_default())
         {
             tracing::error!("cannot persist event {seq}: {e}");
         }

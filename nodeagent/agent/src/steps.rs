@@ -4,9 +4,11 @@
 //! else, so none is lost.
 
 use crate::identity;
-use crate::isolation::{self, Cgroups};
+use crate::isolation::Cgroups;
+use crate::layout::{self, JobRoot, Scratch, StepFiles};
 use crate::outbox::Outbox;
-use crate::supervise::{ExitRecord, StepFiles, write_atomic};
+use crate::supervise::ExitRecord;
+use crate::{devfilter, devices};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
@@ -19,6 +21,7 @@ use nix::unistd::Pid;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,8 +36,12 @@ pub struct Settings {
     pub training_iface: Option<String>,
     pub agent_env: BTreeMap<String, String>,
     pub cgroups: Option<Cgroups>,
-    /// Hand GPU device nodes to the job owner while the step runs.
-    pub restrict_devices: bool,
+    /// Hand GPU device nodes to the job owner while the step runs (root agents).
+    pub private_gpus: bool,
+    /// The kernel loads cgroup device programs: each step's cgroup gets a GPU filter.
+    pub device_filter: bool,
+    /// Where steps' private directories (script, logs) are made.
+    pub job_root: JobRoot,
     /// The binary that runs `supervise` (normally this agent's own executable).
     pub exe: PathBuf,
     /// Device index of each GPU this agent manages (empty: all, same indices).
@@ -61,8 +68,46 @@ struct Step {
     kill: Option<Kill>,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
+    scratch: Option<Scratch>,
     supervisor: Option<std::process::Child>,
     supervisor_pid: Option<i32>,
+}
+
+impl Step {
+    fn new(
+        launch: LaunchSpec,
+        files: StepFiles,
+        plan: Option<&Plan>,
+        supervisor: Option<std::process::Child>,
+        supervisor_pid: Option<i32>,
+    ) -> Step {
+        Step {
+            key: StepRef {
+                job: launch.job,
+                attempt: launch.attempt,
+            },
+            files,
+            cgroup: plan.and_then(|p| p.cgroup.clone()).map(PathBuf::from),
+            devices: plan.map(|p| p.devices.clone()).unwrap_or_default(),
+            scratch: plan
+                .and_then(|p| p.scratch.clone())
+                .map(|d| Scratch(PathBuf::from(d))),
+            launch,
+            pgid: None,
+            started_reported: false,
+            fatal_reported: None,
+            findings: Vec::new(),
+            tails: HashMap::new(),
+            kill: None,
+            supervisor,
+            supervisor_pid,
+        }
+    }
+
+    /// The step's log directory (NCCL debug files, torchrun error files), if it has one.
+    fn logs(&self) -> Option<PathBuf> {
+        self.scratch.as_ref().map(Scratch::logs)
+    }
 }
 
 pub struct StepManager {
@@ -111,6 +156,14 @@ impl StepManager {
         v
     }
 
+    /// GPU device nodes that running steps hold.
+    pub fn devices_in_use(&self) -> std::collections::BTreeSet<String> {
+        self.steps
+            .values()
+            .flat_map(|s| s.devices.iter().cloned())
+            .collect()
+    }
+
     /// Steps running or ended with an unacknowledged report, for registration.
     pub fn known(&self) -> Vec<StepRef> {
         let mut v = self.running();
@@ -156,7 +209,7 @@ impl StepManager {
             let plan: Option<Plan> = std::fs::read(files.plan())
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
-            let supervisor_pid = std::fs::read_to_string(files.0.join("supervisor.pid"))
+            let supervisor_pid = std::fs::read_to_string(files.supervisor_pid())
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
             let pgid = std::fs::read_to_string(files.pgid())
@@ -173,24 +226,8 @@ impl StepManager {
                 supervisor_pid,
                 pgid
             );
-            let step = Step {
-                key: key.clone(),
-                files,
-                cgroup: plan
-                    .as_ref()
-                    .and_then(|p| p.cgroup.clone())
-                    .map(PathBuf::from),
-                devices: Vec::new(),
-                launch,
-                pgid,
-                started_reported: false,
-                fatal_reported: None,
-                findings: Vec::new(),
-                tails: HashMap::new(),
-                kill: None,
-                supervisor: None,
-                supervisor_pid,
-            };
+            let mut step = Step::new(launch, files, plan.as_ref(), None, supervisor_pid);
+            step.pgid = pgid;
             self.steps.insert((key.job, key.attempt), step);
         }
     }
@@ -209,18 +246,37 @@ impl StepManager {
             }
             let _ = std::fs::remove_dir_all(&files.0);
         }
-        if let Err(e) = std::fs::create_dir_all(files.logs()) {
-            self.fail_launch(&l, &files, format!("cannot create step directory: {e}"));
+        let recorded = layout::private_dir(&files.0).and_then(|_| {
+            layout::write_private(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default())
+        });
+        if let Err(e) = recorded {
+            self.fail_launch(
+                &l,
+                &files,
+                format!(
+                    "cannot record the step in the agent's state directory {}: {e}",
+                    files.0.display()
+                ),
+            );
             return;
         }
-        let _ = write_atomic(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default());
-        match self.prepare(&l, &files) {
-            Ok((plan, owner, devices)) => {
-                let _ = write_atomic(
+        match self.prepare(&l) {
+            Ok((plan, owner)) => {
+                if let Err(e) = layout::write_private(
                     &files.plan(),
                     &serde_json::to_vec(&plan).unwrap_or_default(),
-                );
-                let log = std::fs::File::create(files.0.join("supervisor.log")).ok();
+                ) {
+                    self.undo_prepare(&plan);
+                    self.fail_launch(&l, &files, format!("cannot write the step plan: {e}"));
+                    return;
+                }
+                let log = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(files.0.join("supervisor.log"))
+                    .ok();
                 let mut cmd = std::process::Command::new(&self.settings.exe);
                 cmd.arg("supervise")
                     .arg(&files.0)
@@ -241,8 +297,8 @@ impl StepManager {
                 match cmd.spawn() {
                     Ok(child) => {
                         let pid = child.id() as i32;
-                        let _ = write_atomic(
-                            &files.0.join("supervisor.pid"),
+                        let _ = layout::write_private(
+                            &files.supervisor_pid(),
                             pid.to_string().as_bytes(),
                         );
                         tracing::info!(
@@ -252,28 +308,11 @@ impl StepManager {
                             self.settings.node,
                             owner.user
                         );
-                        let step = Step {
-                            key: StepRef {
-                                job: l.job,
-                                attempt: l.attempt,
-                            },
-                            files,
-                            cgroup: plan.cgroup.clone().map(PathBuf::from),
-                            devices,
-                            launch: l,
-                            pgid: None,
-                            started_reported: false,
-                            fatal_reported: None,
-                            findings: Vec::new(),
-                            tails: HashMap::new(),
-                            kill: None,
-                            supervisor: Some(child),
-                            supervisor_pid: Some(pid),
-                        };
+                        let step = Step::new(l, files, Some(&plan), Some(child), Some(pid));
                         self.steps.insert(key, step);
                     }
                     Err(e) => {
-                        isolation::release_devices(&devices);
+                        self.undo_prepare(&plan);
                         self.fail_launch(
                             &l,
                             &files,
@@ -304,17 +343,25 @@ impl StepManager {
             signal: None,
             failure: Some(failure),
         });
-        let _ = std::fs::create_dir_all(&files.0);
-        let _ = std::fs::write(files.reported(), b"");
+        let _ = layout::private_dir(&files.0);
+        let _ = layout::write_private(&files.reported(), b"");
     }
 
-    /// Builds and prepares the supervisor plan: the owner's identity, the script file,
-    /// the cgroup and the GPU device nodes (the decisions are `gsched_launch::plan`'s).
-    fn prepare(
-        &self,
-        l: &LaunchSpec,
-        files: &StepFiles,
-    ) -> Result<(Plan, Owner, Vec<String>), String> {
+    /// Gives back what `prepare` took for a step that did not start.
+    fn undo_prepare(&self, plan: &Plan) {
+        devices::release(&plan.devices);
+        if let Some(cg) = &plan.cgroup {
+            Cgroups::remove(Path::new(cg));
+        }
+        if let Some(s) = &plan.scratch {
+            let _ = std::fs::remove_dir_all(s);
+        }
+    }
+
+    /// Builds and prepares the supervisor plan: the owner's identity, the step's private
+    /// directory and script, the cgroup (with its GPU filter) and the GPU device nodes (the
+    /// decisions are `gsched_launch::plan`'s).
+    fn prepare(&self, l: &LaunchSpec) -> Result<(Plan, Owner), String> {
         let spec = &l.spec;
         let root = identity::is_root();
         let owner = if root {
@@ -323,44 +370,51 @@ impl StepManager {
             identity::current()
         };
         let topo = self.settings.topology.read().clone();
+        let scratch = self.settings.job_root.scratch(
+            &self.settings.node,
+            l.job.0,
+            l.attempt,
+            root.then_some((owner.uid, owner.gid)),
+        )?;
         let script = step_plan::script(l);
-        std::fs::write(files.script(), &script)
-            .map_err(|e| format!("cannot write the job script: {e}"))?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ =
-                std::fs::set_permissions(files.script(), std::fs::Permissions::from_mode(0o755));
-            let _ = std::fs::set_permissions(&files.0, std::fs::Permissions::from_mode(0o755));
-            let _ = std::fs::set_permissions(files.logs(), std::fs::Permissions::from_mode(0o755));
-        }
-        if root {
-            let _ = std::os::unix::fs::chown(files.script(), Some(owner.uid), Some(owner.gid));
-            let _ = std::os::unix::fs::chown(files.logs(), Some(owner.uid), Some(owner.gid));
-        }
+        write_script(
+            &scratch.script(),
+            &script,
+            root.then_some((owner.uid, owner.gid)),
+        )
+        .map_err(|e| {
+            let _ = std::fs::remove_dir_all(&scratch.0);
+            format!("cannot write the job script: {e}")
+        })?;
         let mut notes = Vec::new();
-        let cgroup_dir = self.settings.cgroups.as_ref().map(|cg| {
-            let limits = step_plan::cgroup_limits(l, &topo);
-            let (dir, missed) = cg.create(&limits);
-            notes.extend(missed);
-            dir.to_string_lossy().into_owned()
-        });
-        let devices = if self.settings.restrict_devices && root {
+        let devices = if self.settings.private_gpus && root {
             let paths = step_plan::gpu_devices(l, &topo);
-            notes.extend(isolation::claim_devices(&paths, owner.uid, owner.gid));
+            notes.extend(devices::claim(&paths, owner.uid, owner.gid));
             paths
         } else {
             Vec::new()
         };
+        let cgroup_dir = self.settings.cgroups.as_ref().map(|cg| {
+            let limits = step_plan::cgroup_limits(l, &topo);
+            let (dir, missed) = cg.create(&limits);
+            notes.extend(missed);
+            if self.settings.device_filter
+                && let Err(e) = devfilter::attach(&dir, &step_plan::gpu_devices(l, &topo))
+            {
+                notes.push(e);
+            }
+            dir.to_string_lossy().into_owned()
+        });
         if !notes.is_empty() {
             tracing::warn!(
                 "job {}: isolation not fully applied: {}",
                 l.job,
                 notes.join("; ")
             );
-            let _ = std::fs::write(files.0.join("isolation-notes.txt"), notes.join("\n"));
         }
-        let script_path = files.script().to_string_lossy().into_owned();
-        let log_dir = files.logs().to_string_lossy().into_owned();
+        let script_path = scratch.script().to_string_lossy().into_owned();
+        let log_dir = scratch.logs().to_string_lossy().into_owned();
+        let scratch_dir = scratch.0.to_string_lossy().into_owned();
         let show_home = root || owner.uid == nix::unistd::getuid().as_raw();
         let ctx = StepContext {
             node: &self.settings.node,
@@ -373,8 +427,10 @@ impl StepManager {
             owner: root.then_some(&owner),
             home: show_home.then_some(owner.home.as_str()),
             cgroup_dir,
+            scratch: Some(&scratch_dir),
+            devices,
         };
-        Ok((step_plan::plan(l, &script, &ctx), owner, devices))
+        Ok((step_plan::plan(l, &script, &ctx), owner))
     }
 
     /// Stops a step: SIGTERM now, SIGKILL after `grace`.
@@ -412,7 +468,7 @@ impl StepManager {
                 }
                 // Never started here (or already gone): report it stopped so the job can end,
                 // and make a late launch of the same attempt a no-op.
-                let _ = std::fs::create_dir_all(&dir);
+                let _ = layout::private_dir(&dir);
                 let failure = Failure {
                     kind: cause,
                     node: Some(self.settings.node.clone()),
@@ -426,7 +482,7 @@ impl StepManager {
                     signal: None,
                     failure: Some(failure),
                 });
-                let _ = std::fs::write(dir.join("reported"), b"");
+                let _ = layout::write_private(&dir.join("reported"), b"");
             }
         }
     }
@@ -548,10 +604,18 @@ impl StepManager {
                 self.emit(ev);
             }
             if done && let Some(mut step) = self.steps.remove(&key) {
-                let _ = std::fs::write(step.files.reported(), b"");
-                isolation::release_devices(&step.devices);
+                let _ = layout::write_private(&step.files.reported(), b"");
+                for (pid, dev) in devices::release(&step.devices) {
+                    tracing::warn!(
+                        "job {}: killed process {pid}, which still held {dev} after the step ended",
+                        key.0
+                    );
+                }
                 if let Some(cg) = &step.cgroup {
                     Cgroups::remove(cg);
+                }
+                if let Some(s) = &step.scratch {
+                    let _ = std::fs::remove_dir_all(&s.0);
                 }
                 if let Some(c) = step.supervisor.as_mut() {
                     let _ = c.wait();
@@ -588,8 +652,9 @@ fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
             at_ms: now_ms(),
         })
     } else {
-        let error_file = std::fs::read_dir(step.files.logs())
-            .ok()
+        let error_file = step
+            .logs()
+            .and_then(|l| std::fs::read_dir(l).ok())
             .and_then(|d| {
                 d.flatten()
                     .map(|e| e.path())
@@ -643,7 +708,7 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
     // This node's private copy of the step's output (see `supervise`), never the user's
     // file, which other nodes of the job append to as well.
     let mut files = vec![step.files.capture()];
-    if let Ok(d) = std::fs::read_dir(step.files.logs()) {
+    if let Some(Ok(d)) = step.logs().map(std::fs::read_dir) {
         files.extend(
             d.flatten()
                 .map(|e| e.path())
@@ -686,7 +751,21 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
     out
 }
 
-/// Used by `Path` checks in tests.
-pub fn step_dir(state_dir: &Path, job: JobId, attempt: u32) -> PathBuf {
-    state_dir.join("steps").join(format!("{job}.{attempt}"))
+/// Writes the job's script, executable by its owner only.
+fn write_script(path: &Path, text: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    if let Some((uid, gid)) = owner {
+        nix::unistd::chown(
+            path,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )?;
+    }
+    Ok(())
 }

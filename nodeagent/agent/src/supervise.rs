@@ -11,6 +11,7 @@
 //! this one. It records the process group in `DIR/pgid` and, when all tasks have ended, the
 //! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
 
+use crate::layout::{StepFiles, write_private};
 use gsched_launch::plan::Plan;
 use nix::fcntl::OFlag;
 use nix::sys::signal::{self, SigHandler, SigSet, SigmaskHow, Signal};
@@ -21,8 +22,9 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -41,17 +43,8 @@ pub struct ExitRecord {
     pub tasks: Vec<(Option<i32>, Option<i32>)>,
 }
 
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    if let Ok(f) = std::fs::File::open(&tmp) {
-        let _ = f.sync_all();
-    }
-    std::fs::rename(&tmp, path)
-}
-
 fn record(dir: &Path, rec: &ExitRecord) {
-    let _ = write_atomic(
+    let _ = write_private(
         &dir.join("exit.json"),
         &serde_json::to_vec(rec).unwrap_or_default(),
     );
@@ -184,6 +177,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let capture = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(StepFiles(dir.to_path_buf()).capture())
         .map_err(|e| {
             format!(
@@ -271,7 +265,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         return Err(e);
     }
     if let Some(g) = pgid {
-        let _ = write_atomic(&dir.join("pgid"), g.to_string().as_bytes());
+        let _ = write_private(&dir.join("pgid"), g.to_string().as_bytes());
     }
     let mut tasks = Vec::new();
     for mut c in children {
@@ -405,90 +399,5 @@ fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
             plan.argv[0]
         ),
         _ => format!("cannot start {}: {e}", plan.argv[0]),
-    }
-}
-
-/// Is some process running `... supervise DIR` for this step directory?
-fn supervisor_running(dir: &Path) -> bool {
-    let want = dir.as_os_str().as_encoded_bytes();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    procs.flatten().any(|p| {
-        std::fs::read(p.path().join("cmdline")).is_ok_and(|c| {
-            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-            args.windows(2)
-                .any(|w| w[0] == b"supervise" && w[1] == want)
-        })
-    })
-}
-
-/// Path helpers for a step directory.
-pub struct StepFiles(pub PathBuf);
-
-impl StepFiles {
-    pub fn plan(&self) -> PathBuf {
-        self.0.join("plan.json")
-    }
-    pub fn exit(&self) -> PathBuf {
-        self.0.join("exit.json")
-    }
-    pub fn pgid(&self) -> PathBuf {
-        self.0.join("pgid")
-    }
-    pub fn launch(&self) -> PathBuf {
-        self.0.join("launch.json")
-    }
-    pub fn logs(&self) -> PathBuf {
-        self.0.join("logs")
-    }
-    pub fn script(&self) -> PathBuf {
-        self.0.join("script")
-    }
-    pub fn reported(&self) -> PathBuf {
-        self.0.join("reported")
-    }
-    /// True when the step's supervisor was never started: the agent writes `launch.json`
-    /// and then `plan.json` before it spawns the supervisor.
-    pub fn never_started(&self) -> bool {
-        if !self.launch().exists() || !self.plan().exists() {
-            return true;
-        }
-        // Killed between writing the plan and recording the supervisor's pid: only a
-        // running `gagentd supervise DIR` process tells whether the spawn happened.
-        let recorded = ["supervisor.pid", "pgid", "exit.json"]
-            .iter()
-            .any(|f| self.0.join(f).exists());
-        !recorded && !supervisor_running(&self.0)
-    }
-    /// This node's own copy of the step's stdout and stderr.
-    pub fn capture(&self) -> PathBuf {
-        self.0.join("output.log")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StepFiles;
-
-    #[test]
-    fn an_interrupted_launch_is_recognised_and_a_started_one_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = StepFiles(dir.path().join("7.0"));
-        std::fs::create_dir_all(files.logs()).unwrap();
-        std::fs::write(files.0.join("launch.tmp"), b"{").unwrap();
-        assert!(files.never_started(), "killed while writing launch.json");
-        std::fs::write(files.launch(), b"{}").unwrap();
-        assert!(files.never_started(), "killed before plan.json");
-        std::fs::write(files.plan(), b"{}").unwrap();
-        assert!(
-            files.never_started(),
-            "killed before spawning: no supervisor runs for this directory"
-        );
-        std::fs::write(files.0.join("supervisor.pid"), b"123").unwrap();
-        assert!(
-            !files.never_started(),
-            "a recorded supervisor is re-adopted, never launched twice"
-        );
     }
 }

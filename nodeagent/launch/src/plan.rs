@@ -39,6 +39,12 @@ pub struct Plan {
     /// The submitter's umask, applied to the output files and the tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
+    /// The step's private directory (script, logs), removed when the step has ended.
+    #[serde(default)]
+    pub scratch: Option<String>,
+    /// GPU device nodes handed to the owner for the step (given back when it ends).
+    #[serde(default)]
+    pub devices: Vec<String>,
 }
 
 /// A step's cgroup: where, and its limits.
@@ -73,6 +79,10 @@ pub struct StepContext<'a> {
     pub home: Option<&'a str>,
     /// The cgroup directory the tasks join, when cgroups are in use.
     pub cgroup_dir: Option<String>,
+    /// The step's private directory.
+    pub scratch: Option<&'a str>,
+    /// Device nodes handed to the owner for the step.
+    pub devices: Vec<String>,
 }
 
 /// The text of the step's script: the submitted batch script, or the torchrun line
@@ -131,6 +141,8 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         groups: ctx.owner.map(|o| o.groups.clone()).unwrap_or_default(),
         cgroup: ctx.cgroup_dir.clone(),
         umask: spec.umask,
+        scratch: ctx.scratch.map(str::to_string),
+        devices: ctx.devices.clone(),
     }
 }
 
@@ -158,18 +170,13 @@ pub fn cgroup_limits(launch: &LaunchSpec, topo: &Topology) -> CgroupLimits {
     }
 }
 
-/// The device nodes of the step's GPUs (`/dev/nvidiaN` unless discovery recorded
-/// another path).
+/// The device nodes of the step's GPUs, as discovery recorded them (a GPU without one,
+/// like a fake topology's, has none to hand over).
 pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
     launch
         .node_alloc
         .gpus
         .iter()
-        .map(|g| {
-            topo.gpus
-                .get(*g as usize)
-                .and_then(|x| x.device_path.clone())
-                .unwrap_or_else(|| format!("/dev/nvidia{g}"))
-        })
+        .filter_map(|g| topo.gpus.get(*g as usize)?.device_path.clone())
         .collect()
 }

@@ -47,6 +47,33 @@ pub fn time_limit(text: &str) -> Result<Option<u64>, String> {
     Ok(Some(secs))
 }
 
+/// Milliseconds since the epoch as Slurm prints times: `YYYY-MM-DDTHH:MM:SS` (UTC).
+pub fn format_timestamp(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_date(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 as a (year, month, day), UTC.
+pub fn civil_date(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
 /// Formats seconds as Slurm prints elapsed time: `M:SS`, `H:MM:SS` or `D-HH:MM:SS`.
 pub fn format_duration(secs: u64) -> String {
     let d = secs / 86_400;
@@ -276,6 +303,14 @@ pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_are_printed_as_slurm_prints_them() {
+        assert_eq!(format_timestamp(0), "1970-01-01T00:00:00");
+        assert_eq!(format_timestamp(1_796_083_200_000), "2026-12-01T00:00:00");
+        assert_eq!(civil_date(-1), (1969, 12, 31));
+        assert_eq!(civil_date(11_016), (2000, 2, 29));
+    }
 
     #[test]
     fn all_sbatch_time_forms() {

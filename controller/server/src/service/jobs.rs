@@ -64,7 +64,15 @@ impl JobsService {
             return Ok(());
         }
         let mut admins = vec!["root".to_string(), "the controllers' own user".into()];
-        admins.extend(self.ctx.auth.policy().admins.iter().cloned());
+        admins.extend(
+            self.ctx
+                .auth
+                .policy()
+                .admins
+                .iter()
+                .filter(|a| *a != "root")
+                .cloned(),
+        );
         Err(Status::permission_denied(format!(
             "permission denied: {what} is for admins ({}); you are {}",
             admins.join(", "),
