@@ -41,6 +41,8 @@ pub fn bin(name: &str) -> PathBuf {
                 "gsched-agent",
                 "-p",
                 "gsched-cli",
+                "-p",
+                "gsched-tests",
             ])
             .current_dir(workspace())
             .status()
@@ -116,8 +118,32 @@ pub struct Cluster {
     pub agents: Vec<Option<Proc>>,
     pub agent_opts: Vec<AgentOpts>,
     pub ctl_extra: Vec<String>,
-    /// How the daemons authenticate (`--dev-local` unless a test sets up certificates).
-    pub security: Vec<String>,
+    /// How the controllers authenticate (`--dev-local` unless a test sets up
+    /// certificates and munge).
+    pub ctl_security: Vec<String>,
+    /// How the agents authenticate.
+    pub agent_security: Vec<String>,
+    /// Environment for the CLI tools (`GSCHED_TLS_CA`, `GSCHED_MUNGE_SOCKET`...).
+    pub cli_env: Vec<(String, String)>,
+}
+
+/// How a cluster's processes prove who they are.
+#[derive(Clone, Debug)]
+pub struct Security {
+    pub controllers: Vec<String>,
+    pub agents: Vec<String>,
+    pub cli_env: Vec<(String, String)>,
+}
+
+impl Security {
+    /// A single-host development cluster.
+    pub fn dev_local() -> Security {
+        Security {
+            controllers: vec!["--dev-local".into()],
+            agents: vec!["--dev-local".into()],
+            cli_env: Vec::new(),
+        }
+    }
 }
 
 pub fn topology(name: &str) -> PathBuf {
@@ -125,12 +151,23 @@ pub fn topology(name: &str) -> PathBuf {
 }
 
 impl Cluster {
-    /// `n` controllers (one Raft group) and no agents yet.
+    /// `n` controllers (one Raft group) and no agents yet, on `--dev-local`.
     pub fn controllers(n: u64, extra: &[&str]) -> Cluster {
+        Cluster::controllers_with(n, extra, Security::dev_local())
+    }
+
+    /// `n` controllers with the given security settings.
+    pub fn controllers_with(n: u64, extra: &[&str], security: Security) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("gsched-test")
             .tempdir()
             .expect("tempdir");
+        // Other users (the multi-user tests) may pass through, not list.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("chmod the cluster directory");
         // Clusters of parallel tests share the host: give each its own MASTER_PORT range.
         let base = free_port().clamp(20_000, 60_000);
         let mut ctl_extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
@@ -148,7 +185,9 @@ impl Cluster {
             agents: Vec::new(),
             agent_opts: Vec::new(),
             ctl_extra,
-            security: vec!["--dev-local".to_string()],
+            ctl_security: security.controllers,
+            agent_security: security.agents,
+            cli_env: security.cli_env,
         };
         for i in 0..n as usize {
             let p = c.spawn_controller(i);
@@ -191,7 +230,7 @@ impl Cluster {
             "--data-dir",
         ])
         .arg(self.path(&format!("ctl{id}")))
-        .args(&self.security)
+        .args(&self.ctl_security)
         .args(&self.ctl_extra)
         .env(
             "GSCHED_LOG",
@@ -266,7 +305,9 @@ impl Cluster {
         .arg(self.path(&format!("agent-{}", o.name)))
         .arg("--fake-topology")
         .arg(&o.topology)
-        .args(&self.security)
+        .arg("--job-root")
+        .arg(self.path(&format!("jobroot-{}", o.name)))
+        .args(&self.agent_security)
         .args(["--training-addr", "127.0.0.1", "--kmsg"])
         .arg(self.path(&format!("kmsg-{}", o.name)))
         .args(["--cgroup-root", "off"])
@@ -304,13 +345,47 @@ impl Cluster {
     }
 
     pub fn cli_in(&self, tool: &str, args: &[&str], cwd: &Path) -> Output {
-        Command::new(bin(tool))
-            .args(args)
+        self.command(tool, args, cwd).output().expect("run cli")
+    }
+
+    /// A CLI tool's command line against this cluster (not started).
+    pub fn command(&self, tool: &str, args: &[&str], cwd: &Path) -> Command {
+        let mut cmd = Command::new(bin(tool));
+        cmd.args(args)
             .current_dir(cwd)
             .env("GSCHED_CONTROLLERS", self.controllers_arg())
             .env("GSCHED_RETRY_S", "20")
+            .envs(self.cli_env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// Runs a CLI tool as `user`, in their directory of this cluster.
+    pub fn cli_as(&self, user: &TestUser, tool: &str, args: &[&str]) -> Output {
+        let home = self.user_dir(user);
+        let mut cmd = self.command(tool, args, &home);
+        std::os::unix::process::CommandExt::uid(&mut cmd, user.uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, user.gid);
+        cmd.env("HOME", &home)
+            .env("USER", &user.name)
             .output()
-            .expect("run cli")
+            .expect("run cli as user")
+    }
+
+    /// A directory of this cluster owned by `user` (0700), made on first use.
+    pub fn user_dir(&self, user: &TestUser) -> PathBuf {
+        let d = self.path(&format!("home-{}", user.name));
+        if !d.exists() {
+            std::fs::create_dir(&d).expect("user dir");
+            nix::unistd::chown(
+                &d,
+                Some(nix::unistd::Uid::from_raw(user.uid)),
+                Some(nix::unistd::Gid::from_raw(user.gid)),
+            )
+            .expect("chown user dir");
+            std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .expect("chmod user dir");
+        }
+        d
     }
 
     /// Runs a CLI tool that must succeed and returns its stdout.
@@ -425,6 +500,134 @@ impl Cluster {
             }
         }
         out
+    }
+}
+
+/// An ordinary Unix user the multi-user tests act as.
+#[derive(Debug, Clone)]
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The test users `gsalice` and `gsbob` (made with useradd when missing), or `None`
+/// when this process is not root. In CI (`GSCHED_REQUIRE_ROOT=1`) being root is required.
+pub fn test_users() -> Option<(TestUser, TestUser)> {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("GSCHED_REQUIRE_ROOT").is_none(),
+            "GSCHED_REQUIRE_ROOT is set but the tests do not run as root"
+        );
+        eprintln!("skipping: the multi-user tests need root (to create users)");
+        return None;
+    }
+    let make = |name: &str| -> TestUser {
+        if nix::unistd::User::from_name(name).ok().flatten().is_none() {
+            // Several tests may race to create the same user.
+            let _ = Command::new("useradd")
+                .args(["--no-create-home", "--shell", "/bin/sh", name])
+                .status();
+        }
+        let u = nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("cannot create the test user {name} (useradd)"));
+        TestUser {
+            name: name.to_string(),
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+        }
+    };
+    Some((make("gsalice"), make("gsbob")))
+}
+
+/// A private munged for tests, run as the `munge` user, stopped when dropped.
+pub struct Munged {
+    pub dir: tempfile::TempDir,
+    pid: Option<i32>,
+}
+
+impl Munged {
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("munge.socket")
+    }
+
+    /// Starts one with a fresh key; `None` when munge is not installed (required in CI).
+    pub fn start() -> Option<Munged> {
+        let installed = Path::new("/usr/sbin/munged").exists()
+            && nix::unistd::User::from_name("munge")
+                .ok()
+                .flatten()
+                .is_some();
+        if !installed {
+            assert!(
+                std::env::var_os("GSCHED_REQUIRE_ROOT").is_none(),
+                "munge is not installed (apt-get install munge)"
+            );
+            eprintln!("skipping: munge is not installed");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("gsched-munge")
+            .tempdir()
+            .expect("tempdir");
+        let munge = nix::unistd::User::from_name("munge").ok().flatten()?;
+        nix::unistd::chown(dir.path(), Some(munge.uid), Some(munge.gid)).expect("chown");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let key = dir.path().join("munge.key");
+        let as_munge = |args: &[&str]| {
+            let mut c = Command::new(args[0]);
+            c.args(&args[1..]);
+            std::os::unix::process::CommandExt::uid(&mut c, munge.uid.as_raw());
+            std::os::unix::process::CommandExt::gid(&mut c, munge.gid.as_raw());
+            c.status().expect("run munge tool")
+        };
+        let key_s = key.to_string_lossy().into_owned();
+        assert!(as_munge(&["/usr/sbin/mungekey", "-c", "-k", &key_s, "-b", "1024"]).success());
+        let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+        let socket = p("munge.socket");
+        assert!(
+            as_munge(&[
+                "/usr/sbin/munged",
+                &format!("--socket={socket}"),
+                &format!("--key-file={key_s}"),
+                &format!("--pid-file={}", p("munged.pid")),
+                &format!("--log-file={}", p("munged.log")),
+                &format!("--seed-file={}", p("munged.seed")),
+            ])
+            .success(),
+            "munged did not start"
+        );
+        let pid = wait_for("munged's pid file", Duration::from_secs(10), || {
+            std::fs::read_to_string(p("munged.pid"))
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        });
+        wait_for("munged's socket", Duration::from_secs(10), || {
+            Path::new(&socket).exists().then_some(())
+        });
+        Some(Munged {
+            dir,
+            pid: Some(pid),
+        })
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
     }
 }
 

@@ -1,0 +1,229 @@
+//! `gsched-forge`: a hand-made gRPC client for the security tests. It sends whatever a
+//! hostile process could (claimed identities, forged agent registrations, forged Raft
+//! messages, replayed credentials) and prints one JSON line with the outcome, so a test
+//! can run it as another Unix user and check that the controller refused it.
+//!
+//! Usage: `gsched-forge HOST:PORT '{"call": ..., ...}'`.
+
+use gsched_proto::munge::Munge;
+use gsched_proto::pb::agent_client::AgentClient;
+use gsched_proto::pb::jobs_client::JobsClient;
+use gsched_proto::pb::peer_client::PeerClient;
+use gsched_proto::pb::*;
+use serde_json::{Value, json};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+fn field<'a>(v: &'a Value, k: &str) -> &'a Value {
+    &v[k]
+}
+
+fn text(v: &Value, k: &str) -> String {
+    field(v, k).as_str().unwrap_or_default().to_string()
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    field(v, k).as_u64().unwrap_or_default()
+}
+
+async fn channel(addr: &str, req: &Value) -> Result<tonic::transport::Channel, String> {
+    let tls = &req["tls"];
+    let ep = if tls.is_object() {
+        let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(
+            std::fs::read(text(tls, "ca")).map_err(|e| e.to_string())?,
+        ));
+        if tls["cert"].is_string() {
+            cfg = cfg.identity(Identity::from_pem(
+                std::fs::read(text(tls, "cert")).map_err(|e| e.to_string())?,
+                std::fs::read(text(tls, "key")).map_err(|e| e.to_string())?,
+            ));
+        }
+        Endpoint::from_shared(format!("https://{addr}"))
+            .map_err(|e| e.to_string())?
+            .tls_config(cfg)
+            .map_err(|e| e.to_string())?
+    } else {
+        Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string())?
+    };
+    ep.connect().await.map_err(|e| e.to_string())
+}
+
+/// A request with a MUNGE credential when one was asked for (`"munge_socket"`); with
+/// `"replay": true`, the credential of the previous call is sent again.
+fn request<T>(msg: T, req: &Value, last: &mut Option<String>) -> Result<tonic::Request<T>, String> {
+    let mut r = tonic::Request::new(msg);
+    if req["munge_socket"].is_string() {
+        let cred = match (req["replay"].as_bool(), last.clone()) {
+            (Some(true), Some(c)) => c,
+            _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))?
+                .encode(b"gsched")?,
+        };
+        *last = Some(cred.clone());
+        r.metadata_mut().insert(
+            gsched_proto::MUNGE_CREDENTIAL,
+            cred.parse().map_err(|_| "bad credential")?,
+        );
+    }
+    Ok(r)
+}
+
+fn outcome<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> Value {
+    match r {
+        Ok(reply) => json!({"ok": true, "reply": format!("{:?}", reply.into_inner())}),
+        Err(s) => json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()}),
+    }
+}
+
+async fn run(addr: &str, req: &Value) -> Result<Value, String> {
+    let ch = channel(addr, req).await?;
+    let mut last = None;
+    let times = if req["replay"].as_bool() == Some(true) {
+        2
+    } else {
+        1
+    };
+    let mut result = Value::Null;
+    for _ in 0..times {
+        result = call(ch.clone(), req, &mut last).await?;
+    }
+    Ok(result)
+}
+
+async fn call(
+    ch: tonic::transport::Channel,
+    req: &Value,
+    last: &mut Option<String>,
+) -> Result<Value, String> {
+    let mut jobs = JobsClient::new(ch.clone());
+    let rid = uuid::Uuid::new_v4().to_string();
+    Ok(match text(req, "call").as_str() {
+        "submit" => {
+            let spec_json = serde_json::to_vec(&req["spec"]).map_err(|e| e.to_string())?;
+            let msg = SubmitRequest {
+                request_id: rid,
+                spec_json,
+            };
+            outcome(jobs.submit(request(msg, req, last)?).await)
+        }
+        "cancel" | "requeue" => {
+            let msg = JobRequest {
+                request_id: rid,
+                job_id: num(req, "job"),
+                user: text(req, "user"),
+            };
+            let r = request(msg, req, last)?;
+            if text(req, "call") == "cancel" {
+                outcome(jobs.cancel(r).await)
+            } else {
+                outcome(jobs.requeue(r).await)
+            }
+        }
+        "hold" => {
+            let msg = HoldRequest {
+                request_id: rid,
+                job_id: num(req, "job"),
+                user: text(req, "user"),
+                hold: true,
+            };
+            outcome(jobs.hold(request(msg, req, last)?).await)
+        }
+        "drain" => {
+            let msg = NodeAdminRequest {
+                request_id: rid,
+                node: text(req, "node"),
+                action: "drain".into(),
+                reason: "forged".into(),
+                user: text(req, "user"),
+            };
+            outcome(jobs.node_admin(request(msg, req, last)?).await)
+        }
+        "membership" => {
+            let msg = MembershipRequest {
+                action: "add".into(),
+                id: num(req, "id"),
+                address: text(req, "address"),
+            };
+            outcome(jobs.membership(request(msg, req, last)?).await)
+        }
+        "status" => outcome(jobs.status(request(Empty {}, req, last)?).await),
+        "register" => register(ch, req).await,
+        "peer_append" => peer_append(ch, req).await,
+        other => return Err(format!("unknown call {other}")),
+    })
+}
+
+/// Opens `Agent.Session` as node `name` and reports what the controller answered first.
+async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
+    use gsched_proto::agent::{AgentToController, encode};
+    let hello = AgentToController::Register {
+        name: text(req, "name"),
+        address: String::new(),
+        training_addr: "127.0.0.1".into(),
+        topology: Box::new(gsched_types::Topology::empty("forged")),
+        features: vec![],
+        agent_version: "forged".into(),
+        known_steps: vec![],
+    };
+    let first = AgentEnvelope {
+        json: encode(&hello),
+    };
+    let stream = tokio_stream::iter(vec![first]);
+    match AgentClient::new(ch).session(stream).await {
+        Err(s) => json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()}),
+        Ok(resp) => {
+            let mut inbound = resp.into_inner();
+            match inbound.message().await {
+                Ok(Some(m)) => json!({"ok": true, "reply": String::from_utf8_lossy(&m.json)}),
+                Ok(None) => json!({"ok": false, "code": "Closed", "message": "closed"}),
+                Err(s) => {
+                    json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()})
+                }
+            }
+        }
+    }
+}
+
+/// Sends a MsgAppend from controller `from` to `to` at `term` carrying one entry of
+/// `data`.
+async fn peer_append(ch: tonic::transport::Channel, req: &Value) -> Value {
+    use raft::eraftpb::{Entry, Message, MessageType};
+    let entry = Entry {
+        index: num(req, "index"),
+        term: num(req, "term"),
+        data: text(req, "data").into_bytes().into(),
+        ..Default::default()
+    };
+    let mut msg = Message {
+        from: num(req, "from"),
+        to: num(req, "to"),
+        term: num(req, "term"),
+        log_term: num(req, "term"),
+        index: num(req, "index").saturating_sub(1),
+        commit: num(req, "index"),
+        ..Default::default()
+    };
+    msg.set_msg_type(MessageType::MsgAppend);
+    msg.set_entries(vec![entry].into());
+    let batch = RaftBatch {
+        from: num(req, "from"),
+        from_address: String::new(),
+        messages: vec![gsched_raft::encode_message(&msg)],
+    };
+    outcome(PeerClient::new(ch).send(batch).await)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(addr), Some(req)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: gsched-forge HOST:PORT JSON");
+        std::process::exit(2);
+    };
+    let req: Value = serde_json::from_str(req).expect("a JSON request");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let out = rt
+        .block_on(run(addr, &req))
+        .unwrap_or_else(|e| json!({"ok": false, "code": "ClientError", "message": e}));
+    println!("{out}");
+}

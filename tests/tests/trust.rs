@@ -1,0 +1,722 @@
+//! Multi-user trust through real processes and real Unix users (`gsalice`, `gsbob`; the
+//! tests run as root, as CI does): jobs run as the verified submitter whatever the request
+//! claims (fakeroot, forged gRPC, `--uid`), other users' jobs, nodes and the membership
+//! cannot be touched, daemon services refuse non-daemons, a cluster with certificates
+//! checks them (and MUNGE credentials), state files and job details stay private, GPU
+//! device nodes are private, and jobs get their signals. Every refusal must name its rule
+//! and change nothing.
+
+use gsched_tests::{Cluster, Munged, Security, TestUser, bin, test_users, wait_for};
+use serde_json::{Value, json};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Runs `gsched-forge` (as `user`, or root) against the leader (followers redirect
+/// agents before reading what they say).
+fn forge(c: &Cluster, user: Option<&TestUser>, req: Value) -> Value {
+    let leader = c.leader(Duration::from_secs(30));
+    let addr = &c.controllers[(leader - 1) as usize].1;
+    let mut cmd = Command::new(bin("gsched-forge"));
+    cmd.arg(addr).arg(req.to_string());
+    if let Some(u) = user {
+        cmd.uid(u.uid).gid(u.gid);
+    }
+    let out = cmd.output().expect("run gsched-forge");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "gsched-forge printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn refused(v: &Value, code: &str, needle: &str) {
+    assert_eq!(v["ok"], false, "expected a refusal: {v}");
+    assert_eq!(v["code"], code, "{v}");
+    let m = v["message"].as_str().unwrap_or_default();
+    assert!(m.contains(needle), "the refusal should say '{needle}': {m}");
+}
+
+/// Writes a script owned by `user` in their directory of the cluster.
+fn user_script(c: &Cluster, user: &TestUser, name: &str, body: &str) -> String {
+    let path = c.user_dir(user).join(name);
+    std::fs::write(&path, body).unwrap();
+    nix::unistd::chown(
+        &path,
+        Some(nix::unistd::Uid::from_raw(user.uid)),
+        Some(nix::unistd::Gid::from_raw(user.gid)),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn ok_as(c: &Cluster, user: &TestUser, tool: &str, args: &[&str]) -> String {
+    let out = c.cli_as(user, tool, args);
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} as {} failed: {}{}\n{}",
+        user.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn submit_as(c: &Cluster, user: &TestUser, args: &[&str]) -> u64 {
+    let mut a = vec!["--parsable"];
+    a.extend_from_slice(args);
+    ok_as(c, user, "gsub", &a).trim().parse().expect("a job id")
+}
+
+fn all_jobs(c: &Cluster) -> Vec<Value> {
+    c.json("gqueue", &["-t", "all"])["jobs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn read_when(path: &Path) -> String {
+    wait_for(
+        &format!("{} to be written", path.display()),
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(path)
+                .ok()
+                .filter(|s| s.ends_with('\n'))
+        },
+    )
+}
+
+#[test]
+fn t10_jobs_run_as_the_verified_submitter_whatever_the_request_says() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let who = "#!/bin/sh\nid -u > who.$SLURM_JOB_ID\ncat /etc/shadow > /dev/null 2>&1 && echo read-shadow >> who.$SLURM_JOB_ID\ntrue\n";
+    let script = user_script(&c, &alice, "who.sh", who);
+    // alice, with umask 077: the output file is hers and private.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 077; exec {} --parsable -o out.%j {script}",
+            bin("gsub").display()
+        ))
+        .current_dir(c.user_dir(&alice))
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .uid(alice.uid)
+        .gid(alice.gid)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(job["state"], "COMPLETED", "{}", c.logs());
+    assert_eq!(job["user"], "gsalice");
+    let home = c.user_dir(&alice);
+    assert_eq!(
+        std::fs::read_to_string(home.join(format!("who.{id}"))).unwrap(),
+        format!("{}\n", alice.uid),
+        "the job ran as alice and could not read /etc/shadow"
+    );
+    let meta = std::fs::metadata(home.join(format!("out.{id}"))).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (alice.uid, 0o600));
+
+    // bob under fakeroot believes he is root; the job still runs as bob.
+    let bob_home = c.user_dir(&bob);
+    let out = Command::new("fakeroot")
+        .arg("--")
+        .arg(bin("gsub"))
+        .args(["--parsable", "--export=NONE", "--wrap", "id -u > fake.txt"])
+        .current_dir(&bob_home)
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .uid(bob.uid)
+        .gid(bob.gid)
+        .output()
+        .expect("fakeroot (apt-get install fakeroot)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    c.wait_state(id, &["COMPLETED"], Duration::from_secs(60));
+    assert_eq!(
+        read_when(&bob_home.join("fake.txt")),
+        format!("{}\n", bob.uid)
+    );
+
+    // Asking for another user is for root and admins only, and never for a system uid.
+    let before = all_jobs(&c).len();
+    for uid in ["gsalice", "0"] {
+        let out = c.cli_as(&bob, "gsub", &["--uid", uid, "--wrap", "true"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("only root or an admin may submit a job to run as another user"),
+            "{err}"
+        );
+    }
+    let out = c.cli("gsub", &["--uid", "daemon", "--wrap", "true", "-D", "/tmp"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("below min_uid"),
+        "root may not run jobs as a system user: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        all_jobs(&c).len(),
+        before,
+        "refused submissions created nothing"
+    );
+    // root may submit for alice (sbatch --uid).
+    let id = c.submit(&["--uid", "gsalice", "-D", &home.to_string_lossy(), &script]);
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(
+        (job["state"].as_str(), job["user"].as_str()),
+        (Some("COMPLETED"), Some("gsalice"))
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join(format!("who.{id}"))).unwrap(),
+        format!("{}\n", alice.uid)
+    );
+}
+
+/// A job spec as gsub would send it, for forged requests.
+fn spec_json(workdir: &Path, user: &str, uid: Option<u32>) -> Value {
+    let mut spec = gsched_types::JobSpec::simple("forged", user, "#!/bin/sh\nid\n");
+    spec.uid = uid;
+    spec.workdir = workdir.to_string_lossy().into_owned();
+    spec.submit_dir = spec.workdir.clone();
+    serde_json::to_value(spec).unwrap()
+}
+
+#[test]
+fn t20_forged_requests_from_another_user_change_nothing() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let running = submit_as(&c, &alice, &["--wrap", "sleep 300"]);
+    let held = submit_as(&c, &alice, &["-H", "--wrap", "true"]);
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    let bob_home = c.user_dir(&bob);
+    let before = all_jobs(&c).len();
+
+    for (user, uid) in [
+        ("gsalice", Some(alice.uid)),
+        ("root", Some(0)),
+        ("gsalice", None),
+    ] {
+        let v = forge(
+            &c,
+            Some(&bob),
+            json!({"call": "submit", "spec": spec_json(&bob_home, user, uid)}),
+        );
+        refused(&v, "PermissionDenied", "you are gsbob");
+    }
+    for call in ["cancel", "requeue", "hold"] {
+        for job in [running, held] {
+            let v = forge(
+                &c,
+                Some(&bob),
+                json!({"call": call, "job": job, "user": "gsalice"}),
+            );
+            refused(&v, "PermissionDenied", "belongs to gsalice");
+            assert!(v["message"].as_str().unwrap().contains("(you are gsbob)"));
+        }
+    }
+    let v = forge(
+        &c,
+        Some(&bob),
+        json!({"call": "drain", "node": "n1", "user": "root"}),
+    );
+    refused(&v, "PermissionDenied", "is for admins");
+    let v = forge(
+        &c,
+        Some(&bob),
+        json!({"call": "membership", "id": 2, "address": "127.0.0.1:1"}),
+    );
+    refused(&v, "PermissionDenied", "is for admins");
+    let out = c.cli_as(&bob, "gctl", &["controllers", "add", "2=127.0.0.1:1"]);
+    assert!(!out.status.success());
+    let out = c.cli_as(&bob, "gcancel", &[&running.to_string()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to gsalice"));
+
+    // Nothing changed.
+    assert_eq!(all_jobs(&c).len(), before);
+    let job = c.job(running).unwrap();
+    assert_eq!(
+        (job["state"].as_str(), job["restarts"].as_u64()),
+        (Some("RUNNING"), Some(0))
+    );
+    assert_eq!(c.job(held).unwrap()["reason"], "JobHeldUser");
+    let node = c.node("n1").unwrap();
+    assert_eq!(node["state"], "mix", "n1 was not drained: {node}");
+    let status = c.status();
+    assert_eq!(
+        status[0]["voters"],
+        json!([1]),
+        "the membership is unchanged"
+    );
+    // An unreachable member is refused even for an admin (it would cost the quorum).
+    let out = c.cli("gctl", &["controllers", "add", "2=127.0.0.1:1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not answer"));
+    // The owner still can.
+    ok_as(&c, &alice, "gcancel", &[&running.to_string()]);
+    c.wait_state(running, &["CANCELLED"], Duration::from_secs(30));
+}
+
+#[test]
+fn t30_daemon_services_accept_only_daemons() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let term = c.status()[0]["term"].as_u64().unwrap();
+    // Another user can neither pose as an agent nor as a controller.
+    let v = forge(&c, Some(&bob), json!({"call": "register", "name": "n1"}));
+    refused(&v, "PermissionDenied", "only processes of uid 0");
+    let v = forge(
+        &c,
+        Some(&bob),
+        json!({"call": "peer_append", "from": 2, "to": 1, "term": term + 5, "index": 99, "data": "{}"}),
+    );
+    refused(&v, "PermissionDenied", "only processes of uid 0");
+    // Even from the daemons' own uid, a log entry that is not a gsched command is refused
+    // before raft-rs sees it.
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "peer_append", "from": 2, "to": 1, "term": term + 5, "index": 99, "data": "not json"}),
+    );
+    refused(&v, "InvalidArgument", "not a gsched command");
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "peer_append", "from": 2, "to": 7, "term": term + 5, "index": 99, "data": ""}),
+    );
+    refused(&v, "PermissionDenied", "from controller 2 to 7");
+    let after = &c.status()[0];
+    assert_eq!(
+        after["term"].as_u64(),
+        Some(term),
+        "no forged message raised the term"
+    );
+    assert_eq!(after["role"], "leader");
+    assert_eq!(c.node("n1").unwrap()["online"], true);
+    // The controller restarts from its log as before.
+    c.restart_controller(0);
+    c.leader(Duration::from_secs(30));
+    c.wait_node_online("n1");
+}
+
+#[test]
+fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let Some(munged) = Munged::start() else {
+        return;
+    };
+    let certs = tempfile::Builder::new()
+        .prefix("gsched-tls")
+        .tempdir()
+        .unwrap();
+    let d = certs.path().to_string_lossy().into_owned();
+    let gctl = |args: &[&str]| {
+        let out = Command::new(bin("gctl")).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    gctl(&["certs", "init", "--dir", &d]);
+    for id in ["1", "2", "3"] {
+        gctl(&[
+            "certs",
+            "issue",
+            "--dir",
+            &d,
+            "--controller",
+            id,
+            "--host",
+            "127.0.0.1",
+        ]);
+    }
+    for n in ["n1", "n2"] {
+        gctl(&["certs", "issue", "--dir", &d, "--node", n]);
+    }
+    let sock = munged.socket().to_string_lossy().into_owned();
+    let security = Security {
+        controllers: vec![
+            "--tls-dir".into(),
+            d.clone(),
+            "--munge-socket".into(),
+            sock.clone(),
+        ],
+        agents: vec!["--tls-dir".into(), d.clone()],
+        cli_env: vec![
+            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
+            ("GSCHED_MUNGE_SOCKET".into(), sock.clone()),
+        ],
+    };
+    let mut c = Cluster::controllers_with(3, &[], security);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    // alice, known by her MUNGE credential.
+    let home = c.user_dir(&alice);
+    let id = submit_as(&c, &alice, &["--wrap", "id -u > who.txt"]);
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(
+        (job["state"].as_str(), job["user"].as_str()),
+        (Some("COMPLETED"), Some("gsalice"))
+    );
+    assert_eq!(read_when(&home.join("who.txt")), format!("{}\n", alice.uid));
+
+    let tls = |cert: Option<&str>| match cert {
+        Some(stem) => {
+            json!({"ca": format!("{d}/ca.pem"), "cert": format!("{d}/{stem}.pem"), "key": format!("{d}/{stem}.key")})
+        }
+        None => json!({"ca": format!("{d}/ca.pem")}),
+    };
+    // No credential, and a replayed one.
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None)}),
+    );
+    refused(&v, "Unauthenticated", "no MUNGE credential");
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "replay": true}),
+    );
+    // munged refuses it itself ("Replayed credential"); the controller's own cache says
+    // "already used (replayed)".
+    refused(&v, "Unauthenticated", "eplayed");
+    // Agents need a node certificate, and only their own name.
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "register", "name": "n1", "tls": tls(None)}),
+    );
+    refused(&v, "PermissionDenied", "must present a certificate");
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "register", "name": "n1", "tls": tls(Some("node-n2"))}),
+    );
+    refused(
+        &v,
+        "PermissionDenied",
+        "a certificate for node n2 cannot register as node n1",
+    );
+    // Raft traffic only from the controller the certificate names.
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "peer_append", "from": 2, "to": 1, "term": 1, "index": 1, "data": "", "tls": tls(Some("node-n2"))}),
+    );
+    refused(&v, "PermissionDenied", "cannot speak for controller 2");
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "peer_append", "from": 3, "to": 1, "term": 1, "index": 1, "data": "", "tls": tls(Some("controller-2"))}),
+    );
+    refused(&v, "PermissionDenied", "cannot speak for controller 3");
+    // A client without the cluster's CA is told why it cannot talk.
+    let out = Command::new(bin("gqueue"))
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .env("GSCHED_RETRY_S", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("GSCHED_TLS_CA"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The three controllers agree, and n1 is still itself.
+    assert_eq!(c.node("n1").unwrap()["online"], true);
+    let digests: Vec<Value> = c
+        .status()
+        .iter()
+        .map(|r| r["applied_index"].clone())
+        .collect();
+    assert_eq!(digests.len(), 3);
+}
+
+#[test]
+fn t50_other_users_see_summaries_not_details_or_state_files() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let running = submit_as(
+        &c,
+        &alice,
+        &[
+            "--export=ALL,SECRET=hunter2",
+            "--wrap",
+            "sleep 300",
+            "my-arg",
+        ],
+    );
+    let failing = submit_as(
+        &c,
+        &alice,
+        &[
+            "--wrap",
+            "echo 'NCCL WARN private-path /data/alice/secret'; exit 3",
+        ],
+    );
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    c.wait_state(failing, &["FAILED"], Duration::from_secs(30));
+    let bob_view: Value =
+        serde_json::from_str(&ok_as(&c, &bob, "gqueue", &["-t", "all", "--json"])).unwrap();
+    let jobs = bob_view["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "everybody sees every job's summary");
+    for j in jobs {
+        assert!(j.get("spec").is_none(), "bob sees alice's request: {j}");
+        if let Some(f) = j.get("failure").filter(|f| !f.is_null()) {
+            assert_eq!(f["evidence"], "", "bob sees alice's failure evidence: {f}");
+            assert_eq!(
+                f["kind"], "exit_code",
+                "but he sees what kind of failure it was"
+            );
+        }
+    }
+    let shown: Value = serde_json::from_str(&ok_as(
+        &c,
+        &bob,
+        "gctl",
+        &["show", "job", &running.to_string(), "--json"],
+    ))
+    .unwrap();
+    assert!(shown.get("spec").is_none());
+    // alice sees her own request and evidence.
+    let mine: Value = serde_json::from_str(&ok_as(
+        &c,
+        &alice,
+        "gctl",
+        &["show", "job", &running.to_string(), "--json"],
+    ))
+    .unwrap();
+    assert_eq!(mine["spec"]["env_overrides"]["SECRET"], "hunter2");
+    let mine: Value = serde_json::from_str(&ok_as(
+        &c,
+        &alice,
+        "gctl",
+        &["show", "job", &failing.to_string(), "--json"],
+    ))
+    .unwrap();
+    assert!(
+        mine["failure"]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("private-path")
+    );
+    // The agent's state is private: bob can neither list it nor read a step's files.
+    let state = c.path("agent-n1");
+    assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700);
+    let launch = state.join(format!("steps/{running}.0/launch.json"));
+    assert_eq!(std::fs::metadata(&launch).unwrap().mode() & 0o777, 0o600);
+    assert!(
+        std::fs::read_to_string(&launch)
+            .unwrap()
+            .contains("hunter2")
+    );
+    for path in [state.clone(), launch, c.path("jobroot-n1")] {
+        let out = Command::new("ls")
+            .arg(&path)
+            .uid(bob.uid)
+            .gid(bob.gid)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "bob could list {}", path.display());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    }
+}
+
+/// A fake 8-GPU topology whose GPUs' device nodes are files in `devs`.
+fn topology_with_devices(c: &Cluster, devs: &Path) -> std::path::PathBuf {
+    let mut t: Value = serde_json::from_str(
+        &std::fs::read_to_string(gsched_tests::topology("rtx4090-8gpu.json")).unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(devs).unwrap();
+    std::fs::set_permissions(devs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (i, g) in t["gpus"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let dev = devs.join(format!("nvidia{i}"));
+        std::fs::write(&dev, b"gpu").unwrap();
+        std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o666)).unwrap();
+        g["device_path"] = json!(dev.to_string_lossy());
+    }
+    let path = c.path("topology-devices.json");
+    std::fs::write(&path, t.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn t60_gpu_device_nodes_are_private() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    let devs = c.path("dev");
+    let topo = topology_with_devices(&c, &devs);
+    c.add_agent_with("n1", topo, &[]);
+    let owner = |i: u32| {
+        let m = std::fs::metadata(devs.join(format!("nvidia{i}"))).unwrap();
+        (m.uid(), m.mode() & 0o777)
+    };
+    for i in 0..8 {
+        assert_eq!(owner(i), (0, 0o600), "idle GPU {i} is root's");
+    }
+    let probe = format!(
+        "#!/bin/sh\nfor f in {}/nvidia*; do if cat $f > /dev/null 2>&1; then echo \"open $f\"; else echo \"denied $f\"; fi; done > probe.tmp.$SLURM_JOB_ID; mv probe.tmp.$SLURM_JOB_ID probe.$SLURM_JOB_ID\n",
+        devs.display()
+    );
+    // alice's job also leaves a process behind that keeps its GPU open.
+    let alice_script = user_script(
+        &c,
+        &alice,
+        "probe.sh",
+        &format!(
+            "{probe}dev=$(grep '^open' probe.$SLURM_JOB_ID | head -1 | cut -d' ' -f2)\nsetsid sh -c \"exec 3<$dev; echo \\$\\$ > holder.pid; exec sleep 600\" > /dev/null 2>&1 < /dev/null &\nsleep 2\n"
+        ),
+    );
+    let bob_script = user_script(&c, &bob, "probe.sh", &format!("{probe}sleep 30\n"));
+    let a = submit_as(&c, &alice, &["--gpus-per-node", "1", &alice_script]);
+    let b = submit_as(&c, &bob, &["--gpus-per-node", "1", &bob_script]);
+    let ja = c.wait_state(a, &["RUNNING", "COMPLETED"], Duration::from_secs(30));
+    let jb = c.wait_state(b, &["RUNNING"], Duration::from_secs(30));
+    let gpu = |j: &Value| j["allocation"]["nodes"][0]["gpus"][0].as_u64().unwrap() as u32;
+    let (ga, gb) = (gpu(&ja), gpu(&jb));
+    let probe_of = |u: &TestUser, id: u64| read_when(&c.user_dir(u).join(format!("probe.{id}")));
+    let pa = probe_of(&alice, a);
+    let pb = probe_of(&bob, b);
+    let dev = |g: u32| {
+        devs.join(format!("nvidia{g}"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    assert!(pa.contains(&format!("open {}", dev(ga))), "{pa}");
+    assert!(pb.contains(&format!("open {}", dev(gb))), "{pb}");
+    assert!(
+        pb.contains(&format!("denied {}", dev(ga))),
+        "bob opened alice's GPU: {pb}"
+    );
+    for g in 0..8 {
+        if g != ga && g != gb {
+            assert!(
+                pa.contains(&format!("denied {}", dev(g))),
+                "alice opened idle GPU {g}: {pa}"
+            );
+            assert!(
+                pb.contains(&format!("denied {}", dev(g))),
+                "bob opened idle GPU {g}: {pb}"
+            );
+        }
+    }
+    assert_eq!(owner(gb), (bob.uid, 0o600));
+    // When alice's job ends her GPU goes back to root, and the process she left holding
+    // it is gone.
+    c.wait_state(a, &["COMPLETED"], Duration::from_secs(60));
+    let holder: i32 = read_when(&c.user_dir(&alice).join("holder.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("alice's GPU back to root", Duration::from_secs(20), || {
+        (owner(ga) == (0, 0o600)).then_some(())
+    });
+    wait_for(
+        "the process holding alice's GPU to be killed",
+        Duration::from_secs(20),
+        || (!gsched_tests::pid_alive(holder)).then_some(()),
+    );
+    ok_as(&c, &bob, "gcancel", &[&b.to_string()]);
+}
+
+#[test]
+fn t70_a_job_gets_sigterm_and_may_trap_it() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = user_script(
+        &c,
+        &alice,
+        "trap.sh",
+        "#!/bin/bash\ntrap 'echo got TERM; exit 0' TERM\necho ready\nwhile true; do sleep 0.2; done\n",
+    );
+    let id = submit_as(&c, &alice, &["-o", "trap.out", &script]);
+    c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
+    let out = c.user_dir(&alice).join("trap.out");
+    wait_for("the job to start", Duration::from_secs(20), || {
+        std::fs::read_to_string(&out)
+            .ok()
+            .filter(|s| s.contains("ready"))
+    });
+    let t0 = std::time::Instant::now();
+    ok_as(&c, &alice, "gcancel", &[&id.to_string()]);
+    c.wait_state(id, &["CANCELLED"], Duration::from_secs(30));
+    assert!(
+        std::fs::read_to_string(&out).unwrap().contains("got TERM"),
+        "the job's trap ran"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "the job ended on SIGTERM, not after the kill grace ({:?})",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn t80_daemons_refuse_to_start_without_security_or_off_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(bin("gctld"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["--id", "1", "--listen", "127.0.0.1:1"]);
+    assert!(e.contains("--tls-dir") && e.contains("--dev-local"), "{e}");
+    let e = run(&["--dev-local", "--id", "1", "--listen", "0.0.0.0:1"]);
+    assert!(e.contains("not a loopback address"), "{e}");
+    let out = Command::new(bin("gagentd"))
+        .args([
+            "--dev-local",
+            "--controllers",
+            "10.0.0.1:6817",
+            "--name",
+            "x",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path().join("a"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
