@@ -226,6 +226,7 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
             agent_env: &Default::default(),
             home: None,
             gpu_map: &[],
+            devices_filtered: false,
         });
         let shown: serde_json::Map<String, serde_json::Value> = env
             .into_iter()

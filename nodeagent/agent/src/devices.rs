@@ -47,6 +47,16 @@ impl GpuDevices {
     }
 }
 
+/// Whether the NVIDIA driver re-creates its device nodes with its own mode whenever CUDA
+/// starts (`NVreg_ModifyDeviceFiles=1`, the default), which undoes device-node ownership;
+/// `None` without the driver.
+pub fn driver_resets_device_modes(params: &str) -> Option<bool> {
+    params.lines().find_map(|l| {
+        let v = l.strip_prefix("ModifyDeviceFiles:")?.trim();
+        Some(v != "0")
+    })
+}
+
 /// Hands a step's device nodes to its owner. Returns what could not be done.
 pub fn claim(paths: &[String], uid: u32, gid: u32) -> Vec<String> {
     paths
@@ -108,6 +118,17 @@ pub fn holders(path: &Path) -> Vec<(i32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_drivers_device_file_setting_is_read() {
+        let params = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileMode: 438\n";
+        assert_eq!(driver_resets_device_modes(params), Some(true));
+        assert_eq!(
+            driver_resets_device_modes("ModifyDeviceFiles: 0\n"),
+            Some(false)
+        );
+        assert_eq!(driver_resets_device_modes(""), None);
+    }
 
     #[test]
     fn a_process_holding_a_device_is_found() {

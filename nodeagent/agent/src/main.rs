@@ -5,7 +5,7 @@ use gsched_agent::devices::GpuDevices;
 use gsched_agent::discover::{self, Source};
 use gsched_agent::session::{Agent, Registration};
 use gsched_agent::steps::{Settings, StepManager};
-use gsched_agent::{devfilter, health, isolation, layout, outbox};
+use gsched_agent::{devfilter, devices, health, isolation, layout, outbox};
 use gsched_proto::tls::{CertDir, Dialer, PeerIdentity, is_loopback};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -299,6 +299,17 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
         (_, false) => false,
     };
+    let params = std::fs::read_to_string("/proc/driver/nvidia/params").unwrap_or_default();
+    if private_gpus && devices::driver_resets_device_modes(&params) == Some(true) {
+        tracing::warn!(
+            "the NVIDIA driver re-creates /dev/nvidia* with its own mode whenever CUDA starts (NVreg_ModifyDeviceFiles=1), undoing device-node ownership; {} set `options nvidia NVreg_ModifyDeviceFiles=0` in /etc/modprobe.d to make ownership hold",
+            if device_filter {
+                "the BPF device filter still keeps jobs to their GPUs;"
+            } else {
+                "with no BPF device filter either, jobs are kept apart by CUDA_VISIBLE_DEVICES only:"
+            }
+        );
+    }
     let topology = Arc::new(RwLock::new(topo));
     let outbox = Arc::new(outbox::Outbox::open(state_dir.join("outbox"))?);
     let settings = Settings {

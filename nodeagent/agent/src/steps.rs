@@ -394,14 +394,16 @@ impl StepManager {
         } else {
             Vec::new()
         };
+        let mut devices_filtered = false;
         let cgroup_dir = self.settings.cgroups.as_ref().map(|cg| {
             let limits = step_plan::cgroup_limits(l, &topo);
             let (dir, missed) = cg.create(&limits);
             notes.extend(missed);
-            if self.settings.device_filter
-                && let Err(e) = devfilter::attach(&dir, &step_plan::gpu_devices(l, &topo))
-            {
-                notes.push(e);
+            if self.settings.device_filter {
+                match devfilter::attach(&dir, &step_plan::gpu_devices(l, &topo)) {
+                    Ok(attached) => devices_filtered = attached,
+                    Err(e) => notes.push(e),
+                }
             }
             dir.to_string_lossy().into_owned()
         });
@@ -429,6 +431,7 @@ impl StepManager {
             cgroup_dir,
             scratch: Some(&scratch_dir),
             devices,
+            devices_filtered,
         };
         Ok((step_plan::plan(l, &script, &ctx), owner))
     }

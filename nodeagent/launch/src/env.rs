@@ -123,6 +123,10 @@ pub struct TaskEnv<'a> {
     /// Device index of each of the agent's GPUs (empty: the same as gsched's index), for
     /// agents that manage a subset of a machine's GPUs (`gagentd --gpus`).
     pub gpu_map: &'a [u32],
+    /// A device filter hides every GPU but the step's: CUDA then numbers the step's GPUs
+    /// from 0 (in PCI order), so `CUDA_VISIBLE_DEVICES` must too (as Slurm does with
+    /// `ConstrainDevices`). `SLURM_JOB_GPUS`/`SLURM_STEP_GPUS` keep the device indices.
+    pub devices_filtered: bool,
 }
 
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
@@ -216,6 +220,17 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
             .to_string()
     };
     let gpu_list = gpus.iter().map(device).collect::<Vec<_>>().join(",");
+    let cuda_list = if t.devices_filtered {
+        let mut visible = l.node_alloc.gpus.clone();
+        visible.sort_by_key(|g| t.gpu_map.get(*g as usize).copied().unwrap_or(*g));
+        gpus.iter()
+            .filter_map(|g| visible.iter().position(|v| v == g))
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        gpu_list.clone()
+    };
     let node_gpu_list = l
         .node_alloc
         .gpus
@@ -244,8 +259,8 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("WORLD_SIZE", ntasks.to_string());
     set("LOCAL_WORLD_SIZE", per_node.to_string());
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
-    set("CUDA_VISIBLE_DEVICES", gpu_list.clone());
-    set("GPU_DEVICE_ORDINAL", gpu_list.clone());
+    set("CUDA_VISIBLE_DEVICES", cuda_list.clone());
+    set("GPU_DEVICE_ORDINAL", cuda_list);
     set("SLURM_JOB_ID", job_id.clone());
     set("SLURM_JOBID", job_id);
     set("SLURM_JOB_NAME", spec.name.clone());
@@ -421,6 +436,7 @@ mod tests {
             agent_env: &agent_env,
             home: Some("/home/alice"),
             gpu_map: &[],
+            devices_filtered: false,
         });
         assert_eq!(env["NCCL_SOCKET_IFNAME"], "=ens0");
         assert_eq!(env["NCCL_IB_HCA"], "=mlx5_0:1");
@@ -449,6 +465,7 @@ mod tests {
             agent_env: &agent_env,
             home: None,
             gpu_map: &[],
+            devices_filtered: false,
         });
         assert_eq!(
             env["NCCL_SOCKET_IFNAME"], "=ib0",
@@ -478,6 +495,7 @@ mod tests {
             agent_env: &BTreeMap::new(),
             home: None,
             gpu_map: &[],
+            devices_filtered: false,
         });
         assert_eq!(env["NCCL_IB_DISABLE"], "1");
         assert!(!env.contains_key("NCCL_IB_HCA"));
@@ -498,6 +516,7 @@ mod tests {
             agent_env: &BTreeMap::new(),
             home: None,
             gpu_map: &[],
+            devices_filtered: false,
         });
         assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "6,7");
         assert_eq!(e1["SLURM_PROCID"], "3");
@@ -516,7 +535,43 @@ mod tests {
             agent_env: &BTreeMap::new(),
             home: None,
             gpu_map: &[2, 3],
+            devices_filtered: false,
         });
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "2,3");
+    }
+
+    #[test]
+    fn a_device_filter_renumbers_cuda_devices_from_zero() {
+        // Seen on the 2x H200: behind the filter CUDA enumerates only the step's GPUs,
+        // and a job given device 1 as CUDA_VISIBLE_DEVICES=1 found "No CUDA GPUs".
+        let mut l = launch(vec![5, 1, 3, 7]);
+        l.spec.ntasks_per_node = 2;
+        l.spec.gpus_per_task = Some(2);
+        let net = NetPlan::default();
+        let env = |local_task| {
+            task_env(&TaskEnv {
+                launch: &l,
+                node: "n2",
+                local_task,
+                net: &net,
+                log_dir: "/x",
+                agent_env: &BTreeMap::new(),
+                home: None,
+                gpu_map: &[],
+                devices_filtered: true,
+            })
+        };
+        let (e0, e1) = (env(0), env(1));
+        assert_eq!(
+            e0["CUDA_VISIBLE_DEVICES"], "2,0",
+            "devices 5 and 1 of 1,3,5,7"
+        );
+        assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "1,3", "devices 3 and 7");
+        assert_eq!(e0["GPU_DEVICE_ORDINAL"], "2,0");
+        assert_eq!(
+            e0["SLURM_STEP_GPUS"], "5,1",
+            "Slurm's variables keep device ids"
+        );
+        assert_eq!(e0["SLURM_JOB_GPUS"], "5,1,3,7");
     }
 }

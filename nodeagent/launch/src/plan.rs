@@ -83,6 +83,8 @@ pub struct StepContext<'a> {
     pub scratch: Option<&'a str>,
     /// Device nodes handed to the owner for the step.
     pub devices: Vec<String>,
+    /// A device filter hides every other GPU from the step (CUDA numbers from 0).
+    pub devices_filtered: bool,
 }
 
 /// The text of the step's script: the submitted batch script, or the torchrun line
@@ -124,6 +126,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
                 agent_env: ctx.agent_env,
                 home: ctx.home,
                 gpu_map: ctx.gpu_map,
+                devices_filtered: ctx.devices_filtered,
             })
             .into_iter()
             .collect()
