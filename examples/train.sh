@@ -10,8 +10,8 @@ echo "[$SLURMD_NODENAME] node rank $SLURM_NODEID of $SLURM_NNODES, job $SLURM_JO
 echo "[$SLURMD_NODENAME] GPUs $CUDA_VISIBLE_DEVICES (order $CUDA_DEVICE_ORDER), CPUs $GSCHED_CPUS"
 echo "[$SLURMD_NODENAME] rendezvous $MASTER_ADDR:$MASTER_PORT, NCCL_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME NCCL_IB_HCA=${NCCL_IB_HCA:-<none>} NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-0}"
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if [ -n "$GSCHED_EXAMPLE_DIR" ]; then HERE="$GSCHED_EXAMPLE_DIR"; fi
+# The batch script runs from a copy, as on Slurm: find allreduce.py where it was submitted.
+HERE="${GSCHED_EXAMPLE_DIR:-$SLURM_SUBMIT_DIR}"
 if python3 -c 'import torch' 2>/dev/null && [ -f "$HERE/allreduce.py" ]; then
     # Real collective on CPUs (gloo): 2 processes per node.
     exec torchrun --nnodes "$SLURM_NNODES" --nproc_per_node 2 --node_rank "$SLURM_NODEID" \
