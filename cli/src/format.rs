@@ -21,7 +21,7 @@ impl Table {
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.iter().map(|c| printable(c)).collect());
     }
 
     pub fn render(&self) -> String {
@@ -65,6 +65,25 @@ impl Table {
     }
 }
 
+/// The widest a table cell gets; longer text is cut with an ellipsis (use `--json` for
+/// the whole value).
+pub const MAX_CELL: usize = 120;
+
+/// A value as one printable table cell: control characters (newlines, tabs, escapes)
+/// shown as `?`, and at most [`MAX_CELL`] characters.
+pub fn printable(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_CELL)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().nth(MAX_CELL).is_some() {
+        out.pop();
+        out.push('…');
+    }
+    out
+}
+
 /// Elapsed run time of a job, as squeue's TIME column shows it.
 pub fn elapsed(job: &JobRow, now_ms: u64) -> String {
     match (job.start_ms, job.end_ms) {
@@ -92,4 +111,21 @@ pub fn failure_line(job: &JobRow) -> String {
         .as_ref()
         .map(|f| f.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_and_odd_cells_render_as_one_bounded_line() {
+        let mut t = Table::new(&[("NAME", false), ("X", true)]);
+        t.row(vec!["a\nb\tc\0d\x1b[31m".into(), "1".into()]);
+        t.row(vec!["n".repeat(1 << 20), "2".into()]);
+        let out = t.render();
+        assert_eq!(out.lines().count(), 3, "{out}");
+        assert!(out.contains("a?b?c?d?[31m"));
+        assert!(out.lines().all(|l| l.chars().count() < MAX_CELL + 10));
+        assert!(out.contains('…'));
+    }
 }

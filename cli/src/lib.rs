@@ -7,20 +7,7 @@ pub mod client;
 pub mod format;
 pub mod sbatch;
 
-use gsched_types::api::{JobList, JobRow, NodeList};
-
-/// Parses a job id as users write it: `123`, or `120_3` for a task of array 120 (returns
-/// the array id and task).
-pub fn parse_job_id(text: &str) -> Result<(u64, Option<u32>), String> {
-    let bad = || format!("invalid job id '{text}': use a number like 123 or 120_3");
-    match text.split_once('_') {
-        Some((a, t)) => Ok((
-            a.parse().map_err(|_| bad())?,
-            Some(t.parse().map_err(|_| bad())?),
-        )),
-        None => Ok((text.parse().map_err(|_| bad())?, None)),
-    }
-}
+use gsched_types::api::{JobList, JobSelector, NodeList};
 
 /// Writes to stdout; a reader that went away (`gqueue | head`) ends the tool quietly, as
 /// Unix tools do. (SIGPIPE itself stays ignored: a controller that hangs up mid-call must
@@ -62,25 +49,57 @@ fn decode_doc<T: serde::de::DeserializeOwned>(json: &[u8], tool: &str) -> T {
         .unwrap_or_else(|e| client::die(tool, format!("malformed reply from the controller: {e}")))
 }
 
-/// Fetches the job table (finished jobs too when asked; allocation, steps and attempts
-/// when `detail`); `tool: error: ...` and exit 1 when no controller answers.
+/// Which jobs a tool asks for (the controller filters).
+#[derive(Debug, Clone, Default)]
+pub struct JobQuery {
+    /// Finished jobs too (when no states are named).
+    pub include_finished: bool,
+    /// Allocation, steps and attempts (and the request, for those allowed to see it).
+    pub detail: bool,
+    pub users: Vec<String>,
+    pub states: Vec<String>,
+    pub jobs: Vec<JobSelector>,
+    pub partition: Option<String>,
+}
+
+/// Fetches the jobs `query` names, page by page; `tool: error: ...` and exit 1 when no
+/// controller answers.
 pub fn fetch_jobs(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
-    include_finished: bool,
-    detail: bool,
+    query: &JobQuery,
     tool: &str,
 ) -> JobList {
-    let reply = rt
-        .block_on(client.call(|mut c| async move {
-            c.list_jobs(gsched_proto::pb::ListJobsRequest {
-                include_finished,
-                detail,
-            })
-            .await
-        }))
-        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    decode_doc(&reply.json, tool)
+    let mut after = 0;
+    let mut all: Option<JobList> = None;
+    loop {
+        let req = gsched_proto::pb::ListJobsRequest {
+            include_finished: query.include_finished,
+            detail: query.detail,
+            users: query.users.clone(),
+            states: query.states.clone(),
+            jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
+            partition: query.partition.clone().unwrap_or_default(),
+            limit: 0,
+            after,
+        };
+        let reply = rt
+            .block_on(client.call(|mut c| {
+                let req = req.clone();
+                async move { c.list_jobs(req).await }
+            }))
+            .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
+        let page: JobList = decode_doc(&reply.json, tool);
+        let next = page.next_after;
+        match &mut all {
+            None => all = Some(page),
+            Some(list) => list.jobs.extend(page.jobs),
+        }
+        match next {
+            Some(id) => after = id.0,
+            None => return all.expect("one page at least"),
+        }
+    }
 }
 
 /// Fetches every node's row (with its wiring when `detail`).
@@ -103,56 +122,4 @@ pub fn fetch_nodes(
 pub fn print_json<T: serde::Serialize>(doc: &T) {
     let text = serde_json::to_string_pretty(doc).expect("documents serialise");
     write_out(format_args!("{text}\n"));
-}
-
-/// Does `job` match one of the ids a user gave (`parse_job_id` results)? `120` names job
-/// 120 and every task of array 120; `120_3` names task 3 of array 120 only. No ids match
-/// everything.
-pub fn job_matches(job: &JobRow, ids: &[(u64, Option<u32>)]) -> bool {
-    ids.is_empty()
-        || ids.iter().any(
-            |(id, task)| match (job.array_job_id, job.array_task_id, task) {
-                (array, _, None) => job.job_id.0 == *id || array.is_some_and(|a| a.0 == *id),
-                (Some(a), Some(t), Some(task)) => a.0 == *id && t == *task,
-                _ => false,
-            },
-        )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::job_matches;
-    use gsched_types::api::{JobContext, JobRow};
-    use gsched_types::job::{ArrayTask, JobId, JobRecord, JobSpec};
-
-    fn record(id: u64, array: Option<(u64, u32)>) -> JobRow {
-        let mut j = JobRecord::new(JobId(id), JobSpec::simple("j", "u", "true"), 0);
-        j.array_task = array.map(|(a, t)| ArrayTask {
-            array_job_id: JobId(a),
-            task_id: t,
-        });
-        let ctx = JobContext {
-            account: "default".into(),
-            partition: "gpu".into(),
-            time_limit_s: None,
-            expected_start_ms: None,
-        };
-        JobRow::summary(&j, ctx)
-    }
-
-    #[test]
-    fn ids_name_jobs_arrays_and_single_tasks() {
-        let task0 = record(120, Some((120, 0)));
-        let task3 = record(123, Some((120, 3)));
-        let plain = record(7, None);
-        assert!(job_matches(&plain, &[]));
-        assert!(job_matches(&plain, &[(7, None)]));
-        assert!(job_matches(&task0, &[(120, None)]) && job_matches(&task3, &[(120, None)]));
-        assert!(job_matches(&task3, &[(120, Some(3))]));
-        assert!(
-            !job_matches(&task0, &[(120, Some(3))]),
-            "120_3 is task 3 only, not the array's first job"
-        );
-        assert!(!job_matches(&plain, &[(7, Some(0))]));
-    }
 }

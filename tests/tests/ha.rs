@@ -111,6 +111,7 @@ fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRow> {
                 let r = ListJobsRequest {
                     include_finished: true,
                     detail: true,
+                    ..Default::default()
                 };
                 async move { j.list_jobs(r).await }
             })
@@ -185,6 +186,7 @@ impl Monitor {
                         let r = ListJobsRequest {
                             include_finished: true,
                             detail: true,
+                            ..Default::default()
                         };
                         async move { j.list_jobs(r).await }
                     })
@@ -658,6 +660,7 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
                 j.list_jobs(ListJobsRequest {
                     include_finished: true,
                     detail: true,
+                    ..Default::default()
                 })
                 .await
             })

@@ -2,10 +2,11 @@
 //! reason and the evidence behind it.
 
 use clap::Parser;
+use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
 use gsched_cli::out;
-use gsched_types::api::{JobRow, JobsDoc};
+use gsched_types::api::{JobSelector, JobsDoc};
 use gsched_types::parse::format_duration;
 
 /// Job accounting: state, exit code, elapsed time, GPUs, and why a job failed.
@@ -27,21 +28,22 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let ids: Vec<(u64, Option<u32>)> = args
-        .jobs
-        .iter()
-        .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gacct", e)))
-        .collect();
+    let query = JobQuery {
+        include_finished: true,
+        detail: true,
+        users: args.user.iter().cloned().collect(),
+        jobs: args
+            .jobs
+            .iter()
+            .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gacct", e)))
+            .collect(),
+        ..Default::default()
+    };
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let list = gsched_cli::fetch_jobs(&rt, &mut client, true, true, "gacct");
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gacct");
     let now = list.now_ms;
-    let jobs: Vec<JobRow> = list
-        .jobs
-        .into_iter()
-        .filter(|j| args.user.as_ref().is_none_or(|u| &j.user == u))
-        .filter(|j| gsched_cli::job_matches(j, &ids))
-        .collect();
+    let jobs = list.jobs;
     if args.json {
         gsched_cli::print_json(&JobsDoc { jobs });
         return;

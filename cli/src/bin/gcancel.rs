@@ -1,9 +1,10 @@
 //! `gcancel`: cancel jobs (SIGTERM, grace period, SIGKILL on every node).
 
 use clap::Parser;
+use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, current_user, describe, request_id};
 use gsched_proto::pb::JobRequest;
-use gsched_types::api::JobRow;
+use gsched_types::api::JobSelector;
 
 /// Cancel jobs by id (120 cancels every task of array 120; 120_3 one task).
 #[derive(Parser, Debug)]
@@ -28,28 +29,36 @@ fn main() {
     let me = current_user();
     let mut targets: Vec<u64> = Vec::new();
     let mut failed = false;
-    let needs_list = args.user.is_some() || args.job_ids.iter().any(|j| j.contains('_'));
-    let jobs: Vec<JobRow> = if needs_list {
-        gsched_cli::fetch_jobs(&rt, &mut client, false, false, "gcancel").jobs
-    } else {
-        Vec::new()
-    };
     if let Some(u) = &args.user {
-        targets.extend(jobs.iter().filter(|j| &j.user == u).map(|j| j.job_id.0));
+        let query = JobQuery {
+            users: vec![u.clone()],
+            ..Default::default()
+        };
+        let jobs = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gcancel").jobs;
+        targets.extend(jobs.iter().map(|j| j.job_id.0));
     }
     for id in &args.job_ids {
-        match gsched_cli::parse_job_id(id) {
-            Ok((job, None)) => targets.push(job),
-            Ok((array, Some(task))) => match jobs
-                .iter()
-                .find(|j| gsched_cli::job_matches(j, &[(array, Some(task))]))
-            {
-                Some(j) => targets.push(j.job_id.0),
-                None => {
-                    eprintln!("gcancel: error: job {id} does not exist or has ended");
-                    failed = true;
+        match JobSelector::parse(id) {
+            Ok(JobSelector {
+                id: job,
+                task: None,
+            }) => targets.push(job),
+            Ok(task) => {
+                let query = JobQuery {
+                    jobs: vec![task],
+                    ..Default::default()
+                };
+                match gsched_cli::fetch_jobs(&rt, &mut client, &query, "gcancel")
+                    .jobs
+                    .first()
+                {
+                    Some(j) => targets.push(j.job_id.0),
+                    None => {
+                        eprintln!("gcancel: error: job {id} does not exist or has ended");
+                        failed = true;
+                    }
                 }
-            },
+            }
             Err(e) => {
                 eprintln!("gcancel: error: {e}");
                 failed = true;

@@ -2,11 +2,12 @@
 //! job and node details, drain/resume, requeue/hold/release, controller membership.
 
 use clap::{Parser, Subcommand};
+use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
 use gsched_cli::{out, outln};
 use gsched_proto::pb::{Empty, HoldRequest, JobRequest, MembershipRequest, NodeAdminRequest};
 use gsched_proto::tls::PeerIdentity;
-use gsched_types::api::{JobRow, Role, StatusList, StatusRow};
+use gsched_types::api::{JobRow, JobSelector, Role, StatusList, StatusRow};
 
 #[derive(Parser, Debug)]
 #[command(name = "gctl", version, about = "gsched administration")]
@@ -130,12 +131,19 @@ fn main() {
         Cmd::Show {
             what: Show::Job { job, json },
         } => {
-            let ids = [gsched_cli::parse_job_id(&job).unwrap_or_else(|e| die("gctl", e))];
-            let jobs = gsched_cli::fetch_jobs(&rt, &mut client, true, true, "gctl").jobs;
-            let Some(j) = jobs.iter().find(|j| match ids[0] {
-                (id, None) => j.job_id.0 == id,
-                _ => gsched_cli::job_matches(j, &ids),
-            }) else {
+            let sel = JobSelector::parse(&job).unwrap_or_else(|e| die("gctl", e));
+            let query = JobQuery {
+                include_finished: true,
+                detail: true,
+                jobs: vec![sel],
+                ..Default::default()
+            };
+            let jobs = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gctl").jobs;
+            // `120` is job 120 itself here, not every task of array 120.
+            let Some(j) = jobs
+                .iter()
+                .find(|j| sel.task.is_some() || j.job_id.0 == sel.id)
+            else {
                 die(
                     "gctl",
                     format!(

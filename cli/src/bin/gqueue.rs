@@ -1,10 +1,11 @@
 //! `gqueue`: the queue, as squeue shows it.
 
 use clap::Parser;
+use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
 use gsched_cli::out;
-use gsched_types::api::{JobRow, JobsDoc};
+use gsched_types::api::{JobSelector, JobsDoc};
 use gsched_types::job::JobState;
 use gsched_types::parse::format_timestamp;
 
@@ -38,38 +39,37 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let mut wanted_states: Vec<JobState> = Vec::new();
-    let mut all = false;
+    let mut query = JobQuery {
+        detail: args.json,
+        users: args.user.clone(),
+        partition: args.partition.clone(),
+        ..Default::default()
+    };
     for s in &args.states {
         if s.eq_ignore_ascii_case("all") {
-            all = true;
+            query.include_finished = true;
+        } else if JobState::parse(s).is_some() {
+            query.states.push(s.clone());
         } else {
-            wanted_states.push(JobState::parse(s).unwrap_or_else(|| {
-                die(
-                    "gqueue",
-                    format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"),
-                )
-            }));
+            die(
+                "gqueue",
+                format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"),
+            );
         }
     }
-    let include_finished = all || wanted_states.iter().any(|s| s.is_terminal());
-    let ids: Vec<(u64, Option<u32>)> = args
+    if query.include_finished {
+        query.states.clear();
+    }
+    query.jobs = args
         .jobs
         .iter()
-        .map(|j| gsched_cli::parse_job_id(j).unwrap_or_else(|e| die("gqueue", e)))
+        .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gqueue", e)))
         .collect();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let list = gsched_cli::fetch_jobs(&rt, &mut client, include_finished, args.json, "gqueue");
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gqueue");
     let now = list.now_ms;
-    let keep = |j: &JobRow| {
-        (args.user.is_empty() || args.user.contains(&j.user))
-            && args.partition.as_ref().is_none_or(|p| &j.partition == p)
-            && (wanted_states.is_empty() && (all || !j.state.is_terminal())
-                || wanted_states.contains(&j.state))
-            && gsched_cli::job_matches(j, &ids)
-    };
-    let jobs: Vec<JobRow> = list.jobs.into_iter().filter(|j| keep(j)).collect();
+    let jobs = list.jobs;
     if args.json {
         gsched_cli::print_json(&JobsDoc { jobs });
         return;

@@ -103,6 +103,11 @@ fn main() {
         umask: current_umask(),
     };
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
+    for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
+        if let Some(p) = pattern {
+            check_output(flag, p, &spec.workdir).unwrap_or_else(|e| die("gsub", e));
+        }
+    }
     let rt = gsched_cli::runtime();
     if args.dry_run {
         rt.block_on(dry_run(&args, &spec, &ctx));
@@ -128,6 +133,43 @@ fn main() {
         }
         Err(s) => die("gsub", describe(&s)),
     }
+}
+
+/// Checks an output file pattern here, as the submitting user, for what can be checked
+/// before the job runs: a directory that exists but cannot be written, or an existing
+/// file that cannot. (Nodes may mount other file systems: a directory missing here is
+/// only a warning.) Parts with `%` patterns are left to the node.
+fn check_output(flag: &str, pattern: &str, workdir: &str) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    let path = if pattern.starts_with('/') {
+        std::path::PathBuf::from(pattern)
+    } else {
+        std::path::Path::new(workdir).join(pattern)
+    };
+    let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    if dir.to_string_lossy().contains('%') {
+        return Ok(());
+    }
+    if !dir.is_dir() {
+        eprintln!(
+            "gsub: warning: {flag} {pattern}: directory {} does not exist here; it must exist on the job's nodes",
+            dir.display()
+        );
+        return Ok(());
+    }
+    let denied = |what: &std::path::Path| {
+        format!(
+            "{flag} {pattern}: you cannot write {} (checked as you on this host); choose a file in a directory you own",
+            what.display()
+        )
+    };
+    let file_pattern = path
+        .file_name()
+        .is_some_and(|f| f.to_string_lossy().contains('%'));
+    if !file_pattern && path.exists() {
+        return access(&path, AccessFlags::W_OK).map_err(|_| denied(&path));
+    }
+    access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|_| denied(dir))
 }
 
 /// This process's umask (read by setting it and putting it back).

@@ -123,8 +123,48 @@ fn one() -> u32 {
 pub struct UserLimits {
     pub max_gpus: Option<u32>,
     pub max_running_jobs: Option<u32>,
+    /// Jobs a user may have that have not ended (`MaxSubmitJobs`; none by default).
     pub max_queued_jobs: Option<u32>,
     pub max_time_s: Option<u64>,
+}
+
+/// What one submission may carry and how many jobs the queue holds (Slurm's names in
+/// brackets). Enforced by the controller; the CLI's own checks are only a convenience.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubmitLimits {
+    /// Batch script size (`max_script_size`, 4 MiB).
+    pub max_script_bytes: u64,
+    /// Job name length.
+    pub max_name_bytes: u64,
+    /// Any other text field: paths, account, partition, constraint, node names, variable
+    /// names.
+    pub max_field_bytes: u64,
+    /// The environment and script arguments together.
+    pub max_env_bytes: u64,
+    /// Array task ids must be below this (`MaxArraySize`, 1001).
+    pub max_array_size: u32,
+    /// Jobs that have not ended, in all (`MaxJobCount`, 10,000).
+    pub max_job_count: u64,
+}
+
+impl SubmitLimits {
+    pub fn is_default(&self) -> bool {
+        *self == SubmitLimits::default()
+    }
+}
+
+impl Default for SubmitLimits {
+    fn default() -> Self {
+        SubmitLimits {
+            max_script_bytes: 4 << 20,
+            max_name_bytes: 1024,
+            max_field_bytes: 4096,
+            max_env_bytes: 1 << 20,
+            max_array_size: 1001,
+            max_job_count: 10_000,
+        }
+    }
 }
 
 /// One switch of the admin-written network topology (like Slurm's topology.conf).
@@ -160,6 +200,10 @@ pub struct SchedConfig {
     pub qos: Vec<QosConfig>,
     pub accounts: Vec<AccountConfig>,
     pub user_limits: UserLimits,
+    /// What a submission may carry and how many jobs the queue holds (left out of the
+    /// log and snapshots while at its defaults).
+    #[serde(skip_serializing_if = "SubmitLimits::is_default")]
+    pub limits: SubmitLimits,
     pub switches: Vec<SwitchConfig>,
     /// Ports handed out as MASTER_PORT, one per running job on its first node.
     pub master_port_min: u16,
@@ -168,6 +212,15 @@ pub struct SchedConfig {
     pub preemption: bool,
     /// Automatic requeues allowed per job when it asked for `--requeue`.
     pub max_restarts: u32,
+    /// Keep jobs whose dependency can never be satisfied pending (Slurm's default).
+    /// Off by default: such jobs are cancelled with the reason, as with Slurm's
+    /// `kill_invalid_depend`.
+    #[serde(skip_serializing_if = "is_false")]
+    pub keep_invalid_depend: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for SchedConfig {
@@ -184,11 +237,13 @@ impl Default for SchedConfig {
             qos: Vec::new(),
             accounts: Vec::new(),
             user_limits: UserLimits::default(),
+            limits: SubmitLimits::default(),
             switches: Vec::new(),
             master_port_min: 29_500,
             master_port_max: 29_999,
             preemption: false,
             max_restarts: 3,
+            keep_invalid_depend: false,
         }
     }
 }
@@ -205,13 +260,16 @@ impl SchedConfig {
             .unwrap_or_else(|| self.default_partition())
     }
 
-    /// The time limit that applies to a job: its own, else its partition's default.
-    /// `None` means no limit.
+    /// The time limit that applies to a job: its own, else its partition's default; a
+    /// job that asked for none (`--time=0` or `UNLIMITED`) gets its partition's maximum,
+    /// as in Slurm. `None` means no limit.
     pub fn time_limit_for(&self, spec: &gsched_types::JobSpec) -> Option<u64> {
-        spec.time_limit_s.or_else(|| {
-            self.partition(&self.partition_of(spec))
-                .and_then(|p| p.default_time_s)
-        })
+        let partition = self.partition(&self.partition_of(spec));
+        match spec.time_limit_s {
+            Some(0) => partition.and_then(|p| p.max_time_s),
+            Some(t) => Some(t),
+            None => partition.and_then(|p| p.default_time_s),
+        }
     }
 
     /// The partition a job lands in when it names none.

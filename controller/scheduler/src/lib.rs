@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod decay;
+pub mod deps;
 pub mod input;
 pub mod place;
 pub mod plan;

@@ -8,10 +8,11 @@
 //! it uses none of the reserved GPUs.
 
 use crate::config::Policy;
+use crate::deps::{self, DepStatus};
 use crate::input::{PendingJob, RunningJob, Snapshot};
 use crate::place::{Blocked, NodePick, Placer, ShapeKey};
 use crate::priority::{FairShare, priority};
-use gsched_types::job::{DependencyKind, JobId, JobState, PendingReason};
+use gsched_types::job::{DependencyKind, JobId, PendingReason};
 use gsched_types::resources::{Allocation, NodeAlloc, NodeUsage};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeSet;
@@ -201,33 +202,10 @@ impl<'a> Pass<'a> {
                 continue;
             }
             let Some(id) = dep.job else { continue };
-            let Some(view) = self.snap.dependencies.get(&id) else {
-                // Unknown or purged jobs count as ended; afterok cannot be proven.
-                if dep.kind == DependencyKind::AfterOk {
-                    return Some(PendingReason::DependencyNeverSatisfied);
-                }
-                continue;
-            };
-            let done = view.state.is_terminal();
-            let ok = view.state == JobState::Completed && view.exit_code.unwrap_or(0) == 0;
-            let satisfied = match dep.kind {
-                DependencyKind::After => view.state != JobState::Pending,
-                DependencyKind::AfterAny => done,
-                DependencyKind::AfterOk => ok,
-                DependencyKind::AfterNotOk => done && !ok,
-                DependencyKind::Singleton => true,
-            };
-            if !satisfied {
-                let never = done
-                    && matches!(
-                        dep.kind,
-                        DependencyKind::AfterOk | DependencyKind::AfterNotOk
-                    );
-                return Some(if never {
-                    PendingReason::DependencyNeverSatisfied
-                } else {
-                    PendingReason::Dependency
-                });
+            match deps::status(dep.kind, self.snap.dependencies.get(&id).copied()) {
+                DepStatus::Satisfied => {}
+                DepStatus::Waiting => return Some(PendingReason::Dependency),
+                DepStatus::Never => return Some(PendingReason::DependencyNeverSatisfied),
             }
         }
         if let Some((array, Some(limit))) = job.array

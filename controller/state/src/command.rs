@@ -14,8 +14,10 @@ use gsched_types::resources::Allocation;
 use gsched_types::topology::Topology;
 use serde::{Deserialize, Serialize};
 
-/// The log format version this build writes. Decoding accepts every version up to it.
-pub const FORMAT_VERSION: u16 = 1;
+/// The log format version this build writes. Decoding accepts every version up to it;
+/// an older build stops at an entry of a newer version instead of misreading it.
+/// 1: the first format. 2: adds `cancel_unsatisfiable`.
+pub const FORMAT_VERSION: u16 = 2;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +156,12 @@ pub struct HoldJob {
     pub hold: bool,
 }
 
+/// End pending jobs whose dependency can never be satisfied (each is re-checked).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelUnsatisfiable {
+    pub jobs: Vec<JobId>,
+}
+
 /// Requeue lower-QOS jobs to make room for a blocked higher-QOS one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Preempt {
@@ -210,6 +218,7 @@ pub enum Command {
     SetControllerAddress(SetControllerAddress),
     /// Does nothing; a new leader commits one to learn its commit index.
     Noop,
+    CancelUnsatisfiable(CancelUnsatisfiable),
 }
 
 impl Command {
@@ -235,6 +244,7 @@ impl Command {
             Command::TimeoutJob(_) => "timeout_job",
             Command::SetControllerAddress(_) => "set_controller_address",
             Command::Noop => "noop",
+            Command::CancelUnsatisfiable(_) => "cancel_unsatisfiable",
         }
     }
 }

@@ -6,12 +6,14 @@
 //! send. Time comes in as arguments, never from a clock.
 
 use crate::command::TimeoutJob;
-use crate::command::{Command, NodeLost, Preempt, SetPendingReasons, StartJob, StartJobs};
+use crate::command::{
+    CancelUnsatisfiable, Command, NodeLost, Preempt, SetPendingReasons, StartJob, StartJobs,
+};
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
 use gsched_types::agent::{ControllerToAgent, LaunchSpec, StepRef};
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{JobId, JobRecord, JobState, StepState};
+use gsched_types::job::{JobId, JobRecord, JobState, PendingReason, StepState};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -125,7 +127,7 @@ pub fn launch_spec(state: &ClusterState, job: &JobRecord, rank: usize) -> Option
         attempt: job.restarts,
         node_rank: rank as u32,
         nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
-        spec: job.spec.clone(),
+        spec: state.full_spec(job),
         allocation: alloc.clone(),
         node_alloc: alloc.nodes.get(rank)?.clone(),
         start_ms: job.start_ms.unwrap_or(state.clock_ms),
@@ -254,6 +256,18 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
         .collect();
     if !starts.is_empty() {
         out.push(Command::StartJobs(StartJobs { starts }));
+    }
+    let unsatisfiable: Vec<JobId> = plan
+        .reasons
+        .iter()
+        .filter(|(_, r)| *r == PendingReason::DependencyNeverSatisfied)
+        .map(|(id, _)| *id)
+        .filter(|_| !state.config.keep_invalid_depend)
+        .collect();
+    if !unsatisfiable.is_empty() {
+        out.push(Command::CancelUnsatisfiable(CancelUnsatisfiable {
+            jobs: unsatisfiable,
+        }));
     }
     let reasons: Vec<_> = plan
         .reasons

@@ -10,6 +10,7 @@ pub mod decide;
 pub mod invariants;
 pub mod machine;
 pub mod rows;
+pub mod validate;
 pub mod view;
 
 pub use command::*;

@@ -39,22 +39,14 @@ impl ViewCache {
 /// The pending-job view of a job record.
 pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
     let spec = &job.spec;
-    let partition = spec
-        .partition
-        .clone()
-        .unwrap_or_else(|| state.config.default_partition());
-    let default_time = state
-        .config
-        .partition(&partition)
-        .and_then(|p| p.default_time_s);
     let mut exclude = spec.exclude.clone();
     exclude.extend(job.avoid_nodes.iter().cloned());
     PendingJob {
         id: job.id,
         name: spec.name.clone(),
         user: spec.user.clone(),
-        account: spec.account.clone().unwrap_or_else(|| "default".into()),
-        partition,
+        account: spec.account_name().to_string(),
+        partition: state.config.partition_of(spec),
         qos: spec.qos.clone(),
         nodes: spec.nodes,
         gpus_per_node: spec.gpus_per_node,
@@ -62,7 +54,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         cpus_per_node: spec.cpus_per_node(),
         mem_mb: spec.mem_mb,
         mem_per_gpu_mb: spec.mem_per_gpu_mb,
-        time_limit_s: spec.time_limit_s.or(default_time),
+        time_limit_s: state.config.time_limit_for(spec),
         exclusive: spec.exclusive,
         constraint: spec
             .constraint
@@ -124,23 +116,14 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
                 let Some(alloc) = &job.allocation else {
                     continue;
                 };
-                let partition = job
-                    .spec
-                    .partition
-                    .clone()
-                    .unwrap_or_else(|| state.config.default_partition());
-                let default_time = state
-                    .config
-                    .partition(&partition)
-                    .and_then(|p| p.default_time_s);
                 running.push(RunningJob {
                     id: job.id,
                     name: job.spec.name.clone(),
                     user: job.spec.user.clone(),
-                    account: job.spec.account.clone().unwrap_or_else(|| "default".into()),
+                    account: job.spec.account_name().to_string(),
                     qos: job.spec.qos.clone(),
                     start_ms: job.start_ms.unwrap_or(0),
-                    time_limit_s: job.spec.time_limit_s.or(default_time),
+                    time_limit_s: state.config.time_limit_for(&job.spec),
                     allocation: alloc.nodes.clone(),
                     master_port: alloc.master_port,
                     array_job: job.array_task.map(|t| t.array_job_id),

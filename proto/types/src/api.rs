@@ -38,6 +38,49 @@ impl std::fmt::Display for Role {
     }
 }
 
+/// A job as users name it: `123`, or `120_3` for task 3 of array 120. `120` names job 120
+/// and every task of array 120; `120_3` names that one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobSelector {
+    pub id: u64,
+    pub task: Option<u32>,
+}
+
+impl JobSelector {
+    pub fn parse(text: &str) -> Result<JobSelector, String> {
+        let bad = || format!("invalid job id '{text}': use a number like 123 or 120_3");
+        let text = text.trim();
+        match text.split_once('_') {
+            Some((a, t)) => Ok(JobSelector {
+                id: a.parse().map_err(|_| bad())?,
+                task: Some(t.parse().map_err(|_| bad())?),
+            }),
+            None => Ok(JobSelector {
+                id: text.parse().map_err(|_| bad())?,
+                task: None,
+            }),
+        }
+    }
+
+    /// Does it name job `id` (a task of `array`, if any)?
+    pub fn matches(&self, id: JobId, array: Option<crate::job::ArrayTask>) -> bool {
+        match (array, self.task) {
+            (_, None) => id.0 == self.id || array.is_some_and(|t| t.array_job_id.0 == self.id),
+            (Some(t), Some(task)) => t.array_job_id.0 == self.id && t.task_id == task,
+            (None, Some(_)) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for JobSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.task {
+            Some(t) => write!(f, "{}_{t}", self.id),
+            None => write!(f, "{}", self.id),
+        }
+    }
+}
+
 /// One job as `gqueue`, `gacct` and `gctl show job` show it (and `--json` prints it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRow {
@@ -204,6 +247,9 @@ pub struct JobList {
     pub consistent: bool,
     /// The controller's clock when it answered.
     pub now_ms: u64,
+    /// More rows match: ask again with `after` set to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<JobId>,
 }
 
 /// A node's state as `ginfo` names it (sinfo's words).
@@ -381,4 +427,36 @@ pub struct JobsDoc {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodesDoc {
     pub nodes: Vec<NodeRow>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobSelector;
+    use crate::job::{ArrayTask, JobId};
+
+    #[test]
+    fn ids_name_jobs_arrays_and_single_tasks() {
+        let sel = |t: &str| JobSelector::parse(t).unwrap();
+        let task = |a: u64, t: u32| {
+            Some(ArrayTask {
+                array_job_id: JobId(a),
+                task_id: t,
+            })
+        };
+        let (task0, task3, plain) = (
+            (JobId(120), task(120, 0)),
+            (JobId(123), task(120, 3)),
+            (JobId(7), None),
+        );
+        assert!(sel("7").matches(plain.0, plain.1));
+        assert!(sel("120").matches(task0.0, task0.1) && sel("120").matches(task3.0, task3.1));
+        assert!(sel("120_3").matches(task3.0, task3.1));
+        assert!(
+            !sel("120_3").matches(task0.0, task0.1),
+            "120_3 is task 3 only, not the array's first job"
+        );
+        assert!(!sel("7_0").matches(plain.0, plain.1));
+        assert!(JobSelector::parse("x").is_err() && JobSelector::parse("1_y").is_err());
+        assert_eq!(sel("120_3").to_string(), "120_3");
+    }
 }

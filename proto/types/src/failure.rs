@@ -35,6 +35,9 @@ pub enum FailureKind {
     Cancelled,
     /// Requeued to make room for a higher-QOS job.
     Preempted,
+    /// Ended while pending: a job it depends on ended in a way that rules the dependency
+    /// out (Slurm's `kill_invalid_depend`).
+    DependencyNeverSatisfied,
 }
 
 impl FailureKind {
@@ -66,7 +69,9 @@ impl FailureKind {
             FailureKind::NodeLost | FailureKind::GpuLost { .. } => JobState::NodeFail,
             FailureKind::Timeout => JobState::Timeout,
             FailureKind::Oom => JobState::OutOfMemory,
-            FailureKind::Cancelled | FailureKind::Preempted => JobState::Cancelled,
+            FailureKind::Cancelled
+            | FailureKind::Preempted
+            | FailureKind::DependencyNeverSatisfied => JobState::Cancelled,
             _ => JobState::Failed,
         }
     }
@@ -87,6 +92,7 @@ impl FailureKind {
             FailureKind::GangStopped => "GangStopped".into(),
             FailureKind::Cancelled => "Cancelled".into(),
             FailureKind::Preempted => "Preempted".into(),
+            FailureKind::DependencyNeverSatisfied => "DependencyNeverSatisfied".into(),
         }
     }
 
@@ -99,7 +105,9 @@ impl FailureKind {
             FailureKind::GpuXid { .. } => 8,
             FailureKind::Oom => 7,
             FailureKind::Timeout => 7,
-            FailureKind::Cancelled | FailureKind::Preempted => 6,
+            FailureKind::Cancelled
+            | FailureKind::Preempted
+            | FailureKind::DependencyNeverSatisfied => 6,
             FailureKind::NcclTimeout => 5,
             // A rank killed or crashed (SIGKILL, SIGSEGV, SIGBUS...) is the cause; its peers'
             // "connection closed by remote peer" is the symptom, and often arrives first.

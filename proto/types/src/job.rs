@@ -84,6 +84,8 @@ pub struct JobSpec {
     pub mem_mb: Option<u64>,
     #[serde(default)]
     pub mem_per_gpu_mb: Option<u64>,
+    /// `--time` in seconds; `Some(0)` is no limit (`--time=0`/`UNLIMITED`, capped by the
+    /// partition's maximum); `None` takes the partition's default.
     #[serde(default)]
     pub time_limit_s: Option<u64>,
     #[serde(default)]

@@ -4,12 +4,13 @@
 use crate::job::{Dependency, DependencyKind};
 
 /// Parses a Slurm time limit: `minutes`, `minutes:seconds`, `hours:minutes:seconds`,
-/// `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`. `INFINITE` and
-/// `UNLIMITED` give `None`. Returns seconds.
+/// `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`. Returns seconds; `0`,
+/// `INFINITE` and `UNLIMITED` give `Some(0)`, which means no limit (capped by the
+/// partition's maximum).
 pub fn time_limit(text: &str) -> Result<Option<u64>, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("infinite") || t.eq_ignore_ascii_case("unlimited") {
-        return Ok(None);
+        return Ok(Some(0));
     }
     let bad = || {
         format!(
@@ -326,7 +327,12 @@ mod tests {
             time_limit("2-03:04:05").unwrap(),
             Some(2 * 86_400 + 3 * 3600 + 245)
         );
-        assert_eq!(time_limit("UNLIMITED").unwrap(), None);
+        assert_eq!(time_limit("UNLIMITED").unwrap(), Some(0), "no limit");
+        assert_eq!(
+            time_limit("0").unwrap(),
+            Some(0),
+            "0 is no limit, as in Slurm"
+        );
         for bad in ["", "1:2:3:4", "abc", "-5", "1-", "1:x", "1-2:3:4:5"] {
             assert!(time_limit(bad).is_err(), "{bad} should be refused");
         }

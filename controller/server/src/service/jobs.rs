@@ -15,15 +15,17 @@ use gsched_proto::pb::{
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
 use gsched_state::rows::{Audience, JobDetail, job_row, node_rows};
+use gsched_state::validate;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
     CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob, ResumeNode,
     SubmitJob,
 };
-use gsched_types::api::{CheckReply, JobList, NodeList, StatusRow};
-use gsched_types::job::{JobId, JobRecord, JobSpec};
+use gsched_types::api::{CheckReply, JobList, JobSelector, NodeList, StatusRow};
+use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use parking_lot::Mutex;
 use serde::Serialize;
+use std::ops::Bound;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -91,36 +93,59 @@ fn doc<T: Serialize>(v: &T) -> Result<Response<DocReply>, Status> {
     Ok(Response::new(DocReply { json }))
 }
 
-/// Checks a spec for values no controller state could make valid.
-pub fn validate_spec(spec: &JobSpec) -> Result<(), String> {
-    if spec.nodes == 0 {
-        return Err("--nodes must be at least 1".into());
+/// The most rows one `ListJobs` reply carries (the client asks for the next page).
+const PAGE_ROWS: usize = 5_000;
+
+/// Which jobs a `ListJobs` request asks for.
+struct JobFilter {
+    users: Vec<String>,
+    states: Vec<JobState>,
+    include_finished: bool,
+    jobs: Vec<JobSelector>,
+    partition: Option<String>,
+}
+
+impl JobFilter {
+    fn from_request(req: &ListJobsRequest) -> Result<JobFilter, Status> {
+        let states = req
+            .states
+            .iter()
+            .map(|s| {
+                JobState::parse(s).ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or their names"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let jobs = req
+            .jobs
+            .iter()
+            .map(|j| JobSelector::parse(j).map_err(Status::invalid_argument))
+            .collect::<Result<_, _>>()?;
+        Ok(JobFilter {
+            users: req.users.clone(),
+            states,
+            include_finished: req.include_finished,
+            jobs,
+            partition: (!req.partition.is_empty()).then(|| req.partition.clone()),
+        })
     }
-    if spec.ntasks_per_node == 0 || spec.ntasks == 0 {
-        return Err("--ntasks must be at least 1".into());
+
+    fn keeps(&self, j: &JobRecord, config: &gsched_scheduler::SchedConfig) -> bool {
+        let state_ok = if self.states.is_empty() {
+            self.include_finished || !j.state.is_terminal()
+        } else {
+            self.states.contains(&j.state)
+        };
+        state_ok
+            && (self.users.is_empty() || self.users.contains(&j.spec.user))
+            && (self.jobs.is_empty() || self.jobs.iter().any(|s| s.matches(j.id, j.array_task)))
+            && self
+                .partition
+                .as_ref()
+                .is_none_or(|p| *p == config.partition_of(&j.spec))
     }
-    if spec.cpus_per_task == 0 {
-        return Err("--cpus-per-task must be at least 1".into());
-    }
-    if spec.gpus_per_node > 64 {
-        return Err(format!(
-            "{} GPUs per node is more than any node can have",
-            spec.gpus_per_node
-        ));
-    }
-    if spec.user.is_empty() {
-        return Err("the job has no user".into());
-    }
-    if !spec.workdir.starts_with('/') {
-        return Err(format!(
-            "working directory '{}' must be absolute",
-            spec.workdir
-        ));
-    }
-    if spec.script.is_empty() && spec.torchrun.is_none() {
-        return Err("the batch script is empty".into());
-    }
-    Ok(())
 }
 
 /// A not-yet-submitted job's record, released, for placement questions about its spec.
@@ -168,9 +193,9 @@ impl Jobs for JobsService {
         // Who the job runs as is decided here, from the verified caller.
         let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
-        validate_spec(&spec).map_err(Status::invalid_argument)?;
         {
             let r = self.ctx.raft.replica.read();
+            validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
             if let Some(done) =
                 request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
                 && let Outcome::Submitted { jobs } = done
@@ -244,16 +269,17 @@ impl Jobs for JobsService {
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
+        let filter = JobFilter::from_request(&req)?;
         let consistent = self.ctx.read_barrier().await;
         let estimates = self.ctx.estimates.read().clone();
         let r = self.ctx.raft.replica.read();
-        // Everybody sees every job's summary (as squeue shows it); only the owner,
-        // operators and admins see its request and the evidence of its failure.
         let detail = if req.detail {
             JobDetail::Full
         } else {
             JobDetail::Summary
         };
+        // Everybody sees every job's summary (as squeue shows it); only the owner,
+        // operators and admins see its request and the evidence of its failure.
         let audience = |owner: &str| {
             if caller.may_see_details_of(owner) {
                 Audience::Owner
@@ -261,16 +287,28 @@ impl Jobs for JobsService {
                 Audience::Public
             }
         };
-        let jobs = r
+        let limit = match req.limit as usize {
+            0 => PAGE_ROWS,
+            n => n.min(PAGE_ROWS),
+        };
+        let mut matching = r
             .state
             .jobs
-            .values()
-            .filter(|j| req.include_finished || !j.state.is_terminal())
+            .range((Bound::Excluded(JobId(req.after)), Bound::Unbounded))
+            .map(|(_, j)| j)
+            .filter(|j| filter.keeps(j, &r.state.config));
+        let jobs: Vec<_> = matching
+            .by_ref()
+            .take(limit)
             .map(|j| {
                 let audience = audience(&j.spec.user);
                 job_row(&r.state, j, estimates.get(&j.id).copied(), detail, audience)
             })
             .collect();
+        let next_after = match (jobs.last(), matching.next()) {
+            (Some(last), Some(_)) => Some(last.job_id),
+            _ => None,
+        };
         doc(&JobList {
             jobs,
             applied_index: r.applied,
@@ -278,6 +316,7 @@ impl Jobs for JobsService {
             role: self.ctx.raft.status.borrow().role,
             consistent,
             now_ms: now_ms(),
+            next_after,
         })
     }
 
@@ -448,8 +487,8 @@ impl Jobs for JobsService {
             .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
-        validate_spec(&spec).map_err(Status::invalid_argument)?;
         let r = self.ctx.raft.replica.read();
+        validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
         self.check_fits(&r.state, &spec)?;
         // Where the job would go on an idle cluster (for `gsub --dry-run`).
         let mut record = probe_record(&spec);

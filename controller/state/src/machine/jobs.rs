@@ -2,12 +2,14 @@
 //! time-limit backstop, and the end of an attempt (release, requeue, fair-share charge,
 //! retention).
 
-use super::ClusterState;
+use super::{ClusterState, payload};
 use crate::command::{
-    CancelJob, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons, StartJob, SubmitJob,
-    TimeoutJob,
+    CancelJob, CancelUnsatisfiable, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons,
+    StartJob, SubmitJob, TimeoutJob,
 };
+use gsched_scheduler::DepView;
 use gsched_scheduler::decay::decay;
+use gsched_scheduler::deps::{self, DepStatus};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{ArrayTask, Attempt, JobId, JobRecord, JobState, PendingReason};
 use gsched_types::job::{StepState, StepStatus};
@@ -23,15 +25,20 @@ fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> String {
 
 impl ClusterState {
     pub(super) fn submit(&mut self, c: &SubmitJob, at: u64) -> Outcome {
-        let spec = &c.spec;
-        if let Err(message) = self.validate_submit(spec) {
+        if let Err(message) = self.validate_submit(&c.spec) {
             return Outcome::Rejected { message };
         }
-        let tasks: Vec<Option<u32>> = match &spec.array {
-            Some(ids) => ids.iter().map(|i| Some(*i)).collect(),
+        // Every job of the submission shares one copy of the script, environment and
+        // task list: the records hold only what differs.
+        let mut spec = c.spec.clone();
+        let tasks: Vec<Option<u32>> = match spec.array.take() {
+            Some(ids) => ids.into_iter().map(Some).collect(),
             None => vec![None],
         };
         let base = JobId(self.next_job_id);
+        let payload = payload::take(&mut spec, tasks.len() as u32);
+        self.payloads.insert(base, payload);
+        self.queued.add(&spec.user, tasks.len() as u64);
         let mut ids = Vec::with_capacity(tasks.len());
         for task in tasks {
             let id = JobId(self.next_job_id);
@@ -47,11 +54,10 @@ impl ClusterState {
         Outcome::Submitted { jobs: ids }
     }
 
-    /// Checks that depend on replicated state (partition names, queue limits).
+    /// The spec's own checks (`crate::validate`) and those that depend on replicated
+    /// state (partition names, queue limits, dependencies).
     fn validate_submit(&self, spec: &gsched_types::JobSpec) -> Result<(), String> {
-        if spec.nodes == 0 {
-            return Err("--nodes must be at least 1".into());
-        }
+        crate::validate::job_spec(spec, &self.config.limits)?;
         if let Some(p) = &spec.partition
             && !self.config.partitions.is_empty()
             && self.config.partition(p).is_none()
@@ -89,18 +95,29 @@ impl ClusterState {
                 format_duration(max)
             ));
         }
-        if let Some(max) = self.config.user_limits.max_queued_jobs {
-            let queued = self
-                .jobs
-                .values()
-                .filter(|j| j.spec.user == spec.user && !j.state.is_terminal())
-                .count();
-            let adding = spec.array.as_ref().map(|a| a.len()).unwrap_or(1);
-            if queued + adding > max as usize {
+        let adding = spec.array.as_ref().map(|a| a.len()).unwrap_or(1) as u64;
+        let (total, mine) = self.queued(&spec.user);
+        if let Some(max) = self.config.user_limits.max_queued_jobs
+            && mine + adding > u64::from(max)
+        {
+            return Err(format!(
+                "user {} would have {} jobs queued or running; the limit is {max} (MaxSubmitJobs)",
+                spec.user,
+                mine + adding
+            ));
+        }
+        let max = self.config.limits.max_job_count;
+        if total + adding > max {
+            return Err(format!(
+                "the queue holds {total} jobs and this submission adds {adding}; the cluster's limit is {max} (MaxJobCount); try again when jobs have ended"
+            ));
+        }
+        for dep in &spec.dependency {
+            if let Some(id) = dep.job
+                && !self.jobs.contains_key(&id)
+            {
                 return Err(format!(
-                    "user {} would have {} jobs queued or running; the limit is {max}",
-                    spec.user,
-                    queued + adding
+                    "invalid dependency: job {id} does not exist (or ended too long ago to be remembered)"
                 ));
             }
         }
@@ -168,6 +185,45 @@ impl ClusterState {
                 message: format!("job {id} has already ended"),
             }
         }
+    }
+
+    /// Why `job`'s dependencies can never be satisfied, if they cannot.
+    fn unsatisfiable(&self, job: &JobRecord) -> Option<String> {
+        job.spec.dependency.iter().find_map(|dep| {
+            let id = dep.job?;
+            let on = self.jobs.get(&id);
+            let view = on.map(|d| DepView {
+                state: d.state,
+                exit_code: d.exit_code,
+            });
+            (deps::status(dep.kind, view) == DepStatus::Never).then(|| match on {
+                Some(d) => format!(
+                    "its dependency {:?} on job {id} can never be satisfied: job {id} ended {}",
+                    dep.kind, d.state
+                ),
+                None => format!(
+                    "its dependency {:?} on job {id} can never be satisfied: job {id} is gone",
+                    dep.kind
+                ),
+            })
+        })
+    }
+
+    pub(super) fn cancel_unsatisfiable(&mut self, c: &CancelUnsatisfiable, at: u64) -> Outcome {
+        for id in &c.jobs {
+            let Some(job) = self.jobs.get(id).filter(|j| j.state == JobState::Pending) else {
+                continue;
+            };
+            let Some(why) = self.unsatisfiable(job) else {
+                continue;
+            };
+            let job = self.jobs.get_mut(id).expect("present");
+            job.state = JobState::Cancelled;
+            job.end_ms = Some(at);
+            job.failure = Some(Failure::new(FailureKind::DependencyNeverSatisfied, why, at));
+            self.retire(*id);
+        }
+        Outcome::Ok
     }
 
     pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons) -> Outcome {
@@ -351,7 +407,6 @@ impl ClusterState {
             job.state = final_state;
             job.end_ms = Some(at);
             job.ending_as = None;
-            job.spec.env.clear();
         }
         if let Some(a) = allocation {
             for na in &a.nodes {
@@ -387,8 +442,14 @@ impl ClusterState {
         u.at_ms = at;
     }
 
-    /// Records a terminal job and purges the oldest beyond the retention bound.
+    /// Records a terminal job (releasing its share of the payload and its place in the
+    /// queue counts) and purges the oldest beyond the retention bound.
     pub(super) fn retire(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.get(&id) {
+            let (key, user) = (payload::key_of(job), job.spec.user.clone());
+            payload::release(&mut self.payloads, key);
+            self.queued.remove(&user);
+        }
         self.finished.push_back(id);
         while self.finished.len() > self.retain_finished {
             if let Some(old) = self.finished.pop_front() {

@@ -10,6 +10,7 @@
 mod dedup;
 mod jobs;
 mod nodes;
+pub mod payload;
 mod steps;
 
 pub use dedup::DEDUP_CAPACITY;
@@ -50,8 +51,42 @@ pub struct ClusterState {
     pub retain_finished: usize,
     /// Latest leader timestamp applied.
     pub clock_ms: u64,
+    /// Scripts and environments, one per submission (see [`payload`]).
+    #[serde(default)]
+    pub payloads: BTreeMap<JobId, payload::Payload>,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
+    /// Jobs not ended, in all and per user (for the queue limits).
+    #[serde(skip)]
+    queued: Queued,
+}
+
+/// Counts of jobs that have not ended (derived; rebuilt from the jobs).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Queued {
+    total: u64,
+    by_user: BTreeMap<String, u64>,
+}
+
+impl Queued {
+    fn add(&mut self, user: &str, n: u64) {
+        self.total += n;
+        *self.by_user.entry(user.to_string()).or_default() += n;
+    }
+
+    fn remove(&mut self, user: &str) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(c) = self.by_user.get_mut(user) {
+            *c = c.saturating_sub(1);
+            if *c == 0 {
+                self.by_user.remove(user);
+            }
+        }
+    }
+
+    fn of(&self, user: &str) -> u64 {
+        self.by_user.get(user).copied().unwrap_or(0)
+    }
 }
 
 impl Default for ClusterState {
@@ -67,7 +102,9 @@ impl Default for ClusterState {
             dedup: Dedup::default(),
             retain_finished: 20_000,
             clock_ms: 0,
+            payloads: BTreeMap::new(),
             node_usage: BTreeMap::new(),
+            queued: Queued::default(),
         }
     }
 }
@@ -90,6 +127,23 @@ impl ClusterState {
 
     fn rebuild(&mut self) {
         self.node_usage.clear();
+        self.queued = Queued::default();
+        // Snapshots from before payloads kept scripts in the records: move them out.
+        for job in self.jobs.values_mut() {
+            if !job.state.is_terminal() {
+                self.queued.add(&job.spec.user, 1);
+            }
+            let key = payload::key_of(job);
+            if job.spec.script.is_empty() && job.spec.env.is_empty() {
+                continue;
+            }
+            let taken = payload::take(&mut job.spec, 0);
+            if job.state.is_terminal() {
+                continue;
+            }
+            let p = self.payloads.entry(key).or_insert(taken);
+            p.live += 1;
+        }
         for job in self.jobs.values() {
             if matches!(job.state, JobState::Running | JobState::Completing)
                 && let Some(a) = &job.allocation
@@ -110,6 +164,16 @@ impl ClusterState {
             .take(12)
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    /// The job's spec with its script and environment, as an agent needs it.
+    pub fn full_spec(&self, job: &JobRecord) -> gsched_types::JobSpec {
+        payload::restore(&job.spec, self.payloads.get(&payload::key_of(job)))
+    }
+
+    /// Jobs that have not ended, in all and `user`'s.
+    pub fn queued(&self, user: &str) -> (u64, u64) {
+        (self.queued.total, self.queued.of(user))
     }
 
     /// What is in use on a node.
@@ -179,6 +243,7 @@ impl ClusterState {
                 Outcome::Ok
             }
             Command::Noop => Outcome::Ok,
+            Command::CancelUnsatisfiable(c) => self.cancel_unsatisfiable(c, at),
         };
         if let Some(id) = &env.request_id {
             self.dedup.remember(id.clone(), outcome.clone());

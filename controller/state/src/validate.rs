@@ -1,0 +1,222 @@
+//! Checks of a job spec that no cluster state could make valid: counts in range, text
+//! fields that are text (no control characters) and of sane size, the script,
+//! environment and arrays within the configured limits. The controller runs them before
+//! proposing a submission and `apply` runs them again, so nothing a client sends can grow
+//! the state without bound or put unprintable text into every user's `gqueue`.
+
+use gsched_scheduler::config::SubmitLimits;
+use gsched_types::JobSpec;
+
+/// Upper bounds that keep arithmetic on a spec far from overflow.
+const MAX_NODES: u32 = 4096;
+const MAX_GPUS_PER_NODE: u32 = 64;
+const MAX_TASKS_PER_NODE: u32 = 4096;
+const MAX_CPUS_PER_TASK: u32 = 4096;
+const MAX_LIST: usize = 4096;
+/// Ten years: a time limit beyond it is a typo.
+const MAX_TIME_S: u64 = 10 * 365 * 86_400;
+
+/// Refuses text with control characters (newlines, tabs, NUL, escapes) or over `max`
+/// bytes.
+fn text(what: &str, value: &str, max: u64) -> Result<(), String> {
+    if value.len() as u64 > max {
+        return Err(format!(
+            "{what} is {} bytes long; the limit is {max}",
+            value.len()
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "{what} contains a control character ({c:?}); use printable text"
+        ));
+    }
+    Ok(())
+}
+
+fn optional(what: &str, value: &Option<String>, max: u64) -> Result<(), String> {
+    value.as_deref().map_or(Ok(()), |v| text(what, v, max))
+}
+
+fn list(what: &str, values: &[String], max: u64) -> Result<(), String> {
+    if values.len() > MAX_LIST {
+        return Err(format!(
+            "{what} names {} entries; at most {MAX_LIST} are allowed",
+            values.len()
+        ));
+    }
+    values.iter().try_for_each(|v| text(what, v, max))
+}
+
+/// Checks `spec` against `limits` and against values no node could satisfy.
+pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
+    let counts = [
+        ("--nodes", spec.nodes, 1, MAX_NODES),
+        (
+            "--ntasks-per-node",
+            spec.ntasks_per_node,
+            1,
+            MAX_TASKS_PER_NODE,
+        ),
+        ("--cpus-per-task", spec.cpus_per_task, 1, MAX_CPUS_PER_TASK),
+        ("GPUs per node", spec.gpus_per_node, 0, MAX_GPUS_PER_NODE),
+    ];
+    for (what, v, lo, hi) in counts {
+        if v < lo || v > hi {
+            return Err(format!("{what} must be between {lo} and {hi} (got {v})"));
+        }
+    }
+    if spec.ntasks == 0 || spec.ntasks > spec.nodes * spec.ntasks_per_node {
+        return Err(format!(
+            "--ntasks={} does not fit --nodes={} x --ntasks-per-node={}",
+            spec.ntasks, spec.nodes, spec.ntasks_per_node
+        ));
+    }
+    if spec
+        .cpus_per_gpu
+        .is_some_and(|c| c == 0 || c > MAX_CPUS_PER_TASK)
+        || spec.gpus_per_task.is_some_and(|g| g > MAX_GPUS_PER_NODE)
+    {
+        return Err("--cpus-per-gpu and --gpus-per-task must be sensible counts".into());
+    }
+    if spec.time_limit_s.is_some_and(|t| t > MAX_TIME_S) {
+        return Err("the time limit is over ten years; use --time=UNLIMITED for none".into());
+    }
+    text("the job name", &spec.name, limits.max_name_bytes)?;
+    let field = limits.max_field_bytes;
+    text("the user", &spec.user, field)?;
+    if spec.user.is_empty() {
+        return Err("the job has no user".into());
+    }
+    for (what, v) in [
+        ("--account", &spec.account),
+        ("--partition", &spec.partition),
+        ("--qos", &spec.qos),
+        ("the GPU type", &spec.gpu_type),
+        ("--constraint", &spec.constraint),
+        ("--output", &spec.output),
+        ("--error", &spec.error),
+    ] {
+        optional(what, v, field)?;
+    }
+    text("the working directory", &spec.workdir, field)?;
+    text("the submit directory", &spec.submit_dir, field)?;
+    if !spec.workdir.starts_with('/') {
+        return Err(format!(
+            "working directory '{}' must be absolute",
+            spec.workdir
+        ));
+    }
+    list("--nodelist", &spec.nodelist, field)?;
+    list("--exclude", &spec.exclude, field)?;
+    if spec.dependency.len() > MAX_LIST {
+        return Err(format!("--dependency names more than {MAX_LIST} jobs"));
+    }
+    if spec.script.is_empty() && spec.torchrun.is_none() {
+        return Err("the batch script is empty".into());
+    }
+    if spec.script.len() as u64 > limits.max_script_bytes {
+        return Err(format!(
+            "the batch script is {} bytes; the limit is {} (put data in files the script reads)",
+            spec.script.len(),
+            limits.max_script_bytes
+        ));
+    }
+    let mut env_bytes: u64 = 0;
+    for (k, v) in spec.env.iter().chain(spec.env_overrides.iter()) {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(format!(
+                "environment variable {k:?} is not a NAME=VALUE pair a process can receive"
+            ));
+        }
+        env_bytes += (k.len() + v.len()) as u64;
+    }
+    let mut args: Vec<&String> = spec.script_args.iter().collect();
+    if let Some(t) = &spec.torchrun {
+        text("the torchrun program", &t.program, field)?;
+        args.extend(t.args.iter().chain(t.extra_args.iter()));
+    }
+    for a in args {
+        if a.contains('\0') {
+            return Err("an argument contains a NUL byte".into());
+        }
+        env_bytes += a.len() as u64;
+    }
+    if env_bytes > limits.max_env_bytes {
+        return Err(format!(
+            "the environment and arguments take {env_bytes} bytes; the limit is {} (use --export=NONE or fewer variables)",
+            limits.max_env_bytes
+        ));
+    }
+    if let Some(ids) = &spec.array {
+        let max = limits.max_array_size;
+        if ids.is_empty() {
+            return Err("--array names no task".into());
+        }
+        if let Some(too_big) = ids.iter().find(|i| **i >= max) {
+            return Err(format!(
+                "--array task {too_big} is over the cluster's limit: task ids must be below {max} (MaxArraySize)"
+            ));
+        }
+        if ids.len() > max as usize {
+            return Err(format!(
+                "--array asks for {} tasks; at most {max} (MaxArraySize)",
+                ids.len()
+            ));
+        }
+        if spec.array_limit == Some(0) {
+            return Err("--array's %N must be at least 1".into());
+        }
+    }
+    if spec.max_restarts.is_some_and(|m| m > 1000) {
+        return Err("--max-restarts is over 1000".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_and_oversized_input_is_refused_with_the_field_named() {
+        let limits = SubmitLimits::default();
+        let ok = JobSpec::simple("j", "alice", "#!/bin/sh\ntrue\n");
+        assert!(job_spec(&ok, &limits).is_ok());
+        type Change = Box<dyn Fn(&mut JobSpec)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (Box::new(|s| s.name = "a\nb".into()), "control character"),
+            (
+                Box::new(|s| s.name = "x".repeat(1 << 20)),
+                "job name is 1048576 bytes",
+            ),
+            (
+                Box::new(|s| s.script = "x".repeat(5 << 20)),
+                "batch script is",
+            ),
+            (Box::new(|s| s.account = Some("a\tb".into())), "--account"),
+            (Box::new(|s| s.output = Some("o\0".into())), "--output"),
+            (
+                Box::new(|s| {
+                    s.env.insert("BIG".into(), "v".repeat(2 << 20));
+                }),
+                "environment and arguments",
+            ),
+            (
+                Box::new(|s| s.array = Some((0..2000).collect())),
+                "MaxArraySize",
+            ),
+            (Box::new(|s| s.array = Some(vec![5000])), "below 1001"),
+            (Box::new(|s| s.nodes = 0), "--nodes"),
+            (Box::new(|s| s.gpus_per_node = 1000), "GPUs per node"),
+            (Box::new(|s| s.ntasks = 99), "does not fit"),
+            (Box::new(|s| s.workdir = "rel".into()), "absolute"),
+            (Box::new(|s| s.time_limit_s = Some(u64::MAX)), "ten years"),
+        ];
+        for (change, needle) in cases {
+            let mut s = ok.clone();
+            change(&mut s);
+            let err = job_spec(&s, &limits).unwrap_err();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+}
