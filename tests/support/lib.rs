@@ -30,7 +30,27 @@ pub fn bin(name: &str) -> PathBuf {
         if std::env::var_os("GSCHED_BIN_DIR").is_some() {
             return;
         }
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        // Variables cargo sets for this test (CARGO_MANIFEST_DIR...) would make the build
+        // below differ from a plain `cargo build` (ring's build script watches one), and
+        // each would rebuild half the tree after the other.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            let per_crate = [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_BIN_",
+                "CARGO_CRATE_",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p));
+            if per_crate
+                || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_ref())
+            {
+                cargo.env_remove(k.as_ref());
+            }
+        }
+        let status = cargo
             .args([
                 "build",
                 "--quiet",
@@ -41,8 +61,6 @@ pub fn bin(name: &str) -> PathBuf {
                 "gsched-agent",
                 "-p",
                 "gsched-cli",
-                "-p",
-                "gsched-tests",
             ])
             .current_dir(workspace())
             .status()
@@ -313,6 +331,7 @@ impl Cluster {
         .args(["--cgroup-root", "off"])
         .args(&o.extra)
         .env("GSCHED_LOG", "info,h2=warn,tower=warn,hyper=warn")
+        .env("GSCHED_FAULTS_FILE", self.agent_faults(&o.name))
         .stdout(Stdio::null())
         .stderr(
             std::fs::OpenOptions::new()
@@ -326,6 +345,21 @@ impl Cluster {
             child: cmd.spawn().expect("spawn gagentd"),
             log,
         }
+    }
+
+    /// The fault file of agent `name`: while it says `controllers`, the agent is cut off
+    /// from the controllers.
+    pub fn agent_faults(&self, name: &str) -> PathBuf {
+        self.path(&format!("agent-faults-{name}"))
+    }
+
+    /// Cuts agent `name` off from the controllers, or heals the cut.
+    pub fn cut_agent(&self, name: &str, cut: bool) {
+        std::fs::write(
+            self.agent_faults(name),
+            if cut { "controllers" } else { "" },
+        )
+        .expect("write the agent's fault file");
     }
 
     pub fn kill_agent(&mut self, i: usize) {
@@ -663,4 +697,21 @@ pub fn torch_available() -> bool {
 /// Is a process with this pid alive?
 pub fn pid_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+impl Drop for Cluster {
+    /// A failing test leaves its cluster directory (logs, state) behind when
+    /// `GSCHED_TEST_KEEP` is set, and says where.
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("GSCHED_TEST_KEEP").is_some() {
+            for p in self.ctl_procs.iter_mut().chain(self.agents.iter_mut()) {
+                if let Some(mut p) = p.take() {
+                    p.kill9();
+                }
+            }
+            let kept =
+                std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
+            eprintln!("cluster directory kept: {}", kept.display());
+        }
+    }
 }

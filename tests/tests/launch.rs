@@ -285,7 +285,7 @@ fn nix_is_root() -> bool {
 
 #[test]
 fn t80_a_lost_node_fails_the_job_fast_and_requeue_moves_it() {
-    let mut c = Cluster::controllers(1, &["--node-timeout", "2"]);
+    let mut c = Cluster::controllers(1, &["--node-timeout", "2", "--dead-node-timeout", "4"]);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     c.add_agent("n2", "rtx4090-8gpu.json", &[]);
     c.add_agent("n3", "rtx4090-8gpu.json", &[]);
@@ -302,7 +302,8 @@ fn t80_a_lost_node_fails_the_job_fast_and_requeue_moves_it() {
     ]);
     c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
     c.kill_agent(0);
-    // Within the node timeout (2 s) plus a tick the job leaves n1 and is requeued.
+    // Within the dead-node timeout (4 s) plus a tick the job leaves n1 and is requeued (its
+    // processes on n1 were stopped by their supervisor when n1's lease lapsed).
     let job = wait_for("the job to be requeued", Duration::from_secs(30), || {
         c.job(id).filter(|j| j["restarts"] == 1)
     });

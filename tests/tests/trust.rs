@@ -19,7 +19,8 @@ use std::time::Duration;
 fn forge(c: &Cluster, user: Option<&TestUser>, req: Value) -> Value {
     let leader = c.leader(Duration::from_secs(30));
     let addr = &c.controllers[(leader - 1) as usize].1;
-    let mut cmd = Command::new(bin("gsched-forge"));
+    // Built by cargo with this test (a binary of the same package).
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gsched-forge"));
     cmd.arg(addr).arg(req.to_string());
     if let Some(u) = user {
         cmd.uid(u.uid).gid(u.gid);

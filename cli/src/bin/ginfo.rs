@@ -68,14 +68,21 @@ fn main() {
         ("REASON", false),
     ]);
     for n in &nodes {
-        let reason = match (&n.admin, n.online) {
-            (NodeAdminState::Drain { reason, by, .. }, _) => format!("{reason} [{by}]"),
-            (_, false) => "not responding".into(),
+        let reason = match (&n.admin, n.online, n.responding) {
+            (NodeAdminState::Drain { reason, by, .. }, _, _) => format!("{reason} [{by}]"),
+            (_, false, _) => "lost (no agent)".into(),
+            (_, true, false) => "not responding".into(),
+            _ if !n.fencing.is_empty() => format!(
+                "fencing: waiting for the agent to stop {} step(s) of ended jobs",
+                n.fencing.len()
+            ),
             _ => String::new(),
         };
+        // sinfo's mark for a node whose agent does not answer.
+        let star = if n.online && !n.responding { "*" } else { "" };
         t.row(vec![
             n.name.clone(),
-            n.state.name().into(),
+            format!("{}{star}", n.state.name()),
             format!("{}/{}", n.gpus_free, n.gpus_total),
             n.gpu_model.clone().unwrap_or_else(|| "-".into()),
             format!("{}/{}", n.cpus_used, n.cpus_total),

@@ -184,8 +184,11 @@ pub struct PendingJob {
     /// Required node features (all must be present).
     pub constraint: Vec<String>,
     pub nodelist: Vec<String>,
-    /// `--exclude` plus nodes a requeued job must avoid.
+    /// `--exclude`: never these nodes.
     pub exclude: Vec<String>,
+    /// Nodes earlier attempts failed on: avoided while enough other nodes could host
+    /// the job, used when they are all it has (a one-node lab must not strand it).
+    pub avoid: Vec<String>,
     pub dependency: Vec<Dependency>,
     pub held: bool,
     pub eligible_ms: u64,
@@ -214,6 +217,7 @@ impl PendingJob {
             constraint: Vec::new(),
             nodelist: Vec::new(),
             exclude: Vec::new(),
+            avoid: Vec::new(),
             dependency: Vec::new(),
             held: false,
             eligible_ms,

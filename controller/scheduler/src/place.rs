@@ -72,6 +72,7 @@ pub struct ShapeKey {
     constraint: Vec<String>,
     nodelist: Vec<String>,
     exclude: Vec<String>,
+    avoid: Vec<String>,
 }
 
 impl ShapeKey {
@@ -88,6 +89,7 @@ impl ShapeKey {
             constraint: job.constraint.clone(),
             nodelist: job.nodelist.clone(),
             exclude: job.exclude.clone(),
+            avoid: job.avoid.clone(),
         }
     }
 }
@@ -238,6 +240,16 @@ impl<'a> Placer<'a> {
             match self.ineligible(job, ni) {
                 None => nodes.push(ni),
                 Some(w) => *why.entry(w).or_default() += 1,
+            }
+        }
+        if !job.avoid.is_empty() {
+            let preferred: Vec<usize> = nodes
+                .iter()
+                .copied()
+                .filter(|ni| !job.avoid.contains(&self.snap.nodes[*ni].name))
+                .collect();
+            if preferred.len() as u32 >= job.nodes {
+                nodes = preferred;
             }
         }
         let never = if (nodes.len() as u32) < job.nodes {

@@ -293,6 +293,31 @@ fn gang_prefers_one_switch() {
 }
 
 #[test]
+fn requeued_job_avoids_the_node_it_failed_on_unless_it_is_all_there_is() {
+    let topo = shipped("ws-2gpu-nvlink.json");
+    let a = NodeView::from_topology("a", &topo, "10.0.0.1");
+    let b = NodeView::from_topology("b", &topo, "10.0.0.2");
+    let mut j = job(1, 1, 2);
+    j.avoid = vec!["a".into()];
+    let p = plan(&snapshot(vec![a.clone(), b], vec![j.clone()], vec![]), 0);
+    assert_eq!(p.starts[0].allocation.nodes[0].node, "b");
+    // Avoided, not excluded: while b is busy the job waits for b ...
+    let busy = running(9, "b", &[0, 1]);
+    let b_busy = with_usage(
+        NodeView::from_topology("b", &topo, "10.0.0.2"),
+        std::slice::from_ref(&busy),
+    );
+    let p = plan(
+        &snapshot(vec![a.clone(), b_busy], vec![j.clone()], vec![busy]),
+        0,
+    );
+    assert!(p.starts.is_empty());
+    // ... and on a one-node cluster it runs where it failed rather than never.
+    let p = plan(&snapshot(vec![a], vec![j], vec![]), 0);
+    assert_eq!(p.starts[0].allocation.nodes[0].node, "a");
+}
+
+#[test]
 fn impossible_requests_say_why() {
     let topo = shipped("ws-2gpu-nvlink.json");
     let p = plan(

@@ -4,7 +4,7 @@
 use crate::auth::Policy;
 use gsched_proto::tls::CertDir;
 use gsched_scheduler::SchedConfig;
-use gsched_state::decide::DispatchConfig;
+use gsched_state::decide::{DispatchConfig, Liveness};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,8 +35,9 @@ pub struct ControllerConfig {
     /// Start with an empty membership and wait to be added (`gctl controllers add`).
     pub join: bool,
     pub scheduler: SchedConfig,
-    /// No heartbeat for this long: the node is lost and its jobs fail with NodeLost.
-    pub node_timeout: Duration,
+    /// No heartbeat for `not_responding` (`--node-timeout`, 6 s): the node takes no new
+    /// job; for `lost` (`--dead-node-timeout`, 60 s): it is lost and its jobs end.
+    pub liveness: Liveness,
     /// Kill graces and the dispatcher's timings.
     pub dispatch: DispatchConfig,
     pub raft_tick: Duration,
@@ -58,7 +59,10 @@ impl ControllerConfig {
             data_dir,
             join: false,
             scheduler: SchedConfig::default(),
-            node_timeout: Duration::from_secs(6),
+            liveness: Liveness {
+                not_responding: Duration::from_secs(6),
+                lost: Duration::from_secs(60),
+            },
             dispatch: DispatchConfig::default(),
             raft_tick: Duration::from_millis(50),
             election_ticks: 10,
@@ -84,8 +88,12 @@ pub struct ConfigFile {
     /// Jobs run as a uid below this (or as root) only when that user submits them.
     #[serde(default)]
     pub min_uid: Option<u32>,
+    /// Seconds without a heartbeat before a node takes no new job.
     #[serde(default)]
     pub node_timeout_s: Option<f64>,
+    /// Seconds without a heartbeat before a node is lost and its jobs end.
+    #[serde(default)]
+    pub dead_node_timeout_s: Option<f64>,
     #[serde(default)]
     pub kill_grace_s: Option<u64>,
     #[serde(default)]
@@ -123,7 +131,10 @@ impl ConfigFile {
             cfg.policy.min_uid = m;
         }
         if let Some(t) = self.node_timeout_s {
-            cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
+            cfg.liveness.not_responding = Duration::from_secs_f64(t.max(0.5));
+        }
+        if let Some(t) = self.dead_node_timeout_s {
+            cfg.liveness.lost = Duration::from_secs_f64(t.max(1.0));
         }
         if let Some(g) = self.kill_grace_s {
             cfg.dispatch.kill_grace_s = g;

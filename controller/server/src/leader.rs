@@ -167,7 +167,7 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
 }
 
 async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: Instant) {
-    let timeout = ctx.cfg.node_timeout;
+    let limits = ctx.cfg.liveness;
     // The agent stops a job at its limit; the controller steps in only after the kill
     // grace and half a minute more.
     let slack_s = ctx.cfg.dispatch.kill_grace_s + 30;
@@ -180,19 +180,18 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
         if stopped(&stop) {
             return;
         }
-        if since.elapsed() < timeout {
-            continue;
-        }
         let mut commands: Vec<Command> = {
             let r = ctx.raft.replica.read();
-            let silent_for = |node: &str| ctx.hub.last_seen(node).map(|t| t.elapsed());
-            decide::lost_nodes(&r.state, silent_for, timeout)
-                .into_iter()
-                .map(Command::NodeLost)
-                .collect()
+            // Agents never heard by this leader have been silent since it took over.
+            let silent_for = |node: &str| {
+                ctx.hub
+                    .last_seen(node)
+                    .map_or(since.elapsed(), |t| t.elapsed())
+            };
+            decide::liveness(&r.state, silent_for, limits)
         };
-        for lost in &commands {
-            tracing::warn!("{lost:?}");
+        for c in &commands {
+            tracing::warn!("{c:?}");
         }
         if last_backstop.elapsed() > Duration::from_secs(5) {
             last_backstop = Instant::now();

@@ -31,9 +31,15 @@ struct Args {
     /// Start empty and wait to be added with `gctl controllers add`.
     #[arg(long)]
     join: bool,
-    /// Seconds without a heartbeat before a node is declared lost.
+    /// Seconds without a heartbeat before a node is "not responding" (no new jobs; its
+    /// jobs keep running).
     #[arg(long)]
     node_timeout: Option<f64>,
+    /// Seconds without a heartbeat before a node is lost: its jobs end (NODE_FAIL, and are
+    /// requeued if asked). Its agent stops them itself a little earlier, so they never run
+    /// twice. At least --node-timeout.
+    #[arg(long)]
+    dead_node_timeout: Option<f64>,
     /// Range of MASTER_PORTs handed to jobs (MIN-MAX), overriding the config file.
     #[arg(long)]
     master_ports: Option<String>,
@@ -145,8 +151,12 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--master-ports: {e}"))?;
     }
     if let Some(t) = args.node_timeout {
-        cfg.node_timeout = Duration::from_secs_f64(t.max(0.5));
+        cfg.liveness.not_responding = Duration::from_secs_f64(t.max(0.5));
     }
+    if let Some(t) = args.dead_node_timeout {
+        cfg.liveness.lost = Duration::from_secs_f64(t.max(1.0));
+    }
+    cfg.liveness.lost = cfg.liveness.lost.max(cfg.liveness.not_responding);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

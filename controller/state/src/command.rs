@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// The log format version this build writes. Decoding accepts every version up to it;
 /// an older build stops at an entry of a newer version instead of misreading it.
-/// 1: the first format. 2: adds `cancel_unsatisfiable`.
+/// 1: the first format. 2: adds `cancel_unsatisfiable` and `node_responding`.
 pub const FORMAT_VERSION: u16 = 2;
 
 /// One Raft log entry's payload.
@@ -156,6 +156,13 @@ pub struct HoldJob {
     pub hold: bool,
 }
 
+/// A node's agent stopped (or resumed) answering, short of the node being lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeResponding {
+    pub node: String,
+    pub responding: bool,
+}
+
 /// End pending jobs whose dependency can never be satisfied (each is re-checked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelUnsatisfiable {
@@ -219,6 +226,7 @@ pub enum Command {
     /// Does nothing; a new leader commits one to learn its commit index.
     Noop,
     CancelUnsatisfiable(CancelUnsatisfiable),
+    NodeResponding(NodeResponding),
 }
 
 impl Command {
@@ -245,6 +253,7 @@ impl Command {
             Command::SetControllerAddress(_) => "set_controller_address",
             Command::Noop => "noop",
             Command::CancelUnsatisfiable(_) => "cancel_unsatisfiable",
+            Command::NodeResponding(_) => "node_responding",
         }
     }
 }

@@ -1,13 +1,14 @@
 //! The leader's decisions as pure functions of the committed state and of what the
 //! leader knows about the connected agents: which launches and kills to send
-//! ([`dispatch`]), which commands a scheduling plan becomes ([`commands_for`]), which
-//! silent nodes are lost ([`lost_nodes`]) and which jobs ran past their time limit
+//! ([`dispatch`]), which commands a scheduling plan becomes ([`commands_for`]), what the
+//! silence of agents means ([`liveness`]) and which jobs ran past their time limit
 //! ([`overdue_jobs`]). The leader's loops only read the state, call these, propose and
 //! send. Time comes in as arguments, never from a clock.
 
 use crate::command::TimeoutJob;
 use crate::command::{
-    CancelUnsatisfiable, Command, NodeLost, Preempt, SetPendingReasons, StartJob, StartJobs,
+    CancelUnsatisfiable, Command, NodeLost, NodeResponding, Preempt, SetPendingReasons, StartJob,
+    StartJobs,
 };
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
@@ -292,26 +293,52 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
     out
 }
 
-/// Nodes the state says are online whose agent has been silent for longer than
-/// `timeout` (`silent_for` is `None` for an agent never heard from by this leader).
-pub fn lost_nodes(
+/// How long a node's agent may be silent: after `not_responding` it takes no new job
+/// (its jobs keep running: an agent restart or a short network cut costs nothing); after
+/// `lost` it is out of service and its jobs end (`NODE_FAIL`, requeued if asked). The
+/// agent stops its own steps a little before `lost` (its lease), so a requeued job never
+/// runs twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    pub not_responding: Duration,
+    pub lost: Duration,
+}
+
+impl Liveness {
+    /// How long an agent that hears nothing keeps its steps: the lost timeout less a
+    /// margin (a quarter of it, at most 10 s).
+    pub fn lease(&self) -> Duration {
+        self.lost - (self.lost / 4).min(Duration::from_secs(10))
+    }
+}
+
+/// What the silence of agents means now: nodes that stopped or resumed answering and
+/// nodes lost. `silent_for(node)`: how long since this leader last heard the agent (for
+/// one never heard: since this controller became the leader).
+pub fn liveness(
     state: &ClusterState,
-    silent_for: impl Fn(&str) -> Option<Duration>,
-    timeout: Duration,
-) -> Vec<NodeLost> {
-    state
-        .nodes
-        .values()
-        .filter(|n| n.online)
-        .filter(|n| silent_for(&n.name).is_none_or(|d| d > timeout))
-        .map(|n| NodeLost {
-            node: n.name.clone(),
-            reason: format!(
-                "no heartbeat from the agent for {:.1} s",
-                timeout.as_secs_f64()
-            ),
-        })
-        .collect()
+    silent_for: impl Fn(&str) -> Duration,
+    limits: Liveness,
+) -> Vec<Command> {
+    let mut out = Vec::new();
+    for n in state.nodes.values().filter(|n| n.online) {
+        let silent = silent_for(&n.name);
+        if silent > limits.lost {
+            out.push(Command::NodeLost(NodeLost {
+                node: n.name.clone(),
+                reason: format!(
+                    "no word from the agent for {:.0} s (the dead-node timeout)",
+                    limits.lost.as_secs_f64()
+                ),
+            }));
+        } else if (silent > limits.not_responding) == n.responding {
+            out.push(Command::NodeResponding(NodeResponding {
+                node: n.name.clone(),
+                responding: !n.responding,
+            }));
+        }
+    }
+    out
 }
 
 /// Running jobs past their time limit by more than `slack_s` (the agent should have

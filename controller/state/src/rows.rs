@@ -86,6 +86,8 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
                 name: n.name.clone(),
                 state: NodeState::of(n, gpus_used.len(), jobs.len()),
                 online: n.online,
+                responding: n.responding,
+                fencing: n.fencing.clone(),
                 admin: n.admin.clone(),
                 drain_reason: n.drain_reason().map(str::to_string),
                 address: n.address.clone(),

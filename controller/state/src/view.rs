@@ -39,8 +39,6 @@ impl ViewCache {
 /// The pending-job view of a job record.
 pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
     let spec = &job.spec;
-    let mut exclude = spec.exclude.clone();
-    exclude.extend(job.avoid_nodes.iter().cloned());
     PendingJob {
         id: job.id,
         name: spec.name.clone(),
@@ -67,7 +65,8 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
             })
             .unwrap_or_default(),
         nodelist: spec.nodelist.clone(),
-        exclude,
+        exclude: spec.exclude.clone(),
+        avoid: job.avoid_nodes.clone(),
         dependency: spec.dependency.clone(),
         held: job.held,
         eligible_ms: job.eligible_ms,

@@ -5,7 +5,7 @@
 
 use gsched_scheduler::config::PartitionConfig;
 use gsched_scheduler::{SchedConfig, plan};
-use gsched_state::decide::{self, DispatchConfig, DispatchMemo, KillOrder};
+use gsched_state::decide::{self, DispatchConfig, DispatchMemo, KillOrder, Liveness};
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::*;
 use gsched_types::agent::{ControllerToAgent, StepRef};
@@ -349,17 +349,48 @@ fn the_time_limit_is_the_jobs_own_else_its_partitions_default() {
 }
 
 #[test]
-fn silent_or_unknown_agents_are_lost_after_the_timeout() {
-    let s = cluster(&["n1", "n2", "n3"], SchedConfig::default());
-    let timeout = Duration::from_secs(6);
-    let silent = |n: &str| match n {
-        "n1" => Some(Duration::from_secs(1)),
-        "n2" => Some(Duration::from_secs(7)),
-        _ => None,
+fn silent_agents_stop_answering_first_and_are_lost_later() {
+    let mut s = cluster(&["n1", "n2", "n3"], SchedConfig::default());
+    let limits = Liveness {
+        not_responding: Duration::from_secs(6),
+        lost: Duration::from_secs(60),
     };
-    let lost: Vec<String> = decide::lost_nodes(&s, silent, timeout)
-        .into_iter()
-        .map(|l| l.node)
-        .collect();
-    assert_eq!(lost, vec!["n2", "n3"]);
+    assert_eq!(limits.lease(), Duration::from_secs(50));
+    let silent = |n: &str| match n {
+        "n1" => Duration::from_secs(1),
+        "n2" => Duration::from_secs(7),
+        _ => Duration::from_secs(61),
+    };
+    let cmds = decide::liveness(&s, silent, limits);
+    assert_eq!(
+        cmds,
+        vec![
+            Command::NodeResponding(NodeResponding {
+                node: "n2".into(),
+                responding: false
+            }),
+            Command::NodeLost(NodeLost {
+                node: "n3".into(),
+                reason: "no word from the agent for 60 s (the dead-node timeout)".into()
+            }),
+        ]
+    );
+    for c in cmds {
+        apply(&mut s, c, 5);
+    }
+    assert!(!s.nodes["n2"].responding && s.nodes["n2"].online);
+    assert!(
+        !s.nodes["n2"].is_schedulable(),
+        "a silent node takes no new job"
+    );
+    assert!(!s.nodes["n3"].online);
+    // n2 answers again.
+    let cmds = decide::liveness(&s, |_| Duration::from_secs(1), limits);
+    assert_eq!(
+        cmds,
+        vec![Command::NodeResponding(NodeResponding {
+            node: "n2".into(),
+            responding: true
+        })]
+    );
 }

@@ -43,6 +43,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         "set_controller_address",
         "noop",
         "cancel_unsatisfiable",
+        "node_responding",
     ];
     for name in all {
         assert!(seen.contains(name), "no golden entry for {name}");

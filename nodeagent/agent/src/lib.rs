@@ -4,12 +4,13 @@
 //! reports node health (Xids, lost GPUs).
 //!
 //! - [`discover`], [`sysfs`], [`nvml`]: what the node is made of.
-//! - [`session`]: the controller connection.
+//! - [`session`]: the controller connection; [`contact`]: the lease on running steps.
 //! - [`steps`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`layout`]: where
 //!   their files live and who may read them; [`devices`], [`devfilter`]: private GPUs.
 //! - [`health`]: the health monitor.
 //! - [`outbox`]: events kept on disk until acknowledged.
 
+pub mod contact;
 pub mod devfilter;
 pub mod devices;
 pub mod discover;

@@ -347,6 +347,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         steps,
         outbox: outbox.clone(),
         flush: flush.clone(),
+        contact: Arc::new(gsched_agent::contact::Contact::open(&state_dir)),
         heartbeat: Duration::from_secs_f64(args.heartbeat.max(0.1)),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()

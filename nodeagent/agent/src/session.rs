@@ -3,6 +3,7 @@
 //! Follows `NotLeader` redirects and reconnects with backoff, so it finds a new leader
 //! within about a second of a failover.
 
+use crate::contact::Contact;
 use crate::outbox::Outbox;
 use crate::steps::StepManager;
 use gsched_proto::agent::{AgentToController, ControllerToAgent, decode, encode};
@@ -36,6 +37,8 @@ pub struct Agent {
     pub outbox: Arc<Outbox>,
     /// Signalled when the outbox has something new to send.
     pub flush: Arc<Notify>,
+    /// The lease on the steps, renewed by the leader's answers.
+    pub contact: Arc<Contact>,
     pub heartbeat: Duration,
 }
 
@@ -66,6 +69,10 @@ pub async fn run(agent: Arc<Agent>) {
     let mut redirect: Option<String> = None;
     let mut backoff = Duration::from_millis(100);
     loop {
+        if agent.contact.cut_off() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         let addr = redirect.take().unwrap_or_else(|| {
             let a = agent.controllers[next % agent.controllers.len()].clone();
             next += 1;
@@ -125,7 +132,22 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         .await?
         .ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
     match decode::<ControllerToAgent>(&first.json)? {
-        ControllerToAgent::Registered { .. } => tracing::info!("registered with controller {addr}"),
+        ControllerToAgent::Registered { kill, lease_ms, .. } => {
+            tracing::info!("registered with controller {addr}");
+            agent.contact.renew(lease_ms);
+            // Steps of jobs that ended while this node was away: stop them before
+            // anything else (the node takes no new job until they have).
+            let mut steps = agent.steps.lock();
+            for s in kill {
+                steps.kill(
+                    s.job,
+                    s.attempt,
+                    gsched_types::FailureKind::GangStopped,
+                    "the controller ended this job while the node was away",
+                    Duration::from_secs(1),
+                );
+            }
+        }
         ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
         other => anyhow::bail!("unexpected first message {other:?}"),
     }
@@ -151,9 +173,13 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     }
                     ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
                     ControllerToAgent::Registered { .. } => {}
+                    ControllerToAgent::Alive { lease_ms } => agent.contact.renew(lease_ms),
                 }
             }
             _ = ticker.tick() => {
+                if agent.contact.cut_off() {
+                    return Ok(End::Closed);
+                }
                 let running = agent.steps.lock().running();
                 send(&AgentToController::Heartbeat { running })?;
                 flush(agent, &send, &mut sent, true)?;

@@ -418,6 +418,9 @@ impl StepManager {
         let log_dir = scratch.logs().to_string_lossy().into_owned();
         let scratch_dir = scratch.0.to_string_lossy().into_owned();
         let show_home = root || owner.uid == nix::unistd::getuid().as_raw();
+        let contact = crate::contact::file(&self.settings.state_dir)
+            .to_string_lossy()
+            .into_owned();
         let ctx = StepContext {
             node: &self.settings.node,
             topology: &topo,
@@ -432,6 +435,7 @@ impl StepManager {
             scratch: Some(&scratch_dir),
             devices,
             devices_filtered,
+            contact_file: Some(&contact),
         };
         Ok((step_plan::plan(l, &script, &ctx), owner))
     }
@@ -630,7 +634,9 @@ impl StepManager {
 
 fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
     let (job, attempt) = (step.key.job, step.key.attempt);
-    let failure = if let Some(err) = &rec.launch_error {
+    let failure = if let Some(why) = &rec.lease_expired {
+        Some(Failure::new(FailureKind::NodeLost, why.clone(), now_ms()).on(node))
+    } else if let Some(err) = &rec.launch_error {
         Some(Failure {
             kind: FailureKind::LaunchFailed,
             node: Some(node.into()),

@@ -41,6 +41,10 @@ pub struct ExitRecord {
     pub launch_error: Option<String>,
     #[serde(default)]
     pub tasks: Vec<(Option<i32>, Option<i32>)>,
+    /// Set when the supervisor stopped the step because the controllers had been silent
+    /// past the node's lease (see `contact`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expired: Option<String>,
 }
 
 fn record(dir: &Path, rec: &ExitRecord) {
@@ -139,6 +143,7 @@ pub fn supervise(dir: &Path) -> i32 {
                     signal: None,
                     launch_error: Some(format!("cannot read the step plan: {e}")),
                     tasks: vec![],
+                    lease_expired: None,
                 },
             );
             return 1;
@@ -157,6 +162,7 @@ pub fn supervise(dir: &Path) -> i32 {
                     signal: None,
                     launch_error: Some(e),
                     tasks: vec![],
+                    lease_expired: None,
                 },
             );
             1
@@ -267,6 +273,16 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     if let Some(g) = pgid {
         let _ = write_private(&dir.join("pgid"), g.to_string().as_bytes());
     }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lease = match (&plan.contact_file, pgid) {
+        (Some(f), Some(g)) => Some(watch_lease(
+            std::path::PathBuf::from(f),
+            g,
+            plan.cgroup.clone(),
+            done.clone(),
+        )),
+        _ => None,
+    };
     let mut tasks = Vec::new();
     for mut c in children {
         let status = c
@@ -285,6 +301,8 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
             break;
         }
     }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let lease_expired = lease.and_then(|w| w.join().ok()).flatten();
     let failing = tasks
         .iter()
         .find(|(c, s)| s.is_some() || c.is_some_and(|c| c != 0))
@@ -296,6 +314,42 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         signal: failing.1,
         launch_error: None,
         tasks,
+        lease_expired,
+    })
+}
+
+/// Stops the step (SIGTERM, SIGKILL two seconds later) if the controllers stay silent
+/// past the node's lease while it runs; returns why it did, if it did.
+fn watch_lease(
+    contact: std::path::PathBuf,
+    pgid: i32,
+    cgroup: Option<String>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Option<String>> {
+    std::thread::spawn(move || {
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Some(silent) = crate::contact::expired(&contact) {
+                let why = format!(
+                    "no word from the controllers for {:.0} s, past this node's lease: the step was stopped so that the job cannot run twice",
+                    silent.as_secs_f64()
+                );
+                let group = Pid::from_raw(pgid);
+                let _ = signal::killpg(group, Signal::SIGTERM);
+                let grace = std::time::Instant::now();
+                while grace.elapsed() < Duration::from_secs(2)
+                    && signal::killpg(group, None).is_ok()
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = signal::killpg(group, Signal::SIGKILL);
+                if let Some(cg) = &cgroup {
+                    let _ = std::fs::write(format!("{cg}/cgroup.kill"), "1");
+                }
+                return Some(why);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        None
     })
 }
 

@@ -45,6 +45,10 @@ pub struct Plan {
     /// GPU device nodes handed to the owner for the step (given back when it ends).
     #[serde(default)]
     pub devices: Vec<String>,
+    /// Where the agent records the controllers' last answer and the node's lease: the
+    /// supervisor stops the step when the lease lapses.
+    #[serde(default)]
+    pub contact_file: Option<String>,
 }
 
 /// A step's cgroup: where, and its limits.
@@ -85,6 +89,8 @@ pub struct StepContext<'a> {
     pub devices: Vec<String>,
     /// A device filter hides every other GPU from the step (CUDA numbers from 0).
     pub devices_filtered: bool,
+    /// The agent's contact file (the lease).
+    pub contact_file: Option<&'a str>,
 }
 
 /// The text of the step's script: the submitted batch script, or the torchrun line
@@ -146,6 +152,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         umask: spec.umask,
         scratch: ctx.scratch.map(str::to_string),
         devices: ctx.devices.clone(),
+        contact_file: ctx.contact_file.map(str::to_string),
     }
 }
 

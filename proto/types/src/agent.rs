@@ -74,6 +74,19 @@ pub enum AgentToController {
 pub enum ControllerToAgent {
     Registered {
         node: String,
+        /// Steps this agent still runs that the controller no longer wants: stop them
+        /// before anything else.
+        #[serde(default)]
+        kill: Vec<StepRef>,
+        /// How long the agent may go without hearing from a controller before it stops
+        /// its steps itself (the controller declares the node lost a little later, and
+        /// only then lets the jobs run elsewhere).
+        #[serde(default)]
+        lease_ms: u64,
+    },
+    /// The leader's answer to a heartbeat: it still hears this agent.
+    Alive {
+        lease_ms: u64,
     },
     Launch(Box<LaunchSpec>),
     /// Stop a step: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the step's

@@ -316,6 +316,11 @@ pub struct NodeRow {
     pub name: String,
     pub state: NodeState,
     pub online: bool,
+    /// Its agent answers; a node that does not takes no new job (`ginfo` marks it `*`).
+    pub responding: bool,
+    /// Steps of ended jobs its returning agent still has to confirm stopped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fencing: Vec<crate::agent::StepRef>,
     pub admin: NodeAdminState,
     #[serde(default)]
     pub drain_reason: Option<String>,

@@ -127,8 +127,17 @@ pub struct NodeRecord {
     #[serde(default)]
     pub features: Vec<String>,
     pub admin: NodeAdminState,
-    /// The agent is connected and heartbeating (as last committed by the leader).
+    /// The node is in service: its agent registered and the node was not declared lost
+    /// since (as last committed by the leader).
     pub online: bool,
+    /// Its agent answers. A node that stops answering is first not responding (no new
+    /// jobs, its jobs keep running), and lost only after the dead-node timeout.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub responding: bool,
+    /// Steps a returning agent still runs that the controller no longer wants: the node
+    /// takes no new job until its agent has confirmed each of them stopped (fencing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fencing: Vec<crate::agent::StepRef>,
     pub registered_ms: u64,
     #[serde(default)]
     pub state_changed_ms: u64,
@@ -142,14 +151,22 @@ pub struct NodeRecord {
     pub agent_version: String,
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
 impl NodeRecord {
     pub fn is_drained(&self) -> bool {
         matches!(self.admin, NodeAdminState::Drain { .. })
     }
 
-    /// Can accept new jobs.
+    /// Can accept new jobs: in service, answering, not drained, nothing left to fence.
     pub fn is_schedulable(&self) -> bool {
-        self.online && !self.is_drained()
+        self.online && self.responding && self.fencing.is_empty() && !self.is_drained()
     }
 
     pub fn drain_reason(&self) -> Option<&str> {

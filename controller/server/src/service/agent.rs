@@ -131,8 +131,24 @@ async fn serve(
         }
     }
     let conn = ctx.hub.attach(&name, tx.clone());
+    // Steps of ended jobs this agent still runs: it stops them before anything else, and
+    // the node takes no new job until it has.
+    let kill = ctx
+        .raft
+        .replica
+        .read()
+        .state
+        .nodes
+        .get(&name)
+        .map(|n| n.fencing.clone())
+        .unwrap_or_default();
+    if !kill.is_empty() {
+        tracing::warn!("agent {name} returned with steps of ended jobs; fencing: {kill:?}");
+    }
     let _ = tx.send(envelope(&ControllerToAgent::Registered {
         node: name.clone(),
+        kill,
+        lease_ms: ctx.cfg.liveness.lease().as_millis() as u64,
     }));
     tracing::info!("agent {name} registered");
     ctx.hub.changed.notify_one();
@@ -152,7 +168,11 @@ async fn pump(
         let msg: AgentToController = decode(&item?.json)
             .map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
         match msg {
-            AgentToController::Heartbeat { running } => ctx.hub.heartbeat(node, running),
+            AgentToController::Heartbeat { running } => {
+                ctx.hub.heartbeat(node, running);
+                let lease_ms = ctx.cfg.liveness.lease().as_millis() as u64;
+                let _ = tx.send(envelope(&ControllerToAgent::Alive { lease_ms }));
+            }
             AgentToController::Step { seq, event } => {
                 let cmd = match event {
                     StepEvent::Started { job, attempt, pid } => Command::StepStarted(StepStarted {

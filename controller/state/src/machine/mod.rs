@@ -244,6 +244,7 @@ impl ClusterState {
             }
             Command::Noop => Outcome::Ok,
             Command::CancelUnsatisfiable(c) => self.cancel_unsatisfiable(c, at),
+            Command::NodeResponding(c) => self.node_responding(c, at),
         };
         if let Some(id) = &env.request_id {
             self.dedup.remember(id.clone(), outcome.clone());

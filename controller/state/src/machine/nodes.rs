@@ -3,7 +3,11 @@
 //! and resume.
 
 use super::ClusterState;
-use crate::command::{DrainNode, HealthEvents, Outcome, RegisterNode, ResumeNode, StepFailed};
+use crate::command::{
+    DrainNode, HealthEvents, KnownStep, NodeResponding, Outcome, RegisterNode, ResumeNode,
+    StepFailed,
+};
+use gsched_types::agent::StepRef;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobState, StepState};
 use gsched_types::node::{HealthSeverity, NodeAdminState, NodeRecord};
@@ -36,6 +40,8 @@ impl ClusterState {
                 features: c.features.clone(),
                 admin: NodeAdminState::Up,
                 online: true,
+                responding: true,
+                fencing: Vec::new(),
                 registered_ms: at,
                 state_changed_ms: at,
                 bad_gpus: Vec::new(),
@@ -54,7 +60,30 @@ impl ClusterState {
             record.state_changed_ms = at;
         }
         record.online = true;
+        record.responding = true;
         record.registered_ms = at;
+        // Steps the agent still runs that are not wanted here any more (their job ended,
+        // was requeued or moved while the node was away): the node takes no new job until
+        // the agent has confirmed each stopped.
+        let wanted = |k: &KnownStep| {
+            self.jobs.get(&k.job).is_some_and(|j| {
+                j.restarts == k.attempt
+                    && matches!(j.state, JobState::Running | JobState::Completing)
+                    && j.steps.iter().any(|s| s.node == name && !s.state.is_done())
+            })
+        };
+        let fencing: Vec<StepRef> = c
+            .known_steps
+            .iter()
+            .filter(|k| !wanted(k))
+            .map(|k| StepRef {
+                job: k.job,
+                attempt: k.attempt,
+            })
+            .collect();
+        if let Some(record) = self.nodes.get_mut(name) {
+            record.fencing = fencing;
+        }
         // Steps the controller thinks run here but the agent does not know: lost.
         let lost: Vec<JobId> = self
             .jobs
@@ -81,6 +110,27 @@ impl ClusterState {
             );
         }
         Outcome::Ok
+    }
+
+    pub(super) fn node_responding(&mut self, c: &NodeResponding, at: u64) -> Outcome {
+        match self.node_mut(&c.node) {
+            Ok(n) => {
+                if n.responding != c.responding {
+                    n.responding = c.responding;
+                    n.state_changed_ms = at;
+                }
+                Outcome::Ok
+            }
+            Err(refused) => refused,
+        }
+    }
+
+    /// A step the node was fenced on has stopped.
+    pub(super) fn fenced_step_ended(&mut self, node: &str, job: JobId, attempt: u32) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.fencing
+                .retain(|s| !(s.job == job && s.attempt == attempt));
+        }
     }
 
     pub(super) fn node_lost(&mut self, node: &str, reason: &str, at: u64) -> Outcome {

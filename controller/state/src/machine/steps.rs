@@ -42,6 +42,7 @@ impl ClusterState {
 
     pub(super) fn step_exited(&mut self, c: &StepExited, at: u64) -> Outcome {
         let (id, node, code, signal) = (c.job, c.node.as_str(), c.code, c.signal);
+        self.fenced_step_ended(node, id, c.attempt);
         let job = match self.reported_job(id, c.attempt) {
             Ok(job) => job,
             Err(refused) => return refused,

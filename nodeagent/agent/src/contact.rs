@@ -1,0 +1,101 @@
+//! The lease on a node's steps: every answer from the leader renews it, recorded in
+//! `<state-dir>/contact` as the time of the answer (on `CLOCK_BOOTTIME`, which every
+//! process of the machine shares and which does not jump) and the lease the controllers
+//! grant. Each step's supervisor reads it and stops its step when the controllers have
+//! been silent for longer than the lease, which they set a little short of the time after
+//! which they declare the node lost and let its jobs run elsewhere: a job cut off with its
+//! node (or left behind by a dead agent) never runs twice.
+//!
+//! For tests, `GSCHED_FAULTS_FILE` may name a file: while it contains `controllers`, the
+//! agent drops its session and does not dial (a network cut, without network namespaces).
+
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Milliseconds on `CLOCK_BOOTTIME`.
+pub fn boot_ms() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        .unwrap_or(0)
+}
+
+/// The contact file of a state directory.
+pub fn file(state_dir: &Path) -> PathBuf {
+    state_dir.join("contact")
+}
+
+/// What a contact file says: when the controllers last answered (boot ms) and the lease.
+pub fn read(path: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// How long the controllers have been silent past the lease in `path`, if they have.
+pub fn expired(path: &Path) -> Option<Duration> {
+    let (at, lease) = read(path)?;
+    let silent = boot_ms().saturating_sub(at);
+    (lease > 0 && silent > lease).then(|| Duration::from_millis(silent))
+}
+
+pub struct Contact {
+    file: PathBuf,
+    /// When the file was last written (it is rewritten at most twice a second).
+    written: Mutex<Option<(Instant, u64)>>,
+    faults: Option<PathBuf>,
+}
+
+impl Contact {
+    pub fn open(state_dir: &Path) -> Contact {
+        Contact {
+            file: file(state_dir),
+            written: Mutex::new(None),
+            faults: std::env::var_os("GSCHED_FAULTS_FILE").map(PathBuf::from),
+        }
+    }
+
+    /// The leader answered; `lease_ms` is the lease it grants (0: none).
+    pub fn renew(&self, lease_ms: u64) {
+        let mut written = self.written.lock();
+        if written.is_some_and(|(at, lease)| {
+            lease == lease_ms && at.elapsed() < Duration::from_millis(500)
+        }) {
+            return;
+        }
+        let line = format!("{} {lease_ms}\n", boot_ms());
+        match crate::layout::write_private(&self.file, line.as_bytes()) {
+            Ok(()) => *written = Some((Instant::now(), lease_ms)),
+            Err(e) => tracing::warn!(
+                "cannot record the controllers' answer in {}: {e}",
+                self.file.display()
+            ),
+        }
+    }
+
+    /// True while a test cuts this agent off from the controllers.
+    pub fn cut_off(&self) -> bool {
+        self.faults
+            .as_ref()
+            .is_some_and(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("controllers")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_expires_only_after_its_length_without_an_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Contact::open(dir.path());
+        let f = file(dir.path());
+        assert_eq!(expired(&f), None, "no lease granted yet");
+        c.renew(60_000);
+        assert_eq!(expired(&f), None);
+        std::fs::write(&f, format!("{} 1000", boot_ms() - 5_000)).unwrap();
+        assert!(expired(&f).is_some_and(|d| d >= Duration::from_secs(5)));
+        std::fs::write(&f, format!("{} 0", boot_ms() - 5_000)).unwrap();
+        assert_eq!(expired(&f), None, "a lease of 0 is no lease");
+    }
+}
