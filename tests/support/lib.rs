@@ -513,6 +513,38 @@ impl Cluster {
         })
     }
 
+    /// Waits until the `expect` reachable replicas report the same applied index, then
+    /// checks that they report the same state digest.
+    pub fn check_replicas_agree(&self, expect: usize) {
+        let rows = wait_for(
+            "all replicas at the same applied index",
+            Duration::from_secs(60),
+            || {
+                let rows = self.status();
+                let applied: std::collections::BTreeSet<u64> = rows
+                    .iter()
+                    .filter_map(|r| r["applied_index"].as_u64())
+                    .collect();
+                (rows.len() == expect && applied.len() == 1).then_some(rows)
+            },
+        );
+        let digests: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .filter_map(|r| r["state_digest"].as_str())
+            .collect();
+        assert_eq!(
+            digests.len(),
+            1,
+            "replicas disagree at the same applied index: {rows:#?}"
+        );
+    }
+
+    /// Resident memory of controller `i` in MiB (`None` once it has exited).
+    pub fn controller_rss_mib(&self, i: usize) -> Option<u64> {
+        let pid = self.ctl_procs[i].as_ref()?.pid();
+        rss_mib(pid)
+    }
+
     /// Dumps every process log (for failing tests).
     pub fn logs(&self) -> String {
         let mut out = String::new();
@@ -535,6 +567,19 @@ impl Cluster {
         }
         out
     }
+}
+
+/// Resident memory of a process in MiB, from `/proc/PID/status`.
+pub fn rss_mib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
 }
 
 /// An ordinary Unix user the multi-user tests act as.

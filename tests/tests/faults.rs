@@ -296,3 +296,219 @@ fn t40_a_cut_that_outlasts_the_timeout_moves_the_job_and_never_runs_it_twice() {
     c.wait_state(a, &["CANCELLED"], Duration::from_secs(30));
     w.check();
 }
+
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (e.g. `48m`) on `dir`, or `None` when this process
+    /// cannot mount (not root); under `GSCHED_REQUIRE_ROOT` that fails the test.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        let ok = nix::unistd::geteuid().is_root()
+            && std::process::Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={size},mode=0700"),
+                    "tmpfs",
+                ])
+                .arg(dir)
+                .status()
+                .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("GSCHED_REQUIRE_ROOT").is_none(),
+                "cannot mount a tmpfs on {} (root is required)",
+                dir.display()
+            );
+            eprintln!("skipping: mounting a tmpfs needs root");
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+
+    /// Fills the file system up; returns the filler file.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("create the filler");
+        let block = vec![0u8; 1 << 16];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn t50_a_controller_whose_disk_fills_up_steps_aside_and_comes_back_with_nothing_lost() {
+    let mut c = Cluster::controllers(3, &[]);
+    c.leader(Duration::from_secs(30));
+    // Controller 3's data directory moves onto a small tmpfs.
+    c.kill_controller(2);
+    let dir = c.path("ctl3");
+    let saved = c.path("ctl3.saved");
+    std::fs::rename(&dir, &saved).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let Some(fs) = Tmpfs::mount(&dir, "64m") else {
+        return;
+    };
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(saved.join("."))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    c.start_controller(2);
+    let script = c.script("held.sh", "#!/bin/sh\ntrue\n");
+    let mut acked = Vec::new();
+    for _ in 0..5 {
+        acked.push(c.submit(&["--hold", &script]));
+    }
+    c.check_replicas_agree(3);
+    let filler = fs.fill();
+    // Writes go on through the other two; controller 3 cannot persist them (each script
+    // is different and large, so the log grows past what its store had allocated).
+    for i in 0..40 {
+        let big = c.script(
+            &format!("big{i}.sh"),
+            &format!("#!/bin/sh\n# {}\ntrue\n", format!("{i:08}").repeat(25_000)),
+        );
+        acked.push(c.submit(&["--hold", &big]));
+    }
+    let row = wait_for(
+        "controller 3 to report its full disk",
+        Duration::from_secs(30),
+        || {
+            c.status()
+                .into_iter()
+                .find(|r| r["id"] == 3 && r["storage_fault"].is_string())
+        },
+    );
+    let fault = row["storage_fault"].as_str().unwrap();
+    assert!(fault.contains("space") || fault.contains("I/O"), "{fault}");
+    assert!(
+        c.ctl_procs[2].as_mut().unwrap().alive(),
+        "controller 3 stays up"
+    );
+    // Asked directly, it says why it cannot take the write.
+    let direct = c
+        .command("gsub", &["--hold", &script], c.dir.path())
+        .env("GSCHED_CONTROLLERS", &c.controllers[2].1)
+        .env("GSCHED_RETRY_S", "0")
+        .output()
+        .unwrap();
+    let log = std::fs::read_to_string(c.path("ctl3.log")).unwrap_or_default();
+    assert!(log.contains("cannot write its data directory"), "{log}");
+    let err = String::from_utf8_lossy(&direct.stderr);
+    assert!(
+        !direct.status.success() && err.contains("cannot write its data directory"),
+        "{err}"
+    );
+    for _ in 0..5 {
+        acked.push(c.submit(&["--hold", &script]));
+    }
+    // Space returns: it reopens its store, catches up, and agrees with the others.
+    std::fs::remove_file(filler).unwrap();
+    wait_for("controller 3 to recover", Duration::from_secs(60), || {
+        c.status()
+            .into_iter()
+            .find(|r| r["id"] == 3 && r["storage_fault"].is_null() && r["role"] != "candidate")
+    });
+    c.check_replicas_agree(3);
+    // Every acknowledged job is there, read from controller 3 itself.
+    let q = c
+        .command("gqueue", &["--json"], c.dir.path())
+        .env("GSCHED_CONTROLLERS", &c.controllers[2].1)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&q.stdout).expect("gqueue --json");
+    let ids: Vec<u64> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["job_id"].as_u64())
+        .collect();
+    for id in &acked {
+        assert!(
+            ids.contains(id),
+            "acknowledged job {id} missing on controller 3"
+        );
+    }
+    c.kill_controller(2);
+}
+
+#[test]
+fn t60_a_full_output_directory_fails_the_job_with_that_reason_and_the_agent_carries_on() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let out = c.path("outfs");
+    std::fs::create_dir(&out).unwrap();
+    let Some(_fs) = Tmpfs::mount(&out, "1m") else {
+        return;
+    };
+    let chatty = c.script(
+        "chatty.sh",
+        "#!/bin/sh\nhead -c 4000000 /dev/zero | tr '\\0' x\necho done\nsleep 60\n",
+    );
+    let target = format!("{}/chatty.out", out.display());
+    let id = c.submit(&["-o", &target, &chatty]);
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(40));
+    assert_eq!(job["state"], "FAILED", "{job}");
+    let detail = c.json("gctl", &["show", "job", &id.to_string()]);
+    let text = detail.to_string();
+    assert!(
+        text.contains("OutputWriteFailed") && text.contains("No space left on device"),
+        "{text}"
+    );
+    // The agent goes on: the next job runs.
+    let ok = c.script("ok.sh", "#!/bin/sh\necho fine\n");
+    let next = c.submit(&[&ok]);
+    let job = c.wait_state(next, &["COMPLETED", "FAILED"], Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+}
+
+#[test]
+fn t70_a_full_agent_state_directory_fails_launches_with_that_reason_until_space_returns() {
+    let mut c = Cluster::controllers(1, &[]);
+    let state = c.path("agent-n1");
+    std::fs::create_dir(&state).unwrap();
+    let Some(fs) = Tmpfs::mount(&state, "4m") else {
+        return;
+    };
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    c.wait_node_online("n1");
+    let filler = fs.fill();
+    let ok = c.script("ok.sh", "#!/bin/sh\necho fine\n");
+    let id = c.submit(&[&ok]);
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(30));
+    assert_eq!(job["state"], "FAILED", "{job}");
+    let text = c
+        .json("gctl", &["show", "job", &id.to_string()])
+        .to_string();
+    assert!(
+        text.contains("LaunchFailed")
+            && text.contains("state directory")
+            && text.contains("No space left"),
+        "{text}"
+    );
+    assert!(
+        c.agents[0].as_mut().unwrap().alive(),
+        "the agent keeps running"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let next = c.submit(&[&ok]);
+    let job = c.wait_state(next, &["COMPLETED", "FAILED"], Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    c.kill_agent(0);
+}

@@ -249,32 +249,6 @@ fn check_exactly_once(jobs: &[JobRow], acks: &Acks) {
     }
 }
 
-/// Waits until every reachable replica reports the same applied index, then checks they
-/// report the same digest.
-fn check_replicas_agree(c: &Cluster, expect: usize) {
-    let rows = wait_for(
-        "all replicas at the same applied index",
-        Duration::from_secs(60),
-        || {
-            let rows = c.status();
-            let applied: HashSet<u64> = rows
-                .iter()
-                .filter_map(|r| r["applied_index"].as_u64())
-                .collect();
-            (rows.len() == expect && applied.len() == 1).then_some(rows)
-        },
-    );
-    let digests: HashSet<&str> = rows
-        .iter()
-        .filter_map(|r| r["state_digest"].as_str())
-        .collect();
-    assert_eq!(
-        digests.len(),
-        1,
-        "replicas disagree at the same applied index: {rows:#?}"
-    );
-}
-
 fn index_of(c: &Cluster, id: u64) -> usize {
     c.controllers.iter().position(|(i, _)| *i == id).unwrap()
 }
@@ -377,7 +351,7 @@ fn t10_submissions_survive_repeated_leader_kills_and_a_follower_restart() {
             j.failure
         );
     }
-    check_replicas_agree(&c, 3);
+    c.check_replicas_agree(3);
     eprintln!(
         "leaders killed (old -> new): {kills:?}; follower {follower} restarted; {} jobs ran; {} snapshots watched",
         ran.len(),
@@ -441,7 +415,7 @@ fn t20_a_whole_cluster_restart_keeps_every_acknowledged_job() {
             j.failure
         );
     }
-    check_replicas_agree(&c, 3);
+    c.check_replicas_agree(3);
 }
 
 #[test]
@@ -560,7 +534,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     for (i, _) in &c.controllers {
         std::fs::write(c.path(&format!("faults{i}")), "").unwrap();
     }
-    check_replicas_agree(&c, 3);
+    c.check_replicas_agree(3);
     let jobs = list_jobs(&rt, &c);
     let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
     assert!(
@@ -686,5 +660,5 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
     );
     ctl4.kill9();
     let _ = c.submit(&["--wrap", "true", "-J", "after-remove"]);
-    check_replicas_agree(&c, 3);
+    c.check_replicas_agree(3);
 }

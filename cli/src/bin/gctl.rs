@@ -468,7 +468,11 @@ async fn status(client: &mut Client, addrs: Vec<String>, json: bool) {
         t.row(vec![
             r.id.to_string(),
             r.address.clone(),
-            r.role.name().into(),
+            if r.storage_fault.is_some() {
+                "DISK FAULT".into()
+            } else {
+                r.role.name().into()
+            },
             r.term.to_string(),
             r.commit_index.to_string(),
             r.applied_index.to_string(),
@@ -480,4 +484,11 @@ async fn status(client: &mut Client, addrs: Vec<String>, json: bool) {
         ]);
     }
     out!("{}", t.render());
+    for r in rows.iter().filter(|r| r.storage_fault.is_some()) {
+        outln!(
+            "controller {}: {} (free space in its --data-dir; it restarts itself every few seconds until it can write)",
+            r.id,
+            r.storage_fault.as_deref().unwrap_or_default()
+        );
+    }
 }

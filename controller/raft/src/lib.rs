@@ -14,7 +14,8 @@ pub mod suite;
 
 pub use mem::MemStore;
 pub use node::{
-    Membership, Msg, NodeConfig, NodeStatus, ProposeError, RaftHandle, Replica, Transport, start,
+    Membership, Msg, NodeConfig, NodeError, NodeStatus, ProposeError, RaftHandle, Replica,
+    STORAGE_FAULT_PAUSE, Transport, start, start_supervised,
 };
 pub use sled_store::SledStore;
 pub use store::{LogStore, StoreError};

@@ -78,6 +78,11 @@ pub enum ProposeError {
     LeadershipChanged,
     #[error("the replica has stopped")]
     Stopped,
+    /// This replica cannot write its log; it keeps retrying and rejoins once it can.
+    #[error(
+        "this controller cannot write its data directory ({0}); it retries and rejoins once it can, and the other controllers keep serving"
+    )]
+    Storage(String),
     #[error("invalid membership change: {0}")]
     BadConfChange(String),
 }
@@ -130,6 +135,8 @@ pub struct NodeStatus {
     /// Leader only: each peer's matched index.
     pub matched: Vec<(u64, u64)>,
     pub disk_bytes: u64,
+    /// Why this replica is stopped and retrying (a full or failing data directory).
+    pub storage_fault: Option<String>,
 }
 
 /// Applied state with the index it reflects, read together.
@@ -235,86 +242,107 @@ pub enum NodeError {
 /// Starts a replica on its own thread.
 pub fn start<S: LogStore, T: Transport>(
     cfg: NodeConfig,
-    mut store: S,
+    store: S,
     transport: T,
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
 ) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
-    let fresh = store.hard_state() == Default::default()
-        && store.conf_state().voters.is_empty()
-        && store.snapshot()?.get_metadata().index == 0;
-    if fresh && !cfg.bootstrap_voters.is_empty() {
-        let cs = ConfState {
-            voters: cfg.bootstrap_voters.clone(),
-            ..Default::default()
-        };
-        store.set_conf_state(&cs)?;
-        store.sync()?;
-    }
-    let snap = store.snapshot()?;
-    let snap_index = snap.get_metadata().index;
-    let state = if snap_index > 0 {
-        ClusterState::from_snapshot(&snap.data).map_err(|e| NodeError::Snapshot(e.to_string()))?
-    } else {
-        ClusterState::default()
-    };
-    let mut hs = store.hard_state();
-    if hs.commit < snap_index {
-        hs.commit = snap_index;
-        store.set_hard_state(&hs)?;
-        store.sync()?;
-    }
-    let raft_cfg = raft::Config {
-        id: cfg.id,
-        election_tick: cfg.election_ticks,
-        heartbeat_tick: cfg.heartbeat_ticks,
-        applied: snap_index,
-        max_size_per_msg: 1024 * 1024,
-        max_inflight_msgs: 256,
-        check_quorum: true,
-        pre_vote: true,
-        ..Default::default()
-    };
-    raft_cfg.validate()?;
-    let raw = RawNode::new(
-        &raft_cfg,
-        RaftStorage { store },
-        &crate::logger::raft_logger(),
-    )?;
-    let replica = Arc::new(RwLock::new(Replica {
-        applied: snap_index,
-        state,
-    }));
+    start_supervised(cfg, store, None::<fn(&str)>, transport, tx, rx)
+}
+
+/// How long a replica whose store failed refuses requests before `on_storage_fault`.
+pub const STORAGE_FAULT_PAUSE: Duration = Duration::from_secs(3);
+
+/// Starts a replica that outlives a storage fault (a full disk, an I/O error): it stops
+/// taking part in Raft, answers every request with [`ProposeError::Storage`] for
+/// [`STORAGE_FAULT_PAUSE`], then calls `on_storage_fault`, which restarts the process
+/// (gctld re-executes itself: the store's files and locks can only be let go that way,
+/// as sled cannot be closed after a failed write), so the replica starts again from what
+/// is on disk. Without it, a storage fault stops the replica for good.
+pub fn start_supervised<S: LogStore, T: Transport, F>(
+    cfg: NodeConfig,
+    store: S,
+    on_storage_fault: Option<F>,
+    transport: T,
+    tx: Sender<Msg>,
+    rx: Receiver<Msg>,
+) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError>
+where
+    F: FnOnce(&str) + Send + 'static,
+{
+    let replica = Arc::new(RwLock::new(Replica::default()));
     let (status_tx, status_rx) = watch::channel(NodeStatus::default());
+    let node = Node::build(cfg.clone(), store, transport, replica.clone(), status_tx)
+        .map_err(|(e, _)| e)?;
     let handle = RaftHandle {
         tx,
-        replica: replica.clone(),
+        replica,
         status: status_rx,
     };
-    let mut node = Node {
-        cfg,
-        raw,
-        transport,
-        replica,
-        status_tx,
-        pending: HashMap::new(),
-        reads: HashMap::new(),
-        reads_ready: Vec::new(),
-        seq: 0,
-        last_snapshot: snap_index,
-        term: 0,
-        disk_bytes: (Instant::now(), 0),
-    };
     let thread = std::thread::Builder::new()
-        .name(format!("raft-{}", node.cfg.id))
-        .spawn(move || {
-            if let Err(e) = node.run(rx) {
-                tracing::error!("raft replica {} stopped: {e}", node.cfg.id);
-            }
-            node.fail_all(ProposeError::Stopped);
-        })
+        .name(format!("raft-{}", cfg.id))
+        .spawn(move || supervise(node, on_storage_fault, &rx))
         .expect("spawn raft thread");
     Ok((handle, thread))
+}
+
+/// Runs `node` until it stops; on a storage fault, refuses requests for a while and
+/// hands over to `on_storage_fault`.
+fn supervise<S: LogStore, T: Transport, F: FnOnce(&str)>(
+    mut node: Node<S, T>,
+    on_storage_fault: Option<F>,
+    rx: &Receiver<Msg>,
+) {
+    let err = match node.run(rx) {
+        Ok(()) => {
+            node.fail_all(ProposeError::Stopped);
+            return;
+        }
+        Err(e) => e,
+    };
+    let (Some(restart), NodeError::Store(_)) = (on_storage_fault, &err) else {
+        tracing::error!("raft replica {} stopped: {err}", node.cfg.id);
+        node.fail_all(ProposeError::Stopped);
+        return;
+    };
+    let fault = err.to_string();
+    tracing::error!(
+        "raft replica {} cannot write its data directory: {fault}; it answers no requests and restarts in {} s to retry",
+        node.cfg.id,
+        STORAGE_FAULT_PAUSE.as_secs()
+    );
+    node.fail_all(ProposeError::Storage(fault.clone()));
+    let mut status = node.status_tx.borrow().clone();
+    status.role = Role::Follower;
+    status.leader_id = 0;
+    status.storage_fault = Some(fault.clone());
+    let _ = node.status_tx.send(status);
+    if refuse_until(rx, &fault, Instant::now() + STORAGE_FAULT_PAUSE) {
+        restart(&fault);
+    }
+    // A store whose write failed may never finish closing: leave it open.
+    std::mem::forget(node);
+}
+
+/// Answers every request with a storage error until `until`; false on shutdown.
+fn refuse_until(rx: &Receiver<Msg>, fault: &str, until: Instant) -> bool {
+    let err = || ProposeError::Storage(fault.to_string());
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        match rx.recv_timeout(left) {
+            Ok(Msg::Propose { reply, .. }) | Ok(Msg::ChangeMembership { reply, .. }) => {
+                let _ = reply.send(Err(err()));
+            }
+            Ok(Msg::ReadIndex { reply }) => {
+                let _ = reply.send(Err(err()));
+            }
+            Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => return false,
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
 }
 
 struct Node<S: LogStore, T: Transport> {
@@ -337,7 +365,89 @@ struct Node<S: LogStore, T: Transport> {
 }
 
 impl<S: LogStore, T: Transport> Node<S, T> {
-    fn run(&mut self, rx: Receiver<Msg>) -> Result<(), NodeError> {
+    /// A replica over `store` (bootstrapped when empty), publishing into `replica` and
+    /// `status_tx`; on failure the transport comes back for the next attempt.
+    #[allow(clippy::result_large_err)]
+    fn build(
+        cfg: NodeConfig,
+        mut store: S,
+        transport: T,
+        replica: Arc<RwLock<Replica>>,
+        status_tx: watch::Sender<NodeStatus>,
+    ) -> Result<Node<S, T>, (NodeError, T)> {
+        let prepared = (|| -> Result<(S, u64, ClusterState, raft::Config), NodeError> {
+            let fresh = store.hard_state() == Default::default()
+                && store.conf_state().voters.is_empty()
+                && store.snapshot()?.get_metadata().index == 0;
+            if fresh && !cfg.bootstrap_voters.is_empty() {
+                let cs = ConfState {
+                    voters: cfg.bootstrap_voters.clone(),
+                    ..Default::default()
+                };
+                store.set_conf_state(&cs)?;
+                store.sync()?;
+            }
+            let snap = store.snapshot()?;
+            let snap_index = snap.get_metadata().index;
+            let state = if snap_index > 0 {
+                ClusterState::from_snapshot(&snap.data)
+                    .map_err(|e| NodeError::Snapshot(e.to_string()))?
+            } else {
+                ClusterState::default()
+            };
+            let mut hs = store.hard_state();
+            if hs.commit < snap_index {
+                hs.commit = snap_index;
+                store.set_hard_state(&hs)?;
+                store.sync()?;
+            }
+            let raft_cfg = raft::Config {
+                id: cfg.id,
+                election_tick: cfg.election_ticks,
+                heartbeat_tick: cfg.heartbeat_ticks,
+                applied: snap_index,
+                max_size_per_msg: 1024 * 1024,
+                max_inflight_msgs: 256,
+                check_quorum: true,
+                pre_vote: true,
+                ..Default::default()
+            };
+            raft_cfg.validate()?;
+            Ok((store, snap_index, state, raft_cfg))
+        })();
+        let (store, snap_index, state, raft_cfg) = match prepared {
+            Ok(p) => p,
+            Err(e) => return Err((e, transport)),
+        };
+        let raw = match RawNode::new(
+            &raft_cfg,
+            RaftStorage { store },
+            &crate::logger::raft_logger(),
+        ) {
+            Ok(raw) => raw,
+            Err(e) => return Err((e.into(), transport)),
+        };
+        *replica.write() = Replica {
+            applied: snap_index,
+            state,
+        };
+        Ok(Node {
+            cfg,
+            raw,
+            transport,
+            replica,
+            status_tx,
+            pending: HashMap::new(),
+            reads: HashMap::new(),
+            reads_ready: Vec::new(),
+            seq: 0,
+            last_snapshot: snap_index,
+            term: 0,
+            disk_bytes: (Instant::now(), 0),
+        })
+    }
+
+    fn run(&mut self, rx: &Receiver<Msg>) -> Result<(), NodeError> {
         let mut last_tick = Instant::now();
         self.publish_status();
         loop {
@@ -763,6 +873,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             learners,
             matched,
             disk_bytes: self.disk_bytes.1,
+            storage_fault: None,
         };
         self.status_tx.send_if_modified(|old| {
             if *old == status {

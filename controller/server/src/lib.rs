@@ -35,6 +35,20 @@ use transport::{Faults, GrpcTransport, TransportSetup};
 
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
+/// Replaces this process with a fresh start of the same binary and arguments (the Raft
+/// store could not be written; only a new process can reopen it). Returns if exec fails.
+fn restart_process(fault: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<std::ffi::CString> = std::env::args_os()
+        .filter_map(|a| std::ffi::CString::new(a.as_bytes()).ok())
+        .collect();
+    tracing::warn!("restarting gctld to reopen its data directory after: {fault}");
+    let Err(e) = nix::unistd::execv(c"/proc/self/exe", &args);
+    tracing::error!(
+        "cannot restart gctld ({e}); restart it by hand once the data directory is writable"
+    );
+}
+
 /// Runs a controller on an already-bound listener until `shutdown` completes.
 pub async fn run(
     cfg: ControllerConfig,
@@ -100,8 +114,9 @@ pub async fn run(
     } else {
         cfg.peers.keys().copied().collect()
     };
-    let (raft, thread) = gsched_raft::start(node_cfg, store, transport, tx, rx)
-        .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
+    let (raft, thread) =
+        gsched_raft::start_supervised(node_cfg, store, Some(restart_process), transport, tx, rx)
+            .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
     let auth = Auth::new(mode, cfg.policy.clone());
     let ctx = Arc::new(Ctx {
         cfg,

@@ -63,8 +63,20 @@ impl Contact {
         }) {
             return;
         }
-        let line = format!("{} {lease_ms}\n", boot_ms());
-        match crate::layout::write_private(&self.file, line.as_bytes()) {
+        // Fixed width, overwritten in place: renewing needs no new disk blocks, so a full
+        // state directory cannot make the lease lapse (a torn read parses as no lease).
+        let line = format!("{:020} {lease_ms:020}\n", boot_ms());
+        let write = || -> std::io::Result<()> {
+            use std::os::unix::fs::{FileExt, OpenOptionsExt};
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&self.file)?;
+            f.write_all_at(line.as_bytes(), 0)
+        };
+        match write() {
             Ok(()) => *written = Some((Instant::now(), lease_ms)),
             Err(e) => tracing::warn!(
                 "cannot record the controllers' answer in {}: {e}",

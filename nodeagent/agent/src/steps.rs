@@ -636,6 +636,8 @@ fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
     let (job, attempt) = (step.key.job, step.key.attempt);
     let failure = if let Some(why) = &rec.lease_expired {
         Some(Failure::new(FailureKind::NodeLost, why.clone(), now_ms()).on(node))
+    } else if let Some(why) = &rec.output_error {
+        Some(Failure::new(FailureKind::OutputFailed, why.clone(), now_ms()).on(node))
     } else if let Some(err) = &rec.launch_error {
         Some(Failure {
             kind: FailureKind::LaunchFailed,

@@ -45,6 +45,9 @@ pub struct ExitRecord {
     /// past the node's lease (see `contact`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_expired: Option<String>,
+    /// Set when the step was stopped because its output could not be written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<String>,
 }
 
 fn record(dir: &Path, rec: &ExitRecord) {
@@ -144,6 +147,7 @@ pub fn supervise(dir: &Path) -> i32 {
                     launch_error: Some(format!("cannot read the step plan: {e}")),
                     tasks: vec![],
                     lease_expired: None,
+                    output_error: None,
                 },
             );
             return 1;
@@ -163,6 +167,7 @@ pub fn supervise(dir: &Path) -> i32 {
                     launch_error: Some(e),
                     tasks: vec![],
                     lease_expired: None,
+                    output_error: None,
                 },
             );
             1
@@ -246,17 +251,26 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut copiers = 0;
     let capture = std::sync::Arc::new(parking_lot::Mutex::new(capture));
-    for (read, user) in std::iter::once((out_r, user_out)).chain(
+    let output_error = std::sync::Arc::new(parking_lot::Mutex::new(None));
+    let err_path = plan.stderr.clone().unwrap_or_else(|| plan.stdout.clone());
+    for (read, user, path) in std::iter::once((out_r, user_out, plan.stdout.clone())).chain(
         err_pipe
             .map(|(r, w)| {
                 drop(w);
                 r
             })
-            .zip(user_err),
+            .zip(user_err)
+            .map(|(r, u)| (r, u, err_path.clone())),
     ) {
         let (capture, done) = (capture.clone(), done_tx.clone());
+        let sink = OutputSink {
+            file: user,
+            path,
+            pgid,
+            error: output_error.clone(),
+        };
         std::thread::spawn(move || {
-            copy_output(File::from(read), user, &capture);
+            copy_output(File::from(read), sink, &capture);
             let _ = done.send(());
         });
         copiers += 1;
@@ -309,12 +323,14 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         .copied()
         .or(tasks.first().copied())
         .unwrap_or((Some(0), None));
+    let output_error = output_error.lock().take();
     Ok(ExitRecord {
         code: failing.0,
         signal: failing.1,
         launch_error: None,
         tasks,
         lease_expired,
+        output_error,
     })
 }
 
@@ -417,8 +433,45 @@ fn as_owner(
     result
 }
 
+/// Where a task stream goes: the user's output file, and whom to stop when it cannot be
+/// written.
+struct OutputSink {
+    file: File,
+    path: String,
+    pgid: Option<i32>,
+    /// The first write error of any stream of the step.
+    error: std::sync::Arc<parking_lot::Mutex<Option<String>>>,
+}
+
+impl OutputSink {
+    /// Writes a chunk; on the first failure stops the step (SIGTERM, SIGKILL 2 s later):
+    /// a job whose output (and likely its checkpoints) cannot be written should end with
+    /// that reason, not run on blind.
+    fn write(&mut self, chunk: &[u8]) {
+        let Err(e) = self.file.write_all(chunk) else {
+            return;
+        };
+        let mut first = self.error.lock();
+        if first.is_some() {
+            return;
+        }
+        *first = Some(format!(
+            "cannot write the job's output to {}: {e}; the step was stopped (free space or fix the file system, then resubmit)",
+            self.path
+        ));
+        if let Some(g) = self.pgid {
+            let group = Pid::from_raw(g);
+            let _ = signal::killpg(group, Signal::SIGTERM);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(2));
+                let _ = signal::killpg(group, Signal::SIGKILL);
+            });
+        }
+    }
+}
+
 /// Copies a task stream to the user's file and to the private copy, until end-of-file.
-fn copy_output(mut from: File, mut user: File, capture: &parking_lot::Mutex<File>) {
+fn copy_output(mut from: File, mut user: OutputSink, capture: &parking_lot::Mutex<File>) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -427,7 +480,7 @@ fn copy_output(mut from: File, mut user: File, capture: &parking_lot::Mutex<File
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let _ = user.write_all(&buf[..n]);
+        user.write(&buf[..n]);
         {
             let mut c = capture.lock();
             if c.stream_position().unwrap_or(0) > CAPTURE_LIMIT {

@@ -399,6 +399,10 @@ pub struct StatusRow {
     /// in by `gctl status`, which asks every controller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<u64>,
+    /// Why this replica is out of service and retrying (its data directory cannot be
+    /// written); absent while it is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_fault: Option<String>,
 }
 
 /// `gctl status --json`.

@@ -29,6 +29,9 @@ pub enum FailureKind {
     Signal { signal: i32 },
     /// The step could not be started (bad working directory, unknown user, ...).
     LaunchFailed,
+    /// The job's output could not be written (its file system is full or failing); the
+    /// step was stopped rather than run on blind.
+    OutputFailed,
     /// Another node of the same job failed first; this step was stopped.
     GangStopped,
     /// The user or an admin cancelled the job.
@@ -89,6 +92,7 @@ impl FailureKind {
             FailureKind::ExitCode { code } => format!("NonZeroExitCode:{code}"),
             FailureKind::Signal { signal } => format!("Signal:{signal}"),
             FailureKind::LaunchFailed => "LaunchFailed".into(),
+            FailureKind::OutputFailed => "OutputWriteFailed".into(),
             FailureKind::GangStopped => "GangStopped".into(),
             FailureKind::Cancelled => "Cancelled".into(),
             FailureKind::Preempted => "Preempted".into(),
@@ -114,7 +118,7 @@ impl FailureKind {
             // SIGABRT is what NCCL's own error handling raises, so it stays below NCCL errors.
             FailureKind::Signal { signal } if !matches!(signal, 1 | 2 | 6 | 15) => 5,
             FailureKind::NcclError => 4,
-            FailureKind::LaunchFailed => 4,
+            FailureKind::LaunchFailed | FailureKind::OutputFailed => 4,
             FailureKind::Signal { .. } => 3,
             FailureKind::ExitCode { .. } => 2,
             FailureKind::GangStopped => 0,

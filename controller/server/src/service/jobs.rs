@@ -422,6 +422,7 @@ impl Jobs for JobsService {
             agents_connected: self.ctx.hub.connected().len() as u64,
             fault_blocked_peers: self.ctx.faults.blocked(),
             lag: None,
+            storage_fault: s.storage_fault,
         })
     }
 

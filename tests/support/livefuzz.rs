@@ -1,0 +1,587 @@
+//! `gsched-livefuzz`: sends random and malformed requests through every gRPC method of a
+//! running cluster for a bounded time, as whichever Unix user runs it, and prints one JSON
+//! line of counts. It never judges the replies: the test around it checks that the
+//! controllers survived, agree, stayed within their memory bound and still do real work.
+//!
+//! Usage: `gsched-livefuzz --addrs A,B,C --secs N --seed S [--tasks T] [--admin]
+//! [--topology FILE]`. With `--admin` (run as root) it also drains and resumes nodes and
+//! registers fake agents, but never removes or adds a real controller.
+
+use gsched_proto::pb::agent_client::AgentClient;
+use gsched_proto::pb::jobs_client::JobsClient;
+use gsched_proto::pb::peer_client::PeerClient;
+use gsched_proto::pb::*;
+use gsched_types::agent::{AgentToController, StepEvent, StepRef};
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::{JobId, JobSpec};
+use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+
+/// Passes bytes through unchanged, so a request body can be anything at all.
+#[derive(Clone, Default)]
+struct RawCodec;
+
+struct RawEncoder;
+struct RawDecoder;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDecoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+    }
+}
+
+const METHODS: &[&str] = &[
+    "/gsched.v1.Jobs/Submit",
+    "/gsched.v1.Jobs/Cancel",
+    "/gsched.v1.Jobs/Requeue",
+    "/gsched.v1.Jobs/Hold",
+    "/gsched.v1.Jobs/ListJobs",
+    "/gsched.v1.Jobs/ListNodes",
+    "/gsched.v1.Jobs/NodeAdmin",
+    "/gsched.v1.Jobs/Status",
+    "/gsched.v1.Jobs/Membership",
+    "/gsched.v1.Jobs/Check",
+    "/gsched.v1.Peer/Send",
+    "/gsched.v1.Peer/Hello",
+    "/gsched.v1.Jobs/NoSuchMethod",
+];
+
+fn junk_string(rng: &mut SmallRng) -> String {
+    match rng.gen_range(0..12) {
+        0 => String::new(),
+        1 => "x".repeat(rng.gen_range(1_000..2_000_000)),
+        2 => "a\nb\tc\0d\r\u{1b}[31m".repeat(rng.gen_range(1..50)),
+        3 => "../../../etc/passwd".into(),
+        4 => "%s%n%x{}{{}}$(id)`id`;rm -rf /".into(),
+        5 => u64::MAX.to_string(),
+        6 => "-1".into(),
+        7 => "名前🚀\u{202e}ʇxǝʇ".repeat(rng.gen_range(1..200)),
+        8 => "root".into(),
+        9 => "0-999999999:1%1000000".into(),
+        10 => (0..rng.gen_range(1..64))
+            .map(|_| rng.gen_range(b' '..=b'~') as char)
+            .collect(),
+        _ => "n1".into(),
+    }
+}
+
+fn junk_bytes(rng: &mut SmallRng) -> Vec<u8> {
+    let n = match rng.gen_range(0..6) {
+        0 => 0,
+        1 => rng.gen_range(1_000_000..3_000_000),
+        _ => rng.gen_range(1..512),
+    };
+    (0..n).map(|_| rng.r#gen()).collect()
+}
+
+fn junk_number(rng: &mut SmallRng) -> Value {
+    match rng.gen_range(0..8) {
+        0 => json!(0),
+        1 => json!(u32::MAX),
+        2 => json!(u64::MAX),
+        3 => json!(-1),
+        4 => json!(1e308),
+        5 => json!(i64::MIN),
+        6 => json!(u32::MAX as u64 + 1),
+        _ => json!(rng.gen_range(0..100)),
+    }
+}
+
+/// Any JSON value at all, up to a small depth.
+fn junk_value(rng: &mut SmallRng, depth: u32) -> Value {
+    match rng.gen_range(0..if depth > 2 { 4 } else { 7 }) {
+        0 => Value::Null,
+        1 => json!(rng.gen_bool(0.5)),
+        2 => junk_number(rng),
+        3 => json!(junk_string(rng)),
+        4 => Value::Array({
+            let n = if rng.gen_bool(0.1) { 100_000 } else { 5 };
+            (0..rng.gen_range(0..n)).map(|_| junk_number(rng)).collect()
+        }),
+        5 => Value::Array(
+            (0..rng.gen_range(0..4))
+                .map(|_| junk_value(rng, depth + 1))
+                .collect(),
+        ),
+        _ => Value::Object(
+            (0..rng.gen_range(0..4))
+                .map(|_| {
+                    (
+                        junk_string(rng).chars().take(20).collect(),
+                        junk_value(rng, depth + 1),
+                    )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Replaces, removes or retypes one to three fields somewhere in `v`.
+fn mutate(v: &mut Value, rng: &mut SmallRng) {
+    for _ in 0..rng.gen_range(1..=3) {
+        mutate_once(v, rng);
+    }
+}
+
+fn mutate_once(v: &mut Value, rng: &mut SmallRng) {
+    let descend = rng.gen_bool(0.5);
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            let k = m.keys().nth(rng.gen_range(0..m.len())).cloned().unwrap();
+            if descend && (m[&k].is_object() || m[&k].is_array()) {
+                return mutate_once(m.get_mut(&k).unwrap(), rng);
+            }
+            match rng.gen_range(0..5) {
+                0 => {
+                    m.remove(&k);
+                }
+                1 => {
+                    m.insert(k, junk_number(rng));
+                }
+                2 => {
+                    m.insert(k, json!(junk_string(rng)));
+                }
+                _ => {
+                    m.insert(k, junk_value(rng, 0));
+                }
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let i = rng.gen_range(0..a.len());
+            if descend {
+                return mutate_once(&mut a[i], rng);
+            }
+            a[i] = junk_value(rng, 0);
+        }
+        other => *other = junk_value(rng, 0),
+    }
+}
+
+fn spec_json(rng: &mut SmallRng) -> Vec<u8> {
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "nobody".to_string(), |u| u.name);
+    let mut spec = JobSpec::simple("fuzz", &me, "#!/bin/sh\ntrue\n");
+    spec.gpus_per_node = rng.gen_range(0..3);
+    spec.time_limit_s = Some(60);
+    spec.hold = true;
+    let mut v = serde_json::to_value(&spec).unwrap();
+    match rng.gen_range(0..10) {
+        0 => junk_bytes(rng),
+        1 => {
+            let mut text = serde_json::to_vec(&v).unwrap();
+            text.truncate(rng.gen_range(0..text.len()));
+            text
+        }
+        2 => serde_json::to_vec(&junk_value(rng, 0)).unwrap(),
+        3 => {
+            v["array"] = json!((0..rng.gen_range(0..200_000)).collect::<Vec<u32>>());
+            serde_json::to_vec(&v).unwrap()
+        }
+        _ => {
+            mutate(&mut v, rng);
+            serde_json::to_vec(&v).unwrap()
+        }
+    }
+}
+
+fn job_id(rng: &mut SmallRng) -> u64 {
+    match rng.gen_range(0..4) {
+        0 => 0,
+        1 => u64::MAX,
+        _ => rng.gen_range(1..400),
+    }
+}
+
+/// Counts per method and outcome.
+#[derive(Default)]
+struct Tally(BTreeMap<String, BTreeMap<&'static str, u64>>);
+
+impl Tally {
+    fn add<T>(&mut self, method: &str, r: &Result<T, tonic::Status>) {
+        let outcome = match r {
+            Ok(_) => "ok",
+            Err(s) if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::Unknown => {
+                "transport"
+            }
+            Err(_) => "refused",
+        };
+        *self
+            .0
+            .entry(method.to_string())
+            .or_default()
+            .entry(outcome)
+            .or_default() += 1;
+    }
+}
+
+struct Fuzzer {
+    admin: bool,
+    topology: Option<Value>,
+    tally: Mutex<Tally>,
+}
+
+impl Fuzzer {
+    async fn one(&self, ch: Channel, rng: &mut SmallRng) {
+        let mut jobs = JobsClient::new(ch.clone())
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(8 << 20);
+        let rid = if rng.gen_bool(0.2) {
+            junk_string(rng)
+        } else {
+            uuid::Uuid::new_v4().to_string()
+        };
+        let pick = rng.gen_range(0..15);
+        let method = match pick {
+            0..=2 => {
+                let kind = if rng.gen_bool(0.3) { "Check" } else { "Submit" };
+                let req = SubmitRequest {
+                    request_id: rid,
+                    spec_json: spec_json(rng),
+                };
+                if kind == "Check" {
+                    let r = jobs.check(req).await;
+                    self.tally.lock().add(kind, &r);
+                } else {
+                    let r = jobs.submit(req).await;
+                    self.tally.lock().add(kind, &r);
+                }
+                return;
+            }
+            3 => {
+                let req = JobRequest {
+                    request_id: rid,
+                    job_id: job_id(rng),
+                    user: junk_string(rng),
+                };
+                let r = if rng.gen_bool(0.5) {
+                    jobs.cancel(req).await
+                } else {
+                    jobs.requeue(req).await
+                };
+                self.tally.lock().add("Cancel/Requeue", &r);
+                return;
+            }
+            4 => {
+                let r = jobs
+                    .hold(HoldRequest {
+                        request_id: rid,
+                        job_id: job_id(rng),
+                        user: junk_string(rng),
+                        hold: rng.gen_bool(0.5),
+                    })
+                    .await;
+                self.tally.lock().add("Hold", &r);
+                return;
+            }
+            5 | 6 => {
+                let some = |rng: &mut SmallRng| -> Vec<String> {
+                    (0..rng.gen_range(0..4)).map(|_| junk_string(rng)).collect()
+                };
+                let r = jobs
+                    .list_jobs(ListJobsRequest {
+                        include_finished: rng.gen_bool(0.5),
+                        detail: rng.gen_bool(0.5),
+                        users: some(rng),
+                        states: if rng.gen_bool(0.5) {
+                            vec!["PD".into(), "R".into()]
+                        } else {
+                            some(rng)
+                        },
+                        jobs: some(rng),
+                        partition: if rng.gen_bool(0.7) {
+                            String::new()
+                        } else {
+                            junk_string(rng)
+                        },
+                        limit: junk_number(rng).as_u64().unwrap_or(0) as u32,
+                        after: job_id(rng),
+                    })
+                    .await;
+                self.tally.lock().add("ListJobs", &r);
+                return;
+            }
+            7 => {
+                let r = jobs
+                    .list_nodes(ListNodesRequest {
+                        detail: rng.gen_bool(0.5),
+                    })
+                    .await;
+                self.tally.lock().add("ListNodes", &r);
+                let r = jobs.status(Empty {}).await;
+                self.tally.lock().add("Status", &r);
+                return;
+            }
+            8 => {
+                let node = if rng.gen_bool(0.5) {
+                    "n1".to_string()
+                } else {
+                    junk_string(rng)
+                };
+                let action = ["drain", "resume", "", "explode"][rng.gen_range(0..4)];
+                let r = jobs
+                    .node_admin(NodeAdminRequest {
+                        request_id: rid,
+                        node,
+                        action: action.into(),
+                        reason: junk_string(rng),
+                        user: junk_string(rng),
+                    })
+                    .await;
+                self.tally.lock().add("NodeAdmin", &r);
+                return;
+            }
+            9 => {
+                // Never a real controller (ids 1..=3), never a reachable address.
+                let action = ["add", "remove", "", "promote"][rng.gen_range(0..4)];
+                let r = jobs
+                    .membership(MembershipRequest {
+                        action: action.into(),
+                        id: rng.gen_range(4..u64::MAX),
+                        address: ["127.0.0.1:1", "", "not an address", "[::1]:99999"]
+                            [rng.gen_range(0..4)]
+                        .into(),
+                    })
+                    .await;
+                self.tally.lock().add("Membership", &r);
+                return;
+            }
+            10 => {
+                let mut peer = PeerClient::new(ch.clone());
+                let from = [0, 1, 2, 3, 77, u64::MAX][rng.gen_range(0..6)];
+                let r = if rng.gen_bool(0.5) {
+                    peer.send(RaftBatch {
+                        from,
+                        from_address: junk_string(rng),
+                        messages: (0..rng.gen_range(0..4)).map(|_| junk_bytes(rng)).collect(),
+                    })
+                    .await
+                    .map(|_| ())
+                } else {
+                    peer.hello(HelloRequest { from }).await.map(|_| ())
+                };
+                self.tally.lock().add("Peer", &r);
+                return;
+            }
+            11 => {
+                let mut peer = PeerClient::new(ch.clone());
+                let chunks: Vec<SnapshotChunk> = (0..rng.gen_range(0..4))
+                    .map(|_| SnapshotChunk {
+                        from: rng.gen_range(0..5),
+                        from_address: junk_string(rng),
+                        message: junk_bytes(rng),
+                        data: junk_bytes(rng),
+                    })
+                    .collect();
+                let r = peer
+                    .send_snapshot(tokio_stream::iter(chunks))
+                    .await
+                    .map(|_| ());
+                self.tally.lock().add("Peer.SendSnapshot", &r);
+                return;
+            }
+            12 => "Agent.Session",
+            _ => "raw",
+        };
+        if method == "Agent.Session" {
+            let msgs = self.agent_messages(rng);
+            let mut agent = AgentClient::new(ch);
+            let r = agent.session(tokio_stream::iter(msgs)).await;
+            let r = match r {
+                Ok(reply) => {
+                    let mut s = reply.into_inner();
+                    let _ = tokio::time::timeout(Duration::from_millis(200), s.message()).await;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            self.tally.lock().add(method, &r);
+            return;
+        }
+        let path = METHODS[rng.gen_range(0..METHODS.len())];
+        let mut grpc = tonic::client::Grpc::new(ch);
+        if grpc.ready().await.is_err() {
+            return;
+        }
+        let r = grpc
+            .unary(
+                tonic::Request::new(junk_bytes(rng)),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                RawCodec,
+            )
+            .await;
+        self.tally.lock().add("raw bytes", &r);
+    }
+
+    /// A session's worth of agent messages: a registration (of a fake node, for the
+    /// admin) and step and health reports about jobs it does not run, some mangled.
+    fn agent_messages(&self, rng: &mut SmallRng) -> Vec<AgentEnvelope> {
+        let mut out = Vec::new();
+        let name = format!("fz{}", rng.gen_range(0..8));
+        let mut register = json!({
+            "type": "register",
+            "name": name,
+            "address": "127.0.0.1:1",
+            "training_addr": "127.0.0.1",
+            "topology": self.topology.clone().unwrap_or_else(|| junk_value(rng, 0)),
+            "features": [],
+            "agent_version": "fuzz",
+            "known_steps": [StepRef { job: JobId(job_id(rng)), attempt: 0 }],
+        });
+        if !self.admin || rng.gen_bool(0.3) {
+            mutate(&mut register, rng);
+        }
+        out.push(register);
+        for seq in 0..rng.gen_range(0..6) {
+            let job = JobId(job_id(rng));
+            let failure = Failure::new(FailureKind::NcclError, junk_string(rng), 0);
+            let mut m = match rng.gen_range(0..4) {
+                0 => serde_json::to_value(AgentToController::Heartbeat {
+                    running: vec![StepRef { job, attempt: 0 }],
+                }),
+                1 => serde_json::to_value(AgentToController::Step {
+                    seq,
+                    event: StepEvent::Exited {
+                        job,
+                        attempt: rng.gen_range(0..3),
+                        code: Some(1),
+                        signal: None,
+                        failure: Some(failure),
+                    },
+                }),
+                2 => serde_json::to_value(AgentToController::Step {
+                    seq,
+                    event: StepEvent::Started {
+                        job,
+                        attempt: 0,
+                        pid: Some(1),
+                    },
+                }),
+                _ => serde_json::to_value(AgentToController::Health {
+                    seq,
+                    events: vec![HealthEvent::new(
+                        HealthSeverity::Critical,
+                        HealthKind::Xid,
+                        junk_string(rng),
+                        0,
+                    )],
+                }),
+            }
+            .unwrap();
+            if rng.gen_bool(0.5) {
+                mutate(&mut m, rng);
+            }
+            out.push(m);
+        }
+        out.into_iter()
+            .map(|m| AgentEnvelope {
+                json: if rng.gen_bool(0.1) {
+                    junk_bytes(rng)
+                } else {
+                    serde_json::to_vec(&m).unwrap()
+                },
+            })
+            .collect()
+    }
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let addrs: Vec<String> = arg(&args, "--addrs")
+        .expect("--addrs A,B,C")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let secs: u64 = arg(&args, "--secs").map_or(10, |s| s.parse().expect("--secs"));
+    let seed: u64 = arg(&args, "--seed").map_or(1, |s| s.parse().expect("--seed"));
+    let tasks: u64 = arg(&args, "--tasks").map_or(8, |s| s.parse().expect("--tasks"));
+    let topology = arg(&args, "--topology").map(|p| {
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("read --topology"))
+            .expect("--topology is JSON")
+    });
+    let fuzzer = Arc::new(Fuzzer {
+        admin: args.iter().any(|a| a == "--admin"),
+        topology,
+        tally: Mutex::new(Tally::default()),
+    });
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (fuzzer, addrs) = (fuzzer.clone(), addrs.clone());
+        handles.push(tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(t));
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let addr = &addrs[rng.gen_range(0..addrs.len())];
+                let Ok(ep) = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                else {
+                    continue;
+                };
+                let Ok(ch) = ep.connect().await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                for _ in 0..20 {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let _ = tokio::time::timeout(
+                        left.max(Duration::from_millis(1)),
+                        fuzzer.one(ch.clone(), &mut rng),
+                    )
+                    .await;
+                    n += 1;
+                }
+            }
+            n
+        }));
+    }
+    let mut requests = 0;
+    for h in handles {
+        requests += h.await.unwrap_or(0);
+    }
+    let tally = std::mem::take(&mut fuzzer.tally.lock().0);
+    println!(
+        "{}",
+        json!({"requests": requests, "seed": seed, "secs": secs, "by_method": tally})
+    );
+}
