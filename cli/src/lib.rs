@@ -6,6 +6,7 @@ pub mod certs;
 pub mod client;
 pub mod format;
 pub mod sbatch;
+pub mod when;
 
 use gsched_types::api::{JobList, JobSelector, NodeList};
 
@@ -60,6 +61,11 @@ pub struct JobQuery {
     pub states: Vec<String>,
     pub jobs: Vec<JobSelector>,
     pub partition: Option<String>,
+    /// Read this controller's state without the read barrier (`--stale-ok`).
+    pub stale_ok: bool,
+    /// Only jobs whose life overlaps [since, until] (ms; 0 is open): `gacct -S/-E`.
+    pub since_ms: u64,
+    pub until_ms: u64,
 }
 
 /// Fetches the jobs `query` names, page by page; `tool: error: ...` and exit 1 when no
@@ -82,6 +88,9 @@ pub fn fetch_jobs(
             partition: query.partition.clone().unwrap_or_default(),
             limit: 0,
             after,
+            stale_ok: query.stale_ok,
+            since_ms: query.since_ms,
+            until_ms: query.until_ms,
         };
         let reply = rt
             .block_on(client.call(|mut c| {
@@ -100,6 +109,35 @@ pub fn fetch_jobs(
             None => return all.expect("one page at least"),
         }
     }
+}
+
+/// Applies `action` to every job `select` names, as one request; prints what was refused
+/// as `tool: error: ...` lines and returns whether anything was refused. Exits 1 when
+/// no controller answers or the request itself is refused.
+pub fn act_on_jobs(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    action: gsched_types::api::JobAction,
+    select: gsched_types::api::JobSelection,
+    tool: &str,
+) -> (gsched_types::api::ActionSummary, bool) {
+    let body = gsched_types::api::JobActionRequest { action, select };
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id: client::request_id(),
+        json: serde_json::to_vec(&body).expect("a job action serialises"),
+    };
+    let reply = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.act_on_jobs(req).await }
+        }))
+        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
+    let summary: gsched_types::api::ActionSummary = decode_doc(&reply.json, tool);
+    for e in &summary.errors {
+        eprintln!("{tool}: error: {e}");
+    }
+    let refused = !summary.errors.is_empty();
+    (summary, refused)
 }
 
 /// Fetches every node's row (with its wiring when `detail`).

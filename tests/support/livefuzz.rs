@@ -330,6 +330,9 @@ impl Fuzzer {
                         },
                         limit: junk_number(rng).as_u64().unwrap_or(0) as u32,
                         after: job_id(rng),
+                        stale_ok: rng.gen_bool(0.5),
+                        since_ms: job_id(rng),
+                        until_ms: job_id(rng),
                     })
                     .await;
                 self.tally.lock().add("ListJobs", &r);

@@ -17,6 +17,13 @@ struct Args {
     jobs: Vec<String>,
     #[arg(short = 'u', long = "user")]
     user: Option<String>,
+    /// Jobs active at or after this time (default: midnight today, or all time with -j):
+    /// now-1hour, 2026-11-30T08:00, 08:00, today...
+    #[arg(short = 'S', long = "starttime")]
+    starttime: Option<String>,
+    /// Jobs active at or before this time (default: now).
+    #[arg(short = 'E', long = "endtime")]
+    endtime: Option<String>,
     /// One row per attempt of requeued jobs.
     #[arg(long)]
     attempts: bool,
@@ -28,9 +35,20 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    let when = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| gsched_cli::when::parse(t).unwrap_or_else(|e| die("gacct", e)))
+    };
+    let since_ms = when(&args.starttime).unwrap_or(if args.jobs.is_empty() {
+        gsched_cli::when::today_ms()
+    } else {
+        0
+    });
     let query = JobQuery {
         include_finished: true,
-        detail: true,
+        detail: args.json || args.attempts,
+        since_ms,
+        until_ms: when(&args.endtime).unwrap_or(0),
         users: args.user.iter().cloned().collect(),
         jobs: args
             .jobs

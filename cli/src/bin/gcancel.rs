@@ -1,18 +1,35 @@
-//! `gcancel`: cancel jobs (SIGTERM, grace period, SIGKILL on every node).
+//! `gcancel`: cancel jobs (SIGTERM, grace period, SIGKILL on every node), scancel-style.
+//! Whatever it names (ids, a user's jobs, states, a partition, a name, nodes) is one
+//! request and one replicated command.
 
 use clap::Parser;
-use gsched_cli::JobQuery;
-use gsched_cli::client::{Client, controller_list, current_user, describe, request_id};
-use gsched_proto::pb::JobRequest;
-use gsched_types::api::JobSelector;
+use gsched_cli::client::{Client, controller_list, current_user, die};
+use gsched_types::api::{JobAction, JobSelection, JobSelector};
+use gsched_types::job::JobState;
 
-/// Cancel jobs by id (120 cancels every task of array 120; 120_3 one task).
+/// Cancel jobs: by id (120 cancels every task of array 120; 120_3 one task), or every job
+/// of yours (or, for operators, anyone's) that matches the filters.
 #[derive(Parser, Debug)]
 #[command(name = "gcancel", version, about)]
 struct Args {
-    /// Cancel every job of this user.
-    #[arg(short = 'u', long = "user")]
-    user: Option<String>,
+    /// Only jobs of this user (comma separated).
+    #[arg(short = 'u', long = "user", value_delimiter = ',')]
+    user: Vec<String>,
+    /// Only jobs of mine.
+    #[arg(long = "me")]
+    me: bool,
+    /// Only jobs in these states (PD, R, or names).
+    #[arg(short = 't', long = "state", value_delimiter = ',')]
+    state: Vec<String>,
+    /// Only jobs of this partition.
+    #[arg(short = 'p', long = "partition")]
+    partition: Option<String>,
+    /// Only jobs with this name.
+    #[arg(short = 'n', long = "name", alias = "jobname")]
+    name: Option<String>,
+    /// Only jobs running on these nodes (comma separated).
+    #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
+    nodelist: Vec<String>,
     #[arg(long)]
     controllers: Option<String>,
     job_ids: Vec<String>,
@@ -20,64 +37,44 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if args.job_ids.is_empty() && args.user.is_none() {
-        eprintln!("gcancel: error: no job id given (gcancel ID... or gcancel -u USER)");
-        std::process::exit(1);
+    let mut users = args.user.clone();
+    if args.me {
+        users.push(current_user());
+    }
+    let select = JobSelection {
+        jobs: args
+            .job_ids
+            .iter()
+            .flat_map(|j| j.split(','))
+            .filter(|j| !j.is_empty())
+            .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gcancel", e)))
+            .collect(),
+        users,
+        states: args
+            .state
+            .iter()
+            .map(|s| {
+                JobState::parse(s).unwrap_or_else(|| {
+                    die(
+                        "gcancel",
+                        format!("invalid state '{s}': use PD, R or their names"),
+                    )
+                })
+            })
+            .collect(),
+        partition: args.partition.clone(),
+        name: args.name.clone(),
+        nodes: args.nodelist.clone(),
+    };
+    if select.is_empty() {
+        die(
+            "gcancel",
+            "no job given (gcancel ID..., or -u USER, --me, -t STATE, -p PARTITION, -n NAME, -w NODES)",
+        );
     }
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let me = current_user();
-    let mut targets: Vec<u64> = Vec::new();
-    let mut failed = false;
-    if let Some(u) = &args.user {
-        let query = JobQuery {
-            users: vec![u.clone()],
-            ..Default::default()
-        };
-        let jobs = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gcancel").jobs;
-        targets.extend(jobs.iter().map(|j| j.job_id.0));
-    }
-    for id in &args.job_ids {
-        match JobSelector::parse(id) {
-            Ok(JobSelector {
-                id: job,
-                task: None,
-            }) => targets.push(job),
-            Ok(task) => {
-                let query = JobQuery {
-                    jobs: vec![task],
-                    ..Default::default()
-                };
-                match gsched_cli::fetch_jobs(&rt, &mut client, &query, "gcancel")
-                    .jobs
-                    .first()
-                {
-                    Some(j) => targets.push(j.job_id.0),
-                    None => {
-                        eprintln!("gcancel: error: job {id} does not exist or has ended");
-                        failed = true;
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!("gcancel: error: {e}");
-                failed = true;
-            }
-        }
-    }
-    for job in targets {
-        let req = JobRequest {
-            request_id: request_id(),
-            job_id: job,
-            user: me.clone(),
-        };
-        if let Err(s) = rt.block_on(client.call(|mut c| {
-            let req = req.clone();
-            async move { c.cancel(req).await }
-        })) {
-            eprintln!("gcancel: error: job {job}: {}", describe(&s));
-            failed = true;
-        }
-    }
-    std::process::exit(if failed { 1 } else { 0 });
+    let (_, refused) =
+        gsched_cli::act_on_jobs(&rt, &mut client, JobAction::Cancel, select, "gcancel");
+    std::process::exit(i32::from(refused));
 }

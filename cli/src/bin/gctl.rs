@@ -5,9 +5,11 @@ use clap::{Parser, Subcommand};
 use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
 use gsched_cli::{out, outln};
-use gsched_proto::pb::{Empty, HoldRequest, JobRequest, MembershipRequest, NodeAdminRequest};
+use gsched_proto::pb::{Empty, MembershipRequest, NodeAdminRequest};
 use gsched_proto::tls::PeerIdentity;
-use gsched_types::api::{JobRow, JobSelector, Role, StatusList, StatusRow};
+use gsched_types::api::{
+    JobAction, JobRow, JobSelection, JobSelector, Role, StatusList, StatusRow,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "gctl", version, about = "gsched administration")]
@@ -45,12 +47,16 @@ enum Cmd {
         #[command(subcommand)]
         action: Certs,
     },
-    /// Requeue a running job.
-    Requeue { job: u64 },
-    /// Hold a pending job.
-    Hold { job: u64 },
-    /// Release a held job.
-    Release { job: u64 },
+    /// Requeue running jobs (ids, comma or space separated; -w NODES: every job on them).
+    Requeue {
+        jobs: Vec<String>,
+        #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
+        nodes: Vec<String>,
+    },
+    /// Hold pending jobs (120 holds every task of array 120).
+    Hold { jobs: Vec<String> },
+    /// Release held jobs.
+    Release { jobs: Vec<String> },
 }
 
 #[derive(Subcommand, Debug)]
@@ -249,23 +255,12 @@ fn main() {
                 Err(s) => die("gctl", describe(&s)),
             }
         }
-        Cmd::Requeue { job } => {
-            let req = JobRequest {
-                request_id: request_id(),
-                job_id: job,
-                user: me,
-            };
-            match rt.block_on(client.call(|mut c| {
-                let req = req.clone();
-                async move { c.requeue(req).await }
-            })) {
-                Ok(r) => outln!("{}", r.message),
-                Err(s) => die("gctl", describe(&s)),
-            }
+        Cmd::Requeue { jobs, nodes } => {
+            act(&rt, &mut client, JobAction::Requeue, &jobs, nodes);
         }
         Cmd::Certs { action } => certs(action),
-        Cmd::Hold { job } => hold(&rt, &mut client, job, me, true),
-        Cmd::Release { job } => hold(&rt, &mut client, job, me, false),
+        Cmd::Hold { jobs } => act(&rt, &mut client, JobAction::Hold, &jobs, Vec::new()),
+        Cmd::Release { jobs } => act(&rt, &mut client, JobAction::Release, &jobs, Vec::new()),
     }
 }
 
@@ -292,19 +287,40 @@ fn certs(action: Certs) {
     }
 }
 
-fn hold(rt: &tokio::runtime::Runtime, client: &mut Client, job: u64, me: String, hold: bool) {
-    let req = HoldRequest {
-        request_id: request_id(),
-        job_id: job,
-        user: me,
-        hold,
+/// `gctl hold|release|requeue`: one request for every job named.
+fn act(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    action: JobAction,
+    jobs: &[String],
+    nodes: Vec<String>,
+) {
+    let select = JobSelection {
+        jobs: jobs
+            .iter()
+            .flat_map(|j| j.split(','))
+            .filter(|j| !j.is_empty())
+            .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gctl", e)))
+            .collect(),
+        nodes,
+        ..Default::default()
     };
-    match rt.block_on(client.call(|mut c| {
-        let req = req.clone();
-        async move { c.hold(req).await }
-    })) {
-        Ok(r) => outln!("{}", r.message),
-        Err(s) => die("gctl", describe(&s)),
+    if select.is_empty() {
+        die(
+            "gctl",
+            format!("no job given: gctl {} ID...", action.verb()),
+        );
+    }
+    let (summary, refused) = gsched_cli::act_on_jobs(rt, client, action, select, "gctl");
+    let done = match action {
+        JobAction::Cancel => "cancelled",
+        JobAction::Hold => "held",
+        JobAction::Release => "released",
+        JobAction::Requeue => "requeued",
+    };
+    outln!("{} job(s) {done}", summary.count);
+    if refused {
+        std::process::exit(1);
     }
 }
 

@@ -31,6 +31,13 @@ struct Args {
     /// Show failure reasons and evidence of ended jobs.
     #[arg(short = 'l', long = "long")]
     long: bool,
+    /// Only my jobs (`-u $USER`).
+    #[arg(long = "me")]
+    me: bool,
+    /// Answer from the controller asked, without confirming with the leader (may lag by
+    /// a few milliseconds; spares the leader).
+    #[arg(long = "stale-ok")]
+    stale_ok: bool,
     #[arg(long)]
     json: bool,
     #[arg(long)]
@@ -39,10 +46,15 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    let mut users = args.user.clone();
+    if args.me {
+        users.push(gsched_cli::client::current_user());
+    }
     let mut query = JobQuery {
         detail: args.json,
-        users: args.user.clone(),
+        users,
         partition: args.partition.clone(),
+        stale_ok: args.stale_ok,
         ..Default::default()
     };
     for s in &args.states {

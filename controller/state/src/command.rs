@@ -8,6 +8,7 @@
 
 use gsched_scheduler::SchedConfig;
 use gsched_types::Failure;
+use gsched_types::api::{ActionSummary, JobAction, JobSelection};
 use gsched_types::job::{JobId, JobSpec, PendingReason};
 use gsched_types::node::HealthEvent;
 use gsched_types::resources::Allocation;
@@ -49,6 +50,17 @@ pub struct KnownStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubmitJob {
     pub spec: JobSpec,
+}
+
+/// Cancel, hold, release or requeue every job a selection names, in one entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActOnJobs {
+    pub action: JobAction,
+    pub select: JobSelection,
+    /// Who asked (verified by the controller that proposed the command).
+    pub by: String,
+    /// Whether `by` may act on other users' jobs.
+    pub admin: bool,
 }
 
 /// Cancel a job (every task of an array named by its id).
@@ -227,6 +239,7 @@ pub enum Command {
     Noop,
     CancelUnsatisfiable(CancelUnsatisfiable),
     NodeResponding(NodeResponding),
+    ActOnJobs(ActOnJobs),
 }
 
 impl Command {
@@ -254,6 +267,7 @@ impl Command {
             Command::Noop => "noop",
             Command::CancelUnsatisfiable(_) => "cancel_unsatisfiable",
             Command::NodeResponding(_) => "node_responding",
+            Command::ActOnJobs(_) => "act_on_jobs",
         }
     }
 }
@@ -314,4 +328,6 @@ pub enum Outcome {
     PermissionDenied {
         message: String,
     },
+    /// What a bulk action did.
+    Acted(ActionSummary),
 }

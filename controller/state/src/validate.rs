@@ -6,6 +6,10 @@
 
 use gsched_scheduler::config::SubmitLimits;
 use gsched_types::JobSpec;
+use gsched_types::api::JobSelection;
+
+/// Jobs one bulk action may name (`gcancel` of a whole queue's ids).
+const MAX_NAMED_JOBS: usize = 1_000_000;
 
 /// Upper bounds that keep arithmetic on a spec far from overflow.
 const MAX_NODES: u32 = 4096;
@@ -171,6 +175,20 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
         return Err("--max-restarts is over 1000".into());
     }
     Ok(())
+}
+
+/// Checks a bulk action's selection: sizes only (what it matches is the state's business).
+pub fn job_selection(select: &JobSelection, limits: &SubmitLimits) -> Result<(), String> {
+    if select.jobs.len() > MAX_NAMED_JOBS {
+        return Err(format!(
+            "{} jobs named; at most {MAX_NAMED_JOBS} in one request",
+            select.jobs.len()
+        ));
+    }
+    list("user", &select.users, limits.max_field_bytes)?;
+    list("node", &select.nodes, limits.max_field_bytes)?;
+    optional("partition", &select.partition, limits.max_field_bytes)?;
+    optional("job name", &select.name, limits.max_name_bytes)
 }
 
 #[cfg(test)]

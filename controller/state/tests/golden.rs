@@ -44,6 +44,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         "noop",
         "cancel_unsatisfiable",
         "node_responding",
+        "act_on_jobs",
     ];
     for name in all {
         assert!(seen.contains(name), "no golden entry for {name}");

@@ -676,3 +676,157 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
             .is_empty()
     );
 }
+
+fn submit_as(state: &mut ClusterState, user: &str, at: u64) -> JobId {
+    let mut spec = JobSpec::simple("j", user, "#!/bin/sh\ntrue\n");
+    spec.gpus_per_node = 1;
+    spec.hold = true;
+    match state.apply(&env(Command::SubmitJob(SubmitJob { spec }), at)) {
+        Outcome::Submitted { jobs } => jobs[0],
+        other => panic!("{other:?}"),
+    }
+}
+
+fn act(
+    state: &mut ClusterState,
+    action: gsched_types::api::JobAction,
+    select: gsched_types::api::JobSelection,
+    by: &str,
+    admin: bool,
+) -> Outcome {
+    state.apply(&env(
+        Command::ActOnJobs(ActOnJobs {
+            action,
+            select,
+            by: by.into(),
+            admin,
+        }),
+        50,
+    ))
+}
+
+#[test]
+fn bulk_actions_touch_only_what_the_caller_may_and_say_what_they_refused() {
+    use gsched_types::api::{ActionSummary, JobAction, JobSelection, JobSelector};
+    let mut state = ClusterState::default();
+    register(&mut state, "n1", 1);
+    let alice: Vec<JobId> = (0..5)
+        .map(|i| submit_as(&mut state, "alice", 10 + i))
+        .collect();
+    let bob = submit_as(&mut state, "bob", 20);
+    // Nothing named: refused, nothing changes.
+    let before = state.jobs.clone();
+    assert!(matches!(
+        act(
+            &mut state,
+            JobAction::Cancel,
+            JobSelection::default(),
+            "root",
+            true
+        ),
+        Outcome::Rejected { .. }
+    ));
+    assert_eq!(state.jobs, before);
+    // A filter finds only the caller's own jobs.
+    let pending = JobSelection {
+        states: vec![JobState::Pending],
+        ..Default::default()
+    };
+    assert_eq!(
+        act(
+            &mut state,
+            JobAction::Release,
+            pending.clone(),
+            "alice",
+            false
+        ),
+        Outcome::Acted(ActionSummary {
+            count: 5,
+            errors: vec![]
+        })
+    );
+    assert!(state.jobs[&bob].held, "bob's job is not alice's to release");
+    // Naming someone else's job is an error for that job; the rest happens.
+    let named = JobSelection {
+        jobs: vec![
+            JobSelector {
+                id: alice[0].0,
+                task: None,
+            },
+            JobSelector {
+                id: bob.0,
+                task: None,
+            },
+            JobSelector {
+                id: 999,
+                task: None,
+            },
+        ],
+        ..Default::default()
+    };
+    match act(&mut state, JobAction::Cancel, named, "alice", false) {
+        Outcome::Acted(s) => {
+            assert_eq!(s.count, 1);
+            assert_eq!(s.errors.len(), 2, "{:?}", s.errors);
+            assert!(s.errors.iter().any(|e| e.contains("belongs to bob")));
+            assert!(s.errors.iter().any(|e| e.contains("999")));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state.jobs[&alice[0]].state, JobState::Cancelled);
+    assert_eq!(state.jobs[&bob].state, JobState::Pending);
+    // `gcancel -u alice` by alice: the other four, in one entry.
+    let mine = JobSelection {
+        users: vec!["alice".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        act(&mut state, JobAction::Cancel, mine.clone(), "alice", false),
+        Outcome::Acted(ActionSummary {
+            count: 4,
+            errors: vec![]
+        })
+    );
+    assert!(matches!(
+        act(&mut state, JobAction::Cancel, mine, "alice", false),
+        Outcome::Rejected { message } if message.contains("already ended")
+    ));
+    // An operator's filter reaches everyone.
+    assert_eq!(
+        act(&mut state, JobAction::Cancel, pending, "root", true),
+        Outcome::Acted(ActionSummary {
+            count: 1,
+            errors: vec![]
+        })
+    );
+}
+
+#[test]
+fn requeue_of_a_nodes_jobs_is_one_entry() {
+    use gsched_types::api::{JobAction, JobSelection};
+    let mut state = ClusterState::default();
+    register(&mut state, "n1", 1);
+    register(&mut state, "n2", 1);
+    let jobs: Vec<JobId> = (0..4)
+        .map(|i| submit(&mut state, 1, 2, true, 10 + i))
+        .collect();
+    schedule(&mut state, 20);
+    let on_n1: Vec<JobId> = jobs
+        .iter()
+        .copied()
+        .filter(|j| state.jobs[j].node_names() == ["n1"])
+        .collect();
+    assert_eq!(on_n1.len(), 2);
+    let select = JobSelection {
+        nodes: vec!["n1".into()],
+        ..Default::default()
+    };
+    match act(&mut state, JobAction::Requeue, select, "root", true) {
+        Outcome::Acted(s) => assert_eq!(s.count, 2),
+        other => panic!("{other:?}"),
+    }
+    for j in &jobs {
+        let ending = state.jobs[j].state == JobState::Completing;
+        assert_eq!(ending, on_n1.contains(j), "job {j}");
+    }
+}

@@ -40,9 +40,10 @@ impl std::fmt::Display for Role {
 
 /// A job as users name it: `123`, or `120_3` for task 3 of array 120. `120` names job 120
 /// and every task of array 120; `120_3` names that one task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSelector {
     pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<u32>,
 }
 
@@ -79,6 +80,95 @@ impl std::fmt::Display for JobSelector {
             None => write!(f, "{}", self.id),
         }
     }
+}
+
+/// What to do to a set of jobs (`gcancel`, `gctl hold/release/requeue`): one replicated
+/// command however many jobs it touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobAction {
+    Cancel,
+    Hold,
+    Release,
+    Requeue,
+}
+
+impl JobAction {
+    pub fn verb(self) -> &'static str {
+        match self {
+            JobAction::Cancel => "cancel",
+            JobAction::Hold => "hold",
+            JobAction::Release => "release",
+            JobAction::Requeue => "requeue",
+        }
+    }
+}
+
+/// Which jobs a bulk action applies to: every condition given must hold. Named jobs
+/// (`jobs`) that match nothing, or belong to someone else, are errors; jobs found by the
+/// other conditions are only ever the caller's own unless the caller is an operator.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSelection {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<JobSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Default: every state the action applies to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<JobState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Jobs running on any of these nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+}
+
+impl JobSelection {
+    /// Names nothing at all (refused: "every job" is never implied).
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+            && self.users.is_empty()
+            && self.states.is_empty()
+            && self.partition.is_none()
+            && self.name.is_none()
+            && self.nodes.is_empty()
+    }
+
+    /// Does `job` (in partition `partition`) meet every condition?
+    pub fn matches(&self, job: &JobRecord, partition: &str) -> bool {
+        (self.jobs.is_empty() || self.jobs.iter().any(|s| s.matches(job.id, job.array_task)))
+            && self.matches_filters(job, partition)
+    }
+
+    /// Every condition but the named jobs.
+    pub fn matches_filters(&self, job: &JobRecord, partition: &str) -> bool {
+        (self.users.is_empty() || self.users.contains(&job.spec.user))
+            && (self.states.is_empty() || self.states.contains(&job.state))
+            && self.partition.as_deref().is_none_or(|p| p == partition)
+            && self.name.as_deref().is_none_or(|n| n == job.spec.name)
+            && (self.nodes.is_empty()
+                || job
+                    .allocation
+                    .as_ref()
+                    .is_some_and(|a| a.nodes.iter().any(|n| self.nodes.contains(&n.node))))
+    }
+}
+
+/// A bulk action as a client asks for it (the `ActOnJobs` request body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobActionRequest {
+    pub action: JobAction,
+    pub select: JobSelection,
+}
+
+/// What a bulk action did: how many jobs it changed, and what it refused (the first few).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionSummary {
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }
 
 /// One job as `gqueue`, `gacct` and `gctl show job` show it (and `--json` prints it).

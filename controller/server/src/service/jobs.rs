@@ -9,8 +9,8 @@ use crate::ctx::{Ctx, outcome_to_status};
 use gsched_proto::clock::now_ms;
 use gsched_proto::pb::jobs_server::Jobs;
 use gsched_proto::pb::{
-    ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest, ListNodesRequest,
-    MembershipRequest, NodeAdminRequest, SubmitReply, SubmitRequest,
+    ActOnJobsRequest, ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest,
+    ListNodesRequest, MembershipRequest, NodeAdminRequest, SubmitReply, SubmitRequest,
 };
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
@@ -18,10 +18,10 @@ use gsched_state::rows::{Audience, JobDetail, job_row, node_rows};
 use gsched_state::validate;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
-    CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob, ResumeNode,
-    SubmitJob,
+    ActOnJobs, CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob,
+    ResumeNode, SubmitJob,
 };
-use gsched_types::api::{CheckReply, JobList, JobSelector, NodeList, StatusRow};
+use gsched_types::api::{CheckReply, JobActionRequest, JobList, JobSelector, NodeList, StatusRow};
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -103,6 +103,8 @@ struct JobFilter {
     include_finished: bool,
     jobs: Vec<JobSelector>,
     partition: Option<String>,
+    /// (since, until) in ms; 0 is open.
+    window: (u64, u64),
 }
 
 impl JobFilter {
@@ -129,6 +131,7 @@ impl JobFilter {
             include_finished: req.include_finished,
             jobs,
             partition: (!req.partition.is_empty()).then(|| req.partition.clone()),
+            window: (req.since_ms, req.until_ms),
         })
     }
 
@@ -145,6 +148,8 @@ impl JobFilter {
                 .partition
                 .as_ref()
                 .is_none_or(|p| *p == config.partition_of(&j.spec))
+            && (self.window.0 == 0 || j.end_ms.is_none_or(|e| e >= self.window.0))
+            && (self.window.1 == 0 || j.submit_ms <= self.window.1)
     }
 }
 
@@ -270,8 +275,8 @@ impl Jobs for JobsService {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
         let filter = JobFilter::from_request(&req)?;
-        let consistent = self.ctx.read_barrier().await;
-        let estimates = self.ctx.estimates.read().clone();
+        let consistent = !req.stale_ok && self.ctx.read_barrier().await;
+        let estimates = self.ctx.estimates.read();
         let r = self.ctx.raft.replica.read();
         let detail = if req.detail {
             JobDetail::Full
@@ -480,6 +485,28 @@ impl Jobs for JobsService {
                 }
             ),
         }))
+    }
+
+    async fn act_on_jobs(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<DocReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let req = req.into_inner();
+        let body: JobActionRequest = serde_json::from_slice(&req.json)
+            .map_err(|e| Status::invalid_argument(format!("malformed job action: {e}")))?;
+        let limits = self.ctx.raft.replica.read().state.config.limits.clone();
+        validate::job_selection(&body.select, &limits).map_err(Status::invalid_argument)?;
+        let cmd = Command::ActOnJobs(ActOnJobs {
+            action: body.action,
+            select: body.select,
+            by: caller.user.clone(),
+            admin: caller.acts_for_others(),
+        });
+        match outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)? {
+            Outcome::Acted(summary) => doc(&summary),
+            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+        }
     }
 
     async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {

@@ -17,7 +17,7 @@ use gsched_types::parse::format_duration;
 use gsched_types::resources::fits;
 
 /// The refusal of an action on someone else's job, naming the rule.
-fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> String {
+pub(super) fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> String {
     format!(
         "permission denied: job {job} belongs to {owner}; only its owner, an operator or an admin may {action} it (you are {by})"
     )

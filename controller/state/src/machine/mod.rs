@@ -5,8 +5,10 @@
 //! The handlers live beside this file by what they change: [`jobs`] (submission, cancel,
 //! hold, requeue, placement, the end of a job and its accounting), [`steps`] (what agents
 //! report about a node's part of a job) and [`nodes`] (registration, loss, health, drain);
-//! [`dedup`] remembers applied request ids.
+//! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
+//! applied request ids.
 
+mod bulk;
 mod dedup;
 mod jobs;
 mod nodes;
@@ -217,6 +219,7 @@ impl ClusterState {
         let outcome = match &env.cmd {
             Command::SubmitJob(c) => self.submit(c, at),
             Command::CancelJob(c) => self.cancel(c, at),
+            Command::ActOnJobs(c) => self.act_on_jobs(c, at),
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c),
             Command::StepStarted(c) => self.step_started(c, at),

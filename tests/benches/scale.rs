@@ -1,0 +1,392 @@
+//! Scale benchmark (prints figures; asserts nothing about time):
+//!
+//!   cargo bench -p gsched-tests --bench scale          # builds and uses release binaries
+//!
+//! On a local 3-replica cluster (sled, 127.0.0.1) with 4 fake 8-GPU agents, for each queue
+//! size (GSCHED_BENCH_SIZES, default "10000,100000") of held 1-GPU jobs:
+//!   - resident memory (VmRSS) and disk per replica;
+//!   - `gqueue` (table) and `gqueue --json`: wall time (median of 5) and client peak RSS;
+//!   - `gqueue` served by a follower with `--stale-ok`;
+//!   - `gcancel -u USER` of the whole queue, then `gacct` over the cancelled jobs.
+//!
+//! Then one 10,000-task array (`--array=0-9999`): memory, disk, `gqueue` time.
+//!
+//! With `../shared/peers/slurm` set up (`bash ../shared/peers/slurm/setup.sh`; the bench
+//! finds it through /tmp/slurmpeer/etc/slurm.conf), the same figures for real Slurm in the
+//! same run (10,000 jobs; its MaxJobCount is 50,000), and ratios. GSCHED_BENCH_SLURM=0
+//! skips Slurm.
+
+use gsched_cli::client::Client;
+use gsched_proto::pb::SubmitRequest;
+use gsched_tests::{Cluster, rss_mib, wait_for, workspace};
+use gsched_types::job::JobSpec;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const SLURM_CONF: &str = "/tmp/slurmpeer/etc/slurm.conf";
+
+fn build_release() {
+    if std::env::var_os("GSCHED_BIN_DIR").is_some() {
+        return;
+    }
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--bins"])
+        .args([
+            "-p",
+            "gsched-controller",
+            "-p",
+            "gsched-agent",
+            "-p",
+            "gsched-cli",
+        ])
+        .current_dir(workspace())
+        .status()
+        .expect("cargo build --release");
+    assert!(status.success());
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+        .join("release");
+    // SAFETY: single-threaded here, before any thread or runtime starts.
+    unsafe { std::env::set_var("GSCHED_BIN_DIR", dir) };
+}
+
+/// Wall time (s) and peak RSS (MiB) of a command, through /usr/bin/time.
+fn timed(cmd: Command) -> (f64, f64) {
+    let prog = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let envs: Vec<_> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    let mut t = Command::new("/usr/bin/time");
+    t.arg("-f").arg("%M").arg(prog).args(args).envs(envs);
+    if let Some(d) = cmd.get_current_dir() {
+        t.current_dir(d);
+    }
+    let start = Instant::now();
+    let out = t.output().expect("run under /usr/bin/time");
+    let secs = start.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let kib: f64 = err
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0.0);
+    (secs, kib / 1024.0)
+}
+
+/// Median wall time (ms) and median peak RSS (MiB) of `reps` runs.
+fn median_of(reps: usize, make: impl Fn() -> Command) -> (f64, f64) {
+    let mut times = Vec::new();
+    let mut mems = Vec::new();
+    for _ in 0..reps {
+        let (t, m) = timed(make());
+        times.push(t * 1000.0);
+        mems.push(m);
+    }
+    times.sort_by(f64::total_cmp);
+    mems.sort_by(f64::total_cmp);
+    (times[reps / 2], mems[reps / 2])
+}
+
+fn fill(rt: &tokio::runtime::Runtime, c: &Cluster, n: u64) -> f64 {
+    let mut spec = JobSpec::simple(
+        "bench",
+        &gsched_cli::client::current_user(),
+        "#!/bin/sh\ntrue\n",
+    );
+    spec.gpus_per_node = 1;
+    spec.hold = true;
+    spec.workdir = c.path("").to_string_lossy().into_owned();
+    let json = serde_json::to_vec(&spec).unwrap();
+    let left = Arc::new(AtomicU64::new(n));
+    let start = Instant::now();
+    let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
+    let tasks: Vec<_> = (0..48)
+        .map(|_| {
+            let (left, json, addrs) = (left.clone(), json.clone(), addrs.clone());
+            rt.spawn(async move {
+                let mut client = Client::new(addrs).with_budget(Duration::from_secs(60));
+                while left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+                    .is_ok()
+                {
+                    let req = SubmitRequest {
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                        spec_json: json.clone(),
+                    };
+                    client
+                        .call(|mut j| {
+                            let r = req.clone();
+                            async move { j.submit(r).await }
+                        })
+                        .await
+                        .expect("submit");
+                }
+            })
+        })
+        .collect();
+    rt.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+struct Replicas {
+    rss: Vec<u64>,
+    disk_mb: Vec<f64>,
+}
+
+fn replicas(c: &Cluster) -> Replicas {
+    c.check_replicas_agree(3);
+    // Let the allocator settle after the burst.
+    std::thread::sleep(Duration::from_secs(2));
+    let rows = c.status();
+    let mut disk_mb = Vec::new();
+    for (id, _) in &c.controllers {
+        let r = rows.iter().find(|r| r["id"] == *id).unwrap();
+        disk_mb.push(r["disk_bytes"].as_f64().unwrap_or(0.0) / 1e6);
+    }
+    Replicas {
+        rss: (0..c.controllers.len())
+            .map(|i| c.controller_rss_mib(i).unwrap_or(0))
+            .collect(),
+        disk_mb,
+    }
+}
+
+fn follower_addr(c: &Cluster) -> String {
+    let leader = c.leader(Duration::from_secs(10));
+    c.controllers
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .unwrap()
+        .1
+        .clone()
+}
+
+fn gsched(
+    c: &Cluster,
+    sizes: &[u64],
+    rt: &tokio::runtime::Runtime,
+) -> Vec<(String, f64, &'static str)> {
+    let mut figures = Vec::new();
+    let mut fig = |name: String, v: f64, unit: &'static str| {
+        println!("gsched {name} {v:.1} {unit}");
+        figures.push((name, v, unit));
+    };
+    let me = gsched_cli::client::current_user();
+    let idle = replicas(c);
+    fig(
+        "rss_idle_max".into(),
+        *idle.rss.iter().max().unwrap() as f64,
+        "MiB",
+    );
+    let mut queued = 0;
+    for &n in sizes {
+        let rate = fill(rt, c, n - queued);
+        queued = n;
+        fig(format!("fill_{n}_rate"), rate, "jobs/s");
+        let r = replicas(c);
+        for (i, (rss, disk)) in r.rss.iter().zip(&r.disk_mb).enumerate() {
+            fig(format!("rss_{n}_replica{}", i + 1), *rss as f64, "MiB");
+            fig(format!("disk_{n}_replica{}", i + 1), *disk, "MB");
+        }
+        let (t, m) = median_of(5, || c.command("gqueue", &[], c.dir.path()));
+        fig(format!("gqueue_{n}_ms"), t, "ms");
+        fig(format!("gqueue_{n}_client_rss"), m, "MiB");
+        let (t, m) = median_of(5, || c.command("gqueue", &["--json"], c.dir.path()));
+        fig(format!("gqueue_json_{n}_ms"), t, "ms");
+        fig(format!("gqueue_json_{n}_client_rss"), m, "MiB");
+        let follower = follower_addr(c);
+        let (t, _) = median_of(5, || {
+            let mut cmd = c.command("gqueue", &["--stale-ok"], c.dir.path());
+            cmd.env("GSCHED_CONTROLLERS", &follower);
+            cmd
+        });
+        fig(format!("gqueue_stale_follower_{n}_ms"), t, "ms");
+        let (t, _) = median_of(3, || c.command("gqueue", &["-u", "nobody"], c.dir.path()));
+        fig(format!("gqueue_other_user_{n}_ms"), t, "ms");
+    }
+    let (t, _) = timed(c.command("gcancel", &["-u", &me], c.dir.path()));
+    fig(format!("gcancel_user_{queued}_s"), t, "s");
+    wait_for("the queue to empty", Duration::from_secs(300), || {
+        let v = c.json("gqueue", &[]);
+        v["jobs"]
+            .as_array()
+            .is_some_and(|a| a.is_empty())
+            .then_some(())
+    });
+    let (t, m) = median_of(3, || {
+        c.command("gacct", &["-S", "now-1hour", "-E", "now"], c.dir.path())
+    });
+    fig("gacct_window_ms".into(), t, "ms");
+    fig("gacct_window_client_rss".into(), m, "MiB");
+    let (t, _) = median_of(5, || c.command("ginfo", &[], c.dir.path()));
+    fig("ginfo_4_nodes_ms".into(), t, "ms");
+    // One 10,000-task array.
+    let before = replicas(c);
+    let script = c.script("array.sh", "#!/bin/sh\ntrue\n");
+    let (t, _) = timed(c.command(
+        "gsub",
+        &["--hold", "--array=0-9999", "--gpus-per-node", "1", &script],
+        c.dir.path(),
+    ));
+    fig("array_10000_submit_s".into(), t, "s");
+    let r = replicas(c);
+    for (i, rss) in r.rss.iter().enumerate() {
+        fig(
+            format!("array_10000_rss_growth_replica{}", i + 1),
+            *rss as f64 - before.rss[i] as f64,
+            "MiB",
+        );
+        fig(
+            format!("array_10000_rss_replica{}", i + 1),
+            *rss as f64,
+            "MiB",
+        );
+        fig(
+            format!("array_10000_disk_replica{}", i + 1),
+            r.disk_mb[i],
+            "MB",
+        );
+    }
+    let (t, m) = median_of(5, || c.command("gqueue", &[], c.dir.path()));
+    fig("array_10000_gqueue_ms".into(), t, "ms");
+    fig("array_10000_gqueue_client_rss".into(), m, "MiB");
+    let (t, _) = timed(c.command("gcancel", &["-u", &me], c.dir.path()));
+    fig("array_10000_gcancel_s".into(), t, "s");
+    figures
+}
+
+fn slurm_cmd(prog: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args).env("SLURM_CONF", SLURM_CONF);
+    c
+}
+
+fn slurmctld_pid() -> Option<u32> {
+    std::fs::read_to_string("/tmp/slurmpeer/run/slurmctld.pid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
+    let mut figures = Vec::new();
+    let mut fig = |name: String, v: f64, unit: &'static str| {
+        println!("slurm {name} {v:.1} {unit}");
+        figures.push((name, v, unit));
+    };
+    let me = gsched_cli::client::current_user();
+    let _ = slurm_cmd("scancel", &["-u", &me]).status();
+    std::thread::sleep(Duration::from_secs(12));
+    let pid = slurmctld_pid().expect("slurmctld pid file");
+    fig("rss_idle".into(), rss_mib(pid).unwrap_or(0) as f64, "MiB");
+    let start = Instant::now();
+    let per = n / 8;
+    let shells: Vec<_> = (0..8)
+        .map(|_| {
+            let script = format!(
+                "for i in $(seq {per}); do sbatch --hold --gres=gpu:1 --wrap true -o /dev/null >/dev/null || exit 1; done"
+            );
+            slurm_cmd("bash", &["-c", &script]).spawn().expect("sbatch shell")
+        })
+        .collect();
+    for mut s in shells {
+        assert!(s.wait().unwrap().success(), "sbatch failed");
+    }
+    fig(
+        format!("fill_{n}_rate"),
+        (per * 8) as f64 / start.elapsed().as_secs_f64(),
+        "jobs/s",
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    fig(format!("rss_{n}"), rss_mib(pid).unwrap_or(0) as f64, "MiB");
+    let (t, m) = median_of(5, || slurm_cmd("squeue", &[]));
+    fig(format!("gqueue_{n}_ms"), t, "ms");
+    fig(format!("gqueue_{n}_client_rss"), m, "MiB");
+    let (t, m) = median_of(5, || slurm_cmd("squeue", &["--json"]));
+    fig(format!("gqueue_json_{n}_ms"), t, "ms");
+    fig(format!("gqueue_json_{n}_client_rss"), m, "MiB");
+    let (t, _) = median_of(3, || slurm_cmd("squeue", &["-u", "nobody"]));
+    fig(format!("gqueue_other_user_{n}_ms"), t, "ms");
+    let (t, _) = timed(slurm_cmd("scancel", &["-u", &me]));
+    // scancel returns once slurmctld accepted the request; wait until the queue is empty.
+    let start = Instant::now();
+    wait_for("Slurm's queue to empty", Duration::from_secs(300), || {
+        let out = slurm_cmd("squeue", &["-h", "-u", &me, "-t", "PD,R"])
+            .output()
+            .ok()?;
+        out.stdout.is_empty().then_some(())
+    });
+    fig(
+        format!("gcancel_user_{n}_s"),
+        t + start.elapsed().as_secs_f64(),
+        "s",
+    );
+    let (t, _) = median_of(5, || slurm_cmd("sinfo", &[]));
+    fig("ginfo_4_nodes_ms".into(), t, "ms");
+    figures
+}
+
+fn main() {
+    build_release();
+    let sizes: Vec<u64> = std::env::var("GSCHED_BENCH_SIZES")
+        .unwrap_or_else(|_| "10000,100000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[scheduler.limits]\nmax_array_size = 10001\nmax_job_count = 1000000\n",
+    )
+    .unwrap();
+    let mut c = Cluster::controllers(3, &["--config", &config.path().to_string_lossy()]);
+    for i in 1..=4 {
+        c.add_agent(&format!("n{i}"), "rtx4090-8gpu.json", &[]);
+    }
+    c.leader(Duration::from_secs(30));
+    let ours = gsched(&c, &sizes, &rt);
+    drop(c);
+    let slurm_ready = std::env::var("GSCHED_BENCH_SLURM").as_deref() != Ok("0")
+        && Path::new(SLURM_CONF).exists()
+        && slurm_cmd("squeue", &[])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !slurm_ready {
+        println!("slurm: not set up (bash ../shared/peers/slurm/setup.sh); no ratios");
+        return;
+    }
+    let theirs = slurm(10_000);
+    println!("\nratios at 10,000 jobs (gsched / Slurm; < 1 means gsched is better):");
+    for (name, v, unit) in &theirs {
+        let ours_name = if name == "rss_10000" {
+            "rss_10000_replica1"
+        } else {
+            name
+        };
+        if let Some((_, o, _)) = ours.iter().find(|(n, _, _)| n == ours_name) {
+            println!("  {name}: {o:.1} / {v:.1} {unit} = {:.2}", o / v.max(1e-9));
+        }
+    }
+}
