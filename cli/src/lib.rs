@@ -91,6 +91,7 @@ pub fn fetch_jobs(
             stale_ok: query.stale_ok,
             since_ms: query.since_ms,
             until_ms: query.until_ms,
+            view: gsched_proto::pb::JobView::Rows as i32,
         };
         let reply = rt
             .block_on(client.call(|mut c| {
@@ -138,6 +139,47 @@ pub fn act_on_jobs(
     }
     let refused = !summary.errors.is_empty();
     (summary, refused)
+}
+
+/// Fetches the queue lines `query` names, handing each page to `page` as it arrives (so
+/// a table can be printed while the rest is on its way).
+pub fn fetch_queue(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    query: &JobQuery,
+    tool: &str,
+    mut page: impl FnMut(JobList<gsched_types::api::QueueRow>),
+) {
+    let mut after = 0;
+    loop {
+        let req = gsched_proto::pb::ListJobsRequest {
+            include_finished: query.include_finished,
+            detail: false,
+            users: query.users.clone(),
+            states: query.states.clone(),
+            jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
+            partition: query.partition.clone().unwrap_or_default(),
+            limit: 0,
+            after,
+            stale_ok: query.stale_ok,
+            since_ms: query.since_ms,
+            until_ms: query.until_ms,
+            view: gsched_proto::pb::JobView::Queue as i32,
+        };
+        let reply = rt
+            .block_on(client.call(|mut c| {
+                let req = req.clone();
+                async move { c.list_jobs(req).await }
+            }))
+            .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
+        let list: JobList<gsched_types::api::QueueRow> = decode_doc(&reply.json, tool);
+        let next = list.next_after;
+        page(list);
+        match next {
+            Some(id) => after = id.0,
+            None => return,
+        }
+    }
 }
 
 /// Fetches every node's row (with its wiring when `detail`).

@@ -204,6 +204,9 @@ fn gsched(
             fig(format!("rss_{n}_replica{}", i + 1), *rss as f64, "MiB");
             fig(format!("disk_{n}_replica{}", i + 1), *disk, "MB");
         }
+        if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_some() {
+            continue;
+        }
         let (t, m) = median_of(5, || c.command("gqueue", &[], c.dir.path()));
         fig(format!("gqueue_{n}_ms"), t, "ms");
         fig(format!("gqueue_{n}_client_rss"), m, "MiB");
@@ -220,8 +223,11 @@ fn gsched(
         let (t, _) = median_of(3, || c.command("gqueue", &["-u", "nobody"], c.dir.path()));
         fig(format!("gqueue_other_user_{n}_ms"), t, "ms");
     }
+    if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_some() {
+        return figures;
+    }
     let (t, _) = timed(c.command("gcancel", &["-u", &me], c.dir.path()));
-    fig(format!("gcancel_user_{queued}_s"), t, "s");
+    fig(format!("gcancel_user_{queued}_ms"), t * 1000.0, "ms");
     wait_for("the queue to empty", Duration::from_secs(300), || {
         let v = c.json("gqueue", &[]);
         v["jobs"]
@@ -244,7 +250,7 @@ fn gsched(
         &["--hold", "--array=0-9999", "--gpus-per-node", "1", &script],
         c.dir.path(),
     ));
-    fig("array_10000_submit_s".into(), t, "s");
+    fig("array_10000_submit_ms".into(), t * 1000.0, "ms");
     let r = replicas(c);
     for (i, rss) in r.rss.iter().enumerate() {
         fig(
@@ -267,7 +273,7 @@ fn gsched(
     fig("array_10000_gqueue_ms".into(), t, "ms");
     fig("array_10000_gqueue_client_rss".into(), m, "MiB");
     let (t, _) = timed(c.command("gcancel", &["-u", &me], c.dir.path()));
-    fig("array_10000_gcancel_s".into(), t, "s");
+    fig("array_10000_gcancel_ms".into(), t * 1000.0, "ms");
     figures
 }
 
@@ -361,7 +367,18 @@ fn main() {
         "[scheduler.limits]\nmax_array_size = 10001\nmax_job_count = 1000000\n",
     )
     .unwrap();
-    let mut c = Cluster::controllers(3, &["--config", &config.path().to_string_lossy()]);
+    let mut ctl_args = vec![
+        "--config".to_string(),
+        config.path().to_string_lossy().into(),
+    ];
+    ctl_args.extend(
+        std::env::var("GSCHED_BENCH_CTL_ARGS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from),
+    );
+    let ctl_args: Vec<&str> = ctl_args.iter().map(String::as_str).collect();
+    let mut c = Cluster::controllers(3, &ctl_args);
     for i in 1..=4 {
         c.add_agent(&format!("n{i}"), "rtx4090-8gpu.json", &[]);
     }

@@ -333,6 +333,7 @@ impl Fuzzer {
                         stale_ok: rng.gen_bool(0.5),
                         since_ms: job_id(rng),
                         until_ms: job_id(rng),
+                        view: rng.gen_range(-1..3),
                     })
                     .await;
                 self.tally.lock().add("ListJobs", &r);

@@ -7,7 +7,7 @@ use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
 use gsched_cli::out;
 use gsched_types::api::{JobSelector, JobsDoc};
 use gsched_types::job::JobState;
-use gsched_types::parse::format_timestamp;
+use gsched_types::parse::{format_duration, format_timestamp};
 
 /// Show pending and running jobs (squeue-compatible columns).
 #[derive(Parser, Debug)]
@@ -79,6 +79,10 @@ fn main() {
         .collect();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    if !args.json && !args.long {
+        print_queue(&rt, &mut client, &query, args.start);
+        return;
+    }
     let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gqueue");
     let now = list.now_ms;
     let jobs = list.jobs;
@@ -128,4 +132,57 @@ fn main() {
         t.row(row);
     }
     out!("{}", t.render());
+}
+
+/// squeue's default table (`%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R`, `--start` adds
+/// START_TIME), printed page by page as the controller sends them.
+fn print_queue(rt: &tokio::runtime::Runtime, client: &mut Client, query: &JobQuery, start: bool) {
+    use std::fmt::Write as _;
+    let mut header = format!(
+        "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} ",
+        "JOBID", "PARTITION", "NAME", "USER", "ST", "TIME"
+    );
+    if start {
+        let _ = write!(header, "{:>19} ", "START_TIME");
+    }
+    header.push_str(" NODES NODELIST(REASON)");
+    out!("{header}\n");
+    let cut = |s: &str, n: usize| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .take(n)
+            .collect()
+    };
+    gsched_cli::fetch_queue(rt, client, query, "gqueue", |page| {
+        let mut text = String::with_capacity(page.jobs.len() * 96);
+        for j in &page.jobs {
+            let time = match (j.start_ms, j.end_ms) {
+                (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
+                (Some(s), None) if j.state != JobState::Pending => {
+                    format_duration(page.now_ms.saturating_sub(s) / 1000)
+                }
+                _ => "0:00".into(),
+            };
+            let _ = write!(
+                text,
+                "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} ",
+                cut(&j.display_id, 18),
+                cut(&j.partition, 9),
+                cut(&j.name, 8),
+                cut(&j.user, 8),
+                j.state.code(),
+                time,
+            );
+            if start {
+                let at = match (j.state, j.expected_start_ms, j.start_ms) {
+                    (JobState::Pending, Some(t), _) => format_timestamp(t),
+                    (_, _, Some(s)) if j.state != JobState::Pending => format_timestamp(s),
+                    _ => "N/A".into(),
+                };
+                let _ = write!(text, "{at:>19} ");
+            }
+            let _ = writeln!(text, "{:>6} {}", j.nodes, cut(&j.where_or_why, 120));
+        }
+        out!("{text}");
+    });
 }

@@ -63,11 +63,21 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// sled's page cache: its default (1 GiB) would let it grow with the log.
+pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
+
 impl SledStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<SledStore> {
+        SledStore::open_with_cache(dir, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the store in `dir`, with sled's page cache capped at
+    /// `cache_bytes` (the log is read back rarely: by followers catching up and at start).
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore> {
         let db = sled::Config::new()
             .path(dir.join("raft.sled"))
+            .cache_capacity(cache_bytes)
             .flush_every_ms(None)
             .open()
             .map_err(io)?;

@@ -43,6 +43,8 @@ pub struct ControllerConfig {
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
+    /// sled's page cache (`--store-cache-mb`).
+    pub store_cache_bytes: u64,
     /// Who may act on other users' jobs, nodes and membership; the lowest ordinary uid.
     pub policy: Policy,
     pub security: Security,
@@ -67,6 +69,7 @@ impl ControllerConfig {
             raft_tick: Duration::from_millis(50),
             election_ticks: 10,
             snapshot_every: 5_000,
+            store_cache_bytes: gsched_raft::sled_store::DEFAULT_CACHE_BYTES,
             policy: Policy::default(),
             security: Security::DevLocal,
         }

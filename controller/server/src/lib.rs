@@ -61,7 +61,7 @@ pub async fn run(
             cfg.data_dir.display()
         )
     })?;
-    let store = SledStore::open(&cfg.data_dir).map_err(|e| {
+    let store = SledStore::open_with_cache(&cfg.data_dir, cfg.store_cache_bytes).map_err(|e| {
         anyhow::anyhow!(
             "cannot open Raft storage in {}: {e}",
             cfg.data_dir.display()

@@ -55,6 +55,9 @@ struct Args {
     /// munged's socket, when it is not the default /run/munge/munge.socket.2.
     #[arg(long)]
     munge_socket: Option<PathBuf>,
+    /// sled's page cache for the Raft log, in MiB (the log is read back rarely).
+    #[arg(long, default_value_t = 16)]
+    store_cache_mb: u64,
     /// Raft tick in milliseconds (election timeout is 10-20 ticks).
     #[arg(long, default_value_t = 50)]
     tick_ms: u64,
@@ -131,6 +134,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     cfg.peers = peers;
     cfg.join = args.join;
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
+    cfg.store_cache_bytes = args.store_cache_mb.max(1) << 20;
     if let Some(path) = &args.config {
         ConfigFile::load(path)
             .map_err(|e| anyhow::anyhow!(e))?

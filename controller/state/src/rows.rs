@@ -2,7 +2,7 @@
 //! `Jobs.ListJobs`/`ListNodes` answer and the REST API serves.
 
 use crate::machine::ClusterState;
-use gsched_types::api::{JobContext, JobRow, NodeRow, NodeState};
+use gsched_types::api::{JobContext, JobRow, NodeRow, NodeState, QueueRow};
 use gsched_types::job::{JobId, JobRecord, JobState};
 use std::collections::BTreeMap;
 
@@ -39,6 +39,15 @@ pub fn job_context(
             .then_some(expected_start_ms)
             .flatten(),
     }
+}
+
+/// The queue line of `job` (what `gqueue`'s table shows).
+pub fn queue_row(
+    state: &ClusterState,
+    job: &JobRecord,
+    expected_start_ms: Option<u64>,
+) -> QueueRow {
+    QueueRow::of(job, job_context(state, job, expected_start_ms))
 }
 
 pub fn job_row(

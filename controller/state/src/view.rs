@@ -95,6 +95,9 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
     let mut dependencies = BTreeMap::new();
     for job in state.jobs.values() {
         match job.state {
+            // A held job cannot start and its reason is already JobHeldUser: the
+            // scheduler need not walk it (a queue of 100,000 held jobs costs nothing).
+            JobState::Pending if job.held => {}
             JobState::Pending => {
                 for dep in &job.spec.dependency {
                     if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton)

@@ -326,8 +326,8 @@ impl JobRow {
 
 /// `Jobs.ListJobs`'s reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobList {
-    pub jobs: Vec<JobRow>,
+pub struct JobList<R = JobRow> {
+    pub jobs: Vec<R>,
     /// The Raft index the answer reflects.
     pub applied_index: u64,
     /// The controller that answered.
@@ -340,6 +340,110 @@ pub struct JobList {
     /// More rows match: ask again with `after` set to this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<JobId>,
+}
+
+/// One job as the queue table shows it (squeue's columns and `--start`), written as a
+/// JSON array: what `gqueue` needs in a fraction of a full row's bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "QueueTuple", from = "QueueTuple")]
+pub struct QueueRow {
+    pub display_id: String,
+    pub partition: String,
+    pub name: String,
+    pub user: String,
+    pub state: JobState,
+    pub start_ms: Option<u64>,
+    pub end_ms: Option<u64>,
+    pub nodes: u32,
+    /// The nodes of a running job, `(Reason)` of a pending one, the nodes and
+    /// `(FailureKind)` of an ended one.
+    pub where_or_why: String,
+    pub expected_start_ms: Option<u64>,
+    pub time_limit_s: Option<u64>,
+}
+
+type QueueTuple = (
+    String,
+    String,
+    String,
+    String,
+    JobState,
+    Option<u64>,
+    Option<u64>,
+    u32,
+    String,
+    Option<u64>,
+    Option<u64>,
+);
+
+impl From<QueueRow> for QueueTuple {
+    fn from(r: QueueRow) -> QueueTuple {
+        (
+            r.display_id,
+            r.partition,
+            r.name,
+            r.user,
+            r.state,
+            r.start_ms,
+            r.end_ms,
+            r.nodes,
+            r.where_or_why,
+            r.expected_start_ms,
+            r.time_limit_s,
+        )
+    }
+}
+
+impl From<QueueTuple> for QueueRow {
+    fn from(t: QueueTuple) -> QueueRow {
+        QueueRow {
+            display_id: t.0,
+            partition: t.1,
+            name: t.2,
+            user: t.3,
+            state: t.4,
+            start_ms: t.5,
+            end_ms: t.6,
+            nodes: t.7,
+            where_or_why: t.8,
+            expected_start_ms: t.9,
+            time_limit_s: t.10,
+        }
+    }
+}
+
+impl QueueRow {
+    /// The queue line of `job` (`ctx` as for [`JobRow::summary`]).
+    pub fn of(job: &JobRecord, ctx: JobContext) -> QueueRow {
+        let nodes = || match job.state {
+            JobState::Running | JobState::Completing => {
+                crate::hostlist::compress(&job.node_names())
+            }
+            _ => job
+                .attempts
+                .last()
+                .map(|a| crate::hostlist::compress(&a.nodes))
+                .unwrap_or_default(),
+        };
+        let where_or_why = match (job.state, &job.failure) {
+            (JobState::Pending, _) => format!("({})", job.reason),
+            (JobState::Running | JobState::Completing, _) | (_, None) => nodes(),
+            (_, Some(f)) => format!("{} ({})", nodes(), f.kind.reason_name()),
+        };
+        QueueRow {
+            display_id: job.display_id(),
+            partition: ctx.partition,
+            name: job.spec.name.clone(),
+            user: job.spec.user.clone(),
+            state: job.state,
+            start_ms: job.start_ms,
+            end_ms: job.end_ms,
+            nodes: job.spec.nodes,
+            where_or_why,
+            expected_start_ms: ctx.expected_start_ms,
+            time_limit_s: ctx.time_limit_s,
+        }
+    }
 }
 
 /// A node's state as `ginfo` names it (sinfo's words).

@@ -9,19 +9,22 @@ use crate::ctx::{Ctx, outcome_to_status};
 use gsched_proto::clock::now_ms;
 use gsched_proto::pb::jobs_server::Jobs;
 use gsched_proto::pb::{
-    ActOnJobsRequest, ActionReply, DocReply, Empty, HoldRequest, JobRequest, ListJobsRequest,
-    ListNodesRequest, MembershipRequest, NodeAdminRequest, SubmitReply, SubmitRequest,
+    ActOnJobsRequest, ActionReply, DocReply, Empty, HoldRequest, JobRequest, JobView,
+    ListJobsRequest, ListNodesRequest, MembershipRequest, NodeAdminRequest, SubmitReply,
+    SubmitRequest,
 };
 use gsched_raft::Membership;
 use gsched_scheduler::place::Placer;
-use gsched_state::rows::{Audience, JobDetail, job_row, node_rows};
+use gsched_state::rows::{Audience, JobDetail, job_row, node_rows, queue_row};
 use gsched_state::validate;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
     ActOnJobs, CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob,
     ResumeNode, SubmitJob,
 };
-use gsched_types::api::{CheckReply, JobActionRequest, JobList, JobSelector, NodeList, StatusRow};
+use gsched_types::api::{
+    CheckReply, JobActionRequest, JobList, JobSelector, NodeList, QueueRow, StatusRow,
+};
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -302,6 +305,36 @@ impl Jobs for JobsService {
             .range((Bound::Excluded(JobId(req.after)), Bound::Unbounded))
             .map(|(_, j)| j)
             .filter(|j| filter.keeps(j, &r.state.config));
+        let header = |next_after: Option<JobId>| JobList::<()> {
+            jobs: Vec::new(),
+            applied_index: r.applied,
+            controller: self.ctx.cfg.id,
+            role: self.ctx.raft.status.borrow().role,
+            consistent,
+            now_ms: now_ms(),
+            next_after,
+        };
+        if req.view == JobView::Queue as i32 {
+            let (ids, jobs): (Vec<JobId>, Vec<QueueRow>) = matching
+                .by_ref()
+                .take(limit)
+                .map(|j| (j.id, queue_row(&r.state, j, estimates.get(&j.id).copied())))
+                .unzip();
+            let next_after = match (ids.last(), matching.next()) {
+                (Some(last), Some(_)) => Some(*last),
+                _ => None,
+            };
+            let h = header(next_after);
+            return doc(&JobList {
+                jobs,
+                applied_index: h.applied_index,
+                controller: h.controller,
+                role: h.role,
+                consistent: h.consistent,
+                now_ms: h.now_ms,
+                next_after: h.next_after,
+            });
+        }
         let jobs: Vec<_> = matching
             .by_ref()
             .take(limit)
@@ -314,14 +347,15 @@ impl Jobs for JobsService {
             (Some(last), Some(_)) => Some(last.job_id),
             _ => None,
         };
+        let h = header(next_after);
         doc(&JobList {
             jobs,
-            applied_index: r.applied,
-            controller: self.ctx.cfg.id,
-            role: self.ctx.raft.status.borrow().role,
-            consistent,
-            now_ms: now_ms(),
-            next_after,
+            applied_index: h.applied_index,
+            controller: h.controller,
+            role: h.role,
+            consistent: h.consistent,
+            now_ms: h.now_ms,
+            next_after: h.next_after,
         })
     }
 

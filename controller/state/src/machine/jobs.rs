@@ -36,7 +36,7 @@ impl ClusterState {
             None => vec![None],
         };
         let base = JobId(self.next_job_id);
-        let payload = payload::take(&mut spec, tasks.len() as u32);
+        let payload = payload::take(&mut spec, tasks.len() as u32, &mut self.blobs);
         self.payloads.insert(base, payload);
         self.queued.add(&spec.user, tasks.len() as u64);
         let mut ids = Vec::with_capacity(tasks.len());
@@ -48,7 +48,7 @@ impl ClusterState {
                 array_job_id: base,
                 task_id: t,
             });
-            self.jobs.insert(id, record);
+            self.jobs.insert(id, Box::new(record));
             ids.push(id);
         }
         Outcome::Submitted { jobs: ids }
@@ -447,7 +447,7 @@ impl ClusterState {
     pub(super) fn retire(&mut self, id: JobId) {
         if let Some(job) = self.jobs.get(&id) {
             let (key, user) = (payload::key_of(job), job.spec.user.clone());
-            payload::release(&mut self.payloads, key);
+            payload::release(&mut self.payloads, &mut self.blobs, key);
             self.queued.remove(&user);
         }
         self.finished.push_back(id);

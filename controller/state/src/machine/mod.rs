@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
 
+/// The first bytes of an LZ4 frame (a compressed snapshot); JSON starts with `{`.
+const LZ4_FRAME_MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+
 /// Decayed GPU usage of one user in one account.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Usage {
@@ -38,7 +41,8 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub next_job_id: u64,
-    pub jobs: BTreeMap<JobId, JobRecord>,
+    /// Boxed: a record is ~1 KB, and B-tree nodes hold their values inline.
+    pub jobs: BTreeMap<JobId, Box<JobRecord>>,
     pub nodes: BTreeMap<String, NodeRecord>,
     /// account -> user -> usage.
     pub usage: BTreeMap<String, BTreeMap<String, Usage>>,
@@ -56,6 +60,9 @@ pub struct ClusterState {
     /// Scripts and environments, one per submission (see [`payload`]).
     #[serde(default)]
     pub payloads: BTreeMap<JobId, payload::Payload>,
+    /// The texts payloads name, compressed, one copy per distinct text.
+    #[serde(default)]
+    pub blobs: payload::Blobs,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
     /// Jobs not ended, in all and per user (for the queue limits).
@@ -105,6 +112,7 @@ impl Default for ClusterState {
             retain_finished: 20_000,
             clock_ms: 0,
             payloads: BTreeMap::new(),
+            blobs: payload::Blobs::default(),
             node_usage: BTreeMap::new(),
             queued: Queued::default(),
         }
@@ -112,17 +120,26 @@ impl Default for ClusterState {
 }
 
 impl ClusterState {
-    /// Serialises the state for a Raft snapshot.
+    /// Serialises the state for a Raft snapshot: JSON in an LZ4 frame, compressed as it
+    /// is written (a snapshot of 100,000 jobs is a fifth of its JSON).
     pub fn to_snapshot(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("state always serialises")
+        let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        serde_json::to_writer(&mut enc, self).expect("state always serialises");
+        enc.finish().expect("compressing into memory cannot fail")
     }
 
-    /// Restores a snapshot and rebuilds the derived indexes.
+    /// Restores a snapshot (compressed, or plain JSON as older builds wrote) and rebuilds
+    /// the derived indexes.
     pub fn from_snapshot(bytes: &[u8]) -> Result<ClusterState, serde_json::Error> {
         if bytes.is_empty() {
             return Ok(ClusterState::default());
         }
-        let mut s: ClusterState = serde_json::from_slice(bytes)?;
+        let mut s: ClusterState = if bytes.starts_with(&LZ4_FRAME_MAGIC) {
+            let reader = std::io::BufReader::new(lz4_flex::frame::FrameDecoder::new(bytes));
+            serde_json::from_reader(reader)?
+        } else {
+            serde_json::from_slice(bytes)?
+        };
         s.rebuild();
         Ok(s)
     }
@@ -139,12 +156,22 @@ impl ClusterState {
             if job.spec.script.is_empty() && job.spec.env.is_empty() {
                 continue;
             }
-            let taken = payload::take(&mut job.spec, 0);
             if job.state.is_terminal() {
+                job.spec.script.clear();
+                job.spec.env.clear();
                 continue;
             }
-            let p = self.payloads.entry(key).or_insert(taken);
-            p.live += 1;
+            match self.payloads.get_mut(&key) {
+                Some(p) => {
+                    job.spec.script.clear();
+                    job.spec.env.clear();
+                    p.live += 1;
+                }
+                None => {
+                    let taken = payload::take(&mut job.spec, 1, &mut self.blobs);
+                    self.payloads.insert(key, taken);
+                }
+            }
         }
         for job in self.jobs.values() {
             if matches!(job.state, JobState::Running | JobState::Completing)
@@ -159,9 +186,20 @@ impl ClusterState {
 
     /// A SHA-256 of the canonical serialisation: equal on replicas with equal state.
     pub fn digest(&self) -> String {
-        let mut h = Sha256::new();
-        h.update(self.to_snapshot());
-        h.finalize()
+        /// Hashes what is written, so the state is never held serialised in memory.
+        struct Hasher(Sha256);
+        impl std::io::Write for Hasher {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut h = Hasher(Sha256::new());
+        serde_json::to_writer(&mut h, self).expect("state always serialises");
+        h.0.finalize()
             .iter()
             .take(12)
             .map(|b| format!("{b:02x}"))
@@ -170,7 +208,11 @@ impl ClusterState {
 
     /// The job's spec with its script and environment, as an agent needs it.
     pub fn full_spec(&self, job: &JobRecord) -> gsched_types::JobSpec {
-        payload::restore(&job.spec, self.payloads.get(&payload::key_of(job)))
+        payload::restore(
+            &job.spec,
+            self.payloads.get(&payload::key_of(job)),
+            &self.blobs,
+        )
     }
 
     /// Jobs that have not ended, in all and `user`'s.
