@@ -258,10 +258,23 @@ pub fn die(tool: &str, message: impl std::fmt::Display) -> ! {
 
 /// A gRPC status as a user-facing message.
 pub fn describe(s: &Status) -> String {
-    let m = s.message();
-    if m.contains("h2 protocol error") || m.contains("InvalidContentType") {
+    let mut m = s.message().to_string();
+    let mut source = std::error::Error::source(s);
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !m.contains(&text) {
+            m = format!("{m}: {text}");
+        }
+        source = e.source();
+    }
+    // A plaintext client talking to a TLS listener (or the reverse) sees the
+    // connection torn down mid-handshake; which words it gets depends on timing.
+    let tls_mismatch = ["h2 protocol error", "InvalidContentType", "transport error"]
+        .iter()
+        .any(|w| m.contains(w));
+    if tls_mismatch {
         return format!(
-            "{m}: the controller and this tool disagree about TLS (a cluster with certificates needs GSCHED_TLS_CA=.../ca.pem here; a --dev-local one needs it unset)"
+            "{m}: the controller and this tool may disagree about TLS (a cluster with certificates needs GSCHED_TLS_CA=.../ca.pem here; a --dev-local one needs it unset)"
         );
     }
     match s.code() {

@@ -5,8 +5,12 @@
 pub mod certs;
 pub mod client;
 pub mod format;
+pub mod queue_format;
 pub mod sbatch;
+pub mod slurm;
 pub mod when;
+
+pub use slurm::invoked_as;
 
 use gsched_types::api::{JobList, JobSelector, NodeList};
 

@@ -57,6 +57,10 @@ enum Cmd {
     Hold { jobs: Vec<String> },
     /// Release held jobs.
     Release { jobs: Vec<String> },
+    /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
+    /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
+    /// `--slurm-names DIR` so jobs find them too).
+    SlurmNames { dir: std::path::PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -127,7 +131,11 @@ enum Members {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args = if gsched_cli::invoked_as() == "scontrol" {
+        Args::parse_from(scontrol_args())
+    } else {
+        Args::parse()
+    };
     let rt = gsched_cli::runtime();
     let addrs = controller_list(args.controllers.as_deref());
     let mut client = Client::new(addrs.clone());
@@ -261,6 +269,31 @@ fn main() {
         Cmd::Certs { action } => certs(action),
         Cmd::Hold { jobs } => act(&rt, &mut client, JobAction::Hold, &jobs, Vec::new()),
         Cmd::Release { jobs } => act(&rt, &mut client, JobAction::Release, &jobs, Vec::new()),
+        Cmd::SlurmNames { dir } => {
+            let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));
+            let bin = exe.parent().unwrap_or(std::path::Path::new("/"));
+            for link in gsched_cli::slurm::make_links(&dir, bin).unwrap_or_else(|e| die("gctl", e))
+            {
+                outln!("{}", link.display());
+            }
+        }
+    }
+}
+
+/// Run as `scontrol`: answers what needs no controller, else the `gctl` arguments of the
+/// same request.
+fn scontrol_args() -> Vec<String> {
+    use gsched_cli::slurm::{Scontrol, scontrol};
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let nodelist = std::env::var("SLURM_JOB_NODELIST").ok();
+    let job = std::env::var("SLURM_JOB_ID").ok();
+    match scontrol(&args, nodelist.as_deref(), job.as_deref()) {
+        Ok(Scontrol::Print(text)) => {
+            gsched_cli::out!("{text}");
+            std::process::exit(0)
+        }
+        Ok(Scontrol::Gctl(v)) => std::iter::once("scontrol".to_string()).chain(v).collect(),
+        Err(e) => die("scontrol", e),
     }
 }
 

@@ -5,14 +5,25 @@ use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
 use gsched_cli::out;
+use gsched_cli::queue_format::QueueFormat;
 use gsched_types::api::{JobSelector, JobsDoc};
 use gsched_types::job::JobState;
-use gsched_types::parse::{format_duration, format_timestamp};
+use gsched_types::parse::format_timestamp;
 
 /// Show pending and running jobs (squeue-compatible columns).
 #[derive(Parser, Debug)]
-#[command(name = "gqueue", version, about)]
+#[command(name = "gqueue", version, about, disable_help_flag = true)]
 struct Args {
+    /// Print help (-h is squeue's --noheader).
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    /// No header line (squeue -h).
+    #[arg(short = 'h', long = "noheader")]
+    noheader: bool,
+    /// squeue's output format: `%[.][width]letter` fields, e.g. "%.18i %.9P %j %T %R"
+    /// (letters: i A j u t T M D R N r P l S e).
+    #[arg(short = 'o', long = "format")]
+    format: Option<String>,
     /// Only these users' jobs (comma separated).
     #[arg(short = 'u', long = "user", value_delimiter = ',')]
     user: Vec<String>,
@@ -80,7 +91,11 @@ fn main() {
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     if !args.json && !args.long {
-        print_queue(&rt, &mut client, &query, args.start);
+        let format = match &args.format {
+            Some(f) => QueueFormat::parse(f).unwrap_or_else(|e| die("gqueue", e)),
+            None => default_format(args.start),
+        };
+        print_queue(&rt, &mut client, &query, &format, !args.noheader);
         return;
     }
     let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gqueue");
@@ -134,54 +149,32 @@ fn main() {
     out!("{}", t.render());
 }
 
-/// squeue's default table (`%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R`, `--start` adds
-/// START_TIME), printed page by page as the controller sends them.
-fn print_queue(rt: &tokio::runtime::Runtime, client: &mut Client, query: &JobQuery, start: bool) {
-    use std::fmt::Write as _;
-    let mut header = format!(
-        "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} ",
-        "JOBID", "PARTITION", "NAME", "USER", "ST", "TIME"
-    );
-    if start {
-        let _ = write!(header, "{:>19} ", "START_TIME");
-    }
-    header.push_str(" NODES NODELIST(REASON)");
-    out!("{header}\n");
-    let cut = |s: &str, n: usize| -> String {
-        s.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .take(n)
-            .collect()
+/// squeue's default columns (`--start` adds START_TIME).
+fn default_format(start: bool) -> QueueFormat {
+    let f = if start {
+        "%.18i %.9P %.8j %.8u %.2t %.10M %.19S %.6D %R"
+    } else {
+        "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
     };
+    QueueFormat::parse(f).expect("the default format parses")
+}
+
+/// The queue in `format`, printed page by page as the controller sends them.
+fn print_queue(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    query: &JobQuery,
+    format: &QueueFormat,
+    header: bool,
+) {
+    use std::fmt::Write as _;
+    if header {
+        out!("{}\n", format.header());
+    }
     gsched_cli::fetch_queue(rt, client, query, "gqueue", |page| {
         let mut text = String::with_capacity(page.jobs.len() * 96);
         for j in &page.jobs {
-            let time = match (j.start_ms, j.end_ms) {
-                (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
-                (Some(s), None) if j.state != JobState::Pending => {
-                    format_duration(page.now_ms.saturating_sub(s) / 1000)
-                }
-                _ => "0:00".into(),
-            };
-            let _ = write!(
-                text,
-                "{:>18} {:>9} {:>8} {:>8} {:>2} {:>10} ",
-                cut(&j.display_id, 18),
-                cut(&j.partition, 9),
-                cut(&j.name, 8),
-                cut(&j.user, 8),
-                j.state.code(),
-                time,
-            );
-            if start {
-                let at = match (j.state, j.expected_start_ms, j.start_ms) {
-                    (JobState::Pending, Some(t), _) => format_timestamp(t),
-                    (_, _, Some(s)) if j.state != JobState::Pending => format_timestamp(s),
-                    _ => "N/A".into(),
-                };
-                let _ = write!(text, "{at:>19} ");
-            }
-            let _ = writeln!(text, "{:>6} {}", j.nodes, cut(&j.where_or_why, 120));
+            let _ = writeln!(text, "{}", format.line(j, page.now_ms));
         }
         out!("{text}");
     });

@@ -127,11 +127,44 @@ fn main() {
             let id = r.job_ids.first().copied().unwrap_or(0);
             if args.parsable {
                 outln!("{id}");
+            } else if gsched_cli::invoked_as() == "sbatch" {
+                outln!("Submitted batch job {id}");
             } else {
                 outln!("Submitted job {id}");
             }
+            if args.wait {
+                std::process::exit(wait_for(&rt, &mut client, id));
+            }
         }
         Err(s) => die("gsub", describe(&s)),
+    }
+}
+
+/// `--wait`: polls until the job (every task of an array) has ended; returns the exit
+/// status to leave with, sbatch's way: the highest task exit code, 1 for a job that ended
+/// any other way than COMPLETED without one.
+fn wait_for(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) -> i32 {
+    let query = gsched_cli::JobQuery {
+        include_finished: true,
+        jobs: vec![gsched_types::api::JobSelector { id, task: None }],
+        ..Default::default()
+    };
+    let mut pause = std::time::Duration::from_millis(250);
+    loop {
+        let jobs = gsched_cli::fetch_jobs(rt, client, &query, "gsub").jobs;
+        if !jobs.is_empty() && jobs.iter().all(|j| j.state.is_terminal()) {
+            return jobs
+                .iter()
+                .map(|j| match (j.state, j.exit_code) {
+                    (_, Some(c)) if c != 0 => c,
+                    (gsched_types::job::JobState::Completed, _) => 0,
+                    _ => 1,
+                })
+                .max()
+                .unwrap_or(1);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }
 

@@ -122,6 +122,11 @@ pub struct SubArgs {
     #[arg(long = "controllers")]
     pub controllers: Option<String>,
 
+    /// `[B:][R:]SIG[@SECONDS]`: send SIG this long (default 60 s) before the time limit;
+    /// with `B:` to the batch shell only.
+    #[arg(long)]
+    pub signal: Option<String>,
+
     // sbatch options accepted and ignored (with a warning).
     #[arg(long, hide = true)]
     pub hint: Option<String>,
@@ -131,8 +136,6 @@ pub struct SubArgs {
     pub mail_type: Option<String>,
     #[arg(long = "mail-user", hide = true)]
     pub mail_user: Option<String>,
-    #[arg(long, hide = true)]
-    pub signal: Option<String>,
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "100")]
     pub nice: Option<String>,
     #[arg(long, hide = true)]
@@ -187,7 +190,8 @@ pub struct SubArgs {
     pub profile: Option<String>,
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "ALL")]
     pub propagate: Option<String>,
-    #[arg(short = 'W', long, hide = true, action = ArgAction::SetTrue)]
+    /// Do not exit until the job ends; exit with its exit code.
+    #[arg(short = 'W', long, action = ArgAction::SetTrue)]
     pub wait: bool,
     #[arg(long = "wait-all-nodes", hide = true)]
     pub wait_all_nodes: Option<String>,
@@ -242,7 +246,7 @@ impl SubArgs {
         macro_rules! ign {
             ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
         }
-        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user", signal => "--signal", nice => "--nice",
+        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user", nice => "--nice",
             comment => "--comment", wckey => "--wckey", licenses => "--licenses", begin => "--begin", deadline => "--deadline", open_mode => "--open-mode",
             get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
             distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_bind => "--gpu-bind", gpu_freq => "--gpu-freq",
@@ -252,9 +256,6 @@ impl SubArgs {
             wait_all_nodes => "--wait-all-nodes", container => "--container", network => "--network", acctg_freq => "--acctg-freq", clusters => "--clusters",
             core_spec => "--core-spec", thread_spec => "--thread-spec", time_min => "--time-min", mincpus => "--mincpus", gid => "--gid",
             immediate => "--immediate", nodefile => "--nodefile", export_file => "--export-file");
-        if self.wait {
-            v.push("--wait");
-        }
         if self.spread_job {
             v.push("--spread-job");
         }

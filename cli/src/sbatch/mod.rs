@@ -84,23 +84,26 @@ mod tests {
     }
 
     #[test]
-    fn torchrun_jobs_get_a_cpu_per_worker_unless_told_otherwise() {
+    fn gpu_jobs_get_their_gpus_share_of_cpus_unless_told_otherwise() {
         let a = parse_args(&["--gpus-per-node=4", "--torchrun", "train.py"]);
         let s = resolve(&a, None, None, &ctx()).unwrap();
-        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (Some(1), 1));
-        let a = parse_args(&[
-            "--gpus-per-node=4",
-            "--cpus-per-task=16",
-            "--torchrun",
-            "train.py",
-        ]);
-        let s = resolve(&a, None, None, &ctx()).unwrap();
-        assert_eq!((s.cpus_per_gpu, s.cpus_per_task), (None, 16));
+        assert_eq!(
+            (s.cpus_per_gpu, s.cpus_per_task, s.gpu_share_cpus),
+            (None, 1, true)
+        );
         let a = parse_args(&["--gpus-per-node=4", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
-        assert_eq!(
-            s.cpus_per_gpu, None,
-            "batch scripts keep Slurm's one CPU per task"
+        assert!(s.gpu_share_cpus);
+        for explicit in ["--cpus-per-task=16", "--cpus-per-gpu=2", "-c1"] {
+            let a = parse_args(&["--gpus-per-node=4", explicit, "x.sh"]);
+            let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+            assert!(!s.gpu_share_cpus, "{explicit} wins");
+        }
+        let a = parse_args(&["x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert!(
+            !s.gpu_share_cpus,
+            "a CPU job keeps Slurm's one CPU per task"
         );
     }
 

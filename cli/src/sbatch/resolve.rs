@@ -121,13 +121,12 @@ pub fn resolve(
     }
     let (gpus_per_node, gpu_type) = gpu.map(|(c, t, _)| (c, t)).unwrap_or((0, None));
 
-    // torchrun starts one worker per GPU from a single task: give each worker a CPU of its
-    // own unless the user said otherwise (one CPU for eight workers is a silent slowdown once
-    // the cpuset is enforced).
-    let cpus_per_gpu = match count(&args.cpus_per_gpu, "--cpus-per-gpu")? {
-        None if args.torchrun && args.cpus_per_task.is_none() && gpus_per_node > 0 => Some(1),
-        explicit => explicit,
-    };
+    // With no CPU count given, a GPU job gets its GPUs' share of each node's CPUs (decided
+    // per node by the scheduler): one CPU per GPU starves NCCL's proxy and socket threads
+    // and torchrun's workers.
+    let cpus_per_gpu = count(&args.cpus_per_gpu, "--cpus-per-gpu")?;
+    let gpu_share_cpus =
+        cpus_per_gpu.is_none() && args.cpus_per_task.is_none() && gpus_per_node > 0;
     let mem_flags = [
         args.mem.is_some(),
         args.mem_per_gpu.is_some(),
@@ -152,6 +151,7 @@ pub fn resolve(
         Some(t) => parse::time_limit(t).map_err(|e| format!("--time: {e}"))?,
         None => None,
     };
+    let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
     let (array, array_limit) = match &args.array {
         Some(a) => {
             let (ids, limit) = parse::array(a)?;
@@ -274,11 +274,13 @@ pub fn resolve(
         ntasks,
         ntasks_per_node: per_node,
         cpus_per_task,
+        gpu_share_cpus,
         cpus_per_gpu,
         gpus_per_task,
         mem_mb,
         mem_per_gpu_mb,
         time_limit_s,
+        signal,
         output: args.output.clone(),
         error: args.error.clone(),
         requeue: args.requeue && !args.no_requeue,
@@ -372,6 +374,7 @@ pub fn dry_run_json(spec: &JobSpec, ctx: &SubmitContext) -> serde_json::Value {
         "mem_mb": spec.mem_mb,
         "mem_per_gpu_mb": spec.mem_per_gpu_mb,
         "time_limit_s": spec.time_limit_s,
+        "signal": spec.signal,
         "partition": spec.partition,
         "account": spec.account,
         "qos": spec.qos,

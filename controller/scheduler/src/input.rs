@@ -175,7 +175,10 @@ pub struct PendingJob {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub gpu_type: Option<String>,
+    /// CPUs the tasks need on each node (at least).
     pub cpus_per_node: u32,
+    /// Take the GPUs' share of each node's CPUs when that is more (`JobSpec::gpu_share_cpus`).
+    pub gpu_share_cpus: bool,
     /// Memory per node; `Some(0)` = whole node; `None` = proportional default.
     pub mem_mb: Option<u64>,
     pub mem_per_gpu_mb: Option<u64>,
@@ -210,6 +213,7 @@ impl PendingJob {
             gpus_per_node: gpus,
             gpu_type: None,
             cpus_per_node: 1,
+            gpu_share_cpus: false,
             mem_mb: None,
             mem_per_gpu_mb: None,
             time_limit_s,

@@ -66,6 +66,7 @@ pub struct ShapeKey {
     gpus_per_node: u32,
     gpu_type: Option<String>,
     cpus_per_node: u32,
+    gpu_share_cpus: bool,
     mem_mb: Option<u64>,
     mem_per_gpu_mb: Option<u64>,
     exclusive: bool,
@@ -83,6 +84,7 @@ impl ShapeKey {
             gpus_per_node: job.gpus_per_node,
             gpu_type: job.gpu_type.clone(),
             cpus_per_node: job.cpus_per_node,
+            gpu_share_cpus: job.gpu_share_cpus,
             mem_mb: job.mem_mb,
             mem_per_gpu_mb: job.mem_per_gpu_mb,
             exclusive: job.exclusive,
@@ -355,7 +357,7 @@ impl<'a> Placer<'a> {
         let cpus = if job.exclusive {
             node.capacity.cpus.len()
         } else {
-            job.cpus_per_node as usize
+            cpus_on(job, node) as usize
         };
         node.free_cpus_under(usage) >= cpus
             && mem_for(job, node, job.gpus_per_node)
@@ -391,7 +393,7 @@ impl<'a> Placer<'a> {
     pub fn materialize(&self, job: &PendingJob, e: &Eval, usage: &NodeUsage) -> Option<NodePick> {
         let node = &self.snap.nodes[e.node];
         let gpus = mask_to_ids(e.choice.mask);
-        let cpus = choose_cpus(node, usage, &gpus, job.cpus_per_node, job.exclusive)?;
+        let cpus = choose_cpus(node, usage, &gpus, cpus_on(job, node), job.exclusive)?;
         let mem = mem_for(job, node, job.gpus_per_node);
         let nic = choose_nic(node, &gpus);
         let alloc = NodeAlloc {
@@ -716,6 +718,17 @@ pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
         let cpus = node.capacity.cpus.len().max(1) as u64;
         (total * u64::from(job.cpus_per_node) / cpus).max(1.min(total))
     }
+}
+
+/// The CPUs `job` takes on `node`: what its tasks need, or its GPUs' share of the node's
+/// CPUs when it asked for no CPU count and that is more.
+pub fn cpus_on(job: &PendingJob, node: &NodeView) -> u32 {
+    let gpus = node.capacity.gpu_count;
+    if !job.gpu_share_cpus || job.gpus_per_node == 0 || gpus == 0 {
+        return job.cpus_per_node;
+    }
+    let per_gpu = (node.capacity.cpus.len() as u32 / gpus).max(1);
+    job.cpus_per_node.max(per_gpu * job.gpus_per_node)
 }
 
 /// CPUs on the GPUs' NUMA nodes first (lowest ids), then the others (most free first);

@@ -318,6 +318,25 @@ fn requeued_job_avoids_the_node_it_failed_on_unless_it_is_all_there_is() {
 }
 
 #[test]
+fn a_gpu_job_without_a_cpu_count_gets_its_gpus_share_of_the_cpus() {
+    let topo = shipped("rtx4090-8gpu.json");
+    let node = NodeView::from_topology("n1", &topo, "10.0.0.1");
+    let per_gpu = node.capacity.cpus.len() / 8;
+    let mut j = job(1, 1, 2);
+    j.gpu_share_cpus = true;
+    let p = plan(&snapshot(vec![node.clone()], vec![j], vec![]), 0);
+    let a = &p.starts[0].allocation.nodes[0];
+    assert_eq!(a.cpus.len(), 2 * per_gpu);
+    // From the GPUs' NUMA node.
+    let numa = topo.gpu_numa(a.gpus[0] as usize).unwrap();
+    let local = gsched_types::cpulist::parse(&topo.numa_nodes[numa as usize].cpus).unwrap();
+    assert!(a.cpus.iter().all(|c| local.contains(c)), "{:?}", a.cpus);
+    // An explicit count wins.
+    let p = plan(&snapshot(vec![node], vec![job(2, 1, 2)], vec![]), 0);
+    assert_eq!(p.starts[0].allocation.nodes[0].cpus.len(), 1);
+}
+
+#[test]
 fn impossible_requests_say_why() {
     let topo = shipped("ws-2gpu-nvlink.json");
     let p = plan(

@@ -85,6 +85,13 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
     if spec.time_limit_s.is_some_and(|t| t > MAX_TIME_S) {
         return Err("the time limit is over ten years; use --time=UNLIMITED for none".into());
     }
+    if spec
+        .signal
+        .as_ref()
+        .is_some_and(|w| !(1..=64).contains(&w.signal) || w.before_s > 65_535)
+    {
+        return Err("--signal needs a signal 1-64 and at most 65535 seconds".into());
+    }
     text("the job name", &spec.name, limits.max_name_bytes)?;
     let field = limits.max_field_bytes;
     text("the user", &spec.user, field)?;
@@ -229,6 +236,16 @@ mod tests {
             (Box::new(|s| s.ntasks = 99), "does not fit"),
             (Box::new(|s| s.workdir = "rel".into()), "absolute"),
             (Box::new(|s| s.time_limit_s = Some(u64::MAX)), "ten years"),
+            (
+                Box::new(|s| {
+                    s.signal = Some(gsched_types::job::WarnSignal {
+                        signal: 0,
+                        before_s: 60,
+                        batch_only: false,
+                    })
+                }),
+                "--signal",
+            ),
         ];
         for (change, needle) in cases {
             let mut s = ok.clone();

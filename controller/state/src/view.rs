@@ -50,6 +50,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         gpus_per_node: spec.gpus_per_node,
         gpu_type: spec.gpu_type.clone(),
         cpus_per_node: spec.cpus_per_node(),
+        gpu_share_cpus: spec.gpu_share_cpus,
         mem_mb: spec.mem_mb,
         mem_per_gpu_mb: spec.mem_per_gpu_mb,
         time_limit_s: state.config.time_limit_for(spec),

@@ -150,6 +150,77 @@ pub fn local_addr_towards(controller: &str) -> Option<String> {
     Some(sock.local_addr().ok()?.ip().to_string())
 }
 
+/// The CPUs that go with `keep` when agents split a machine: the GPUs that share an
+/// affinity (a NUMA node's CPUs, usually) share its CPUs in equal, disjoint slices by
+/// device order, so two agents on one machine never hand out the same CPU.
+fn cpu_share(topo: &Topology, keep: &[usize]) -> Option<Vec<u32>> {
+    let all = topo.all_cpus();
+    if all.is_empty() || topo.gpus.is_empty() {
+        return None;
+    }
+    let affinity = |i: usize| -> Vec<u32> {
+        let g = &topo.gpus[i];
+        let mut cpus = g
+            .cpus
+            .as_deref()
+            .and_then(|c| gsched_types::cpulist::parse(c).ok())
+            .filter(|c| !c.is_empty())
+            .or_else(|| {
+                let numa = topo.gpu_numa(i)?;
+                let n = topo.numa_nodes.iter().find(|n| n.id == numa)?;
+                gsched_types::cpulist::parse(&n.cpus).ok()
+            })
+            .unwrap_or_else(|| all.clone());
+        cpus.retain(|c| all.contains(c));
+        cpus.sort_unstable();
+        cpus.dedup();
+        cpus
+    };
+    let sets: Vec<Vec<u32>> = (0..topo.gpus.len()).map(affinity).collect();
+    let mut mine = Vec::new();
+    for &k in keep {
+        let peers: Vec<usize> = (0..sets.len()).filter(|&i| sets[i] == sets[k]).collect();
+        let rank = peers.iter().position(|&i| i == k).unwrap_or(0);
+        let per = sets[k].len() / peers.len().max(1);
+        let end = if rank + 1 == peers.len() {
+            sets[k].len()
+        } else {
+            (rank + 1) * per
+        };
+        mine.extend_from_slice(&sets[k][rank * per..end]);
+    }
+    mine.sort_unstable();
+    mine.dedup();
+    (!mine.is_empty()).then_some(mine)
+}
+
+/// Narrows the topology's CPUs (NUMA nodes, GPU affinities) to `keep`'s share.
+fn restrict_cpus(topo: &mut Topology, keep: &[usize]) {
+    let Some(mine) = cpu_share(topo, keep) else {
+        return;
+    };
+    let narrow = |list: &str| -> String {
+        let cpus: Vec<u32> = gsched_types::cpulist::parse(list)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| mine.contains(c))
+            .collect();
+        gsched_types::cpulist::format(&cpus)
+    };
+    if topo.numa_nodes.is_empty() {
+        topo.cpus = Some(mine.len() as u32);
+    } else {
+        for n in &mut topo.numa_nodes {
+            n.cpus = narrow(&n.cpus);
+        }
+    }
+    for g in &mut topo.gpus {
+        if let Some(c) = &g.cpus {
+            g.cpus = Some(narrow(c));
+        }
+    }
+}
+
 /// Keeps only the GPUs with these device indices, renumbered 0.. in the given order's PCI
 /// order; returns each kept GPU's device index (what `CUDA_VISIBLE_DEVICES` must name).
 pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, String> {
@@ -163,6 +234,7 @@ pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, Strin
         ));
     }
     let idx: Vec<usize> = keep.iter().map(|d| *d as usize).collect();
+    restrict_cpus(topo, &idx);
     topo.gpus = idx
         .iter()
         .enumerate()
@@ -180,4 +252,39 @@ pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, Strin
         topo.gpu_nic_links = idx.iter().map(|&i| topo.gpu_nic_links[i].clone()).collect();
     }
     Ok(keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(name: &str) -> Topology {
+        let path = format!(
+            "{}/../../deploy/local/topologies/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        gsched_topology::parse_topology_file(&std::fs::read_to_string(&path).unwrap(), &path)
+            .unwrap()
+    }
+
+    #[test]
+    fn agents_splitting_a_machine_split_its_cpus_by_gpu_affinity() {
+        let full = fake("rtx4090-8gpu.json");
+        let total = full.all_cpus().len();
+        let mut a = full.clone();
+        let mut b = full.clone();
+        let mut c = full.clone();
+        keep_gpus(&mut a, &[0, 1]).unwrap();
+        keep_gpus(&mut b, &[2, 3]).unwrap();
+        keep_gpus(&mut c, &[4, 5, 6, 7]).unwrap();
+        let (ca, cb, cc) = (a.all_cpus(), b.all_cpus(), c.all_cpus());
+        assert!(ca.iter().all(|x| !cb.contains(x) && !cc.contains(x)));
+        assert!(cb.iter().all(|x| !cc.contains(x)));
+        assert_eq!(ca.len() + cb.len() + cc.len(), total);
+        // Each agent's CPUs are on its GPUs' NUMA node.
+        let numa0 = gsched_types::cpulist::parse(&full.numa_nodes[0].cpus).unwrap();
+        assert!(ca.iter().all(|x| numa0.contains(x)));
+        assert!(cc.iter().all(|x| !numa0.contains(x)));
+        assert_eq!(a.gpu_numa(0), Some(0));
+    }
 }

@@ -76,6 +76,10 @@ struct RunArgs {
     /// Extra environment for every job: NAME=VALUE (repeatable).
     #[arg(long = "job-env")]
     job_env: Vec<String>,
+    /// A directory of Slurm-named links (`gctl slurm-names DIR`) to put first on every
+    /// job's PATH, so unmodified scripts find `scontrol`, `sbatch`, `squeue`...
+    #[arg(long)]
+    slurm_names: Option<String>,
     /// A single-host development cluster: the controllers are on loopback, reached in
     /// plaintext, and know this agent by its uid (it must run as the controllers' user).
     #[arg(long, conflicts_with = "tls_dir")]
@@ -324,6 +328,8 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         job_root,
         exe: std::env::current_exe()?,
         gpu_map: gpu_map.clone(),
+        slurm_names: args.slurm_names.clone(),
+        controllers: args.controllers.join(","),
     };
     let steps = StepManager::new(settings, outbox.clone());
     if private_gpus {

@@ -46,6 +46,10 @@ pub struct Settings {
     pub exe: PathBuf,
     /// Device index of each GPU this agent manages (empty: all, same indices).
     pub gpu_map: Vec<u32>,
+    /// Put first on each job's `PATH` (`--slurm-names`: links made by `gctl slurm-names`).
+    pub slurm_names: Option<String>,
+    /// The controllers, for tools a job runs (`GSCHED_CONTROLLERS` unless it has its own).
+    pub controllers: String,
 }
 
 struct Kill {
@@ -66,6 +70,8 @@ struct Step {
     findings: Vec<LogFinding>,
     tails: HashMap<PathBuf, (u64, String)>,
     kill: Option<Kill>,
+    /// The `--signal` warning has been sent.
+    warned: bool,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
     scratch: Option<Scratch>,
@@ -81,6 +87,7 @@ impl Step {
         supervisor: Option<std::process::Child>,
         supervisor_pid: Option<i32>,
     ) -> Step {
+        let warned = supervisor.is_none() && warning_due(&launch);
         Step {
             key: StepRef {
                 job: launch.job,
@@ -99,6 +106,8 @@ impl Step {
             findings: Vec::new(),
             tails: HashMap::new(),
             kill: None,
+            // A step re-adopted after an agent restart already had its warning if it was due.
+            warned,
             supervisor,
             supervisor_pid,
         }
@@ -119,6 +128,16 @@ pub struct StepManager {
 fn signal_group(pgid: Option<i32>, sig: Signal) {
     if let Some(g) = pgid.filter(|g| *g > 1) {
         let _ = signal::killpg(Pid::from_raw(g), sig);
+    }
+}
+
+/// Whether the `--signal` warning of a step is due (its time limit is that close).
+fn warning_due(launch: &LaunchSpec) -> bool {
+    match (&launch.spec.signal, launch.time_limit_s) {
+        (Some(w), Some(limit)) if limit > 0 => {
+            now_ms() + u64::from(w.before_s) * 1000 >= launch.start_ms + limit * 1000
+        }
+        _ => false,
     }
 }
 
@@ -362,6 +381,13 @@ impl StepManager {
     /// directory and script, the cgroup (with its GPU filter) and the GPU device nodes (the
     /// decisions are `gsched_launch::plan`'s).
     fn prepare(&self, l: &LaunchSpec) -> Result<(Plan, Owner), String> {
+        let mut with_tools = l.clone();
+        gsched_launch::add_cluster_tools(
+            &mut with_tools.spec.env,
+            self.settings.slurm_names.as_deref(),
+            &self.settings.controllers,
+        );
+        let l = &with_tools;
         let spec = &l.spec;
         let root = identity::is_root();
         let owner = if root {
@@ -539,6 +565,24 @@ impl StepManager {
                     step.findings.push(finding);
                     if step.findings.len() > 64 {
                         step.findings.remove(0);
+                    }
+                }
+                if !step.warned && step.kill.is_none() && warning_due(&step.launch) {
+                    step.warned = true;
+                    if let Some(w) = &step.launch.spec.signal
+                        && let Ok(sig) = Signal::try_from(w.signal)
+                    {
+                        tracing::info!(
+                            "job {}: {sig} {} s before its time limit (--signal)",
+                            key.0,
+                            w.before_s
+                        );
+                        match step.pgid.filter(|g| *g > 1) {
+                            Some(g) if w.batch_only => {
+                                let _ = signal::kill(Pid::from_raw(g), sig);
+                            }
+                            pgid => signal_group(pgid, sig),
+                        }
                     }
                 }
                 let limit = step.launch.time_limit_s;

@@ -129,6 +129,9 @@ pub struct TaskEnv<'a> {
     pub devices_filtered: bool,
 }
 
+/// A job's `PATH` when its submission carried none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
 fn tasks_per_node(count: u32, nodes: usize) -> String {
     if nodes > 1 {
@@ -138,16 +141,35 @@ fn tasks_per_node(count: u32, nodes: usize) -> String {
     }
 }
 
+/// The cluster's tools inside a job, for scripts that call `scontrol`/`sbatch`: the
+/// directory of Slurm-named links first on `PATH`, and the controllers in
+/// `GSCHED_CONTROLLERS` unless the job brought its own.
+pub fn add_cluster_tools(
+    env: &mut BTreeMap<String, String>,
+    slurm_names: Option<&str>,
+    controllers: &str,
+) {
+    if let Some(dir) = slurm_names {
+        let path = env
+            .get("PATH")
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_PATH.to_string());
+        if !path.split(':').any(|p| p == dir) {
+            env.insert("PATH".into(), format!("{dir}:{path}"));
+        }
+    }
+    if !controllers.is_empty() && !env.contains_key("GSCHED_CONTROLLERS") {
+        env.insert("GSCHED_CONTROLLERS".into(), controllers.to_string());
+    }
+}
+
 /// The complete environment of one task.
 pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     let l = t.launch;
     let spec = &l.spec;
     let mut env: BTreeMap<String, String> = spec.env.clone();
     if !env.contains_key("PATH") {
-        env.insert(
-            "PATH".into(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        );
+        env.insert("PATH".into(), DEFAULT_PATH.into());
     }
 
     // NCCL and PyTorch tuning from the node's hardware; explicit exports win over these.
@@ -184,7 +206,7 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         format!("{}", 0x6773_6368_0000_0000u64 | l.job.0),
     );
     if !env.contains_key("OMP_NUM_THREADS") {
-        tuning.insert("OMP_NUM_THREADS", spec.cpus_per_task.max(1).to_string());
+        tuning.insert("OMP_NUM_THREADS", omp_threads(l).to_string());
     }
     for (k, v) in tuning {
         env.insert(k.to_string(), v);
@@ -314,6 +336,22 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     env
 }
 
+/// Threads per process: the task's CPUs, or, for a job whose CPUs go with its GPUs (its
+/// GPUs' share of the node, or `--cpus-per-gpu`), the node's CPUs split over the processes
+/// on the node (torchrun's workers, one per GPU).
+fn omp_threads(l: &LaunchSpec) -> u32 {
+    let spec = &l.spec;
+    if !spec.gpu_share_cpus && spec.cpus_per_gpu.is_none() {
+        return spec.cpus_per_task.max(1);
+    }
+    let procs = if spec.torchrun.is_some() && spec.gpus_per_node > 0 {
+        spec.gpus_per_node
+    } else {
+        spec.ntasks_per_node.max(1)
+    };
+    (l.node_alloc.cpus.len() as u32 / procs.max(1)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +443,37 @@ mod tests {
             start_ms: 0,
             time_limit_s: None,
         }
+    }
+
+    #[test]
+    fn jobs_find_the_cluster_tools() {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), "/home/a/bin:/usr/bin".to_string());
+        add_cluster_tools(&mut env, Some("/opt/gsched/slurm"), "c1:6817,c2:6817");
+        assert_eq!(env["PATH"], "/opt/gsched/slurm:/home/a/bin:/usr/bin");
+        assert_eq!(env["GSCHED_CONTROLLERS"], "c1:6817,c2:6817");
+        env.insert("GSCHED_CONTROLLERS".to_string(), "mine:1".to_string());
+        add_cluster_tools(&mut env, Some("/opt/gsched/slurm"), "c1:6817");
+        assert_eq!(
+            env["PATH"], "/opt/gsched/slurm:/home/a/bin:/usr/bin",
+            "added once"
+        );
+        assert_eq!(env["GSCHED_CONTROLLERS"], "mine:1");
+    }
+
+    #[test]
+    fn a_gpu_share_job_splits_its_cpus_over_its_workers_threads() {
+        let mut l = launch(vec![0, 1]);
+        l.node_alloc.cpus = (0..16).collect();
+        assert_eq!(omp_threads(&l), 1, "an explicit -c keeps its count");
+        l.spec.gpu_share_cpus = true;
+        assert_eq!(omp_threads(&l), 16, "one task has the share");
+        l.spec.torchrun = Some(gsched_types::job::TorchrunSpec {
+            program: "train.py".into(),
+            args: vec![],
+            extra_args: vec![],
+        });
+        assert_eq!(omp_threads(&l), 8, "two torchrun workers");
     }
 
     #[test]

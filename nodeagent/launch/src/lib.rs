@@ -10,5 +10,5 @@ pub mod plan;
 pub mod torchrun;
 pub mod watch;
 
-pub use env::{NetPlan, TaskEnv, net_plan, task_env};
+pub use env::{NetPlan, TaskEnv, add_cluster_tools, net_plan, task_env};
 pub use watch::{LogFinding, classify_exit, classify_line};

@@ -41,6 +41,17 @@ pub struct Dependency {
     pub job: Option<JobId>,
 }
 
+/// `--signal=[B:][R:]SIG[@SECONDS]`: `signal` goes to the job `before_s` seconds before
+/// its time limit, to the batch shell alone with `B:` (which must forward it), else to
+/// every process of the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarnSignal {
+    pub signal: i32,
+    pub before_s: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch_only: bool,
+}
+
 /// `gsub --torchrun PROGRAM ARGS`: the agent runs torchrun itself on every node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TorchrunSpec {
@@ -88,6 +99,9 @@ pub struct JobSpec {
     /// partition's maximum); `None` takes the partition's default.
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// `--signal`: a warning signal sent this long before the time limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<WarnSignal>,
     #[serde(default)]
     pub output: Option<String>,
     #[serde(default)]
@@ -130,6 +144,12 @@ pub struct JobSpec {
     /// Upper bound on automatic requeues for this job (default: the cluster's).
     #[serde(default)]
     pub max_restarts: Option<u32>,
+    /// No `-c`/`--cpus-per-task`/`--cpus-per-gpu` was given: on each node the job gets its
+    /// GPUs' share of the node's CPUs (node CPUs / node GPUs per GPU, from the GPUs' NUMA
+    /// nodes first), at least what its tasks need (a well-set `DefCpuPerGPU`; one CPU
+    /// per GPU starves NCCL's proxy and socket threads).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu_share_cpus: bool,
     /// The submitter's umask: output files and whatever the job creates get it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
@@ -176,6 +196,8 @@ impl JobSpec {
             torchrun: None,
             hold: false,
             max_restarts: None,
+            gpu_share_cpus: false,
+            signal: None,
             umask: None,
         }
     }

@@ -1,7 +1,8 @@
 //! Parsers for the values users type in `gsub` flags and `#SBATCH` lines: time limits in all
-//! of sbatch's forms, memory sizes, `--gres`, `--array` and `--dependency` expressions.
+//! of sbatch's forms, memory sizes, `--gres`, `--array`, `--dependency` and `--signal`
+//! expressions.
 
-use crate::job::{Dependency, DependencyKind};
+use crate::job::{Dependency, DependencyKind, WarnSignal};
 
 /// Parses a Slurm time limit: `minutes`, `minutes:seconds`, `hours:minutes:seconds`,
 /// `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`. Returns seconds; `0`,
@@ -301,8 +302,101 @@ pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
     Ok(deps)
 }
 
+/// Linux signal numbers by name, for `--signal` and `gcancel --signal`.
+const SIGNALS: [(&str, i32); 20] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("ABRT", 6),
+    ("KILL", 9),
+    ("USR1", 10),
+    ("SEGV", 11),
+    ("USR2", 12),
+    ("PIPE", 13),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CHLD", 17),
+    ("CONT", 18),
+    ("STOP", 19),
+    ("TSTP", 20),
+    ("TTIN", 21),
+    ("TTOU", 22),
+    ("URG", 23),
+    ("XCPU", 24),
+    ("WINCH", 28),
+];
+
+/// A signal by name (`USR1`, `SIGUSR1`, any case) or number (1-64).
+pub fn signal(text: &str) -> Result<i32, String> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return if (1..=64).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("signal {n} is not a signal number (1-64)"))
+        };
+    }
+    let upper = t.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNALS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| format!("unknown signal '{t}' (use a name such as USR1 or a number)"))
+}
+
+/// Parses sbatch's `--signal=[{R|B}:]SIG[@SECONDS]` (default 60 s before the time limit;
+/// `R:` is accepted and means nothing here, as there are no reservations).
+pub fn warn_signal(text: &str) -> Result<WarnSignal, String> {
+    let mut rest = text.trim();
+    let mut batch_only = false;
+    loop {
+        if let Some(r) = rest.strip_prefix("B:").or_else(|| rest.strip_prefix("b:")) {
+            batch_only = true;
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("R:").or_else(|| rest.strip_prefix("r:")) {
+            rest = r;
+        } else {
+            break;
+        }
+    }
+    let (sig, secs) = match rest.split_once('@') {
+        Some((s, t)) => (s, Some(t)),
+        None => (rest, None),
+    };
+    let before_s = match secs {
+        None => 60,
+        Some(t) => t
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|s| *s <= 65_535)
+            .ok_or_else(|| {
+                format!("--signal={text}: the time after @ must be seconds (0-65535)")
+            })?,
+    };
+    Ok(WarnSignal {
+        signal: signal(sig).map_err(|e| format!("--signal={text}: {e}"))?,
+        before_s,
+        batch_only,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn signal_specs_in_sbatch_forms() {
+        let w = warn_signal("B:USR1@120").unwrap();
+        assert_eq!((w.signal, w.before_s, w.batch_only), (10, 120, true));
+        let w = warn_signal("SIGTERM").unwrap();
+        assert_eq!((w.signal, w.before_s, w.batch_only), (15, 60, false));
+        let w = warn_signal("R:12@30").unwrap();
+        assert_eq!((w.signal, w.before_s, w.batch_only), (12, 30, false));
+        for bad in ["USR3", "USR1@soon", "0", "USR1@70000", ""] {
+            assert!(warn_signal(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,230 @@
+//! Slurm's command names: which gsched tool answers to which Slurm name, the links
+//! `gctl slurm-names DIR` makes, and `scontrol`'s commands translated to `gctl`'s.
+
+use std::path::{Path, PathBuf};
+
+/// Slurm's name and the gsched tool that behaves as it.
+pub const NAMES: [(&str, &str); 6] = [
+    ("sbatch", "gsub"),
+    ("squeue", "gqueue"),
+    ("sinfo", "ginfo"),
+    ("scancel", "gcancel"),
+    ("sacct", "gacct"),
+    ("scontrol", "gctl"),
+];
+
+/// The name this process was started under (the last part of argv[0]).
+pub fn invoked_as() -> String {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+/// Makes `dir/sbatch -> BIN/gsub` and the others, for the tools found in `bin`; replaces
+/// links of those names already there, never other files. Returns the links made.
+pub fn make_links(dir: &Path, bin: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut made = Vec::new();
+    for (slurm, tool) in NAMES {
+        let target = bin.join(tool);
+        if !target.exists() {
+            return Err(format!(
+                "{} is missing: install every gsched tool in one directory",
+                target.display()
+            ));
+        }
+        let link = dir.join(slurm);
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)
+                .map_err(|e| format!("cannot replace {}: {e}", link.display()))?,
+            Ok(_) => {
+                return Err(format!(
+                    "{} exists and is not a link (is Slurm installed there?); choose another directory",
+                    link.display()
+                ));
+            }
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&target, &link)
+            .map_err(|e| format!("cannot link {}: {e}", link.display()))?;
+        made.push(link);
+    }
+    Ok(made)
+}
+
+/// What an `scontrol` command line becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scontrol {
+    /// Answered here, without a controller (`show hostnames`, `show hostlist`).
+    Print(String),
+    /// The same request as this `gctl` command line.
+    Gctl(Vec<String>),
+}
+
+/// Translates scontrol's arguments (after the program name). `nodelist` and `job` are
+/// `SLURM_JOB_NODELIST` and `SLURM_JOB_ID`, the defaults inside a job.
+pub fn scontrol(
+    args: &[String],
+    nodelist: Option<&str>,
+    job: Option<&str>,
+) -> Result<Scontrol, String> {
+    let words: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| {
+            !matches!(
+                *a,
+                "-d" | "--details" | "-o" | "--oneliner" | "-Q" | "--quiet" | "-a" | "--all"
+            )
+        })
+        .collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+    let gctl = |v: Vec<&str>| Ok(Scontrol::Gctl(v.into_iter().map(String::from).collect()));
+    match lower
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["show", "hostnames", ..] | ["show", "hostname", ..] => {
+            let list = words.get(2).copied().or(nodelist).ok_or(
+                "scontrol show hostnames: give a host list, or run it in a job (SLURM_JOB_NODELIST)",
+            )?;
+            let hosts = gsched_types::hostlist::expand(list)?;
+            Ok(Scontrol::Print(
+                hosts.iter().map(|h| format!("{h}\n")).collect(),
+            ))
+        }
+        ["show", "hostlist", _, ..] | ["show", "hostlistsorted", _, ..] => {
+            let mut hosts = Vec::new();
+            for part in words[2].split(',').filter(|p| !p.is_empty()) {
+                hosts.extend(gsched_types::hostlist::expand(part)?);
+            }
+            if lower[1] == "hostlistsorted" {
+                hosts.sort();
+            }
+            Ok(Scontrol::Print(format!(
+                "{}\n",
+                gsched_types::hostlist::compress(&hosts)
+            )))
+        }
+        ["show", "job" | "jobid" | "jobs", rest @ ..] => {
+            let id = rest
+                .first()
+                .map(|_| {
+                    words[2]
+                        .trim_start_matches("JobId=")
+                        .trim_start_matches("jobid=")
+                })
+                .or(job)
+                .ok_or("scontrol show job: name a job (gqueue lists them all)")?;
+            gctl(vec!["show", "job", id])
+        }
+        ["show", "node" | "nodes", _, ..] => gctl(vec!["show", "node", words[2]]),
+        ["show", "node" | "nodes"] => {
+            Err("scontrol show node: name a node (ginfo lists them all)".into())
+        }
+        [verb @ ("hold" | "uhold" | "release" | "requeue"), _, ..] => {
+            let mut v = vec![if *verb == "uhold" { "hold" } else { *verb }];
+            v.extend(words[1..].iter().map(|w| w.trim_start_matches("JobId=")));
+            gctl(v)
+        }
+        ["update", ..] => update(&words[1..]),
+        ["ping"] => gctl(vec!["status"]),
+        _ => Err(format!(
+            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., ping (see gctl --help)",
+            words.join(" ")
+        )),
+    }
+}
+
+/// `scontrol update KEY=VALUE...`: node drain and resume.
+fn update(pairs: &[&str]) -> Result<Scontrol, String> {
+    let mut node = None;
+    let mut state = None;
+    let mut reason = None;
+    for p in pairs {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("scontrol update: '{p}' is not KEY=VALUE"))?;
+        match k.to_ascii_lowercase().as_str() {
+            "nodename" | "node" => node = Some(v),
+            "state" => state = Some(v.to_ascii_uppercase()),
+            "reason" => reason = Some(v),
+            "jobid" | "job" => {
+                return Err(
+                    "scontrol update JobId=...: changing a job is not supported yet; gcancel and resubmit, or hold/release it".into(),
+                );
+            }
+            _ => return Err(format!("scontrol update: {k} is not supported")),
+        }
+    }
+    let node = node.ok_or("scontrol update: give NodeName=")?;
+    let v = match state.as_deref() {
+        Some("DRAIN" | "DOWN") => vec![
+            "node".into(),
+            "drain".into(),
+            node.to_string(),
+            "--reason".into(),
+            reason
+                .ok_or("scontrol update State=DRAIN needs Reason=")?
+                .to_string(),
+        ],
+        Some("RESUME" | "IDLE" | "UNDRAIN") => {
+            vec!["node".into(), "resume".into(), node.to_string()]
+        }
+        _ => return Err("scontrol update NodeName=..: State=DRAIN or State=RESUME".into()),
+    };
+    Ok(Scontrol::Gctl(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(line: &str) -> Result<Scontrol, String> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        scontrol(&args, Some("gpu[01-02],cpu7"), Some("42"))
+    }
+
+    #[test]
+    fn scontrol_lines_from_real_scripts() {
+        assert_eq!(
+            run("show hostnames").unwrap(),
+            Scontrol::Print("gpu01\ngpu02\ncpu7\n".into())
+        );
+        assert_eq!(
+            run("show hostnames n[1-3]").unwrap(),
+            Scontrol::Print("n1\nn2\nn3\n".into())
+        );
+        assert_eq!(
+            run("show hostlist n1,n2,n3").unwrap(),
+            Scontrol::Print("n[1-3]\n".into())
+        );
+        let g = |v: &[&str]| Scontrol::Gctl(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(run("show job").unwrap(), g(&["show", "job", "42"]));
+        assert_eq!(run("-d show job 7").unwrap(), g(&["show", "job", "7"]));
+        assert_eq!(run("requeue 42").unwrap(), g(&["requeue", "42"]));
+        assert_eq!(run("hold 1,2").unwrap(), g(&["hold", "1,2"]));
+        assert_eq!(run("release JobId=3").unwrap(), g(&["release", "3"]));
+        assert_eq!(
+            run("update NodeName=n1 State=DRAIN Reason=fan").unwrap(),
+            g(&["node", "drain", "n1", "--reason", "fan"])
+        );
+        assert_eq!(
+            run("update nodename=n1 state=resume").unwrap(),
+            g(&["node", "resume", "n1"])
+        );
+        for bad in [
+            "update JobId=3 TimeLimit=10",
+            "show partition",
+            "reconfigure",
+            "update NodeName=n1 State=DRAIN",
+        ] {
+            assert!(run(bad).is_err(), "{bad}");
+        }
+        assert!(scontrol(&["show".into(), "hostnames".into()], None, None).is_err());
+    }
+}

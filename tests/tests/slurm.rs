@@ -1,0 +1,191 @@
+//! Slurm users' scripts and habits through Slurm's command names: `gctl slurm-names`
+//! links, `sbatch`/`squeue`/`scontrol` under those names (inside jobs too, through
+//! `gagentd --slurm-names`), `scontrol show hostnames`, `--signal` before the time limit
+//! with a script that checkpoints and requeues itself, `sbatch --wait`.
+
+use gsched_tests::{Cluster, bin, wait_for};
+use std::process::Command;
+use std::time::Duration;
+
+/// A cluster of two fake 8-GPU nodes whose jobs find the Slurm names on their PATH.
+fn slurm_cluster() -> (Cluster, String) {
+    let mut c = Cluster::controllers(1, &[]);
+    let links = c.path("slurm-bin").to_string_lossy().into_owned();
+    let out = Command::new(bin("gctl"))
+        .args(["slurm-names", &links])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = String::from_utf8_lossy(&out.stdout).into_owned();
+    for name in ["sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol"] {
+        assert!(made.contains(&format!("/{name}\n")), "{made}");
+    }
+    // Again: the links are replaced, not refused.
+    assert!(
+        Command::new(bin("gctl"))
+            .args(["slurm-names", &links])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for n in ["n1", "n2"] {
+        c.add_agent(n, "rtx4090-8gpu.json", &["--slurm-names", &links]);
+    }
+    (c, links)
+}
+
+/// Runs `name` (a Slurm name) from the links directory against the cluster.
+fn slurm(c: &Cluster, links: &str, name: &str, args: &[&str]) -> std::process::Output {
+    Command::new(format!("{links}/{name}"))
+        .args(args)
+        .current_dir(c.path(""))
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .env("GSCHED_RETRY_S", "20")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn t10_a_slurm_script_runs_through_slurm_names() {
+    let (c, links) = slurm_cluster();
+    let script = c.script(
+        "slurmish.sh",
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:2\n\
+         nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n\
+         state=$(scontrol show job $SLURM_JOB_ID | grep -o 'JobState=[A-Z]*')\n\
+         q=$(squeue -h -j $SLURM_JOB_ID -o '%i:%T')\n\
+         echo \"head=${nodes[0]} count=${#nodes[@]} $state $q\" > seen-$SLURMD_NODENAME.txt\n",
+    );
+    let out = stdout(&slurm(&c, &links, "sbatch", &[&script]));
+    let id: u64 = out
+        .trim()
+        .strip_prefix("Submitted batch job ")
+        .unwrap_or_else(|| panic!("sbatch printed {out:?}"))
+        .parse()
+        .unwrap();
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    for n in ["n1", "n2"] {
+        let seen = std::fs::read_to_string(c.path(&format!("seen-{n}.txt"))).unwrap();
+        assert_eq!(
+            seen,
+            format!("head=n1 count=2 JobState=RUNNING {id}:RUNNING\n"),
+            "{n}"
+        );
+    }
+    // squeue and sacct under their names; scontrol answers locally and refuses clearly.
+    let acct = stdout(&slurm(
+        &c,
+        &links,
+        "sacct",
+        &["-j", &id.to_string(), "--json"],
+    ));
+    assert!(acct.contains("\"COMPLETED\""), "{acct}");
+    let q = stdout(&slurm(&c, &links, "squeue", &[]));
+    assert!(q.contains("JOBID"), "{q}");
+    assert_eq!(
+        stdout(&slurm(
+            &c,
+            &links,
+            "scontrol",
+            &["show", "hostnames", "gpu[01-03]"]
+        )),
+        "gpu01\ngpu02\ngpu03\n"
+    );
+    let bad = slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", "JobId=1", "TimeLimit=5"],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not supported yet"));
+    // Draining through scontrol update.
+    stdout(&slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", "NodeName=n2", "State=DRAIN", "Reason=fan"],
+    ));
+    assert_eq!(c.node("n2").unwrap()["drain_reason"], "fan");
+    stdout(&slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", "NodeName=n2", "State=RESUME"],
+    ));
+    assert!(c.node("n2").unwrap()["drain_reason"].is_null());
+}
+
+#[test]
+fn t20_signal_before_the_time_limit_lets_a_script_checkpoint_and_requeue_itself() {
+    let (c, links) = slurm_cluster();
+    // The common checkpoint pattern: trap the warning, save, `scontrol requeue` yourself;
+    // the next attempt resumes from the checkpoint.
+    let script = c.script(
+        "ckpt.sh",
+        "#!/bin/bash\n#SBATCH --time=0:40\n#SBATCH --signal=B:USR1@35\n#SBATCH --gres=gpu:1\n\
+         if [ -f ckpt ]; then echo \"resumed $(cat ckpt) restart=$SLURM_RESTART_COUNT\" > done.txt; exit 0; fi\n\
+         trap 'echo step41 > ckpt; scontrol requeue $SLURM_JOB_ID; exit 0' USR1\n\
+         date +%s > started\n\
+         sleep 100 &\nwait\n",
+    );
+    let out = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]));
+    let id: u64 = out.trim().parse().unwrap();
+    let job = c.wait_state(
+        id,
+        &["COMPLETED", "FAILED", "TIMEOUT"],
+        Duration::from_secs(90),
+    );
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let done = std::fs::read_to_string(c.path("done.txt")).unwrap();
+    assert_eq!(done, "resumed step41 restart=1\n");
+    // The warning came about 5 s into the 40 s limit, not at the limit.
+    let ckpt = std::fs::metadata(c.path("ckpt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let started: u64 = std::fs::read_to_string(c.path("started"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let at = ckpt
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .saturating_sub(started);
+    assert!((3..=15).contains(&at), "warned {at} s after the start");
+    // A malformed --signal is refused before anything is submitted.
+    let bad = c.cli("gsub", &["--signal=USR9@5", "--wrap", "true"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown signal"));
+}
+
+#[test]
+fn t30_sbatch_wait_exits_with_the_jobs_exit_code() {
+    let (c, links) = slurm_cluster();
+    let out = slurm(&c, &links, "sbatch", &["--wait", "--wrap", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = slurm(&c, &links, "sbatch", &["-W", "--wrap", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Still answering after the waits: both ended, none left in the queue.
+    wait_for("an empty queue", Duration::from_secs(10), || {
+        let q = c.json("gqueue", &[]);
+        q["jobs"].as_array().unwrap().is_empty().then_some(())
+    });
+}
