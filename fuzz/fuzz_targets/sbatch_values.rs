@@ -1,5 +1,5 @@
 //! Values users type into gsub options and #SBATCH lines: times, sizes, GPU requests,
-//! arrays, dependencies, host lists, CPU lists and masks.
+//! arrays, dependencies, --signal specs, host lists, CPU lists and masks.
 #![no_main]
 use gsched_types::{cpulist, hostlist, parse};
 use libfuzzer_sys::fuzz_target;
@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = parse::count(&text, "--nodes");
     let _ = parse::array(&text);
     let _ = parse::dependency(&text);
+    let _ = parse::warn_signal(&text);
     if let Ok(hosts) = hostlist::expand(&text) {
         let _ = hostlist::compress(&hosts);
     }

@@ -9,7 +9,9 @@
 //!   - `gqueue` served by a follower with `--stale-ok`;
 //!   - `gcancel -u USER` of the whole queue, then `gacct` over the cancelled jobs.
 //!
-//! Then one 10,000-task array (`--array=0-9999`): memory, disk, `gqueue` time.
+//! Then one 10,000-task array (`--array=0-9999`): memory, disk, `gqueue` time; then a
+//! soak (GSCHED_BENCH_SOAK_S, default 600; 0 skips it): submissions, listings and cancels
+//! through one follower, with every replica's RSS every 30 s (a follower must not grow).
 //!
 //! With `../shared/peers/slurm` set up (`bash ../shared/peers/slurm/setup.sh`; the bench
 //! finds it through /tmp/slurmpeer/etc/slurm.conf), the same figures for real Slurm in the
@@ -274,7 +276,74 @@ fn gsched(
     fig("array_10000_gqueue_client_rss".into(), m, "MiB");
     let (t, _) = timed(c.command("gcancel", &["-u", &me], c.dir.path()));
     fig("array_10000_gcancel_ms".into(), t * 1000.0, "ms");
+    let soak_s: u64 = std::env::var("GSCHED_BENCH_SOAK_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    if soak_s > 0 {
+        for (name, v, unit) in soak(c, soak_s, &me) {
+            fig(name, v, unit);
+        }
+    }
     figures
+}
+
+/// Drives submissions, listings (with the read barrier) and cancels through one follower
+/// for `secs`, printing every replica's RSS every 30 s: a follower must not grow.
+fn soak(c: &Cluster, secs: u64, me: &str) -> Vec<(String, f64, &'static str)> {
+    let follower = follower_addr(c);
+    let leader = c.leader(Duration::from_secs(10));
+    let fi = c
+        .controllers
+        .iter()
+        .position(|(_, a)| *a == follower)
+        .unwrap();
+    let li = c
+        .controllers
+        .iter()
+        .position(|(id, _)| *id == leader)
+        .unwrap();
+    let via = |tool: &str, args: &[&str]| {
+        let mut cmd = c.command(tool, args, c.dir.path());
+        cmd.env("GSCHED_CONTROLLERS", &follower)
+            .stdout(std::process::Stdio::null());
+        let _ = cmd.status();
+    };
+    let script = c.script("soak.sh", "#!/bin/sh\ntrue\n");
+    let start = Instant::now();
+    let mut next = Duration::ZERO;
+    let (mut rounds, mut first, mut last) = (0u64, None, (0u64, 0u64));
+    while start.elapsed() < Duration::from_secs(secs) {
+        for _ in 0..5 {
+            via("gsub", &["--hold", "--gpus-per-node", "1", &script]);
+        }
+        via("gqueue", &[]);
+        via("gqueue", &["--json"]);
+        via("gacct", &[]);
+        via("gcancel", &["-u", me]);
+        rounds += 1;
+        if start.elapsed() >= next {
+            let (f, l) = (
+                c.controller_rss_mib(fi).unwrap_or(0),
+                c.controller_rss_mib(li).unwrap_or(0),
+            );
+            println!(
+                "# soak {:>4} s: follower {f} MiB, leader {l} MiB, {rounds} rounds",
+                start.elapsed().as_secs()
+            );
+            first.get_or_insert((f, l));
+            last = (f, l);
+            next += Duration::from_secs(30);
+        }
+    }
+    let (f0, l0) = first.unwrap_or_default();
+    vec![
+        ("soak_rounds".into(), rounds as f64, "rounds"),
+        ("soak_follower_rss_start".into(), f0 as f64, "MiB"),
+        ("soak_follower_rss_end".into(), last.0 as f64, "MiB"),
+        ("soak_leader_rss_start".into(), l0 as f64, "MiB"),
+        ("soak_leader_rss_end".into(), last.1 as f64, "MiB"),
+    ]
 }
 
 fn slurm_cmd(prog: &str, args: &[&str]) -> Command {

@@ -2,7 +2,9 @@
 //! log) drains the node and fails the job on that GPU with GpuLost, which requeues on
 //! another node; a GPU vanishing from the (fake) topology drains the node; an
 //! application-level Xid does not; `gctl node resume` clears a drain; the training
-//! interface going down drains while a mismatched MTU only warns. Also checks
+//! interface going down drains while a mismatched MTU only warns; the open driver's
+//! three-line "fallen off the bus" (no Xid) fails only the job on that GPU, and a flood of
+//! corrected PCIe AER errors warns without draining. Also checks
 //! `gagentd discover --json` on every topology fixture and its round trip as a fake
 //! topology.
 
@@ -248,4 +250,67 @@ fn t50_the_training_interface_going_down_drains_and_an_mtu_mismatch_warns() {
             && e["message"] == "NIC eno1 is down"),
         "{health:?}"
     );
+}
+
+#[test]
+fn t60_the_open_drivers_three_line_bus_loss_and_an_aer_flood() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("train.sh", "#!/bin/bash\nexec sleep 600\n");
+    // Two jobs: GPUs 0-1 and 2-3 (GPU 2 is at 0000:21:00).
+    let first = c.submit(&["--gpus-per-node", "2", &script]);
+    c.wait_state(first, &["RUNNING"], Duration::from_secs(30));
+    let second = c.submit(&["--gpus-per-node", "2", &script]);
+    let job = c.wait_state(second, &["RUNNING"], Duration::from_secs(30));
+    let gpus = &job["allocation"]["nodes"][0]["gpus"];
+    let (lost, spared) = if gpus.as_array().unwrap().contains(&serde_json::json!(2)) {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    // A flood of corrected AER errors from a PCIe port only warns.
+    for i in 0..25 {
+        append(
+            &c.kmsg("n1"),
+            &format!(
+                "[68183.{i:06}] pcieport 0000:00:03.1: PCIe Bus Error: severity=Correctable, type=Data Link Layer, (Receiver ID)"
+            ),
+        );
+    }
+    let node = wait_for("the AER warning", Duration::from_secs(20), || {
+        c.node("n1").filter(|n| {
+            n["health"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|e| e["kind"] == "pcie_degraded"))
+        })
+    });
+    assert_eq!(node["state"], "mix", "a warning does not drain: {node}");
+    // The open driver's message (no Xid), line by line as the kernel writes it.
+    for line in [
+        "[ 1843.308145] NVRM: The NVIDIA GPU 0000:21:00.0",
+        "               NVRM: (PCI ID: 10de:2684) installed in this system has",
+        "               NVRM: fallen off the bus and is not responding to commands.",
+    ] {
+        append(&c.kmsg("n1"), line);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let node = wait_for("n1 to be drained", Duration::from_secs(20), || {
+        drained(&c, "n1")
+    });
+    assert!(
+        node["drain_reason"]
+            .as_str()
+            .unwrap()
+            .contains("0000:21:00 has fallen off the bus"),
+        "{node}"
+    );
+    assert_eq!(node["bad_gpus"], serde_json::json!([2]));
+    let ended = c.wait_state(lost, &["NODE_FAIL"], Duration::from_secs(30));
+    assert_eq!(ended["failure"]["kind"], "gpu_lost", "{ended}");
+    assert_eq!(
+        c.job(spared).unwrap()["state"],
+        "RUNNING",
+        "the job on GPUs 0-1 runs on"
+    );
+    c.ok("gcancel", &[&spared.to_string()]);
 }

@@ -1,5 +1,6 @@
-//! The node health monitor: Xid and "fallen off the bus" lines from the kernel log
-//! (`/dev/kmsg` or a file), GPUs that disappear from the (fake) topology, NVML's view
+//! The node health monitor: Xid, "fallen off the bus" and PCIe AER messages from the
+//! kernel log (`/dev/kmsg` or a file; fatal AER on a GPU or the port above it is a lost
+//! GPU, a flood of corrected ones a warning), GPUs that disappear from the (fake) topology, NVML's view
 //! (lost GPUs, temperatures, PCIe link, remapped rows) where a driver is present, and the
 //! NICs (training interface down, MTU other than the training network's). Each finding
 //! becomes a `HealthEvent` with a severity; critical ones drain the node.
@@ -7,7 +8,7 @@
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
 use gsched_proto::clock::now_ms;
-use gsched_topology::xid::{KernelEvent, classify, normalize_pci, parse_line};
+use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, classify, normalize_pci};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;
 use parking_lot::RwLock;
@@ -16,14 +17,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Turns a kernel event into a health event, attributing it to a GPU of `topo`.
-pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<HealthEvent> {
-    let gpu_of = |pci: &str| {
-        topo.gpus
-            .iter()
-            .find(|g| g.pci_bus_id.as_deref().map(normalize_pci).as_deref() == Some(pci))
-            .map(|g| g.index)
-    };
+/// Turns a kernel event into a health event, attributing it to a GPU of `topo`;
+/// `behind(pci)` names the GPU below a PCIe port (for AER errors reported by the port).
+pub fn kernel_event_to_health(
+    ev: &KernelEvent,
+    topo: &Topology,
+    behind: &dyn Fn(&str) -> Option<u32>,
+) -> Option<HealthEvent> {
+    let gpu_of = |pci: &str| kernel_event_gpu(topo, pci);
     match ev {
         KernelEvent::Xid(x) => {
             let code = x.effective_code();
@@ -79,8 +80,116 @@ pub fn kernel_event_to_health(ev: &KernelEvent, topo: &Topology) -> Option<Healt
             message: format!("NVSwitch {pci} SXid {code}: {message}"),
             at_ms: now_ms(),
         }),
+        KernelEvent::PcieAer {
+            pci,
+            severity,
+            detail,
+        } => {
+            let gpu = gpu_of(pci).or_else(|| behind(pci));
+            let on = gpu
+                .map(|g| format!("GPU {g}'s PCIe link ({pci})"))
+                .unwrap_or_else(|| format!("PCIe device {pci} (no GPU below it)"));
+            match (severity, gpu) {
+                (AerSeverity::Fatal, Some(_)) => Some(HealthEvent {
+                    severity: HealthSeverity::Critical,
+                    kind: HealthKind::GpuLost,
+                    gpu,
+                    xid: None,
+                    message: format!(
+                        "fatal PCIe error ({detail}) on {on}: the GPU is off the bus; check its riser, cable, slot and power"
+                    ),
+                    at_ms: now_ms(),
+                }),
+                (AerSeverity::Corrected, _) => None,
+                _ => Some(HealthEvent {
+                    severity: HealthSeverity::Warning,
+                    kind: HealthKind::PcieDegraded,
+                    gpu,
+                    xid: None,
+                    message: format!("{severity:?} PCIe error ({detail}) on {on}"),
+                    at_ms: now_ms(),
+                }),
+            }
+        }
         KernelEvent::GpuIdentity { .. } => None,
     }
+}
+
+/// The GPU of `topo` at `pci`.
+fn kernel_event_gpu(topo: &Topology, pci: &str) -> Option<u32> {
+    topo.gpus
+        .iter()
+        .find(|g| g.pci_bus_id.as_deref().map(normalize_pci).as_deref() == Some(pci))
+        .map(|g| g.index)
+}
+
+/// Corrected AER errors are normal one at a time; a flood of them on one link means a
+/// marginal riser, cable or slot. Warns once per link per quiet period when more than
+/// `FLOOD` arrive within `WINDOW`.
+#[derive(Default)]
+pub struct CorrectedErrors {
+    seen: std::collections::HashMap<String, (std::time::Instant, u32, bool)>,
+}
+
+const FLOOD: u32 = 20;
+const WINDOW: Duration = Duration::from_secs(60);
+
+impl CorrectedErrors {
+    /// Counts one corrected error on `pci` at `now`; returns the warning when this one
+    /// makes a flood.
+    pub fn count(
+        &mut self,
+        pci: &str,
+        gpu: Option<u32>,
+        now: std::time::Instant,
+    ) -> Option<HealthEvent> {
+        let entry = self.seen.entry(pci.to_string()).or_insert((now, 0, false));
+        if now.duration_since(entry.0) > WINDOW {
+            *entry = (now, 0, false);
+        }
+        entry.1 += 1;
+        if entry.1 <= FLOOD || entry.2 {
+            return None;
+        }
+        entry.2 = true;
+        let on = gpu
+            .map(|g| format!("GPU {g}'s PCIe link ({pci})"))
+            .unwrap_or_else(|| format!("PCIe device {pci}"));
+        Some(HealthEvent {
+            severity: HealthSeverity::Warning,
+            kind: HealthKind::PcieDegraded,
+            gpu,
+            xid: None,
+            message: format!(
+                "more than {FLOOD} corrected PCIe errors within {} s on {on}: a marginal riser, cable or slot (reseat it, or lower the slot to Gen3)",
+                WINDOW.as_secs()
+            ),
+            at_ms: now_ms(),
+        })
+    }
+}
+
+/// The GPU whose PCIe path (in sysfs under `root`, normally `/`) passes through the port
+/// `pci`: `/sys/bus/pci/devices/<gpu>` links to `…/0000:00:01.1/0000:01:00.0`.
+pub fn gpu_behind_port(root: &std::path::Path, topo: &Topology, pci: &str) -> Option<u32> {
+    topo.gpus.iter().find_map(|g| {
+        let id = g.pci_bus_id.as_deref()?;
+        let full = full_pci(id);
+        let link = std::fs::read_link(root.join("sys/bus/pci/devices").join(&full)).ok()?;
+        let on_path = link
+            .components()
+            .filter_map(|c| c.as_os_str().to_str())
+            .filter(|c| *c != full)
+            .any(|c| c.contains(':') && normalize_pci(c) == pci);
+        on_path.then_some(g.index)
+    })
+}
+
+/// `00000000:01:00.0` or `0000:01:00` as sysfs names it: `0000:01:00.0`.
+fn full_pci(id: &str) -> String {
+    let n = normalize_pci(id);
+    let function = id.rsplit_once('.').map(|(_, f)| f).unwrap_or("0");
+    format!("{n}.{function}")
 }
 
 /// Compares two topologies and reports GPUs that vanished (matched by UUID or PCI id when
@@ -292,16 +401,31 @@ fn follow_kernel_log(
         let _ = reader.seek(SeekFrom::End(0));
     }
     let mut line = String::new();
+    let mut log = KernelLog::new();
+    let mut corrected = CorrectedErrors::default();
+    let sysfs = std::path::Path::new("/");
     loop {
         line.clear();
         match reader.read_line(&mut line) {
             Ok(0) => std::thread::sleep(Duration::from_millis(100)),
             Ok(_) => {
-                let Some(ev) = parse_line(&line) else {
+                let Some(ev) = log.push(&line) else {
                     continue;
                 };
                 let t = topo.read().clone();
-                if let Some(h) = kernel_event_to_health(&ev, &t) {
+                let behind = |pci: &str| gpu_behind_port(sysfs, &t, pci);
+                let health = match &ev {
+                    KernelEvent::PcieAer {
+                        pci,
+                        severity: AerSeverity::Corrected,
+                        ..
+                    } => {
+                        let gpu = kernel_event_gpu(&t, pci).or_else(|| behind(pci));
+                        corrected.count(pci, gpu, std::time::Instant::now())
+                    }
+                    _ => kernel_event_to_health(&ev, &t, &behind),
+                };
+                if let Some(h) = health {
                     report(outbox, flush, vec![h]);
                 }
             }
@@ -430,5 +554,106 @@ mod nic_tests {
             1,
             "reported again when it comes back"
         );
+    }
+}
+
+#[cfg(test)]
+mod aer_tests {
+    use super::*;
+    use gsched_topology::xid::parse_log;
+
+    fn two_gpus() -> Topology {
+        let mut t = Topology::empty("t");
+        for (i, bus) in ["00000000:02:00.0", "00000000:41:00.0"].iter().enumerate() {
+            let mut g = gsched_types::Gpu::new(i as u32);
+            g.pci_bus_id = Some(bus.to_string());
+            t.gpus.push(g);
+        }
+        t
+    }
+
+    #[test]
+    fn a_fatal_error_on_the_port_above_a_gpu_loses_that_gpu() {
+        // sysfs as the kernel lays it out: the GPU's device link runs through its port.
+        let root = tempfile::tempdir().unwrap();
+        let devices = root.path().join("sys/bus/pci/devices");
+        std::fs::create_dir_all(&devices).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:00/0000:00:02.0/0000:02:00.0",
+            devices.join("0000:02:00.0"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "../../../devices/pci0000:40/0000:40:01.1/0000:41:00.0",
+            devices.join("0000:41:00.0"),
+        )
+        .unwrap();
+        let topo = two_gpus();
+        let behind = |pci: &str| gpu_behind_port(root.path(), &topo, pci);
+        assert_eq!(behind("0000:00:02"), Some(0));
+        assert_eq!(behind("0000:40:01"), Some(1));
+        assert_eq!(behind("0000:00:1d"), None);
+        // The real log (tests/fixtures/xid): a Surprise Down reported by the port.
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/xid/aer-surprise-down-then-xid79-tesla.txt"
+        ))
+        .unwrap();
+        let events = parse_log(gsched_topology::strip_fixture_header(&text));
+        let health: Vec<HealthEvent> = events
+            .iter()
+            .filter_map(|e| kernel_event_to_health(e, &topo, &behind))
+            .collect();
+        let fatal: Vec<&HealthEvent> = health
+            .iter()
+            .filter(|h| h.severity == HealthSeverity::Critical)
+            .collect();
+        assert_eq!(fatal.len(), 2, "{health:?}");
+        assert!(
+            fatal
+                .iter()
+                .all(|h| h.gpu == Some(0) && h.kind == HealthKind::GpuLost)
+        );
+        assert!(
+            fatal[0].message.contains("Transaction Layer"),
+            "{}",
+            fatal[0].message
+        );
+        // A fatal error on a device with no GPU below it only warns.
+        let other = KernelEvent::PcieAer {
+            pci: "0000:00:1d".into(),
+            severity: AerSeverity::Fatal,
+            detail: "Transaction Layer".into(),
+        };
+        let h = kernel_event_to_health(&other, &topo, &behind).unwrap();
+        assert_eq!((h.severity, h.gpu), (HealthSeverity::Warning, None));
+    }
+
+    #[test]
+    fn corrected_errors_warn_only_as_a_flood_and_once() {
+        let mut c = CorrectedErrors::default();
+        let t0 = std::time::Instant::now();
+        let ms = Duration::from_millis;
+        for i in 0..FLOOD {
+            assert!(c.count("0000:00:03", Some(1), t0 + ms(i as u64)).is_none());
+        }
+        let warn = c.count("0000:00:03", Some(1), t0 + ms(30)).unwrap();
+        assert_eq!(
+            (warn.severity, warn.kind, warn.gpu),
+            (HealthSeverity::Warning, HealthKind::PcieDegraded, Some(1))
+        );
+        assert!(warn.message.contains("riser"));
+        assert!(
+            c.count("0000:00:03", Some(1), t0 + ms(40)).is_none(),
+            "once"
+        );
+        // A few a minute apart are normal.
+        let mut c = CorrectedErrors::default();
+        for i in 0..100u64 {
+            assert!(
+                c.count("0000:00:03", None, t0 + Duration::from_secs(61 * i))
+                    .is_none()
+            );
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! InfiniBand and network tool outputs: `ibdev2netdev` (also through `column -t`, with
-//! trailing `# comments`), `ibstat`, `ibv_devinfo` and `ifconfig`. For IB rails the
+//! trailing `# comments`), `ibstat`, `ibstatus`, `ibv_devinfo` and `ifconfig`. For IB rails the
 //! netdev being "(Down)" says nothing about the RDMA port, so it is not treated as a fault;
 //! the port state from ibstat/ibv_devinfo is what counts.
 
@@ -119,6 +119,48 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
             ("State", Some(p)) => p.active = v.eq_ignore_ascii_case("Active"),
             ("Rate", Some(p)) => p.rate_gbps = v.parse().ok(),
             ("Link layer", Some(p)) => p.link_layer = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    out.extend(cur);
+    out.sort_by_key(|a| (natural(&a.hca), a.port));
+    out
+}
+
+/// `ibstatus`: "Infiniband device 'mlx5_0' port 1 status:" then `state: 4: ACTIVE`,
+/// `rate: 100 Gb/sec (4X EDR)`, `link_layer: Ethernet`.
+pub fn parse_ibstatus(text: &str) -> Vec<IbPort> {
+    let mut out = Vec::new();
+    let mut cur: Option<IbPort> = None;
+    for l in text.lines() {
+        let t = l.trim();
+        if let Some(rest) = t.strip_prefix("Infiniband device '") {
+            out.extend(cur.take());
+            let Some((hca, rest)) = rest.split_once('\'') else {
+                continue;
+            };
+            let port = rest
+                .trim()
+                .strip_prefix("port ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(1);
+            cur = Some(IbPort {
+                hca: hca.to_string(),
+                port,
+                ..IbPort::default()
+            });
+            continue;
+        }
+        let (Some(p), Some((k, v))) = (cur.as_mut(), kv(t)) else {
+            continue;
+        };
+        // "4: ACTIVE": the name after the number.
+        let named = v.split_once(':').map(|(_, n)| n.trim()).unwrap_or(v);
+        match k {
+            "state" => p.active = named.eq_ignore_ascii_case("ACTIVE"),
+            "rate" => p.rate_gbps = v.split_whitespace().next().and_then(|r| r.parse().ok()),
+            "link_layer" => p.link_layer = Some(v.to_string()),
             _ => {}
         }
     }

@@ -1,7 +1,9 @@
 //! `nvidia-smi` outputs: the default table (every driver generation's layout), `-L`
 //! (with MIG devices), `--query-gpu ... --format=csv,noheader,nounits` (`[N/A]` and
 //! `[Not Supported]` are missing values), "Unable to determine the device handle" errors,
-//! and the remapped-rows section of `-q`. Used for the fallback path, inventory checks
+//! and the remapped-rows section of `-q` (annotated values such as `Yes   <===`); the
+//! header's driver and CUDA versions under both their old names and driver 610's (`KMD
+//! Version`, `CUDA UMD Version`). Used for the fallback path, inventory checks
 //! (fewer GPUs than registered) and health.
 
 use crate::xid::normalize_pci;
@@ -63,15 +65,23 @@ pub fn parse_table(text: &str) -> SmiTable {
         ..SmiTable::default()
     };
     let lines: Vec<&str> = text.lines().collect();
-    for l in &lines {
-        if let Some(p) = l.find("Driver Version:") {
-            t.driver = l[p + 15..].split_whitespace().next().map(str::to_string);
-        }
-        if let Some(p) = l.find("CUDA Version:") {
-            t.cuda = l[p + 13..]
+    // Driver 610 renamed them: "KMD Version:" and "CUDA UMD Version:".
+    let after = |l: &str, labels: &[&str]| -> Option<String> {
+        labels.iter().find_map(|label| {
+            let p = l.find(label)? + label.len();
+            l[p..]
                 .split_whitespace()
                 .next()
-                .map(|s| s.trim_end_matches('|').to_string());
+                .map(|s| s.trim_end_matches('|').to_string())
+                .filter(|s| !s.is_empty())
+        })
+    };
+    for l in &lines {
+        if let Some(v) = after(l, &["Driver Version:", "KMD Version:"]) {
+            t.driver = Some(v);
+        }
+        if let Some(v) = after(l, &["CUDA Version:", "CUDA UMD Version:"]) {
+            t.cuda = Some(v);
         }
     }
     let mut i = 0;
@@ -236,7 +246,11 @@ pub fn remapped_rows(text: &str) -> Vec<(String, bool, bool)> {
         } else if t.starts_with("Remapped Rows") {
             in_remap = true;
         } else if in_remap && let Some((k, v)) = t.split_once(':') {
-            let yes = v.trim().eq_ignore_ascii_case("yes");
+            // Values may carry an annotation after them ("Yes   <===").
+            let yes = v
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.eq_ignore_ascii_case("yes"));
             match k.trim() {
                 "Pending" => pending = yes,
                 "Remapping Failure Occurred" => failure = yes,

@@ -1,8 +1,8 @@
 //! Parser for `nvidia-smi topo -m`, tolerant of every layout seen in the wild: tabs or
 //! spaces, ANSI codes in the header, old `mlx5_0`-style NIC columns or `NIC#` columns with a
 //! NIC legend, optional `CPU Affinity`, `NUMA Affinity` and `GPU NUMA ID` columns, `N/A`,
-//! cells glued together by a lost tab (`NIC8NIC9`, `NODEPXB`), and legends or further
-//! matrices after the first. A paste that lacks GPU rows or cells is refused with an error
+//! cells glued together by a lost tab (`NIC8NIC9`, `NODEPXB`), empty affinity cells (read
+//! by column position), and legends or further matrices after the first. A paste that lacks GPU rows or cells is refused with an error
 //! saying what is missing.
 
 use gsched_types::topology::{Gpu, LinkClass, Nic, NicKind, NumaNode, Topology};
@@ -89,6 +89,74 @@ fn split_glued_devices(t: &str) -> Vec<String> {
     out
 }
 
+/// A cell's text with the column it starts at.
+type Positioned = (usize, String);
+
+/// The columns after the link matrix, in header order.
+const AFFINITY_COLUMNS: [&str; 3] = ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"];
+
+/// The line as a terminal shows it: tabs expanded to 8-column stops. nvidia-smi pads
+/// every cell with tabs to its column, so a cell's start lines up with its header.
+fn expand_tabs(line: &str) -> String {
+    let mut out = String::with_capacity(line.len() + 32);
+    let mut col = 0;
+    for c in line.chars() {
+        if c == '\t' {
+            let next = (col / 8 + 1) * 8;
+            out.extend(std::iter::repeat_n(' ', next - col));
+            col = next;
+        } else {
+            out.push(c);
+            col += 1;
+        }
+    }
+    out
+}
+
+/// Whitespace-separated tokens with the column each starts at.
+fn tokens_at(line: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in line.char_indices() {
+        match (c.is_whitespace(), start) {
+            (false, None) => start = Some(i),
+            (true, Some(s)) => {
+                out.push((s, &line[s..i]));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, &line[s..]));
+    }
+    out
+}
+
+/// The affinity cells of a GPU row by column name. With one value per column they go in
+/// order; with fewer (an empty cell: nvidia-smi leaves CPU Affinity empty inside a
+/// restricted cpuset) each value goes to the column it starts under, so an empty CPU
+/// Affinity never shifts the NUMA node into its place.
+fn affinity_cells(
+    cols: &[(usize, &'static str)],
+    trailing: &[Positioned],
+) -> BTreeMap<&'static str, String> {
+    if trailing.len() == cols.len() {
+        return cols
+            .iter()
+            .zip(trailing)
+            .map(|((_, name), (_, v))| (*name, v.clone()))
+            .collect();
+    }
+    let mut out = BTreeMap::new();
+    for (at, v) in trailing {
+        if let Some((_, name)) = cols.iter().rev().find(|(start, _)| *start <= at + 1) {
+            out.entry(*name).or_insert_with(|| v.clone());
+        }
+    }
+    out
+}
+
 /// Parses `nvidia-smi topo -m` output into a topology (GPU facts from the matrix only: no
 /// UUIDs, bus ids or models). NIC kinds are inferred from names (`mlx5_*` = RDMA HCA).
 pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
@@ -113,7 +181,11 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
     };
     let has_cpu = tail.contains("CPU Affinity");
     let has_numa = tail.contains("NUMA Affinity");
-    let has_gpu_numa = tail.contains("GPU NUMA ID");
+    let header_wide = expand_tabs(header);
+    let affinity_cols: Vec<(usize, &'static str)> = AFFINITY_COLUMNS
+        .iter()
+        .filter_map(|name| header_wide.find(name).map(|at| (at, *name)))
+        .collect();
     let columns: Vec<String> = device_part
         .split_whitespace()
         .flat_map(split_glued_devices)
@@ -150,10 +222,11 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
         }
     }
 
-    let mut gpu_rows: BTreeMap<usize, (Vec<LinkClass>, Vec<String>)> = BTreeMap::new();
+    let mut gpu_rows: BTreeMap<usize, (Vec<LinkClass>, Vec<Positioned>)> = BTreeMap::new();
     for line in &lines[header_idx + 1..] {
-        let mut tokens = line.split_whitespace();
-        let Some(label) = tokens.next() else {
+        let wide = expand_tabs(line);
+        let mut tokens = tokens_at(&wide).into_iter();
+        let Some((_, label)) = tokens.next() else {
             if !gpu_rows.is_empty() {
                 break;
             }
@@ -169,8 +242,8 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
             continue;
         }
         let mut cells: Vec<LinkClass> = Vec::new();
-        let mut trailing: Vec<String> = Vec::new();
-        for tok in tokens {
+        let mut trailing: Vec<Positioned> = Vec::new();
+        for (at, tok) in tokens {
             if cells.len() < columns.len()
                 && let Some(parts) = split_glued_links(tok)
             {
@@ -183,7 +256,7 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
                 }
                 continue;
             }
-            trailing.push(tok.to_string());
+            trailing.push((at, tok.to_string()));
         }
         if cells.len() != columns.len() {
             return Err(TopoParseError::ShortRow {
@@ -212,18 +285,17 @@ pub fn parse_topo_matrix(text: &str) -> Result<Topology, TopoParseError> {
     let mut numa_cpus: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (i, (cells, trailing)) in &gpu_rows {
         let mut gpu = Gpu::new(*i as u32);
-        let mut rest = trailing.iter();
+        let affinity = affinity_cells(&affinity_cols, trailing);
         if has_cpu
-            && let Some(c) = rest.next()
+            && let Some(c) = affinity.get("CPU Affinity")
             && gsched_types::cpulist::parse(c).is_ok()
             && c != "N/A"
         {
             gpu.cpus = Some(c.clone());
         }
-        if has_numa && let Some(nm) = rest.next() {
+        if has_numa && let Some(nm) = affinity.get("NUMA Affinity") {
             gpu.numa_node = nm.parse().ok();
         }
-        let _ = has_gpu_numa;
         if let (Some(numa), Some(cpus)) = (gpu.numa_node, gpu.cpus.as_deref()) {
             numa_cpus
                 .entry(numa)

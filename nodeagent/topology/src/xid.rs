@@ -1,8 +1,10 @@
 //! Kernel log lines from the NVIDIA driver: GPU Xid errors (every known format: dmesg
 //! with monotonic or `-T`/`--ctime` timestamps, journal `kernel:` prefixes, raw
 //! `/dev/kmsg` records, old `Xid (0000:03:00)` and new `pid=…, name=…` forms), NVSwitch
-//! SXids (which are *not* GPU Xids), "fallen off the bus" lines, and the GPU-UUID lines
-//! that map PCI addresses to GPUs. Classification follows NVIDIA's Xid catalogue.
+//! SXids (which are *not* GPU Xids), "fallen off the bus" messages in every driver's words
+//! (the open driver's spans three lines: `KernelLog` joins continuation lines), PCIe AER
+//! errors, and the GPU-UUID lines that map PCI addresses to GPUs. Classification follows
+//! NVIDIA's Xid catalogue.
 
 use gsched_types::node::HealthSeverity;
 use serde::{Deserialize, Serialize};
@@ -22,11 +24,30 @@ pub enum KernelEvent {
     FallenOffBus {
         pci: String,
     },
+    /// A PCIe Advanced Error Reporting message (`PCIe Bus Error: severity=…, type=…`)
+    /// about the device at `pci` (a GPU, or the port above one).
+    PcieAer {
+        pci: String,
+        severity: AerSeverity,
+        /// The error type ("Physical Layer", "Transaction Layer").
+        detail: String,
+    },
     /// "NVRM: GPU at PCI:0000:a1:00: GPU-979426f2-…": maps a PCI address to a UUID.
     GpuIdentity {
         pci: String,
         uuid: String,
     },
+}
+
+/// How bad an AER error is, in the kernel's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AerSeverity {
+    /// Fixed by the link itself; a flood of them means a marginal riser, cable or slot.
+    Corrected,
+    /// "Uncorrected (Non-Fatal)": a transaction was lost; the link still works.
+    NonFatal,
+    /// "Uncorrected (Fatal)" (a Surprise Down, say): the device is gone from the bus.
+    Fatal,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,33 +235,122 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
             line: line.trim().to_string(),
         }));
     }
-    if let Some(pos) = msg.find("NVRM: GPU at ") {
-        let rest = &msg[pos + 13..];
-        let (pci, uuid) = rest.rsplit_once(": ")?;
-        if uuid.trim().starts_with("GPU-") {
-            return Some(KernelEvent::GpuIdentity {
-                pci: normalize_pci(pci),
-                uuid: uuid.trim().to_string(),
-            });
-        }
+    if let Some(pos) = msg.find("NVRM: GPU at ")
+        && let Some((pci, uuid)) = msg[pos + 13..].rsplit_once(": ")
+        && uuid.trim().starts_with("GPU-")
+    {
+        return Some(KernelEvent::GpuIdentity {
+            pci: normalize_pci(pci),
+            uuid: uuid.trim().to_string(),
+        });
     }
-    if msg.contains("GPU has fallen off the bus") {
-        let pos = msg.find("NVRM: GPU ")?;
-        let rest = &msg[pos + 10..];
-        let pci = rest.split(':').take(3).collect::<Vec<_>>().join(":");
+    // "NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus.", "NVRM: GPU at 0000:01:00.0
+    // has fallen off the bus." and the open driver's three-line "The NVIDIA GPU … installed
+    // in this system has fallen off the bus" (joined by `KernelLog`).
+    if msg.contains("fallen off the bus") && msg.contains("NVRM") {
         return Some(KernelEvent::FallenOffBus {
-            pci: normalize_pci(&pci),
+            pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
+        });
+    }
+    if let Some(pos) = msg.find("PCIe Bus Error: severity=") {
+        let rest = &msg[pos + 25..];
+        // "Corrected" on most kernels, "Correctable" on some.
+        let severity = if rest.starts_with("Correct") {
+            AerSeverity::Corrected
+        } else if rest.contains("Fatal)") && !rest.contains("Non-Fatal") {
+            AerSeverity::Fatal
+        } else {
+            AerSeverity::NonFatal
+        };
+        let detail = field(rest, "type=").unwrap_or("").to_string();
+        return Some(KernelEvent::PcieAer {
+            pci: normalize_pci(first_pci(&msg[..pos])?),
+            severity,
+            detail,
         });
     }
     None
+}
+
+/// The first PCI address in a message (`0000:b3:00.0`, `00000000:B3:00.0`, `PCI:0000:b3:00`).
+fn first_pci(msg: &str) -> Option<&str> {
+    msg.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ',' | '[' | ']'))
+        .map(|t| t.trim_start_matches("PCI:").trim_end_matches([':', '.']))
+        .find(|t| {
+            let parts: Vec<&str> = t.split(':').collect();
+            parts.len() == 3
+                && (4..=8).contains(&parts[0].len())
+                && parts[1].len() == 2
+                && parts[2].len() >= 2
+                && parts[..2]
+                    .iter()
+                    .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+                && parts[2].chars().all(|c| c.is_ascii_hexdigit() || c == '.')
+        })
+}
+
+/// Joins a kernel message printed over several lines (dmesg indents the continuation
+/// lines; `/dev/kmsg` escapes the newlines as `\x0a`) and parses each record once, as
+/// soon as enough of it has arrived to say what it is.
+#[derive(Debug, Default)]
+pub struct KernelLog {
+    record: String,
+    parsed: bool,
+}
+
+/// A record is cut here: continuation lines of one message are short.
+const MAX_RECORD: usize = 4096;
+
+impl KernelLog {
+    pub fn new() -> KernelLog {
+        KernelLog::default()
+    }
+
+    /// Feeds one line; returns the event its record makes, the first time it makes one.
+    pub fn push(&mut self, line: &str) -> Option<KernelEvent> {
+        let line = line.trim_end().replace("\\x0a", " ");
+        // A line that is an event by itself starts a record, however it is indented (the
+        // open driver's last "fallen off the bus" line names no GPU: it is not one).
+        let alone = parse_line(&line)
+            .filter(|e| !matches!(e, KernelEvent::FallenOffBus { pci } if pci.is_empty()));
+        if alone.is_none() && is_continuation(&line) && !self.record.is_empty() {
+            if self.record.len() + line.len() < MAX_RECORD {
+                self.record.push(' ');
+                self.record.push_str(line.trim());
+            }
+        } else {
+            self.record = line;
+            self.parsed = alone.is_some();
+            return alone;
+        }
+        if self.parsed {
+            return None;
+        }
+        let ev = parse_line(&self.record)?;
+        self.parsed = true;
+        Some(ev)
+    }
+}
+
+/// Whether a line continues the message before it: indented with no timestamp of its
+/// own, or (journal and syslog copies, where every line has a prefix) one of the open
+/// driver's continuation lines.
+fn is_continuation(line: &str) -> bool {
+    let (stamp, msg) = split_prefix(line);
+    (stamp.is_none() && line.starts_with([' ', '\t']) && !msg.is_empty())
+        || msg.starts_with("NVRM: (PCI ID")
+        || msg.starts_with("NVRM: fallen off the bus")
+        || line.contains("kernel: NVRM: (PCI ID")
+        || line.contains("kernel: NVRM: fallen off the bus")
 }
 
 /// Parses a whole log and merges the multi-line reports of one fault (same GPU, same Xid,
 /// same timestamp) into one event.
 pub fn parse_log(text: &str) -> Vec<KernelEvent> {
     let mut out: Vec<KernelEvent> = Vec::new();
+    let mut log = KernelLog::new();
     for line in text.lines() {
-        let Some(ev) = parse_line(line) else { continue };
+        let Some(ev) = log.push(line) else { continue };
         let duplicate = match (&ev, out.last()) {
             (KernelEvent::Xid(a), Some(KernelEvent::Xid(b))) => {
                 a.pci == b.pci

@@ -1,7 +1,7 @@
 //! The nvidia-smi, Xid and InfiniBand fixtures parse to what `tests/fixtures/INDEX.md`
 //! says a correct reader must get.
 
-use gsched_topology::xid::{KernelEvent, XidAction, classify, parse_log};
+use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, XidAction, classify, parse_log};
 use gsched_topology::{ib, smi, strip_fixture_header};
 use gsched_types::node::HealthSeverity;
 
@@ -12,6 +12,10 @@ fn fixture(path: &str) -> String {
     ))
     .unwrap();
     strip_fixture_header(&text).to_string()
+}
+
+fn xids_and_more(path: &str) -> Vec<KernelEvent> {
+    parse_log(&fixture(path))
 }
 
 fn xids(path: &str) -> Vec<gsched_topology::xid::XidEvent> {
@@ -53,6 +57,19 @@ fn smi_tables() {
         && g.ecc_uncorrected == Some(0)
         && g.mig == Some(false)));
     assert_eq!(t.gpus[0].name, "NVIDIA H100 80GB HBM3");
+
+    let r610 = smi::parse_table(&fixture("smi/b200-2gpu-driver610-kmd-umd-header.txt"));
+    assert_eq!(
+        (r610.driver.as_deref(), r610.cuda.as_deref()),
+        (Some("610.43.02"), Some("13.3")),
+        "driver 610's KMD/CUDA UMD names"
+    );
+    assert_eq!(r610.gpus.len(), 2);
+    assert_eq!(
+        (r610.gpus[0].name.as_str(), r610.gpus[0].bus_id.as_str()),
+        ("NVIDIA B200", "0000:63:00")
+    );
+    assert_eq!(r610.gpus[0].memory_total_mib, Some(183_359));
 
     let old = smi::parse_table(&fixture(
         "smi/gtx-titan-4gpu-node-lost-one-gpu-2014-driver325.txt",
@@ -181,6 +198,13 @@ fn xid_formats_and_classes() {
         "xid/xid63-row-remapper-a100-plus-nvidia-smi-q-remap-pending.txt",
     ));
     assert_eq!(remap, vec![("0000:10:1c".to_string(), true, false)]);
+    // The same section as people paste it with a marker after a value (hand-made from
+    // the fixture's layout): still pending.
+    let annotated = "GPU 00000000:10:1C.0\n    Remapped Rows\n        Correctable Error                 : 0\n        Uncorrectable Error               : 4\n        Pending                           : Yes   <===\n        Remapping Failure Occurred        : No\n";
+    assert_eq!(
+        smi::remapped_rows(annotated),
+        vec![("0000:10:1c".to_string(), true, false)]
+    );
 
     let all = parse_log(&fixture("xid/xid79-dmesg-T-crash-dump-multiline-akash.txt"));
     let x79: Vec<_> = all
@@ -240,6 +264,16 @@ fn xid_formats_and_classes() {
 
 #[test]
 fn infiniband_tools() {
+    let st = ib::parse_ibstatus(&fixture("ib/ibstatus-2port-roce-edr-one-down.txt"));
+    assert_eq!(
+        st.iter()
+            .map(|p| (p.hca.as_str(), p.port, p.active, p.rate_gbps, p.is_roce()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("mlx5_0", 1, false, Some(100), true),
+            ("mlx5_1", 1, true, Some(100), true)
+        ]
+    );
     let m = ib::parse_ibdev2netdev(&fixture(
         "ib/ibdev2netdev-column-t-h100-cx7-ib-cx6-eth-annotated.txt",
     ));
@@ -316,5 +350,71 @@ fn infiniband_tools() {
     assert_eq!(
         (ibp.link.as_deref(), ibp.mtu, ibp.running),
         (Some("infiniband"), Some(4092), false)
+    );
+}
+
+fn aer(ev: &KernelEvent) -> Option<(&str, AerSeverity)> {
+    match ev {
+        KernelEvent::PcieAer { pci, severity, .. } => Some((pci.as_str(), *severity)),
+        _ => None,
+    }
+}
+
+#[test]
+fn gpus_falling_off_the_bus_in_every_drivers_words() {
+    // The open driver's three-line message, with no Xid.
+    let ev = xids_and_more("xid/fallen-off-bus-open-driver-multiline-no-xid.txt");
+    assert_eq!(
+        ev,
+        vec![KernelEvent::FallenOffBus {
+            pci: "0000:b3:00".into()
+        }]
+    );
+    // The same message as /dev/kmsg gives it (newlines escaped) is one record too.
+    let mut log = KernelLog::new();
+    let kmsg = "3,1843,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in this system has\\x0aNVRM: fallen off the bus and is not responding to commands.";
+    assert_eq!(
+        log.push(kmsg),
+        Some(KernelEvent::FallenOffBus {
+            pci: "0000:b3:00".into()
+        })
+    );
+    // 2014's "GPU at ... has fallen off the bus", twice.
+    let ev = xids_and_more("xid/fallen-off-bus-gpu-at-form-2014.txt");
+    assert_eq!(ev.len(), 2);
+    assert!(ev.iter().all(|e| *e
+        == KernelEvent::FallenOffBus {
+            pci: "0000:01:00".into()
+        }));
+}
+
+#[test]
+fn pcie_aer_errors_with_their_severity_and_reporter() {
+    let ev = xids_and_more("xid/aer-surprise-down-then-xid79-tesla.txt");
+    let errors: Vec<_> = ev.iter().filter_map(aer).collect();
+    assert_eq!(
+        errors,
+        vec![
+            ("0000:00:02", AerSeverity::Corrected),
+            ("0000:00:02", AerSeverity::Fatal)
+        ],
+        "the port reports both; the GPU is 0000:02:00"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, KernelEvent::Xid(x) if x.code == 79))
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, KernelEvent::GpuIdentity { pci, .. } if pci == "0000:02:00"))
+    );
+    let flood = xids_and_more("xid/aer-correctable-flood-journal-amd-port.txt");
+    let errors: Vec<_> = flood.iter().filter_map(aer).collect();
+    assert_eq!(errors.len(), 3);
+    assert!(
+        errors
+            .iter()
+            .all(|e| *e == ("0000:00:03", AerSeverity::Corrected)),
+        "'Correctable' is this kernel's word for Corrected"
     );
 }

@@ -212,3 +212,21 @@ fn h200_discovery_from_the_device_matches_its_topo_matrix() {
     let m = parse_topo_matrix(strip_fixture_header(&text)).unwrap();
     assert_eq!(m.gpu_links, t.gpu_links);
 }
+
+#[test]
+fn empty_cpu_affinity_cells_do_not_shift_the_numa_node() {
+    let t = load("rtx4090-8gpu-empty-cpu-affinity-DERIVED.txt").unwrap();
+    assert_eq!(t.gpus.len(), 8);
+    for (i, g) in t.gpus.iter().enumerate() {
+        assert_eq!(
+            g.cpus, None,
+            "GPU{i}: the CPU affinity is unknown, not \"0\""
+        );
+        assert_eq!(g.numa_node, Some(if i < 4 { 0 } else { 1 }), "GPU{i}");
+    }
+    assert_eq!(t.nics.len(), 2);
+    // The same rows with the cells filled are read as before.
+    let full = load("rtx4090-8gpu-pcie-2nic-tabs.txt").unwrap();
+    assert_eq!(full.gpus[5].cpus.as_deref(), Some("56-111,168-223"));
+    assert_eq!(full.gpus[5].numa_node, Some(1));
+}
