@@ -137,7 +137,34 @@ pub fn act_on_jobs(
             async move { c.act_on_jobs(req).await }
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    let summary: gsched_types::api::ActionSummary = decode_doc(&reply.json, tool);
+    report_summary(decode_doc(&reply.json, tool), tool)
+}
+
+/// `gcancel --signal`: one request for every running job the selection names; errors are
+/// printed as `tool: error: ...`. Returns the summary and whether anything was refused.
+pub fn signal_jobs(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    request: gsched_types::api::SignalRequest,
+    tool: &str,
+) -> (gsched_types::api::ActionSummary, bool) {
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id: client::request_id(),
+        json: serde_json::to_vec(&request).expect("a signal request serialises"),
+    };
+    let reply = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.signal_jobs(req).await }
+        }))
+        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
+    report_summary(decode_doc(&reply.json, tool), tool)
+}
+
+fn report_summary(
+    summary: gsched_types::api::ActionSummary,
+    tool: &str,
+) -> (gsched_types::api::ActionSummary, bool) {
     for e in &summary.errors {
         eprintln!("{tool}: error: {e}");
     }

@@ -74,6 +74,8 @@ const METHODS: &[&str] = &[
     "/gsched.v1.Jobs/Status",
     "/gsched.v1.Jobs/Membership",
     "/gsched.v1.Jobs/Check",
+    "/gsched.v1.Jobs/ActOnJobs",
+    "/gsched.v1.Jobs/SignalJobs",
     "/gsched.v1.Peer/Send",
     "/gsched.v1.Peer/Hello",
     "/gsched.v1.Jobs/NoSuchMethod",
@@ -416,6 +418,42 @@ impl Fuzzer {
                     .await
                     .map(|_| ());
                 self.tally.lock().add("Peer.SendSnapshot", &r);
+                return;
+            }
+            13 => {
+                // Bulk actions and signals: selections of real and made-up jobs, users,
+                // states and nodes, sometimes mangled.
+                let mut select = json!({
+                    "jobs": (0..rng.gen_range(0..4)).map(|_| json!({"id": job_id(rng)})).collect::<Vec<_>>(),
+                    "users": if rng.gen_bool(0.3) { vec![junk_string(rng)] } else { vec![] },
+                    "states": if rng.gen_bool(0.3) { vec!["RUNNING"] } else { vec![] },
+                    "nodes": if rng.gen_bool(0.2) { vec!["n1".to_string()] } else { vec![] },
+                });
+                if rng.gen_bool(0.3) {
+                    mutate(&mut select, rng);
+                }
+                let signal = rng.gen_bool(0.5);
+                let number = [10, 15, 0, 99, -1][rng.gen_range(0..5)];
+                let action =
+                    ["cancel", "hold", "release", "requeue", "explode"][rng.gen_range(0..5)];
+                let batch_only = rng.gen_bool(0.5);
+                let body = if signal {
+                    json!({"select": select, "signal": number, "batch_only": batch_only})
+                } else {
+                    json!({"action": action, "select": select})
+                };
+                let req = ActOnJobsRequest {
+                    request_id: rid,
+                    json: serde_json::to_vec(&body).unwrap(),
+                };
+                let r = if signal {
+                    jobs.signal_jobs(req).await
+                } else {
+                    jobs.act_on_jobs(req).await
+                };
+                self.tally
+                    .lock()
+                    .add(if signal { "SignalJobs" } else { "ActOnJobs" }, &r);
                 return;
             }
             12 => "Agent.Session",

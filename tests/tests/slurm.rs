@@ -189,3 +189,53 @@ fn t30_sbatch_wait_exits_with_the_jobs_exit_code() {
         q["jobs"].as_array().unwrap().is_empty().then_some(())
     });
 }
+
+#[test]
+fn t40_scancel_signal_reaches_the_job_without_cancelling_it() {
+    let (c, links) = slurm_cluster();
+    let script = c.script(
+        "trap.sh",
+        "#!/bin/bash\n#SBATCH --gres=gpu:1\n\
+         trap 'echo got-usr1 >> signals.txt' USR1\n\
+         trap 'echo got-term >> signals.txt; exit 0' TERM\n\
+         while true; do sleep 0.2; done\n",
+    );
+    let id = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]))
+        .trim()
+        .to_string();
+    let job_id: u64 = id.parse().unwrap();
+    c.wait_state(job_id, &["RUNNING"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    // scancel -s is silent on success, as scancel is.
+    let out = stdout(&slurm(
+        &c,
+        &links,
+        "scancel",
+        &["--signal=USR1", "--batch", &id],
+    ));
+    assert!(out.is_empty(), "{out}");
+    let seen = wait_for("the trap to run", Duration::from_secs(10), || {
+        std::fs::read_to_string(c.path("signals.txt"))
+            .ok()
+            .filter(|s| s.contains("got-usr1"))
+    });
+    assert_eq!(seen, "got-usr1\n");
+    assert_eq!(
+        c.job(job_id).unwrap()["state"],
+        "RUNNING",
+        "a signal is not a cancel"
+    );
+    // A signal that does not exist, and a job that is not running, are refused.
+    let bad = slurm(&c, &links, "scancel", &["-s", "USR9", &id]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown signal"));
+    let held = c.submit(&["--hold", "--wrap", "true"]);
+    let bad = slurm(&c, &links, "scancel", &["-s", "USR1", &held.to_string()]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no running job"));
+    // Then a real cancel: the script's TERM trap runs and the job ends CANCELLED.
+    stdout(&slurm(&c, &links, "scancel", &[&id]));
+    c.wait_state(job_id, &["CANCELLED"], Duration::from_secs(30));
+    let seen = std::fs::read_to_string(c.path("signals.txt")).unwrap();
+    assert_eq!(seen, "got-usr1\ngot-term\n");
+}

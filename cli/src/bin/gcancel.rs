@@ -1,10 +1,11 @@
-//! `gcancel`: cancel jobs (SIGTERM, grace period, SIGKILL on every node), scancel-style.
+//! `gcancel`: cancel jobs (SIGTERM, grace period, SIGKILL on every node), or with
+//! `--signal` send them a signal, scancel-style.
 //! Whatever it names (ids, a user's jobs, states, a partition, a name, nodes) is one
 //! request and one replicated command.
 
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, die};
-use gsched_types::api::{JobAction, JobSelection, JobSelector};
+use gsched_types::api::{JobAction, JobSelection, JobSelector, SignalRequest};
 use gsched_types::job::JobState;
 
 /// Cancel jobs: by id (120 cancels every task of array 120; 120_3 one task), or every job
@@ -30,6 +31,12 @@ struct Args {
     /// Only jobs running on these nodes (comma separated).
     #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
     nodelist: Vec<String>,
+    /// Send this signal (a name such as USR1, or a number) instead of cancelling.
+    #[arg(short = 's', long = "signal")]
+    signal: Option<String>,
+    /// With --signal: to the batch shell alone (which must pass it on), not every process.
+    #[arg(short = 'b', long = "batch", requires = "signal")]
+    batch: bool,
     #[arg(long)]
     controllers: Option<String>,
     job_ids: Vec<String>,
@@ -74,7 +81,18 @@ fn main() {
     }
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let (_, refused) =
-        gsched_cli::act_on_jobs(&rt, &mut client, JobAction::Cancel, select, "gcancel");
+    let (_, refused) = match &args.signal {
+        Some(sig) => {
+            let signal = gsched_types::parse::signal(sig)
+                .unwrap_or_else(|e| die("gcancel", format!("--signal: {e}")));
+            let request = SignalRequest {
+                select,
+                signal,
+                batch_only: args.batch,
+            };
+            gsched_cli::signal_jobs(&rt, &mut client, request, "gcancel")
+        }
+        None => gsched_cli::act_on_jobs(&rt, &mut client, JobAction::Cancel, select, "gcancel"),
+    };
     std::process::exit(i32::from(refused));
 }

@@ -167,6 +167,9 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                         agent.steps.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
                         agent.flush.notify_one();
                     }
+                    ControllerToAgent::Signal { job, attempt, signal, batch_only } => {
+                        agent.steps.lock().signal(job, attempt, signal, batch_only);
+                    }
                     ControllerToAgent::Ack { seq } => {
                         agent.outbox.ack(seq);
                         sent.remove(&seq);

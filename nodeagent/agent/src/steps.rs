@@ -131,6 +131,17 @@ fn signal_group(pgid: Option<i32>, sig: Signal) {
     }
 }
 
+/// A signal for a step: to the batch shell (the process group's leader) alone, or to
+/// every process in the group.
+fn send_signal(pgid: Option<i32>, sig: Signal, batch_only: bool) {
+    match pgid.filter(|g| *g > 1) {
+        Some(g) if batch_only => {
+            let _ = signal::kill(Pid::from_raw(g), sig);
+        }
+        pgid => signal_group(pgid, sig),
+    }
+}
+
 /// Whether the `--signal` warning of a step is due (its time limit is that close).
 fn warning_due(launch: &LaunchSpec) -> bool {
     match (&launch.spec.signal, launch.time_limit_s) {
@@ -466,6 +477,30 @@ impl StepManager {
         Ok((step_plan::plan(l, &script, &ctx), owner))
     }
 
+    /// Sends `signal` to a running step (`gcancel --signal`): its process group, or the
+    /// batch shell alone.
+    pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
+        let Some(step) = self.steps.get(&(job, attempt)) else {
+            tracing::warn!(
+                "signal {signal} for job {job} attempt {attempt}, which is not running here"
+            );
+            return;
+        };
+        let Ok(sig) = Signal::try_from(signal) else {
+            tracing::warn!("job {job}: {signal} is not a signal");
+            return;
+        };
+        tracing::info!(
+            "job {job}: {sig}{}",
+            if batch_only {
+                " to the batch shell"
+            } else {
+                ""
+            }
+        );
+        send_signal(step.pgid, sig, batch_only);
+    }
+
     /// Stops a step: SIGTERM now, SIGKILL after `grace`.
     pub fn kill(
         &mut self,
@@ -577,12 +612,7 @@ impl StepManager {
                             key.0,
                             w.before_s
                         );
-                        match step.pgid.filter(|g| *g > 1) {
-                            Some(g) if w.batch_only => {
-                                let _ = signal::kill(Pid::from_raw(g), sig);
-                            }
-                            pgid => signal_group(pgid, sig),
-                        }
+                        send_signal(step.pgid, sig, w.batch_only);
                     }
                 }
                 let limit = step.launch.time_limit_s;

@@ -98,6 +98,15 @@ pub enum ControllerToAgent {
         reason: String,
         grace_s: u64,
     },
+    /// Send `signal` to a running step (`gcancel --signal`): to its process group, or
+    /// with `batch_only` to the batch shell alone.
+    Signal {
+        job: JobId,
+        attempt: u32,
+        signal: i32,
+        #[serde(default)]
+        batch_only: bool,
+    },
     Ack {
         seq: u64,
     },

@@ -163,6 +163,17 @@ pub struct JobActionRequest {
     pub select: JobSelection,
 }
 
+/// `gcancel --signal`: a signal for the running jobs a selection names (the `SignalJobs`
+/// request body). Not replicated: the leader passes it to the jobs' agents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalRequest {
+    pub select: JobSelection,
+    pub signal: i32,
+    /// To the batch shell alone (`--batch`), else to every process of the job.
+    #[serde(default)]
+    pub batch_only: bool,
+}
+
 /// What a bulk action did: how many jobs it changed, and what it refused (the first few).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionSummary {

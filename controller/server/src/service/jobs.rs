@@ -6,6 +6,7 @@
 
 use crate::auth::Caller;
 use crate::ctx::{Ctx, outcome_to_status};
+use gsched_proto::agent::ControllerToAgent;
 use gsched_proto::clock::now_ms;
 use gsched_proto::pb::jobs_server::Jobs;
 use gsched_proto::pb::{
@@ -23,7 +24,8 @@ use gsched_state::{
     ResumeNode, SubmitJob,
 };
 use gsched_types::api::{
-    CheckReply, JobActionRequest, JobList, JobSelector, NodeList, QueueRow, StatusRow,
+    ActionSummary, CheckReply, JobActionRequest, JobList, JobSelector, NodeList, QueueRow,
+    SignalRequest, StatusRow,
 };
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use parking_lot::Mutex;
@@ -541,6 +543,80 @@ impl Jobs for JobsService {
             Outcome::Acted(summary) => doc(&summary),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
+    }
+
+    async fn signal_jobs(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<DocReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let body: SignalRequest = serde_json::from_slice(&req.into_inner().json)
+            .map_err(|e| Status::invalid_argument(format!("malformed signal request: {e}")))?;
+        if !(1..=64).contains(&body.signal) {
+            return Err(Status::invalid_argument(format!(
+                "{} is not a signal number (1-64)",
+                body.signal
+            )));
+        }
+        if body.select.is_empty() {
+            return Err(Status::invalid_argument(
+                "nothing to signal: name jobs, a user, states, a partition, a job name or nodes",
+            ));
+        }
+        if !self.ctx.raft.is_leader() {
+            return Err(self.ctx.unavailable("signals go through the leader".into()));
+        }
+        // Up to date with every write acknowledged before this call.
+        self.ctx.read_barrier().await;
+        let targets: Vec<(JobId, u32, Vec<String>)>;
+        let mut errors;
+        {
+            let r = self.ctx.raft.replica.read();
+            validate::job_selection(&body.select, &r.state.config.limits)
+                .map_err(Status::invalid_argument)?;
+            let (selected, refused) = r.state.select_jobs(
+                &body.select,
+                &caller.user,
+                caller.acts_for_others(),
+                "signal",
+            );
+            errors = refused;
+            targets = selected
+                .iter()
+                .filter_map(|id| r.state.jobs.get(id))
+                .filter(|j| j.state == JobState::Running)
+                .map(|j| (j.id, j.restarts, j.node_names()))
+                .collect();
+        }
+        let mut count = 0;
+        for (job, attempt, nodes) in &targets {
+            let msg = ControllerToAgent::Signal {
+                job: *job,
+                attempt: *attempt,
+                signal: body.signal,
+                batch_only: body.batch_only,
+            };
+            let reached = nodes.iter().filter(|n| self.ctx.hub.send(n, &msg)).count();
+            if reached == nodes.len() {
+                count += 1;
+            } else {
+                errors.push(format!(
+                    "job {job}: {} of its {} node(s) are not connected; the signal did not reach them",
+                    nodes.len() - reached,
+                    nodes.len()
+                ));
+            }
+        }
+        if count == 0 && errors.is_empty() {
+            return Err(Status::failed_precondition(
+                "nothing to signal: no running job matched",
+            ));
+        }
+        errors.truncate(20);
+        doc(&ActionSummary {
+            count: count as u64,
+            errors,
+        })
     }
 
     async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {

@@ -4,7 +4,7 @@
 use super::ClusterState;
 use super::jobs::not_yours;
 use crate::command::{ActOnJobs, Outcome};
-use gsched_types::api::{ActionSummary, JobAction};
+use gsched_types::api::{ActionSummary, JobAction, JobSelection};
 use gsched_types::job::{JobId, JobState, PendingReason};
 use gsched_types::{Failure, FailureKind};
 use std::collections::BTreeSet;
@@ -26,6 +26,50 @@ impl ClusterState {
                 ),
             };
         }
+        let (selected, mut errors) = self.select_jobs(select, &c.by, c.admin, c.action.verb());
+        let mut count = 0;
+        let mut untouched = 0;
+        for id in selected {
+            if self.act_on(id, c, at) {
+                count += 1;
+            } else {
+                untouched += 1;
+            }
+        }
+        if count == 0 && errors.is_empty() {
+            let why = if untouched > 0 {
+                match c.action {
+                    JobAction::Cancel => "they have already ended",
+                    JobAction::Hold | JobAction::Release => {
+                        "only pending jobs can be held or released"
+                    }
+                    JobAction::Requeue => "only running jobs can be requeued",
+                }
+            } else {
+                "no job matched"
+            };
+            return Outcome::Rejected {
+                message: format!("nothing to {}: {why}", c.action.verb()),
+            };
+        }
+        let more = errors.len().saturating_sub(MAX_ERRORS);
+        errors.truncate(MAX_ERRORS);
+        if more > 0 {
+            errors.push(format!("... and {more} more"));
+        }
+        Outcome::Acted(ActionSummary { count, errors })
+    }
+
+    /// The jobs `select` names that `by` may act on (all of them for an admin), and the
+    /// refusals to report: named jobs that do not exist or match, and named jobs of
+    /// others. Jobs of others found by a filter are simply not selected.
+    pub fn select_jobs(
+        &self,
+        select: &JobSelection,
+        by: &str,
+        admin: bool,
+        verb: &str,
+    ) -> (Vec<JobId>, Vec<String>) {
         // Named jobs by id, and tasks by (array, task): set lookups, so naming 10,000
         // jobs stays linear.
         let ids: BTreeSet<u64> = select
@@ -78,52 +122,21 @@ impl ClusterState {
             }
         }
         let named = !select.jobs.is_empty();
-        let mut count = 0;
-        let mut untouched = 0;
+        let mut selected = Vec::with_capacity(matched.len());
         for id in matched {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            if !c.admin && job.spec.user != c.by {
+            if !admin && job.spec.user != by {
                 // Found by a filter: someone else's jobs are simply not selected.
                 if named {
-                    errors.push(not_yours(
-                        &job.display_id(),
-                        &job.spec.user,
-                        &c.by,
-                        c.action.verb(),
-                    ));
+                    errors.push(not_yours(&job.display_id(), &job.spec.user, by, verb));
                 }
                 continue;
             }
-            if self.act_on(id, c, at) {
-                count += 1;
-            } else {
-                untouched += 1;
-            }
+            selected.push(id);
         }
-        if count == 0 && errors.is_empty() {
-            let why = if untouched > 0 {
-                match c.action {
-                    JobAction::Cancel => "they have already ended",
-                    JobAction::Hold | JobAction::Release => {
-                        "only pending jobs can be held or released"
-                    }
-                    JobAction::Requeue => "only running jobs can be requeued",
-                }
-            } else {
-                "no job matched"
-            };
-            return Outcome::Rejected {
-                message: format!("nothing to {}: {why}", c.action.verb()),
-            };
-        }
-        let more = errors.len().saturating_sub(MAX_ERRORS);
-        errors.truncate(MAX_ERRORS);
-        if more > 0 {
-            errors.push(format!("... and {more} more"));
-        }
-        Outcome::Acted(ActionSummary { count, errors })
+        (selected, errors)
     }
 
     /// Applies the action to one job the caller may act on; false when its state rules
