@@ -239,3 +239,41 @@ fn t40_scancel_signal_reaches_the_job_without_cancelling_it() {
     let seen = std::fs::read_to_string(c.path("signals.txt")).unwrap();
     assert_eq!(seen, "got-usr1\ngot-term\n");
 }
+
+#[test]
+fn t50_begin_waits_and_only_operators_may_raise_priority() {
+    let (c, links) = slurm_cluster();
+    let id: u64 = stdout(&slurm(
+        &c,
+        &links,
+        "sbatch",
+        &[
+            "--parsable",
+            "--begin=now+4",
+            "--gres=gpu:1",
+            "--wrap",
+            "true",
+        ],
+    ))
+    .trim()
+    .parse()
+    .unwrap();
+    let q = stdout(&slurm(
+        &c,
+        &links,
+        "squeue",
+        &["-h", "-j", &id.to_string(), "-o", "%T %r"],
+    ));
+    assert_eq!(q, "PENDING BeginTime\n");
+    let job = c.wait_state(id, &["COMPLETED"], Duration::from_secs(30));
+    let waited = job["start_ms"].as_u64().unwrap() - job["submit_ms"].as_u64().unwrap();
+    assert!(waited >= 3_000, "started {waited} ms after submission");
+    // A user may lower their own priority, not raise it above others.
+    if let Some((alice, _)) = gsched_tests::test_users() {
+        let out = c.cli_as(&alice, "gsub", &["--nice=-100", "--wrap", "true"]);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("only an operator"));
+        let out = c.cli_as(&alice, "gsub", &["--nice=100", "--hold", "--wrap", "true"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+}

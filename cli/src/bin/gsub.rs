@@ -101,6 +101,7 @@ fn main() {
         env: std::env::vars().collect(),
         user: current_user(),
         umask: current_umask(),
+        now: chrono::Local::now(),
     };
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {

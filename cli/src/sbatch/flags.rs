@@ -136,7 +136,8 @@ pub struct SubArgs {
     pub mail_type: Option<String>,
     #[arg(long = "mail-user", hide = true)]
     pub mail_user: Option<String>,
-    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "100")]
+    /// Lower the job's priority by N (default 100; a negative N needs an operator).
+    #[arg(long, num_args = 0..=1, default_missing_value = "100", require_equals = true, allow_hyphen_values = true)]
     pub nice: Option<String>,
     #[arg(long, hide = true)]
     pub comment: Option<String>,
@@ -144,7 +145,8 @@ pub struct SubArgs {
     pub wckey: Option<String>,
     #[arg(short = 'L', long, hide = true)]
     pub licenses: Option<String>,
-    #[arg(long, hide = true)]
+    /// Start no earlier than this: now+1hour, 16:00, 2026-12-24T08:00, tomorrow...
+    #[arg(long, short = 'b')]
     pub begin: Option<String>,
     #[arg(long, hide = true)]
     pub deadline: Option<String>,
@@ -246,8 +248,8 @@ impl SubArgs {
         macro_rules! ign {
             ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
         }
-        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user", nice => "--nice",
-            comment => "--comment", wckey => "--wckey", licenses => "--licenses", begin => "--begin", deadline => "--deadline", open_mode => "--open-mode",
+        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user",
+            comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline", open_mode => "--open-mode",
             get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
             distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_bind => "--gpu-bind", gpu_freq => "--gpu-freq",
             threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",

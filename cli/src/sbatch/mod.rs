@@ -28,6 +28,7 @@ mod tests {
             env,
             user: "alice".into(),
             umask: 0o022,
+            now: chrono::TimeZone::timestamp_millis_opt(&chrono::Local, 1_800_000_000_000).unwrap(),
         }
     }
 
@@ -81,6 +82,23 @@ mod tests {
                 .unwrap_err()
                 .contains("asks for")
         );
+    }
+
+    #[test]
+    fn begin_and_nice() {
+        let a = parse_args(&["--begin=now+1hour", "--nice", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.begin_ms, s.nice), (Some(1_800_003_600_000), 100));
+        let a = parse_args(&["--begin=now-1hour", "--nice=-5", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.begin_ms, s.nice), (None, -5), "a past begin is no begin");
+        for bad in [
+            &["--begin=someday", "x.sh"][..],
+            &["--nice=lots", "x.sh"][..],
+        ] {
+            let a = parse_args(bad);
+            assert!(resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).is_err());
+        }
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub struct SubmitContext {
     pub user: String,
     /// The submitting process's umask (the job's output files and files get it).
     pub umask: u32,
+    /// When it is submitted (for `--begin` times such as `now+1hour` or `16:00`).
+    pub now: chrono::DateTime<chrono::Local>,
 }
 
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
@@ -151,6 +153,21 @@ pub fn resolve(
         Some(t) => parse::time_limit(t).map_err(|e| format!("--time: {e}"))?,
         None => None,
     };
+    let begin_ms = args
+        .begin
+        .as_deref()
+        .map(|b| crate::when::parse_at(b, ctx.now).map_err(|e| format!("--begin: {e}")))
+        .transpose()?
+        .filter(|b| *b > ctx.now.timestamp_millis().max(0) as u64);
+    let nice = match args.nice.as_deref() {
+        None => 0,
+        Some(n) => n
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (-10_000..=10_000).contains(n))
+            .ok_or_else(|| format!("--nice={n}: give a number from -10000 to 10000"))?,
+    };
     let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
     let (array, array_limit) = match &args.array {
         Some(a) => {
@@ -281,6 +298,8 @@ pub fn resolve(
         mem_per_gpu_mb,
         time_limit_s,
         signal,
+        begin_ms,
+        nice,
         output: args.output.clone(),
         error: args.error.clone(),
         requeue: args.requeue && !args.no_requeue,
@@ -375,6 +394,8 @@ pub fn dry_run_json(spec: &JobSpec, ctx: &SubmitContext) -> serde_json::Value {
         "mem_per_gpu_mb": spec.mem_per_gpu_mb,
         "time_limit_s": spec.time_limit_s,
         "signal": spec.signal,
+        "begin_ms": spec.begin_ms,
+        "nice": spec.nice,
         "partition": spec.partition,
         "account": spec.account,
         "qos": spec.qos,

@@ -194,6 +194,10 @@ pub struct PendingJob {
     pub avoid: Vec<String>,
     pub dependency: Vec<Dependency>,
     pub held: bool,
+    /// `--begin`: not before this (ms).
+    pub begin_ms: Option<u64>,
+    /// `--nice`: subtracted from the priority.
+    pub nice: i32,
     pub eligible_ms: u64,
     /// (array job id, throttle) for array tasks.
     pub array: Option<(JobId, Option<u32>)>,
@@ -224,6 +228,8 @@ impl PendingJob {
             avoid: Vec::new(),
             dependency: Vec::new(),
             held: false,
+            begin_ms: None,
+            nice: 0,
             eligible_ms,
             array: None,
         }

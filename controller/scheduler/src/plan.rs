@@ -185,6 +185,9 @@ impl<'a> Pass<'a> {
         if job.held {
             return Some(PendingReason::JobHeldUser);
         }
+        if job.begin_ms.is_some_and(|b| b > self.now_ms) {
+            return Some(PendingReason::BeginTime);
+        }
         for dep in &job.dependency {
             if dep.kind == DependencyKind::Singleton {
                 let other_pending = self

@@ -140,7 +140,7 @@ pub fn priority(
         Some(t) => 1.0 - ((t as f64 / 60.0).max(1.0).ln() / (7.0 * 24.0 * 60.0f64).ln()).min(1.0),
         None => 0.0,
     };
-    w.age * age
+    w.age * age - f64::from(job.nice)
         + w.fairshare * fairshare.factor(&job.account, &job.user)
         + w.job_size * size
         + w.short_job * short

@@ -337,6 +337,31 @@ fn a_gpu_job_without_a_cpu_count_gets_its_gpus_share_of_the_cpus() {
 }
 
 #[test]
+fn begin_time_waits_and_nice_yields() {
+    let topo = shipped("rtx4090-8gpu.json");
+    let node = NodeView::from_topology("n1", &topo, "10.0.0.1");
+    // --begin in the future: not started, and says why; once the time comes, it starts.
+    let mut later = job(1, 1, 8);
+    later.begin_ms = Some(60_000);
+    let p = plan(
+        &snapshot(vec![node.clone()], vec![later.clone()], vec![]),
+        1_000,
+    );
+    assert!(p.starts.is_empty());
+    assert_eq!(p.reasons, vec![(JobId(1), PendingReason::BeginTime)]);
+    let p = plan(&snapshot(vec![node.clone()], vec![later], vec![]), 60_000);
+    assert_eq!(p.starts.len(), 1);
+    // Two 8-GPU jobs for one 8-GPU node: the nice one yields although it is older.
+    let mut nice = job(2, 1, 8);
+    nice.nice = 5_000;
+    let mut other = job(3, 1, 8);
+    other.eligible_ms = 10;
+    let p = plan(&snapshot(vec![node], vec![nice, other], vec![]), 20);
+    assert_eq!(p.starts.len(), 1);
+    assert_eq!(p.starts[0].job, JobId(3), "{:?}", p.priorities);
+}
+
+#[test]
 fn impossible_requests_say_why() {
     let topo = shipped("ws-2gpu-nvlink.json");
     let p = plan(

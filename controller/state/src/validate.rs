@@ -92,6 +92,9 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
     {
         return Err("--signal needs a signal 1-64 and at most 65535 seconds".into());
     }
+    if !(-10_000..=10_000).contains(&spec.nice) {
+        return Err("--nice must be between -10000 and 10000".into());
+    }
     text("the job name", &spec.name, limits.max_name_bytes)?;
     let field = limits.max_field_bytes;
     text("the user", &spec.user, field)?;

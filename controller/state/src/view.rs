@@ -70,6 +70,8 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         avoid: job.avoid_nodes.clone(),
         dependency: spec.dependency.clone(),
         held: job.held,
+        begin_ms: spec.begin_ms,
+        nice: spec.nice,
         eligible_ms: job.eligible_ms,
         array: job.array_task.map(|t| (t.array_job_id, spec.array_limit)),
     }

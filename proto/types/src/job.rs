@@ -41,6 +41,10 @@ pub struct Dependency {
     pub job: Option<JobId>,
 }
 
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
 /// `--signal=[B:][R:]SIG[@SECONDS]`: `signal` goes to the job `before_s` seconds before
 /// its time limit, to the batch shell alone with `B:` (which must forward it), else to
 /// every process of the job.
@@ -99,6 +103,12 @@ pub struct JobSpec {
     /// partition's maximum); `None` takes the partition's default.
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// `--begin`: not started before this (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_ms: Option<u64>,
+    /// `--nice`: subtracted from the job's priority (negative only for operators).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nice: i32,
     /// `--signal`: a warning signal sent this long before the time limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<WarnSignal>,
@@ -198,6 +208,8 @@ impl JobSpec {
             max_restarts: None,
             gpu_share_cpus: false,
             signal: None,
+            begin_ms: None,
+            nice: 0,
             umask: None,
         }
     }
@@ -351,6 +363,8 @@ pub enum PendingReason {
     JobArrayTaskLimit,
     /// Held by the user or an admin.
     JobHeldUser,
+    /// `--begin` is still in the future.
+    BeginTime,
     /// The partition is down or has no nodes.
     PartitionDown,
     /// No registered node can ever satisfy the request.
@@ -366,6 +380,7 @@ impl fmt::Display for PendingReason {
             PendingReason::Priority => f.write_str("Priority"),
             PendingReason::Resources => f.write_str("Resources"),
             PendingReason::Dependency => f.write_str("Dependency"),
+            PendingReason::BeginTime => f.write_str("BeginTime"),
             PendingReason::DependencyNeverSatisfied => f.write_str("DependencyNeverSatisfied"),
             PendingReason::QosMaxGpusPerUser => f.write_str("QOSMaxGpusPerUser"),
             PendingReason::AssocGrpGpuLimit => f.write_str("AssocGrpGRES"),

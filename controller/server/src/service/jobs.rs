@@ -203,6 +203,11 @@ impl Jobs for JobsService {
         // Who the job runs as is decided here, from the verified caller.
         let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
+        if spec.nice < 0 && !caller.acts_for_others() {
+            return Err(Status::permission_denied(
+                "a negative --nice raises a job above others: only an operator may set it",
+            ));
+        }
         {
             let r = self.ctx.raft.replica.read();
             validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
