@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 /// Slurm's name and the gsched tool that behaves as it.
-pub const NAMES: [(&str, &str); 6] = [
+pub const NAMES: [(&str, &str); 7] = [
     ("sbatch", "gsub"),
+    ("srun", "grun"),
     ("squeue", "gqueue"),
     ("sinfo", "ginfo"),
     ("scancel", "gcancel"),

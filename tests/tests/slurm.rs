@@ -277,3 +277,42 @@ fn t50_begin_waits_and_only_operators_may_raise_priority() {
         assert!(out.status.success(), "{out:?}");
     }
 }
+
+#[test]
+fn t60_srun_inside_a_job_fans_out_and_brings_the_output_back() {
+    let (c, links) = slurm_cluster();
+    // Each node runs the script (gsched's per-node launch); node 0 drives the steps, the
+    // other waits until it is done.
+    let script = c.script(
+        "steps.sh",
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:1\n\
+         if [ \"$SLURM_NODEID\" != 0 ]; then while [ ! -f done.flag ]; do sleep 0.2; done; exit 0; fi\n\
+         nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n\
+         second=$(srun --nodes=1 --ntasks=1 -w \"${nodes[1]}\" printenv SLURMD_NODENAME)\n\
+         echo \"second=$second\" > steps.txt\n\
+         srun -l printenv SLURMD_NODENAME | sort >> steps.txt\n\
+         srun --ntasks-per-node=2 -l bash -c 'echo $SLURM_PROCID/$SLURM_LOCALID/$SLURM_NODEID/$SLURM_STEP_ID' | sort >> steps.txt\n\
+         export FROM_SCRIPT=yes\n\
+         srun -n 1 bash -c 'echo exported=$FROM_SCRIPT; echo to-stderr >&2' 2>/dev/null >> steps.txt\n\
+         srun -n 2 bash -c 'exit $((SLURM_PROCID * 3))'; echo \"status=$?\" >> steps.txt\n\
+         touch done.flag\n",
+    );
+    let id: u64 = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]))
+        .trim()
+        .parse()
+        .unwrap();
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(90));
+    let steps = std::fs::read_to_string(c.path("steps.txt")).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{steps}");
+    assert_eq!(
+        steps,
+        "second=n2\n0: n1\n1: n2\n0: 0/0/0/2\n1: 1/1/0/2\n2: 2/0/1/2\n3: 3/1/1/2\nexported=yes\nstatus=3\n"
+    );
+    // Outside a job, and in someone else's job, grun says why.
+    let out = c.cli("grun", &["hostname"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not inside a job"));
+    let out = c.cli("grun", &["--jobid", &id.to_string(), "hostname"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("steps run only in a running job"));
+}

@@ -3,6 +3,8 @@
 
 use gsched_proto::agent::{ControllerToAgent, StepRef, encode};
 use gsched_proto::pb::ControllerEnvelope;
+use gsched_types::job::JobId;
+use gsched_types::steps::{StepUpdate, TaskIo};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -17,9 +19,15 @@ pub struct AgentConn {
     pub running: Vec<StepRef>,
 }
 
+/// Where a running `grun` step's updates go.
+pub type StepTx = UnboundedSender<StepUpdate>;
+
 #[derive(Default)]
 pub struct AgentHub {
     conns: Mutex<HashMap<String, AgentConn>>,
+    /// Running `grun` steps on this leader, and the last step id given per job.
+    steps: Mutex<HashMap<(JobId, u32), StepTx>>,
+    step_ids: Mutex<HashMap<JobId, u32>>,
     /// Last heartbeat (or registration) per node seen by this controller.
     last_seen: Mutex<HashMap<String, Instant>>,
     next_id: Mutex<u64>,
@@ -97,5 +105,35 @@ impl AgentHub {
     pub fn clear(&self) {
         self.conns.lock().clear();
         self.last_seen.lock().clear();
+        self.steps.lock().clear();
+    }
+
+    /// A new step of `job` whose updates go to `tx`; returns its id (0, 1, ... per job).
+    pub fn open_step(&self, job: JobId, tx: StepTx) -> u32 {
+        let step = {
+            let mut ids = self.step_ids.lock();
+            let next = ids.entry(job).or_insert(0);
+            let step = *next;
+            *next += 1;
+            step
+        };
+        self.steps.lock().insert((job, step), tx);
+        step
+    }
+
+    pub fn close_step(&self, job: JobId, step: u32) {
+        self.steps.lock().remove(&(job, step));
+    }
+
+    /// Passes an agent's report on a step's tasks to the `grun` that started it.
+    pub fn step_io(&self, io: TaskIo) {
+        let key = match &io {
+            TaskIo::Output { job, step, .. }
+            | TaskIo::Exited { job, step, .. }
+            | TaskIo::Failed { job, step, .. } => (*job, *step),
+        };
+        if let Some(tx) = self.steps.lock().get(&key) {
+            let _ = tx.send(StepUpdate::Io(io));
+        }
     }
 }

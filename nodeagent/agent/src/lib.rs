@@ -24,3 +24,4 @@ pub mod session;
 pub mod steps;
 pub mod supervise;
 pub mod sysfs;
+pub mod tasks;

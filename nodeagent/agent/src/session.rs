@@ -167,6 +167,14 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                         agent.steps.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
                         agent.flush.notify_one();
                     }
+                    ControllerToAgent::RunStep(launch) => {
+                        let steps = agent.steps.clone();
+                        tokio::task::spawn_blocking(move || steps.lock().run_step(&launch)).await?;
+                        agent.flush.notify_one();
+                    }
+                    ControllerToAgent::KillStep { job, attempt, step } => {
+                        agent.steps.lock().kill_step(job, attempt, step);
+                    }
                     ControllerToAgent::Signal { job, attempt, signal, batch_only } => {
                         agent.steps.lock().signal(job, attempt, signal, batch_only);
                     }
@@ -187,7 +195,12 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 send(&AgentToController::Heartbeat { running })?;
                 flush(agent, &send, &mut sent, true)?;
             }
-            _ = agent.flush.notified() => flush(agent, &send, &mut sent, false)?,
+            _ = agent.flush.notified() => {
+                for io in agent.steps.lock().take_task_io() {
+                    send(&AgentToController::TaskIo { io })?;
+                }
+                flush(agent, &send, &mut sent, false)?
+            }
         }
     }
 }

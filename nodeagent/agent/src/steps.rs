@@ -8,6 +8,7 @@ use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, Scratch, StepFiles};
 use crate::outbox::Outbox;
 use crate::supervise::ExitRecord;
+use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
@@ -15,6 +16,7 @@ use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_proto::clock::now_ms;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
+use gsched_types::steps::{StepLaunch, TaskIo};
 use gsched_types::topology::Topology;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
@@ -123,6 +125,8 @@ pub struct StepManager {
     settings: Settings,
     outbox: Arc<Outbox>,
     steps: HashMap<(JobId, u32), Step>,
+    /// `grun` steps' tasks inside the jobs above.
+    grun: GrunTasks,
 }
 
 fn signal_group(pgid: Option<i32>, sig: Signal) {
@@ -162,6 +166,7 @@ impl StepManager {
             settings,
             outbox,
             steps: HashMap::new(),
+            grun: GrunTasks::default(),
         };
         m.readopt();
         m
@@ -477,6 +482,42 @@ impl StepManager {
         Ok((step_plan::plan(l, &script, &ctx), owner))
     }
 
+    /// Starts this node's tasks of a `grun` step inside a job running here.
+    pub fn run_step(&mut self, launch: &StepLaunch) {
+        let job_plan = self
+            .steps
+            .get(&(launch.job, launch.attempt))
+            .ok_or_else(|| format!("job {} is not running on this node", launch.job))
+            .and_then(|s| {
+                std::fs::read(s.files.plan())
+                    .map_err(|e| format!("cannot read the job's plan: {e}"))
+                    .and_then(|b| {
+                        serde_json::from_slice::<Plan>(&b)
+                            .map_err(|e| format!("cannot read the job's plan: {e}"))
+                    })
+            });
+        match job_plan {
+            Ok(plan) => {
+                let root = self.settings.state_dir.join("tasks");
+                self.grun.start(launch, &plan, &root, &self.settings.exe);
+            }
+            Err(message) => {
+                let node = self.settings.node.clone();
+                self.grun.refuse(launch.job, launch.step, &node, message);
+            }
+        }
+    }
+
+    /// Stops a `grun` step's tasks here.
+    pub fn kill_step(&mut self, job: JobId, attempt: u32, step: u32) {
+        self.grun.stop(job, attempt, Some(step));
+    }
+
+    /// `grun` output and exits to send now.
+    pub fn take_task_io(&mut self) -> Vec<TaskIo> {
+        self.grun.take_io()
+    }
+
     /// Sends `signal` to a running step (`gcancel --signal`): its process group, or the
     /// batch shell alone.
     pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
@@ -558,6 +599,7 @@ impl StepManager {
     /// One monitoring round: start confirmations, log findings, time limits, kill
     /// escalation and exits.
     pub fn tick(&mut self) {
+        self.grun.tick();
         let node = self.settings.node.clone();
         let keys: Vec<(JobId, u32)> = self.steps.keys().copied().collect();
         for key in keys {
@@ -683,6 +725,10 @@ impl StepManager {
             }
             for ev in events {
                 self.emit(ev);
+            }
+            if done {
+                // `grun` tasks do not outlive their job.
+                self.grun.stop(key.0, key.1, None);
             }
             if done && let Some(mut step) = self.steps.remove(&key) {
                 let _ = layout::write_private(&step.files.reported(), b"");

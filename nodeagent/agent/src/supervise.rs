@@ -175,6 +175,9 @@ pub fn supervise(dir: &Path) -> i32 {
     }
 }
 
+/// The private copy of stderr when a plan keeps the streams apart (`Plan::split_capture`).
+pub const STDERR_CAPTURE: &str = "stderr.log";
+
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let root = crate::identity::is_root();
     let owner = if root { plan.uid.zip(plan.gid) } else { None };
@@ -251,18 +254,31 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut copiers = 0;
     let capture = std::sync::Arc::new(parking_lot::Mutex::new(capture));
+    let err_capture = if plan.split_capture {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(dir.join(STDERR_CAPTURE))
+            .map_err(|e| format!("cannot create {STDERR_CAPTURE} in {}: {e}", dir.display()))?;
+        std::sync::Arc::new(parking_lot::Mutex::new(f))
+    } else {
+        capture.clone()
+    };
     let output_error = std::sync::Arc::new(parking_lot::Mutex::new(None));
     let err_path = plan.stderr.clone().unwrap_or_else(|| plan.stdout.clone());
-    for (read, user, path) in std::iter::once((out_r, user_out, plan.stdout.clone())).chain(
-        err_pipe
-            .map(|(r, w)| {
-                drop(w);
-                r
-            })
-            .zip(user_err)
-            .map(|(r, u)| (r, u, err_path.clone())),
-    ) {
-        let (capture, done) = (capture.clone(), done_tx.clone());
+    for (read, user, path, capture) in
+        std::iter::once((out_r, user_out, plan.stdout.clone(), capture.clone())).chain(
+            err_pipe
+                .map(|(r, w)| {
+                    drop(w);
+                    r
+                })
+                .zip(user_err)
+                .map(|(r, u)| (r, u, err_path.clone(), err_capture.clone())),
+        )
+    {
+        let done = done_tx.clone();
         let sink = OutputSink {
             file: user,
             path,

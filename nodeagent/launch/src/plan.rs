@@ -5,6 +5,7 @@
 
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
 use gsched_types::launch::LaunchSpec;
+use gsched_types::steps::StepLaunch;
 use gsched_types::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -49,6 +50,10 @@ pub struct Plan {
     /// supervisor stops the step when the lease lapses.
     #[serde(default)]
     pub contact_file: Option<String>,
+    /// Keep stderr's private copy apart from stdout's (`stderr.log` beside `output.log`):
+    /// `grun` tasks, whose two streams the agent passes on separately.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split_capture: bool,
 }
 
 /// A step's cgroup: where, and its limits.
@@ -153,6 +158,89 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         scratch: ctx.scratch.map(str::to_string),
         devices: ctx.devices.clone(),
         contact_file: ctx.contact_file.map(str::to_string),
+        split_capture: false,
+    }
+}
+
+/// Variables whose value differs from node to node of a job: a step's task takes them
+/// from its own node's job environment, never from the caller's.
+fn node_specific(name: &str) -> bool {
+    name.starts_with("SLURM")
+        || name.starts_with("GSCHED_")
+        || matches!(
+            name,
+            "CUDA_VISIBLE_DEVICES"
+                | "NVIDIA_VISIBLE_DEVICES"
+                | "NCCL_SOCKET_IFNAME"
+                | "NCCL_IB_HCA"
+                | "NCCL_IB_GID_INDEX"
+                | "NCCL_DEBUG_FILE"
+                | "TORCHELASTIC_ERROR_FILE"
+                | "TORCH_FR_DUMP_TEMP_FILE"
+                | "TMPDIR"
+                | "HOSTNAME"
+        )
+}
+
+/// The plan of one `grun` task (global `rank`, `local` on this node), from the plan of the
+/// job it runs in: the job's identity, cgroup, lease and environment (its first task's
+/// on this node), the caller's environment on top, and the step's `SLURM_*` variables
+/// over both.
+/// Output goes to the supervisor's private copies only, stdout and stderr apart.
+pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
+    let mut env: BTreeMap<String, String> = job
+        .tasks
+        .first()
+        .map(|t| t.iter().cloned().collect())
+        .unwrap_or_default();
+    // The caller's environment (srun's --export=ALL), except what is this node's own
+    // (its name, GPUs, NIC...), then the step's own variables.
+    for (k, v) in &step.env {
+        if !node_specific(k) || !env.contains_key(k) {
+            env.insert(k.clone(), v.clone());
+        }
+    }
+    let layout = &step.layout;
+    let here = layout
+        .ranks
+        .get(step.node_index as usize)
+        .map_or(0, |r| r.len());
+    let per_node: Vec<String> = layout.ranks.iter().map(|r| r.len().to_string()).collect();
+    for (k, v) in [
+        ("SLURM_STEP_ID", step.step.to_string()),
+        ("SLURM_STEPID", step.step.to_string()),
+        ("SLURM_PROCID", rank.to_string()),
+        ("SLURM_LOCALID", local.to_string()),
+        ("SLURM_NODEID", step.node_index.to_string()),
+        ("SLURM_NTASKS", layout.ntasks.to_string()),
+        ("SLURM_NPROCS", layout.ntasks.to_string()),
+        ("SLURM_STEP_NUM_TASKS", layout.ntasks.to_string()),
+        ("SLURM_STEP_NUM_NODES", layout.nodes.len().to_string()),
+        (
+            "SLURM_STEP_NODELIST",
+            gsched_types::hostlist::compress(&layout.nodes),
+        ),
+        ("SLURM_STEP_TASKS_PER_NODE", per_node.join(",")),
+        ("SLURM_TASKS_PER_NODE", per_node.join(",")),
+        ("SLURM_NTASKS_PER_NODE", here.to_string()),
+    ] {
+        env.insert(k.to_string(), v);
+    }
+    Plan {
+        argv: step.argv.clone(),
+        tasks: vec![env.into_iter().collect()],
+        workdir: step.cwd.clone(),
+        stdout: "/dev/null".into(),
+        stderr: Some("/dev/null".into()),
+        uid: job.uid,
+        gid: job.gid,
+        groups: job.groups.clone(),
+        cgroup: job.cgroup.clone(),
+        umask: job.umask,
+        scratch: None,
+        devices: Vec::new(),
+        contact_file: job.contact_file.clone(),
+        split_capture: true,
     }
 }
 

@@ -67,6 +67,11 @@ pub enum AgentToController {
         seq: u64,
         events: Vec<HealthEvent>,
     },
+    /// A `grun` step's output or exit, as it happens (not kept on disk: a step lives as
+    /// long as the `grun` that started it).
+    TaskIo {
+        io: crate::steps::TaskIo,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +111,14 @@ pub enum ControllerToAgent {
         signal: i32,
         #[serde(default)]
         batch_only: bool,
+    },
+    /// Start this node's tasks of a `grun` step inside the running job.
+    RunStep(Box<crate::steps::StepLaunch>),
+    /// Stop a `grun` step's tasks (SIGTERM, SIGKILL a few seconds later).
+    KillStep {
+        job: JobId,
+        attempt: u32,
+        step: u32,
     },
     Ack {
         seq: u64,

@@ -15,6 +15,7 @@ pub mod launch;
 pub mod node;
 pub mod parse;
 pub mod resources;
+pub mod steps;
 pub mod topology;
 
 pub use failure::{Failure, FailureKind};

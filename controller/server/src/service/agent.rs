@@ -227,6 +227,7 @@ async fn pump(
                     let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
                 }
             }
+            AgentToController::TaskIo { io } => ctx.hub.step_io(io),
             AgentToController::Register { .. } => {
                 return Err(Status::invalid_argument("already registered"));
             }

@@ -28,6 +28,7 @@ use gsched_types::api::{
     SignalRequest, StatusRow,
 };
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
+use gsched_types::steps::{StepLaunch, StepRequest, StepUpdate, TaskIo};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::ops::Bound;
@@ -195,6 +196,128 @@ fn request_id(id: &str) -> Option<String> {
 
 #[tonic::async_trait]
 impl Jobs for JobsService {
+    type RunStepStream = tokio_stream::wrappers::UnboundedReceiverStream<Result<DocReply, Status>>;
+
+    async fn run_step(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<Self::RunStepStream>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let body: StepRequest = serde_json::from_slice(&req.into_inner().json)
+            .map_err(|e| Status::invalid_argument(format!("malformed step request: {e}")))?;
+        if body.argv.is_empty() || body.argv.iter().any(|a| a.contains('\0')) {
+            return Err(Status::invalid_argument("grun: give a command to run"));
+        }
+        let env_bytes: usize = body.env.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let arg_bytes: usize = body.argv.iter().map(String::len).sum();
+        if env_bytes + arg_bytes > 1 << 20 {
+            return Err(Status::invalid_argument(
+                "the step's command and environment are over 1 MiB",
+            ));
+        }
+        if !self.ctx.raft.is_leader() {
+            return Err(self.ctx.unavailable("steps go through the leader".into()));
+        }
+        self.ctx.read_barrier().await;
+        let (attempt, layout) = {
+            let r = self.ctx.raft.replica.read();
+            let job = r
+                .state
+                .jobs
+                .get(&body.job)
+                .ok_or_else(|| Status::not_found(format!("job {} does not exist", body.job)))?;
+            if job.spec.user != caller.user && !caller.acts_for_others() {
+                return Err(Status::permission_denied(format!(
+                    "job {} belongs to {}: you may run steps only in your own jobs",
+                    body.job, job.spec.user
+                )));
+            }
+            if job.state != JobState::Running {
+                return Err(Status::failed_precondition(format!(
+                    "job {} is {}: steps run only in a running job",
+                    body.job,
+                    job.state.name()
+                )));
+            }
+            let layout = body
+                .layout(&job.node_names())
+                .map_err(Status::invalid_argument)?;
+            (job.restarts, layout)
+        };
+        let (updates_tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let step = self.ctx.hub.open_step(body.job, updates_tx);
+        let (client_tx, client_rx) = tokio::sync::mpsc::unbounded_channel();
+        let send = |tx: &tokio::sync::mpsc::UnboundedSender<Result<DocReply, Status>>,
+                    u: &StepUpdate| {
+            let json = serde_json::to_vec(u).expect("a step update serialises");
+            tx.send(Ok(DocReply { json })).is_ok()
+        };
+        send(
+            &client_tx,
+            &StepUpdate::Started {
+                step,
+                layout: layout.clone(),
+            },
+        );
+        for (i, node) in layout.nodes.iter().enumerate() {
+            let launch = StepLaunch {
+                job: body.job,
+                attempt,
+                step,
+                node_index: i as u32,
+                layout: layout.clone(),
+                argv: body.argv.clone(),
+                env: body.env.clone(),
+                cwd: body.cwd.clone(),
+            };
+            if !self
+                .ctx
+                .hub
+                .send(node, &ControllerToAgent::RunStep(Box::new(launch)))
+            {
+                self.ctx.hub.step_io(TaskIo::Failed {
+                    job: body.job,
+                    step,
+                    node: node.clone(),
+                    message: format!("the agent of {node} is not connected"),
+                });
+            }
+        }
+        let ctx = self.ctx.clone();
+        let (job, nodes, ntasks) = (body.job, layout.nodes.clone(), layout.ntasks);
+        tokio::spawn(async move {
+            // Ends when every task has exited; a node that cannot start its tasks, or a
+            // caller that goes away, stops the rest (as srun aborts a step).
+            let mut exited = 0;
+            let stop = loop {
+                tokio::select! {
+                    u = updates.recv() => {
+                        let Some(u) = u else { break true };
+                        let failed = matches!(u, StepUpdate::Io(TaskIo::Failed { .. }));
+                        exited += u32::from(matches!(u, StepUpdate::Io(TaskIo::Exited { .. })));
+                        if !send(&client_tx, &u) || failed {
+                            break true;
+                        }
+                        if exited >= ntasks {
+                            break false;
+                        }
+                    }
+                    _ = client_tx.closed() => break true,
+                }
+            };
+            ctx.hub.close_step(job, step);
+            if stop {
+                for n in &nodes {
+                    ctx.hub
+                        .send(n, &ControllerToAgent::KillStep { job, attempt, step });
+                }
+            }
+        });
+        Ok(Response::new(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(client_rx),
+        ))
+    }
+
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();

@@ -1,0 +1,235 @@
+//! `grun` tasks on this node: each task of a step runs under its own supervisor (as the
+//! job's owner, in the job's cgroup, under the node's lease), its stdout and stderr are
+//! read from the supervisor's private copies as they grow and sent on, with its exit, as
+//! `TaskIo` (not kept on disk: a step lives as long as the `grun` that started it).
+
+use crate::layout::{self, StepFiles};
+use crate::supervise::{ExitRecord, STDERR_CAPTURE};
+use base64::Engine;
+use gsched_launch::plan::{Plan, step_task};
+use gsched_types::job::JobId;
+use gsched_types::steps::{StepLaunch, TaskIo};
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The most output one task sends per tick (the rest follows on the next ones).
+const CHUNK: u64 = 64 * 1024;
+
+struct TaskRun {
+    attempt: u32,
+    files: StepFiles,
+    supervisor: std::process::Child,
+    sent: [u64; 2],
+    /// When a stop was asked for: SIGTERM then, SIGKILL a few seconds later.
+    stopping: Option<(Instant, bool)>,
+}
+
+/// The `grun` tasks this agent runs, by (job, step, rank).
+#[derive(Default)]
+pub struct GrunTasks {
+    runs: HashMap<(JobId, u32, u32), TaskRun>,
+    io: Vec<TaskIo>,
+}
+
+impl GrunTasks {
+    /// Starts this node's tasks of `launch` inside the job whose plan is `job_plan`;
+    /// `root` is where task directories go, `exe` the agent binary (`supervise`).
+    pub fn start(&mut self, launch: &StepLaunch, job_plan: &Plan, root: &Path, exe: &Path) {
+        let ranks = launch
+            .layout
+            .ranks
+            .get(launch.node_index as usize)
+            .cloned()
+            .unwrap_or_default();
+        for (local, rank) in ranks.into_iter().enumerate() {
+            let key = (launch.job, launch.step, rank);
+            if self.runs.contains_key(&key) {
+                continue;
+            }
+            let files = StepFiles(root.join(format!(
+                "{}.{}.{}.{rank}",
+                launch.job, launch.attempt, launch.step
+            )));
+            let plan = step_task(job_plan, launch, rank, local as u32);
+            match spawn(&files, &plan, exe) {
+                Ok(child) => {
+                    self.runs.insert(
+                        key,
+                        TaskRun {
+                            attempt: launch.attempt,
+                            files,
+                            supervisor: child,
+                            sent: [0, 0],
+                            stopping: None,
+                        },
+                    );
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&files.0);
+                    self.io.push(TaskIo::Failed {
+                        job: launch.job,
+                        step: launch.step,
+                        node: String::new(),
+                        message: format!("task {rank}: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Stops a step's tasks here (all steps of `job` when `step` is `None`).
+    pub fn stop(&mut self, job: JobId, attempt: u32, step: Option<u32>) {
+        for ((j, s, _), run) in self.runs.iter_mut() {
+            if *j == job
+                && run.attempt == attempt
+                && step.is_none_or(|x| x == *s)
+                && run.stopping.is_none()
+            {
+                run.stopping = Some((Instant::now(), false));
+                signal_task(&run.files, Signal::SIGTERM);
+            }
+        }
+    }
+
+    /// Sends on new output, escalates stops, reaps ended tasks.
+    pub fn tick(&mut self) {
+        let mut ended = Vec::new();
+        for (&(job, step, rank), run) in self.runs.iter_mut() {
+            let _ = run.supervisor.try_wait();
+            for (i, (name, stderr)) in [("output.log", false), (STDERR_CAPTURE, true)]
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(data) = read_from(&run.files.0.join(name), &mut run.sent[i]) {
+                    self.io.push(TaskIo::Output {
+                        job,
+                        step,
+                        rank,
+                        stderr,
+                        data: base64::engine::general_purpose::STANDARD.encode(data),
+                    });
+                }
+            }
+            if let Some((since, false)) = run.stopping
+                && since.elapsed() > Duration::from_secs(3)
+            {
+                run.stopping = Some((since, true));
+                signal_task(&run.files, Signal::SIGKILL);
+            }
+            let Some(rec) = std::fs::read(run.files.exit())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok())
+            else {
+                continue;
+            };
+            // Whatever the task wrote last, then its exit.
+            for (i, (name, stderr)) in [("output.log", false), (STDERR_CAPTURE, true)]
+                .into_iter()
+                .enumerate()
+            {
+                while let Some(data) = read_from(&run.files.0.join(name), &mut run.sent[i]) {
+                    self.io.push(TaskIo::Output {
+                        job,
+                        step,
+                        rank,
+                        stderr,
+                        data: base64::engine::general_purpose::STANDARD.encode(data),
+                    });
+                }
+            }
+            if let Some(e) = &rec.launch_error {
+                self.io.push(TaskIo::Output {
+                    job,
+                    step,
+                    rank,
+                    stderr: true,
+                    data: base64::engine::general_purpose::STANDARD
+                        .encode(format!("grun: task {rank} could not start: {e}\n")),
+                });
+            }
+            self.io.push(TaskIo::Exited {
+                job,
+                step,
+                rank,
+                code: rec.code.or(rec.launch_error.as_ref().map(|_| 127)),
+                signal: rec.signal,
+            });
+            ended.push((job, step, rank));
+        }
+        for key in ended {
+            if let Some(mut run) = self.runs.remove(&key) {
+                let _ = run.supervisor.wait();
+                let _ = std::fs::remove_dir_all(&run.files.0);
+            }
+        }
+    }
+
+    /// The reports gathered since the last call, to send now.
+    pub fn take_io(&mut self) -> Vec<TaskIo> {
+        std::mem::take(&mut self.io)
+    }
+
+    /// A report that a step cannot start here at all.
+    pub fn refuse(&mut self, job: JobId, step: u32, node: &str, message: String) {
+        self.io.push(TaskIo::Failed {
+            job,
+            step,
+            node: node.to_string(),
+            message,
+        });
+    }
+}
+
+fn spawn(files: &StepFiles, plan: &Plan, exe: &Path) -> Result<std::process::Child, String> {
+    layout::private_dir(&files.0).map_err(|e| format!("cannot make {}: {e}", files.0.display()))?;
+    layout::write_private(
+        &files.plan(),
+        &serde_json::to_vec(plan).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write the task plan: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("supervise")
+        .arg(&files.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the hook makes one async-signal-safe system call (setsid) and allocates
+    // nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()?;
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| format!("cannot start the task supervisor: {e}"))
+}
+
+fn signal_task(files: &StepFiles, sig: Signal) {
+    if let Some(g) = std::fs::read_to_string(files.pgid())
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|g| *g > 1)
+    {
+        let _ = signal::killpg(Pid::from_raw(g), sig);
+    }
+}
+
+/// Up to `CHUNK` bytes of `path` after `offset`, advancing it.
+fn read_from(path: &PathBuf, offset: &mut u64) -> Option<Vec<u8>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    if len <= *offset {
+        return None;
+    }
+    f.seek(SeekFrom::Start(*offset)).ok()?;
+    let mut buf = vec![0; (len - *offset).min(CHUNK) as usize];
+    f.read_exact(&mut buf).ok()?;
+    *offset += buf.len() as u64;
+    Some(buf)
+}

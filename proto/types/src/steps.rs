@@ -1,0 +1,208 @@
+//! Job steps (`grun`, srun's twin): a command run over some or all of a running job's
+//! nodes, its tasks' output streamed back to the caller through the leader. Steps live
+//! as long as the `grun` that started them; they are not replicated state.
+
+use crate::job::JobId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What `grun` asks for inside a job (the `RunStep` request body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRequest {
+    pub job: JobId,
+    /// Nodes of the job to run on (`-w`); empty: the first `nodes` of the job, or all.
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    /// How many of the job's nodes (`-N`); 0: all (or those in `nodelist`).
+    #[serde(default)]
+    pub nodes: u32,
+    /// Tasks in all (`-n`); 0: `ntasks_per_node` on each node.
+    #[serde(default)]
+    pub ntasks: u32,
+    /// Tasks per node (`--ntasks-per-node`); 0: 1.
+    #[serde(default)]
+    pub ntasks_per_node: u32,
+    pub argv: Vec<String>,
+    /// Variables set for every task on top of the job's environment (`--export`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The working directory (the caller's).
+    pub cwd: String,
+}
+
+/// Where a step's tasks go: node names and, per node, the global ranks it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepLayout {
+    pub nodes: Vec<String>,
+    pub ranks: Vec<Vec<u32>>,
+    pub ntasks: u32,
+}
+
+impl StepRequest {
+    /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
+    /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
+    pub fn layout(&self, job_nodes: &[String]) -> Result<StepLayout, String> {
+        for n in &self.nodelist {
+            if !job_nodes.contains(n) {
+                return Err(format!(
+                    "node {n} is not one of the job's nodes ({})",
+                    crate::hostlist::compress(job_nodes)
+                ));
+            }
+        }
+        let mut nodes: Vec<String> = if self.nodelist.is_empty() {
+            job_nodes.to_vec()
+        } else {
+            job_nodes
+                .iter()
+                .filter(|n| self.nodelist.contains(n))
+                .cloned()
+                .collect()
+        };
+        if self.nodes > 0 {
+            if self.nodes as usize > nodes.len() {
+                return Err(format!(
+                    "-N {} asks for more nodes than the {} available to this step",
+                    self.nodes,
+                    nodes.len()
+                ));
+            }
+            nodes.truncate(self.nodes as usize);
+        }
+        if nodes.is_empty() {
+            return Err("the step has no node to run on".into());
+        }
+        let per_node = self.ntasks_per_node.max(1);
+        let ntasks = if self.ntasks > 0 {
+            self.ntasks
+        } else {
+            per_node * nodes.len() as u32
+        };
+        if ntasks < nodes.len() as u32 {
+            // srun shrinks the node count to the task count.
+            nodes.truncate(ntasks as usize);
+        }
+        if ntasks > 4096 {
+            return Err(format!(
+                "{ntasks} tasks is more than a step may start (4096)"
+            ));
+        }
+        // Block distribution: the first nodes take one more when tasks do not divide.
+        let n = nodes.len() as u32;
+        let (base, extra) = (ntasks / n, ntasks % n);
+        let mut next = 0;
+        let ranks = (0..n)
+            .map(|i| {
+                let count = base + u32::from(i < extra);
+                let r: Vec<u32> = (next..next + count).collect();
+                next += count;
+                r
+            })
+            .collect();
+        Ok(StepLayout {
+            nodes,
+            ranks,
+            ntasks,
+        })
+    }
+}
+
+/// What a node's agent runs of a step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepLaunch {
+    pub job: JobId,
+    pub attempt: u32,
+    pub step: u32,
+    /// This node's index among the step's nodes (`SLURM_NODEID` of the step).
+    pub node_index: u32,
+    pub layout: StepLayout,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+}
+
+/// A task's output, exit, or a step that could not start on a node: sent by agents as it
+/// happens (not kept on disk) and passed to the `grun` that started the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "io", rename_all = "snake_case")]
+pub enum TaskIo {
+    Output {
+        job: JobId,
+        step: u32,
+        rank: u32,
+        #[serde(default)]
+        stderr: bool,
+        /// The bytes, base64.
+        data: String,
+    },
+    Exited {
+        job: JobId,
+        step: u32,
+        rank: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    Failed {
+        job: JobId,
+        step: u32,
+        node: String,
+        message: String,
+    },
+}
+
+/// What `grun` receives: the layout, then output and exits as they come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "update", rename_all = "snake_case")]
+pub enum StepUpdate {
+    Started { step: u32, layout: StepLayout },
+    Io(TaskIo),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(nodes: u32, ntasks: u32, per_node: u32, nodelist: &[&str]) -> StepRequest {
+        StepRequest {
+            job: JobId(1),
+            nodelist: nodelist.iter().map(|s| s.to_string()).collect(),
+            nodes,
+            ntasks,
+            ntasks_per_node: per_node,
+            argv: vec!["hostname".into()],
+            env: BTreeMap::new(),
+            cwd: "/".into(),
+        }
+    }
+
+    #[test]
+    fn layouts_as_srun_makes_them() {
+        let job: Vec<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
+        let l = req(0, 0, 0, &[]).layout(&job).unwrap();
+        assert_eq!(
+            (l.nodes.len(), l.ranks.clone(), l.ntasks),
+            (3, vec![vec![0], vec![1], vec![2]], 3)
+        );
+        let l = req(1, 1, 0, &["n2"]).layout(&job).unwrap();
+        assert_eq!((l.nodes, l.ranks), (vec!["n2".to_string()], vec![vec![0]]));
+        let l = req(2, 5, 0, &[]).layout(&job).unwrap();
+        assert_eq!(l.ranks, vec![vec![0, 1, 2], vec![3, 4]]);
+        let l = req(0, 2, 0, &[]).layout(&job).unwrap();
+        assert_eq!(
+            l.nodes.len(),
+            2,
+            "fewer tasks than nodes shrinks the node count"
+        );
+        let l = req(0, 0, 4, &[]).layout(&job).unwrap();
+        assert_eq!(l.ntasks, 12);
+        assert!(
+            req(0, 0, 0, &["n9"])
+                .layout(&job)
+                .unwrap_err()
+                .contains("not one of")
+        );
+        assert!(req(4, 0, 0, &[]).layout(&job).is_err());
+        assert!(req(0, 100_000, 0, &[]).layout(&job).is_err());
+    }
+}
