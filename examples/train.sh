@@ -1,10 +1,12 @@
 #!/bin/bash
-# A multi-node training job the way people write them for Slurm: the #SBATCH lines are
-# read by gsub, the SLURM_*/MASTER_* variables are set by gsched on every node.
-#SBATCH --job-name=train-demo
-#SBATCH --time=00:10:00
-#SBATCH --cpus-per-gpu=2
-#SBATCH --output=gsched-%j.out
+# A multi-node training job in gsched's per-node model: #GSUB lines (read like #SBATCH
+# lines) make the script run on every node of the job, each node its own rank, with the
+# SLURM_*/MASTER_* variables set by gsched. (A script with #SBATCH lines runs once, on the
+# first node, as on Slurm, and fans out with srun/grun.)
+#GSUB --job-name=train-demo
+#GSUB --time=00:10:00
+#GSUB --cpus-per-gpu=2
+#GSUB --output=gsched-%j.out
 
 echo "[$SLURMD_NODENAME] node rank $SLURM_NODEID of $SLURM_NNODES, job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"
 echo "[$SLURMD_NODENAME] GPUs $CUDA_VISIBLE_DEVICES (order $CUDA_DEVICE_ORDER), CPUs $GSCHED_CPUS"

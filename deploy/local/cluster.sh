@@ -33,11 +33,13 @@ start() {
             --data-dir "$HOME_DIR/controller$id" >>"$HOME_DIR/log/gctld$id.log" 2>&1 &
         echo $! >"$HOME_DIR/gctld$id.pid"
     done
+    # Slurm's command names (sbatch, srun, squeue...), for the CLI and inside jobs.
+    "$BIN/gctl" slurm-names "$HOME_DIR/slurm" >/dev/null
     for n in 1 2; do
         if [ -f "$HOME_DIR/node$n.pid" ] && kill -0 "$(cat "$HOME_DIR/node$n.pid")" 2>/dev/null; then continue; fi
         "$BIN/gagentd" --dev-local --controllers "$CONTROLLERS" --name "node$n" --state-dir "$HOME_DIR/node$n" \
             --fake-topology "$TOPO" --training-addr 127.0.0.1 --cgroup-root off \
-            --kmsg "$HOME_DIR/node$n.kmsg" >>"$HOME_DIR/log/node$n.log" 2>&1 &
+            --kmsg "$HOME_DIR/node$n.kmsg" --slurm-names "$HOME_DIR/slurm" >>"$HOME_DIR/log/node$n.log" 2>&1 &
         echo $! >"$HOME_DIR/node$n.pid"
     done
     export GSCHED_CONTROLLERS="$CONTROLLERS"
@@ -45,7 +47,7 @@ start() {
         if "$BIN/ginfo" --json 2>/dev/null | grep -q '"online": true' && \
            [ "$("$BIN/ginfo" --json 2>/dev/null | grep -c '"online": true')" -ge 2 ]; then
             echo "gsched: 3 controllers and 2 nodes up (state in $HOME_DIR)"
-            echo "export GSCHED_CONTROLLERS=$CONTROLLERS PATH=$BIN:\$PATH"
+            echo "export GSCHED_CONTROLLERS=$CONTROLLERS PATH=$BIN:$HOME_DIR/slurm:\$PATH"
             return 0
         fi
         sleep 0.2
@@ -68,6 +70,6 @@ case "${1:-up}" in
     down) stop ;;
     # Job ids start again at 1 after a clean: drop the old demo outputs with them.
     clean) stop; rm -rf "$HOME_DIR"; rm -f "$ROOT"/examples/gsched-*.out ;;
-    env) echo "export GSCHED_CONTROLLERS=$CONTROLLERS PATH=$BIN:\$PATH" ;;
+    env) echo "export GSCHED_CONTROLLERS=$CONTROLLERS PATH=$BIN:$HOME_DIR/slurm:\$PATH" ;;
     *) echo "usage: $0 up|down|clean|env" >&2; exit 2 ;;
 esac

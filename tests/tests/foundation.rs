@@ -6,7 +6,7 @@ use gsched_tests::{Cluster, env_file, pid_alive, wait_for};
 use std::time::Duration;
 
 const ENV_DUMP: &str = r#"#!/bin/bash
-#SBATCH --time=10
+#GSUB --time=10
 env | sort > "$OUTDIR/env.$SLURM_JOB_ID.$SLURM_NODEID.$SLURM_PROCID"
 sleep "${HOLD:-0}"
 "#;

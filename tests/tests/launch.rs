@@ -63,7 +63,7 @@ fn t20_an_unmodified_multinode_torchrun_script_runs() {
     let script = c.script(
         "train.sh",
         &format!(
-            "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\nexport PATH=/usr/bin:$PATH\nexec torchrun --nnodes $GSCHED_NNODES --nproc_per_node 2 --node_rank $GSCHED_NODEID --master_addr $MASTER_ADDR --master_port $MASTER_PORT {OLD_TORCHRUN} {}\n",
+            "#!/bin/bash\n#GSUB -N 2\n#GSUB --ntasks-per-node=1\nexport PATH=/usr/bin:$PATH\nexec torchrun --nnodes $GSCHED_NNODES --nproc_per_node 2 --node_rank $GSCHED_NODEID --master_addr $MASTER_ADDR --master_port $MASTER_PORT {OLD_TORCHRUN} {}\n",
             allreduce()
         ),
     );

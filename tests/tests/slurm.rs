@@ -62,13 +62,20 @@ fn stdout(o: &std::process::Output) -> String {
 #[test]
 fn t10_a_slurm_script_runs_through_slurm_names() {
     let (c, links) = slurm_cluster();
+    // Slurm's way: the script runs once, on the first node; srun runs the per-node part.
+    c.script(
+        "seen.sh",
+        "#!/bin/bash\n\
+         state=$(scontrol show job $SLURM_JOB_ID | grep -o 'JobState=[A-Z]*')\n\
+         q=$(squeue -h -j $SLURM_JOB_ID -o '%i:%T')\n\
+         echo \"head=$1 count=$2 $state $q\" > seen-$SLURMD_NODENAME.txt\n",
+    );
     let script = c.script(
         "slurmish.sh",
         "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:2\n\
+         echo once >> ran-on-$SLURMD_NODENAME.txt\n\
          nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n\
-         state=$(scontrol show job $SLURM_JOB_ID | grep -o 'JobState=[A-Z]*')\n\
-         q=$(squeue -h -j $SLURM_JOB_ID -o '%i:%T')\n\
-         echo \"head=${nodes[0]} count=${#nodes[@]} $state $q\" > seen-$SLURMD_NODENAME.txt\n",
+         srun bash ./seen.sh ${nodes[0]} ${#nodes[@]}\n",
     );
     let out = stdout(&slurm(&c, &links, "sbatch", &[&script]));
     let id: u64 = out
@@ -79,6 +86,12 @@ fn t10_a_slurm_script_runs_through_slurm_names() {
         .unwrap();
     let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
     assert_eq!(job["state"], "COMPLETED", "{job}");
+    assert_eq!(
+        std::fs::read_to_string(c.path("ran-on-n1.txt")).unwrap(),
+        "once\n",
+        "the batch script runs once, on the first node"
+    );
+    assert!(!c.path("ran-on-n2.txt").exists());
     for n in ["n1", "n2"] {
         let seen = std::fs::read_to_string(c.path(&format!("seen-{n}.txt"))).unwrap();
         assert_eq!(
@@ -281,12 +294,11 @@ fn t50_begin_waits_and_only_operators_may_raise_priority() {
 #[test]
 fn t60_srun_inside_a_job_fans_out_and_brings_the_output_back() {
     let (c, links) = slurm_cluster();
-    // Each node runs the script (gsched's per-node launch); node 0 drives the steps, the
-    // other waits until it is done.
+    // A Slurm script: it runs once, on the first node, and srun fans out; the job ends
+    // when the script does (the other node only holds the allocation).
     let script = c.script(
         "steps.sh",
         "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:1\n\
-         if [ \"$SLURM_NODEID\" != 0 ]; then while [ ! -f done.flag ]; do sleep 0.2; done; exit 0; fi\n\
          nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n\
          second=$(srun --nodes=1 --ntasks=1 -w \"${nodes[1]}\" printenv SLURMD_NODENAME)\n\
          echo \"second=$second\" > steps.txt\n\
@@ -294,8 +306,7 @@ fn t60_srun_inside_a_job_fans_out_and_brings_the_output_back() {
          srun --ntasks-per-node=2 -l bash -c 'echo $SLURM_PROCID/$SLURM_LOCALID/$SLURM_NODEID/$SLURM_STEP_ID' | sort >> steps.txt\n\
          export FROM_SCRIPT=yes\n\
          srun -n 1 bash -c 'echo exported=$FROM_SCRIPT; echo to-stderr >&2' 2>/dev/null >> steps.txt\n\
-         srun -n 2 bash -c 'exit $((SLURM_PROCID * 3))'; echo \"status=$?\" >> steps.txt\n\
-         touch done.flag\n",
+         srun -n 2 bash -c 'exit $((SLURM_PROCID * 3))'; echo \"status=$?\" >> steps.txt\n",
     );
     let id: u64 = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]))
         .trim()
@@ -307,6 +318,22 @@ fn t60_srun_inside_a_job_fans_out_and_brings_the_output_back() {
     assert_eq!(
         steps,
         "second=n2\n0: n1\n1: n2\n0: 0/0/0/2\n1: 1/1/0/2\n2: 2/0/1/2\n3: 3/1/1/2\nexported=yes\nstatus=3\n"
+    );
+    // A batch script that fails fails the job, and the node that only held the
+    // allocation is let go.
+    let failing = c.script(
+        "fails.sh",
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:1\nexit 4\n",
+    );
+    let bad: u64 = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &failing]))
+        .trim()
+        .parse()
+        .unwrap();
+    let job = c.wait_state(bad, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    assert_eq!(
+        (job["state"].as_str(), job["exit_code"].as_i64()),
+        (Some("FAILED"), Some(4)),
+        "{job}"
     );
     // Outside a job, and in someone else's job, grun says why.
     let out = c.cli("grun", &["hostname"]);

@@ -135,12 +135,23 @@ fn main() {
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| die("grun", format!("-N {n}: give a number of nodes"))),
     };
+    // As srun in a batch job: tasks per node from the job unless told otherwise.
+    let ntasks_per_node = args.ntasks_per_node.unwrap_or_else(|| {
+        if args.ntasks.is_none() && args.nodes.is_none() {
+            std::env::var("SLURM_NTASKS_PER_NODE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        } else {
+            0
+        }
+    });
     let request = StepRequest {
         job: JobId(job),
         nodelist,
         nodes,
         ntasks: args.ntasks.unwrap_or(0),
-        ntasks_per_node: args.ntasks_per_node.unwrap_or(0),
+        ntasks_per_node,
         argv: args.command.clone(),
         env: exported(args.export.as_deref()).unwrap_or_else(|e| die("grun", e)),
         cwd: std::env::current_dir()

@@ -52,6 +52,26 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
 
 /// `#SBATCH`/`#GSUB` directive words, read from the top of the script up to the first
 /// command, as sbatch does.
+/// Whether the script's header has `#SBATCH` lines: a script written for Slurm, which
+/// runs once on the first node (see `--launch`).
+pub fn has_sbatch_lines(script: &str) -> bool {
+    for (n, line) in script.lines().enumerate() {
+        let t = line.trim();
+        if (n == 0 && t.starts_with("#!")) || t.is_empty() {
+            continue;
+        }
+        if !t.starts_with('#') {
+            return false;
+        }
+        if let Some(rest) = t.strip_prefix("#SBATCH")
+            && (rest.starts_with(char::is_whitespace) || rest.is_empty())
+        {
+            return true;
+        }
+    }
+    false
+}
+
 pub fn directives(script: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for (n, line) in script.lines().enumerate() {

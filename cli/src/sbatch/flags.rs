@@ -106,6 +106,11 @@ pub struct SubArgs {
     /// the training program and its arguments).
     #[arg(long = "torchrun", action = ArgAction::SetTrue)]
     pub torchrun: bool,
+    /// How the script starts: `batch` (once, on the first node, as Slurm runs it;
+    /// grun/srun fans out) or `each-node` (on every node). Default: batch for scripts with
+    /// #SBATCH lines, each-node for anything else.
+    #[arg(long = "launch", value_parser = ["batch", "each-node"])]
+    pub launch: Option<String>,
     /// Extra torchrun flags for --torchrun (one string, split on spaces).
     #[arg(long = "torchrun-args", allow_hyphen_values = true)]
     pub torchrun_args: Option<String>,

@@ -85,6 +85,36 @@ mod tests {
     }
 
     #[test]
+    fn sbatch_scripts_run_once_and_the_rest_on_every_node() {
+        use gsched_types::job::LaunchMode;
+        let launch = |flags: &[&str], text: &str| {
+            let mut v = flags.to_vec();
+            v.push("x.sh");
+            resolve(&parse_args(&v), Some(text.into()), Some("x.sh"), &ctx()).map(|s| s.launch)
+        };
+        let slurm = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname\n";
+        let gsched = "#!/bin/bash\n#GSUB -N 2\nhostname\n";
+        assert_eq!(launch(&[], slurm), Ok(LaunchMode::Batch));
+        assert_eq!(launch(&[], gsched), Ok(LaunchMode::EachNode));
+        assert_eq!(
+            launch(&[], "#!/bin/sh\nhostname\n"),
+            Ok(LaunchMode::EachNode)
+        );
+        assert_eq!(
+            launch(&[], "#!/bin/sh\nhostname\n#SBATCH -N 2\n"),
+            Ok(LaunchMode::EachNode),
+            "directives after the first command are not directives"
+        );
+        assert_eq!(
+            launch(&["--launch=each-node"], slurm),
+            Ok(LaunchMode::EachNode)
+        );
+        assert_eq!(launch(&["--launch=batch"], gsched), Ok(LaunchMode::Batch));
+        let a = parse_args(&["--launch=batch", "--torchrun", "train.py"]);
+        assert!(resolve(&a, None, None, &ctx()).is_err());
+    }
+
+    #[test]
     fn begin_and_nice() {
         let a = parse_args(&["--begin=now+1hour", "--nice", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();

@@ -5,7 +5,7 @@
 use super::directives::split_words;
 use super::flags::SubArgs;
 use gsched_types::hostlist;
-use gsched_types::job::{JobSpec, TorchrunSpec};
+use gsched_types::job::{JobSpec, LaunchMode, TorchrunSpec};
 use gsched_types::parse;
 use std::collections::BTreeMap;
 
@@ -168,6 +168,23 @@ pub fn resolve(
             .filter(|n| (-10_000..=10_000).contains(n))
             .ok_or_else(|| format!("--nice={n}: give a number from -10000 to 10000"))?,
     };
+    let launch = match args.launch.as_deref() {
+        Some("batch") if args.torchrun => {
+            return Err(
+                "--torchrun starts torchrun on every node; --launch=batch does not apply".into(),
+            );
+        }
+        Some("batch") => LaunchMode::Batch,
+        Some(_) => LaunchMode::EachNode,
+        None if !args.torchrun
+            && script_text
+                .as_deref()
+                .is_some_and(super::directives::has_sbatch_lines) =>
+        {
+            LaunchMode::Batch
+        }
+        None => LaunchMode::EachNode,
+    };
     let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
     let (array, array_limit) = match &args.array {
         Some(a) => {
@@ -300,6 +317,7 @@ pub fn resolve(
         signal,
         begin_ms,
         nice,
+        launch,
         output: args.output.clone(),
         error: args.error.clone(),
         requeue: args.requeue && !args.no_requeue,
@@ -396,6 +414,7 @@ pub fn dry_run_json(spec: &JobSpec, ctx: &SubmitContext) -> serde_json::Value {
         "signal": spec.signal,
         "begin_ms": spec.begin_ms,
         "nice": spec.nice,
+        "launch": spec.launch,
         "partition": spec.partition,
         "account": spec.account,
         "qos": spec.qos,

@@ -107,7 +107,8 @@ pub fn script(launch: &LaunchSpec) -> String {
 /// How many tasks the supervisor starts on this node: one torchrun (which starts a worker
 /// per GPU itself), else the job's tasks per node.
 pub fn task_count(launch: &LaunchSpec) -> u32 {
-    if launch.spec.torchrun.is_some() {
+    if launch.spec.torchrun.is_some() || launch.spec.launch == gsched_types::job::LaunchMode::Batch
+    {
         1
     } else {
         launch.spec.ntasks_per_node.max(1)
@@ -124,6 +125,11 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
     };
     if spec.torchrun.is_none() {
         argv.extend(spec.script_args.iter().cloned());
+    }
+    if holds_only(launch) {
+        // Slurm's way: the script runs on the first node; this one keeps the allocation
+        // (its cgroup, GPUs, lease) for the steps `grun`/`srun` starts here.
+        argv = HOLDER.iter().map(|s| s.to_string()).collect();
     }
     let net = net_plan(ctx.topology, &launch.node_alloc.gpus, ctx.training_iface);
     let tasks = (0..task_count(launch))
@@ -160,6 +166,14 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
     }
+}
+
+/// What a batch job's other nodes run until the job ends.
+const HOLDER: [&str; 3] = ["/bin/sh", "-c", "while :; do sleep 3600; done"];
+
+/// A batch job's node other than the first: it runs no script, only holds the allocation.
+pub fn holds_only(launch: &LaunchSpec) -> bool {
+    launch.spec.launch == gsched_types::job::LaunchMode::Batch && launch.node_rank > 0
 }
 
 /// Variables whose value differs from node to node of a job: a step's task takes them

@@ -41,6 +41,24 @@ pub struct Dependency {
     pub job: Option<JobId>,
 }
 
+/// How a job's script is started on its nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LaunchMode {
+    /// On every node, each its own rank (gsched's model; `--torchrun`, `#GSUB` scripts).
+    #[default]
+    EachNode,
+    /// Once, on the first node, as Slurm runs a batch script; `grun`/`srun` fans out and
+    /// the other nodes hold the allocation. The job ends when the script does.
+    Batch,
+}
+
+impl LaunchMode {
+    pub fn is_each_node(&self) -> bool {
+        *self == LaunchMode::EachNode
+    }
+}
+
 fn is_zero(n: &i32) -> bool {
     *n == 0
 }
@@ -103,6 +121,9 @@ pub struct JobSpec {
     /// partition's maximum); `None` takes the partition's default.
     #[serde(default)]
     pub time_limit_s: Option<u64>,
+    /// Whether the script runs on every node or, as on Slurm, once on the first.
+    #[serde(default, skip_serializing_if = "LaunchMode::is_each_node")]
+    pub launch: LaunchMode,
     /// `--begin`: not started before this (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin_ms: Option<u64>,
@@ -210,6 +231,7 @@ impl JobSpec {
             signal: None,
             begin_ms: None,
             nice: 0,
+            launch: LaunchMode::EachNode,
             umask: None,
         }
     }

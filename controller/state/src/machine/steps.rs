@@ -4,7 +4,7 @@
 use super::ClusterState;
 use crate::command::{Outcome, StepExited, StepFailed, StepStarted};
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{JobId, JobRecord, JobState, StepState, StepStatus};
+use gsched_types::job::{JobId, JobRecord, JobState, LaunchMode, StepState, StepStatus};
 
 impl ClusterState {
     fn step_mut<'a>(job: &'a mut JobRecord, node: &str) -> Option<&'a mut StepStatus> {
@@ -85,13 +85,29 @@ impl ClusterState {
         if code.is_some() && job.exit_code.is_none_or(|c| c == 0) {
             job.exit_code = code;
         }
+        let batch_done = failure.is_none()
+            && job.spec.launch == LaunchMode::Batch
+            && job.steps.first().is_some_and(|s| s.node == node);
         if let Some(f) = failure
             && f.kind != FailureKind::GangStopped
         {
             self.begin_ending(id, f, at);
+        } else if batch_done {
+            self.end_with_batch_script(id);
         }
         self.maybe_finish(id, at);
         Outcome::Ok
+    }
+
+    /// A batch job's script ended well on its first node: the job is done, and the other
+    /// nodes (holding the allocation for steps) are stopped.
+    fn end_with_batch_script(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.get_mut(&id)
+            && job.state == JobState::Running
+        {
+            job.state = JobState::Completing;
+            job.ending_as = Some(JobState::Completed);
+        }
     }
 
     pub(super) fn step_failed(&mut self, c: &StepFailed, at: u64) -> Outcome {
