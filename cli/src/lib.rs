@@ -2,6 +2,7 @@
 //! a shared controller client with failover, sbatch-compatible option parsing and
 //! Slurm-shaped output.
 
+pub mod alloc;
 pub mod certs;
 pub mod client;
 pub mod format;

@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 
 /// Slurm's name and the gsched tool that behaves as it.
-pub const NAMES: [(&str, &str); 7] = [
+pub const NAMES: [(&str, &str); 8] = [
     ("sbatch", "gsub"),
     ("srun", "grun"),
+    ("salloc", "galloc"),
     ("squeue", "gqueue"),
     ("sinfo", "ginfo"),
     ("scancel", "gcancel"),

@@ -38,10 +38,13 @@ fn slurm_cluster() -> (Cluster, String) {
     (c, links)
 }
 
-/// Runs `name` (a Slurm name) from the links directory against the cluster.
+/// Runs `name` (a Slurm name) from the links directory against the cluster, with the
+/// links first on PATH (as the README tells admins to set up).
 fn slurm(c: &Cluster, links: &str, name: &str, args: &[&str]) -> std::process::Output {
+    let path = format!("{links}:{}", std::env::var("PATH").unwrap_or_default());
     Command::new(format!("{links}/{name}"))
         .args(args)
+        .env("PATH", path)
         .current_dir(c.path(""))
         .env("GSCHED_CONTROLLERS", c.controllers_arg())
         .env("GSCHED_RETRY_S", "20")
@@ -342,4 +345,65 @@ fn t60_srun_inside_a_job_fans_out_and_brings_the_output_back() {
     let out = c.cli("grun", &["--jobid", &id.to_string(), "hostname"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("steps run only in a running job"));
+}
+
+#[test]
+fn t70_srun_outside_a_job_and_salloc_get_their_own_allocation() {
+    let (c, links) = slurm_cluster();
+    // srun outside a job: an allocation for the one step, given back at the end.
+    let out = slurm(
+        &c,
+        &links,
+        "srun",
+        &[
+            "-N",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "-l",
+            "printenv",
+            "SLURMD_NODENAME",
+        ],
+    );
+    let text = stdout(&out);
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    assert_eq!(lines, vec!["0: n1", "1: n2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has been allocated resources"), "{err}");
+    // salloc: a command (here instead of a shell) with the allocation's variables; its
+    // steps run on the allocated nodes; its status is salloc's; then the nodes are free.
+    let out = slurm(
+        &c,
+        &links,
+        "salloc",
+        &[
+            "-N",
+            "2",
+            "--gres=gpu:1",
+            "bash",
+            "-c",
+            "echo nodes=$SLURM_JOB_NODELIST; srun -l hostname >/dev/null; srun -N1 printenv SLURMD_NODENAME; exit 7",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text, "nodes=n[1-2]\nn1\n", "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Relinquishing job allocation"));
+    gsched_tests::wait_for(
+        "the allocations to be given back",
+        Duration::from_secs(20),
+        || {
+            let q = c.json("gqueue", &[]);
+            q["jobs"].as_array().unwrap().is_empty().then_some(())
+        },
+    );
+    let acct = c.json("gacct", &[]);
+    let states: Vec<&str> = acct["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, vec!["CANCELLED", "CANCELLED"], "{acct}");
 }

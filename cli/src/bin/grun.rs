@@ -58,6 +58,21 @@ struct Args {
     cpu_bind: Option<String>,
     #[arg(long = "overlap", hide = true)]
     overlap: bool,
+    // Outside a job, grun first gets an allocation with these (as srun does).
+    #[arg(long = "gpus-per-node")]
+    gpus_per_node: Option<String>,
+    #[arg(long = "gres")]
+    gres: Option<String>,
+    #[arg(short = 'G', long = "gpus")]
+    gpus: Option<String>,
+    #[arg(short = 'p', long = "partition")]
+    partition: Option<String>,
+    #[arg(short = 't', long = "time")]
+    time: Option<String>,
+    #[arg(short = 'J', long = "job-name")]
+    job_name: Option<String>,
+    #[arg(long = "mem")]
+    mem: Option<String>,
     #[arg(long)]
     controllers: Option<String>,
     /// The command and its arguments.
@@ -108,19 +123,59 @@ fn sink(path: Option<&str>, stderr: bool) -> Box<dyn Write> {
 
 fn main() {
     let args = Args::parse();
-    let job = args
-        .jobid
-        .or_else(|| {
-            ["SLURM_JOB_ID", "GSCHED_JOB_ID"]
-                .iter()
-                .find_map(|v| std::env::var(v).ok()?.parse().ok())
-        })
-        .unwrap_or_else(|| {
-            die(
-                "grun",
-                "not inside a job: run grun from a job's script (or give --jobid); to get an allocation first, use gsub",
-            )
-        });
+    let rt = gsched_cli::runtime();
+    let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    let inside = args.jobid.or_else(|| {
+        ["SLURM_JOB_ID", "GSCHED_JOB_ID"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    });
+    // Outside a job: an allocation just for this step, given back when it ends.
+    let (job, own) = match inside {
+        Some(id) => (id, false),
+        None => {
+            let (alloc_args, _) = gsched_cli::alloc::parse("grun", &allocation_options(&args))
+                .unwrap_or_else(|e| die("grun", e));
+            let job = gsched_cli::alloc::allocate(&rt, &mut client, &alloc_args, "grun")
+                .unwrap_or_else(|e| die("grun", e));
+            (job.job_id.0, true)
+        }
+    };
+    let status = run(&rt, &mut client, &args, job);
+    if own {
+        gsched_cli::alloc::release(&rt, &mut client, job);
+    }
+    std::process::exit(status);
+}
+
+/// sbatch options for the allocation grun makes outside a job.
+fn allocation_options(args: &Args) -> Vec<String> {
+    let mut o = Vec::new();
+    let mut opt = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            o.push(format!("{flag}={v}"));
+        }
+    };
+    opt("--nodes", args.nodes.clone());
+    opt("--nodelist", args.nodelist.clone());
+    opt("--gpus-per-node", args.gpus_per_node.clone());
+    opt("--gres", args.gres.clone());
+    opt("--gpus", args.gpus.clone());
+    opt("--partition", args.partition.clone());
+    opt("--time", args.time.clone());
+    opt("--job-name", args.job_name.clone());
+    opt("--mem", args.mem.clone());
+    opt("--cpus-per-task", args.cpus_per_task.clone());
+    opt("--ntasks", args.ntasks.map(|n| n.to_string()));
+    opt(
+        "--ntasks-per-node",
+        args.ntasks_per_node.map(|n| n.to_string()),
+    );
+    o
+}
+
+/// Runs the step in `job`; returns the exit status for grun.
+fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64) -> i32 {
     let nodelist = match &args.nodelist {
         Some(l) => gsched_types::hostlist::expand(l)
             .unwrap_or_else(|e| die("grun", format!("-w {l}: {e}"))),
@@ -162,8 +217,6 @@ fn main() {
         request_id: gsched_cli::client::request_id(),
         json: serde_json::to_vec(&request).expect("a step request serialises"),
     };
-    let rt = gsched_cli::runtime();
-    let mut client = Client::new(controller_list(args.controllers.as_deref()));
     let mut stream = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
@@ -254,5 +307,5 @@ fn main() {
         );
         status = 1;
     }
-    std::process::exit(status);
+    status
 }

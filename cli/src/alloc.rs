@@ -1,0 +1,158 @@
+//! Allocations for `galloc` (salloc's twin) and `grun` outside a job: a batch job whose
+//! script only holds its nodes, submitted with sbatch's resource options, waited for
+//! until it runs, and cancelled when the caller is done (or interrupted).
+
+use crate::client::{Client, current_user, describe, request_id};
+use crate::sbatch::{SubArgs, SubmitContext, resolve};
+use clap::Parser;
+use gsched_proto::pb::SubmitRequest;
+use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector};
+use gsched_types::job::{JobState, LaunchMode};
+use std::time::Duration;
+
+/// What an allocation's script does: nothing, until the allocation is given back.
+const HOLD: &str = "while :; do sleep 3600; done";
+
+/// Reads `TOOL [sbatch options] [command [args]]`: the options describe the allocation,
+/// the rest is what to run in it.
+pub fn parse(tool: &str, raw: &[String]) -> Result<(SubArgs, Vec<String>), String> {
+    let mut args =
+        SubArgs::try_parse_from(std::iter::once(tool.to_string()).chain(raw.iter().cloned()))
+            .map_err(|e| {
+                e.to_string()
+                    .trim_start_matches("error: ")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })?;
+    if args.wrap.is_some() || args.torchrun {
+        return Err(format!("{tool} takes a command, not --wrap or --torchrun"));
+    }
+    let command = std::mem::take(&mut args.script);
+    args.wrap = Some(HOLD.to_string());
+    Ok((args, command))
+}
+
+/// Submits the holder job and waits until it runs; prints progress to stderr as salloc
+/// does. Returns the running job's row.
+pub fn allocate(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    args: &SubArgs,
+    tool: &str,
+) -> Result<JobRow, String> {
+    let ctx = SubmitContext {
+        cwd: std::env::current_dir()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "/".into()),
+        env: std::env::vars().collect(),
+        user: current_user(),
+        umask: 0o022,
+        now: chrono::Local::now(),
+    };
+    let mut spec = resolve(args, None, None, &ctx)?;
+    spec.launch = LaunchMode::Batch;
+    if args.job_name.is_none() {
+        spec.name = tool.to_string();
+    }
+    // The holder writes nothing; its output file would only clutter the directory.
+    spec.output = Some("/dev/null".into());
+    let req = SubmitRequest {
+        request_id: request_id(),
+        spec_json: serde_json::to_vec(&spec).expect("spec serialises"),
+    };
+    let id = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.submit(req).await }
+        }))
+        .map_err(|s| describe(&s))?
+        .job_ids
+        .first()
+        .copied()
+        .ok_or("the controller returned no job id")?;
+    eprintln!("{tool}: Pending job allocation {id}");
+    let query = crate::JobQuery {
+        include_finished: true,
+        jobs: vec![JobSelector { id, task: None }],
+        ..Default::default()
+    };
+    let mut told_waiting = false;
+    loop {
+        let interrupted = rt.block_on(async {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => true,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => false,
+            }
+        });
+        if interrupted {
+            release(rt, client, id);
+            return Err(format!("interrupted; job allocation {id} cancelled"));
+        }
+        let jobs = crate::fetch_jobs(rt, client, &query, tool).jobs;
+        let Some(job) = jobs.into_iter().find(|j| j.job_id.0 == id) else {
+            continue;
+        };
+        match job.state {
+            JobState::Running => {
+                eprintln!(
+                    "{tool}: job {id} has been allocated resources ({})",
+                    job.node_list
+                );
+                return Ok(job);
+            }
+            JobState::Pending => {
+                if !told_waiting {
+                    eprintln!(
+                        "{tool}: job {id} queued and waiting for resources ({})",
+                        job.reason
+                    );
+                    told_waiting = true;
+                }
+            }
+            other => {
+                return Err(format!(
+                    "job allocation {id} ended {} before it ran",
+                    other.name()
+                ));
+            }
+        }
+    }
+}
+
+/// Gives the allocation back (cancels its job).
+pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
+    let select = JobSelection {
+        jobs: vec![JobSelector { id, task: None }],
+        ..Default::default()
+    };
+    let body = gsched_types::api::JobActionRequest {
+        action: JobAction::Cancel,
+        select,
+    };
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id: request_id(),
+        json: serde_json::to_vec(&body).expect("a job action serialises"),
+    };
+    let _ = rt.block_on(client.call(|mut c| {
+        let req = req.clone();
+        async move { c.act_on_jobs(req).await }
+    }));
+}
+
+/// The variables a shell or step started on the submit host gets for an allocation.
+pub fn job_env(job: &JobRow) -> Vec<(String, String)> {
+    let id = job.job_id.0.to_string();
+    vec![
+        ("SLURM_JOB_ID".into(), id.clone()),
+        ("SLURM_JOBID".into(), id.clone()),
+        ("GSCHED_JOB_ID".into(), id),
+        ("SLURM_JOB_NODELIST".into(), job.node_list.clone()),
+        ("SLURM_NODELIST".into(), job.node_list.clone()),
+        ("SLURM_JOB_NUM_NODES".into(), job.nodes.to_string()),
+        ("SLURM_NNODES".into(), job.nodes.to_string()),
+        ("SLURM_JOB_NAME".into(), job.name.clone()),
+        ("SLURM_JOB_PARTITION".into(), job.partition.clone()),
+    ]
+}
