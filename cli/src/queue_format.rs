@@ -41,6 +41,25 @@ const LETTERS: [(char, &str); 15] = [
     ('e', "END_TIME"),
 ];
 
+/// squeue's `-O` names for the letters above.
+const LONG_NAMES: [(&str, char); 15] = [
+    ("JobID", 'i'),
+    ("JobArrayID", 'i'),
+    ("Name", 'j'),
+    ("UserName", 'u'),
+    ("StateCompact", 't'),
+    ("State", 'T'),
+    ("TimeUsed", 'M'),
+    ("NumNodes", 'D'),
+    ("NodeList", 'N'),
+    ("ReasonList", 'R'),
+    ("Reason", 'r'),
+    ("Partition", 'P'),
+    ("TimeLimit", 'l'),
+    ("StartTime", 'S'),
+    ("EndTime", 'e'),
+];
+
 impl QueueFormat {
     /// Parses `%[.][width]letter` fields and literal text (`%%` is a percent sign).
     pub fn parse(text: &str) -> Result<QueueFormat, String> {
@@ -87,6 +106,41 @@ impl QueueFormat {
         }
         if !literal.is_empty() {
             pieces.push(Piece::Text(literal));
+        }
+        Ok(QueueFormat(pieces))
+    }
+
+    /// Parses squeue's `-O/--Format` list (`JobID,Name:30,State,Reason`): field names,
+    /// each with an optional `:width` (20 by default, as squeue's), left-aligned and
+    /// padded to their width, one after the other.
+    pub fn parse_long(text: &str) -> Result<QueueFormat, String> {
+        let mut pieces = Vec::new();
+        for item in text.split(',').filter(|s| !s.is_empty()) {
+            let (name, width) = match item.split_once(':') {
+                Some((n, w)) => (
+                    n,
+                    w.trim_start_matches('.')
+                        .parse::<usize>()
+                        .map_err(|_| format!("--Format: '{item}' has a bad width"))?,
+                ),
+                None => (item, 20),
+            };
+            let letter = LONG_NAMES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, l)| *l)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = LONG_NAMES.iter().map(|(n, _)| *n).collect();
+                    format!("--Format: {name} is not supported (gsched knows {})", known.join(", "))
+                })?;
+            pieces.push(Piece::Field {
+                letter,
+                width: Some(width),
+                right: false,
+            });
+        }
+        if pieces.is_empty() {
+            return Err("--Format: name at least one field".into());
         }
         Ok(QueueFormat(pieces))
     }
@@ -233,5 +287,12 @@ mod tests {
         assert_eq!(QueueFormat::parse("100%%").unwrap().header(), "100%");
         assert!(QueueFormat::parse("%Z").unwrap_err().contains("%Z"));
         assert!(QueueFormat::parse("%.5").is_err());
+        let f = QueueFormat::parse_long("JobID:6,State:9,reason").unwrap();
+        assert_eq!(f.header(), "JOBID STATE    REASON              ");
+        assert_eq!(
+            f.line(&pending, 62_000),
+            "42    PENDING  Priority            "
+        );
+        assert!(QueueFormat::parse_long("JobID,Colour").unwrap_err().contains("Colour"));
     }
 }

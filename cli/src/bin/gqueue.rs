@@ -22,8 +22,12 @@ struct Args {
     noheader: bool,
     /// squeue's output format: `%[.][width]letter` fields, e.g. "%.18i %.9P %j %T %R"
     /// (letters: i A j u t T M D R N r P l S e).
-    #[arg(short = 'o', long = "format")]
+    #[arg(short = 'o', long = "format", conflicts_with = "long_format")]
     format: Option<String>,
+    /// squeue's long format: field names with optional widths, e.g.
+    /// "JobID,Name:30,State,ReasonList".
+    #[arg(short = 'O', long = "Format")]
+    long_format: Option<String>,
     /// Only these users' jobs (comma separated).
     #[arg(short = 'u', long = "user", value_delimiter = ',')]
     user: Vec<String>,
@@ -91,10 +95,12 @@ fn main() {
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     if !args.json && !args.long {
-        let format = match &args.format {
-            Some(f) => QueueFormat::parse(f).unwrap_or_else(|e| die("gqueue", e)),
-            None => default_format(args.start),
-        };
+        let format = match (&args.format, &args.long_format) {
+            (Some(f), _) => QueueFormat::parse(f),
+            (_, Some(f)) => QueueFormat::parse_long(f),
+            _ => Ok(default_format(args.start)),
+        }
+        .unwrap_or_else(|e| die("gqueue", e));
         print_queue(&rt, &mut client, &query, &format, !args.noheader);
         return;
     }
