@@ -131,7 +131,10 @@ impl QueueFormat {
                 .map(|(_, l)| *l)
                 .ok_or_else(|| {
                     let known: Vec<&str> = LONG_NAMES.iter().map(|(n, _)| *n).collect();
-                    format!("--Format: {name} is not supported (gsched knows {})", known.join(", "))
+                    format!(
+                        "--Format: {name} is not supported (gsched knows {})",
+                        known.join(", ")
+                    )
                 })?;
             pieces.push(Piece::Field {
                 letter,
@@ -293,6 +296,10 @@ mod tests {
             f.line(&pending, 62_000),
             "42    PENDING  Priority            "
         );
-        assert!(QueueFormat::parse_long("JobID,Colour").unwrap_err().contains("Colour"));
+        assert!(
+            QueueFormat::parse_long("JobID,Colour")
+                .unwrap_err()
+                .contains("Colour")
+        );
     }
 }

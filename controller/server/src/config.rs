@@ -45,6 +45,8 @@ pub struct ControllerConfig {
     pub snapshot_every: u64,
     /// sled's page cache (`--store-cache-mb`).
     pub store_cache_bytes: u64,
+    /// Where `/metrics` is served (`--http`), if anywhere.
+    pub http: Option<String>,
     /// Who may act on other users' jobs, nodes and membership; the lowest ordinary uid.
     pub policy: Policy,
     pub security: Security,
@@ -70,6 +72,7 @@ impl ControllerConfig {
             election_ticks: 10,
             snapshot_every: 5_000,
             store_cache_bytes: gsched_raft::sled_store::DEFAULT_CACHE_BYTES,
+            http: None,
             policy: Policy::default(),
             security: Security::DevLocal,
         }

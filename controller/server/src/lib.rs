@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod config;
 pub mod ctx;
+pub mod http;
 pub mod hub;
 pub mod leader;
 pub mod membership;
@@ -130,6 +131,13 @@ pub async fn run(
     });
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));
+    if let Some(addr) = &ctx.cfg.http {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+        tracing::info!("metrics on http://{addr}/metrics");
+        tokio::spawn(http::serve(ctx.clone(), listener));
+    }
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
     let mut server = tonic::transport::Server::builder();
     if let Some(tls) = server_tls {

@@ -55,6 +55,10 @@ struct Args {
     /// munged's socket, when it is not the default /run/munge/munge.socket.2.
     #[arg(long)]
     munge_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 10.0.0.1:9817; keep it on the
+    /// management network).
+    #[arg(long)]
+    http: Option<String>,
     /// sled's page cache for the Raft log, in MiB (the log is read back rarely).
     #[arg(long, default_value_t = 16)]
     store_cache_mb: u64,
@@ -135,6 +139,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     cfg.join = args.join;
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
     cfg.store_cache_bytes = args.store_cache_mb.max(1) << 20;
+    cfg.http = args.http.clone();
     if let Some(path) = &args.config {
         ConfigFile::load(path)
             .map_err(|e| anyhow::anyhow!(e))?

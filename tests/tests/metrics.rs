@@ -1,0 +1,65 @@
+//! `gctld --http`: Prometheus metrics through a real HTTP request to a running
+//! controller: jobs by state, pending reasons, GPUs, nodes and the Raft role, in the
+//! OpenMetrics text format.
+
+use gsched_tests::{Cluster, free_port, wait_for};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn t10_metrics_count_jobs_gpus_nodes_and_the_raft_role() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let running = c.submit(&["--gpus-per-node", "2", &script]);
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    c.submit(&["--hold", "--gpus-per-node", "1", &script]);
+    let text = wait_for(
+        "the metrics to show both jobs",
+        Duration::from_secs(10),
+        || {
+            let t = get(&addr, "/metrics");
+            t.contains("gsched_jobs{state=\"PENDING\"} 1").then_some(t)
+        },
+    );
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("application/openmetrics-text"), "{text}");
+    for line in [
+        "gsched_jobs{state=\"RUNNING\"} 1",
+        "gsched_jobs{state=\"COMPLETED\"} 0",
+        "gsched_jobs_pending{reason=\"JobHeldUser\"} 1",
+        "gsched_jobs_submitted_total 2",
+        "gsched_gpus 8",
+        "gsched_gpus_allocated 2",
+        "gsched_gpus_unhealthy 0",
+        "gsched_nodes{state=\"up\"} 1",
+        "gsched_raft_role{role=\"leader\"} 1",
+        "gsched_raft_role{role=\"follower\"} 0",
+        "gsched_raft_voters 1",
+        "gsched_storage_fault 0",
+        "gsched_agents_connected 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    // Nothing about who runs what.
+    assert!(
+        !text.contains("sleep.sh") && !text.contains("root"),
+        "{text}"
+    );
+    let other = get(&addr, "/api/v1/jobs");
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+}
