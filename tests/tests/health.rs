@@ -314,3 +314,37 @@ fn t60_the_open_drivers_three_line_bus_loss_and_an_aer_flood() {
     );
     c.ok("gcancel", &[&spared.to_string()]);
 }
+
+#[test]
+fn t70_an_ib_port_error_stops_a_job_that_would_hang_and_evidence_names_the_first_cause() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    // NCCL only warns about the port error and the ranks hang: the job must be stopped.
+    let hang = c.script(
+        "hang.sh",
+        "#!/bin/bash\necho 'n1:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error'\nexec sleep 600\n",
+    );
+    let id = c.submit(&["--gpus-per-node", "1", &hang]);
+    let job = c.wait_state(id, &["FAILED"], Duration::from_secs(30));
+    assert_eq!(job["failure"]["kind"], "nccl_error", "{job}");
+    assert!(
+        job["failure"]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("Got async event : port error"),
+        "{job}"
+    );
+    // A refused connect, then NCCL's 'unhandled system error': the evidence starts with
+    // the connect.
+    let echo = c.script(
+        "echo.sh",
+        "#!/bin/bash\necho '*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused'\necho \"NCCL failure train.cu:110 'unhandled system error'\"\nexit 1\n",
+    );
+    let id = c.submit(&["--gpus-per-node", "1", &echo]);
+    let job = c.wait_state(id, &["FAILED"], Duration::from_secs(30));
+    let evidence = job["failure"]["evidence"].as_str().unwrap().to_string();
+    assert!(
+        evidence.starts_with("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused (then: NCCL failure"),
+        "{evidence}"
+    );
+}

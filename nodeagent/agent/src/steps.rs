@@ -628,7 +628,7 @@ impl StepManager {
                         let failure = Failure {
                             kind: finding.kind.clone(),
                             node: Some(node.clone()),
-                            evidence: finding.line.clone(),
+                            evidence: gsched_launch::watch::first_cause(&step.findings, &finding),
                             at_ms: now_ms(),
                         };
                         tracing::warn!("job {} on {node}: {}", key.0, failure);

@@ -75,6 +75,24 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
         ),
         ("ncclSystemError", FailureKind::NcclError, true),
         ("ncclInternalError", FailureKind::NcclError, true),
+        // An HCA's async events: the link or the adapter failed; NCCL only warns and the
+        // ranks hang, so the job is stopped here (this node's HCA or cable is suspect).
+        ("Got async event : port error", FailureKind::NcclError, true),
+        (
+            "Got async event : local catastrophic error",
+            FailureKind::NcclError,
+            true,
+        ),
+        (
+            "Got async event : local access violation",
+            FailureKind::NcclError,
+            true,
+        ),
+        (
+            "Got async event : device fatal",
+            FailureKind::NcclError,
+            true,
+        ),
         ("CUDA out of memory", FailureKind::Oom, true),
         ("OutOfMemoryError", FailureKind::Oom, true),
         ("CUDA error: out of memory", FailureKind::Oom, true),
@@ -88,6 +106,14 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
                 fatal: *fatal,
             });
         }
+    }
+    // NCCL 2.0-2.2 WARN lines have no "NCCL" token: "include/socket.h:185 WARN ...".
+    if old_nccl_warn(line) {
+        return Some(LogFinding {
+            kind: FailureKind::NcclError,
+            line: evidence(line),
+            fatal: false,
+        });
     }
     // torchrun's agent noticing a dead worker: "failed (exitcode: -9) local_rank: 1 ...".
     // The rank is gone, so the step can no longer make progress.
@@ -117,6 +143,55 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
         });
     }
     None
+}
+
+/// A WARN line of an early NCCL: a `path/file.ext:LINE WARN` source position before it.
+fn old_nccl_warn(line: &str) -> bool {
+    let Some(pos) = line.find(" WARN ") else {
+        return false;
+    };
+    let before = line[..pos].rsplit(' ').next().unwrap_or("");
+    let Some((file, num)) = before.rsplit_once(':') else {
+        return false;
+    };
+    !num.is_empty()
+        && num.chars().all(|c| c.is_ascii_digit())
+        && [".h", ".cc", ".cu", ".cpp", ".c"]
+            .iter()
+            .any(|ext| file.ends_with(ext))
+}
+
+/// Lines that only echo a failure seen first elsewhere in the same log: a rank's own
+/// "unhandled system error" after the WARN that says why, a peer hanging up after a
+/// connect failed.
+fn is_echo(line: &str) -> bool {
+    [
+        "unhandled system error",
+        "Connection closed by remote peer",
+        "remote process exited or there was a network error",
+        "ncclSystemError",
+        "ncclInternalError",
+        "ncclRemoteError",
+        "NCCL communicator was aborted",
+    ]
+    .iter()
+    .any(|n| line.contains(n))
+}
+
+/// The evidence for a fatal finding: the line itself, or, when it only echoes an earlier
+/// failure, the first NCCL WARN this step logged before it (its cause: a refused or
+/// aborted connect, a library that could not be loaded), then the line.
+pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
+    if !is_echo(&fatal.line) {
+        return fatal.line.clone();
+    }
+    match earlier
+        .iter()
+        .find(|f| !f.fatal && f.kind == FailureKind::NcclError && f.line != fatal.line)
+    {
+        Some(cause) => evidence(&format!("{} (then: {})", cause.line, fatal.line)),
+        None => fatal.line.clone(),
+    }
 }
 
 /// The message torchrun's `@record` wrote to `TORCHELASTIC_ERROR_FILE`, in either of its
@@ -169,12 +244,13 @@ pub fn classify_exit(
             "the kernel OOM killer stopped the step (memory limit reached)".into(),
         ));
     }
-    if let Some(best) = findings
+    if let Some((i, best)) = findings
         .iter()
-        .filter(|f| f.fatal)
-        .max_by_key(|f| f.kind.precedence())
+        .enumerate()
+        .filter(|(_, f)| f.fatal)
+        .max_by_key(|(_, f)| f.kind.precedence())
     {
-        return Some((best.kind.clone(), best.line.clone()));
+        return Some((best.kind.clone(), first_cause(&findings[..i], best)));
     }
     let status = match (code, signal) {
         (_, Some(s)) => (

@@ -144,3 +144,47 @@ fn h200_runs_killed_rank_hung_rank_and_peer_symptom() {
     };
     assert!(failure.points_elsewhere(), "{}", hit.line);
 }
+
+#[test]
+fn an_ib_port_error_stops_the_job_at_once() {
+    let hit = first_fatal("ib-async-port-error-job-keeps-running-litllama.txt");
+    assert_eq!(hit.kind, FailureKind::NcclError);
+    assert!(
+        hit.line.contains("Got async event : port error"),
+        "{}",
+        hit.line
+    );
+}
+
+#[test]
+fn the_first_cause_is_the_evidence_not_its_echo() {
+    use gsched_launch::watch::first_cause;
+    // NCCL 2.0: a WARN without the NCCL token, then 'unhandled system error'.
+    let all = findings("nccl20-socket-warn-without-nccl-token-unhandled-system-error.txt");
+    let (i, fatal) = all.iter().enumerate().find(|(_, f)| f.fatal).unwrap();
+    assert_eq!(fatal.kind, FailureKind::NcclError);
+    let why = first_cause(&all[..i], fatal);
+    assert!(
+        why.starts_with("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused (then: NCCL failure"),
+        "{why}"
+    );
+    // A failed connect first; "closed by remote peer" later is its echo.
+    let all = findings("socket-connect-failed-then-closed-by-remote-peer-nccl-tests.txt");
+    let (i, fatal) = all.iter().enumerate().find(|(_, f)| f.fatal).unwrap();
+    assert!(fatal.line.contains("Connection closed by remote peer"));
+    let why = first_cause(&all[..i], fatal);
+    assert!(
+        why.contains("socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort (then:"),
+        "{why}"
+    );
+    // And when the job's exit is classified, the same evidence.
+    let (kind, evidence) = classify_exit(Some(1), None, &all, None, false).unwrap();
+    assert_eq!(kind, FailureKind::NcclError);
+    assert!(
+        evidence.starts_with("ubuntu:39964:40075 [0] misc/socket.cc:483"),
+        "{evidence}"
+    );
+    // A line that is its own cause stays as it is.
+    let hang = first_fatal("torch211-watchdog-timeout-15s-hang-h200.txt");
+    assert_eq!(first_cause(&[], &hang), hang.line);
+}
