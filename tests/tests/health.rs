@@ -348,3 +348,60 @@ fn t70_an_ib_port_error_stops_a_job_that_would_hang_and_evidence_names_the_first
         "{evidence}"
     );
 }
+
+#[test]
+fn t80_a_critical_xid_on_an_unknown_gpu_stops_every_job_and_a_nonfatal_nvlink_one_only_warns() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("train.sh", "#!/bin/bash\nexec sleep 600\n");
+    let a = c.submit(&["--gpus-per-node", "2", &script]);
+    let b = c.submit(&["--gpus-per-node", "2", &script]);
+    c.wait_state(a, &["RUNNING"], Duration::from_secs(30));
+    c.wait_state(b, &["RUNNING"], Duration::from_secs(30));
+    // A nonfatal NVLink error on GPU 0 (0000:01:00): a warning, the jobs run on.
+    append(
+        &c.kmsg("n1"),
+        "NVRM: Xid (PCI:0000:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+    );
+    let node = wait_for("the NVLink warning", Duration::from_secs(20), || {
+        c.node("n1").filter(|n| {
+            n["health"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|e| e["xid"] == 145))
+        })
+    });
+    assert_eq!(node["health"][0]["severity"], "warning", "{node}");
+    assert!(
+        drained(&c, "n1").is_none(),
+        "a nonfatal NVLink error does not drain"
+    );
+    // A fatal one on an address that is none of the node's GPUs: no GPU can be trusted.
+    append(
+        &c.kmsg("n1"),
+        "NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+    );
+    let node = wait_for("n1 to be drained", Duration::from_secs(20), || {
+        drained(&c, "n1")
+    });
+    let reason = node["drain_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("a GPU this node cannot name (PCI 0000:00:00)"),
+        "{reason}"
+    );
+    assert!(!reason.contains("GPU ?"), "{reason}");
+    for id in [a, b] {
+        let job = c.wait_state(id, &["NODE_FAIL", "FAILED"], Duration::from_secs(30));
+        assert_eq!(
+            (job["state"].as_str(), job["failure"]["kind"].as_str()),
+            (Some("FAILED"), Some("gpu_xid")),
+            "{job}"
+        );
+        assert!(
+            job["failure"]["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("every job on the node is stopped"),
+            "{job}"
+        );
+    }
+}

@@ -8,7 +8,7 @@
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
 use gsched_proto::clock::now_ms;
-use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, classify, normalize_pci};
+use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, classify_event, normalize_pci};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;
 use parking_lot::RwLock;
@@ -28,7 +28,7 @@ pub fn kernel_event_to_health(
     match ev {
         KernelEvent::Xid(x) => {
             let code = x.effective_code();
-            let (action, severity) = classify(code);
+            let (action, severity) = classify_event(x);
             let gpu = gpu_of(&x.pci);
             let kind = if code == 79 {
                 HealthKind::GpuLost
@@ -40,29 +40,48 @@ pub fn kernel_event_to_health(
             } else {
                 String::new()
             };
+            let unknown = gpu.is_none() && severity == HealthSeverity::Critical;
+            let on = match gpu {
+                Some(g) => format!("GPU {g} ({})", x.pci),
+                None => format!("a GPU this node cannot name (PCI {})", x.pci),
+            };
+            let stop = if unknown {
+                "; every job on the node is stopped, as it cannot be known which GPU is safe"
+            } else {
+                ""
+            };
             Some(HealthEvent {
                 severity,
                 kind,
                 gpu,
                 xid: Some(code),
                 message: format!(
-                    "Xid {}{cause} on GPU {} ({}): {}; action: {action:?}",
-                    x.code,
-                    gpu.map(|g| g.to_string()).unwrap_or_else(|| "?".into()),
-                    x.pci,
-                    x.message
+                    "Xid {}{cause} on {on}: {}; action: {action:?}{stop}",
+                    x.code, x.message
                 ),
                 at_ms: now_ms(),
+                stops_node_jobs: unknown,
             })
         }
-        KernelEvent::FallenOffBus { pci } => Some(HealthEvent {
-            severity: HealthSeverity::Critical,
-            kind: HealthKind::GpuLost,
-            gpu: gpu_of(pci),
-            xid: Some(79),
-            message: format!("GPU at {pci} has fallen off the bus"),
-            at_ms: now_ms(),
-        }),
+        KernelEvent::FallenOffBus { pci } => {
+            let gpu = gpu_of(pci);
+            let message = match gpu {
+                Some(_) => format!("GPU at {pci} has fallen off the bus"),
+                None => format!(
+                    "a GPU this node cannot name (PCI {}) has fallen off the bus; every job on the node is stopped, as it cannot be known which GPU is safe",
+                    if pci.is_empty() { "unknown" } else { pci }
+                ),
+            };
+            Some(HealthEvent {
+                severity: HealthSeverity::Critical,
+                kind: HealthKind::GpuLost,
+                gpu,
+                xid: Some(79),
+                message,
+                at_ms: now_ms(),
+                stops_node_jobs: gpu.is_none(),
+            })
+        }
         KernelEvent::SXid {
             pci,
             code,
@@ -79,6 +98,7 @@ pub fn kernel_event_to_health(
             xid: None,
             message: format!("NVSwitch {pci} SXid {code}: {message}"),
             at_ms: now_ms(),
+            stops_node_jobs: false,
         }),
         KernelEvent::PcieAer {
             pci,
@@ -99,6 +119,7 @@ pub fn kernel_event_to_health(
                         "fatal PCIe error ({detail}) on {on}: the GPU is off the bus; check its riser, cable, slot and power"
                     ),
                     at_ms: now_ms(),
+                    stops_node_jobs: false,
                 }),
                 (AerSeverity::Corrected, _) => None,
                 _ => Some(HealthEvent {
@@ -108,10 +129,52 @@ pub fn kernel_event_to_health(
                     xid: None,
                     message: format!("{severity:?} PCIe error ({detail}) on {on}"),
                     at_ms: now_ms(),
+                    stops_node_jobs: false,
                 }),
             }
         }
         KernelEvent::GpuIdentity { .. } => None,
+    }
+}
+
+/// Memory-error Xids that one fault raises together on a GPU: an uncorrectable ECC error
+/// (48), the row remap it schedules (63, 64) and the contained or uncontained error the
+/// running process saw (94, 95).
+const ECC_FAMILY: [u32; 5] = [48, 63, 64, 94, 95];
+
+/// Folds the Xids of one memory fault into one incident: after the first, the others on
+/// the same GPU within `INCIDENT_WINDOW` are reported as part of it (informational),
+/// unless they are worse than what opened it.
+#[derive(Default)]
+pub struct XidIncidents {
+    open: std::collections::HashMap<String, (u32, HealthSeverity, std::time::Instant)>,
+}
+
+const INCIDENT_WINDOW: Duration = Duration::from_secs(60);
+
+impl XidIncidents {
+    pub fn fold(&mut self, pci: &str, mut ev: HealthEvent, now: std::time::Instant) -> HealthEvent {
+        let Some(code) = ev.xid.filter(|c| ECC_FAMILY.contains(c)) else {
+            return ev;
+        };
+        match self.open.get(pci) {
+            Some(&(first, severity, at))
+                if now.duration_since(at) <= INCIDENT_WINDOW
+                    && first != code
+                    && ev.severity <= severity =>
+            {
+                ev.severity = HealthSeverity::Info;
+                ev.stops_node_jobs = false;
+                ev.message = format!(
+                    "{} (part of the Xid {first} incident on this GPU: one memory fault; reset the GPU)",
+                    ev.message
+                );
+            }
+            _ => {
+                self.open.insert(pci.to_string(), (code, ev.severity, now));
+            }
+        }
+        ev
     }
 }
 
@@ -165,6 +228,7 @@ impl CorrectedErrors {
                 WINDOW.as_secs()
             ),
             at_ms: now_ms(),
+            stops_node_jobs: false,
         })
     }
 }
@@ -225,6 +289,7 @@ pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
                 after.gpus.len()
             ),
             at_ms: now_ms(),
+            stops_node_jobs: false,
         })
         .collect()
 }
@@ -253,6 +318,7 @@ pub fn nic_events(
             xid: None,
             message,
             at_ms: now_ms(),
+            stops_node_jobs: false,
         };
         if nic.up == Some(false) {
             out.push(if training {
@@ -403,6 +469,7 @@ fn follow_kernel_log(
     let mut line = String::new();
     let mut log = KernelLog::new();
     let mut corrected = CorrectedErrors::default();
+    let mut incidents = XidIncidents::default();
     let sysfs = std::path::Path::new("/");
     loop {
         line.clear();
@@ -423,6 +490,8 @@ fn follow_kernel_log(
                         let gpu = kernel_event_gpu(&t, pci).or_else(|| behind(pci));
                         corrected.count(pci, gpu, std::time::Instant::now())
                     }
+                    KernelEvent::Xid(x) => kernel_event_to_health(&ev, &t, &behind)
+                        .map(|h| incidents.fold(&x.pci, h, std::time::Instant::now())),
                     _ => kernel_event_to_health(&ev, &t, &behind),
                 };
                 if let Some(h) = health {
@@ -627,6 +696,42 @@ mod aer_tests {
         };
         let h = kernel_event_to_health(&other, &topo, &behind).unwrap();
         assert_eq!((h.severity, h.gpu), (HealthSeverity::Warning, None));
+    }
+
+    #[test]
+    fn one_memory_fault_is_one_incident() {
+        let topo = two_gpus();
+        let none = |_: &str| None;
+        let lines = [
+            "NVRM: Xid (PCI:0000:02:00): 48, pid=77, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.",
+            "NVRM: Xid (PCI:0000:02:00): 63, pid=77, name=python3, Row Remapper: New row marked for remapping, reset gpu to activate.",
+            "NVRM: Xid (PCI:0000:02:00): 94, pid=77, name=python3, Contained: SM (0x1). RST: No, D-RST: No",
+        ];
+        let mut incidents = XidIncidents::default();
+        let t0 = std::time::Instant::now();
+        let got: Vec<HealthEvent> = lines
+            .iter()
+            .map(|l| {
+                let ev = gsched_topology::xid::parse_line(l).unwrap();
+                let h = kernel_event_to_health(&ev, &topo, &none).unwrap();
+                incidents.fold("0000:02:00", h, t0)
+            })
+            .collect();
+        assert_eq!(got[0].severity, HealthSeverity::Critical);
+        assert!(got[1..].iter().all(|h| h.severity == HealthSeverity::Info
+            && h.message.contains("part of the Xid 48 incident")));
+        // Another GPU, or much later: its own incident.
+        let ev =
+            gsched_topology::xid::parse_line(lines[1].replace("02:00", "41:00").as_str()).unwrap();
+        let h = kernel_event_to_health(&ev, &topo, &none).unwrap();
+        assert_eq!(
+            incidents.fold("0000:41:00", h, t0).severity,
+            HealthSeverity::Warning
+        );
+        let ev = gsched_topology::xid::parse_line(lines[2]).unwrap();
+        let h = kernel_event_to_health(&ev, &topo, &none).unwrap();
+        let later = incidents.fold("0000:02:00", h, t0 + Duration::from_secs(600));
+        assert_eq!(later.severity, HealthSeverity::Warning);
     }
 
     #[test]

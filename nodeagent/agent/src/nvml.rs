@@ -184,6 +184,7 @@ impl NvmlProbe {
             xid: None,
             message,
             at_ms: now_ms(),
+            stops_node_jobs: false,
         };
         let count = self.nvml.device_count().unwrap_or(0);
         if let Some(max) = devices.iter().max().filter(|m| **m >= count) {

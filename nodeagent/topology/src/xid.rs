@@ -90,6 +90,19 @@ pub enum XidAction {
     RebootNode,
 }
 
+/// Classifies an Xid event: by its code, except that NVLink errors (Xid 144-150) say
+/// themselves whether they are `Fatal` or `Nonfatal` (corrected by the link: a warning).
+pub fn classify_event(x: &XidEvent) -> (XidAction, HealthSeverity) {
+    let code = x.effective_code();
+    if (144..=150).contains(&code) && x.code == code {
+        let words: Vec<&str> = x.message.split_whitespace().collect();
+        if words.contains(&"Nonfatal") {
+            return (XidAction::Ignore, HealthSeverity::Warning);
+        }
+    }
+    classify(code)
+}
+
 /// Classifies an Xid code (use [`XidEvent::effective_code`] for Xid 45).
 pub fn classify(code: u32) -> (XidAction, HealthSeverity) {
     use HealthSeverity::*;

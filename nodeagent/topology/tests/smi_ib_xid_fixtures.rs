@@ -418,3 +418,23 @@ fn pcie_aer_errors_with_their_severity_and_reporter() {
         "'Correctable' is this kernel's word for Corrected"
     );
 }
+
+#[test]
+fn nvlink_xids_say_their_own_severity() {
+    use gsched_topology::xid::classify_event;
+    let x = xids("xid/nvlink5-xid144-145-nonfatal-149-fatal-redacted-pci-gpud.txt");
+    let got: Vec<(u32, HealthSeverity)> = x.iter().map(|e| (e.code, classify_event(e).1)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (144, HealthSeverity::Warning),
+            (145, HealthSeverity::Warning),
+            (149, HealthSeverity::Critical),
+            (149, HealthSeverity::Critical)
+        ]
+    );
+    assert_eq!(
+        (x[2].pci.as_str(), x[3].pci.as_str()),
+        ("0000:00:00", "0019:01:00")
+    );
+}

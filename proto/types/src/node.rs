@@ -94,6 +94,10 @@ pub struct HealthEvent {
     pub xid: Option<u32>,
     pub message: String,
     pub at_ms: u64,
+    /// A critical event the node cannot tie to one GPU (a redacted or unknown PCI
+    /// address): every job on the node is stopped, as none of its GPUs can be trusted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stops_node_jobs: bool,
 }
 
 impl HealthEvent {
@@ -106,6 +110,7 @@ impl HealthEvent {
             xid: None,
             message,
             at_ms,
+            stops_node_jobs: false,
         }
     }
 

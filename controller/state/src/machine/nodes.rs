@@ -190,7 +190,7 @@ impl ClusterState {
             Ok(r) => r,
             Err(refused) => return refused,
         };
-        let mut failures: Vec<(u32, Failure)> = Vec::new();
+        let mut failures: Vec<(Option<u32>, Failure)> = Vec::new();
         for ev in &c.events {
             record.health.push(ev.clone());
             if ev.severity == HealthSeverity::Critical {
@@ -212,8 +212,11 @@ impl ClusterState {
                     (false, Some(code)) => FailureKind::GpuXid { code },
                     _ => FailureKind::GpuLost { gpu: ev.gpu },
                 };
-                if let Some(g) = ev.gpu {
-                    failures.push((g, Failure::new(kind, ev.message.clone(), ev.at_ms).on(node)));
+                if ev.gpu.is_some() || ev.stops_node_jobs {
+                    failures.push((
+                        ev.gpu,
+                        Failure::new(kind, ev.message.clone(), ev.at_ms).on(node),
+                    ));
                 }
             }
         }
@@ -228,7 +231,7 @@ impl ClusterState {
                     j.allocation.as_ref().is_some_and(|a| {
                         a.nodes
                             .iter()
-                            .any(|n| n.node == node && n.gpus.contains(&gpu))
+                            .any(|n| n.node == node && gpu.is_none_or(|g| n.gpus.contains(&g)))
                     })
                 })
                 .map(|j| (j.id, j.restarts))
