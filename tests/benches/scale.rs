@@ -11,7 +11,9 @@
 //!
 //! Then one 10,000-task array (`--array=0-9999`): memory, disk, `gqueue` time; then a
 //! soak (GSCHED_BENCH_SOAK_S, default 600; 0 skips it): submissions, listings and cancels
-//! through one follower, with every replica's RSS every 30 s (a follower must not grow).
+//! through one follower, with every replica's RSS every 30 s (a follower must not grow);
+//! then GSCHED_BENCH_NODES (default 1000; 0 skips) more nodes register and `ginfo` is
+//! timed over all of them.
 //!
 //! With `../shared/peers/slurm` set up (`bash ../shared/peers/slurm/setup.sh`; the bench
 //! finds it through /tmp/slurmpeer/etc/slurm.conf), the same figures for real Slurm in the
@@ -285,7 +287,89 @@ fn gsched(
             fig(name, v, unit);
         }
     }
+    let nodes: usize = std::env::var("GSCHED_BENCH_NODES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if nodes > 0 {
+        for (name, v, unit) in many_nodes(rt, c, nodes) {
+            fig(name, v, unit);
+        }
+    }
     figures
+}
+
+/// Registers `n` more nodes (agent sessions that register and stay open, as many agents
+/// would) and times `ginfo` over them all.
+fn many_nodes(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    n: usize,
+) -> Vec<(String, f64, &'static str)> {
+    use gsched_proto::pb::AgentEnvelope;
+    use gsched_proto::pb::agent_client::AgentClient;
+    let leader = c.leader(Duration::from_secs(10));
+    let addr = c
+        .controllers
+        .iter()
+        .find(|(id, _)| *id == leader)
+        .unwrap()
+        .1
+        .clone();
+    let topology: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(gsched_tests::topology("rtx4090-8gpu.json")).unwrap(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let sessions = rt.block_on(async {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .expect("reach the leader");
+        let mut keep = Vec::new();
+        for i in 0..n {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let register = serde_json::json!({
+                "type": "register",
+                "name": format!("big{i:04}"),
+                "address": "127.0.0.1:1",
+                "training_addr": "127.0.0.1",
+                "topology": topology,
+                "features": [],
+                "agent_version": "bench",
+                "known_steps": [],
+            });
+            tx.send(AgentEnvelope {
+                json: serde_json::to_vec(&register).unwrap(),
+            })
+            .unwrap();
+            let mut inbound = AgentClient::new(ch.clone())
+                .session(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+                .await
+                .expect("an agent session")
+                .into_inner();
+            let _ = inbound.message().await;
+            keep.push((tx, inbound));
+        }
+        keep
+    });
+    let registered = start.elapsed().as_secs_f64();
+    let total = n + 4;
+    wait_for("every node listed", Duration::from_secs(60), || {
+        let v = c.json("ginfo", &[]);
+        (v["nodes"].as_array().map_or(0, |a| a.len()) >= total).then_some(())
+    });
+    let (t, m) = median_of(5, || c.command("ginfo", &[], c.dir.path()));
+    let (tj, mj) = median_of(5, || c.command("ginfo", &["--json"], c.dir.path()));
+    drop(sessions);
+    vec![
+        (format!("register_{n}_nodes_s"), registered, "s"),
+        (format!("ginfo_{total}_nodes_ms"), t, "ms"),
+        (format!("ginfo_{total}_nodes_client_rss"), m, "MiB"),
+        (format!("ginfo_json_{total}_nodes_ms"), tj, "ms"),
+        (format!("ginfo_json_{total}_nodes_client_rss"), mj, "MiB"),
+    ]
 }
 
 /// Drives submissions, listings (with the read barrier) and cancels through one follower
