@@ -13,6 +13,7 @@
 pub mod contact;
 pub mod devfilter;
 pub mod devices;
+pub mod diagnose;
 pub mod discover;
 pub mod health;
 pub mod identity;

@@ -134,9 +134,68 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Findings from saved outputs of a node (nvidia-smi, -q, topo -m, dmesg, ibstat,
+    /// ibstatus, ibv_devinfo, NCCL/PyTorch logs): each file's kind is told from its text.
+    Diagnose {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print {"findings":[...]}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: supervise one step (started by the agent).
     #[command(hide = true)]
     Supervise { dir: PathBuf },
+}
+
+/// `gagentd diagnose`: every file's findings, as a table or `{"findings":[...]}`.
+fn diagnose(files: &[PathBuf], json: bool) {
+    use gsched_types::findings::{Component, Finding, Findings, Severity};
+    let mut all = Findings::default();
+    for path in files {
+        let name = path.display().to_string();
+        match std::fs::read(path) {
+            Ok(bytes) => all.findings.extend(gsched_agent::diagnose::diagnose(
+                &name,
+                &String::from_utf8_lossy(&bytes),
+            )),
+            Err(e) => all.findings.push(Finding {
+                severity: Severity::Info,
+                component: Component::Input,
+                gpu: None,
+                pci_bus_id: None,
+                kind: "unreadable-file".into(),
+                evidence: format!("{name}: {e}"),
+                action: "give a file this user can read".into(),
+            }),
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&all).expect("findings serialise")
+        );
+        return;
+    }
+    if all.findings.is_empty() {
+        println!("no findings");
+    }
+    for f in &all.findings {
+        let at = match (f.gpu, &f.pci_bus_id) {
+            (Some(g), Some(p)) => format!(" GPU {g} ({p})"),
+            (Some(g), None) => format!(" GPU {g}"),
+            (None, Some(p)) => format!(" {p}"),
+            (None, None) => String::new(),
+        };
+        println!(
+            "{:<8} {:?}{at} {}: {}\n         action: {}",
+            format!("{:?}", f.severity).to_uppercase(),
+            f.component,
+            f.kind,
+            f.evidence,
+            f.action
+        );
+    }
 }
 
 fn main() {
@@ -145,6 +204,7 @@ fn main() {
         Some(Cmd::Supervise { dir }) => {
             std::process::exit(gsched_agent::supervise::supervise(&dir))
         }
+        Some(Cmd::Diagnose { files, json }) => diagnose(&files, json),
         Some(Cmd::Discover { source, json }) => {
             tracing_subscriber::fmt()
                 .with_env_filter("warn")

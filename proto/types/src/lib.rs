@@ -9,6 +9,7 @@ pub mod agent;
 pub mod api;
 pub mod cpulist;
 pub mod failure;
+pub mod findings;
 pub mod hostlist;
 pub mod job;
 pub mod launch;

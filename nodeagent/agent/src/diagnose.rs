@@ -1,0 +1,387 @@
+//! `gagentd diagnose FILE...`: findings from saved outputs of a node (a support bundle):
+//! each file's kind is told from its text (`nvidia-smi`, `-q`, `topo -m`, kernel logs,
+//! InfiniBand tools, NCCL/PyTorch logs) and read by the same parsers the live agent uses.
+//! A file that is none of these is reported as such, never misread.
+
+use gsched_launch::watch::{classify_line, first_cause};
+use gsched_topology::xid::{AerSeverity, KernelEvent, classify_event, parse_log};
+use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
+use gsched_types::findings::{Component, Finding, Severity};
+use gsched_types::node::HealthSeverity;
+
+/// What a file holds, as told from its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    SmiTable,
+    SmiQuery,
+    TopoMatrix,
+    KernelLog,
+    Ibstat,
+    Ibstatus,
+    IbvDevinfo,
+    JobLog,
+    Unknown,
+}
+
+/// Tells a file's kind from its text (the most specific marker wins).
+pub fn kind_of(text: &str) -> Kind {
+    let has = |s: &str| text.contains(s);
+    if has("==============NVSMI LOG==============") {
+        Kind::SmiQuery
+    } else if (has("NVIDIA-SMI ") && has("|")) || has("Unable to determine the device handle") {
+        Kind::SmiTable
+    } else if has("Infiniband device '") {
+        Kind::Ibstatus
+    } else if has("CA '") && has("Port ") {
+        Kind::Ibstat
+    } else if has("hca_id:") {
+        Kind::IbvDevinfo
+    } else if text.lines().any(|l| {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        t.first().is_some_and(|w| w.starts_with("GPU0")) && t.len() > 1 && !l.contains("NVRM")
+    }) && has(" X ")
+    {
+        Kind::TopoMatrix
+    } else if has("NCCL") || has("ProcessGroupNCCL") || has("torchrun") || has("torch.distributed")
+    {
+        Kind::JobLog
+    } else if has("NVRM") || has("pcieport") || has("PCIe Bus Error") || has("SXid") {
+        Kind::KernelLog
+    } else {
+        Kind::Unknown
+    }
+}
+
+fn finding(
+    severity: Severity,
+    component: Component,
+    kind: &str,
+    evidence: &str,
+    action: &str,
+) -> Finding {
+    Finding {
+        severity,
+        component,
+        gpu: None,
+        pci_bus_id: None,
+        kind: kind.to_string(),
+        evidence: evidence.trim().chars().take(400).collect(),
+        action: action.to_string(),
+    }
+}
+
+/// The findings of one file named `name` with contents `text`.
+pub fn diagnose(name: &str, text: &str) -> Vec<Finding> {
+    let text = strip_fixture_header(text);
+    let clean = strip_ansi(text);
+    let kind = kind_of(&clean);
+    let mut out = by_kind(name, kind, &clean);
+    // Bundles often paste `nvidia-smi -q`'s remap section under a kernel log.
+    if kind != Kind::SmiQuery && clean.contains("Remapped Rows") {
+        out.extend(smi_query(&clean));
+    }
+    out
+}
+
+fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
+    let clean = clean.to_string();
+    match kind {
+        Kind::SmiTable => smi_table(&clean),
+        Kind::SmiQuery => smi_query(&clean),
+        Kind::TopoMatrix => topo(&clean),
+        Kind::KernelLog => kernel(&clean),
+        Kind::Ibstat => ib_ports(ib::parse_ibstat(&clean), "ibstat"),
+        Kind::Ibstatus => ib_ports(ib::parse_ibstatus(&clean), "ibstatus"),
+        Kind::IbvDevinfo => ib_ports(ib::parse_ibv_devinfo(&clean), "ibv_devinfo"),
+        Kind::JobLog => job_log(&clean),
+        Kind::Unknown => vec![finding(
+            Severity::Info,
+            Component::Input,
+            "unrecognised-file",
+            name,
+            "gagentd diagnose reads nvidia-smi (table, -q), nvidia-smi topo -m, dmesg/journalctl -k, ibstat/ibstatus/ibv_devinfo and NCCL/PyTorch logs; this file is none of them and was not read",
+        )],
+    }
+}
+
+fn smi_table(text: &str) -> Vec<Finding> {
+    let t = smi::parse_table(text);
+    let mut out = Vec::new();
+    for bus in &t.failed {
+        let mut f = finding(
+            Severity::Drain,
+            Component::Gpu,
+            "gpu-lost",
+            &format!("Unable to determine the device handle for GPU {bus}"),
+            "the driver cannot reach this GPU: check it is seated and powered (riser, PCIe power), reboot; reseat or replace it if it recurs",
+        );
+        f.pci_bus_id = Some(bus.clone());
+        out.push(f);
+    }
+    for g in &t.gpus {
+        let at = |mut f: Finding| {
+            f.gpu = Some(g.index);
+            f.pci_bus_id = Some(g.bus_id.clone());
+            f
+        };
+        if g.ecc_uncorrected.is_some_and(|e| e > 0) {
+            out.push(at(finding(
+                Severity::Drain,
+                Component::Gpu,
+                "ecc-uncorrected",
+                &format!(
+                    "GPU {} {}: {} uncorrected ECC errors",
+                    g.index,
+                    g.bus_id,
+                    g.ecc_uncorrected.unwrap_or(0)
+                ),
+                "reset the GPU (nvidia-smi -r) when idle; replace it if the count keeps rising",
+            )));
+        }
+        if g.temperature_c.is_some_and(|c| c >= 85) {
+            out.push(at(finding(
+                Severity::Warn,
+                Component::Gpu,
+                "hot",
+                &format!(
+                    "GPU {} at {} C",
+                    g.index,
+                    g.temperature_c.unwrap_or(0)
+                ),
+                "improve airflow (open frames: fans, spacing); it throttles near its slowdown temperature",
+            )));
+        }
+    }
+    if t.gpus.is_empty() && t.failed.is_empty() {
+        out.push(finding(
+            Severity::Info,
+            Component::Input,
+            "no-gpus",
+            "the nvidia-smi table lists no GPU",
+            "if GPUs are installed, check the driver (nvidia-smi -L, dmesg | grep NVRM)",
+        ));
+    }
+    out
+}
+
+fn smi_query(text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (bus, pending, failed) in smi::remapped_rows(text) {
+        let (severity, kind, action) = if failed {
+            (
+                Severity::Drain,
+                "row-remap-failure",
+                "remapping failed: the GPU can no longer hide bad memory; replace it",
+            )
+        } else if pending {
+            (
+                Severity::Warn,
+                "row-remap-pending",
+                "reset the GPU (nvidia-smi -r) when it is idle to apply the remap",
+            )
+        } else {
+            continue;
+        };
+        let mut f = finding(
+            severity,
+            Component::Gpu,
+            kind,
+            &format!("GPU {bus}: Remapped Rows pending={pending} failure={failed}"),
+            action,
+        );
+        f.pci_bus_id = Some(bus);
+        out.push(f);
+    }
+    out
+}
+
+fn topo(text: &str) -> Vec<Finding> {
+    match parse_topo_matrix(text) {
+        Err(e) => vec![finding(
+            Severity::Info,
+            Component::Input,
+            "unreadable-topo",
+            &e.to_string(),
+            "paste the whole `nvidia-smi topo -m` output, header to legend",
+        )],
+        Ok(t) => {
+            let mut out = Vec::new();
+            for g in &t.gpus {
+                if g.cpus.is_none() && g.numa_node.is_none() {
+                    let mut f = finding(
+                        Severity::Info,
+                        Component::Gpu,
+                        "no-affinity",
+                        &format!("GPU{}: no CPU or NUMA affinity in topo -m", g.index),
+                        "run it outside a restricted cpuset to see which CPUs are near each GPU",
+                    );
+                    f.gpu = Some(g.index);
+                    out.push(f);
+                }
+            }
+            out
+        }
+    }
+}
+
+fn kernel(text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut corrected: std::collections::BTreeMap<String, (u32, String)> = Default::default();
+    for ev in parse_log(text) {
+        match ev {
+            KernelEvent::Xid(x) => {
+                let (action, severity) = classify_event(&x);
+                let sev = match severity {
+                    HealthSeverity::Critical => Severity::FailJob,
+                    HealthSeverity::Warning => Severity::Warn,
+                    HealthSeverity::Info => Severity::Info,
+                };
+                let component = if (144..=150).contains(&x.effective_code()) || x.code == 74 {
+                    Component::Nvlink
+                } else {
+                    Component::Gpu
+                };
+                let mut f = finding(
+                    sev,
+                    component,
+                    &format!("xid-{}", x.effective_code()),
+                    &x.line,
+                    &format!("{action:?}"),
+                );
+                f.pci_bus_id = Some(x.pci);
+                out.push(f);
+            }
+            KernelEvent::FallenOffBus { pci } => {
+                let mut f = finding(
+                    Severity::FailJob,
+                    Component::Gpu,
+                    "gpu-lost",
+                    &format!("GPU {pci} has fallen off the bus"),
+                    "the GPU is gone until a reboot: check its riser, slot, PCIe power and Above 4G Decoding; drain the node",
+                );
+                f.pci_bus_id = (!pci.is_empty()).then_some(pci);
+                out.push(f);
+            }
+            KernelEvent::PcieAer {
+                pci,
+                severity,
+                detail,
+            } => match severity {
+                AerSeverity::Corrected => {
+                    let e = corrected.entry(pci).or_default();
+                    e.0 += 1;
+                    e.1 = detail;
+                }
+                AerSeverity::NonFatal | AerSeverity::Fatal => {
+                    let fatal = severity == AerSeverity::Fatal;
+                    let mut f = finding(
+                        if fatal {
+                            Severity::FailJob
+                        } else {
+                            Severity::Warn
+                        },
+                        Component::Pcie,
+                        if fatal { "pcie-fatal" } else { "pcie-nonfatal" },
+                        &format!("{severity:?} PCIe error ({detail}) on {pci}"),
+                        "a GPU on this port (or the port itself) dropped off the link: check its riser, cable and slot",
+                    );
+                    f.pci_bus_id = Some(pci);
+                    out.push(f);
+                }
+            },
+            KernelEvent::SXid {
+                pci,
+                code,
+                fatal,
+                message,
+            } => {
+                let mut f = finding(
+                    if fatal == Some(true) {
+                        Severity::Drain
+                    } else {
+                        Severity::Info
+                    },
+                    Component::Nvswitch,
+                    &format!("sxid-{code}"),
+                    &message,
+                    "NVSwitch fabric error: see the fabric manager log",
+                );
+                f.pci_bus_id = Some(pci);
+                out.push(f);
+            }
+            KernelEvent::GpuIdentity { .. } => {}
+        }
+    }
+    for (pci, (n, detail)) in corrected {
+        let mut f = finding(
+            if n >= 10 {
+                Severity::Warn
+            } else {
+                Severity::Info
+            },
+            Component::Pcie,
+            "pcie-corrected",
+            &format!("{n} corrected PCIe errors ({detail}) on {pci}"),
+            "many corrected errors mean a marginal riser, cable or slot: reseat it, or set the slot to a lower PCIe generation",
+        );
+        f.pci_bus_id = Some(pci);
+        out.push(f);
+    }
+    out
+}
+
+fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for p in ports {
+        if !p.active {
+            out.push(finding(
+                Severity::Warn,
+                Component::Ib,
+                "ib-port-down",
+                &format!("{tool}: {} port {} is not active", p.hca, p.port),
+                "check the cable and the switch port (ibstat, ibdiagnet); jobs will not use this rail",
+            ));
+        } else if p.mtu_degraded() {
+            out.push(finding(
+                Severity::Warn,
+                Component::Ib,
+                "ib-mtu-degraded",
+                &format!(
+                    "{tool}: {} port {} active MTU {} below its max {}",
+                    p.hca,
+                    p.port,
+                    p.active_mtu.unwrap_or(0),
+                    p.max_mtu.unwrap_or(0)
+                ),
+                "raise the network MTU end to end (RoCE: the interface and the switch ports)",
+            ));
+        }
+    }
+    out
+}
+
+fn job_log(text: &str) -> Vec<Finding> {
+    let findings: Vec<_> = text.lines().filter_map(classify_line).collect();
+    let Some((i, fatal)) = findings.iter().enumerate().find(|(_, f)| f.fatal) else {
+        return findings
+            .iter()
+            .take(1)
+            .map(|f| {
+                finding(
+                    Severity::Warn,
+                    Component::Nccl,
+                    "nccl-warning",
+                    &f.line,
+                    "not fatal by itself; look at what follows it",
+                )
+            })
+            .collect();
+    };
+    vec![finding(
+        Severity::FailJob,
+        Component::Nccl,
+        &format!("{:?}", fatal.kind).to_lowercase(),
+        &first_cause(&findings[..i], fatal),
+        "the job cannot go on: the evidence is the first cause found in the log",
+    )]
+}

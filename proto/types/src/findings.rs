@@ -1,0 +1,57 @@
+//! Findings: what a look at a node's outputs concluded, in one shape for `gagentd
+//! diagnose` (and, in `--json`, `{"findings":[...]}`): how bad, which part of the
+//! machine, which GPU when one applies, what was seen and what to do.
+
+use serde::{Deserialize, Serialize};
+
+/// How bad a finding is, in what it calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    Info,
+    Warn,
+    /// The node should take no new job until someone looks.
+    Drain,
+    /// A job running on what it names cannot go on.
+    FailJob,
+}
+
+/// The part of the machine a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Component {
+    Gpu,
+    Pcie,
+    Nvlink,
+    Nic,
+    Ib,
+    Nccl,
+    Driver,
+    Nvswitch,
+    /// The file itself (not readable, not recognised).
+    Input,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub severity: Severity,
+    pub component: Component,
+    /// The GPU's index on the node, when the source names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+    /// `0000:3b:00` form, when the source names a PCI device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// A short name for what was found (`xid-79`, `gpu-lost`, `ib-port-down`...).
+    pub kind: String,
+    /// The line or value it was found in.
+    pub evidence: String,
+    /// What to do about it.
+    pub action: String,
+}
+
+/// `gagentd diagnose --json`'s document.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Findings {
+    pub findings: Vec<Finding>,
+}

@@ -1,0 +1,118 @@
+//! `gagentd diagnose FILE... --json` on saved outputs (the fixtures, each from a public
+//! report): every family is read and turned into findings with the pinned JSON keys; a
+//! file that is none of them, or cannot be read, is reported as such.
+
+use gsched_tests::{bin, workspace};
+use serde_json::Value;
+use std::process::Command;
+
+fn diagnose(files: &[&str]) -> Vec<Value> {
+    let paths: Vec<String> = files
+        .iter()
+        .map(|f| {
+            if f.starts_with('/') {
+                f.to_string()
+            } else {
+                workspace()
+                    .join("tests/fixtures")
+                    .join(f)
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        })
+        .collect();
+    let out = Command::new(bin("gagentd"))
+        .arg("diagnose")
+        .arg("--json")
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["findings"].as_array().unwrap().clone()
+}
+
+fn find<'a>(all: &'a [Value], kind: &str) -> &'a Value {
+    all.iter()
+        .find(|f| f["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {all:#?}"))
+}
+
+#[test]
+fn t10_every_family_of_saved_output() {
+    let f = diagnose(&["xid/fallen-off-bus-open-driver-multiline-no-xid.txt"]);
+    let lost = find(&f, "gpu-lost");
+    assert_eq!(
+        (
+            lost["severity"].as_str(),
+            lost["component"].as_str(),
+            lost["pci_bus_id"].as_str()
+        ),
+        (Some("fail-job"), Some("gpu"), Some("0000:b3:00"))
+    );
+    for key in ["severity", "component", "kind", "evidence", "action"] {
+        assert!(lost.get(key).is_some(), "{key} missing: {lost}");
+    }
+    let f = diagnose(&["xid/aer-surprise-down-then-xid79-tesla.txt"]);
+    assert_eq!(find(&f, "pcie-fatal")["pci_bus_id"], "0000:00:02");
+    assert_eq!(find(&f, "xid-79")["severity"], "fail-job");
+    let f = diagnose(&["xid/nvlink5-xid144-145-nonfatal-149-fatal-redacted-pci-gpud.txt"]);
+    assert_eq!(
+        (
+            find(&f, "xid-145")["severity"].as_str(),
+            find(&f, "xid-145")["component"].as_str()
+        ),
+        (Some("warn"), Some("nvlink"))
+    );
+    assert_eq!(find(&f, "xid-149")["severity"], "fail-job");
+    let f = diagnose(&["xid/xid63-row-remapper-a100-plus-nvidia-smi-q-remap-pending.txt"]);
+    assert_eq!(find(&f, "row-remap-pending")["pci_bus_id"], "0000:10:1c");
+    let f = diagnose(&["smi/unable-to-determine-device-handle-nospace-variant-tesla-p4.txt"]);
+    assert_eq!(find(&f, "gpu-lost")["severity"], "drain");
+    let f = diagnose(&["ib/ibstatus-2port-roce-edr-one-down.txt"]);
+    let down = find(&f, "ib-port-down");
+    assert!(
+        down["evidence"].as_str().unwrap().contains("mlx5_0 port 1"),
+        "{down}"
+    );
+    assert_eq!(f.len(), 1, "mlx5_1 is active: {f:#?}");
+    let f = diagnose(&["nccl/ib-async-port-error-job-keeps-running-litllama.txt"]);
+    let nccl = &f[0];
+    assert_eq!(
+        (nccl["severity"].as_str(), nccl["component"].as_str()),
+        (Some("fail-job"), Some("nccl"))
+    );
+    assert!(
+        nccl["evidence"].as_str().unwrap().contains("port error"),
+        "{nccl}"
+    );
+    let f = diagnose(&["nccl/socket-connect-failed-then-closed-by-remote-peer-nccl-tests.txt"]);
+    assert!(
+        f[0]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("socketStartConnect"),
+        "the first cause: {f:#?}"
+    );
+}
+
+#[test]
+fn t20_unknown_and_unreadable_files_are_said_to_be_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "lunch at noon\n").unwrap();
+    let missing = dir.path().join("missing.txt");
+    let f = diagnose(&[notes.to_str().unwrap(), missing.to_str().unwrap()]);
+    assert_eq!(f.len(), 2, "{f:#?}");
+    assert_eq!(f[0]["kind"], "unrecognised-file");
+    assert_eq!(f[1]["kind"], "unreadable-file");
+    // A topo -m that lost its rows is refused with why, not read as something.
+    let topo = dir.path().join("topo.txt");
+    std::fs::write(&topo, "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\n").unwrap();
+    let f = diagnose(&[topo.to_str().unwrap()]);
+    assert_eq!(f[0]["kind"], "unreadable-topo", "{f:#?}");
+}
