@@ -66,7 +66,7 @@ for variant in "${VARIANTS[@]}"; do
     name=${variant%%|*}; flags=${variant#*|}
     for rep in 1 2; do
         J=$(gsub --parsable -N 2 --gpus-per-node 1 -J "cpus-$name" $flags \
-            --export=ALL,ALLREDUCE_MB=64:256:1024,ALLREDUCE_ITERS=10,NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1,NCCL_DEBUG=WARN \
+            --export=ALL,ALLREDUCE_MB=64:256:1024,ALLREDUCE_ITERS=${ITERS:-10},NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1,NCCL_DEBUG=WARN \
             --torchrun "$ROOT/examples/allreduce.py")
         st=$(wait_job "$J" 300)
         cpus=$(gqueue -t all --json -j "$J" | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(",".join(str(len(n["cpus"])) for n in (j.get("allocation") or {}).get("nodes",[])))')

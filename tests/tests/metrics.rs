@@ -63,3 +63,41 @@ fn t10_metrics_count_jobs_gpus_nodes_and_the_raft_role() {
     let other = get(&addr, "/api/v1/jobs");
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 }
+
+#[test]
+fn t20_agent_metrics_say_which_job_holds_each_gpu_and_its_link() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &["--metrics", &addr]);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let id = c.submit(&["--gpus-per-node", "2", &script]);
+    let job = c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
+    let gpus: Vec<u64> = job["allocation"]["nodes"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_u64().unwrap())
+        .collect();
+    let text = wait_for(
+        "the agent to count the step",
+        Duration::from_secs(10),
+        || {
+            let t = get(&addr, "/metrics");
+            t.contains("gsched_agent_steps_running 1").then_some(t)
+        },
+    );
+    for g in 0..8u64 {
+        let holder = if gpus.contains(&g) { id } else { 0 };
+        let line = format!("gsched_gpu_job{{gpu=\"{g}\"}} {holder}");
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
+    for line in [
+        "gsched_gpu_pcie_link_gen{gpu=\"0\",which=\"current\"} 4",
+        "gsched_gpu_pcie_link_width{gpu=\"0\",which=\"max\"} 16",
+        "gsched_gpu_memory_total_bytes{gpu=\"0\"} 25757220864",
+        "gsched_gpu_lost{gpu=\"0\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+    }
+    assert!(text.trim_end().ends_with("# EOF"));
+}

@@ -19,6 +19,7 @@ pub mod health;
 pub mod identity;
 pub mod isolation;
 pub mod layout;
+pub mod metrics;
 pub mod nvml;
 pub mod outbox;
 pub mod session;

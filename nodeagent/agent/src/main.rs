@@ -73,6 +73,10 @@ struct RunArgs {
     /// (default /tmp/gsched-jobs, or /tmp/gsched-jobs-UID for a non-root agent).
     #[arg(long)]
     job_root: Option<PathBuf>,
+    /// Serve this node's Prometheus metrics (steps, per-GPU figures from NVML) at
+    /// http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<String>,
     /// Extra environment for every job: NAME=VALUE (repeatable).
     #[arg(long = "job-env")]
     job_env: Vec<String>,
@@ -399,6 +403,20 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let steps = Arc::new(Mutex::new(steps));
+    let metrics = args.metrics.clone().map(|addr| {
+        let sources = Arc::new(gsched_agent::metrics::Sources {
+            steps: steps.clone(),
+            topology: topology.clone(),
+            gpu_map: gpu_map.clone(),
+            nvml: match source {
+                Source::Local { .. } => gsched_agent::nvml::NvmlProbe::init()
+                    .ok()
+                    .map(parking_lot::Mutex::new),
+                _ => None,
+            },
+        });
+        (addr, sources)
+    });
     let flush = Arc::new(tokio::sync::Notify::new());
     let agent = Arc::new(Agent {
         registration: Registration {
@@ -421,6 +439,13 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        if let Some((addr, sources)) = metrics {
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+            tracing::info!("metrics on http://{addr}/metrics");
+            tokio::spawn(gsched_agent::metrics::serve(sources, listener));
+        }
         health::watch_kernel_log(
             args.kmsg.clone(),
             topology.clone(),

@@ -17,6 +17,26 @@ pub struct NvmlProbe {
     nvml: Nvml,
 }
 
+/// One GPU's figures at one moment (`gagentd --metrics`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSample {
+    pub gpu: u32,
+    pub lost: bool,
+    pub utilization_pct: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+    /// NVML's clocks-event (throttle) reason bits; 0 when the GPU runs at full clocks.
+    pub throttle_reasons: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_gen_max: Option<u32>,
+    pub pcie_width: Option<u32>,
+    pub pcie_width_max: Option<u32>,
+    pub nvlinks_active: Option<u32>,
+}
+
 /// What NVML found.
 pub struct NvmlGpus {
     pub gpus: Vec<Gpu>,
@@ -169,6 +189,51 @@ impl NvmlProbe {
             Ok(TopologyLevel::System) => LinkClass::Sys,
             Err(_) => LinkClass::Unknown,
         }
+    }
+
+    /// The current figures of each registered GPU (`devices` as in [`Self::health`]), for
+    /// the metrics endpoint; a figure NVML cannot give is left out.
+    pub fn sample(&self, devices: &[u32]) -> Vec<GpuSample> {
+        devices
+            .iter()
+            .enumerate()
+            .map(|(k, &dev)| {
+                let mut s = GpuSample {
+                    gpu: k as u32,
+                    ..GpuSample::default()
+                };
+                let Ok(d) = self.nvml.device_by_index(dev) else {
+                    s.lost = true;
+                    return s;
+                };
+                if let Ok(u) = d.utilization_rates() {
+                    s.utilization_pct = Some(u.gpu);
+                }
+                if let Ok(m) = d.memory_info() {
+                    s.memory_used_bytes = Some(m.used);
+                    s.memory_total_bytes = Some(m.total);
+                }
+                s.temperature_c = d.temperature(TemperatureSensor::Gpu).ok();
+                s.power_w = d.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
+                s.throttle_reasons = d.current_throttle_reasons().ok().map(|r| r.bits());
+                s.ecc_uncorrected = d
+                    .total_ecc_errors(
+                        nvml_wrapper::enum_wrappers::device::MemoryError::Uncorrected,
+                        nvml_wrapper::enum_wrappers::device::EccCounter::Aggregate,
+                    )
+                    .ok();
+                s.pcie_gen = d.current_pcie_link_gen().ok();
+                s.pcie_gen_max = d.max_pcie_link_gen().ok();
+                s.pcie_width = d.current_pcie_link_width().ok();
+                s.pcie_width_max = d.max_pcie_link_width().ok();
+                s.nvlinks_active = Some(
+                    (0..MAX_NVLINKS)
+                        .filter(|l| d.link_wrapper_for(*l).is_active().unwrap_or(false))
+                        .count() as u32,
+                );
+                s
+            })
+            .collect()
     }
 
     /// Health checks over the registered GPUs: lost GPUs, temperature at the slowdown

@@ -184,6 +184,14 @@ impl StepManager {
             .push(|seq| AgentToController::Step { seq, event });
     }
 
+    /// Each GPU held by a running step, with its job (for the metrics endpoint).
+    pub fn gpu_jobs(&self) -> Vec<(u32, JobId)> {
+        self.steps
+            .values()
+            .flat_map(|s| s.launch.node_alloc.gpus.iter().map(|g| (*g, s.key.job)))
+            .collect()
+    }
+
     /// Steps still running, for heartbeats.
     pub fn running(&self) -> Vec<StepRef> {
         let mut v: Vec<StepRef> = self.steps.values().map(|s| s.key.clone()).collect();
