@@ -24,18 +24,18 @@ pub fn invoked_as() -> String {
         .unwrap_or_default()
 }
 
-/// Makes `dir/sbatch -> BIN/gsub` and the others, for the tools found in `bin`; replaces
-/// links of those names already there, never other files. Returns the links made.
-pub fn make_links(dir: &Path, bin: &Path) -> Result<Vec<PathBuf>, String> {
+/// Makes `dir/sbatch -> BIN/gsub` and the others, for the tools found in `bin` (a tool
+/// that is not there gets no link, and is named in the second list); replaces links of
+/// those names already there, never other files. Returns the links made.
+pub fn make_links(dir: &Path, bin: &Path) -> Result<(Vec<PathBuf>, Vec<&'static str>), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut made = Vec::new();
+    let mut missing = Vec::new();
     for (slurm, tool) in NAMES {
         let target = bin.join(tool);
         if !target.exists() {
-            return Err(format!(
-                "{} is missing: install every gsched tool in one directory",
-                target.display()
-            ));
+            missing.push(tool);
+            continue;
         }
         let link = dir.join(slurm);
         match std::fs::symlink_metadata(&link) {
@@ -53,7 +53,10 @@ pub fn make_links(dir: &Path, bin: &Path) -> Result<Vec<PathBuf>, String> {
             .map_err(|e| format!("cannot link {}: {e}", link.display()))?;
         made.push(link);
     }
-    Ok(made)
+    if made.is_empty() {
+        return Err(format!("no gsched tool found in {}", bin.display()));
+    }
+    Ok((made, missing))
 }
 
 /// What an `scontrol` command line becomes.

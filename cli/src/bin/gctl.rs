@@ -272,9 +272,16 @@ fn main() {
         Cmd::SlurmNames { dir } => {
             let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));
             let bin = exe.parent().unwrap_or(std::path::Path::new("/"));
-            for link in gsched_cli::slurm::make_links(&dir, bin).unwrap_or_else(|e| die("gctl", e))
-            {
+            let (made, missing) =
+                gsched_cli::slurm::make_links(&dir, bin).unwrap_or_else(|e| die("gctl", e));
+            for link in made {
                 outln!("{}", link.display());
+            }
+            for tool in missing {
+                eprintln!(
+                    "gctl: warning: {tool} is not in {}: its Slurm name was not linked",
+                    bin.display()
+                );
             }
         }
     }
