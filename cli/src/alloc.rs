@@ -2,7 +2,7 @@
 //! script only holds its nodes, submitted with sbatch's resource options, waited for
 //! until it runs, and cancelled when the caller is done (or interrupted).
 
-use crate::client::{Client, current_user, describe, request_id};
+use crate::client::{Client, describe, request_id};
 use crate::sbatch::{SubArgs, SubmitContext, resolve};
 use clap::Parser;
 use gsched_proto::pb::SubmitRequest;
@@ -42,15 +42,7 @@ pub fn allocate(
     args: &SubArgs,
     tool: &str,
 ) -> Result<JobRow, String> {
-    let ctx = SubmitContext {
-        cwd: std::env::current_dir()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "/".into()),
-        env: std::env::vars().collect(),
-        user: current_user(),
-        umask: 0o022,
-        now: chrono::Local::now(),
-    };
+    let ctx = SubmitContext::here();
     let mut spec = resolve(args, None, None, &ctx)?;
     spec.launch = LaunchMode::Batch;
     if args.job_name.is_none() {

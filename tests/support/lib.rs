@@ -393,6 +393,22 @@ impl Cluster {
         cmd
     }
 
+    /// Links Slurm's names (`gctl slurm-names`) into this cluster's directory; returns
+    /// the links' directory (give it to agents as `--slurm-names`).
+    pub fn slurm_links(&self) -> String {
+        let links = self.path("slurm-bin").to_string_lossy().into_owned();
+        let out = Command::new(bin("gctl"))
+            .args(["slurm-names", &links])
+            .output()
+            .expect("run gctl slurm-names");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        links
+    }
+
     /// Runs a CLI tool as `user`, in their directory of this cluster.
     pub fn cli_as(&self, user: &TestUser, tool: &str, args: &[&str]) -> Output {
         let home = self.user_dir(user);

@@ -6,22 +6,13 @@
 //! hyper-parameters; a preprocess → train → eval dependency chain. The PyTorch ones run
 //! real `torchrun` (gloo) where PyTorch is installed.
 
-use gsched_tests::{Cluster, bin, torch_available, workspace};
+use gsched_tests::{Cluster, torch_available, workspace};
 use std::process::Command;
 use std::time::Duration;
 
 fn cluster() -> (Cluster, String) {
     let mut c = Cluster::controllers(1, &[]);
-    let links = c.path("slurm-bin").to_string_lossy().into_owned();
-    let out = Command::new(bin("gctl"))
-        .args(["slurm-names", &links])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let links = c.slurm_links();
     for n in ["n1", "n2"] {
         c.add_agent(n, "rtx4090-8gpu.json", &["--slurm-names", &links]);
     }

@@ -1,7 +1,7 @@
 //! `gsub`: submit a batch job, sbatch-style.
 
 use clap::Parser;
-use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
+use gsched_cli::client::{Client, controller_list, describe, die, request_id};
 use gsched_cli::outln;
 use gsched_cli::sbatch::{SubArgs, SubmitContext, directives, dry_run_json, resolve};
 use gsched_proto::pb::SubmitRequest;
@@ -94,15 +94,7 @@ fn main() {
             ignored.join(", ")
         );
     }
-    let ctx = SubmitContext {
-        cwd: std::env::current_dir()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "/".into()),
-        env: std::env::vars().collect(),
-        user: current_user(),
-        umask: current_umask(),
-        now: chrono::Local::now(),
-    };
+    let ctx = SubmitContext::here();
     let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
         if let Some(p) = pattern {
@@ -207,13 +199,6 @@ fn check_output(flag: &str, pattern: &str, workdir: &str) -> Result<(), String> 
 }
 
 /// This process's umask (read by setting it and putting it back).
-fn current_umask() -> u32 {
-    use nix::sys::stat::{Mode, umask};
-    let old = umask(Mode::from_bits_truncate(0o077));
-    umask(old);
-    old.bits()
-}
-
 /// Prints the resolved request; with a reachable controller, also where the job would
 /// run on an idle cluster and the environment each node's first task would get.
 async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {

@@ -22,6 +22,24 @@ pub struct SubmitContext {
     pub now: chrono::DateTime<chrono::Local>,
 }
 
+impl SubmitContext {
+    /// This process's: its directory, environment, user, umask and clock.
+    pub fn here() -> SubmitContext {
+        use nix::sys::stat::{Mode, umask};
+        let old = umask(Mode::from_bits_truncate(0o077));
+        umask(old);
+        SubmitContext {
+            cwd: std::env::current_dir()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "/".into()),
+            env: std::env::vars().collect(),
+            user: crate::client::current_user(),
+            umask: old.bits(),
+            now: chrono::Local::now(),
+        }
+    }
+}
+
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
     v.as_deref().map(|s| parse::count(s, flag)).transpose()
 }

@@ -111,17 +111,7 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
             }
         }
         // Every state appears, at zero too, so dashboards see the series from the start.
-        for s in [
-            JobState::Pending,
-            JobState::Running,
-            JobState::Completing,
-            JobState::Completed,
-            JobState::Failed,
-            JobState::Cancelled,
-            JobState::Timeout,
-            JobState::NodeFail,
-            JobState::OutOfMemory,
-        ] {
+        for s in JobState::ALL {
             jobs.get_or_create(&StateLabel {
                 state: s.name().to_string(),
             })

@@ -101,20 +101,7 @@ impl GrunTasks {
         let mut ended = Vec::new();
         for (&(job, step, rank), run) in self.runs.iter_mut() {
             let _ = run.supervisor.try_wait();
-            for (i, (name, stderr)) in [("output.log", false), (STDERR_CAPTURE, true)]
-                .into_iter()
-                .enumerate()
-            {
-                if let Some(data) = read_from(&run.files.0.join(name), &mut run.sent[i]) {
-                    self.io.push(TaskIo::Output {
-                        job,
-                        step,
-                        rank,
-                        stderr,
-                        data: base64::engine::general_purpose::STANDARD.encode(data),
-                    });
-                }
-            }
+            send_output(run, (job, step, rank), false, &mut self.io);
             if let Some((since, false)) = run.stopping
                 && since.elapsed() > Duration::from_secs(3)
             {
@@ -128,20 +115,7 @@ impl GrunTasks {
                 continue;
             };
             // Whatever the task wrote last, then its exit.
-            for (i, (name, stderr)) in [("output.log", false), (STDERR_CAPTURE, true)]
-                .into_iter()
-                .enumerate()
-            {
-                while let Some(data) = read_from(&run.files.0.join(name), &mut run.sent[i]) {
-                    self.io.push(TaskIo::Output {
-                        job,
-                        step,
-                        rank,
-                        stderr,
-                        data: base64::engine::general_purpose::STANDARD.encode(data),
-                    });
-                }
-            }
+            send_output(run, (job, step, rank), true, &mut self.io);
             if let Some(e) = &rec.launch_error {
                 self.io.push(TaskIo::Output {
                     job,
@@ -208,6 +182,32 @@ fn spawn(files: &StepFiles, plan: &Plan, exe: &Path) -> Result<std::process::Chi
     }
     cmd.spawn()
         .map_err(|e| format!("cannot start the task supervisor: {e}"))
+}
+
+/// A task's new stdout and stderr (a chunk of each, or with `all` everything there is).
+fn send_output(
+    run: &mut TaskRun,
+    (job, step, rank): (JobId, u32, u32),
+    all: bool,
+    io: &mut Vec<TaskIo>,
+) {
+    for (i, (name, stderr)) in [("output.log", false), (STDERR_CAPTURE, true)]
+        .into_iter()
+        .enumerate()
+    {
+        while let Some(data) = read_from(&run.files.0.join(name), &mut run.sent[i]) {
+            io.push(TaskIo::Output {
+                job,
+                step,
+                rank,
+                stderr,
+                data: base64::engine::general_purpose::STANDARD.encode(data),
+            });
+            if !all {
+                break;
+            }
+        }
+    }
 }
 
 fn signal_task(files: &StepFiles, sig: Signal) {

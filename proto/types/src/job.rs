@@ -285,6 +285,19 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in the order jobs go through them.
+    pub const ALL: [JobState; 9] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completing,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+        JobState::OutOfMemory,
+    ];
+
     pub fn is_terminal(self) -> bool {
         !matches!(
             self,
@@ -333,18 +346,8 @@ impl JobState {
 
     /// Parses squeue's `-t` names and codes (case-insensitive).
     pub fn parse(text: &str) -> Option<JobState> {
-        let all = [
-            JobState::Pending,
-            JobState::Running,
-            JobState::Completing,
-            JobState::Completed,
-            JobState::Failed,
-            JobState::Cancelled,
-            JobState::Timeout,
-            JobState::NodeFail,
-            JobState::OutOfMemory,
-        ];
-        all.into_iter()
+        JobState::ALL
+            .into_iter()
             .find(|s| s.code().eq_ignore_ascii_case(text) || s.name().eq_ignore_ascii_case(text))
     }
 }
