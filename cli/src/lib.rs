@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod certs;
 pub mod client;
+pub mod doctor;
 pub mod format;
 pub mod queue_format;
 pub mod sbatch;

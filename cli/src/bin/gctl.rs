@@ -57,6 +57,16 @@ enum Cmd {
     Hold { jobs: Vec<String> },
     /// Release held jobs.
     Release { jobs: Vec<String> },
+    /// The cluster's usual faults, from what the nodes registered: PCIe links trained
+    /// down, hot or withheld GPUs, nodes not answering, training NICs far from the GPUs or
+    /// on the management address, MTU disagreement, RDMA ports down.
+    Doctor {
+        /// Only these nodes (default: all).
+        nodes: Vec<String>,
+        /// Print {"findings":[...]}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
     /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
     /// `--slurm-names DIR` so jobs find them too).
@@ -269,6 +279,34 @@ fn main() {
         Cmd::Certs { action } => certs(action),
         Cmd::Hold { jobs } => act(&rt, &mut client, JobAction::Hold, &jobs, Vec::new()),
         Cmd::Release { jobs } => act(&rt, &mut client, JobAction::Release, &jobs, Vec::new()),
+        Cmd::Doctor { nodes, json } => {
+            let all = gsched_cli::fetch_nodes(&rt, &mut client, true, "gctl").nodes;
+            let picked: Vec<_> = all
+                .into_iter()
+                .filter(|n| nodes.is_empty() || nodes.contains(&n.name))
+                .collect();
+            if picked.is_empty() {
+                die("gctl", "no such node registered");
+            }
+            let findings = gsched_cli::doctor::check(&picked);
+            if json {
+                gsched_cli::print_json(&gsched_types::findings::Findings { findings });
+            } else if findings.is_empty() {
+                outln!("no findings on {} node(s)", picked.len());
+            } else {
+                for f in &findings {
+                    outln!(
+                        "{:<7} {:<8} {}{}: {}\n        action: {}",
+                        format!("{:?}", f.severity).to_uppercase(),
+                        f.node.as_deref().unwrap_or("-"),
+                        f.kind,
+                        f.gpu.map(|g| format!(" (GPU {g})")).unwrap_or_default(),
+                        f.evidence,
+                        f.action
+                    );
+                }
+            }
+        }
         Cmd::SlurmNames { dir } => {
             let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));
             let bin = exe.parent().unwrap_or(std::path::Path::new("/"));

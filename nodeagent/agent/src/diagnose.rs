@@ -60,6 +60,7 @@ fn finding(
     action: &str,
 ) -> Finding {
     Finding {
+        node: None,
         severity,
         component,
         gpu: None,

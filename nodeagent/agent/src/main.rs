@@ -164,6 +164,7 @@ fn diagnose(files: &[PathBuf], json: bool) {
                 &String::from_utf8_lossy(&bytes),
             )),
             Err(e) => all.findings.push(Finding {
+                node: None,
                 severity: Severity::Info,
                 component: Component::Input,
                 gpu: None,

@@ -34,6 +34,9 @@ pub enum Component {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
+    /// The node it is about (`gctl doctor`); absent for a file read on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub severity: Severity,
     pub component: Component,
     /// The GPU's index on the node, when the source names one.
