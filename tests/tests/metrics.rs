@@ -1,9 +1,11 @@
-//! `gctld --http`: Prometheus metrics through a real HTTP request to a running
-//! controller: jobs by state, pending reasons, GPUs, nodes and the Raft role, in the
-//! OpenMetrics text format.
+//! `gctld --http` and `gagentd --metrics` through real HTTP requests to running daemons:
+//! Prometheus metrics (jobs by state, pending reasons, GPUs, nodes, the Raft role; per
+//! GPU on the agent) and the read API (`/api/v1/jobs`, `jobs/ID`, `nodes`) with the
+//! CLI's rows and the same caller rules.
 
 use gsched_tests::{Cluster, free_port, wait_for};
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 fn get(addr: &str, path: &str) -> String {
@@ -60,7 +62,7 @@ fn t10_metrics_count_jobs_gpus_nodes_and_the_raft_role() {
         !text.contains("sleep.sh") && !text.contains("root"),
         "{text}"
     );
-    let other = get(&addr, "/api/v1/jobs");
+    let other = get(&addr, "/api/v2/jobs");
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 }
 
@@ -100,4 +102,55 @@ fn t20_agent_metrics_say_which_job_holds_each_gpu_and_its_link() {
         assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
     }
     assert!(text.trim_end().ends_with("# EOF"));
+}
+
+/// The body of an HTTP response.
+fn body(resp: &str) -> serde_json::Value {
+    let (_, b) = resp.split_once("\r\n\r\n").unwrap();
+    serde_json::from_str(b).unwrap_or_else(|e| panic!("{e}: {resp}"))
+}
+
+#[test]
+fn t30_the_read_api_serves_the_cli_rows_to_verified_callers() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let id = c.submit(&["--hold", "--export", "ALL,SECRET=hunter2", &script]);
+    // As the owner (root, by this socket): the rows gqueue --json prints, with details.
+    let list = body(&get(&addr, "/api/v1/jobs?detail=1"));
+    let row = &list["jobs"][0];
+    assert_eq!(row["job_id"], id);
+    assert_eq!(row["state"], "PENDING");
+    assert!(row["spec"].is_object(), "{row}");
+    let one = get(&addr, &format!("/api/v1/jobs/{id}"));
+    assert!(one.starts_with("HTTP/1.1 200"), "{one}");
+    assert_eq!(body(&one)["job_id"], id);
+    let missing = get(&addr, "/api/v1/jobs/999999");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    assert!(body(&missing)["error"].as_str().unwrap().contains("999999"));
+    let nodes = body(&get(&addr, "/api/v1/nodes"));
+    assert_eq!(nodes["nodes"][0]["name"], "n1");
+    // Another user, through their own socket: the summary, not the request.
+    if let Some((alice, _)) = gsched_tests::test_users() {
+        let script = format!(
+            "import urllib.request; print(urllib.request.urlopen('http://{addr}/api/v1/jobs?detail=1').read().decode())"
+        );
+        let out = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", &script])
+            .uid(alice.uid)
+            .gid(alice.gid)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["jobs"][0]["job_id"], id);
+        assert!(v["jobs"][0]["spec"].is_null(), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
 }

@@ -3,6 +3,11 @@
 //! scrape. Only counts, states and indexes: no job names, users or environments, so the
 //! endpoint needs no credentials (bind it to the management network). Every label has a
 //! bounded set of values (states, reason kinds, roles); no per-job label.
+//!
+//! And the read API under `/api/v1/` (`jobs`, `jobs/{id}`, `nodes`): the same rows as
+//! the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`), the same callers (the socket's
+//! owner on a --dev-local cluster, else a MUNGE credential in `X-Gsched-Munge`) and the
+//! same rule on what others' jobs show.
 
 use crate::ctx::Ctx;
 use axum::Router;
@@ -35,6 +40,12 @@ struct RoleLabel {
 
 /// Serves `/metrics` on `listener` until the process ends.
 pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
+    let local = listener.local_addr().ok();
+    let api = Api {
+        jobs: Arc::new(crate::service::jobs::JobsService::new(ctx.clone())),
+        ctx: ctx.clone(),
+        local,
+    };
     let app = Router::new()
         .route(
             "/metrics",
@@ -43,10 +54,162 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
                 async move { metrics(&ctx) }
             }),
         )
-        .fallback(|| async { (StatusCode::NOT_FOUND, "gctld serves /metrics here\n") });
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::warn!("the metrics endpoint stopped: {e}");
+        .route("/api/v1/jobs", get(jobs))
+        .route("/api/v1/jobs/{id}", get(job))
+        .route("/api/v1/nodes", get(nodes))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "gctld serves /metrics and /api/v1/{jobs,jobs/ID,nodes} here\n",
+            )
+        })
+        .with_state(api);
+    let service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    if let Err(e) = axum::serve(listener, service).await {
+        tracing::warn!("the HTTP endpoint stopped: {e}");
     }
+}
+
+#[derive(Clone)]
+struct Api {
+    ctx: Arc<Ctx>,
+    jobs: Arc<crate::service::jobs::JobsService>,
+    local: Option<std::net::SocketAddr>,
+}
+
+/// `?user=alice,bob&state=PD,R&all=1&detail=1`
+#[derive(Debug, Default, serde::Deserialize)]
+struct JobsQuery {
+    user: Option<String>,
+    state: Option<String>,
+    #[serde(default)]
+    all: Option<String>,
+    #[serde(default)]
+    detail: Option<String>,
+    after: Option<u64>,
+}
+
+fn flag(v: &Option<String>) -> bool {
+    v.as_deref().is_some_and(|v| v != "0" && v != "false")
+}
+
+/// The verified caller of an HTTP request, as for gRPC.
+fn caller(
+    api: &Api,
+    remote: std::net::SocketAddr,
+    headers: &axum::http::HeaderMap,
+) -> Result<crate::auth::Caller, tonic::Status> {
+    let peer_uid = api
+        .local
+        .and_then(|local| crate::auth::conn::loopback_peer_uid(local, remote));
+    let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
+    api.ctx.auth.caller_of(peer_uid, cred)
+}
+
+/// A gRPC result as an HTTP response: the reply's JSON, or `{"error": ...}` with the
+/// status that says the same.
+fn reply(
+    r: Result<tonic::Response<gsched_proto::pb::DocReply>, tonic::Status>,
+) -> axum::response::Response {
+    match r {
+        Ok(doc) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            doc.into_inner().json,
+        )
+            .into_response(),
+        Err(s) => error(s),
+    }
+}
+
+fn error(s: tonic::Status) -> axum::response::Response {
+    use tonic::Code;
+    let code = match s.code() {
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::FailedPrecondition => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (
+        code,
+        axum::Json(serde_json::json!({ "error": s.message() })),
+    )
+        .into_response()
+}
+
+async fn jobs(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<JobsQuery>,
+) -> axum::response::Response {
+    let who = match caller(&api, remote, &headers) {
+        Ok(c) => c,
+        Err(s) => return error(s),
+    };
+    let split = |v: &Option<String>| -> Vec<String> {
+        v.as_deref()
+            .map(|s| {
+                s.split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let req = gsched_proto::pb::ListJobsRequest {
+        include_finished: flag(&q.all),
+        detail: flag(&q.detail),
+        users: split(&q.user),
+        states: split(&q.state),
+        after: q.after.unwrap_or(0),
+        ..Default::default()
+    };
+    reply(api.jobs.jobs_for(&who, req).await)
+}
+
+async fn job(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> axum::response::Response {
+    let who = match caller(&api, remote, &headers) {
+        Ok(c) => c,
+        Err(s) => return error(s),
+    };
+    let req = gsched_proto::pb::ListJobsRequest {
+        include_finished: true,
+        detail: true,
+        jobs: vec![id.clone()],
+        ..Default::default()
+    };
+    let list = match api.jobs.jobs_for(&who, req).await {
+        Ok(r) => r.into_inner().json,
+        Err(s) => return error(s),
+    };
+    let doc: gsched_types::api::JobList = match serde_json::from_slice(&list) {
+        Ok(d) => d,
+        Err(e) => return error(tonic::Status::internal(e.to_string())),
+    };
+    match doc.jobs.into_iter().find(|j| j.display_id == id) {
+        Some(row) => (StatusCode::OK, axum::Json(row)).into_response(),
+        None => error(tonic::Status::not_found(format!("no job {id}"))),
+    }
+}
+
+async fn nodes(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if let Err(s) = caller(&api, remote, &headers) {
+        return error(s);
+    }
+    reply(api.jobs.nodes(true).await)
 }
 
 fn metrics(ctx: &Ctx) -> axum::response::Response {

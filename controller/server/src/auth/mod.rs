@@ -180,9 +180,21 @@ impl Auth {
 
     /// The verified user behind a client request.
     pub fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
+        let peer_uid = Self::conn(req).and_then(|c| c.peer_uid);
+        let cred = req
+            .metadata()
+            .get(MUNGE_CREDENTIAL)
+            .and_then(|v| v.to_str().ok());
+        self.caller_of(peer_uid, cred)
+    }
+
+    /// The verified user from what a connection carries: on a --dev-local cluster the
+    /// owner of its loopback socket, else a MUNGE credential (gRPC metadata, or the HTTP
+    /// API's `X-Gsched-Munge` header).
+    pub fn caller_of(&self, peer_uid: Option<u32>, cred: Option<&str>) -> Result<Caller, Status> {
         match &self.mode {
             Mode::DevLocal => {
-                let uid = Self::conn(req).and_then(|c| c.peer_uid).ok_or_else(|| {
+                let uid = peer_uid.ok_or_else(|| {
                     unauthenticated(
                         "cannot tell who you are: this --dev-local controller identifies callers by their loopback socket, and this connection's owner could not be found",
                     )
@@ -190,11 +202,7 @@ impl Auth {
                 Ok(self.caller_from(uid, u32::MAX))
             }
             Mode::Cluster { munge } => {
-                let cred = req
-                    .metadata()
-                    .get(MUNGE_CREDENTIAL)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| {
+                let cred = cred.ok_or_else(|| {
                         unauthenticated(
                             "no MUNGE credential: run gsched's tools on a host of the cluster with munged running (and the cluster's munge key)",
                         )

@@ -52,6 +52,106 @@ impl JobsService {
         }
     }
 
+    /// `ListJobs` for a verified caller (the gRPC method and `GET /api/v1/jobs`).
+    pub async fn jobs_for(
+        &self,
+        caller: &Caller,
+        req: ListJobsRequest,
+    ) -> Result<Response<DocReply>, Status> {
+        let filter = JobFilter::from_request(&req)?;
+        let consistent = !req.stale_ok && self.ctx.read_barrier().await;
+        let estimates = self.ctx.estimates.read();
+        let r = self.ctx.raft.replica.read();
+        let detail = if req.detail {
+            JobDetail::Full
+        } else {
+            JobDetail::Summary
+        };
+        // Everybody sees every job's summary (as squeue shows it); only the owner,
+        // operators and admins see its request and the evidence of its failure.
+        let audience = |owner: &str| {
+            if caller.may_see_details_of(owner) {
+                Audience::Owner
+            } else {
+                Audience::Public
+            }
+        };
+        let limit = match req.limit as usize {
+            0 => PAGE_ROWS,
+            n => n.min(PAGE_ROWS),
+        };
+        let mut matching = r
+            .state
+            .jobs
+            .range((Bound::Excluded(JobId(req.after)), Bound::Unbounded))
+            .map(|(_, j)| j)
+            .filter(|j| filter.keeps(j, &r.state.config));
+        let header = |next_after: Option<JobId>| JobList::<()> {
+            jobs: Vec::new(),
+            applied_index: r.applied,
+            controller: self.ctx.cfg.id,
+            role: self.ctx.raft.status.borrow().role,
+            consistent,
+            now_ms: now_ms(),
+            next_after,
+        };
+        if req.view == JobView::Queue as i32 {
+            let (ids, jobs): (Vec<JobId>, Vec<QueueRow>) = matching
+                .by_ref()
+                .take(limit)
+                .map(|j| (j.id, queue_row(&r.state, j, estimates.get(&j.id).copied())))
+                .unzip();
+            let next_after = match (ids.last(), matching.next()) {
+                (Some(last), Some(_)) => Some(*last),
+                _ => None,
+            };
+            let h = header(next_after);
+            return doc(&JobList {
+                jobs,
+                applied_index: h.applied_index,
+                controller: h.controller,
+                role: h.role,
+                consistent: h.consistent,
+                now_ms: h.now_ms,
+                next_after: h.next_after,
+            });
+        }
+        let jobs: Vec<_> = matching
+            .by_ref()
+            .take(limit)
+            .map(|j| {
+                let audience = audience(&j.spec.user);
+                job_row(&r.state, j, estimates.get(&j.id).copied(), detail, audience)
+            })
+            .collect();
+        let next_after = match (jobs.last(), matching.next()) {
+            (Some(last), Some(_)) => Some(last.job_id),
+            _ => None,
+        };
+        let h = header(next_after);
+        doc(&JobList {
+            jobs,
+            applied_index: h.applied_index,
+            controller: h.controller,
+            role: h.role,
+            consistent: h.consistent,
+            now_ms: h.now_ms,
+            next_after: h.next_after,
+        })
+    }
+
+    /// `ListNodes` (the gRPC method and `GET /api/v1/nodes`): every caller may list nodes.
+    pub async fn nodes(&self, detail: bool) -> Result<Response<DocReply>, Status> {
+        let consistent = self.ctx.read_barrier().await;
+        let r = self.ctx.raft.replica.read();
+        doc(&NodeList {
+            nodes: node_rows(&r.state, detail),
+            applied_index: r.applied,
+            consistent,
+            now_ms: now_ms(),
+        })
+    }
+
     /// Proposes a command acting on a job for `caller` (the state machine refuses it
     /// unless they own the job or act for others), applied exactly once under
     /// `request_id`; refusals become gRPC errors.
@@ -406,87 +506,7 @@ impl Jobs for JobsService {
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let filter = JobFilter::from_request(&req)?;
-        let consistent = !req.stale_ok && self.ctx.read_barrier().await;
-        let estimates = self.ctx.estimates.read();
-        let r = self.ctx.raft.replica.read();
-        let detail = if req.detail {
-            JobDetail::Full
-        } else {
-            JobDetail::Summary
-        };
-        // Everybody sees every job's summary (as squeue shows it); only the owner,
-        // operators and admins see its request and the evidence of its failure.
-        let audience = |owner: &str| {
-            if caller.may_see_details_of(owner) {
-                Audience::Owner
-            } else {
-                Audience::Public
-            }
-        };
-        let limit = match req.limit as usize {
-            0 => PAGE_ROWS,
-            n => n.min(PAGE_ROWS),
-        };
-        let mut matching = r
-            .state
-            .jobs
-            .range((Bound::Excluded(JobId(req.after)), Bound::Unbounded))
-            .map(|(_, j)| j)
-            .filter(|j| filter.keeps(j, &r.state.config));
-        let header = |next_after: Option<JobId>| JobList::<()> {
-            jobs: Vec::new(),
-            applied_index: r.applied,
-            controller: self.ctx.cfg.id,
-            role: self.ctx.raft.status.borrow().role,
-            consistent,
-            now_ms: now_ms(),
-            next_after,
-        };
-        if req.view == JobView::Queue as i32 {
-            let (ids, jobs): (Vec<JobId>, Vec<QueueRow>) = matching
-                .by_ref()
-                .take(limit)
-                .map(|j| (j.id, queue_row(&r.state, j, estimates.get(&j.id).copied())))
-                .unzip();
-            let next_after = match (ids.last(), matching.next()) {
-                (Some(last), Some(_)) => Some(*last),
-                _ => None,
-            };
-            let h = header(next_after);
-            return doc(&JobList {
-                jobs,
-                applied_index: h.applied_index,
-                controller: h.controller,
-                role: h.role,
-                consistent: h.consistent,
-                now_ms: h.now_ms,
-                next_after: h.next_after,
-            });
-        }
-        let jobs: Vec<_> = matching
-            .by_ref()
-            .take(limit)
-            .map(|j| {
-                let audience = audience(&j.spec.user);
-                job_row(&r.state, j, estimates.get(&j.id).copied(), detail, audience)
-            })
-            .collect();
-        let next_after = match (jobs.last(), matching.next()) {
-            (Some(last), Some(_)) => Some(last.job_id),
-            _ => None,
-        };
-        let h = header(next_after);
-        doc(&JobList {
-            jobs,
-            applied_index: h.applied_index,
-            controller: h.controller,
-            role: h.role,
-            consistent: h.consistent,
-            now_ms: h.now_ms,
-            next_after: h.next_after,
-        })
+        self.jobs_for(&caller, req.into_inner()).await
     }
 
     async fn list_nodes(
@@ -494,15 +514,7 @@ impl Jobs for JobsService {
         req: Request<ListNodesRequest>,
     ) -> Result<Response<DocReply>, Status> {
         self.ctx.auth.caller(&req)?;
-        let detail = req.into_inner().detail;
-        let consistent = self.ctx.read_barrier().await;
-        let r = self.ctx.raft.replica.read();
-        doc(&NodeList {
-            nodes: node_rows(&r.state, detail),
-            applied_index: r.applied,
-            consistent,
-            now_ms: now_ms(),
-        })
+        self.nodes(req.into_inner().detail).await
     }
 
     async fn node_admin(
