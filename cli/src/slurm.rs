@@ -150,6 +150,8 @@ fn update(pairs: &[&str]) -> Result<Scontrol, String> {
     let mut node = None;
     let mut state = None;
     let mut reason = None;
+    let mut job = None;
+    let mut time = None;
     for p in pairs {
         let (k, v) = p
             .split_once('=')
@@ -158,15 +160,23 @@ fn update(pairs: &[&str]) -> Result<Scontrol, String> {
             "nodename" | "node" => node = Some(v),
             "state" => state = Some(v.to_ascii_uppercase()),
             "reason" => reason = Some(v),
-            "jobid" | "job" => {
-                return Err(
-                    "scontrol update JobId=...: changing a job is not supported yet; gcancel and resubmit, or hold/release it".into(),
-                );
-            }
+            "jobid" | "job" => job = Some(v),
+            "timelimit" => time = Some(v),
             _ => return Err(format!("scontrol update: {k} is not supported")),
         }
     }
-    let node = node.ok_or("scontrol update: give NodeName=")?;
+    if let Some(job) = job {
+        let time = time.ok_or(
+            "scontrol update JobId=...: gsched can change TimeLimit= (other fields: cancel and resubmit, or hold/release)",
+        )?;
+        return Ok(Scontrol::Gctl(vec![
+            "update".into(),
+            job.to_string(),
+            "--time".into(),
+            time.to_string(),
+        ]));
+    }
+    let node = node.ok_or("scontrol update: give NodeName= or JobId=")?;
     let v = match state.as_deref() {
         Some("DRAIN" | "DOWN") => vec![
             "node".into(),
@@ -222,8 +232,12 @@ mod tests {
             run("update nodename=n1 state=resume").unwrap(),
             g(&["node", "resume", "n1"])
         );
+        assert_eq!(
+            run("update JobId=3 TimeLimit=1:00:00").unwrap(),
+            g(&["update", "3", "--time", "1:00:00"])
+        );
         for bad in [
-            "update JobId=3 TimeLimit=10",
+            "update JobId=3 Partition=big",
             "show partition",
             "reconfigure",
             "update NodeName=n1 State=DRAIN",

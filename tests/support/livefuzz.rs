@@ -76,6 +76,8 @@ const METHODS: &[&str] = &[
     "/gsched.v1.Jobs/Check",
     "/gsched.v1.Jobs/ActOnJobs",
     "/gsched.v1.Jobs/SignalJobs",
+    "/gsched.v1.Jobs/UpdateJob",
+    "/gsched.v1.Jobs/RunStep",
     "/gsched.v1.Peer/Send",
     "/gsched.v1.Peer/Hello",
     "/gsched.v1.Jobs/NoSuchMethod",

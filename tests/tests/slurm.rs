@@ -116,10 +116,10 @@ fn t10_a_slurm_script_runs_through_slurm_names() {
         &c,
         &links,
         "scontrol",
-        &["update", "JobId=1", "TimeLimit=5"],
+        &["update", "JobId=1", "Partition=big"],
     );
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("not supported yet"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not supported"));
     // Draining through scontrol update.
     stdout(&slurm(
         &c,
@@ -393,4 +393,70 @@ fn t70_srun_outside_a_job_and_salloc_get_their_own_allocation() {
         .map(|j| j["state"].as_str().unwrap())
         .collect();
     assert_eq!(states, vec!["CANCELLED", "CANCELLED"], "{acct}");
+}
+
+#[test]
+fn t80_scontrol_update_time_limit_lower_for_owners_higher_for_operators() {
+    let (c, links) = slurm_cluster();
+    let limit = |id: u64| c.job(id).unwrap()["time_limit_s"].as_u64();
+    // Root is an operator: any change of a pending job.
+    let id = c.submit(&["--hold", "--time=1:00:00", "--wrap", "true"]);
+    let out = stdout(&slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", &format!("JobId={id}"), "TimeLimit=2:00:00"],
+    ));
+    assert!(out.contains("time limit set to 2:00:00"), "{out}");
+    assert_eq!(limit(id), Some(7200));
+    // A running job: lower only.
+    let script = c.script("long.sh", "#!/bin/sh\nexec sleep 600\n");
+    let run = c.submit(&["--time=1:00:00", "--gpus-per-node", "1", &script]);
+    c.wait_state(run, &["RUNNING"], Duration::from_secs(30));
+    let up = slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", &format!("JobId={run}"), "TimeLimit=3:00:00"],
+    );
+    assert!(!up.status.success());
+    assert!(
+        String::from_utf8_lossy(&up.stderr).contains("can only be lowered"),
+        "{up:?}"
+    );
+    stdout(&slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["update", &format!("JobId={run}"), "TimeLimit=10:00"],
+    ));
+    assert_eq!(limit(run), Some(600));
+    // An ordinary user may lower their own pending job's limit, not raise it, and not
+    // touch someone else's.
+    if let Some((alice, _)) = gsched_tests::test_users() {
+        let out = c.cli_as(
+            &alice,
+            "gsub",
+            &["--parsable", "--hold", "--time=1:00:00", "--wrap", "true"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let mine: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let lower = c.cli_as(
+            &alice,
+            "gctl",
+            &["update", &mine.to_string(), "--time", "30"],
+        );
+        assert!(lower.status.success(), "{lower:?}");
+        assert_eq!(limit(mine), Some(1800));
+        let raise = c.cli_as(
+            &alice,
+            "gctl",
+            &["update", &mine.to_string(), "--time", "2:00:00"],
+        );
+        assert!(!raise.status.success());
+        assert!(String::from_utf8_lossy(&raise.stderr).contains("only an operator"));
+        let theirs = c.cli_as(&alice, "gctl", &["update", &id.to_string(), "--time", "10"]);
+        assert!(!theirs.status.success());
+        assert_eq!(limit(id), Some(7200));
+    }
 }

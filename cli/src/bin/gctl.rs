@@ -53,6 +53,14 @@ enum Cmd {
         #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
         nodes: Vec<String>,
     },
+    /// Change a job: its time limit (yours lower; an operator's either way; a running
+    /// job's only lower).
+    Update {
+        job: u64,
+        /// The new limit, in sbatch's forms (30, 1:00:00, 2-00:00, UNLIMITED).
+        #[arg(long = "time", short = 't')]
+        time: String,
+    },
     /// Hold pending jobs (120 holds every task of array 120).
     Hold { jobs: Vec<String> },
     /// Release held jobs.
@@ -278,6 +286,26 @@ fn main() {
         }
         Cmd::Certs { action } => certs(action),
         Cmd::Hold { jobs } => act(&rt, &mut client, JobAction::Hold, &jobs, Vec::new()),
+        Cmd::Update { job, time } => {
+            let limit = gsched_types::parse::time_limit(&time)
+                .unwrap_or_else(|e| die("gctl", format!("--time {time}: {e}")))
+                .unwrap_or(0);
+            let body = gsched_types::api::UpdateJobRequest {
+                job,
+                time_limit_s: Some(limit),
+            };
+            let req = gsched_proto::pb::ActOnJobsRequest {
+                request_id: request_id(),
+                json: serde_json::to_vec(&body).expect("an update serialises"),
+            };
+            match rt.block_on(client.call(|mut c| {
+                let req = req.clone();
+                async move { c.update_job(req).await }
+            })) {
+                Ok(r) => outln!("{}", r.message),
+                Err(s) => die("gctl", describe(&s)),
+            }
+        }
         Cmd::Release { jobs } => act(&rt, &mut client, JobAction::Release, &jobs, Vec::new()),
         Cmd::Doctor { nodes, json } => {
             let all = gsched_cli::fetch_nodes(&rt, &mut client, true, "gctl").nodes;

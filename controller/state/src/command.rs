@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 
 /// The log format version this build writes. Decoding accepts every version up to it;
 /// an older build stops at an entry of a newer version instead of misreading it.
-/// 1: the first format. 2: adds `cancel_unsatisfiable` and `node_responding`.
-pub const FORMAT_VERSION: u16 = 2;
+/// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
+/// `act_on_jobs`. 3: adds `update_job`.
+pub const FORMAT_VERSION: u16 = 3;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +61,19 @@ pub struct ActOnJobs {
     /// Who asked (verified by the controller that proposed the command).
     pub by: String,
     /// Whether `by` may act on other users' jobs.
+    pub admin: bool,
+}
+
+/// Change a submitted job (`scontrol update JobId=... TimeLimit=...`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateJob {
+    pub job: JobId,
+    /// The new time limit in seconds (0: none, up to the partition's maximum).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
+    /// Who asked (verified by the controller that proposed the command).
+    pub by: String,
+    /// Whether `by` may change other users' jobs and raise limits.
     pub admin: bool,
 }
 
@@ -240,6 +254,7 @@ pub enum Command {
     CancelUnsatisfiable(CancelUnsatisfiable),
     NodeResponding(NodeResponding),
     ActOnJobs(ActOnJobs),
+    UpdateJob(UpdateJob),
 }
 
 impl Command {
@@ -268,6 +283,7 @@ impl Command {
             Command::CancelUnsatisfiable(_) => "cancel_unsatisfiable",
             Command::NodeResponding(_) => "node_responding",
             Command::ActOnJobs(_) => "act_on_jobs",
+            Command::UpdateJob(_) => "update_job",
         }
     }
 }

@@ -18,7 +18,7 @@ const MAX_TASKS_PER_NODE: u32 = 4096;
 const MAX_CPUS_PER_TASK: u32 = 4096;
 const MAX_LIST: usize = 4096;
 /// Ten years: a time limit beyond it is a typo.
-const MAX_TIME_S: u64 = 10 * 365 * 86_400;
+pub const MAX_TIME_S: u64 = 10 * 365 * 86_400;
 
 /// Refuses text with control characters (newlines, tabs, NUL, escapes) or over `max`
 /// bytes.

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl`, `golden/v2.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl`, `golden/v2.jsonl`, `golden/v3.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 
 const V1: &str = include_str!("golden/v1.jsonl");
 const V2: &str = include_str!("golden/v2.jsonl");
+const V3: &str = include_str!("golden/v3.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
     let mut seen = BTreeSet::new();
-    for (n, line) in V1.lines().chain(V2.lines()).enumerate() {
+    for (n, line) in V1.lines().chain(V2.lines()).chain(V3.lines()).enumerate() {
         let env =
             Envelope::decode(line.as_bytes()).unwrap_or_else(|e| panic!("line {}: {e}", n + 1));
         seen.insert(env.cmd.name());
@@ -45,6 +46,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         "cancel_unsatisfiable",
         "node_responding",
         "act_on_jobs",
+        "update_job",
     ];
     for name in all {
         assert!(seen.contains(name), "no golden entry for {name}");

@@ -163,6 +163,15 @@ pub struct JobActionRequest {
     pub select: JobSelection,
 }
 
+/// `gctl update` / `scontrol update JobId=...` (the `UpdateJob` request body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateJobRequest {
+    pub job: u64,
+    /// The new time limit in seconds (0: none).
+    #[serde(default)]
+    pub time_limit_s: Option<u64>,
+}
+
 /// `gcancel --signal`: a signal for the running jobs a selection names (the `SignalJobs`
 /// request body). Not replicated: the leader passes it to the jobs' agents.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

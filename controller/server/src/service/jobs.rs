@@ -21,11 +21,11 @@ use gsched_state::validate;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
     ActOnJobs, CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob,
-    ResumeNode, SubmitJob,
+    ResumeNode, SubmitJob, UpdateJob,
 };
 use gsched_types::api::{
     ActionSummary, CheckReply, JobActionRequest, JobList, JobSelector, NodeList, QueueRow,
-    SignalRequest, StatusRow,
+    SignalRequest, StatusRow, UpdateJobRequest,
 };
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
 use gsched_types::steps::{StepLaunch, StepRequest, StepUpdate, TaskIo};
@@ -683,6 +683,31 @@ impl Jobs for JobsService {
             Outcome::Acted(summary) => doc(&summary),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
+    }
+
+    async fn update_job(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let req = req.into_inner();
+        let body: UpdateJobRequest = serde_json::from_slice(&req.json)
+            .map_err(|e| Status::invalid_argument(format!("malformed update: {e}")))?;
+        let cmd = Command::UpdateJob(UpdateJob {
+            job: JobId(body.job),
+            time_limit_s: body.time_limit_s,
+            by: caller.user.clone(),
+            admin: caller.acts_for_others(),
+        });
+        outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
+        let limit = match body.time_limit_s {
+            Some(0) => "UNLIMITED".to_string(),
+            Some(t) => gsched_types::parse::format_duration(t),
+            None => "-".into(),
+        };
+        Ok(Response::new(ActionReply {
+            message: format!("job {} time limit set to {limit}", body.job),
+        }))
     }
 
     async fn signal_jobs(

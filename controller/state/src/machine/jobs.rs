@@ -5,7 +5,7 @@
 use super::{ClusterState, payload};
 use crate::command::{
     CancelJob, CancelUnsatisfiable, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons,
-    StartJob, SubmitJob, TimeoutJob,
+    StartJob, SubmitJob, TimeoutJob, UpdateJob,
 };
 use gsched_scheduler::DepView;
 use gsched_scheduler::decay::decay;
@@ -322,6 +322,52 @@ impl ClusterState {
             ));
         }
         Ok(())
+    }
+
+    /// `scontrol update JobId=... TimeLimit=...`: the owner may lower a job's time limit,
+    /// an operator may also raise it; a running job's limit can only be lowered (its
+    /// nodes enforce the limit it started with, the leader the lower one).
+    pub(super) fn update_job(&mut self, c: &UpdateJob) -> Outcome {
+        let Some(job) = self.jobs.get(&c.job) else {
+            return Outcome::NotFound {
+                message: format!("job {}", c.job),
+            };
+        };
+        if !c.admin && job.spec.user != c.by {
+            return Outcome::PermissionDenied {
+                message: not_yours(&job.display_id(), &job.spec.user, &c.by, "update"),
+            };
+        }
+        let Some(new) = c.time_limit_s else {
+            return Outcome::Rejected {
+                message: "nothing to update: give TimeLimit=".into(),
+            };
+        };
+        if new > crate::validate::MAX_TIME_S {
+            return Outcome::Rejected {
+                message: "the time limit is over ten years; use UNLIMITED for none".into(),
+            };
+        }
+        // Limits compared as seconds, no limit as the largest.
+        let as_secs = |t: Option<u64>| t.filter(|t| *t > 0).unwrap_or(u64::MAX);
+        let now = as_secs(self.config.time_limit_for(&job.spec));
+        let raises = as_secs(Some(new)) > now;
+        match job.state {
+            JobState::Pending if raises && !c.admin => Outcome::Rejected {
+                message: "only an operator may raise a time limit; you may lower it".into(),
+            },
+            JobState::Running | JobState::Completing if raises => Outcome::Rejected {
+                message: "a running job's time limit can only be lowered (raise it before it starts, or requeue it)".into(),
+            },
+            JobState::Pending | JobState::Running | JobState::Completing => {
+                let job = self.jobs.get_mut(&c.job).expect("present");
+                job.spec.time_limit_s = Some(new);
+                Outcome::Ok
+            }
+            other => Outcome::Rejected {
+                message: format!("job {} has ended ({})", c.job, other.name()),
+            },
+        }
     }
 
     /// Moves a running job to `Completing` (the dispatcher then stops every step) and keeps

@@ -262,6 +262,7 @@ impl ClusterState {
             Command::SubmitJob(c) => self.submit(c, at),
             Command::CancelJob(c) => self.cancel(c, at),
             Command::ActOnJobs(c) => self.act_on_jobs(c, at),
+            Command::UpdateJob(c) => self.update_job(c),
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c),
             Command::StepStarted(c) => self.step_started(c, at),
