@@ -104,11 +104,12 @@ fn median_of(reps: usize, make: impl Fn() -> Command) -> (f64, f64) {
 }
 
 fn fill(rt: &tokio::runtime::Runtime, c: &Cluster, n: u64) -> f64 {
-    let mut spec = JobSpec::simple(
-        "bench",
-        &gsched_cli::client::current_user(),
-        "#!/bin/sh\ntrue\n",
-    );
+    fill_with(rt, c, n, "#!/bin/sh\ntrue\n")
+}
+
+/// Submits `n` held 1-GPU jobs running `script`; returns submissions per second.
+fn fill_with(rt: &tokio::runtime::Runtime, c: &Cluster, n: u64, script: &str) -> f64 {
+    let mut spec = JobSpec::simple("bench", &gsched_cli::client::current_user(), script);
     spec.gpus_per_node = 1;
     spec.hold = true;
     spec.workdir = c.path("").to_string_lossy().into_owned();
@@ -287,6 +288,15 @@ fn gsched(
             fig(name, v, unit);
         }
     }
+    let wave: u64 = std::env::var("GSCHED_BENCH_WAVE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if wave > 0 {
+        for (name, v, unit) in start_wave(rt, c, wave, &me) {
+            fig(name, v, unit);
+        }
+    }
     let nodes: usize = std::env::var("GSCHED_BENCH_NODES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -297,6 +307,76 @@ fn gsched(
         }
     }
     figures
+}
+
+/// Issue 15's start wave: `n` one-second 1-GPU jobs released at once on the 32 GPUs of
+/// the 4 agents; how long until the last one started, against the ideal (ceil(n/32) s).
+/// Then submit -> running on an idle cluster (server timestamps), median of 20.
+fn start_wave(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    n: u64,
+    me: &str,
+) -> Vec<(String, f64, &'static str)> {
+    use gsched_types::api::{JobAction, JobSelection};
+    fill_with(rt, c, n, "#!/bin/sh\nsleep 1\n");
+    let mut client = Client::new(c.controllers.iter().map(|(_, a)| a.clone()).collect());
+    let select = JobSelection {
+        users: vec![me.to_string()],
+        states: vec![gsched_types::job::JobState::Pending],
+        ..Default::default()
+    };
+    let released_at = gsched_proto::clock::now_ms();
+    gsched_cli::act_on_jobs(rt, &mut client, JobAction::Release, select, "bench");
+    let query = gsched_cli::JobQuery {
+        include_finished: true,
+        users: vec![me.to_string()],
+        since_ms: released_at.saturating_sub(1),
+        ..Default::default()
+    };
+    let last_start = wait_for("every wave job to start", Duration::from_secs(600), || {
+        let jobs = gsched_cli::fetch_jobs(rt, &mut client, &query, "bench").jobs;
+        let started: Vec<u64> = jobs
+            .iter()
+            .filter_map(|j| j.start_ms)
+            .filter(|s| *s >= released_at)
+            .collect();
+        (started.len() as u64 >= n).then(|| started.into_iter().max().unwrap_or(0))
+    });
+    let took = (last_start.saturating_sub(released_at)) as f64 / 1000.0;
+    let ideal = n.div_ceil(32) as f64;
+    // Let the wave drain, then time single submissions on an idle cluster.
+    wait_for("the wave to finish", Duration::from_secs(600), || {
+        let v = c.json("gqueue", &[]);
+        v["jobs"]
+            .as_array()
+            .is_some_and(|a| a.is_empty())
+            .then_some(())
+    });
+    let script = c.script("one.sh", "#!/bin/sh\ntrue\n");
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        let id = c.submit(&["--gpus-per-node", "1", &script]);
+        let j = c.wait_state(id, &["RUNNING", "COMPLETED"], Duration::from_secs(30));
+        if let (Some(s), Some(sub)) = (j["start_ms"].as_u64(), j["submit_ms"].as_u64()) {
+            lat.push((s - sub) as f64);
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    vec![
+        (format!("wave_{n}_last_started_s"), took, "s"),
+        (format!("wave_{n}_ideal_s"), ideal, "s"),
+        (
+            format!("wave_{n}_over_ideal_pct"),
+            (took / ideal - 1.0) * 100.0,
+            "%",
+        ),
+        (
+            "submit_to_running_median_ms".into(),
+            lat.get(lat.len() / 2).copied().unwrap_or(0.0),
+            "ms",
+        ),
+    ]
 }
 
 /// Registers `n` more nodes (agent sessions that register and stay open, as many agents
