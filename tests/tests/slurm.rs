@@ -458,5 +458,12 @@ fn t80_scontrol_update_time_limit_lower_for_owners_higher_for_operators() {
         let theirs = c.cli_as(&alice, "gctl", &["update", &id.to_string(), "--time", "10"]);
         assert!(!theirs.status.success());
         assert_eq!(limit(id), Some(7200));
+        // Nor run a step in someone else's running job.
+        let step = c.cli_as(&alice, "grun", &["--jobid", &run.to_string(), "id"]);
+        assert!(!step.status.success());
+        assert!(
+            String::from_utf8_lossy(&step.stderr).contains("only in your own jobs"),
+            "{step:?}"
+        );
     }
 }
