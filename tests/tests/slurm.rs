@@ -467,3 +467,30 @@ fn t80_scontrol_update_time_limit_lower_for_owners_higher_for_operators() {
         );
     }
 }
+
+#[test]
+fn t90_sbatch_test_only_says_when_and_where_and_submits_nothing() {
+    let (c, links) = slurm_cluster();
+    let args = ["--test-only", "-N", "2", "--gres=gpu:8", "--wrap", "true"];
+    let out = slurm(&c, &links, "sbatch", &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("to start at") && err.contains("using 16 GPUs on nodes n[1-2]"),
+        "{err}"
+    );
+    // The cluster busy until a running job's limit: the start is that estimate, later.
+    let script = c.script("busy.sh", "#!/bin/sh\nexec sleep 600\n");
+    let busy = c.submit(&["-N", "2", "--gpus-per-node", "8", "--time=10:00", &script]);
+    c.wait_state(busy, &["RUNNING"], Duration::from_secs(30));
+    let out = slurm(&c, &links, "sbatch", &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("to start at") && !err.contains("on nodes"),
+        "{err}"
+    );
+    // Nothing was submitted either time.
+    let q = c.json("gqueue", &["-t", "all"]);
+    assert_eq!(q["jobs"].as_array().unwrap().len(), 1, "{q}");
+}

@@ -107,6 +107,10 @@ fn main() {
         return;
     }
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    if args.test_only {
+        test_only(&rt, &mut client, &spec);
+        return;
+    }
     let req = SubmitRequest {
         request_id: request_id(),
         spec_json: serde_json::to_vec(&spec).expect("spec serialises"),
@@ -130,6 +134,46 @@ fn main() {
             }
         }
         Err(s) => die("gsub", describe(&s)),
+    }
+}
+
+/// `--test-only`: where and when the job would start if it were submitted now, from the
+/// scheduler's plan over the queue as it is (sbatch's wording); submits nothing.
+fn test_only(rt: &tokio::runtime::Runtime, client: &mut Client, spec: &JobSpec) {
+    let req = SubmitRequest {
+        request_id: String::new(),
+        spec_json: serde_json::to_vec(spec).expect("spec serialises"),
+    };
+    let reply = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.check(req).await }
+        }))
+        .unwrap_or_else(|s| die("gsub", describe(&s)));
+    let check: CheckReply = serde_json::from_slice(&reply.json)
+        .unwrap_or_else(|e| die("gsub", format!("malformed reply: {e}")));
+    let gpus = spec.nodes * spec.gpus_per_node;
+    let part = spec.partition.as_deref().unwrap_or("the default partition");
+    match (check.expected_start_ms, &check.allocation_now) {
+        (Some(t), alloc) => {
+            let nodes: Vec<String> = alloc
+                .iter()
+                .flat_map(|a| a.nodes.iter().map(|n| n.node.clone()))
+                .collect();
+            let on = if nodes.is_empty() {
+                String::new()
+            } else {
+                format!(" on nodes {}", gsched_types::hostlist::compress(&nodes))
+            };
+            eprintln!(
+                "gsub: Job to start at {} using {gpus} GPUs{on} in {part}",
+                gsched_types::parse::format_timestamp(t)
+            );
+        }
+        (None, _) => eprintln!(
+            "gsub: Job would wait ({}); the plan gives no start time yet",
+            check.reason_now.as_deref().unwrap_or("Priority")
+        ),
     }
 }
 

@@ -275,9 +275,6 @@ impl SubArgs {
         if self.oversubscribe {
             v.push("--oversubscribe");
         }
-        if self.test_only {
-            v.push("--test-only");
-        }
         v
     }
 }

@@ -638,6 +638,16 @@ pub struct CheckReply {
     /// Wiring of the nodes in `allocation_if_idle`.
     #[serde(default)]
     pub topologies: BTreeMap<String, Topology>,
+    /// Submitted now, into the queue as it is (`gsub --test-only`): when it would start
+    /// (now, or the backfill plan's estimate; absent when the plan gives none) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start_ms: Option<u64>,
+    /// ... where, if it would start at once ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_now: Option<Allocation>,
+    /// ... and else why it would wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_now: Option<String>,
 }
 
 /// A `--json` list of jobs (`gqueue`, `gacct`).

@@ -804,6 +804,25 @@ impl Jobs for JobsService {
         snap.pending = vec![pending_view(&record, &r.state)];
         let p = gsched_scheduler::plan(&snap, now_ms());
         let allocation = p.starts.first().map(|s| s.allocation.clone());
+        // And into the queue as it is now, behind (or before) the jobs already there.
+        let mut live = snapshot(&r.state, &mut ViewCache::default());
+        live.pending.push(pending_view(&record, &r.state));
+        let now = now_ms();
+        let lp = gsched_scheduler::plan(&live, now);
+        let start_now = lp.starts.iter().find(|s| s.job == record.id);
+        let expected_start_ms = match start_now {
+            Some(_) => Some(now),
+            None => lp
+                .estimates
+                .iter()
+                .find(|(j, _)| *j == record.id)
+                .map(|(_, t)| *t),
+        };
+        let reason_now = lp
+            .reasons
+            .iter()
+            .find(|(j, _)| *j == record.id)
+            .map(|(_, r)| r.to_string());
         let topologies = allocation
             .iter()
             .flat_map(|a| a.nodes.iter())
@@ -820,6 +839,9 @@ impl Jobs for JobsService {
             allocation_if_idle: allocation,
             reason_if_not_idle: p.reasons.first().map(|(_, r)| r.to_string()),
             topologies,
+            expected_start_ms,
+            allocation_now: start_now.map(|s| s.allocation.clone()),
+            reason_now,
         })
     }
 }
