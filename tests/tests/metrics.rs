@@ -57,6 +57,20 @@ fn t10_metrics_count_jobs_gpus_nodes_and_the_raft_role() {
         assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
     }
     assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    // What the leader measured while it worked: passes, the running job's wait, commits.
+    let count = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_count ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}_count:\n{text}"))
+    };
+    assert!(count("gsched_scheduler_pass_seconds") > 0);
+    assert!(count("gsched_job_queue_wait_seconds") >= 1);
+    assert!(count("gsched_proposal_seconds") >= 2);
+    assert!(
+        text.contains("gsched_scheduler_pending_considered "),
+        "{text}"
+    );
     // Nothing about who runs what.
     assert!(
         !text.contains("sleep.sh") && !text.contains("root"),

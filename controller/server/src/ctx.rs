@@ -26,6 +26,8 @@ pub struct Ctx {
     /// Expected start times from the leader's last scheduling pass (not replicated).
     pub estimates: RwLock<HashMap<JobId, u64>>,
     pub faults: Faults,
+    /// Scheduler, queue-wait and proposal figures for `/metrics`.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 impl Ctx {
@@ -73,10 +75,16 @@ impl Ctx {
         request_id: Option<String>,
     ) -> Result<Outcome, Status> {
         let env = Envelope::new(cmd, now_ms(), request_id);
-        self.raft
+        let began = std::time::Instant::now();
+        let r = self
+            .raft
             .propose(&env)
             .await
-            .map_err(|e| self.propose_error(e))
+            .map_err(|e| self.propose_error(e));
+        self.telemetry
+            .proposal_seconds
+            .observe(began.elapsed().as_secs_f64());
+        r
     }
 
     pub fn propose_error(&self, e: ProposeError) -> Status {

@@ -353,6 +353,27 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         g.set(v as i64);
         g
     };
+    let t = &ctx.telemetry;
+    reg.register(
+        "scheduler_pass_seconds",
+        "One scheduling pass on the leader: snapshot and plan",
+        t.pass_seconds.clone(),
+    );
+    reg.register(
+        "scheduler_pending_considered",
+        "Pending jobs the last scheduling pass considered",
+        t.pass_pending.clone(),
+    );
+    reg.register(
+        "job_queue_wait_seconds",
+        "From submission (or requeue) to the pass that started the job",
+        t.queue_wait_seconds.clone(),
+    );
+    reg.register(
+        "proposal_seconds",
+        "From proposing a command to its commit and apply on this controller",
+        t.proposal_seconds.clone(),
+    );
     reg.register("raft_role", "1 for this controller's Raft role", role);
     reg.register("raft_term", "Raft term", gauge(s.term));
     reg.register(

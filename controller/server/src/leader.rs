@@ -121,9 +121,27 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         };
         last_pass = Instant::now();
         let now = now_ms();
-        let Ok(mut p) = tokio::task::spawn_blocking(move || plan(&snap, now)).await else {
+        let Ok((mut p, waited, pending)) = tokio::task::spawn_blocking(move || {
+            let p = plan(&snap, now);
+            // How long each job the plan starts has waited since it became eligible.
+            let waited: Vec<u64> = p
+                .starts
+                .iter()
+                .filter_map(|s| snap.pending.iter().find(|j| j.id == s.job))
+                .map(|j| now.saturating_sub(j.eligible_ms))
+                .collect();
+            (p, waited, snap.pending.len())
+        })
+        .await
+        else {
             continue;
         };
+        let t = &ctx.telemetry;
+        t.pass_seconds.observe(began.elapsed().as_secs_f64());
+        t.pass_pending.set(pending as i64);
+        for ms in waited {
+            t.queue_wait_seconds.observe(ms as f64 / 1000.0);
+        }
         min_gap =
             (began.elapsed() * 4).clamp(Duration::from_millis(30), Duration::from_millis(1000));
         *ctx.estimates.write() = std::mem::take(&mut p.estimates).into_iter().collect();

@@ -17,6 +17,7 @@ pub mod hub;
 pub mod leader;
 pub mod membership;
 pub mod service;
+pub mod telemetry;
 pub mod transport;
 
 use auth::{Auth, Mode};
@@ -128,6 +129,7 @@ pub async fn run(
         hub: Default::default(),
         estimates: Default::default(),
         faults,
+        telemetry: Default::default(),
     });
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));

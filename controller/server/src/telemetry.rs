@@ -1,0 +1,29 @@
+//! What this controller measures as it works, for `/metrics`: scheduler passes, how long
+//! jobs waited before the plan started them, how long proposals take to commit. Each
+//! metric lives here for the process's life; the scrape registers clones (they share
+//! their values).
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+pub struct Telemetry {
+    /// One scheduling pass: snapshot and plan (seconds).
+    pub pass_seconds: Histogram,
+    /// Pending jobs the last pass considered.
+    pub pass_pending: Gauge,
+    /// From submission (or requeue) to the pass that started the job (seconds).
+    pub queue_wait_seconds: Histogram,
+    /// From proposing a command to its commit and apply here (seconds).
+    pub proposal_seconds: Histogram,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            pass_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            pass_pending: Gauge::default(),
+            queue_wait_seconds: Histogram::new(exponential_buckets(0.1, 4.0, 10)),
+            proposal_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+        }
+    }
+}
