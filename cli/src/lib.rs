@@ -82,40 +82,20 @@ pub fn fetch_jobs(
     query: &JobQuery,
     tool: &str,
 ) -> JobList {
-    let mut after = 0;
     let mut all: Option<JobList> = None;
-    loop {
-        let req = gsched_proto::pb::ListJobsRequest {
-            include_finished: query.include_finished,
-            detail: query.detail,
-            users: query.users.clone(),
-            states: query.states.clone(),
-            jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
-            partition: query.partition.clone().unwrap_or_default(),
-            limit: 0,
-            after,
-            stale_ok: query.stale_ok,
-            since_ms: query.since_ms,
-            until_ms: query.until_ms,
-            view: gsched_proto::pb::JobView::Rows as i32,
-        };
-        let reply = rt
-            .block_on(client.call(|mut c| {
-                let req = req.clone();
-                async move { c.list_jobs(req).await }
-            }))
-            .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-        let page: JobList = decode_doc(&reply.json, tool);
-        let next = page.next_after;
-        match &mut all {
+    for_each_page(
+        rt,
+        client,
+        query,
+        query.detail,
+        gsched_proto::pb::JobView::Rows,
+        tool,
+        |page: JobList| match &mut all {
             None => all = Some(page),
             Some(list) => list.jobs.extend(page.jobs),
-        }
-        match next {
-            Some(id) => after = id.0,
-            None => return all.expect("one page at least"),
-        }
-    }
+        },
+    );
+    all.expect("one page at least")
 }
 
 /// Applies `action` to every job `select` names, as one request; prints what was refused
@@ -181,13 +161,34 @@ pub fn fetch_queue(
     client: &mut client::Client,
     query: &JobQuery,
     tool: &str,
-    mut page: impl FnMut(JobList<gsched_types::api::QueueRow>),
+    page: impl FnMut(JobList<gsched_types::api::QueueRow>),
+) {
+    for_each_page(
+        rt,
+        client,
+        query,
+        false,
+        gsched_proto::pb::JobView::Queue,
+        tool,
+        page,
+    );
+}
+
+/// Lists the jobs `query` names in `view`, following `next_after` until the last page.
+fn for_each_page<R: serde::de::DeserializeOwned>(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    query: &JobQuery,
+    detail: bool,
+    view: gsched_proto::pb::JobView,
+    tool: &str,
+    mut page: impl FnMut(JobList<R>),
 ) {
     let mut after = 0;
     loop {
         let req = gsched_proto::pb::ListJobsRequest {
             include_finished: query.include_finished,
-            detail: false,
+            detail,
             users: query.users.clone(),
             states: query.states.clone(),
             jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
@@ -197,7 +198,7 @@ pub fn fetch_queue(
             stale_ok: query.stale_ok,
             since_ms: query.since_ms,
             until_ms: query.until_ms,
-            view: gsched_proto::pb::JobView::Queue as i32,
+            view: view as i32,
         };
         let reply = rt
             .block_on(client.call(|mut c| {
@@ -205,7 +206,7 @@ pub fn fetch_queue(
                 async move { c.list_jobs(req).await }
             }))
             .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-        let list: JobList<gsched_types::api::QueueRow> = decode_doc(&reply.json, tool);
+        let list: JobList<R> = decode_doc(&reply.json, tool);
         let next = list.next_after;
         page(list);
         match next {

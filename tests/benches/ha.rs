@@ -16,7 +16,7 @@
 
 use gsched_cli::client::Client;
 use gsched_proto::pb::{JobRequest, SubmitRequest};
-use gsched_tests::{Cluster, wait_for, workspace};
+use gsched_tests::{Cluster, wait_for};
 use gsched_types::job::JobSpec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,33 +91,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    // Release binaries: build them once and point the harness at them.
-    if std::env::var_os("GSCHED_BIN_DIR").is_none() {
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "build",
-                    "--release",
-                    "--quiet",
-                    "--bins",
-                    "-p",
-                    "gsched-controller",
-                    "-p",
-                    "gsched-agent",
-                    "-p",
-                    "gsched-cli",
-                ])
-                .current_dir(workspace())
-                .status()
-                .expect("cargo build --release");
-        assert!(status.success());
-        let dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| workspace().join("target"))
-            .join("release");
-        // SAFETY: single-threaded here, before any thread or runtime starts.
-        unsafe { std::env::set_var("GSCHED_BIN_DIR", dir) };
-    }
+    gsched_tests::use_release_binaries();
     let secs = env_num("GSCHED_BENCH_SECS", 5);
     let trials = env_num("GSCHED_BENCH_TRIALS", 20) as usize;
     let disk_jobs = env_num("GSCHED_BENCH_DISK_JOBS", 40_000);

@@ -22,7 +22,7 @@
 
 use gsched_cli::client::Client;
 use gsched_proto::pb::SubmitRequest;
-use gsched_tests::{Cluster, rss_mib, wait_for, workspace};
+use gsched_tests::{Cluster, rss_mib, wait_for};
 use gsched_types::job::JobSpec;
 use std::path::Path;
 use std::process::Command;
@@ -31,32 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const SLURM_CONF: &str = "/tmp/slurmpeer/etc/slurm.conf";
-
-fn build_release() {
-    if std::env::var_os("GSCHED_BIN_DIR").is_some() {
-        return;
-    }
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "--bins"])
-        .args([
-            "-p",
-            "gsched-controller",
-            "-p",
-            "gsched-agent",
-            "-p",
-            "gsched-cli",
-        ])
-        .current_dir(workspace())
-        .status()
-        .expect("cargo build --release");
-    assert!(status.success());
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"))
-        .join("release");
-    // SAFETY: single-threaded here, before any thread or runtime starts.
-    unsafe { std::env::set_var("GSCHED_BIN_DIR", dir) };
-}
 
 /// Wall time (s) and peak RSS (MiB) of a command, through /usr/bin/time.
 fn timed(cmd: Command) -> (f64, f64) {
@@ -583,7 +557,7 @@ fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
 }
 
 fn main() {
-    build_release();
+    gsched_tests::use_release_binaries();
     let sizes: Vec<u64> = std::env::var("GSCHED_BENCH_SIZES")
         .unwrap_or_else(|_| "10000,100000".into())
         .split(',')

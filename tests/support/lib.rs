@@ -27,50 +27,75 @@ fn target_dir() -> PathBuf {
 /// Path of a gsched binary, building the binaries on first use.
 pub fn bin(name: &str) -> PathBuf {
     BUILD.call_once(|| {
-        if std::env::var_os("GSCHED_BIN_DIR").is_some() {
-            return;
+        if std::env::var_os("GSCHED_BIN_DIR").is_none() {
+            build_binaries(&[]);
         }
-        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        // Variables cargo sets for this test (CARGO_MANIFEST_DIR...) would make the build
-        // below differ from a plain `cargo build` (ring's build script watches one), and
-        // each would rebuild half the tree after the other.
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            let per_crate = [
-                "CARGO_MANIFEST_",
-                "CARGO_PKG_",
-                "CARGO_BIN_",
-                "CARGO_CRATE_",
-            ]
-            .iter()
-            .any(|p| k.starts_with(p));
-            if per_crate
-                || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_ref())
-            {
-                cargo.env_remove(k.as_ref());
-            }
-        }
-        let status = cargo
-            .args([
-                "build",
-                "--quiet",
-                "--bins",
-                "-p",
-                "gsched-controller",
-                "-p",
-                "gsched-agent",
-                "-p",
-                "gsched-cli",
-            ])
-            .current_dir(workspace())
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the gsched binaries failed");
     });
     match std::env::var_os("GSCHED_BIN_DIR") {
         Some(d) => PathBuf::from(d).join(name),
         None => target_dir().join("debug").join(name),
     }
+}
+
+/// For benchmarks: builds the release binaries (unless `GSCHED_BIN_DIR` already names
+/// some) and points [`bin`] at them. Call first thing in `main`, before any thread starts.
+pub fn use_release_binaries() {
+    if std::env::var_os("GSCHED_BIN_DIR").is_some() {
+        return;
+    }
+    build_binaries(&["--release"]);
+    // SAFETY: the caller runs this before any thread or runtime starts.
+    unsafe { std::env::set_var("GSCHED_BIN_DIR", target_dir().join("release")) };
+}
+
+/// `cargo build` of gctld, gagentd and the CLI tools, with `extra` arguments.
+fn build_binaries(extra: &[&str]) {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // Variables cargo sets for this test (CARGO_MANIFEST_DIR...) would make the build
+    // below differ from a plain `cargo build` (ring's build script watches one), and
+    // each would rebuild half the tree after the other.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        let per_crate = [
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_BIN_",
+            "CARGO_CRATE_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p));
+        if per_crate
+            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&k.as_ref())
+        {
+            cargo.env_remove(k.as_ref());
+        }
+    }
+    let status = cargo
+        .args(["build", "--quiet", "--bins"])
+        .args(extra)
+        .args([
+            "-p",
+            "gsched-controller",
+            "-p",
+            "gsched-agent",
+            "-p",
+            "gsched-cli",
+        ])
+        .current_dir(workspace())
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building the gsched binaries failed");
+}
+
+/// The stdout of a command that had to succeed; panics with `what` and its output if not.
+pub fn success_stdout(out: &Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -401,11 +426,7 @@ impl Cluster {
             .args(["slurm-names", &links])
             .output()
             .expect("run gctl slurm-names");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        success_stdout(&out, "gctl slurm-names");
         links
     }
 
@@ -440,14 +461,7 @@ impl Cluster {
 
     /// Runs a CLI tool that must succeed and returns its stdout.
     pub fn ok(&self, tool: &str, args: &[&str]) -> String {
-        let out = self.cli(tool, args);
-        assert!(
-            out.status.success(),
-            "{tool} {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        success_stdout(&self.cli(tool, args), &format!("{tool} {args:?}"))
     }
 
     pub fn json(&self, tool: &str, args: &[&str]) -> serde_json::Value {

@@ -2,7 +2,7 @@
 //! report): every family is read and turned into findings with the pinned JSON keys; a
 //! file that is none of them, or cannot be read, is reported as such.
 
-use gsched_tests::{bin, workspace};
+use gsched_tests::{bin, success_stdout, workspace};
 use serde_json::Value;
 use std::process::Command;
 
@@ -27,12 +27,7 @@ fn diagnose(files: &[&str]) -> Vec<Value> {
         .args(&paths)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: Value = serde_json::from_str(&success_stdout(&out, "gagentd diagnose")).unwrap();
     v["findings"].as_array().unwrap().clone()
 }
 

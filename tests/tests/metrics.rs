@@ -3,7 +3,7 @@
 //! GPU on the agent) and the read API (`/api/v1/jobs`, `jobs/ID`, `nodes`) with the
 //! CLI's rows and the same caller rules.
 
-use gsched_tests::{Cluster, free_port, wait_for};
+use gsched_tests::{Cluster, free_port, success_stdout, wait_for};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
@@ -156,12 +156,7 @@ fn t30_the_read_api_serves_the_cli_rows_to_verified_callers() {
             .gid(alice.gid)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = success_stdout(&out, "the read API as alice");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["jobs"][0]["job_id"], id);
         assert!(v["jobs"][0]["spec"].is_null(), "{text}");

@@ -3,7 +3,7 @@
 //! `gagentd --slurm-names`), `scontrol show hostnames`, `--signal` before the time limit
 //! with a script that checkpoints and requeues itself, `sbatch --wait`.
 
-use gsched_tests::{Cluster, wait_for};
+use gsched_tests::{Cluster, success_stdout, wait_for};
 use std::process::Command;
 use std::time::Duration;
 
@@ -43,13 +43,7 @@ fn slurm(c: &Cluster, links: &str, name: &str, args: &[&str]) -> std::process::O
 }
 
 fn stdout(o: &std::process::Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    success_stdout(o, "the Slurm name")
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! hyper-parameters; a preprocess → train → eval dependency chain. The PyTorch ones run
 //! real `torchrun` (gloo) where PyTorch is installed.
 
-use gsched_tests::{Cluster, torch_available, workspace};
+use gsched_tests::{Cluster, success_stdout, torch_available, workspace};
 use std::process::Command;
 use std::time::Duration;
 
@@ -28,12 +28,7 @@ fn sbatch(c: &Cluster, links: &str, args: &[&str]) -> u64 {
         .env("GSCHED_CONTROLLERS", c.controllers_arg())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    success_stdout(&out, "sbatch")
         .trim()
         .split(';')
         .next()

@@ -85,16 +85,15 @@ pub fn diagnose(name: &str, text: &str) -> Vec<Finding> {
 }
 
 fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
-    let clean = clean.to_string();
     match kind {
-        Kind::SmiTable => smi_table(&clean),
-        Kind::SmiQuery => smi_query(&clean),
-        Kind::TopoMatrix => topo(&clean),
-        Kind::KernelLog => kernel(&clean),
-        Kind::Ibstat => ib_ports(ib::parse_ibstat(&clean), "ibstat"),
-        Kind::Ibstatus => ib_ports(ib::parse_ibstatus(&clean), "ibstatus"),
-        Kind::IbvDevinfo => ib_ports(ib::parse_ibv_devinfo(&clean), "ibv_devinfo"),
-        Kind::JobLog => job_log(&clean),
+        Kind::SmiTable => smi_table(clean),
+        Kind::SmiQuery => smi_query(clean),
+        Kind::TopoMatrix => topo(clean),
+        Kind::KernelLog => kernel(clean),
+        Kind::Ibstat => ib_ports(ib::parse_ibstat(clean), "ibstat"),
+        Kind::Ibstatus => ib_ports(ib::parse_ibstatus(clean), "ibstatus"),
+        Kind::IbvDevinfo => ib_ports(ib::parse_ibv_devinfo(clean), "ibv_devinfo"),
+        Kind::JobLog => job_log(clean),
         Kind::Unknown => vec![finding(
             Severity::Info,
             Component::Input,

@@ -73,16 +73,17 @@ pub async fn serve(sources: Arc<Sources>, listener: tokio::net::TcpListener) {
 
 /// The figures of every registered GPU: NVML's, or the registered topology's.
 fn samples(s: &Sources) -> Vec<GpuSample> {
-    let topo = s.topology.read().clone();
     let devices: Vec<u32> = if s.gpu_map.is_empty() {
-        (0..topo.gpus.len() as u32).collect()
+        (0..s.topology.read().gpus.len() as u32).collect()
     } else {
         s.gpu_map.clone()
     };
     if let Some(nvml) = &s.nvml {
         return nvml.lock().sample(&devices);
     }
-    topo.gpus
+    s.topology
+        .read()
+        .gpus
         .iter()
         .map(|g| GpuSample {
             gpu: g.index,

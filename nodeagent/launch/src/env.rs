@@ -344,12 +344,12 @@ fn omp_threads(l: &LaunchSpec) -> u32 {
     if !spec.gpu_share_cpus && spec.cpus_per_gpu.is_none() {
         return spec.cpus_per_task.max(1);
     }
-    let procs = if spec.torchrun.is_some() && spec.gpus_per_node > 0 {
-        spec.gpus_per_node
+    let procs = if spec.torchrun.is_some() {
+        crate::torchrun::nproc_per_node(spec)
     } else {
         spec.ntasks_per_node.max(1)
     };
-    (l.node_alloc.cpus.len() as u32 / procs.max(1)).max(1)
+    (l.node_alloc.cpus.len() as u32 / procs).max(1)
 }
 
 #[cfg(test)]

@@ -2,16 +2,22 @@
 //! MASTER_ADDR:MASTER_PORT, node rank from the allocation, run id = job id (torchrun's
 //! `--rdzv_id`).
 
+use gsched_types::job::JobSpec;
 use gsched_types::launch::LaunchSpec;
+
+/// Workers torchrun starts on each node: one per GPU, or `--ntasks-per-node` without GPUs.
+pub fn nproc_per_node(spec: &JobSpec) -> u32 {
+    if spec.gpus_per_node > 0 {
+        spec.gpus_per_node
+    } else {
+        spec.ntasks_per_node.max(1)
+    }
+}
 
 /// The argv of `torchrun` for this node.
 pub fn argv(launch: &LaunchSpec) -> Option<Vec<String>> {
     let t = launch.spec.torchrun.as_ref()?;
-    let nproc = if launch.spec.gpus_per_node > 0 {
-        launch.spec.gpus_per_node
-    } else {
-        launch.spec.ntasks_per_node.max(1)
-    };
+    let nproc = nproc_per_node(&launch.spec);
     let mut v = vec![
         "torchrun".to_string(),
         // Underscore spellings: every torchrun accepts them (1.x only these).

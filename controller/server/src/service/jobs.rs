@@ -105,16 +105,7 @@ impl JobsService {
                 (Some(last), Some(_)) => Some(*last),
                 _ => None,
             };
-            let h = header(next_after);
-            return doc(&JobList {
-                jobs,
-                applied_index: h.applied_index,
-                controller: h.controller,
-                role: h.role,
-                consistent: h.consistent,
-                now_ms: h.now_ms,
-                next_after: h.next_after,
-            });
+            return page_reply(header(next_after), jobs);
         }
         let jobs: Vec<_> = matching
             .by_ref()
@@ -128,16 +119,7 @@ impl JobsService {
             (Some(last), Some(_)) => Some(last.job_id),
             _ => None,
         };
-        let h = header(next_after);
-        doc(&JobList {
-            jobs,
-            applied_index: h.applied_index,
-            controller: h.controller,
-            role: h.role,
-            consistent: h.consistent,
-            now_ms: h.now_ms,
-            next_after: h.next_after,
-        })
+        page_reply(header(next_after), jobs)
     }
 
     /// `ListNodes` (the gRPC method and `GET /api/v1/nodes`): every caller may list nodes.
@@ -191,6 +173,22 @@ impl JobsService {
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
         check_fits(state, spec, &mut self.views.lock()).map_err(Status::invalid_argument)
     }
+}
+
+/// One page of a job listing: `header`'s fields with `jobs` as the rows.
+fn page_reply<R: Serialize>(
+    header: JobList<()>,
+    jobs: Vec<R>,
+) -> Result<Response<DocReply>, Status> {
+    doc(&JobList {
+        jobs,
+        applied_index: header.applied_index,
+        controller: header.controller,
+        role: header.role,
+        consistent: header.consistent,
+        now_ms: header.now_ms,
+        next_after: header.next_after,
+    })
 }
 
 fn doc<T: Serialize>(v: &T) -> Result<Response<DocReply>, Status> {
@@ -294,6 +292,12 @@ fn request_id(id: &str) -> Option<String> {
     (!id.is_empty()).then(|| id.to_string())
 }
 
+/// Decodes a request's JSON body; `malformed <what>: ...` as invalid-argument otherwise.
+fn json_body<T: serde::de::DeserializeOwned>(json: &[u8], what: &str) -> Result<T, Status> {
+    serde_json::from_slice(json)
+        .map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
+}
+
 #[tonic::async_trait]
 impl Jobs for JobsService {
     type RunStepStream = tokio_stream::wrappers::UnboundedReceiverStream<Result<DocReply, Status>>;
@@ -303,8 +307,7 @@ impl Jobs for JobsService {
         req: Request<ActOnJobsRequest>,
     ) -> Result<Response<Self::RunStepStream>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let body: StepRequest = serde_json::from_slice(&req.into_inner().json)
-            .map_err(|e| Status::invalid_argument(format!("malformed step request: {e}")))?;
+        let body: StepRequest = json_body(&req.into_inner().json, "step request")?;
         if body.argv.is_empty() || body.argv.iter().any(|a| a.contains('\0')) {
             return Err(Status::invalid_argument("grun: give a command to run"));
         }
@@ -421,8 +424,7 @@ impl Jobs for JobsService {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
-        let mut spec: JobSpec = serde_json::from_slice(&req.spec_json)
-            .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let mut spec: JobSpec = json_body(&req.spec_json, "job spec")?;
         // Who the job runs as is decided here, from the verified caller.
         let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
@@ -669,8 +671,7 @@ impl Jobs for JobsService {
     ) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
-        let body: JobActionRequest = serde_json::from_slice(&req.json)
-            .map_err(|e| Status::invalid_argument(format!("malformed job action: {e}")))?;
+        let body: JobActionRequest = json_body(&req.json, "job action")?;
         let limits = self.ctx.raft.replica.read().state.config.limits.clone();
         validate::job_selection(&body.select, &limits).map_err(Status::invalid_argument)?;
         let cmd = Command::ActOnJobs(ActOnJobs {
@@ -691,8 +692,7 @@ impl Jobs for JobsService {
     ) -> Result<Response<ActionReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
         let req = req.into_inner();
-        let body: UpdateJobRequest = serde_json::from_slice(&req.json)
-            .map_err(|e| Status::invalid_argument(format!("malformed update: {e}")))?;
+        let body: UpdateJobRequest = json_body(&req.json, "update")?;
         let cmd = Command::UpdateJob(UpdateJob {
             job: JobId(body.job),
             time_limit_s: body.time_limit_s,
@@ -715,8 +715,7 @@ impl Jobs for JobsService {
         req: Request<ActOnJobsRequest>,
     ) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let body: SignalRequest = serde_json::from_slice(&req.into_inner().json)
-            .map_err(|e| Status::invalid_argument(format!("malformed signal request: {e}")))?;
+        let body: SignalRequest = json_body(&req.into_inner().json, "signal request")?;
         if !(1..=64).contains(&body.signal) {
             return Err(Status::invalid_argument(format!(
                 "{} is not a signal number (1-64)",
@@ -786,8 +785,7 @@ impl Jobs for JobsService {
 
     async fn check(&self, req: Request<SubmitRequest>) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let mut spec: JobSpec = serde_json::from_slice(&req.into_inner().spec_json)
-            .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let mut spec: JobSpec = json_body(&req.into_inner().spec_json, "job spec")?;
         let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
         let r = self.ctx.raft.replica.read();
