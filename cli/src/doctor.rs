@@ -23,7 +23,7 @@ fn finding(node: &str, severity: Severity, component: Component, kind: &str) -> 
 }
 
 /// The NIC carrying the training address, else the fastest physical NIC that is up.
-fn training_nic<'a>(topo: &'a Topology, training_addr: &str) -> Option<(usize, &'a Nic)> {
+pub fn training_nic<'a>(topo: &'a Topology, training_addr: &str) -> Option<(usize, &'a Nic)> {
     let physical = |n: &&Nic| n.kind != NicKind::Virtual && n.up != Some(false);
     topo.nics
         .iter()

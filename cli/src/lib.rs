@@ -3,6 +3,7 @@
 //! Slurm-shaped output.
 
 pub mod alloc;
+pub mod burnin;
 pub mod certs;
 pub mod client;
 pub mod doctor;

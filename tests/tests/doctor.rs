@@ -1,9 +1,10 @@
 //! `gctl doctor` on a running cluster: a node whose fake topology carries planted faults
 //! (a riser that trained GPU 2 down to Gen3 x4, a hot GPU 5, the training NIC at MTU 1500
 //! where the others use 9000) is found out, each finding naming its node and GPU; the
-//! healthy nodes have none.
+//! healthy nodes have none. `gctl burn-in` runs the staged tests as jobs on a fake
+//! cluster (gloo on CPUs) and writes its report with a plot per all-reduce stage.
 
-use gsched_tests::{Cluster, topology};
+use gsched_tests::{Cluster, topology, torch_available};
 use serde_json::Value;
 
 #[test]
@@ -57,4 +58,122 @@ fn t10_planted_faults_are_found_and_healthy_nodes_are_clean() {
     assert!(out.contains("no findings on 1 node(s)"), "{out}");
     let out = c.cli("gctl", &["doctor", "n9"]);
     assert!(!out.status.success());
+}
+
+#[test]
+fn t20_burn_in_runs_the_stages_as_jobs_and_writes_a_report_with_plots() {
+    if !torch_available() {
+        return;
+    }
+    let mut c = Cluster::controllers(1, &[]);
+    for n in ["n1", "n2"] {
+        c.add_agent(n, "ws-2gpu-nvlink.json", &[]);
+    }
+    let dir = c.path("burnin");
+    let o = c.cli(
+        "gctl",
+        &[
+            "burn-in",
+            "--quick",
+            "--python",
+            "/usr/bin/python3",
+            "--out",
+            dir.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "burn-in failed: {stderr}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("a JSON report");
+    let results = v["results"].as_array().unwrap();
+    let stage =
+        |s: &str| -> Vec<&Value> { results.iter().filter(|r| r["run"]["stage"] == s).collect() };
+    // Each GPU alone: both GPUs of both nodes, their memory pattern read back right.
+    let gpus: Vec<&Value> = stage("gpu")
+        .iter()
+        .flat_map(|r| r["gpus"].as_array().unwrap())
+        .collect();
+    assert_eq!(gpus.len(), 4, "{stderr}");
+    assert!(
+        gpus.iter()
+            .all(|g| g["memory_ok"] == true && g["backend"] == "cpu")
+    );
+    let mut placed: Vec<(String, String)> = gpus
+        .iter()
+        .map(|g| {
+            (
+                g["node"].as_str().unwrap().into(),
+                g["gpu"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    placed.sort();
+    assert_eq!(
+        placed,
+        [("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
+            .map(|(n, g)| (n.to_string(), g.to_string()))
+    );
+    // Each node's all-reduce over its two GPUs, then the pair over four.
+    for (s, runs, world) in [("node", 2, 2), ("pair", 1, 4)] {
+        let r = stage(s);
+        assert_eq!(r.len(), runs, "{s}: {r:?}");
+        for run in r {
+            let samples = run["samples"].as_array().unwrap();
+            assert!(samples.len() >= 3, "{s}: {run}");
+            assert!(samples.iter().all(|x| x["world"] == world
+                && x["backend"] == "gloo"
+                && x["busbw_gbps"].as_f64().unwrap() > 0.0));
+        }
+    }
+    assert!(stage("all").is_empty(), "two nodes are one pair");
+    assert_eq!(
+        v["findings"],
+        serde_json::json!([]),
+        "CPU rates are not judged"
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("No run reached a GPU"), "{md}");
+    assert!(md.contains("![3. Node pairs](pair-busbw.svg)"), "{md}");
+    for plot in ["node-busbw.svg", "pair-busbw.svg"] {
+        let svg = std::fs::read_to_string(dir.join(plot)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("polyline"),
+            "{plot}"
+        );
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("pair-busbw.svg"))
+            .unwrap()
+            .contains("n[1-2]")
+    );
+    // They were ordinary jobs, in the accounting under their names.
+    let acct = c.json("gacct", &["--name", "burnin-pair-n1-n2"]);
+    let jobs = acct["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{acct}");
+    assert_eq!(jobs[0]["node_list"], "n[1-2]");
+    assert_eq!(jobs[0]["gpus"], 4);
+
+    // A node without the Python asked for: the run fails, and the finding says so.
+    let o = c.cli(
+        "gctl",
+        &[
+            "burn-in",
+            "-w",
+            "n1",
+            "--quick",
+            "--python",
+            "/nonexistent/python3",
+            "--json",
+            "--out",
+            c.path("bad").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["findings"][0];
+    assert_eq!(f["kind"], "burn-in-run-failed", "{v}");
+    assert_eq!(f["node"], "n1");
+    let out = c.cli("gctl", &["burn-in", "-w", "n9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no node n9"));
 }

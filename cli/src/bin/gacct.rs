@@ -24,6 +24,9 @@ struct Args {
     /// Jobs active at or before this time (default: now).
     #[arg(short = 'E', long = "endtime")]
     endtime: Option<String>,
+    /// Only jobs of these names (sacct's --name).
+    #[arg(long = "name", value_delimiter = ',')]
+    names: Vec<String>,
     /// One row per attempt of requeued jobs.
     #[arg(long)]
     attempts: bool,
@@ -61,7 +64,11 @@ fn main() {
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gacct");
     let now = list.now_ms;
-    let jobs = list.jobs;
+    let jobs: Vec<_> = list
+        .jobs
+        .into_iter()
+        .filter(|j| args.names.is_empty() || args.names.contains(&j.name))
+        .collect();
     if args.json {
         gsched_cli::print_json(&JobsDoc { jobs });
         return;

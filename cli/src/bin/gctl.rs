@@ -75,6 +75,31 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The bring-up guide's staged tests, as ordinary jobs through the scheduler: each GPU
+    /// alone, each node's all-reduce, node pairs, all nodes; bus bandwidth judged against
+    /// what the wiring should carry; a report (Markdown, JSON, SVG plots).
+    BurnIn {
+        /// Only these nodes (a host list; default: every usable node).
+        #[arg(short = 'w', long = "nodes")]
+        nodes: Option<String>,
+        /// Small messages and few iterations: a few minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Where to write the report (default: ./burnin-YYYYMMDD-HHMMSS).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The Python with PyTorch on the nodes.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        #[arg(short = 'p', long)]
+        partition: Option<String>,
+        /// Each run's time limit (sbatch's forms).
+        #[arg(short = 't', long = "time", default_value = "20")]
+        time: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
     /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
     /// `--slurm-names DIR` so jobs find them too).
@@ -335,6 +360,51 @@ fn main() {
                 }
             }
         }
+        Cmd::BurnIn {
+            nodes,
+            quick,
+            out,
+            python,
+            partition,
+            time,
+            json,
+        } => {
+            let all = gsched_cli::fetch_nodes(&rt, &mut client, true, "gctl").nodes;
+            let wanted = nodes.as_deref().map(|l| {
+                gsched_types::hostlist::expand(l)
+                    .unwrap_or_else(|e| die("gctl", format!("--nodes {l}: {e}")))
+            });
+            let picked: Vec<_> = all
+                .into_iter()
+                .filter(|n| wanted.as_ref().is_none_or(|w| w.contains(&n.name)))
+                .collect();
+            if let Some(w) = &wanted
+                && let Some(missing) = w.iter().find(|n| !picked.iter().any(|p| &p.name == *n))
+            {
+                die(
+                    "gctl",
+                    format!("no node {missing} is registered (see ginfo)"),
+                );
+            }
+            let grun = std::env::current_exe()
+                .ok()
+                .and_then(|e| Some(e.parent()?.join("grun")))
+                .filter(|p| p.exists())
+                .unwrap_or_else(|| "grun".into());
+            let opts = gsched_cli::burnin::exec::Options {
+                grun,
+                python,
+                quick,
+                controllers: args.controllers.clone(),
+                partition,
+                time_limit: time,
+            };
+            let dir = out.unwrap_or_else(|| {
+                format!("burnin-{}", chrono::Local::now().format("%Y%m%d-%H%M%S")).into()
+            });
+            let status = burn_in(&picked, &opts, &dir, json);
+            std::process::exit(status);
+        }
         Cmd::SlurmNames { dir } => {
             let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));
             let bin = exe.parent().unwrap_or(std::path::Path::new("/"));
@@ -351,6 +421,110 @@ fn main() {
             }
         }
     }
+}
+
+/// Plans, runs, judges and writes up a burn-in of `nodes`; returns gctl's exit status
+/// (1 when a run failed or a finding asks for attention).
+fn burn_in(
+    nodes: &[gsched_types::api::NodeRow],
+    opts: &gsched_cli::burnin::exec::Options,
+    dir: &std::path::Path,
+    json: bool,
+) -> i32 {
+    use gsched_cli::burnin::{Report, exec, judge, plan, report};
+    let (runs, skipped) = plan::plan(nodes);
+    for line in &skipped {
+        eprintln!("gctl: burn-in: skipped {line}");
+    }
+    if runs.is_empty() {
+        die(
+            "gctl",
+            "burn-in: no node can take a run (see ginfo and gctl doctor)",
+        );
+    }
+    let started = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    eprintln!(
+        "gctl: burn-in: {} run(s) on {} node(s), stage by stage; report in {}",
+        runs.len(),
+        nodes.len(),
+        dir.display()
+    );
+    let results = exec::execute(&runs, opts, |r| {
+        let what = match (&r.error, r.peak(), r.run.stage) {
+            (Some(e), _, _) => format!("FAILED: {e}"),
+            (None, Some(p), _) => format!(
+                "{:.2} GB/s busbw at {} ({})",
+                p.busbw_gbps,
+                judge::size(p.bytes),
+                p.backend
+            ),
+            (None, None, _) => format!("{} GPU(s) checked", r.gpus.len()),
+        };
+        eprintln!(
+            "gctl: burn-in: {} {}: {what} in {:.1} s",
+            r.run.stage.slug(),
+            r.run.label(),
+            r.seconds
+        );
+    });
+    let rdma_nodes: Vec<String> = nodes
+        .iter()
+        .filter(|n| {
+            n.topology.as_ref().is_some_and(|t| {
+                t.nics
+                    .iter()
+                    .any(|x| x.rdma_device.is_some() && x.up != Some(false))
+            })
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    let findings = judge::judge(&results, &rdma_nodes);
+    let doc = Report {
+        started,
+        quick: opts.quick,
+        nodes: nodes
+            .iter()
+            .filter(|n| runs.iter().any(|r| r.nodes.contains(&n.name)))
+            .map(|n| n.name.clone())
+            .collect(),
+        results,
+        skipped,
+        findings,
+    };
+    let files = report::write(dir, &doc).unwrap_or_else(|e| {
+        die(
+            "gctl",
+            format!("cannot write the report in {}: {e}", dir.display()),
+        )
+    });
+    if json {
+        gsched_cli::print_json(&doc);
+    } else {
+        for f in &doc.findings {
+            outln!(
+                "{:<7} {:<8} {}{}: {}\n        action: {}",
+                format!("{:?}", f.severity).to_uppercase(),
+                f.node.as_deref().unwrap_or("-"),
+                f.kind,
+                f.gpu.map(|g| format!(" (GPU {g})")).unwrap_or_default(),
+                f.evidence,
+                f.action
+            );
+        }
+        if doc.cpu_only() {
+            outln!(
+                "note: no run reached a GPU (fake agents or no CUDA): gloo on CPUs, rates not judged"
+            );
+        }
+        for f in &files {
+            outln!("wrote {}", f.display());
+        }
+    }
+    let attention = doc
+        .findings
+        .iter()
+        .any(|f| f.severity >= gsched_types::findings::Severity::Warn);
+    i32::from(attention)
 }
 
 /// Run as `scontrol`: answers what needs no controller, else the `gctl` arguments of the

@@ -111,7 +111,9 @@ struct Pass<'a> {
     account_gpus: HashMap<String, u32>,
     array_running: HashMap<JobId, u32>,
     singletons: HashSet<(String, String)>,
-    ports: HashMap<usize, BTreeSet<u16>>,
+    /// MASTER_PORTs in use per training address: agents that split one machine, or a
+    /// local test cluster, share the address and so its ports.
+    ports: HashMap<String, BTreeSet<u16>>,
     node_index: HashMap<&'a str, usize>,
     estimates: Vec<(JobId, u64)>,
     preemptions: Vec<Preemption>,
@@ -155,7 +157,8 @@ impl<'a> Pass<'a> {
                 .first()
                 .and_then(|a| pass.node_index.get(a.node.as_str()))
             {
-                pass.ports.entry(*first).or_default().insert(r.master_port);
+                let addr = pass.snap.nodes[*first].training_addr.clone();
+                pass.ports.entry(addr).or_default().insert(r.master_port);
             }
             if let Some(end) = r.end_bound_ms() {
                 for a in &r.allocation {
@@ -365,7 +368,8 @@ impl<'a> Pass<'a> {
         backfilled: bool,
     ) -> Option<PlannedStart> {
         let first = picks.first()?.node;
-        let used = self.ports.entry(first).or_default();
+        let master_addr = self.snap.nodes[first].training_addr.clone();
+        let used = self.ports.entry(master_addr.clone()).or_default();
         let config = &self.snap.config;
         let port = (config.master_port_min..=config.master_port_max).find(|p| !used.contains(p))?;
         used.insert(port);
@@ -389,7 +393,6 @@ impl<'a> Pass<'a> {
             job.array.map(|a| a.0),
         );
         self.singletons.insert((job.user.clone(), job.name.clone()));
-        let master_addr = self.snap.nodes[first].training_addr.clone();
         Some(PlannedStart {
             job: job.id,
             allocation: Allocation {
