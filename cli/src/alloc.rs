@@ -1,6 +1,7 @@
 //! Allocations for `galloc` (salloc's twin) and `grun` outside a job: a batch job whose
 //! script only holds its nodes, submitted with sbatch's resource options, waited for
-//! until it runs, and cancelled when the caller is done (or interrupted).
+//! until it runs, and given back when the caller is done: it ends COMPLETED, as salloc's
+//! and srun's own allocations do (cancelled if interrupted while it waits).
 
 use crate::client::{Client, describe, request_id};
 use crate::sbatch::{SubArgs, SubmitContext, resolve};
@@ -10,8 +11,10 @@ use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector};
 use gsched_types::job::{JobState, LaunchMode};
 use std::time::Duration;
 
-/// What an allocation's script does: nothing, until the allocation is given back.
-const HOLD: &str = "while :; do sleep 3600; done";
+/// What an allocation's script does: nothing, until the allocation is given back
+/// (SIGUSR1 ends it with status 0).
+const HOLD: &str =
+    "trap 'kill $! 2>/dev/null; exit 0' USR1; while :; do sleep 3600 & wait $!; done";
 
 /// Reads `TOOL [sbatch options] [command [args]]`: the options describe the allocation,
 /// the rest is what to run in it.
@@ -113,12 +116,36 @@ pub fn allocate(
     }
 }
 
-/// Gives the allocation back (cancels its job).
+/// Gives the allocation back: SIGUSR1 to its holder, which ends it as COMPLETED; a job
+/// still pending, or one that has not ended within a few seconds, is cancelled.
 pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
     let select = JobSelection {
         jobs: vec![JobSelector { id, task: None }],
         ..Default::default()
     };
+    let signal = gsched_types::api::SignalRequest {
+        select: select.clone(),
+        signal: nix::sys::signal::Signal::SIGUSR1 as i32,
+        batch_only: true,
+    };
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id: request_id(),
+        json: serde_json::to_vec(&signal).expect("a signal request serialises"),
+    };
+    let signalled = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.signal_jobs(req).await }
+        }))
+        .is_ok();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while signalled && std::time::Instant::now() < deadline {
+        match job_state(rt, client, id) {
+            Some(JobState::Running) => std::thread::sleep(Duration::from_millis(100)),
+            Some(JobState::Pending) | None => break,
+            Some(_) => return,
+        }
+    }
     let body = gsched_types::api::JobActionRequest {
         action: JobAction::Cancel,
         select,
@@ -131,6 +158,23 @@ pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
         let req = req.clone();
         async move { c.act_on_jobs(req).await }
     }));
+}
+
+/// A job's state, or `None` when no controller tells it.
+fn job_state(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) -> Option<JobState> {
+    let req = gsched_proto::pb::ListJobsRequest {
+        include_finished: true,
+        jobs: vec![id.to_string()],
+        ..Default::default()
+    };
+    let reply = rt
+        .block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.list_jobs(req).await }
+        }))
+        .ok()?;
+    let list: gsched_types::api::JobList = serde_json::from_slice(&reply.json).ok()?;
+    list.jobs.iter().find(|j| j.job_id.0 == id).map(|j| j.state)
 }
 
 /// The variables a shell or step started on the submit host gets for an allocation.

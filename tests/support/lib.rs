@@ -211,8 +211,13 @@ impl Cluster {
             std::os::unix::fs::PermissionsExt::from_mode(0o711),
         )
         .expect("chmod the cluster directory");
-        // Clusters of parallel tests share the host: give each its own MASTER_PORT range.
-        let base = free_port().clamp(20_000, 60_000);
+        // Clusters of parallel tests share the host: give each its own MASTER_PORT range,
+        // below the kernel's ephemeral ports (32768 up), which any client socket may hold.
+        static NEXT_RANGE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let slot = (std::process::id()
+            + NEXT_RANGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            % 120;
+        let base = 20_000 + slot * 100;
         let mut ctl_extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         ctl_extra.extend([
             "--master-ports".to_string(),

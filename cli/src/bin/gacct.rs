@@ -110,6 +110,22 @@ fn main() {
             j.node_list.clone(),
             gsched_cli::format::failure_line(j),
         ]);
+        for s in &j.grun_steps {
+            let el = format_duration(s.end_ms.unwrap_or(now).saturating_sub(s.start_ms) / 1000);
+            t.row(vec![
+                format!("{}.{}", j.display_id, s.step),
+                s.name.clone(),
+                String::new(),
+                String::new(),
+                String::new(),
+                s.state.name().into(),
+                format!("{}:{}", s.exit_code.unwrap_or(0), s.signal.unwrap_or(0)),
+                el,
+                String::new(),
+                gsched_types::hostlist::compress(&s.nodes),
+                String::new(),
+            ]);
+        }
         if args.attempts {
             for a in &j.attempts {
                 let el = match (a.start_ms, a.end_ms) {

@@ -46,6 +46,9 @@ struct Args {
     /// Show failure reasons and evidence of ended jobs.
     #[arg(short = 'l', long = "long")]
     long: bool,
+    /// Running `grun`/`srun` steps (squeue -s): STEPID NAME PARTITION USER TIME NODELIST.
+    #[arg(short = 's', long = "steps")]
+    steps: bool,
     /// Only my jobs (`-u $USER`).
     #[arg(long = "me")]
     me: bool,
@@ -94,6 +97,10 @@ fn main() {
         .collect();
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    if args.steps {
+        print_steps(&rt, &mut client, &query, !args.noheader);
+        return;
+    }
     if !args.json && !args.long {
         let format = match (&args.format, &args.long_format) {
             (Some(f), _) => QueueFormat::parse(f),
@@ -153,6 +160,41 @@ fn main() {
         t.row(row);
     }
     out!("{}", t.render());
+}
+
+/// The running steps of the jobs `query` names, as `squeue -s` lists them.
+fn print_steps(rt: &tokio::runtime::Runtime, client: &mut Client, query: &JobQuery, header: bool) {
+    let list = gsched_cli::fetch_jobs(rt, client, query, "gqueue");
+    let mut t = Table::new(&[
+        ("STEPID", true),
+        ("NAME", true),
+        ("PARTITION", true),
+        ("USER", true),
+        ("TIME", true),
+        ("NODELIST", false),
+    ]);
+    for j in &list.jobs {
+        for s in j
+            .grun_steps
+            .iter()
+            .filter(|s| s.state == gsched_types::steps::StepState::Running)
+        {
+            t.row(vec![
+                format!("{}.{}", j.display_id, s.step),
+                s.name.chars().take(16).collect(),
+                j.partition.clone(),
+                j.user.clone(),
+                gsched_types::parse::format_duration(list.now_ms.saturating_sub(s.start_ms) / 1000),
+                gsched_types::hostlist::compress(&s.nodes),
+            ]);
+        }
+    }
+    let text = t.render();
+    if header {
+        out!("{text}");
+    } else {
+        out!("{}", text.split_once('\n').map_or("", |(_, rest)| rest));
+    }
 }
 
 /// squeue's default columns (`--start` adds START_TIME).

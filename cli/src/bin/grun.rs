@@ -2,15 +2,20 @@
 //! the job's nodes (`-N`, `-n`, `--ntasks-per-node`, `-w`), each with its `SLURM_PROCID`,
 //! `SLURM_LOCALID`, `SLURM_NODEID`, `SLURM_STEP_ID`...; their output comes back here
 //! (`-l` labels it with the task), and grun exits with the highest task exit status.
+//! grun's stdin goes to task 0; `--pty` runs that one task in a terminal on its node,
+//! with this terminal in raw mode (so Ctrl-C and the like reach the task) and its size
+//! following this one's.
 
 use base64::Engine;
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, describe, die};
 use gsched_proto::pb::ActOnJobsRequest;
 use gsched_types::job::JobId;
-use gsched_types::steps::{StepRequest, StepUpdate, TaskIo};
+use gsched_types::steps::{
+    INPUT_CHUNK, InputEvent, StepInput, StepRequest, StepUpdate, TaskIo, TermSize,
+};
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
 
 /// Run a command on the nodes of the job this is called from (srun's twin).
 #[derive(Parser, Debug)]
@@ -45,6 +50,9 @@ struct Args {
     /// Write the tasks' stderr here instead of to grun's.
     #[arg(short = 'e', long = "error")]
     error: Option<String>,
+    /// Run one task in a pseudo-terminal (an interactive shell: `grun --pty bash`).
+    #[arg(long)]
+    pty: bool,
     // Accepted for srun compatibility; the job's allocation already decides these.
     #[arg(long = "gpus-per-task", hide = true)]
     gpus_per_task: Option<String>,
@@ -121,6 +129,125 @@ fn sink(path: Option<&str>, stderr: bool) -> Box<dyn Write> {
     }
 }
 
+/// This terminal's settings before raw mode, to put back on the way out.
+static SAVED_TERMINAL: parking_lot::Mutex<Option<nix::sys::termios::Termios>> =
+    parking_lot::Mutex::new(None);
+
+fn restore_terminal() {
+    if let Some(t) = SAVED_TERMINAL.lock().take() {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSADRAIN,
+            &t,
+        );
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ! {
+    restore_terminal();
+    die("grun", message)
+}
+
+nix::ioctl_read_bad!(get_window_size, libc::TIOCGWINSZ, nix::pty::Winsize);
+
+/// This terminal's size (stdin's, else stdout's), or 24x80.
+fn terminal_size() -> TermSize {
+    use std::os::fd::AsRawFd;
+    for fd in [std::io::stdin().as_raw_fd(), std::io::stdout().as_raw_fd()] {
+        let mut ws = nix::pty::Winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ writes one winsize into `ws`, which outlives the call.
+        if unsafe { get_window_size(fd, &mut ws) }.is_ok() && ws.ws_row > 0 && ws.ws_col > 0 {
+            return TermSize {
+                rows: ws.ws_row,
+                cols: ws.ws_col,
+            };
+        }
+    }
+    TermSize { rows: 24, cols: 80 }
+}
+
+/// Puts this terminal in raw mode (keys go to the task as typed), remembering how it was.
+fn raw_mode() {
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return;
+    }
+    if let Ok(saved) = tcgetattr(&stdin) {
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        if tcsetattr(&stdin, SetArg::TCSADRAIN, &raw).is_ok() {
+            *SAVED_TERMINAL.lock() = Some(saved);
+        }
+    }
+}
+
+/// Sends grun's stdin to task 0 of the step (and, with a terminal, its size on each
+/// SIGWINCH), each piece as one `StepInput` call to the leader.
+fn forward_input(controllers: Option<String>, job: u64, step: u32, pty: bool) {
+    let send = move |client: &mut Client, rt: &tokio::runtime::Runtime, input: InputEvent| {
+        let body = StepInput {
+            job: JobId(job),
+            step,
+            input,
+        };
+        let req = ActOnJobsRequest {
+            request_id: gsched_cli::client::request_id(),
+            json: serde_json::to_vec(&body).expect("step input serialises"),
+        };
+        rt.block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.step_input(req).await }
+        }))
+        .is_ok()
+    };
+    if pty && std::io::stdin().is_terminal() {
+        let controllers = controllers.clone();
+        std::thread::spawn(move || {
+            let rt = gsched_cli::runtime();
+            let mut client = Client::new(controller_list(controllers.as_deref()));
+            let Ok(mut winch) = rt.block_on(async {
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+            }) else {
+                return;
+            };
+            while rt.block_on(winch.recv()).is_some() {
+                if !send(&mut client, &rt, InputEvent::Resize(terminal_size())) {
+                    return;
+                }
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        let rt = gsched_cli::runtime();
+        let mut client = Client::new(controller_list(controllers.as_deref()));
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; INPUT_CHUNK];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => 0,
+            };
+            let input = if n == 0 {
+                InputEvent::Eof
+            } else {
+                InputEvent::Data {
+                    data: base64::engine::general_purpose::STANDARD.encode(&buf[..n]),
+                }
+            };
+            if !send(&mut client, &rt, input) || n == 0 {
+                return;
+            }
+        }
+    });
+}
+
 fn main() {
     let args = Args::parse();
     let rt = gsched_cli::runtime();
@@ -142,6 +269,7 @@ fn main() {
         }
     };
     let status = run(&rt, &mut client, &args, job);
+    restore_terminal();
     if own {
         gsched_cli::alloc::release(&rt, &mut client, job);
     }
@@ -190,9 +318,14 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| die("grun", format!("-N {n}: give a number of nodes"))),
     };
+    // srun --pty: one task, in a terminal.
+    let ntasks = match (args.pty, args.ntasks) {
+        (true, None) => 1,
+        (_, n) => n.unwrap_or(0),
+    };
     // As srun in a batch job: tasks per node from the job unless told otherwise.
     let ntasks_per_node = args.ntasks_per_node.unwrap_or_else(|| {
-        if args.ntasks.is_none() && args.nodes.is_none() {
+        if args.ntasks.is_none() && args.nodes.is_none() && !args.pty {
             std::env::var("SLURM_NTASKS_PER_NODE")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -205,13 +338,14 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
         job: JobId(job),
         nodelist,
         nodes,
-        ntasks: args.ntasks.unwrap_or(0),
+        ntasks,
         ntasks_per_node,
         argv: args.command.clone(),
         env: exported(args.export.as_deref()).unwrap_or_else(|e| die("grun", e)),
         cwd: std::env::current_dir()
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
+        pty: args.pty.then(terminal_size),
     };
     let req = ActOnJobsRequest {
         request_id: gsched_cli::client::request_id(),
@@ -235,12 +369,18 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
         let msg = match rt.block_on(stream.message()) {
             Ok(Some(m)) => m,
             Ok(None) => break,
-            Err(s) => die("grun", format!("the step's stream broke: {}", describe(&s))),
+            Err(s) => fail(format!("the step's stream broke: {}", describe(&s))),
         };
         let update: StepUpdate = serde_json::from_slice(&msg.json)
-            .unwrap_or_else(|e| die("grun", format!("malformed step update: {e}")));
+            .unwrap_or_else(|e| fail(format!("malformed step update: {e}")));
         match update {
-            StepUpdate::Started { layout, .. } => ntasks = layout.ntasks,
+            StepUpdate::Started { layout, step } => {
+                ntasks = layout.ntasks;
+                if args.pty {
+                    raw_mode();
+                }
+                forward_input(args.controllers.clone(), job, step, args.pty);
+            }
             StepUpdate::Io(TaskIo::Output {
                 rank, stderr, data, ..
             }) => {

@@ -22,11 +22,20 @@ pub struct AgentConn {
 /// Where a running `grun` step's updates go.
 pub type StepTx = UnboundedSender<StepUpdate>;
 
+/// A running `grun` step on this leader.
+struct OpenStep {
+    tx: StepTx,
+    /// The job's owner: the one who may send it input.
+    owner: String,
+    /// The node of its task 0, where input goes.
+    first_node: String,
+}
+
 #[derive(Default)]
 pub struct AgentHub {
     conns: Mutex<HashMap<String, AgentConn>>,
     /// Running `grun` steps on this leader, and the last step id given per job.
-    steps: Mutex<HashMap<(JobId, u32), StepTx>>,
+    steps: Mutex<HashMap<(JobId, u32), OpenStep>>,
     step_ids: Mutex<HashMap<JobId, u32>>,
     /// Last heartbeat (or registration) per node seen by this controller.
     last_seen: Mutex<HashMap<String, Instant>>,
@@ -108,8 +117,9 @@ impl AgentHub {
         self.steps.lock().clear();
     }
 
-    /// A new step of `job` whose updates go to `tx`; returns its id (0, 1, ... per job).
-    pub fn open_step(&self, job: JobId, tx: StepTx) -> u32 {
+    /// A new step of `job` (owned by `owner`, task 0 on `first_node`) whose updates go to
+    /// `tx`; returns its id (0, 1, ... per job).
+    pub fn open_step(&self, job: JobId, tx: StepTx, owner: &str, first_node: &str) -> u32 {
         let step = {
             let mut ids = self.step_ids.lock();
             let next = ids.entry(job).or_insert(0);
@@ -117,8 +127,23 @@ impl AgentHub {
             *next += 1;
             step
         };
-        self.steps.lock().insert((job, step), tx);
+        self.steps.lock().insert(
+            (job, step),
+            OpenStep {
+                tx,
+                owner: owner.to_string(),
+                first_node: first_node.to_string(),
+            },
+        );
         step
+    }
+
+    /// The owner of a running step and the node of its task 0.
+    pub fn step_target(&self, job: JobId, step: u32) -> Option<(String, String)> {
+        self.steps
+            .lock()
+            .get(&(job, step))
+            .map(|s| (s.owner.clone(), s.first_node.clone()))
     }
 
     pub fn close_step(&self, job: JobId, step: u32) {
@@ -132,8 +157,8 @@ impl AgentHub {
             | TaskIo::Exited { job, step, .. }
             | TaskIo::Failed { job, step, .. } => (*job, *step),
         };
-        if let Some(tx) = self.steps.lock().get(&key) {
-            let _ = tx.send(StepUpdate::Io(io));
+        if let Some(s) = self.steps.lock().get(&key) {
+            let _ = s.tx.send(StepUpdate::Io(io));
         }
     }
 }

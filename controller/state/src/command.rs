@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 /// The log format version this build writes. Decoding accepts every version up to it;
 /// an older build stops at an entry of a newer version instead of misreading it.
 /// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
-/// `act_on_jobs`. 3: adds `update_job`.
-pub const FORMAT_VERSION: u16 = 3;
+/// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
+pub const FORMAT_VERSION: u16 = 4;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +75,30 @@ pub struct UpdateJob {
     pub by: String,
     /// Whether `by` may change other users' jobs and raise limits.
     pub admin: bool,
+}
+
+/// A `grun` step began in a running job (recorded for `gqueue -s` and `gacct`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrunStepStarted {
+    pub job: JobId,
+    /// The attempt it runs in (a step of an earlier attempt is not recorded).
+    pub attempt: u32,
+    pub step: u32,
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub ntasks: u32,
+}
+
+/// A `grun` step ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrunStepEnded {
+    pub job: JobId,
+    pub step: u32,
+    pub state: gsched_types::steps::StepState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 /// Cancel a job (every task of an array named by its id).
@@ -255,6 +279,8 @@ pub enum Command {
     NodeResponding(NodeResponding),
     ActOnJobs(ActOnJobs),
     UpdateJob(UpdateJob),
+    GrunStepStarted(GrunStepStarted),
+    GrunStepEnded(GrunStepEnded),
 }
 
 impl Command {
@@ -284,6 +310,8 @@ impl Command {
             Command::NodeResponding(_) => "node_responding",
             Command::ActOnJobs(_) => "act_on_jobs",
             Command::UpdateJob(_) => "update_job",
+            Command::GrunStepStarted(_) => "grun_step_started",
+            Command::GrunStepEnded(_) => "grun_step_ended",
         }
     }
 }

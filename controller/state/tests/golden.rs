@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl`, `golden/v2.jsonl`, `golden/v3.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl` to `golden/v4.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -8,11 +8,18 @@ use std::collections::BTreeSet;
 const V1: &str = include_str!("golden/v1.jsonl");
 const V2: &str = include_str!("golden/v2.jsonl");
 const V3: &str = include_str!("golden/v3.jsonl");
+const V4: &str = include_str!("golden/v4.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
     let mut seen = BTreeSet::new();
-    for (n, line) in V1.lines().chain(V2.lines()).chain(V3.lines()).enumerate() {
+    for (n, line) in V1
+        .lines()
+        .chain(V2.lines())
+        .chain(V3.lines())
+        .chain(V4.lines())
+        .enumerate()
+    {
         let env =
             Envelope::decode(line.as_bytes()).unwrap_or_else(|e| panic!("line {}: {e}", n + 1));
         seen.insert(env.cmd.name());
@@ -47,6 +54,8 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         "node_responding",
         "act_on_jobs",
         "update_job",
+        "grun_step_started",
+        "grun_step_ended",
     ];
     for name in all {
         assert!(seen.contains(name), "no golden entry for {name}");

@@ -56,6 +56,10 @@ impl StepFiles {
     pub fn supervisor_pid(&self) -> PathBuf {
         self.0.join("supervisor.pid")
     }
+    /// A `grun --pty` task's terminal size, "ROWS COLS", rewritten on each resize.
+    pub fn winsize(&self) -> PathBuf {
+        self.0.join("winsize")
+    }
     /// This node's own copy of the step's stdout and stderr.
     pub fn capture(&self) -> PathBuf {
         self.0.join("output.log")

@@ -172,6 +172,9 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                         tokio::task::spawn_blocking(move || steps.lock().run_step(&launch)).await?;
                         agent.flush.notify_one();
                     }
+                    ControllerToAgent::StepInput { job, step, input } => {
+                        agent.steps.lock().step_input(job, step, input);
+                    }
                     ControllerToAgent::KillStep { job, attempt, step } => {
                         agent.steps.lock().kill_step(job, attempt, step);
                     }

@@ -516,6 +516,11 @@ impl StepManager {
         }
     }
 
+    /// Input for task 0 of a `grun` step, if it runs here.
+    pub fn step_input(&mut self, job: JobId, step: u32, input: gsched_types::steps::InputEvent) {
+        self.grun.input(job, step, input);
+    }
+
     /// Stops a `grun` step's tasks here.
     pub fn kill_step(&mut self, job: JobId, attempt: u32, step: u32) {
         self.grun.stop(job, attempt, Some(step));

@@ -10,9 +10,14 @@
 //! a job appends to the same output file, and another node's lines must not be blamed on
 //! this one. It records the process group in `DIR/pgid` and, when all tasks have ended, the
 //! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
+//!
+//! A `grun` task 0 reads the input its caller sends: the supervisor's own stdin, a pipe
+//! from the agent, becomes the task's stdin, or with `grun --pty` is copied into a
+//! pseudo-terminal that is the task's stdin, stdout, stderr and controlling terminal
+//! (the task leads its own session there, so Ctrl-C reaches it; `DIR/winsize` resizes it).
 
 use crate::layout::{StepFiles, write_private};
-use gsched_launch::plan::Plan;
+use gsched_launch::plan::{Plan, TaskInput};
 use nix::fcntl::OFlag;
 use nix::sys::signal::{self, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::sys::stat::Mode;
@@ -67,6 +72,30 @@ struct ChildSetup {
     umask: Option<Mode>,
     stdout: RawFd,
     stderr: RawFd,
+    stdin: ChildStdin,
+}
+
+/// Where a task's stdin comes from.
+#[derive(Clone, Copy)]
+enum ChildStdin {
+    Null,
+    /// The supervisor's own (the input its `grun` sends).
+    Inherit,
+    /// This pseudo-terminal's slave, which is also its stdout, stderr and controlling
+    /// terminal, in a session of its own.
+    Pty(RawFd),
+}
+
+nix::ioctl_write_int_bad!(set_controlling_tty, libc::TIOCSCTTY);
+nix::ioctl_write_ptr_bad!(set_window_size, libc::TIOCSWINSZ, nix::pty::Winsize);
+
+fn winsize(rows: u16, cols: u16) -> nix::pty::Winsize {
+    nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    }
 }
 
 fn cstr(s: &str) -> Result<CString, String> {
@@ -110,11 +139,27 @@ impl ChildSetup {
             nix::sys::stat::umask(mask);
         }
         nix::unistd::chdir(self.workdir.as_c_str())?;
+        match self.stdin {
+            ChildStdin::Pty(tty) => {
+                nix::unistd::setsid()?;
+                // SAFETY: `tty` is the open slave of the step's pseudo-terminal (kept
+                // open by `run` through the spawn); TIOCSCTTY takes an int argument.
+                unsafe { set_controlling_tty(tty, 0) }?;
+                nix::unistd::dup2_stdin(borrow(tty))?;
+                nix::unistd::dup2_stdout(borrow(tty))?;
+                nix::unistd::dup2_stderr(borrow(tty))?;
+                return Ok(());
+            }
+            ChildStdin::Inherit => {}
+            ChildStdin::Null => {
+                if let Ok(devnull) = nix::fcntl::open(c"/dev/null", OFlag::O_RDONLY, Mode::empty())
+                {
+                    nix::unistd::dup2_stdin(&devnull)?;
+                }
+            }
+        }
         nix::unistd::dup2_stdout(borrow(self.stdout))?;
         nix::unistd::dup2_stderr(borrow(self.stderr))?;
-        if let Ok(devnull) = nix::fcntl::open(c"/dev/null", OFlag::O_RDONLY, Mode::empty()) {
-            nix::unistd::dup2_stdin(&devnull)?;
-        }
         Ok(())
     }
 }
@@ -183,6 +228,10 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let owner = if root { plan.uid.zip(plan.gid) } else { None };
     let umask = plan.umask.map(|m| Mode::from_bits_truncate(m & 0o777));
     let user_out = open_as(&plan.stdout, owner, &plan.groups, umask)?;
+    let mut user_out_for_pty = match plan.input {
+        TaskInput::Pty(_) => Some(open_as(&plan.stdout, owner, &plan.groups, umask)?),
+        _ => None,
+    };
     let user_err = plan
         .stderr
         .as_deref()
@@ -205,6 +254,17 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     } else {
         None
     };
+    let pty = match plan.input {
+        TaskInput::Pty(size) => {
+            let p = nix::pty::openpty(&winsize(size.rows, size.cols), None)
+                .map_err(|e| format!("cannot open a pseudo-terminal for the task: {e}"))?;
+            if let Some((uid, _)) = owner {
+                let _ = nix::unistd::fchown(&p.slave, Some(Uid::from_raw(uid)), None);
+            }
+            Some(p)
+        }
+        _ => None,
+    };
     let setup = ChildSetup {
         cgroup_procs: plan
             .cgroup
@@ -220,6 +280,11 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         stderr: err_pipe
             .as_ref()
             .map_or(out_w.as_raw_fd(), |(_, w)| w.as_raw_fd()),
+        stdin: match (&pty, plan.input) {
+            (Some(p), _) => ChildStdin::Pty(p.slave.as_raw_fd()),
+            (None, TaskInput::Pipe) => ChildStdin::Inherit,
+            (None, _) => ChildStdin::Null,
+        },
     };
     let setup = std::sync::Arc::new(setup);
     let mut children = Vec::new();
@@ -230,7 +295,9 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         cmd.args(&plan.argv[1..])
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)));
-        cmd.process_group(pgid.unwrap_or(0));
+        if pty.is_none() {
+            cmd.process_group(pgid.unwrap_or(0));
+        }
         let s = setup.clone();
         // SAFETY: the hook only calls `ChildSetup::apply`, which makes async-signal-safe
         // system calls on data prepared before the fork and allocates nothing.
@@ -251,6 +318,10 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     drop(setup);
     drop(out_w);
+    let terminal = pty.map(|p| {
+        drop(p.slave);
+        p.master
+    });
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut copiers = 0;
     let capture = std::sync::Arc::new(parking_lot::Mutex::new(capture));
@@ -290,6 +361,35 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
             let _ = done.send(());
         });
         copiers += 1;
+    }
+    let terminal_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(master) = &terminal {
+        let read = master
+            .try_clone()
+            .map_err(|e| format!("cannot read the task's terminal: {e}"))?;
+        let done = done_tx.clone();
+        let sink = OutputSink {
+            file: user_out_for_pty
+                .take()
+                .expect("the output file is kept for the terminal"),
+            path: plan.stdout.clone(),
+            pgid,
+            error: output_error.clone(),
+        };
+        let capture = capture.clone();
+        std::thread::spawn(move || {
+            copy_output(File::from(read), sink, &capture);
+            let _ = done.send(());
+        });
+        copiers += 1;
+        if let Ok(write) = master.try_clone() {
+            std::thread::spawn(move || copy_input(File::from(write)));
+        }
+        if let Ok(fd) = master.try_clone() {
+            let done = terminal_done.clone();
+            let path = dir.join("winsize");
+            std::thread::spawn(move || follow_resizes(fd, &path, &done));
+        }
     }
     if let Some(e) = spawn_error {
         if let Some(g) = pgid {
@@ -332,6 +432,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         }
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
+    terminal_done.store(true, std::sync::atomic::Ordering::SeqCst);
     let lease_expired = lease.and_then(|w| w.join().ok()).flatten();
     let failing = tasks
         .iter()
@@ -487,6 +588,45 @@ impl OutputSink {
 }
 
 /// Copies a task stream to the user's file and to the private copy, until end-of-file.
+/// Copies the supervisor's stdin (what `grun` sends) into the task's terminal.
+fn copy_input(mut to: File) {
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Applies the sizes `grun` sends (`DIR/winsize`, "ROWS COLS") to the task's terminal;
+/// the kernel tells the task with SIGWINCH.
+fn follow_resizes(master: OwnedFd, path: &Path, done: &std::sync::atomic::AtomicBool) {
+    let mut last = String::new();
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text != last
+        {
+            let mut it = text.split_whitespace().map(|v| v.parse::<u16>());
+            if let (Some(Ok(rows)), Some(Ok(cols))) = (it.next(), it.next()) {
+                let ws = winsize(rows, cols);
+                // SAFETY: `master` is the open master of the task's terminal; TIOCSWINSZ
+                // reads one winsize from the pointer, which outlives the call.
+                let _ = unsafe { set_window_size(master.as_raw_fd(), &ws) };
+            }
+            last = text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn copy_output(mut from: File, mut user: OutputSink, capture: &parking_lot::Mutex<File>) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {

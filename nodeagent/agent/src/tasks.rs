@@ -2,17 +2,19 @@
 //! job's owner, in the job's cgroup, under the node's lease), its stdout and stderr are
 //! read from the supervisor's private copies as they grow and sent on, with its exit, as
 //! `TaskIo` (not kept on disk: a step lives as long as the `grun` that started it).
+//! Task 0's input from its `grun` goes into a pipe that is its supervisor's stdin (bytes
+//! queued here while the pipe is full), and terminal resizes into its `winsize` file.
 
 use crate::layout::{self, StepFiles};
 use crate::supervise::{ExitRecord, STDERR_CAPTURE};
 use base64::Engine;
-use gsched_launch::plan::{Plan, step_task};
+use gsched_launch::plan::{Plan, TaskInput, step_task};
 use gsched_types::job::JobId;
-use gsched_types::steps::{StepLaunch, TaskIo};
+use gsched_types::steps::{InputEvent, StepLaunch, TaskIo};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
-use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,6 +29,60 @@ struct TaskRun {
     sent: [u64; 2],
     /// When a stop was asked for: SIGTERM then, SIGKILL a few seconds later.
     stopping: Option<(Instant, bool)>,
+    input: Option<InputPipe>,
+}
+
+/// The agent's end of a task's stdin: the write end of a pipe whose read end is its
+/// supervisor's stdin (non-blocking: bytes wait here while the pipe is full; dropping it
+/// is the task's end of input).
+struct InputPipe {
+    pipe: Option<std::fs::File>,
+    pending: VecDeque<u8>,
+    eof: bool,
+}
+
+impl InputPipe {
+    /// The agent's end, and the end to give the supervisor.
+    fn open() -> Result<(InputPipe, std::os::fd::OwnedFd), String> {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| format!("cannot make the task's stdin pipe: {e}"))?;
+        nix::fcntl::fcntl(
+            &w,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .map_err(|e| format!("cannot make the task's stdin pipe: {e}"))?;
+        Ok((
+            InputPipe {
+                pipe: Some(std::fs::File::from(w)),
+                pending: VecDeque::new(),
+                eof: false,
+            },
+            r,
+        ))
+    }
+
+    /// Writes what the pipe takes now; closes it once input has ended and all is written.
+    fn flush(&mut self) {
+        let Some(f) = self.pipe.as_mut() else { return };
+        while !self.pending.is_empty() {
+            let (a, _) = self.pending.as_slices();
+            match f.write(a) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.pending.clear();
+                    break;
+                }
+            }
+        }
+        if self.eof && self.pending.is_empty() {
+            self.pipe = None;
+        }
+    }
 }
 
 /// The `grun` tasks this agent runs, by (job, step, rank).
@@ -57,7 +113,7 @@ impl GrunTasks {
             )));
             let plan = step_task(job_plan, launch, rank, local as u32);
             match spawn(&files, &plan, exe) {
-                Ok(child) => {
+                Ok((child, input)) => {
                     self.runs.insert(
                         key,
                         TaskRun {
@@ -66,6 +122,7 @@ impl GrunTasks {
                             supervisor: child,
                             sent: [0, 0],
                             stopping: None,
+                            input,
                         },
                     );
                 }
@@ -96,11 +153,45 @@ impl GrunTasks {
         }
     }
 
+    /// Input for task 0 of a step, if it runs here.
+    pub fn input(&mut self, job: JobId, step: u32, input: InputEvent) {
+        let Some(run) = self.runs.get_mut(&(job, step, 0)) else {
+            return;
+        };
+        match input {
+            InputEvent::Data { data } => {
+                if let (Some(pipe), Ok(bytes)) = (
+                    run.input.as_mut(),
+                    base64::engine::general_purpose::STANDARD.decode(data),
+                ) && !pipe.eof
+                {
+                    pipe.pending.extend(bytes);
+                    pipe.flush();
+                }
+            }
+            InputEvent::Eof => {
+                if let Some(pipe) = run.input.as_mut() {
+                    pipe.eof = true;
+                    pipe.flush();
+                }
+            }
+            InputEvent::Resize(size) => {
+                let _ = layout::write_private(
+                    &run.files.winsize(),
+                    format!("{} {}", size.rows, size.cols).as_bytes(),
+                );
+            }
+        }
+    }
+
     /// Sends on new output, escalates stops, reaps ended tasks.
     pub fn tick(&mut self) {
         let mut ended = Vec::new();
         for (&(job, step, rank), run) in self.runs.iter_mut() {
             let _ = run.supervisor.try_wait();
+            if let Some(pipe) = run.input.as_mut() {
+                pipe.flush();
+            }
             send_output(run, (job, step, rank), false, &mut self.io);
             if let Some((since, false)) = run.stopping
                 && since.elapsed() > Duration::from_secs(3)
@@ -159,8 +250,19 @@ impl GrunTasks {
     }
 }
 
-fn spawn(files: &StepFiles, plan: &Plan, exe: &Path) -> Result<std::process::Child, String> {
+fn spawn(
+    files: &StepFiles,
+    plan: &Plan,
+    exe: &Path,
+) -> Result<(std::process::Child, Option<InputPipe>), String> {
     layout::private_dir(&files.0).map_err(|e| format!("cannot make {}: {e}", files.0.display()))?;
+    let (input, stdin) = match plan.input {
+        TaskInput::None => (None, std::process::Stdio::null()),
+        TaskInput::Pipe | TaskInput::Pty(_) => {
+            let (pipe, read_end) = InputPipe::open()?;
+            (Some(pipe), std::process::Stdio::from(read_end))
+        }
+    };
     layout::write_private(
         &files.plan(),
         &serde_json::to_vec(plan).map_err(|e| e.to_string())?,
@@ -169,7 +271,7 @@ fn spawn(files: &StepFiles, plan: &Plan, exe: &Path) -> Result<std::process::Chi
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("supervise")
         .arg(&files.0)
-        .stdin(std::process::Stdio::null())
+        .stdin(stdin)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     // SAFETY: the hook makes one async-signal-safe system call (setsid) and allocates
@@ -180,8 +282,10 @@ fn spawn(files: &StepFiles, plan: &Plan, exe: &Path) -> Result<std::process::Chi
             Ok(())
         });
     }
-    cmd.spawn()
-        .map_err(|e| format!("cannot start the task supervisor: {e}"))
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the task supervisor: {e}"))?;
+    Ok((child, input))
 }
 
 /// A task's new stdout and stderr (a chunk of each, or with `all` everything there is).

@@ -54,6 +54,27 @@ pub struct Plan {
     /// `grun` tasks, whose two streams the agent passes on separately.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub split_capture: bool,
+    /// Where the (single) task's stdin comes from: nothing, or what its `grun` sends.
+    #[serde(default, skip_serializing_if = "TaskInput::is_none")]
+    pub input: TaskInput,
+}
+
+/// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
+/// stdin), as a pipe or through a pseudo-terminal that is also its stdout and stderr and
+/// its controlling terminal (`grun --pty`; resizes through the `winsize` file).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskInput {
+    #[default]
+    None,
+    Pipe,
+    Pty(gsched_types::steps::TermSize),
+}
+
+impl TaskInput {
+    pub fn is_none(&self) -> bool {
+        *self == TaskInput::None
+    }
 }
 
 /// A step's cgroup: where, and its limits.
@@ -165,6 +186,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         devices: ctx.devices.clone(),
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
+        input: TaskInput::None,
     }
 }
 
@@ -255,6 +277,12 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
         devices: Vec::new(),
         contact_file: job.contact_file.clone(),
         split_capture: true,
+        // Task 0 gets the caller's stdin (srun's default is all tasks; gsched's, task 0).
+        input: match (rank, step.pty) {
+            (0, Some(size)) => TaskInput::Pty(size),
+            (0, None) => TaskInput::Pipe,
+            _ => TaskInput::None,
+        },
     }
 }
 

@@ -114,6 +114,12 @@ pub enum ControllerToAgent {
     },
     /// Start this node's tasks of a `grun` step inside the running job.
     RunStep(Box<crate::steps::StepLaunch>),
+    /// Input for task 0 of a `grun` step: stdin bytes, its end, a terminal resize.
+    StepInput {
+        job: JobId,
+        step: u32,
+        input: crate::steps::InputEvent,
+    },
     /// Stop a `grun` step's tasks (SIGTERM, SIGKILL a few seconds later).
     KillStep {
         job: JobId,

@@ -249,6 +249,9 @@ pub struct JobRow {
     /// operators and admins, in detailed rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<JobSpec>,
+    /// `grun` steps of the current attempt (their command's name only, as `squeue -s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grun_steps: Vec<crate::steps::StepRecord>,
 }
 
 /// Values of a job that depend on the cluster's configuration.
@@ -306,6 +309,7 @@ impl JobRow {
             steps: Vec::new(),
             attempts: Vec::new(),
             spec: None,
+            grun_steps: job.grun_steps.clone(),
         }
     }
 

@@ -518,6 +518,9 @@ pub struct JobRecord {
     pub attempts: Vec<Attempt>,
     #[serde(default)]
     pub held: bool,
+    /// `grun` steps of the current attempt, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grun_steps: Vec<crate::steps::StepRecord>,
 }
 
 impl JobRecord {
@@ -547,6 +550,7 @@ impl JobRecord {
             array_task: None,
             avoid_nodes: Vec::new(),
             attempts: Vec::new(),
+            grun_steps: Vec::new(),
         }
     }
 

@@ -28,7 +28,84 @@ pub struct StepRequest {
     pub env: BTreeMap<String, String>,
     /// The working directory (the caller's).
     pub cwd: String,
+    /// Run the (single) task in a pseudo-terminal of this size (`grun --pty`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<TermSize>,
 }
+
+/// A terminal's size in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TermSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// What the caller of a running step sends its task 0 (the `StepInput` request body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepInput {
+    pub job: JobId,
+    pub step: u32,
+    pub input: InputEvent,
+}
+
+/// Input for a step's task 0: bytes of its stdin, the end of it, or a new terminal size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InputEvent {
+    /// The bytes, base64.
+    Data {
+        data: String,
+    },
+    Eof,
+    Resize(TermSize),
+}
+
+/// The most stdin one `StepInput` carries.
+pub const INPUT_CHUNK: usize = 64 * 1024;
+
+/// How a recorded `grun` step stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StepState {
+    Running,
+    Completed,
+    Failed,
+    /// Stopped before its tasks ended: its `grun` went away, or its job ended first.
+    Cancelled,
+}
+
+impl StepState {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepState::Running => "RUNNING",
+            StepState::Completed => "COMPLETED",
+            StepState::Failed => "FAILED",
+            StepState::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A `grun` step as its job's record keeps it (`gqueue -s`, `gacct` rows `JOBID.STEP`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: u32,
+    /// The command's name (its first word's last path part, as Slurm's step name).
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub ntasks: u32,
+    pub start_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<u64>,
+    pub state: StepState,
+    /// The highest task exit status (as `grun` exits with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+/// The most `grun` steps a job's record keeps (the oldest ended ones go first).
+pub const MAX_RECORDED_STEPS: usize = 1000;
 
 /// Where a step's tasks go: node names and, per node, the global ranks it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +197,9 @@ pub struct StepLaunch {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub cwd: String,
+    /// Task 0 runs in a pseudo-terminal of this size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<TermSize>,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -173,6 +253,7 @@ mod tests {
             argv: vec!["hostname".into()],
             env: BTreeMap::new(),
             cwd: "/".into(),
+            pty: None,
         }
     }
 

@@ -20,15 +20,17 @@ use gsched_state::rows::{Audience, JobDetail, job_row, node_rows, queue_row};
 use gsched_state::validate;
 use gsched_state::view::{ViewCache, nodes_only, pending_view, snapshot};
 use gsched_state::{
-    ActOnJobs, CancelJob, ClusterState, Command, DrainNode, HoldJob, Outcome, RequeueJob,
-    ResumeNode, SubmitJob, UpdateJob,
+    ActOnJobs, CancelJob, ClusterState, Command, DrainNode, GrunStepEnded, GrunStepStarted,
+    HoldJob, Outcome, RequeueJob, ResumeNode, SubmitJob, UpdateJob,
 };
 use gsched_types::api::{
     ActionSummary, CheckReply, JobActionRequest, JobList, JobSelector, NodeList, QueueRow,
     SignalRequest, StatusRow, UpdateJobRequest,
 };
 use gsched_types::job::{JobId, JobRecord, JobSpec, JobState};
-use gsched_types::steps::{StepLaunch, StepRequest, StepUpdate, TaskIo};
+use gsched_types::steps::{
+    INPUT_CHUNK, InputEvent, StepInput, StepLaunch, StepRequest, StepState, StepUpdate, TaskIo,
+};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::ops::Bound;
@@ -322,7 +324,7 @@ impl Jobs for JobsService {
             return Err(self.ctx.unavailable("steps go through the leader".into()));
         }
         self.ctx.read_barrier().await;
-        let (attempt, layout) = {
+        let (attempt, layout, owner) = {
             let r = self.ctx.raft.replica.read();
             let job = r
                 .state
@@ -345,23 +347,51 @@ impl Jobs for JobsService {
             let layout = body
                 .layout(&job.node_names())
                 .map_err(Status::invalid_argument)?;
-            (job.restarts, layout)
+            if body.pty.is_some() && layout.ntasks != 1 {
+                return Err(Status::invalid_argument(format!(
+                    "grun --pty runs one task in a terminal, not {} (drop -n/--ntasks-per-node or -N)",
+                    layout.ntasks
+                )));
+            }
+            (job.restarts, layout, job.spec.user.clone())
         };
         let (updates_tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
-        let step = self.ctx.hub.open_step(body.job, updates_tx);
+        let step = self
+            .ctx
+            .hub
+            .open_step(body.job, updates_tx, &owner, &layout.nodes[0]);
+        let name = body.argv[0]
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let recorded = self
+            .ctx
+            .propose(
+                Command::GrunStepStarted(GrunStepStarted {
+                    job: body.job,
+                    attempt,
+                    step,
+                    name,
+                    nodes: layout.nodes.clone(),
+                    ntasks: layout.ntasks,
+                }),
+                None,
+            )
+            .await;
+        match recorded.map(outcome_to_status) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) | Err(e) => {
+                self.ctx.hub.close_step(body.job, step);
+                return Err(e);
+            }
+        }
         let (client_tx, client_rx) = tokio::sync::mpsc::unbounded_channel();
         let send = |tx: &tokio::sync::mpsc::UnboundedSender<Result<DocReply, Status>>,
                     u: &StepUpdate| {
             let json = serde_json::to_vec(u).expect("a step update serialises");
             tx.send(Ok(DocReply { json })).is_ok()
         };
-        send(
-            &client_tx,
-            &StepUpdate::Started {
-                step,
-                layout: layout.clone(),
-            },
-        );
         for (i, node) in layout.nodes.iter().enumerate() {
             let launch = StepLaunch {
                 job: body.job,
@@ -372,6 +402,7 @@ impl Jobs for JobsService {
                 argv: body.argv.clone(),
                 env: body.env.clone(),
                 cwd: body.cwd.clone(),
+                pty: body.pty,
             };
             if !self
                 .ctx
@@ -386,29 +417,63 @@ impl Jobs for JobsService {
                 });
             }
         }
+        // Told after the agents, so that input the caller sends on hearing it reaches
+        // an agent that already has the step.
+        send(
+            &client_tx,
+            &StepUpdate::Started {
+                step,
+                layout: layout.clone(),
+            },
+        );
         let ctx = self.ctx.clone();
         let (job, nodes, ntasks) = (body.job, layout.nodes.clone(), layout.ntasks);
         tokio::spawn(async move {
             // Ends when every task has exited; a node that cannot start its tasks, or a
             // caller that goes away, stops the rest (as srun aborts a step).
             let mut exited = 0;
-            let stop = loop {
+            let (mut code, mut signal) = (0, None);
+            let end = loop {
                 tokio::select! {
                     u = updates.recv() => {
-                        let Some(u) = u else { break true };
+                        let Some(u) = u else { break StepState::Cancelled };
                         let failed = matches!(u, StepUpdate::Io(TaskIo::Failed { .. }));
-                        exited += u32::from(matches!(u, StepUpdate::Io(TaskIo::Exited { .. })));
-                        if !send(&client_tx, &u) || failed {
-                            break true;
+                        if let StepUpdate::Io(TaskIo::Exited { code: c, signal: s, .. }) = &u {
+                            exited += 1;
+                            code = code.max(c.unwrap_or(0));
+                            signal = signal.or(*s);
+                        }
+                        if !send(&client_tx, &u) {
+                            break StepState::Cancelled;
+                        }
+                        if failed {
+                            break StepState::Failed;
                         }
                         if exited >= ntasks {
-                            break false;
+                            break if code == 0 && signal.is_none() {
+                                StepState::Completed
+                            } else {
+                                StepState::Failed
+                            };
                         }
                     }
-                    _ = client_tx.closed() => break true,
+                    _ = client_tx.closed() => break StepState::Cancelled,
                 }
             };
             ctx.hub.close_step(job, step);
+            let stop = exited < ntasks;
+            let _ = ctx
+                .propose(
+                    Command::GrunStepEnded(GrunStepEnded {
+                        job,
+                        step,
+                        state: end,
+                        exit_code: (exited > 0).then_some(code),
+                        signal,
+                    }),
+                    None,
+                )
+                .await;
             if stop {
                 for n in &nodes {
                     ctx.hub
@@ -419,6 +484,50 @@ impl Jobs for JobsService {
         Ok(Response::new(
             tokio_stream::wrappers::UnboundedReceiverStream::new(client_rx),
         ))
+    }
+
+    async fn step_input(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<ActionReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let body: StepInput = json_body(&req.into_inner().json, "step input")?;
+        if let InputEvent::Data { data } = &body.input
+            && data.len() > INPUT_CHUNK * 4 / 3 + 4
+        {
+            return Err(Status::invalid_argument(format!(
+                "step input comes in pieces of at most {INPUT_CHUNK} bytes"
+            )));
+        }
+        let Some((owner, node)) = self.ctx.hub.step_target(body.job, body.step) else {
+            return Err(if self.ctx.raft.is_leader() {
+                Status::not_found(format!(
+                    "step {}.{} is not running (it ended, or another controller started it)",
+                    body.job, body.step
+                ))
+            } else {
+                self.ctx.unavailable("steps go through the leader".into())
+            });
+        };
+        if owner != caller.user && !caller.acts_for_others() {
+            return Err(Status::permission_denied(format!(
+                "step {}.{} belongs to {owner}: only its owner may send it input",
+                body.job, body.step
+            )));
+        }
+        let msg = ControllerToAgent::StepInput {
+            job: body.job,
+            step: body.step,
+            input: body.input,
+        };
+        if !self.ctx.hub.send(&node, &msg) {
+            return Err(Status::unavailable(format!(
+                "the agent of {node} is not connected"
+            )));
+        }
+        Ok(Response::new(ActionReply {
+            message: String::new(),
+        }))
     }
 
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {

@@ -433,6 +433,15 @@ impl ClusterState {
                 || (job.spec.requeue && f.kind.is_requeueable() && job.restarts < max)
         });
         let (account, user) = (job.spec.account_name().to_string(), job.spec.user.clone());
+        // Steps still running end with their job.
+        for s in job
+            .grun_steps
+            .iter_mut()
+            .filter(|s| s.state == gsched_types::steps::StepState::Running)
+        {
+            s.state = gsched_types::steps::StepState::Cancelled;
+            s.end_ms = Some(at);
+        }
         if requeue {
             if let Some(f) = &job.failure
                 && f.kind.blames_node()
@@ -447,6 +456,7 @@ impl ClusterState {
             job.eligible_ms = at;
             job.allocation = None;
             job.steps.clear();
+            job.grun_steps.clear();
             job.ending_as = None;
             job.start_ms = None;
         } else {

@@ -4,12 +4,14 @@
 //!
 //! The handlers live beside this file by what they change: [`jobs`] (submission, cancel,
 //! hold, requeue, placement, the end of a job and its accounting), [`steps`] (what agents
-//! report about a node's part of a job) and [`nodes`] (registration, loss, health, drain);
+//! report about a node's part of a job), [`grun`] (`grun` steps recorded in their job) and
+//! [`nodes`] (registration, loss, health, drain);
 //! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
 //! applied request ids.
 
 mod bulk;
 mod dedup;
+mod grun;
 mod jobs;
 mod nodes;
 pub mod payload;
@@ -263,6 +265,8 @@ impl ClusterState {
             Command::CancelJob(c) => self.cancel(c, at),
             Command::ActOnJobs(c) => self.act_on_jobs(c, at),
             Command::UpdateJob(c) => self.update_job(c),
+            Command::GrunStepStarted(c) => self.grun_step_started(c, at),
+            Command::GrunStepEnded(c) => self.grun_step_ended(c, at),
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c),
             Command::StepStarted(c) => self.step_started(c, at),
