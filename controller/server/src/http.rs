@@ -8,6 +8,9 @@
 //! the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`), the same callers (the socket's
 //! owner on a --dev-local cluster, else a MUNGE credential in `X-Gsched-Munge`) and the
 //! same rule on what others' jobs show.
+//!
+//! And the dashboard at `/`: one page embedded in the binary (`dashboard.html`) that
+//! draws from that API with the browser's identity.
 
 use crate::ctx::Ctx;
 use axum::Router;
@@ -54,13 +57,14 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
                 async move { metrics(&ctx) }
             }),
         )
+        .route("/", get(dashboard))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/nodes", get(nodes))
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
-                "gctld serves /metrics and /api/v1/{jobs,jobs/ID,nodes} here\n",
+                "gctld serves the dashboard at /, /metrics and /api/v1/{jobs,jobs/ID,nodes} here\n",
             )
         })
         .with_state(api);
@@ -87,6 +91,19 @@ struct JobsQuery {
     #[serde(default)]
     detail: Option<String>,
     after: Option<u64>,
+}
+
+/// The dashboard page (its data comes from the API, so it needs no credentials itself).
+async fn dashboard() -> axum::response::Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("dashboard.html"),
+    )
+        .into_response()
 }
 
 fn flag(v: &Option<String>) -> bool {

@@ -2,7 +2,7 @@
 //! `Jobs.ListJobs`/`ListNodes` answer and the REST API serves.
 
 use crate::machine::ClusterState;
-use gsched_types::api::{JobContext, JobRow, NodeRow, NodeState, QueueRow};
+use gsched_types::api::{GpuJob, JobContext, JobRow, NodeRow, NodeState, QueueRow};
 use gsched_types::job::{JobId, JobRecord, JobState};
 use std::collections::BTreeMap;
 
@@ -72,6 +72,7 @@ pub fn job_row(
 /// Every node's row; `with_topology` adds the wiring.
 pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
     let mut jobs_on: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+    let mut gpu_jobs_on: BTreeMap<&str, Vec<GpuJob>> = BTreeMap::new();
     for j in state
         .jobs
         .values()
@@ -79,6 +80,10 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
     {
         for na in j.allocation.iter().flat_map(|a| &a.nodes) {
             jobs_on.entry(na.node.as_str()).or_default().push(j.id);
+            gpu_jobs_on
+                .entry(na.node.as_str())
+                .or_default()
+                .extend(na.gpus.iter().map(|&gpu| GpuJob { gpu, job: j.id }));
         }
     }
     state
@@ -89,6 +94,8 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
             let capacity = ClusterState::capacity_of(n);
             let gpus_used: Vec<u32> = usage.gpus.iter().collect();
             let jobs = jobs_on.remove(n.name.as_str()).unwrap_or_default();
+            let mut gpu_jobs = gpu_jobs_on.remove(n.name.as_str()).unwrap_or_default();
+            gpu_jobs.sort_by_key(|g| g.gpu);
             let total = n.topology.gpus.len() as u32;
             let idle_bad = n.bad_gpus.iter().filter(|g| !gpus_used.contains(g)).count() as u32;
             NodeRow {
@@ -111,6 +118,7 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
                 memory_mb: capacity.mem_mb,
                 memory_used_mb: usage.mem_mb,
                 jobs,
+                gpu_jobs,
                 features: n.features.clone(),
                 agent_version: n.agent_version.clone(),
                 health: n.health.clone(),

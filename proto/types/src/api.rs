@@ -560,6 +560,9 @@ pub struct NodeRow {
     pub memory_used_mb: u64,
     /// Jobs running (or ending) here.
     pub jobs: Vec<JobId>,
+    /// Which job holds each held GPU (for the dashboard's node grid).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_jobs: Vec<GpuJob>,
     #[serde(default)]
     pub features: Vec<String>,
     #[serde(default)]
@@ -570,6 +573,13 @@ pub struct NodeRow {
     /// The node's wiring (detailed rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
+}
+
+/// A GPU of a node and the job holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuJob {
+    pub gpu: u32,
+    pub job: JobId,
 }
 
 /// `Jobs.ListNodes`'s reply.
