@@ -52,7 +52,8 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-fn decode_doc<T: serde::de::DeserializeOwned>(json: &[u8], tool: &str) -> T {
+/// Decodes a reply's JSON document; `tool: error: ...` and exit 1 when it is malformed.
+pub fn decode_doc<T: serde::de::DeserializeOwned>(json: &[u8], tool: &str) -> T {
     serde_json::from_slice(json)
         .unwrap_or_else(|e| client::die(tool, format!("malformed reply from the controller: {e}")))
 }

@@ -138,8 +138,17 @@ pub fn scontrol(
         }
         ["update", ..] => update(&words[1..]),
         ["ping"] => gctl(vec!["status"]),
+        ["token", rest @ ..] => {
+            let mut v = vec!["token"];
+            for w in rest {
+                if let Some(l) = w.strip_prefix("lifespan=") {
+                    v.extend(["--lifetime", l]);
+                }
+            }
+            gctl(v)
+        }
         _ => Err(format!(
-            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., ping (see gctl --help)",
+            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., ping, token (see gctl --help)",
             words.join(" ")
         )),
     }
@@ -223,6 +232,10 @@ mod tests {
         assert_eq!(run("-d show job 7").unwrap(), g(&["show", "job", "7"]));
         assert_eq!(run("requeue 42").unwrap(), g(&["requeue", "42"]));
         assert_eq!(run("hold 1,2").unwrap(), g(&["hold", "1,2"]));
+        assert_eq!(
+            run("token lifespan=3600").unwrap(),
+            g(&["token", "--lifetime", "3600"])
+        );
         assert_eq!(run("release JobId=3").unwrap(), g(&["release", "3"]));
         assert_eq!(
             run("update NodeName=n1 State=DRAIN Reason=fan").unwrap(),

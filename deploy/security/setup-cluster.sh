@@ -2,7 +2,8 @@
 # Sets up gsched's security for a real lab cluster, run on the admin's machine as root:
 #   1. a cluster CA and one certificate per controller and per node (gctl certs);
 #   2. copies of them, and of the MUNGE key, to every host (scp over the management
-#      network), with the modes the daemons check.
+#      network), with the modes the daemons check;
+#   3. one key for the API tokens of `gctl token` (token.key), on every controller.
 #
 #   deploy/security/setup-cluster.sh CONTROLLERS NODES
 #   e.g. deploy/security/setup-cluster.sh "1=ctl1 2=ctl2 3=ctl3" "gpu01 gpu02"
@@ -24,6 +25,7 @@ for n in $NODES; do
     gctl certs issue --dir "$DIR" --node "$n"
 done
 [ -s /etc/munge/munge.key ] || mungekey --create --keyfile /etc/munge/munge.key
+[ -s "$DIR/token.key" ] || (umask 077 && head -c 32 /dev/urandom > "$DIR/token.key")
 install_on() { # host files...
     local host="$1"; shift
     ssh "root@$host" "mkdir -p $DIR && chmod 755 $DIR"
@@ -34,7 +36,7 @@ install_on() { # host files...
 }
 for c in $CONTROLLERS; do
     id="${c%%=*}" host="${c#*=}"
-    install_on "$host" "$DIR/controller-$id.pem" "$DIR/controller-$id.key"
+    install_on "$host" "$DIR/controller-$id.pem" "$DIR/controller-$id.key" "$DIR/token.key"
 done
 for n in $NODES; do
     install_on "$n" "$DIR/node-$n.pem" "$DIR/node-$n.key"

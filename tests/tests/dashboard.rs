@@ -3,7 +3,8 @@
 //! API with the browser's identity) and the test reads the resulting DOM. The node grid
 //! shows the GPU a job holds, with its owner; a job page draws its placement; a failed
 //! job's page shows its evidence and details to its owner and not to another user (who
-//! sees its summary and placement, as `scontrol show job -d` shows them). Screenshots go to
+//! sees its summary and placement, as `scontrol show job -d` shows them); a `gctl token`
+//! logs a browser in as its user, a bad one gets the login form. Screenshots go to
 //! `target/test-artifacts/dashboard/`.
 
 use gsched_tests::{Cluster, TestUser, free_port, test_users, workspace};
@@ -95,6 +96,14 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(500));
         }
         panic!("the dashboard did not finish drawing {url}");
+    }
+
+    /// What the page drew, finished or showing its login form.
+    fn dom_or_login(&self, url: &str) -> String {
+        let dom = self.run(url, &["--dump-dom"]);
+        let start = dom.find("<main").expect("a main element");
+        let end = dom.find("</main>").expect("a main element");
+        dom[start..end].to_string()
     }
 
     fn screenshot(&self, url: &str, name: &str) {
@@ -218,5 +227,22 @@ fn t10_node_grid_job_placement_and_evidence_only_for_the_owner() {
     assert!(
         !dom.contains("Working directory"),
         "bob sees alice's job details: {dom}"
+    );
+
+    // Logging in with a token (`gctl token`, given once as #token=...) makes the browser
+    // that user, whoever runs it; a bad token gets the login form, not someone's data.
+    let out = c.cli_as(&alice, "gctl", &["token", "--json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&gsched_tests::success_stdout(&out, "gctl token")).unwrap();
+    let token = v["token"].as_str().unwrap();
+    let guest = Browser::new(&exe, &bob);
+    let dom = guest.dom_or_login(&format!("{base}#token=forged.{token}"));
+    assert!(dom.contains("id=\"login\""), "{dom}");
+    let dom = guest.dom(&format!("{base}#token={token}"));
+    assert!(dom.contains("data-node=\"n1\""), "{dom}");
+    let dom = guest.dom(&failed_url);
+    assert!(
+        dom.contains("Watchdog caught collective operation timeout"),
+        "{dom}"
     );
 }

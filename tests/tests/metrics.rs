@@ -9,10 +9,15 @@ use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 fn get(addr: &str, path: &str) -> String {
+    get_with(addr, path, "")
+}
+
+/// A GET with extra header lines (each ending in \r\n).
+fn get_with(addr: &str, path: &str, headers: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -162,4 +167,78 @@ fn t30_the_read_api_serves_the_cli_rows_to_verified_callers() {
         assert!(v["jobs"][0]["spec"].is_null(), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
     }
+}
+
+#[test]
+fn t40_gctl_token_names_its_user_to_the_http_api_and_nothing_else_passes() {
+    let Some((alice, bob)) = gsched_tests::test_users() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let home = c.user_dir(&alice);
+    let script = home.join("sleep.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 600\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = c.cli_as(
+        &alice,
+        "gsub",
+        &[
+            "--parsable",
+            "--hold",
+            "--export",
+            "ALL,SECRET=hunter2",
+            script.to_str().unwrap(),
+        ],
+    );
+    let id: u64 = success_stdout(&out, "gsub as alice")
+        .trim()
+        .parse()
+        .unwrap();
+    let token_of = |user: &gsched_tests::TestUser, lifetime: &str| -> String {
+        let out = c.cli_as(user, "gctl", &["token", "--lifetime", lifetime, "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
+        assert_eq!(v["user"], user.name.as_str());
+        v["token"].as_str().unwrap().to_string()
+    };
+    let path = format!("/api/v1/jobs/{id}");
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+    // Alice's token shows her her job in full, whoever's socket carries it (here root's).
+    let alice_token = token_of(&alice, "1:00:00");
+    let mine = get_with(&addr, &path, &bearer(&alice_token));
+    assert!(mine.starts_with("HTTP/1.1 200"), "{mine}");
+    assert!(body(&mine)["spec"].is_object(), "{mine}");
+    // Bob's token: the summary only, though root's socket would have shown everything.
+    let bobs = get_with(&addr, &path, &bearer(&token_of(&bob, "1:00:00")));
+    assert!(bobs.starts_with("HTTP/1.1 200"), "{bobs}");
+    assert!(body(&bobs)["spec"].is_null(), "{bobs}");
+    assert!(!bobs.contains("hunter2"));
+    // An altered token, a made-up one and an expired one are refused, not downgraded.
+    let altered = alice_token.replacen(&format!(".{}.", alice.uid), ".0.", 1);
+    for (t, why) in [
+        (altered.as_str(), "not issued"),
+        ("gst1.0.0.99999999999999.00", "not issued"),
+        ("nonsense", "not a gsched token"),
+    ] {
+        let r = get_with(&addr, &path, &bearer(t));
+        assert!(r.starts_with("HTTP/1.1 401"), "{t}: {r}");
+        assert!(body(&r)["error"].as_str().unwrap().contains(why), "{r}");
+    }
+    let short = token_of(&alice, "1");
+    std::thread::sleep(Duration::from_millis(1_300));
+    let r = get_with(&addr, &path, &bearer(&short));
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    assert!(
+        body(&r)["error"].as_str().unwrap().contains("expired"),
+        "{r}"
+    );
+    // Lifetimes are bounded.
+    let out = c.cli_as(&alice, "gctl", &["token", "--lifetime", "30-00:00:00"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a week"));
+    // The dashboard page itself is served to anyone; its data is not.
+    let page = get(&addr, "/");
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("<title>gsched</title>"));
 }

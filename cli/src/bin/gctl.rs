@@ -100,6 +100,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// A token for the HTTP API and the dashboard, for you (scontrol token): prints
+    /// GSCHED_TOKEN=...; paste it into the dashboard's login, or send it as
+    /// `Authorization: Bearer TOKEN`.
+    Token {
+        /// How long it is good for: seconds (as scontrol token lifespan=), or
+        /// HH:MM:SS / D-HH:MM:SS; at most a week.
+        #[arg(long, default_value = "8:00:00")]
+        lifetime: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
     /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
     /// `--slurm-names DIR` so jobs find them too).
@@ -404,6 +415,36 @@ fn main() {
             });
             let status = burn_in(&picked, &opts, &dir, json);
             std::process::exit(status);
+        }
+        Cmd::Token { lifetime, json } => {
+            let lifetime_s = match lifetime.parse::<u64>() {
+                Ok(seconds) => seconds,
+                Err(_) => gsched_types::parse::time_limit(&lifetime)
+                    .unwrap_or_else(|e| die("gctl", format!("--lifetime {lifetime}: {e}")))
+                    .unwrap_or(gsched_types::api::MAX_TOKEN_LIFETIME_S),
+            };
+            let req = gsched_proto::pb::ActOnJobsRequest {
+                request_id: request_id(),
+                json: serde_json::to_vec(&gsched_types::api::TokenRequest { lifetime_s })
+                    .expect("a token request serialises"),
+            };
+            let reply = rt
+                .block_on(client.call(|mut c| {
+                    let req = req.clone();
+                    async move { c.issue_token(req).await }
+                }))
+                .unwrap_or_else(|s| die("gctl", describe(&s)));
+            let token: gsched_types::api::TokenReply = gsched_cli::decode_doc(&reply.json, "gctl");
+            if json {
+                gsched_cli::print_json(&token);
+            } else {
+                outln!("GSCHED_TOKEN={}", token.token);
+                eprintln!(
+                    "gctl: a token for {} until {}",
+                    token.user,
+                    gsched_types::parse::format_timestamp(token.expires_ms)
+                );
+            }
         }
         Cmd::SlurmNames { dir } => {
             let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));

@@ -142,7 +142,7 @@ fn crash_consistency_under_sigkill() {
             }
             (last, lines)
         });
-        // Kill at a random moment once the writer has acknowledged something this round.
+        // Kill at a random moment (usually after the writer acknowledged something).
         std::thread::sleep(Duration::from_millis(150 + rng % 400));
         let _ = child.kill();
         let _ = child.wait();
@@ -156,6 +156,11 @@ fn crash_consistency_under_sigkill() {
             panic!("round {round}: the store does not reopen after SIGKILL: {e}")
         });
         let (ack_index, ack_term) = acked;
+        if ack_index == 0 {
+            // Killed before its first acknowledgement (a slow start on a loaded machine):
+            // nothing was promised yet.
+            continue;
+        }
         assert!(
             s.last_index() >= ack_index,
             "round {round}: acknowledged index {ack_index} lost (last index {})",

@@ -47,6 +47,9 @@ pub struct ControllerConfig {
     pub store_cache_bytes: u64,
     /// Where `/metrics` is served (`--http`), if anywhere.
     pub http: Option<String>,
+    /// The key `gctl token`'s tokens are signed with (`--token-key`), the same file on
+    /// every controller; `None`: a key of this process alone.
+    pub token_key: Option<PathBuf>,
     /// Who may act on other users' jobs, nodes and membership; the lowest ordinary uid.
     pub policy: Policy,
     pub security: Security,
@@ -73,6 +76,7 @@ impl ControllerConfig {
             snapshot_every: 5_000,
             store_cache_bytes: gsched_raft::sled_store::DEFAULT_CACHE_BYTES,
             http: None,
+            token_key: None,
             policy: Policy::default(),
             security: Security::DevLocal,
         }

@@ -5,9 +5,9 @@
 //! bounded set of values (states, reason kinds, roles); no per-job label.
 //!
 //! And the read API under `/api/v1/` (`jobs`, `jobs/{id}`, `nodes`): the same rows as
-//! the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`), the same callers (the socket's
-//! owner on a --dev-local cluster, else a MUNGE credential in `X-Gsched-Munge`) and the
-//! same rule on what others' jobs show.
+//! the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`), the same callers (a `gctl token`
+//! in `Authorization: Bearer`, else the socket's owner on a --dev-local cluster, else a
+//! MUNGE credential in `X-Gsched-Munge`) and the same rule on what others' jobs show.
 //!
 //! And the dashboard at `/`: one page embedded in the binary (`dashboard.html`) that
 //! draws from that API with the browser's identity.
@@ -116,6 +116,16 @@ fn caller(
     remote: std::net::SocketAddr,
     headers: &axum::http::HeaderMap,
 ) -> Result<crate::auth::Caller, tonic::Status> {
+    if let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return api
+            .ctx
+            .auth
+            .caller_of_token(token, gsched_proto::clock::now_ms());
+    }
     let peer_uid = api
         .local
         .and_then(|local| crate::auth::conn::loopback_peer_uid(local, remote));

@@ -119,7 +119,11 @@ pub async fn run(
     let (raft, thread) =
         gsched_raft::start_supervised(node_cfg, store, Some(restart_process), transport, tx, rx)
             .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
-    let auth = Auth::new(mode, cfg.policy.clone());
+    let tokens = match &cfg.token_key {
+        Some(path) => auth::token::TokenKey::from_file(path).map_err(|e| anyhow::anyhow!(e))?,
+        None => auth::token::TokenKey::random(),
+    };
+    let auth = Auth::new(mode, cfg.policy.clone(), tokens);
     let ctx = Arc::new(Ctx {
         cfg,
         auth,

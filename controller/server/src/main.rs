@@ -59,6 +59,12 @@ struct Args {
     /// management network).
     #[arg(long)]
     http: Option<String>,
+    /// The key the tokens of `gctl token` (for the HTTP API and the dashboard) are signed
+    /// with: 32 or more bytes, the same file on every controller (`head -c 32
+    /// /dev/urandom`). Without it each controller signs with a key of its own that its
+    /// restart forgets.
+    #[arg(long)]
+    token_key: Option<PathBuf>,
     /// sled's page cache for the Raft log, in MiB (the log is read back rarely).
     #[arg(long, default_value_t = 16)]
     store_cache_mb: u64,
@@ -140,6 +146,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));
     cfg.store_cache_bytes = args.store_cache_mb.max(1) << 20;
     cfg.http = args.http.clone();
+    cfg.token_key = args.token_key.clone();
     if let Some(path) = &args.config {
         ConfigFile::load(path)
             .map_err(|e| anyhow::anyhow!(e))?

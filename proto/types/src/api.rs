@@ -575,6 +575,24 @@ pub struct NodeRow {
     pub topology: Option<Topology>,
 }
 
+/// `gctl token`'s request: how long the token should be good for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRequest {
+    pub lifetime_s: u64,
+}
+
+/// A bearer token (`Authorization: Bearer TOKEN` on the HTTP API, or pasted into the
+/// dashboard) for `user`, good until `expires_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenReply {
+    pub token: String,
+    pub user: String,
+    pub expires_ms: u64,
+}
+
+/// The longest a token may live: a week.
+pub const MAX_TOKEN_LIFETIME_S: u64 = 7 * 24 * 3600;
+
 /// A GPU of a node and the job holding it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuJob {

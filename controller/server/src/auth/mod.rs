@@ -5,6 +5,7 @@
 //! what a caller may do: privileges (user, operator, admin) and whom a job may run as.
 
 pub mod conn;
+pub mod token;
 
 use conn::ConnInfo;
 use gsched_proto::MUNGE_CREDENTIAL;
@@ -102,6 +103,7 @@ pub struct Auth {
     /// Credentials already used here, until they expire.
     seen: Mutex<HashMap<String, Instant>>,
     names: Mutex<HashMap<u32, (String, u32, Instant)>>,
+    tokens: token::TokenKey,
 }
 
 fn unauthenticated(why: impl Into<String>) -> Status {
@@ -109,14 +111,26 @@ fn unauthenticated(why: impl Into<String>) -> Status {
 }
 
 impl Auth {
-    pub fn new(mode: Mode, policy: Policy) -> Auth {
+    pub fn new(mode: Mode, policy: Policy, tokens: token::TokenKey) -> Auth {
         Auth {
             mode,
             policy,
             own_uid: nix::unistd::getuid().as_raw(),
             seen: Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
+            tokens,
         }
+    }
+
+    /// A bearer token for `caller`, good until `expires_ms` (`gctl token`).
+    pub fn issue_token(&self, caller: &Caller, expires_ms: u64) -> String {
+        self.tokens.issue(caller.uid, caller.gid, expires_ms)
+    }
+
+    /// The verified user behind a bearer token (the HTTP API's `Authorization` header).
+    pub fn caller_of_token(&self, token: &str, now_ms: u64) -> Result<Caller, Status> {
+        let (uid, gid) = self.tokens.verify(token, now_ms).map_err(unauthenticated)?;
+        Ok(self.caller_from(uid, gid))
     }
 
     pub fn policy(&self) -> &Policy {

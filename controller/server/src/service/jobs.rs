@@ -486,6 +486,30 @@ impl Jobs for JobsService {
         ))
     }
 
+    async fn issue_token(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<DocReply>, Status> {
+        let caller = self.ctx.auth.caller(&req)?;
+        let body: gsched_types::api::TokenRequest =
+            json_body(&req.into_inner().json, "token request")?;
+        if body.lifetime_s == 0 || body.lifetime_s > gsched_types::api::MAX_TOKEN_LIFETIME_S {
+            return Err(Status::invalid_argument(format!(
+                "a token lives from 1 s to {} s (a week)",
+                gsched_types::api::MAX_TOKEN_LIFETIME_S
+            )));
+        }
+        let expires_ms = gsched_proto::clock::now_ms() + body.lifetime_s * 1000;
+        let reply = gsched_types::api::TokenReply {
+            token: self.ctx.auth.issue_token(&caller, expires_ms),
+            user: caller.user.clone(),
+            expires_ms,
+        };
+        Ok(Response::new(DocReply {
+            json: serde_json::to_vec(&reply).expect("a token reply serialises"),
+        }))
+    }
+
     async fn step_input(
         &self,
         req: Request<ActOnJobsRequest>,

@@ -1,0 +1,106 @@
+//! Bearer tokens for the HTTP API and the dashboard (`gctl token`, as `scontrol token`):
+//! a verified user's uid and gid and an expiry, signed with HMAC-SHA256 under a key every
+//! controller shares (`gctld --token-key FILE`; without it, a key of this process alone,
+//! so its tokens are good only here and until it restarts).
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+const PREFIX: &str = "gst1";
+/// The shortest key accepted from a file.
+const MIN_KEY_BYTES: usize = 32;
+
+pub struct TokenKey(Vec<u8>);
+
+impl TokenKey {
+    /// The key in `path` (at least 32 bytes; `head -c 32 /dev/urandom > FILE` makes one).
+    pub fn from_file(path: &std::path::Path) -> Result<TokenKey, String> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read the token key {}: {e}", path.display()))?;
+        if bytes.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "the token key {} has {} bytes; it needs {MIN_KEY_BYTES} or more (head -c 32 /dev/urandom > FILE, the same file on every controller)",
+                path.display(),
+                bytes.len()
+            ));
+        }
+        Ok(TokenKey(bytes))
+    }
+
+    /// A key of this process alone.
+    pub fn random() -> TokenKey {
+        let mut key = vec![0u8; MIN_KEY_BYTES];
+        if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+            let _ = std::io::Read::read_exact(&mut f, &mut key);
+        }
+        TokenKey(key)
+    }
+
+    fn mac(&self, body: &str) -> Hmac<Sha256> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        m.update(body.as_bytes());
+        m
+    }
+
+    /// A token for `uid`/`gid` good until `expires_ms`.
+    pub fn issue(&self, uid: u32, gid: u32, expires_ms: u64) -> String {
+        let body = format!("{PREFIX}.{uid}.{gid}.{expires_ms}");
+        let tag: String = self
+            .mac(&body)
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{body}.{tag}")
+    }
+
+    /// The uid and gid a token names, if it is this key's, well formed and not expired.
+    pub fn verify(&self, token: &str, now_ms: u64) -> Result<(u32, u32), String> {
+        let bad = || "not a gsched token (get one with gctl token)".to_string();
+        let (body, tag) = token.trim().rsplit_once('.').ok_or_else(bad)?;
+        let parts: Vec<&str> = body.split('.').collect();
+        let [PREFIX, uid, gid, expires] = parts[..] else {
+            return Err(bad());
+        };
+        let tag: Vec<u8> = (0..tag.len())
+            .step_by(2)
+            .map(|i| {
+                tag.get(i..i + 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?;
+        self.mac(body).verify_slice(&tag).map_err(|_| {
+            "this token was not issued by this cluster's controllers (or was altered)".to_string()
+        })?;
+        let expires: u64 = expires.parse().map_err(|_| bad())?;
+        if expires <= now_ms {
+            return Err("this token has expired: get a new one with gctl token".into());
+        }
+        Ok((
+            uid.parse().map_err(|_| bad())?,
+            gid.parse().map_err(|_| bad())?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_verify_until_they_expire_and_not_when_altered_or_foreign() {
+        let k = TokenKey(vec![7; 32]);
+        let t = k.issue(1001, 1001, 5_000);
+        assert_eq!(k.verify(&t, 4_999), Ok((1001, 1001)));
+        assert!(k.verify(&t, 5_000).unwrap_err().contains("expired"));
+        let forged = t.replacen("gst1.1001", "gst1.0", 1);
+        assert!(k.verify(&forged, 0).unwrap_err().contains("not issued"));
+        let other = TokenKey(vec![8; 32]);
+        assert!(other.verify(&t, 0).unwrap_err().contains("not issued"));
+        for junk in ["", "gst1", "a.b.c.d.e", "gst1.1.1.1.zz", "gst1.x.1.9.00"] {
+            assert!(k.verify(junk, 0).is_err(), "{junk}");
+        }
+    }
+}
