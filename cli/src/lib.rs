@@ -8,6 +8,8 @@ pub mod certs;
 pub mod client;
 pub mod doctor;
 pub mod format;
+pub mod grun_job;
+pub mod probe;
 pub mod queue_format;
 pub mod sbatch;
 pub mod slurm;

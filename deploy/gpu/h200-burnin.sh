@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `gctl doctor` and `gctl burn-in` on the H200 test machine (the `device` tool), with
+# `gctl doctor` (with --probe) and `gctl burn-in` on the H200 test machine (the `device` tool), with
 # release binaries in .device/bin and the machine's real NVML: first one agent with every
 # GPU, then (with two or more GPUs) two agents splitting them (gagentd --gpus). Reports,
 # plots and doctor output go to $OUT/burnin-*/ and $OUT/doctor-*.txt|json.
@@ -38,6 +38,7 @@ layout() {
     ginfo | tee "$OUT/ginfo-$tag.txt"
     gctl doctor | tee "$OUT/doctor-$tag.txt"
     gctl doctor --json > "$OUT/doctor-$tag.json"
+    gctl doctor --probe --paths /,/tmp,/models 2>&1 | tee "$OUT/doctor-probe-$tag.txt"
     gctl burn-in $QUICK --python python3 --out "$OUT/burnin-$tag" 2>&1 | tee "$OUT/burnin-$tag.log"
     echo "burn-in exit status: ${PIPESTATUS[0]}" | tee -a "$OUT/burnin-$tag.log"
 }

@@ -356,10 +356,15 @@ impl Cluster {
         .arg("--job-root")
         .arg(self.path(&format!("jobroot-{}", o.name)))
         .args(&self.agent_security)
-        .args(["--training-addr", "127.0.0.1", "--kmsg"])
+        .arg("--kmsg")
         .arg(self.path(&format!("kmsg-{}", o.name)))
         .args(["--cgroup-root", "off"])
         .args(&o.extra)
+        .args(if o.extra.iter().any(|a| a == "--training-addr") {
+            &[][..]
+        } else {
+            &["--training-addr", "127.0.0.1"][..]
+        })
         .env("GSCHED_LOG", "info,h2=warn,tower=warn,hyper=warn")
         .env("GSCHED_FAULTS_FILE", self.agent_faults(&o.name))
         .stdout(Stdio::null())

@@ -177,3 +177,64 @@ fn t20_burn_in_runs_the_stages_as_jobs_and_writes_a_report_with_plots() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no node n9"));
 }
+
+#[test]
+fn t30_the_probe_checks_paths_and_the_training_network_between_nodes() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "ws-2gpu-nvlink.json", &[]);
+    c.add_agent("n2", "ws-2gpu-nvlink.json", &[]);
+    let kinds = |v: &Value| -> Vec<(String, String)> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["node"].as_str().unwrap().to_string(),
+                    f["kind"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    // Healthy nodes that talk to each other: only the path that is not there.
+    let v = c.json(
+        "gctl",
+        &["doctor", "--probe", "--paths", "/,/nonexistent-datasets"],
+    );
+    let mut k = kinds(&v);
+    k.retain(|(_, kind)| kind != "disk-nearly-full");
+    k.sort();
+    assert_eq!(
+        k,
+        [("n1", "path-missing"), ("n2", "path-missing")]
+            .map(|(n, kind)| (n.to_string(), kind.to_string())),
+        "{v}"
+    );
+    let missing = &v["findings"][0];
+    assert!(
+        missing["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent-datasets"),
+        "{missing}"
+    );
+    // A node whose agent names a training address the host does not have.
+    c.add_agent(
+        "n3",
+        "ws-2gpu-nvlink.json",
+        &["--training-addr", "192.0.2.1"],
+    );
+    let v = c.json("gctl", &["doctor", "--probe"]);
+    let k = kinds(&v);
+    assert!(
+        k.contains(&("n3".into(), "training-address-not-on-node".into())),
+        "{v}"
+    );
+    assert!(
+        !k.iter()
+            .any(|(_, kind)| kind == "training-network-unreachable"
+                || kind == "mtu-mismatch-on-path"
+                || kind == "clock-skew"),
+        "n1 and n2 still reach each other: {v}"
+    );
+}

@@ -74,6 +74,19 @@ enum Cmd {
         /// Print {"findings":[...]}.
         #[arg(long)]
         json: bool,
+        /// Also probe on the nodes and between them, as a job (one task per node, no
+        /// GPU): training-network reachability and MTU between every pair, clock skew,
+        /// free space on --paths, the interface NCCL is told to use.
+        #[arg(long)]
+        probe: bool,
+        /// Paths every node should have, with room (comma separated; with --probe).
+        #[arg(long, value_delimiter = ',')]
+        paths: Vec<String>,
+        /// The Python the probe runs with on the nodes (standard library only).
+        #[arg(long, default_value = "python3")]
+        python: String,
+        #[arg(short = 'p', long)]
+        partition: Option<String>,
     },
     /// The bring-up guide's staged tests, as ordinary jobs through the scheduler: each GPU
     /// alone, each node's all-reduce, node pairs, all nodes; bus bandwidth judged against
@@ -343,7 +356,14 @@ fn main() {
             }
         }
         Cmd::Release { jobs } => act(&rt, &mut client, JobAction::Release, &jobs, Vec::new()),
-        Cmd::Doctor { nodes, json } => {
+        Cmd::Doctor {
+            nodes,
+            json,
+            probe,
+            paths,
+            python,
+            partition,
+        } => {
             let all = gsched_cli::fetch_nodes(&rt, &mut client, true, "gctl").nodes;
             let picked: Vec<_> = all
                 .into_iter()
@@ -352,7 +372,35 @@ fn main() {
             if picked.is_empty() {
                 die("gctl", "no such node registered");
             }
-            let findings = gsched_cli::doctor::check(&picked);
+            let mut findings = gsched_cli::doctor::check(&picked);
+            if probe {
+                // Nodes that cannot take a job are already findings above.
+                let up: Vec<(String, String)> = picked
+                    .iter()
+                    .filter(|n| {
+                        n.online
+                            && n.responding
+                            && matches!(n.admin, gsched_types::node::NodeAdminState::Up)
+                    })
+                    .map(|n| (n.name.clone(), n.training_addr.clone()))
+                    .collect();
+                if !up.is_empty() {
+                    let opts = gsched_cli::probe::Options {
+                        grun: gsched_cli::grun_job::grun_binary(),
+                        python,
+                        partition,
+                        controllers: args.controllers.clone(),
+                        paths,
+                    };
+                    let outcome = gsched_cli::probe::run(&up, &opts);
+                    let names: Vec<String> = up.into_iter().map(|(n, _)| n).collect();
+                    findings.extend(gsched_cli::probe::judge::judge(
+                        &outcome.reports,
+                        &names,
+                        &outcome.stderr_tail,
+                    ));
+                }
+            }
             if json {
                 gsched_cli::print_json(&gsched_types::findings::Findings { findings });
             } else if findings.is_empty() {
@@ -397,13 +445,8 @@ fn main() {
                     format!("no node {missing} is registered (see ginfo)"),
                 );
             }
-            let grun = std::env::current_exe()
-                .ok()
-                .and_then(|e| Some(e.parent()?.join("grun")))
-                .filter(|p| p.exists())
-                .unwrap_or_else(|| "grun".into());
             let opts = gsched_cli::burnin::exec::Options {
-                grun,
+                grun: gsched_cli::grun_job::grun_binary(),
                 python,
                 quick,
                 controllers: args.controllers.clone(),

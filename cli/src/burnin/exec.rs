@@ -3,9 +3,10 @@
 //! probe's result lines and NCCL's transport lines from their output.
 
 use super::{GpuCheck, PROBE, Run, RunResult, Sample, Stage};
+use crate::grun_job::{GrunJob, unlabel};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 /// How to start the runs.
@@ -22,58 +23,27 @@ pub struct Options {
     pub time_limit: String,
 }
 
-/// What the probe's tasks must not inherit from whoever runs `gctl burn-in`: a job's
-/// identity (grun would take it for the allocation to run in) and rendezvous settings.
-fn inherited(name: &str) -> bool {
-    !(name.starts_with("SLURM_")
-        || name.starts_with("GSCHED_JOB")
-        || matches!(
-            name,
-            "MASTER_ADDR"
-                | "MASTER_PORT"
-                | "RANK"
-                | "WORLD_SIZE"
-                | "LOCAL_RANK"
-                | "CUDA_VISIBLE_DEVICES"
-        ))
-}
-
 fn command(run: &Run, opts: &Options) -> Command {
-    let mut c = Command::new(&opts.grun);
-    c.env_clear()
-        .envs(std::env::vars().filter(|(k, _)| inherited(k)))
-        .env("PYTHONUNBUFFERED", "1");
+    let job = GrunJob {
+        grun: &opts.grun,
+        nodes: &run.nodes,
+        gpus_per_node: run.gpus_per_node,
+        tasks_per_node: run.gpus_per_node,
+        name: run.job_name(),
+        time_limit: &opts.time_limit,
+        partition: opts.partition.as_deref(),
+        controllers: opts.controllers.as_deref(),
+    };
+    let mut c = job.command(&[
+        &opts.python,
+        "-c",
+        PROBE,
+        run.stage.probe(),
+        if opts.quick { "1" } else { "0" },
+    ]);
     if std::env::var_os("NCCL_DEBUG").is_none() {
         c.env("NCCL_DEBUG", "INFO");
     }
-    let g = run.gpus_per_node.to_string();
-    c.args([
-        "-N",
-        &run.nodes.len().to_string(),
-        "-w",
-        &run.nodes.join(","),
-    ])
-    .args(["--gpus-per-node", &g, "--ntasks-per-node", &g])
-    .args(["-J", &run.job_name(), "-t", &opts.time_limit])
-    .args(["--kill-on-bad-exit", "-l"]);
-    if let Some(p) = &opts.partition {
-        c.args(["-p", p]);
-    }
-    if let Some(ctl) = &opts.controllers {
-        c.args(["--controllers", ctl]);
-    }
-    c.arg("--")
-        .arg(&opts.python)
-        .args([
-            "-c",
-            PROBE,
-            run.stage.probe(),
-            if opts.quick { "1" } else { "0" },
-        ])
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     c
 }
 
@@ -97,14 +67,6 @@ pub fn transports(text: &str) -> Vec<String> {
         seen.insert(parts[..keep.min(parts.len())].join("/"));
     }
     seen.into_iter().collect()
-}
-
-/// Strips grun's `-l` label ("3: ") from a line.
-fn unlabel(line: &str) -> &str {
-    match line.split_once(": ") {
-        Some((rank, rest)) if rank.trim().parse::<u32>().is_ok() => rest,
-        _ => line,
-    }
 }
 
 /// A run's result from grun's exit status and output.

@@ -28,6 +28,8 @@ pub enum Component {
     Nccl,
     Driver,
     Nvswitch,
+    /// The host itself: its clock, its disks.
+    Host,
     /// The file itself (not readable, not recognised).
     Input,
 }
