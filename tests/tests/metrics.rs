@@ -12,6 +12,20 @@ fn get(addr: &str, path: &str) -> String {
     get_with(addr, path, "")
 }
 
+/// A request with extra header lines (each ending in \r\n) and a body.
+fn send(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// A GET with extra header lines (each ending in \r\n).
 fn get_with(addr: &str, path: &str, headers: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -241,4 +255,130 @@ fn t40_gctl_token_names_its_user_to_the_http_api_and_nothing_else_passes() {
     // The dashboard page itself is served to anyone; its data is not.
     let page = get(&addr, "/");
     assert!(page.starts_with("HTTP/1.1 200") && page.contains("<title>gsched</title>"));
+}
+
+#[test]
+fn t50_writes_over_http_follow_the_cli_rules() {
+    let Some((alice, bob)) = gsched_tests::test_users() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let token = |u: &gsched_tests::TestUser| -> String {
+        let out = c.cli_as(u, "gctl", &["token", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
+        format!("Authorization: Bearer {}\r\n", v["token"].as_str().unwrap())
+    };
+    let (as_alice, as_bob) = (token(&alice), token(&bob));
+    // A job spec (the type gRPC Submit takes) that claims root, sent with alice's token:
+    // refused, as from the CLI.
+    let home = c.user_dir(&alice);
+    let mut spec =
+        gsched_types::job::JobSpec::simple("from-http", "root", "#!/bin/sh\nsleep 600\n");
+    spec.hold = true;
+    spec.uid = Some(0);
+    spec.workdir = home.to_string_lossy().into_owned();
+    let r = send(
+        &addr,
+        "POST",
+        "/api/v1/jobs",
+        &as_alice,
+        &serde_json::to_string(&spec).unwrap(),
+    );
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert!(
+        body(&r)["error"].as_str().unwrap().contains("another user"),
+        "{r}"
+    );
+    // Her own job.
+    spec.user = alice.name.clone();
+    spec.uid = None;
+    let spec = serde_json::to_value(&spec).unwrap();
+    let headers = format!("{as_alice}Idempotency-Key: t50-submit\r\n");
+    let r = send(&addr, "POST", "/api/v1/jobs", &headers, &spec.to_string());
+    assert!(r.starts_with("HTTP/1.1 201"), "{r}");
+    let id = body(&r)["job_ids"][0].as_u64().unwrap();
+    // Retried with the same key: the same job, not a second one.
+    let again = send(&addr, "POST", "/api/v1/jobs", &headers, &spec.to_string());
+    assert_eq!(body(&again)["job_ids"][0].as_u64(), Some(id), "{again}");
+    let row = body(&get(&addr, &format!("/api/v1/jobs/{id}")));
+    assert_eq!(
+        row["user"],
+        alice.name.as_str(),
+        "the verified caller, not the spec: {row}"
+    );
+    assert_eq!(row["name"], "from-http");
+    // Bad input changes nothing.
+    let bad = send(
+        &addr,
+        "POST",
+        "/api/v1/jobs",
+        &as_alice,
+        "{\"nodes\": \"many\"}",
+    );
+    assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
+    let all = body(&get(&addr, "/api/v1/jobs?all=1"));
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 1, "{all}");
+    // Bob cannot touch alice's job; alice can release and cancel it.
+    let r = send(
+        &addr,
+        "POST",
+        &format!("/api/v1/jobs/{id}/cancel"),
+        &as_bob,
+        "",
+    );
+    assert!(
+        !r.starts_with("HTTP/1.1 200") || body(&r)["count"] == 0,
+        "{r}"
+    );
+    assert_eq!(
+        body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
+        "PENDING"
+    );
+    let r = send(
+        &addr,
+        "POST",
+        &format!("/api/v1/jobs/{id}/explode"),
+        &as_alice,
+        "",
+    );
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+    let r = send(
+        &addr,
+        "POST",
+        "/api/v1/jobs/actions",
+        &as_alice,
+        &format!("{{\"action\": \"cancel\", \"select\": {{\"jobs\": [{{\"id\": {id}}}]}}}}"),
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert_eq!(body(&r)["count"], 1, "{r}");
+    assert_eq!(
+        body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
+        "CANCELLED"
+    );
+    // Nodes: only an admin drains (root, by its own socket here), with a reason.
+    let r = send(
+        &addr,
+        "POST",
+        "/api/v1/nodes/n1/drain",
+        &as_alice,
+        "{\"reason\": \"mine\"}",
+    );
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    let r = send(&addr, "POST", "/api/v1/nodes/n1/drain", "", "{}");
+    assert!(r.starts_with("HTTP/1.1 400"), "a drain needs a reason: {r}");
+    let r = send(
+        &addr,
+        "POST",
+        "/api/v1/nodes/n1/drain",
+        "",
+        "{\"reason\": \"fan\"}",
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let nodes = body(&get(&addr, "/api/v1/nodes"));
+    assert_eq!(nodes["nodes"][0]["drain_reason"], "fan", "{nodes}");
+    let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", "");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
 }

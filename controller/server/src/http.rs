@@ -9,6 +9,13 @@
 //! in `Authorization: Bearer`, else the socket's owner on a --dev-local cluster, else a
 //! MUNGE credential in `X-Gsched-Munge`) and the same rule on what others' jobs show.
 //!
+//! Writes, with the same rules as the CLI's: `POST /api/v1/jobs` (a `gsched_types::job::
+//! JobSpec`, as gRPC `Submit` takes it), `POST /api/v1/jobs/actions` (a bulk action,
+//! `gsched_types::api::JobActionRequest`, as `gcancel -u` sends),
+//! `POST /api/v1/jobs/ID/{cancel,hold,release,requeue}`, `POST
+//! /api/v1/nodes/NAME/{drain,resume}` (`{"reason": ...}`); an `Idempotency-Key` header
+//! makes a retried write apply once.
+//!
 //! And the dashboard at `/`: one page embedded in the binary (`dashboard.html`) that
 //! draws from that API with the browser's identity.
 
@@ -16,7 +23,7 @@ use crate::ctx::Ctx;
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use gsched_types::job::JobState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -58,13 +65,16 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             }),
         )
         .route("/", get(dashboard))
-        .route("/api/v1/jobs", get(jobs))
+        .route("/api/v1/jobs", get(jobs).post(submit))
+        .route("/api/v1/jobs/actions", post(act_on_jobs))
         .route("/api/v1/jobs/{id}", get(job))
+        .route("/api/v1/jobs/{id}/{action}", post(act_on_job))
         .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/nodes/{name}/{action}", post(node_action))
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
-                "gctld serves the dashboard at /, /metrics and /api/v1/{jobs,jobs/ID,nodes} here\n",
+                "gctld serves the dashboard at /, /metrics and /api/v1/{jobs,jobs/ID,jobs/actions,nodes} here\n",
             )
         })
         .with_state(api);
@@ -225,6 +235,138 @@ async fn job(
     match doc.jobs.into_iter().find(|j| j.display_id == id) {
         Some(row) => (StatusCode::OK, axum::Json(row)).into_response(),
         None => error(tonic::Status::not_found(format!("no job {id}"))),
+    }
+}
+
+/// A client's key for a write it may retry (`Idempotency-Key`), as the request id.
+fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<String, tonic::Status> {
+    match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => Ok(String::new()),
+        Some(Ok(k)) if !k.is_empty() && k.len() <= 128 => Ok(format!("http:{k}")),
+        Some(_) => Err(tonic::Status::invalid_argument(
+            "Idempotency-Key must be 1 to 128 visible ASCII characters",
+        )),
+    }
+}
+
+async fn submit(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let r = async {
+        let who = caller(&api, remote, &headers)?;
+        let req = gsched_proto::pb::SubmitRequest {
+            request_id: idempotency_key(&headers)?,
+            spec_json: body.to_vec(),
+        };
+        api.jobs.submit_as(&who, req).await
+    }
+    .await;
+    match r {
+        Ok(reply) => (
+            StatusCode::CREATED,
+            axum::Json(serde_json::json!({ "job_ids": reply.into_inner().job_ids })),
+        )
+            .into_response(),
+        Err(s) => error(s),
+    }
+}
+
+async fn act_on_jobs(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let r = async {
+        let who = caller(&api, remote, &headers)?;
+        let req = gsched_proto::pb::ActOnJobsRequest {
+            request_id: idempotency_key(&headers)?,
+            json: body.to_vec(),
+        };
+        api.jobs.act_on_jobs_as(&who, req).await
+    }
+    .await;
+    reply(r)
+}
+
+async fn act_on_job(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path((id, action)): axum::extract::Path<(String, String)>,
+) -> axum::response::Response {
+    use gsched_types::api::{JobAction, JobActionRequest, JobSelection, JobSelector};
+    let r = async {
+        let who = caller(&api, remote, &headers)?;
+        let action = match action.as_str() {
+            "cancel" => JobAction::Cancel,
+            "hold" => JobAction::Hold,
+            "release" => JobAction::Release,
+            "requeue" => JobAction::Requeue,
+            other => {
+                return Err(tonic::Status::not_found(format!(
+                    "no job action '{other}': use cancel, hold, release or requeue"
+                )));
+            }
+        };
+        let select = JobSelection {
+            jobs: vec![JobSelector::parse(&id).map_err(tonic::Status::invalid_argument)?],
+            ..Default::default()
+        };
+        let req = gsched_proto::pb::ActOnJobsRequest {
+            request_id: idempotency_key(&headers)?,
+            json: serde_json::to_vec(&JobActionRequest { action, select })
+                .expect("a job action serialises"),
+        };
+        api.jobs.act_on_jobs_as(&who, req).await
+    }
+    .await;
+    reply(r)
+}
+
+/// `{"reason": "..."}` for a drain.
+#[derive(Debug, Default, serde::Deserialize)]
+struct NodeActionBody {
+    #[serde(default)]
+    reason: String,
+}
+
+async fn node_action(
+    axum::extract::State(api): axum::extract::State<Api>,
+    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
+    axum::extract::Path((name, action)): axum::extract::Path<(String, String)>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let r = async {
+        let who = caller(&api, remote, &headers)?;
+        let b: NodeActionBody = if body.is_empty() {
+            NodeActionBody::default()
+        } else {
+            serde_json::from_slice(&body).map_err(|e| {
+                tonic::Status::invalid_argument(format!("malformed node action: {e}"))
+            })?
+        };
+        let req = gsched_proto::pb::NodeAdminRequest {
+            request_id: idempotency_key(&headers)?,
+            node: name,
+            action,
+            reason: b.reason,
+            user: String::new(),
+        };
+        api.jobs.node_admin_as(&who, req).await
+    }
+    .await;
+    match r {
+        Ok(r) => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({ "message": r.into_inner().message })),
+        )
+            .into_response(),
+        Err(s) => error(s),
     }
 }
 

@@ -55,6 +55,114 @@ impl JobsService {
     }
 
     /// `ListJobs` for a verified caller (the gRPC method and `GET /api/v1/jobs`).
+    /// Submits `req` for the verified `caller` (gRPC `Submit`, HTTP `POST /api/v1/jobs`).
+    pub async fn submit_as(
+        &self,
+        caller: &Caller,
+        req: SubmitRequest,
+    ) -> Result<Response<SubmitReply>, Status> {
+        let mut spec: JobSpec = json_body(&req.spec_json, "job spec")?;
+        // Who the job runs as is decided here, from the verified caller.
+        let (user, uid, gid) = self.ctx.auth.run_as(caller, spec.uid, &spec.user)?;
+        (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
+        if spec.nice < 0 && !caller.acts_for_others() {
+            return Err(Status::permission_denied(
+                "a negative --nice raises a job above others: only an operator may set it",
+            ));
+        }
+        {
+            let r = self.ctx.raft.replica.read();
+            validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
+            if let Some(done) =
+                request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
+                && let Outcome::Submitted { jobs } = done
+            {
+                return Ok(Response::new(SubmitReply {
+                    job_ids: jobs.iter().map(|j| j.0).collect(),
+                }));
+            }
+            self.check_fits(&r.state, &spec)?;
+        }
+        match outcome_to_status(
+            self.ctx
+                .propose(
+                    Command::SubmitJob(SubmitJob { spec }),
+                    request_id(&req.request_id),
+                )
+                .await?,
+        ) {
+            Ok(Outcome::Submitted { jobs }) => Ok(Response::new(SubmitReply {
+                job_ids: jobs.iter().map(|j| j.0).collect(),
+            })),
+            Ok(other) => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                Err(Status::invalid_argument(s.message().to_string()))
+            }
+            Err(s) => Err(s),
+        }
+    }
+
+    /// Drains or resumes a node for the verified `caller` (an admin).
+    pub async fn node_admin_as(
+        &self,
+        caller: &Caller,
+        req: NodeAdminRequest,
+    ) -> Result<Response<ActionReply>, Status> {
+        self.require_admin(
+            caller,
+            &format!("changing node {} ({})", req.node, req.action),
+        )?;
+        let user = caller.user.clone();
+        let cmd = match req.action.as_str() {
+            "drain" => {
+                if req.reason.trim().is_empty() {
+                    return Err(Status::invalid_argument(
+                        "draining a node needs a reason (--reason)",
+                    ));
+                }
+                Command::DrainNode(DrainNode {
+                    node: req.node.clone(),
+                    reason: req.reason,
+                    by: user,
+                })
+            }
+            "resume" => Command::ResumeNode(ResumeNode {
+                node: req.node.clone(),
+                by: user,
+            }),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown node action '{other}': use drain or resume"
+                )));
+            }
+        };
+        outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
+        Ok(Response::new(ActionReply {
+            message: format!("node {} {}", req.node, req.action),
+        }))
+    }
+
+    /// Cancels, holds, releases or requeues the jobs a selection names, for `caller`.
+    pub async fn act_on_jobs_as(
+        &self,
+        caller: &Caller,
+        req: ActOnJobsRequest,
+    ) -> Result<Response<DocReply>, Status> {
+        let body: JobActionRequest = json_body(&req.json, "job action")?;
+        let limits = self.ctx.raft.replica.read().state.config.limits.clone();
+        validate::job_selection(&body.select, &limits).map_err(Status::invalid_argument)?;
+        let cmd = Command::ActOnJobs(ActOnJobs {
+            action: body.action,
+            select: body.select,
+            by: caller.user.clone(),
+            admin: caller.acts_for_others(),
+        });
+        match outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)? {
+            Outcome::Acted(summary) => doc(&summary),
+            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
+        }
+    }
+
     pub async fn jobs_for(
         &self,
         caller: &Caller,
@@ -556,46 +664,7 @@ impl Jobs for JobsService {
 
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let mut spec: JobSpec = json_body(&req.spec_json, "job spec")?;
-        // Who the job runs as is decided here, from the verified caller.
-        let (user, uid, gid) = self.ctx.auth.run_as(&caller, spec.uid, &spec.user)?;
-        (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
-        if spec.nice < 0 && !caller.acts_for_others() {
-            return Err(Status::permission_denied(
-                "a negative --nice raises a job above others: only an operator may set it",
-            ));
-        }
-        {
-            let r = self.ctx.raft.replica.read();
-            validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
-            if let Some(done) =
-                request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
-                && let Outcome::Submitted { jobs } = done
-            {
-                return Ok(Response::new(SubmitReply {
-                    job_ids: jobs.iter().map(|j| j.0).collect(),
-                }));
-            }
-            self.check_fits(&r.state, &spec)?;
-        }
-        match outcome_to_status(
-            self.ctx
-                .propose(
-                    Command::SubmitJob(SubmitJob { spec }),
-                    request_id(&req.request_id),
-                )
-                .await?,
-        ) {
-            Ok(Outcome::Submitted { jobs }) => Ok(Response::new(SubmitReply {
-                job_ids: jobs.iter().map(|j| j.0).collect(),
-            })),
-            Ok(other) => Err(Status::internal(format!("unexpected outcome {other:?}"))),
-            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                Err(Status::invalid_argument(s.message().to_string()))
-            }
-            Err(s) => Err(s),
-        }
+        self.submit_as(&caller, req.into_inner()).await
     }
 
     async fn cancel(&self, req: Request<JobRequest>) -> Result<Response<ActionReply>, Status> {
@@ -657,39 +726,7 @@ impl Jobs for JobsService {
         req: Request<NodeAdminRequest>,
     ) -> Result<Response<ActionReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        self.require_admin(
-            &caller,
-            &format!("changing node {} ({})", req.node, req.action),
-        )?;
-        let user = caller.user.clone();
-        let cmd = match req.action.as_str() {
-            "drain" => {
-                if req.reason.trim().is_empty() {
-                    return Err(Status::invalid_argument(
-                        "draining a node needs a reason (--reason)",
-                    ));
-                }
-                Command::DrainNode(DrainNode {
-                    node: req.node.clone(),
-                    reason: req.reason,
-                    by: user,
-                })
-            }
-            "resume" => Command::ResumeNode(ResumeNode {
-                node: req.node.clone(),
-                by: user,
-            }),
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown node action '{other}': use drain or resume"
-                )));
-            }
-        };
-        outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
-        Ok(Response::new(ActionReply {
-            message: format!("node {} {}", req.node, req.action),
-        }))
+        self.node_admin_as(&caller, req.into_inner()).await
     }
 
     async fn status(&self, req: Request<Empty>) -> Result<Response<DocReply>, Status> {
@@ -803,20 +840,7 @@ impl Jobs for JobsService {
         req: Request<ActOnJobsRequest>,
     ) -> Result<Response<DocReply>, Status> {
         let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let body: JobActionRequest = json_body(&req.json, "job action")?;
-        let limits = self.ctx.raft.replica.read().state.config.limits.clone();
-        validate::job_selection(&body.select, &limits).map_err(Status::invalid_argument)?;
-        let cmd = Command::ActOnJobs(ActOnJobs {
-            action: body.action,
-            select: body.select,
-            by: caller.user.clone(),
-            admin: caller.acts_for_others(),
-        });
-        match outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)? {
-            Outcome::Acted(summary) => doc(&summary),
-            other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
-        }
+        self.act_on_jobs_as(&caller, req.into_inner()).await
     }
 
     async fn update_job(
