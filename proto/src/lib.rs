@@ -10,6 +10,7 @@ pub mod pb {
 
 pub mod agent;
 pub mod clock;
+pub mod logs;
 pub mod munge;
 pub mod tls;
 

@@ -382,3 +382,74 @@ fn t50_writes_over_http_follow_the_cli_rules() {
     let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", "");
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
 }
+
+#[test]
+fn t60_grafana_and_alerts_name_served_metrics_and_logs_can_be_json() {
+    let http = format!("127.0.0.1:{}", free_port());
+    let agent = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &http, "--log-format", "json"]);
+    c.add_agent(
+        "n1",
+        "rtx4090-8gpu.json",
+        &["--metrics", &agent, "--log-format", "json"],
+    );
+    wait_for("the agent to register", Duration::from_secs(20), || {
+        body(&get(&http, "/api/v1/nodes"))["nodes"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty())
+            .then_some(())
+    });
+    let mut served = std::collections::BTreeSet::new();
+    for addr in [&http, &agent] {
+        for line in get(addr, "/metrics").lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                served.insert(rest.split_whitespace().next().unwrap().to_string());
+            }
+        }
+    }
+    assert!(served.contains("gsched_gpu_power_watts"), "{served:?}");
+    let named = |text: &str| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("gsched_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let base = ["_bucket", "_total", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            if !base.ends_with('_') {
+                out.insert(base.to_string());
+            }
+            rest = &tail[end..];
+        }
+        out
+    };
+    // --log-format json: every log line is one JSON object with a level and a message.
+    for log in ["ctl1.log", "agent-n1.log"] {
+        let text = std::fs::read_to_string(c.path(log)).unwrap();
+        assert!(text.lines().count() >= 2, "{log}: {text}");
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{log}: not JSON ({e}): {line}"));
+            assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+        }
+    }
+    let root = gsched_tests::workspace();
+    for file in [
+        "deploy/grafana/gsched.json",
+        "deploy/prometheus/prometheus.yml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let names = named(&text);
+        assert!(names.len() > 5, "{file}: {names:?}");
+        let unknown: Vec<&String> = names.iter().filter(|n| !served.contains(*n)).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names metrics nobody serves: {unknown:?}"
+        );
+    }
+}

@@ -78,18 +78,15 @@ struct Args {
         default_value = "info,raft=warn,sled=warn,h2=warn,tower=warn,hyper=warn"
     )]
     log: String,
+    /// Log lines as text, or as JSON objects (one per line) for a log shipper.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: gsched_proto::logs::LogFormat,
 }
 
 fn main() {
     let args = Args::parse();
-    // Logs go to stderr (stdout stays free for output a caller may parse), in colour only
-    // on a terminal.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // Logs go to stderr (stdout stays free for output a caller may parse).
+    gsched_proto::logs::init(&args.log, args.log_format);
     if let Err(e) = real_main(args) {
         eprintln!("gctld: {e}");
         std::process::exit(1);

@@ -101,6 +101,9 @@ struct RunArgs {
         default_value = "info,h2=warn,tower=warn,hyper=warn"
     )]
     log: String,
+    /// Log lines as text, or as JSON objects (one per line) for a log shipper.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: gsched_proto::logs::LogFormat,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -229,12 +232,7 @@ fn main() {
         }
         None => {
             let run = args.run;
-            tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::new(&run.log))
-                .with_target(false)
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
+            gsched_proto::logs::init(&run.log, run.log_format);
             if let Err(e) = run_agent(run) {
                 eprintln!("gagentd: {e}");
                 std::process::exit(1);
