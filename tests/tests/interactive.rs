@@ -255,6 +255,30 @@ fn t30_piped_stdin_reaches_task_zero_and_ends_there() {
     let mut lines: Vec<&str> = text.lines().map(str::trim).collect();
     lines.sort();
     assert_eq!(lines, ["0: 3000", "1: 0"], "{text}");
+    // A slow reader: 8 MiB (twice what an agent buffers) arrive whole, because grun
+    // sends no more than the task has taken plus a window.
+    let mut child = c
+        .command(
+            "grun",
+            &["-G", "1", "sh", "-c", "sleep 2; wc -c"],
+            &c.path(""),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let block = vec![b'y'; 1 << 20];
+        for _ in 0..8 {
+            stdin.write_all(&block).unwrap();
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let text = success_stdout(&out, "grun wc -c");
+    assert_eq!(text.trim(), (8u64 << 20).to_string(), "{out:?}");
     // --pty is one task.
     let out = Command::new(bin("grun"))
         .args([

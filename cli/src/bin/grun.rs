@@ -12,7 +12,7 @@ use gsched_cli::client::{Client, controller_list, describe, die};
 use gsched_proto::pb::ActOnJobsRequest;
 use gsched_types::job::JobId;
 use gsched_types::steps::{
-    INPUT_CHUNK, InputEvent, StepInput, StepRequest, StepUpdate, TaskIo, TermSize,
+    INPUT_CHUNK, INPUT_WINDOW, InputEvent, StepInput, StepRequest, StepUpdate, TaskIo, TermSize,
 };
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -189,7 +189,13 @@ fn raw_mode() {
 
 /// Sends grun's stdin to task 0 of the step (and, with a terminal, its size on each
 /// SIGWINCH), each piece as one `StepInput` call to the leader.
-fn forward_input(controllers: Option<String>, job: u64, step: u32, pty: bool) {
+fn forward_input(
+    controllers: Option<String>,
+    job: u64,
+    step: u32,
+    pty: bool,
+    taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
     let send = move |client: &mut Client, rt: &tokio::runtime::Runtime, input: InputEvent| {
         let body = StepInput {
             job: JobId(job),
@@ -228,12 +234,21 @@ fn forward_input(controllers: Option<String>, job: u64, step: u32, pty: bool) {
         let mut client = Client::new(controller_list(controllers.as_deref()));
         let mut stdin = std::io::stdin().lock();
         let mut buf = vec![0u8; INPUT_CHUNK];
+        let mut sent: u64 = 0;
         loop {
+            // At most INPUT_WINDOW bytes ahead of what task 0 has read: a slow reader
+            // slows this down instead of filling its node's memory.
+            while sent.saturating_sub(taken.load(std::sync::atomic::Ordering::Relaxed))
+                > INPUT_WINDOW
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             let n = match stdin.read(&mut buf) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => 0,
             };
+            sent += n as u64;
             let input = if n == 0 {
                 InputEvent::Eof
             } else {
@@ -365,6 +380,7 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
     let mut status = 0;
     let mut ended = 0;
     let mut ntasks = u32::MAX;
+    let input_taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
         let msg = match rt.block_on(stream.message()) {
             Ok(Some(m)) => m,
@@ -379,7 +395,16 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
                 if args.pty {
                     raw_mode();
                 }
-                forward_input(args.controllers.clone(), job, step, args.pty);
+                forward_input(
+                    args.controllers.clone(),
+                    job,
+                    step,
+                    args.pty,
+                    input_taken.clone(),
+                );
+            }
+            StepUpdate::Io(TaskIo::InputTaken { bytes, .. }) => {
+                input_taken.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
             }
             StepUpdate::Io(TaskIo::Output {
                 rank, stderr, data, ..

@@ -155,7 +155,8 @@ impl AgentHub {
         let key = match &io {
             TaskIo::Output { job, step, .. }
             | TaskIo::Exited { job, step, .. }
-            | TaskIo::Failed { job, step, .. } => (*job, *step),
+            | TaskIo::Failed { job, step, .. }
+            | TaskIo::InputTaken { job, step, .. } => (*job, *step),
         };
         if let Some(s) = self.steps.lock().get(&key) {
             let _ = s.tx.send(StepUpdate::Io(io));

@@ -10,7 +10,7 @@ use crate::supervise::{ExitRecord, STDERR_CAPTURE};
 use base64::Engine;
 use gsched_launch::plan::{Plan, TaskInput, step_task};
 use gsched_types::job::JobId;
-use gsched_types::steps::{InputEvent, StepLaunch, TaskIo};
+use gsched_types::steps::{INPUT_BUFFER_LIMIT, InputEvent, StepLaunch, TaskIo};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use std::collections::{HashMap, VecDeque};
@@ -39,6 +39,11 @@ struct InputPipe {
     pipe: Option<std::fs::File>,
     pending: VecDeque<u8>,
     eof: bool,
+    /// Bytes written into the pipe so far, and the count last reported to grun.
+    taken: u64,
+    reported: u64,
+    /// Bytes dropped over `INPUT_BUFFER_LIMIT` (a client ignoring the window).
+    dropped: u64,
 }
 
 impl InputPipe {
@@ -56,6 +61,9 @@ impl InputPipe {
                 pipe: Some(std::fs::File::from(w)),
                 pending: VecDeque::new(),
                 eof: false,
+                taken: 0,
+                reported: 0,
+                dropped: 0,
             },
             r,
         ))
@@ -70,6 +78,7 @@ impl InputPipe {
                 Ok(0) => break,
                 Ok(n) => {
                     self.pending.drain(..n);
+                    self.taken += n as u64;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -165,7 +174,22 @@ impl GrunTasks {
                     base64::engine::general_purpose::STANDARD.decode(data),
                 ) && !pipe.eof
                 {
-                    pipe.pending.extend(bytes);
+                    let room = INPUT_BUFFER_LIMIT.saturating_sub(pipe.pending.len());
+                    if bytes.len() > room {
+                        if pipe.dropped == 0 {
+                            self.io.push(TaskIo::Output {
+                                job,
+                                step,
+                                rank: 0,
+                                stderr: true,
+                                data: base64::engine::general_purpose::STANDARD.encode(
+                                    "grun: task 0 is not reading its input and more than 4 MiB wait for it: further input is dropped\n",
+                                ),
+                            });
+                        }
+                        pipe.dropped += (bytes.len() - room) as u64;
+                    }
+                    pipe.pending.extend(&bytes[..bytes.len().min(room)]);
                     pipe.flush();
                 }
             }
@@ -191,6 +215,14 @@ impl GrunTasks {
             let _ = run.supervisor.try_wait();
             if let Some(pipe) = run.input.as_mut() {
                 pipe.flush();
+                if pipe.taken != pipe.reported {
+                    pipe.reported = pipe.taken;
+                    self.io.push(TaskIo::InputTaken {
+                        job,
+                        step,
+                        bytes: pipe.taken,
+                    });
+                }
             }
             send_output(run, (job, step, rank), false, &mut self.io);
             if let Some((since, false)) = run.stopping

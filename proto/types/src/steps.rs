@@ -229,7 +229,16 @@ pub enum TaskIo {
         node: String,
         message: String,
     },
+    /// How many bytes of its input task 0 has taken so far (grun keeps at most
+    /// `INPUT_WINDOW` bytes beyond this in flight).
+    InputTaken { job: JobId, step: u32, bytes: u64 },
 }
+
+/// The most input `grun` sends ahead of what task 0 has taken.
+pub const INPUT_WINDOW: u64 = 1 << 20;
+/// The most input an agent holds for a task (more is dropped, with a message): bounds
+/// its memory against a client that ignores the window.
+pub const INPUT_BUFFER_LIMIT: usize = 4 << 20;
 
 /// What `grun` receives: the layout, then output and exits as they come.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
