@@ -210,7 +210,12 @@ fn t30_the_probe_checks_paths_and_the_training_network_between_nodes() {
             .map(|(n, kind)| (n.to_string(), kind.to_string())),
         "{v}"
     );
-    let missing = &v["findings"][0];
+    let missing = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "path-missing")
+        .unwrap();
     assert!(
         missing["evidence"]
             .as_str()

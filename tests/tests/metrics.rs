@@ -303,6 +303,16 @@ fn t50_writes_over_http_follow_the_cli_rules() {
     // Retried with the same key: the same job, not a second one.
     let again = send(&addr, "POST", "/api/v1/jobs", &headers, &spec.to_string());
     assert_eq!(body(&again)["job_ids"][0].as_u64(), Some(id), "{again}");
+    // The same key on another kind of request is another request (it once answered with
+    // the submit's outcome, a 500).
+    let r = send(
+        &addr,
+        "POST",
+        &format!("/api/v1/jobs/{id}/hold"),
+        &headers,
+        "",
+    );
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     let row = body(&get(&addr, &format!("/api/v1/jobs/{id}")));
     assert_eq!(
         row["user"],

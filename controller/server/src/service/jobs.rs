@@ -73,8 +73,8 @@ impl JobsService {
         {
             let r = self.ctx.raft.replica.read();
             validate::job_spec(&spec, &r.state.config.limits).map_err(Status::invalid_argument)?;
-            if let Some(done) =
-                request_id(&req.request_id).and_then(|id| r.state.dedup_lookup(&id).cloned())
+            if let Some(done) = request_id(caller, "submit_job", &req.request_id)
+                .and_then(|id| r.state.dedup_lookup(&id).cloned())
                 && let Outcome::Submitted { jobs } = done
             {
                 return Ok(Response::new(SubmitReply {
@@ -87,7 +87,7 @@ impl JobsService {
             self.ctx
                 .propose(
                     Command::SubmitJob(SubmitJob { spec }),
-                    request_id(&req.request_id),
+                    request_id(caller, "submit_job", &req.request_id),
                 )
                 .await?,
         ) {
@@ -136,7 +136,8 @@ impl JobsService {
                 )));
             }
         };
-        outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
+        let id = request_id(caller, cmd.name(), &req.request_id);
+        outcome_to_status(self.ctx.propose(cmd, id).await?)?;
         Ok(Response::new(ActionReply {
             message: format!("node {} {}", req.node, req.action),
         }))
@@ -157,7 +158,8 @@ impl JobsService {
             by: caller.user.clone(),
             admin: caller.acts_for_others(),
         });
-        match outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)? {
+        let id = request_id(caller, cmd.name(), &req.request_id);
+        match outcome_to_status(self.ctx.propose(cmd, id).await?)? {
             Outcome::Acted(summary) => doc(&summary),
             other => Err(Status::internal(format!("unexpected outcome {other:?}"))),
         }
@@ -254,7 +256,8 @@ impl JobsService {
         command: impl FnOnce(String, bool) -> Command,
     ) -> Result<(), Status> {
         let cmd = command(caller.user.clone(), caller.acts_for_others());
-        outcome_to_status(self.ctx.propose(cmd, request_id(request_id_text)).await?)?;
+        let id = request_id(caller, cmd.name(), request_id_text);
+        outcome_to_status(self.ctx.propose(cmd, id).await?)?;
         Ok(())
     }
 
@@ -398,8 +401,11 @@ fn reply(message: String) -> Response<ActionReply> {
     Response::new(ActionReply { message })
 }
 
-fn request_id(id: &str) -> Option<String> {
-    (!id.is_empty()).then(|| id.to_string())
+/// The key a client's request id is deduplicated under: scoped to the verified caller and
+/// the command, so one user's id never answers another user's request, nor a request of
+/// another kind.
+fn request_id(caller: &Caller, command: &str, id: &str) -> Option<String> {
+    (!id.is_empty()).then(|| format!("{}/{command}/{id}", caller.uid))
 }
 
 /// Decodes a request's JSON body; `malformed <what>: ...` as invalid-argument otherwise.
@@ -856,7 +862,8 @@ impl Jobs for JobsService {
             by: caller.user.clone(),
             admin: caller.acts_for_others(),
         });
-        outcome_to_status(self.ctx.propose(cmd, request_id(&req.request_id)).await?)?;
+        let id = request_id(&caller, cmd.name(), &req.request_id);
+        outcome_to_status(self.ctx.propose(cmd, id).await?)?;
         let limit = match body.time_limit_s {
             Some(0) => "UNLIMITED".to_string(),
             Some(t) => gsched_types::parse::format_duration(t),

@@ -1,0 +1,237 @@
+//! Random and malformed requests against every HTTP endpoint of a running controller
+//! (`/`, `/metrics`, the REST reads and writes): odd methods, made-up and hostile paths
+//! and ids, junk queries, mangled job specs and actions, bodies from empty to 3 MB, bad
+//! tokens and idempotency keys. No request may get a 5xx or a dropped connection, and
+//! afterwards the controller still answers and runs a real job.
+//! `GSCHED_HTTP_FUZZ_N` sets the number of requests (default 1,500).
+
+use gsched_tests::{Cluster, free_port, success_stdout};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn send(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    // A server may answer (413) before it has read a large body, then close.
+    let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(body));
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn junk_string(rng: &mut SmallRng) -> String {
+    match rng.gen_range(0..9) {
+        0 => String::new(),
+        1 => "x".repeat(rng.gen_range(1..5_000)),
+        2 => "../../etc/passwd".into(),
+        3 => "%00%ff%2e%2e".into(),
+        4 => u64::MAX.to_string(),
+        5 => "-1".into(),
+        6 => "名前🚀".into(),
+        7 => "120_3".into(),
+        _ => (0..rng.gen_range(1..20))
+            .map(|_| rng.gen_range(b'a'..=b'z') as char)
+            .collect(),
+    }
+}
+
+fn junk_value(rng: &mut SmallRng, depth: u32) -> Value {
+    match rng.gen_range(0..if depth > 2 { 4 } else { 6 }) {
+        0 => Value::Null,
+        1 => json!(rng.gen_bool(0.5)),
+        2 => [json!(0), json!(-1), json!(u64::MAX), json!(1e308)][rng.gen_range(0..4)].clone(),
+        3 => json!(junk_string(rng)),
+        4 => Value::Array(
+            (0..rng.gen_range(0..4))
+                .map(|_| junk_value(rng, depth + 1))
+                .collect(),
+        ),
+        _ => Value::Object(
+            (0..rng.gen_range(0..4))
+                .map(|_| {
+                    (
+                        junk_string(rng).chars().take(16).collect(),
+                        junk_value(rng, depth + 1),
+                    )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Replaces one field somewhere in `v` with junk (or removes it).
+fn mutate(v: &mut Value, rng: &mut SmallRng) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            let k = m.keys().nth(rng.gen_range(0..m.len())).cloned().unwrap();
+            if rng.gen_bool(0.4) && (m[&k].is_object() || m[&k].is_array()) {
+                return mutate(m.get_mut(&k).unwrap(), rng);
+            }
+            if rng.gen_bool(0.2) {
+                m.remove(&k);
+            } else {
+                m.insert(k, junk_value(rng, 1));
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            let i = rng.gen_range(0..a.len());
+            a[i] = junk_value(rng, 1);
+        }
+        other => *other = junk_value(rng, 1),
+    }
+}
+
+#[test]
+fn t10_no_http_request_breaks_the_controller() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let held = c.submit(&["--hold", &script]);
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    let mut spec = gsched_types::job::JobSpec::simple("fuzz", &me, "#!/bin/sh\ntrue\n");
+    spec.hold = true;
+    let spec = serde_json::to_value(&spec).unwrap();
+    let action = json!({"action": "hold", "select": {"jobs": [{"id": held}]}});
+    let n: u64 = std::env::var("GSCHED_HTTP_FUZZ_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_500);
+    let seed: u64 = std::env::var("GSCHED_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut statuses = std::collections::BTreeMap::<String, u64>::new();
+    for i in 0..n {
+        let id = [
+            held.to_string(),
+            "0".into(),
+            u64::MAX.to_string(),
+            "120_3".into(),
+            junk_string(&mut rng),
+        ][rng.gen_range(0..5)]
+        .replace(['/', ' ', '?', '#'], "_");
+        let verb = [
+            "cancel", "hold", "release", "requeue", "drain", "resume", "explode",
+        ][rng.gen_range(0..7)];
+        let path = match rng.gen_range(0..12) {
+            0 => "/".to_string(),
+            1 => "/metrics".into(),
+            2 => "/api/v1/jobs".into(),
+            3 => format!(
+                "/api/v1/jobs?user={}&state={}&all={}&detail={}&after={}",
+                junk_string(&mut rng)
+                    .chars()
+                    .take(40)
+                    .collect::<String>()
+                    .replace(['&', ' ', '#'], ""),
+                ["PD,R", "X", "", "all"][rng.gen_range(0..4)],
+                rng.gen_range(0..3),
+                ["1", "true", "x"][rng.gen_range(0..3)],
+                ["0", "-1", "abc", "18446744073709551616"][rng.gen_range(0..4)],
+            ),
+            4 => format!("/api/v1/jobs/{id}"),
+            5 => format!("/api/v1/jobs/{id}/{verb}"),
+            6 => "/api/v1/jobs/actions".into(),
+            7 => "/api/v1/nodes".into(),
+            8 => format!(
+                "/api/v1/nodes/{}/{verb}",
+                ["n1", "n9", &id][rng.gen_range(0..3)]
+            ),
+            9 => format!(
+                "/api/v1/{}",
+                junk_string(&mut rng)
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
+                    .replace([' ', '#', '?'], "")
+            ),
+            10 => "/api/v1/jobs/actions/extra/segments".into(),
+            _ => "/%2e%2e/%2e%2e/etc/passwd".into(),
+        };
+        let method = ["GET", "POST", "POST", "PUT", "DELETE", "PATCH"][rng.gen_range(0..6)];
+        let body: Vec<u8> = match rng.gen_range(0..8) {
+            0 => Vec::new(),
+            1 => {
+                let mut v = spec.clone();
+                mutate(&mut v, &mut rng);
+                serde_json::to_vec(&v).unwrap()
+            }
+            2 => {
+                let mut v = action.clone();
+                mutate(&mut v, &mut rng);
+                serde_json::to_vec(&v).unwrap()
+            }
+            3 => serde_json::to_vec(&junk_value(&mut rng, 0)).unwrap(),
+            4 => (0..rng.gen_range(1..3_000_000))
+                .map(|_| rng.r#gen())
+                .collect(),
+            5 => b"{\"reason\": \"fuzz\"}".to_vec(),
+            6 => serde_json::to_vec(&spec).unwrap(),
+            _ => b"{not json".to_vec(),
+        };
+        let mut headers = String::new();
+        if rng.gen_bool(0.3) {
+            headers += &format!(
+                "Authorization: Bearer {}\r\n",
+                ["gst1.0.0.99999999999999.00", "nonsense", "", "gst1.1.1.1"][rng.gen_range(0..4)]
+            );
+        }
+        if rng.gen_bool(0.3) {
+            let key: String = junk_string(&mut rng)
+                .chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(300)
+                .collect();
+            headers += &format!("Idempotency-Key: {key}\r\n");
+        }
+        if rng.gen_bool(0.2) {
+            headers += "X-Gsched-Munge: MUNGE:not-a-credential\r\n";
+        }
+        if rng.gen_bool(0.5) {
+            headers += "Content-Type: application/json\r\n";
+        }
+        let resp = send(&addr, method, &path, &headers, &body);
+        let status = resp
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("request {i} ({method} {path}): no response at all"))
+            .to_string();
+        assert!(
+            !status.starts_with('5'),
+            "request {i} ({method} {path}, {} body bytes) got {status}:\n{}",
+            body.len(),
+            resp.chars().take(600).collect::<String>()
+        );
+        *statuses.entry(status).or_default() += 1;
+    }
+    eprintln!("http fuzz: {n} requests, statuses {statuses:?}");
+    assert!(statuses.keys().any(|s| s.starts_with('2')), "{statuses:?}");
+    assert!(statuses.keys().any(|s| s.starts_with('4')), "{statuses:?}");
+    // Still serving, and a real job still runs (after undoing what the fuzz may have
+    // done to the node as root).
+    let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", b"");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let done = c.script("done.sh", "#!/bin/sh\necho fuzz-survived\n");
+    let out = c.cli("gsub", &["--wait", &done]);
+    success_stdout(&out, "gsub --wait after the fuzz");
+    let nodes: Value = serde_json::from_str(
+        send(&addr, "GET", "/api/v1/nodes", "", b"")
+            .split_once("\r\n\r\n")
+            .unwrap()
+            .1,
+    )
+    .unwrap();
+    assert_eq!(nodes["nodes"][0]["name"], "n1");
+}
