@@ -65,6 +65,10 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             }),
         )
         .route("/", get(dashboard))
+        .route(
+            "/api/v1/openapi.json",
+            get(|| async { axum::Json(crate::openapi::document()) }),
+        )
         .route("/api/v1/jobs", get(jobs).post(submit))
         .route("/api/v1/jobs/actions", post(act_on_jobs))
         .route("/api/v1/jobs/{id}", get(job))

@@ -16,6 +16,7 @@ pub mod http;
 pub mod hub;
 pub mod leader;
 pub mod membership;
+pub mod openapi;
 pub mod service;
 pub mod telemetry;
 pub mod transport;

@@ -14,14 +14,14 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 
 /// A step the agent knows about (running, or ended with its report not yet acknowledged).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepRef {
     pub job: JobId,
     pub attempt: u32,
 }
 
 /// Something that happened to a step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum StepEvent {
     Started {
@@ -44,7 +44,7 @@ pub enum StepEvent {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentToController {
     Register {
@@ -74,7 +74,7 @@ pub enum AgentToController {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControllerToAgent {
     Registered {

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A controller's Raft role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     Leader,
@@ -40,7 +42,7 @@ impl std::fmt::Display for Role {
 
 /// A job as users name it: `123`, or `120_3` for task 3 of array 120. `120` names job 120
 /// and every task of array 120; `120_3` names that one task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobSelector {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,7 +86,7 @@ impl std::fmt::Display for JobSelector {
 
 /// What to do to a set of jobs (`gcancel`, `gctl hold/release/requeue`): one replicated
 /// command however many jobs it touches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobAction {
     Cancel,
@@ -107,7 +109,7 @@ impl JobAction {
 /// Which jobs a bulk action applies to: every condition given must hold. Named jobs
 /// (`jobs`) that match nothing, or belong to someone else, are errors; jobs found by the
 /// other conditions are only ever the caller's own unless the caller is an operator.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobSelection {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<JobSelector>,
@@ -157,14 +159,14 @@ impl JobSelection {
 }
 
 /// A bulk action as a client asks for it (the `ActOnJobs` request body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobActionRequest {
     pub action: JobAction,
     pub select: JobSelection,
 }
 
 /// `gctl update` / `scontrol update JobId=...` (the `UpdateJob` request body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UpdateJobRequest {
     pub job: u64,
     /// The new time limit in seconds (0: none).
@@ -174,7 +176,7 @@ pub struct UpdateJobRequest {
 
 /// `gcancel --signal`: a signal for the running jobs a selection names (the `SignalJobs`
 /// request body). Not replicated: the leader passes it to the jobs' agents.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SignalRequest {
     pub select: JobSelection,
     pub signal: i32,
@@ -184,7 +186,7 @@ pub struct SignalRequest {
 }
 
 /// What a bulk action did: how many jobs it changed, and what it refused (the first few).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ActionSummary {
     pub count: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -192,7 +194,7 @@ pub struct ActionSummary {
 }
 
 /// One job as `gqueue`, `gacct` and `gctl show job` show it (and `--json` prints it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobRow {
     pub job_id: JobId,
     #[serde(default)]
@@ -349,7 +351,7 @@ impl JobRow {
 }
 
 /// `Jobs.ListJobs`'s reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobList<R = JobRow> {
     pub jobs: Vec<R>,
     /// The Raft index the answer reflects.
@@ -368,7 +370,7 @@ pub struct JobList<R = JobRow> {
 
 /// One job as the queue table shows it (squeue's columns and `--start`), written as a
 /// JSON array: what `gqueue` needs in a fraction of a full row's bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(into = "QueueTuple", from = "QueueTuple")]
 pub struct QueueRow {
     pub display_id: String,
@@ -471,7 +473,7 @@ impl QueueRow {
 }
 
 /// A node's state as `ginfo` names it (sinfo's words).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum NodeState {
     #[serde(rename = "idle")]
     Idle,
@@ -529,7 +531,7 @@ impl std::fmt::Display for NodeState {
 }
 
 /// One node as `ginfo` and `gctl show node` show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeRow {
     pub name: String,
     pub state: NodeState,
@@ -576,14 +578,14 @@ pub struct NodeRow {
 }
 
 /// `gctl token`'s request: how long the token should be good for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TokenRequest {
     pub lifetime_s: u64,
 }
 
 /// A bearer token (`Authorization: Bearer TOKEN` on the HTTP API, or pasted into the
 /// dashboard) for `user`, good until `expires_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TokenReply {
     pub token: String,
     pub user: String,
@@ -594,14 +596,14 @@ pub struct TokenReply {
 pub const MAX_TOKEN_LIFETIME_S: u64 = 7 * 24 * 3600;
 
 /// A GPU of a node and the job holding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuJob {
     pub gpu: u32,
     pub job: JobId,
 }
 
 /// `Jobs.ListNodes`'s reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeList {
     pub nodes: Vec<NodeRow>,
     pub applied_index: u64,
@@ -610,7 +612,7 @@ pub struct NodeList {
 }
 
 /// One controller as `gctl status` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusRow {
     pub id: u64,
     pub address: String,
@@ -652,14 +654,14 @@ pub struct StatusRow {
 }
 
 /// `gctl status --json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusList {
     pub controllers: Vec<StatusRow>,
 }
 
 /// `Jobs.Check`'s reply: whether a request fits the cluster, and where it would go on an
 /// idle one (for `gsub --dry-run`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CheckReply {
     pub fits: bool,
     pub message: String,
@@ -683,13 +685,13 @@ pub struct CheckReply {
 }
 
 /// A `--json` list of jobs (`gqueue`, `gacct`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobsDoc {
     pub jobs: Vec<JobRow>,
 }
 
 /// A `--json` list of nodes (`ginfo`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodesDoc {
     pub nodes: Vec<NodeRow>,
 }

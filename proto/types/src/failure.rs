@@ -6,7 +6,7 @@ use std::fmt;
 
 /// The failure kinds gsched distinguishes. Each maps to a final job state and to whether
 /// the node is to blame (drain it, avoid it on requeue).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FailureKind {
     /// A GPU fell off the bus, NVML reports it lost, or the GPU count dropped.
@@ -162,7 +162,7 @@ pub fn xid_blames_hardware(code: u32) -> bool {
 }
 
 /// A failure with its evidence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Failure {
     #[serde(flatten)]
     pub kind: FailureKind,

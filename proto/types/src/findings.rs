@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 /// How bad a finding is, in what it calls for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
     Info,
@@ -17,7 +19,7 @@ pub enum Severity {
 }
 
 /// The part of the machine a finding is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Component {
     Gpu,
@@ -34,7 +36,7 @@ pub enum Component {
     Input,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Finding {
     /// The node it is about (`gctl doctor`); absent for a file read on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +58,7 @@ pub struct Finding {
 }
 
 /// `gagentd diagnose --json`'s document.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Findings {
     pub findings: Vec<Finding>,
 }

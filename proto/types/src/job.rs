@@ -8,7 +8,19 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// A job id: small increasing integers, as in Slurm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct JobId(pub u64);
 
@@ -19,7 +31,7 @@ impl fmt::Display for JobId {
 }
 
 /// `--dependency` kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DependencyKind {
     /// Start after the job started.
@@ -34,7 +46,7 @@ pub enum DependencyKind {
     Singleton,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Dependency {
     pub kind: DependencyKind,
     #[serde(default)]
@@ -42,7 +54,9 @@ pub struct Dependency {
 }
 
 /// How a job's script is started on its nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum LaunchMode {
     /// On every node, each its own rank (gsched's model; `--torchrun`, `#GSUB` scripts).
@@ -66,7 +80,7 @@ fn is_zero(n: &i32) -> bool {
 /// `--signal=[B:][R:]SIG[@SECONDS]`: `signal` goes to the job `before_s` seconds before
 /// its time limit, to the batch shell alone with `B:` (which must forward it), else to
 /// every process of the job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WarnSignal {
     pub signal: i32,
     pub before_s: u32,
@@ -75,7 +89,7 @@ pub struct WarnSignal {
 }
 
 /// `gsub --torchrun PROGRAM ARGS`: the agent runs torchrun itself on every node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchrunSpec {
     pub program: String,
     #[serde(default)]
@@ -86,7 +100,7 @@ pub struct TorchrunSpec {
 }
 
 /// A job request as gsub resolved it (the same resolution sbatch makes).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobSpec {
     pub name: String,
     pub user: String,
@@ -261,7 +275,7 @@ impl JobSpec {
 pub const DEFAULT_ACCOUNT: &str = "default";
 
 /// One task of a job array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ArrayTask {
     pub array_job_id: JobId,
     pub task_id: u32,
@@ -269,7 +283,7 @@ pub struct ArrayTask {
 
 /// Where a job is in its life. Terminal states never change again except through an
 /// explicit requeue, which starts a new attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
     Pending,
@@ -359,7 +373,7 @@ impl fmt::Display for JobState {
 }
 
 /// Why a pending job is not running, computed against the capacity that is available now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "reason", content = "detail")]
 pub enum PendingReason {
     /// Not yet looked at by the scheduler.
@@ -433,7 +447,7 @@ impl fmt::Display for PendingReason {
 }
 
 /// The state of one node's part of a running job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum StepState {
     /// Allocated; the agent has not confirmed the start yet.
@@ -457,7 +471,7 @@ impl StepState {
 }
 
 /// One node's step of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepStatus {
     pub node: String,
     pub state: StepState,
@@ -470,7 +484,7 @@ pub struct StepStatus {
 }
 
 /// What happened in one attempt of a job (a requeued job has several).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Attempt {
     pub restart: u32,
     pub nodes: Vec<String>,
@@ -482,7 +496,7 @@ pub struct Attempt {
 }
 
 /// The controller's record of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobRecord {
     pub id: JobId,
     pub spec: JobSpec,

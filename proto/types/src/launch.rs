@@ -5,7 +5,7 @@ use crate::resources::{Allocation, NodeAlloc};
 use serde::{Deserialize, Serialize};
 
 /// Everything an agent needs to start its share of a job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LaunchSpec {
     pub job: JobId,
     /// Array tasks: (array job id, task id).

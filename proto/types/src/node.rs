@@ -5,7 +5,7 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 
 /// Admin-visible node state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum NodeAdminState {
     /// Schedulable.
@@ -19,7 +19,9 @@ pub enum NodeAdminState {
 }
 
 /// How serious a health event is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HealthSeverity {
     Info,
@@ -29,7 +31,19 @@ pub enum HealthSeverity {
 }
 
 /// What a health event is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthKind {
     /// The GPU is gone (fell off the bus, NVML lost it, Xid 79, no longer enumerated).
@@ -83,7 +97,7 @@ impl std::fmt::Display for HealthKind {
 }
 
 /// Something the agent's health monitor saw.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HealthEvent {
     pub severity: HealthSeverity,
     pub kind: HealthKind,
@@ -121,7 +135,7 @@ impl HealthEvent {
 }
 
 /// The controller's record of a node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeRecord {
     pub name: String,
     /// Management address the agent connected from / advertised.

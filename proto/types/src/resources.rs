@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What one job holds on one node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeAlloc {
     pub node: String,
     /// GPU indices in PCI order (the order `CUDA_VISIBLE_DEVICES` lists them).
@@ -21,7 +21,7 @@ pub struct NodeAlloc {
 }
 
 /// A job's placement: one entry per node, in node-rank order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Allocation {
     pub nodes: Vec<NodeAlloc>,
     /// Address of node rank 0 on the training network.
@@ -30,7 +30,9 @@ pub struct Allocation {
 }
 
 /// A set of small integers (CPU ids, GPU indices) as a bitmap.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Default, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct IdSet(Vec<u64>);
 
 impl IdSet {
@@ -74,7 +76,7 @@ impl IdSet {
 }
 
 /// What is in use on one node, derived from the running allocations.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeUsage {
     pub gpus: IdSet,
     pub cpus: IdSet,
@@ -113,7 +115,7 @@ impl NodeUsage {
 }
 
 /// What a node offers to the scheduler.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeCapacity {
     /// Number of GPUs (indices 0..gpu_count).
     pub gpu_count: u32,

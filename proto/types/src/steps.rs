@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// What `grun` asks for inside a job (the `RunStep` request body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepRequest {
     pub job: JobId,
     /// Nodes of the job to run on (`-w`); empty: the first `nodes` of the job, or all.
@@ -34,14 +34,14 @@ pub struct StepRequest {
 }
 
 /// A terminal's size in characters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TermSize {
     pub rows: u16,
     pub cols: u16,
 }
 
 /// What the caller of a running step sends its task 0 (the `StepInput` request body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepInput {
     pub job: JobId,
     pub step: u32,
@@ -49,7 +49,7 @@ pub struct StepInput {
 }
 
 /// Input for a step's task 0: bytes of its stdin, the end of it, or a new terminal size.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum InputEvent {
     /// The bytes, base64.
@@ -64,7 +64,7 @@ pub enum InputEvent {
 pub const INPUT_CHUNK: usize = 64 * 1024;
 
 /// How a recorded `grun` step stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StepState {
     Running,
@@ -86,7 +86,7 @@ impl StepState {
 }
 
 /// A `grun` step as its job's record keeps it (`gqueue -s`, `gacct` rows `JOBID.STEP`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepRecord {
     pub step: u32,
     /// The command's name (its first word's last path part, as Slurm's step name).
@@ -108,7 +108,7 @@ pub struct StepRecord {
 pub const MAX_RECORDED_STEPS: usize = 1000;
 
 /// Where a step's tasks go: node names and, per node, the global ranks it runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepLayout {
     pub nodes: Vec<String>,
     pub ranks: Vec<Vec<u32>>,
@@ -185,7 +185,7 @@ impl StepRequest {
 }
 
 /// What a node's agent runs of a step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StepLaunch {
     pub job: JobId,
     pub attempt: u32,
@@ -204,7 +204,7 @@ pub struct StepLaunch {
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
 /// happens (not kept on disk) and passed to the `grun` that started the step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "io", rename_all = "snake_case")]
 pub enum TaskIo {
     Output {
@@ -241,7 +241,7 @@ pub const INPUT_WINDOW: u64 = 1 << 20;
 pub const INPUT_BUFFER_LIMIT: usize = 4 << 20;
 
 /// What `grun` receives: the layout, then output and exits as they come.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "update", rename_all = "snake_case")]
 pub enum StepUpdate {
     Started { step: u32, layout: StepLayout },

@@ -129,8 +129,23 @@ impl<'de> Deserialize<'de> for LinkClass {
     }
 }
 
+/// As `nvidia-smi topo -m` writes it (the wire form).
+impl schemars::JsonSchema for LinkClass {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LinkClass".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "nvidia-smi topo -m's link class: X, NV<n>, PIX, PXB, PHB, NODE, SYS, or N/A",
+            "pattern": "^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$"
+        })
+    }
+}
+
 /// PCIe link state of a GPU: current and maximum generation and width.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct PcieLink {
     pub gen_current: Option<u8>,
     pub gen_max: Option<u8>,
@@ -148,7 +163,7 @@ impl PcieLink {
 }
 
 /// One GPU. Unknown facts are `None`, never guessed (a NUMA node of `None` is not node 0).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Gpu {
     pub index: u32,
     #[serde(default)]
@@ -210,7 +225,7 @@ impl Gpu {
 }
 
 /// What kind of network interface a NIC is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NicKind {
     /// InfiniBand HCA port.
@@ -230,7 +245,7 @@ impl NicKind {
 }
 
 /// A network interface (or an RDMA device port).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Nic {
     pub name: String,
     pub kind: NicKind,
@@ -285,7 +300,7 @@ impl Nic {
 }
 
 /// A NUMA node: its CPUs and memory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NumaNode {
     pub id: u32,
     pub cpus: String,
@@ -294,7 +309,7 @@ pub struct NumaNode {
 }
 
 /// Everything the agent registers about its node's hardware.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Topology {
     /// Where the facts came from: "nvml+sysfs", "nvidia-smi topo -m", "fake:FILE".
     #[serde(default)]
