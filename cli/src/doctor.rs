@@ -9,17 +9,18 @@ use gsched_types::findings::{Component, Finding, Severity};
 use gsched_types::topology::{LinkClass, Nic, NicKind, Topology};
 use std::collections::BTreeMap;
 
-fn finding(node: &str, severity: Severity, component: Component, kind: &str) -> Finding {
-    Finding {
-        node: Some(node.to_string()),
-        severity,
-        component,
-        gpu: None,
-        pci_bus_id: None,
-        kind: kind.to_string(),
-        evidence: String::new(),
-        action: String::new(),
-    }
+/// A finding as `gctl doctor` and `gctl burn-in` print it: severity, node, kind (GPU),
+/// evidence, then what to do.
+pub fn line(f: &Finding) -> String {
+    format!(
+        "{:<7} {:<8} {}{}: {}\n        action: {}",
+        format!("{:?}", f.severity).to_uppercase(),
+        f.node.as_deref().unwrap_or("-"),
+        f.kind,
+        f.gpu.map(|g| format!(" (GPU {g})")).unwrap_or_default(),
+        f.evidence,
+        f.action
+    )
 }
 
 /// The NIC carrying the training address, else the fastest physical NIC that is up.
@@ -49,7 +50,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
     for n in nodes {
         let name = n.name.as_str();
         if !n.online || !n.responding {
-            let mut f = finding(
+            let mut f = Finding::on_node(
                 name,
                 Severity::Drain,
                 Component::Driver,
@@ -69,7 +70,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
             out.push(f);
         }
         for g in &n.bad_gpus {
-            let mut f = finding(name, Severity::Drain, Component::Gpu, "gpu-withheld");
+            let mut f = Finding::on_node(name, Severity::Drain, Component::Gpu, "gpu-withheld");
             f.gpu = Some(*g);
             f.evidence = n
                 .drain_reason
@@ -84,7 +85,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
                 .map_or(n.address.as_str(), |(h, _)| h)
             && n.training_addr != "127.0.0.1"
         {
-            let mut f = finding(
+            let mut f = Finding::on_node(
                 name,
                 Severity::Info,
                 Component::Nic,
@@ -102,7 +103,8 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
             if let Some(p) = &g.pcie
                 && p.is_degraded()
             {
-                let mut f = finding(name, Severity::Warn, Component::Pcie, "pcie-link-degraded");
+                let mut f =
+                    Finding::on_node(name, Severity::Warn, Component::Pcie, "pcie-link-degraded");
                 f.gpu = Some(g.index);
                 f.pci_bus_id = g.pci_bus_id.clone();
                 f.evidence = format!(
@@ -117,7 +119,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
                 out.push(f);
             }
             if g.temperature_c.is_some_and(|t| t >= 85) {
-                let mut f = finding(name, Severity::Warn, Component::Gpu, "gpu-hot");
+                let mut f = Finding::on_node(name, Severity::Warn, Component::Gpu, "gpu-hot");
                 f.gpu = Some(g.index);
                 f.evidence = format!("GPU {} at {} C", g.index, g.temperature_c.unwrap_or(0));
                 f.action = "improve airflow: open frames need fans and spacing; it throttles near its slowdown temperature".into();
@@ -136,7 +138,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
             .filter_map(|row| row.get(i).copied())
             .collect();
         if !classes.is_empty() && classes.iter().all(|c| *c == LinkClass::Sys) {
-            let mut f = finding(name, Severity::Warn, Component::Nic, "nic-far-from-gpus");
+            let mut f = Finding::on_node(name, Severity::Warn, Component::Nic, "nic-far-from-gpus");
             f.evidence = format!(
                 "training NIC {} crosses the CPU interconnect (SYS) to every GPU",
                 nic.name
@@ -147,7 +149,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
         }
         for rdma in topo.nics.iter().filter(|x| x.rdma_device.is_some()) {
             if rdma.up == Some(false) {
-                let mut f = finding(name, Severity::Warn, Component::Ib, "rdma-port-down");
+                let mut f = Finding::on_node(name, Severity::Warn, Component::Ib, "rdma-port-down");
                 f.evidence = format!(
                     "{} ({}) is down",
                     rdma.name,
@@ -171,7 +173,7 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
                 continue;
             }
             for name in names {
-                let mut f = finding(name, Severity::Warn, Component::Nic, "mtu-mismatch");
+                let mut f = Finding::on_node(name, Severity::Warn, Component::Nic, "mtu-mismatch");
                 f.evidence = format!("training NIC MTU {mtu}, most nodes use {common}");
                 f.action = "set the same MTU on every node's training interface and the switch ports (jumbo frames need all of them)".into();
                 out.push(f);

@@ -3,6 +3,9 @@
 //! directories, drives them only through the CLI, and waits on conditions (never fixed
 //! sleeps). Processes are killed when the cluster is dropped.
 
+pub mod http;
+pub mod junk;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Once;

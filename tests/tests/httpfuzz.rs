@@ -5,28 +5,14 @@
 //! afterwards the controller still answers and runs a real job.
 //! `GSCHED_HTTP_FUZZ_N` sets the number of requests (default 1,500).
 
-use gsched_tests::{Cluster, free_port, success_stdout};
+use gsched_tests::junk::{junk_value, mutate};
+use gsched_tests::{Cluster, free_port, http, success_stdout};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use std::io::{Read, Write};
-use std::time::Duration;
 
-fn send(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    // A server may answer (413) before it has read a large body, then close.
-    let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(body));
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn junk_string(rng: &mut SmallRng) -> String {
+/// A path-safe hostile word for ids, names and query values.
+fn word(rng: &mut SmallRng) -> String {
     match rng.gen_range(0..9) {
         0 => String::new(),
         1 => "x".repeat(rng.gen_range(1..5_000)),
@@ -42,50 +28,45 @@ fn junk_string(rng: &mut SmallRng) -> String {
     }
 }
 
-fn junk_value(rng: &mut SmallRng, depth: u32) -> Value {
-    match rng.gen_range(0..if depth > 2 { 4 } else { 6 }) {
-        0 => Value::Null,
-        1 => json!(rng.gen_bool(0.5)),
-        2 => [json!(0), json!(-1), json!(u64::MAX), json!(1e308)][rng.gen_range(0..4)].clone(),
-        3 => json!(junk_string(rng)),
-        4 => Value::Array(
-            (0..rng.gen_range(0..4))
-                .map(|_| junk_value(rng, depth + 1))
-                .collect(),
-        ),
-        _ => Value::Object(
-            (0..rng.gen_range(0..4))
-                .map(|_| {
-                    (
-                        junk_string(rng).chars().take(16).collect(),
-                        junk_value(rng, depth + 1),
-                    )
-                })
-                .collect(),
-        ),
-    }
+/// A request whose response must not be a server error; returns its status.
+fn fuzz_request(
+    i: u64,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> String {
+    let resp = http::request(addr, method, path, headers, body);
+    let status = http::status(&resp).to_string();
+    assert!(
+        !status.is_empty(),
+        "request {i} ({method} {path}): no response at all"
+    );
+    assert!(
+        !status.starts_with('5'),
+        "request {i} ({method} {path}) with {} got {status}:\n{}",
+        String::from_utf8_lossy(body)
+            .chars()
+            .take(800)
+            .collect::<String>(),
+        resp.chars().take(600).collect::<String>()
+    );
+    status
 }
 
-/// Replaces one field somewhere in `v` with junk (or removes it).
-fn mutate(v: &mut Value, rng: &mut SmallRng) {
-    match v {
-        Value::Object(m) if !m.is_empty() => {
-            let k = m.keys().nth(rng.gen_range(0..m.len())).cloned().unwrap();
-            if rng.gen_bool(0.4) && (m[&k].is_object() || m[&k].is_array()) {
-                return mutate(m.get_mut(&k).unwrap(), rng);
-            }
-            if rng.gen_bool(0.2) {
-                m.remove(&k);
-            } else {
-                m.insert(k, junk_value(rng, 1));
-            }
-        }
-        Value::Array(a) if !a.is_empty() => {
-            let i = rng.gen_range(0..a.len());
-            a[i] = junk_value(rng, 1);
-        }
-        other => *other = junk_value(rng, 1),
-    }
+/// After a fuzz: the controller still serves, and a real job still runs (once what the
+/// fuzz may have done to the node as root is undone).
+fn still_works(c: &Cluster, addr: &str) {
+    let r = http::request(addr, "POST", "/api/v1/nodes/n1/resume", "", b"");
+    assert_eq!(http::status(&r), "200", "{r}");
+    let done = c.script("done.sh", "#!/bin/sh\necho fuzz-survived\n");
+    success_stdout(
+        &c.cli("gsub", &["--wait", &done]),
+        "gsub --wait after the fuzz",
+    );
+    let nodes = http::json_body(&http::request(addr, "GET", "/api/v1/nodes", "", b""));
+    assert_eq!(nodes["nodes"][0]["name"], "n1");
 }
 
 #[test]
@@ -119,7 +100,7 @@ fn t10_no_http_request_breaks_the_controller() {
             "0".into(),
             u64::MAX.to_string(),
             "120_3".into(),
-            junk_string(&mut rng),
+            word(&mut rng),
         ][rng.gen_range(0..5)]
         .replace(['/', ' ', '?', '#'], "_");
         let verb = [
@@ -131,7 +112,7 @@ fn t10_no_http_request_breaks_the_controller() {
             2 => "/api/v1/jobs".into(),
             3 => format!(
                 "/api/v1/jobs?user={}&state={}&all={}&detail={}&after={}",
-                junk_string(&mut rng)
+                word(&mut rng)
                     .chars()
                     .take(40)
                     .collect::<String>()
@@ -151,7 +132,7 @@ fn t10_no_http_request_breaks_the_controller() {
             ),
             9 => format!(
                 "/api/v1/{}",
-                junk_string(&mut rng)
+                word(&mut rng)
                     .chars()
                     .take(60)
                     .collect::<String>()
@@ -189,7 +170,7 @@ fn t10_no_http_request_breaks_the_controller() {
             );
         }
         if rng.gen_bool(0.3) {
-            let key: String = junk_string(&mut rng)
+            let key: String = word(&mut rng)
                 .chars()
                 .filter(|c| c.is_ascii_graphic())
                 .take(300)
@@ -202,38 +183,13 @@ fn t10_no_http_request_breaks_the_controller() {
         if rng.gen_bool(0.5) {
             headers += "Content-Type: application/json\r\n";
         }
-        let resp = send(&addr, method, &path, &headers, &body);
-        let status = resp
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_else(|| panic!("request {i} ({method} {path}): no response at all"))
-            .to_string();
-        assert!(
-            !status.starts_with('5'),
-            "request {i} ({method} {path}, {} body bytes) got {status}:\n{}",
-            body.len(),
-            resp.chars().take(600).collect::<String>()
-        );
+        let status = fuzz_request(i, &addr, method, &path, &headers, &body);
         *statuses.entry(status).or_default() += 1;
     }
     eprintln!("http fuzz: {n} requests, statuses {statuses:?}");
     assert!(statuses.keys().any(|s| s.starts_with('2')), "{statuses:?}");
     assert!(statuses.keys().any(|s| s.starts_with('4')), "{statuses:?}");
-    // Still serving, and a real job still runs (after undoing what the fuzz may have
-    // done to the node as root).
-    let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", b"");
-    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    let done = c.script("done.sh", "#!/bin/sh\necho fuzz-survived\n");
-    let out = c.cli("gsub", &["--wait", &done]);
-    success_stdout(&out, "gsub --wait after the fuzz");
-    let nodes: Value = serde_json::from_str(
-        send(&addr, "GET", "/api/v1/nodes", "", b"")
-            .split_once("\r\n\r\n")
-            .unwrap()
-            .1,
-    )
-    .unwrap();
-    assert_eq!(nodes["nodes"][0]["name"], "n1");
+    still_works(&c, &addr);
 }
 
 /// `schema` with a top-level `$ref` followed.
@@ -336,7 +292,7 @@ fn t20_requests_made_from_the_openapi_document_get_no_server_errors() {
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
     let held = c.submit(&["--hold", &script]);
-    let resp = send(&addr, "GET", "/api/v1/openapi.json", "", b"");
+    let resp = http::request(&addr, "GET", "/api/v1/openapi.json", "", b"");
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     let doc: Value = serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap();
     assert_eq!(doc["openapi"], "3.0.3");
@@ -433,21 +389,7 @@ fn t20_requests_made_from_the_openapi_document_get_no_server_errors() {
             None => Vec::new(),
         };
         headers += "Content-Type: application/json\r\n";
-        let resp = send(&addr, method, &path, &headers, &body);
-        let status = resp
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_else(|| panic!("request {i} ({method} {path}): no response at all"))
-            .to_string();
-        assert!(
-            !status.starts_with('5'),
-            "request {i} ({method} {path}) with {} got {status}:\n{}",
-            String::from_utf8_lossy(&body)
-                .chars()
-                .take(800)
-                .collect::<String>(),
-            resp.chars().take(600).collect::<String>()
-        );
+        let status = fuzz_request(i, &addr, method, &path, &headers, &body);
         seen.insert((template.clone(), method.clone(), status.clone()));
         *statuses.entry(status).or_default() += 1;
     }
@@ -467,11 +409,5 @@ fn t20_requests_made_from_the_openapi_document_get_no_server_errors() {
             .any(|(t, m, s)| t == "/api/v1/jobs" && m == "POST" && s == "201"),
         "no generated job spec was accepted: {seen:?}"
     );
-    let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", b"");
-    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    let done = c.script("done.sh", "#!/bin/sh\necho fuzz-survived\n");
-    success_stdout(
-        &c.cli("gsub", &["--wait", &done]),
-        "gsub --wait after the fuzz",
-    );
+    still_works(&c, &addr);
 }

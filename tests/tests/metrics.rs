@@ -3,8 +3,7 @@
 //! GPU on the agent) and the read API (`/api/v1/jobs`, `jobs/ID`, `nodes`) with the
 //! CLI's rows and the same caller rules.
 
-use gsched_tests::{Cluster, free_port, success_stdout, wait_for};
-use std::io::{Read, Write};
+use gsched_tests::{Cluster, free_port, http, success_stdout, wait_for};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
@@ -12,31 +11,15 @@ fn get(addr: &str, path: &str) -> String {
     get_with(addr, path, "")
 }
 
-/// A request with extra header lines (each ending in \r\n) and a body.
-fn send(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 /// A GET with extra header lines (each ending in \r\n).
 fn get_with(addr: &str, path: &str, headers: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    http::request(addr, "GET", path, headers, b"")
+}
+
+/// A JSON request with extra header lines and a body.
+fn send(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> String {
+    let headers = format!("{headers}Content-Type: application/json\r\n");
+    http::request(addr, method, path, &headers, body.as_bytes())
 }
 
 #[test]
@@ -137,12 +120,6 @@ fn t20_agent_metrics_say_which_job_holds_each_gpu_and_its_link() {
     assert!(text.trim_end().ends_with("# EOF"));
 }
 
-/// The body of an HTTP response.
-fn body(resp: &str) -> serde_json::Value {
-    let (_, b) = resp.split_once("\r\n\r\n").unwrap();
-    serde_json::from_str(b).unwrap_or_else(|e| panic!("{e}: {resp}"))
-}
-
 #[test]
 fn t30_the_read_api_serves_the_cli_rows_to_verified_callers() {
     let addr = format!("127.0.0.1:{}", free_port());
@@ -151,18 +128,23 @@ fn t30_the_read_api_serves_the_cli_rows_to_verified_callers() {
     let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
     let id = c.submit(&["--hold", "--export", "ALL,SECRET=hunter2", &script]);
     // As the owner (root, by this socket): the rows gqueue --json prints, with details.
-    let list = body(&get(&addr, "/api/v1/jobs?detail=1"));
+    let list = http::json_body(&get(&addr, "/api/v1/jobs?detail=1"));
     let row = &list["jobs"][0];
     assert_eq!(row["job_id"], id);
     assert_eq!(row["state"], "PENDING");
     assert!(row["spec"].is_object(), "{row}");
     let one = get(&addr, &format!("/api/v1/jobs/{id}"));
     assert!(one.starts_with("HTTP/1.1 200"), "{one}");
-    assert_eq!(body(&one)["job_id"], id);
+    assert_eq!(http::json_body(&one)["job_id"], id);
     let missing = get(&addr, "/api/v1/jobs/999999");
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-    assert!(body(&missing)["error"].as_str().unwrap().contains("999999"));
-    let nodes = body(&get(&addr, "/api/v1/nodes"));
+    assert!(
+        http::json_body(&missing)["error"]
+            .as_str()
+            .unwrap()
+            .contains("999999")
+    );
+    let nodes = http::json_body(&get(&addr, "/api/v1/nodes"));
     assert_eq!(nodes["nodes"][0]["name"], "n1");
     // Another user, through their own socket: the summary, not the request.
     if let Some((alice, _)) = gsched_tests::test_users() {
@@ -223,11 +205,11 @@ fn t40_gctl_token_names_its_user_to_the_http_api_and_nothing_else_passes() {
     let alice_token = token_of(&alice, "1:00:00");
     let mine = get_with(&addr, &path, &bearer(&alice_token));
     assert!(mine.starts_with("HTTP/1.1 200"), "{mine}");
-    assert!(body(&mine)["spec"].is_object(), "{mine}");
+    assert!(http::json_body(&mine)["spec"].is_object(), "{mine}");
     // Bob's token: the summary only, though root's socket would have shown everything.
     let bobs = get_with(&addr, &path, &bearer(&token_of(&bob, "1:00:00")));
     assert!(bobs.starts_with("HTTP/1.1 200"), "{bobs}");
-    assert!(body(&bobs)["spec"].is_null(), "{bobs}");
+    assert!(http::json_body(&bobs)["spec"].is_null(), "{bobs}");
     assert!(!bobs.contains("hunter2"));
     // An altered token, a made-up one and an expired one are refused, not downgraded.
     let altered = alice_token.replacen(&format!(".{}.", alice.uid), ".0.", 1);
@@ -238,14 +220,20 @@ fn t40_gctl_token_names_its_user_to_the_http_api_and_nothing_else_passes() {
     ] {
         let r = get_with(&addr, &path, &bearer(t));
         assert!(r.starts_with("HTTP/1.1 401"), "{t}: {r}");
-        assert!(body(&r)["error"].as_str().unwrap().contains(why), "{r}");
+        assert!(
+            http::json_body(&r)["error"].as_str().unwrap().contains(why),
+            "{r}"
+        );
     }
     let short = token_of(&alice, "1");
     std::thread::sleep(Duration::from_millis(1_300));
     let r = get_with(&addr, &path, &bearer(&short));
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
     assert!(
-        body(&r)["error"].as_str().unwrap().contains("expired"),
+        http::json_body(&r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
         "{r}"
     );
     // Lifetimes are bounded.
@@ -289,7 +277,10 @@ fn t50_writes_over_http_follow_the_cli_rules() {
     );
     assert!(r.starts_with("HTTP/1.1 403"), "{r}");
     assert!(
-        body(&r)["error"].as_str().unwrap().contains("another user"),
+        http::json_body(&r)["error"]
+            .as_str()
+            .unwrap()
+            .contains("another user"),
         "{r}"
     );
     // Her own job.
@@ -299,10 +290,14 @@ fn t50_writes_over_http_follow_the_cli_rules() {
     let headers = format!("{as_alice}Idempotency-Key: t50-submit\r\n");
     let r = send(&addr, "POST", "/api/v1/jobs", &headers, &spec.to_string());
     assert!(r.starts_with("HTTP/1.1 201"), "{r}");
-    let id = body(&r)["job_ids"][0].as_u64().unwrap();
+    let id = http::json_body(&r)["job_ids"][0].as_u64().unwrap();
     // Retried with the same key: the same job, not a second one.
     let again = send(&addr, "POST", "/api/v1/jobs", &headers, &spec.to_string());
-    assert_eq!(body(&again)["job_ids"][0].as_u64(), Some(id), "{again}");
+    assert_eq!(
+        http::json_body(&again)["job_ids"][0].as_u64(),
+        Some(id),
+        "{again}"
+    );
     // The same key on another kind of request is another request (it once answered with
     // the submit's outcome, a 500).
     let r = send(
@@ -313,7 +308,7 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         "",
     );
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    let row = body(&get(&addr, &format!("/api/v1/jobs/{id}")));
+    let row = http::json_body(&get(&addr, &format!("/api/v1/jobs/{id}")));
     assert_eq!(
         row["user"],
         alice.name.as_str(),
@@ -329,7 +324,7 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         "{\"nodes\": \"many\"}",
     );
     assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
-    let all = body(&get(&addr, "/api/v1/jobs?all=1"));
+    let all = http::json_body(&get(&addr, "/api/v1/jobs?all=1"));
     assert_eq!(all["jobs"].as_array().unwrap().len(), 1, "{all}");
     // Bob cannot touch alice's job; alice can release and cancel it.
     let r = send(
@@ -340,11 +335,11 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         "",
     );
     assert!(
-        !r.starts_with("HTTP/1.1 200") || body(&r)["count"] == 0,
+        !r.starts_with("HTTP/1.1 200") || http::json_body(&r)["count"] == 0,
         "{r}"
     );
     assert_eq!(
-        body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
+        http::json_body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
         "PENDING"
     );
     let r = send(
@@ -363,9 +358,9 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         &format!("{{\"action\": \"cancel\", \"select\": {{\"jobs\": [{{\"id\": {id}}}]}}}}"),
     );
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    assert_eq!(body(&r)["count"], 1, "{r}");
+    assert_eq!(http::json_body(&r)["count"], 1, "{r}");
     assert_eq!(
-        body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
+        http::json_body(&get(&addr, &format!("/api/v1/jobs/{id}")))["state"],
         "CANCELLED"
     );
     // Nodes: only an admin drains (root, by its own socket here), with a reason.
@@ -387,7 +382,7 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         "{\"reason\": \"fan\"}",
     );
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    let nodes = body(&get(&addr, "/api/v1/nodes"));
+    let nodes = http::json_body(&get(&addr, "/api/v1/nodes"));
     assert_eq!(nodes["nodes"][0]["drain_reason"], "fan", "{nodes}");
     let r = send(&addr, "POST", "/api/v1/nodes/n1/resume", "", "");
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
@@ -404,7 +399,7 @@ fn t60_grafana_and_alerts_name_served_metrics_and_logs_can_be_json() {
         &["--metrics", &agent, "--log-format", "json"],
     );
     wait_for("the agent to register", Duration::from_secs(20), || {
-        body(&get(&http, "/api/v1/nodes"))["nodes"]
+        http::json_body(&get(&http, "/api/v1/nodes"))["nodes"]
             .as_array()
             .is_some_and(|n| !n.is_empty())
             .then_some(())

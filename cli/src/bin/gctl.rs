@@ -407,15 +407,7 @@ fn main() {
                 outln!("no findings on {} node(s)", picked.len());
             } else {
                 for f in &findings {
-                    outln!(
-                        "{:<7} {:<8} {}{}: {}\n        action: {}",
-                        format!("{:?}", f.severity).to_uppercase(),
-                        f.node.as_deref().unwrap_or("-"),
-                        f.kind,
-                        f.gpu.map(|g| format!(" (GPU {g})")).unwrap_or_default(),
-                        f.evidence,
-                        f.action
-                    );
+                    outln!("{}", gsched_cli::doctor::line(f));
                 }
             }
         }
@@ -585,15 +577,7 @@ fn burn_in(
         gsched_cli::print_json(&doc);
     } else {
         for f in &doc.findings {
-            outln!(
-                "{:<7} {:<8} {}{}: {}\n        action: {}",
-                format!("{:?}", f.severity).to_uppercase(),
-                f.node.as_deref().unwrap_or("-"),
-                f.kind,
-                f.gpu.map(|g| format!(" (GPU {g})")).unwrap_or_default(),
-                f.evidence,
-                f.action
-            );
+            outln!("{}", gsched_cli::doctor::line(f));
         }
         if doc.cpu_only() {
             outln!(

@@ -13,19 +13,6 @@ const LINK_SHARE: f64 = 0.5;
 /// Below this share of its stage's median, a run (or GPU) is an outlier.
 const PEER_SHARE: f64 = 0.7;
 
-fn finding(node: &str, severity: Severity, component: Component, kind: &str) -> Finding {
-    Finding {
-        node: Some(node.to_string()),
-        severity,
-        component,
-        gpu: None,
-        pci_bus_id: None,
-        kind: kind.to_string(),
-        evidence: String::new(),
-        action: String::new(),
-    }
-}
-
 /// A byte count the way nccl-tests' tables read: 64 MiB, 1 GiB.
 pub fn size(bytes: u64) -> String {
     match bytes {
@@ -51,7 +38,7 @@ pub fn judge(results: &[RunResult], rdma_nodes: &[String]) -> Vec<Finding> {
         failed(r, &mut out);
         if r.run.stage == Stage::Gpu {
             for g in r.gpus.iter().filter(|g| !g.memory_ok) {
-                let mut f = finding(
+                let mut f = Finding::on_node(
                     &g.node,
                     Severity::Drain,
                     Component::Gpu,
@@ -83,7 +70,7 @@ pub fn judge(results: &[RunResult], rdma_nodes: &[String]) -> Vec<Finding> {
             .filter(|n| rdma_nodes.contains(n))
             .collect();
         if r.transports.iter().any(|t| t.starts_with("NET/Socket")) && !on_rdma.is_empty() {
-            let mut f = finding(
+            let mut f = Finding::on_node(
                 on_rdma[0],
                 Severity::Warn,
                 Component::Nccl,
@@ -116,7 +103,7 @@ fn failed(r: &RunResult, out: &mut Vec<Finding>) {
         _ => Component::Nccl,
     };
     let node = r.run.nodes.first().map_or("?", String::as_str);
-    let mut f = finding(node, Severity::Warn, component, "burn-in-run-failed");
+    let mut f = Finding::on_node(node, Severity::Warn, component, "burn-in-run-failed");
     let why = r
         .error
         .clone()
@@ -154,7 +141,7 @@ fn slow_gpus(results: &[RunResult], out: &mut Vec<Finding>) {
             continue;
         };
         for g in gpus.iter().filter(|g| g.tflops < mid * PEER_SHARE) {
-            let mut f = finding(&g.node, Severity::Warn, Component::Gpu, "gpu-slow");
+            let mut f = Finding::on_node(&g.node, Severity::Warn, Component::Gpu, "gpu-slow");
             f.gpu = g.gpu.parse().ok();
             f.evidence = format!(
                 "GPU {} ({model}): {:.1} TFLOPS, the median of {} such GPUs is {mid:.1}",
@@ -182,7 +169,7 @@ fn below_link_rate(results: &[RunResult], out: &mut Vec<Finding>) {
             Bound::Network => Component::Nic,
         };
         let node = r.run.nodes.first().map_or("?", String::as_str);
-        let mut f = finding(node, Severity::Warn, component, "bandwidth-below-link-rate");
+        let mut f = Finding::on_node(node, Severity::Warn, component, "bandwidth-below-link-rate");
         f.evidence = format!(
             "{} on {}: {:.1} GB/s bus bandwidth at {}, under half of the {:.1} GB/s expected ({}){}",
             r.run.stage.slug(),
@@ -233,7 +220,7 @@ fn slow_runs(results: &[RunResult], out: &mut Vec<Finding>) {
             }
             if slow {
                 let node = r.run.nodes.first().map_or("?", String::as_str);
-                let mut f = finding(node, Severity::Warn, Component::Nccl, "slow-outlier");
+                let mut f = Finding::on_node(node, Severity::Warn, Component::Nccl, "slow-outlier");
                 f.evidence = format!(
                     "{} on {}: {bw:.1} GB/s, the stage's median is {mid:.1} GB/s",
                     stage.slug(),
@@ -247,7 +234,7 @@ fn slow_runs(results: &[RunResult], out: &mut Vec<Finding>) {
     }
     for (node, (pairs, slow)) in slow_pairs {
         if pairs >= 2 && slow == pairs {
-            let mut f = finding(node, Severity::Warn, Component::Nic, "slow-node");
+            let mut f = Finding::on_node(node, Severity::Warn, Component::Nic, "slow-node");
             f.evidence =
                 format!("every pair with {node} ({slow} of {pairs}) is slow; its peers are not");
             f.action = "look at this node's training NIC: link speed (ethtool), MTU, cable and switch port, and its PCIe slot".into();

@@ -14,19 +14,6 @@ const SKEW_MS: f64 = 500.0;
 const FREE_SHARE: f64 = 0.05;
 const FREE_BYTES: u64 = 10 << 30;
 
-fn finding(node: &str, severity: Severity, component: Component, kind: &str) -> Finding {
-    Finding {
-        node: Some(node.to_string()),
-        severity,
-        component,
-        gpu: None,
-        pci_bus_id: None,
-        kind: kind.to_string(),
-        evidence: String::new(),
-        action: String::new(),
-    }
-}
-
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
@@ -40,7 +27,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
         .iter()
         .filter(|n| !by_node.contains_key(n.as_str()))
     {
-        let mut f = finding(n, Severity::Warn, Component::Host, "probe-did-not-run");
+        let mut f = Finding::on_node(n, Severity::Warn, Component::Host, "probe-did-not-run");
         f.evidence = format!(
             "no probe report from {n}{}",
             if stderr_tail.is_empty() {
@@ -54,7 +41,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
     }
     for r in reports {
         if let Some(e) = &r.bind_error {
-            let mut f = finding(
+            let mut f = Finding::on_node(
                 &r.node,
                 Severity::Warn,
                 Component::Nic,
@@ -74,7 +61,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
             let peer_addr = by_node.get(peer.as_str()).map_or("?", |q| q.addr.as_str());
             match (&p.small, &p.large) {
                 (None, _) => {
-                    let mut f = finding(
+                    let mut f = Finding::on_node(
                         &r.node,
                         Severity::Warn,
                         Component::Nic,
@@ -89,7 +76,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
                     out.push(f);
                 }
                 (Some(_), None) => {
-                    let mut f = finding(
+                    let mut f = Finding::on_node(
                         &r.node,
                         Severity::Warn,
                         Component::Nic,
@@ -112,7 +99,8 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
         }
         for (path, p) in &r.paths {
             if let Some(e) = &p.error {
-                let mut f = finding(&r.node, Severity::Warn, Component::Host, "path-missing");
+                let mut f =
+                    Finding::on_node(&r.node, Severity::Warn, Component::Host, "path-missing");
                 f.evidence = format!("{}: {path}: {e}", r.node);
                 f.action = "mount it on every node: jobs expect the same paths everywhere".into();
                 out.push(f);
@@ -121,7 +109,8 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
                 && (free as f64) < total as f64 * FREE_SHARE
                 && free < FREE_BYTES
             {
-                let mut f = finding(&r.node, Severity::Warn, Component::Host, "disk-nearly-full");
+                let mut f =
+                    Finding::on_node(&r.node, Severity::Warn, Component::Host, "disk-nearly-full");
                 f.evidence = format!(
                     "{}: {path} has {} free of {} ({:.1}%)",
                     r.node,
@@ -141,7 +130,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
             let excluded = set.starts_with('^');
             let picks = named.iter().any(|n| iface.starts_with(n)) != excluded;
             if !picks {
-                let mut f = finding(
+                let mut f = Finding::on_node(
                     &r.node,
                     Severity::Warn,
                     Component::Nccl,
@@ -162,7 +151,7 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
             if let Some(e) = &p.small
                 && e.offset_ms.abs() > SKEW_MS
             {
-                let mut f = finding(peer, Severity::Warn, Component::Host, "clock-skew");
+                let mut f = Finding::on_node(peer, Severity::Warn, Component::Host, "clock-skew");
                 f.evidence = format!(
                     "{peer}'s clock is {:.2} s {} {}'s",
                     e.offset_ms.abs() / 1000.0,

@@ -124,73 +124,111 @@ fn flag(v: &Option<String>) -> bool {
     v.as_deref().is_some_and(|v| v != "0" && v != "false")
 }
 
-/// The verified caller of an HTTP request, as for gRPC.
-fn caller(
-    api: &Api,
-    remote: std::net::SocketAddr,
-    headers: &axum::http::HeaderMap,
-) -> Result<crate::auth::Caller, tonic::Status> {
-    if let Some(token) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    {
-        return api
-            .ctx
-            .auth
-            .caller_of_token(token, gsched_proto::clock::now_ms());
+/// A refusal, as the HTTP response that says the same as the gRPC status.
+struct ApiError(tonic::Status);
+
+impl From<tonic::Status> for ApiError {
+    fn from(s: tonic::Status) -> ApiError {
+        ApiError(s)
     }
-    let peer_uid = api
-        .local
-        .and_then(|local| crate::auth::conn::loopback_peer_uid(local, remote));
-    let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
-    api.ctx.auth.caller_of(peer_uid, cred)
 }
 
-/// A gRPC result as an HTTP response: the reply's JSON, or `{"error": ...}` with the
-/// status that says the same.
-fn reply(
-    r: Result<tonic::Response<gsched_proto::pb::DocReply>, tonic::Status>,
-) -> axum::response::Response {
-    match r {
-        Ok(doc) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            doc.into_inner().json,
+impl IntoResponse for ApiError {
+    fn into_response(self) -> axum::response::Response {
+        use tonic::Code;
+        let code = match self.0.code() {
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::FailedPrecondition => StatusCode::CONFLICT,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        (
+            code,
+            axum::Json(serde_json::json!({ "error": self.0.message() })),
         )
-            .into_response(),
-        Err(s) => error(s),
+            .into_response()
     }
 }
 
-fn error(s: tonic::Status) -> axum::response::Response {
-    use tonic::Code;
-    let code = match s.code() {
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::PermissionDenied => StatusCode::FORBIDDEN,
-        Code::InvalidArgument => StatusCode::BAD_REQUEST,
-        Code::NotFound => StatusCode::NOT_FOUND,
-        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        Code::FailedPrecondition => StatusCode::CONFLICT,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+type ApiResult = Result<axum::response::Response, ApiError>;
+
+/// The verified caller of an HTTP request, as for gRPC: a `gctl token` in
+/// `Authorization: Bearer`, else the loopback socket's owner (--dev-local), else a MUNGE
+/// credential in `X-Gsched-Munge`.
+struct Verified(crate::auth::Caller);
+
+impl axum::extract::FromRequestParts<Api> for Verified {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        api: &Api,
+    ) -> Result<Verified, ApiError> {
+        let headers = &parts.headers;
+        if let Some(token) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            return Ok(Verified(
+                api.ctx
+                    .auth
+                    .caller_of_token(token, gsched_proto::clock::now_ms())?,
+            ));
+        }
+        let remote = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        let peer_uid = api
+            .local
+            .zip(remote)
+            .and_then(|(local, remote)| crate::auth::conn::loopback_peer_uid(local, remote));
+        let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
+        Ok(Verified(api.ctx.auth.caller_of(peer_uid, cred)?))
+    }
+}
+
+/// A client's key for a write it may retry (`Idempotency-Key`), as the request id.
+struct IdempotencyKey(String);
+
+impl<S: Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<IdempotencyKey, ApiError> {
+        match parts.headers.get("idempotency-key").map(|v| v.to_str()) {
+            None => Ok(IdempotencyKey(String::new())),
+            Some(Ok(k)) if !k.is_empty() && k.len() <= 128 => {
+                Ok(IdempotencyKey(format!("http:{k}")))
+            }
+            Some(_) => Err(ApiError(tonic::Status::invalid_argument(
+                "Idempotency-Key must be 1 to 128 visible ASCII characters",
+            ))),
+        }
+    }
+}
+
+/// A gRPC reply's JSON document as the response body.
+fn reply(r: tonic::Response<gsched_proto::pb::DocReply>) -> axum::response::Response {
     (
-        code,
-        axum::Json(serde_json::json!({ "error": s.message() })),
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        r.into_inner().json,
     )
         .into_response()
 }
 
 async fn jobs(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
     axum::extract::Query(q): axum::extract::Query<JobsQuery>,
-) -> axum::response::Response {
-    let who = match caller(&api, remote, &headers) {
-        Ok(c) => c,
-        Err(s) => return error(s),
-    };
+) -> ApiResult {
     let split = |v: &Option<String>| -> Vec<String> {
         v.as_deref()
             .map(|s| {
@@ -209,126 +247,89 @@ async fn jobs(
         after: q.after.unwrap_or(0),
         ..Default::default()
     };
-    reply(api.jobs.jobs_for(&who, req).await)
+    Ok(reply(api.jobs.jobs_for(&who, req).await?))
 }
 
 async fn job(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
     axum::extract::Path(id): axum::extract::Path<String>,
-) -> axum::response::Response {
-    let who = match caller(&api, remote, &headers) {
-        Ok(c) => c,
-        Err(s) => return error(s),
-    };
+) -> ApiResult {
     let req = gsched_proto::pb::ListJobsRequest {
         include_finished: true,
         detail: true,
         jobs: vec![id.clone()],
         ..Default::default()
     };
-    let list = match api.jobs.jobs_for(&who, req).await {
-        Ok(r) => r.into_inner().json,
-        Err(s) => return error(s),
-    };
-    let doc: gsched_types::api::JobList = match serde_json::from_slice(&list) {
-        Ok(d) => d,
-        Err(e) => return error(tonic::Status::internal(e.to_string())),
-    };
+    let list = api.jobs.jobs_for(&who, req).await?.into_inner().json;
+    let doc: gsched_types::api::JobList =
+        serde_json::from_slice(&list).map_err(|e| tonic::Status::internal(e.to_string()))?;
     match doc.jobs.into_iter().find(|j| j.display_id == id) {
-        Some(row) => (StatusCode::OK, axum::Json(row)).into_response(),
-        None => error(tonic::Status::not_found(format!("no job {id}"))),
-    }
-}
-
-/// A client's key for a write it may retry (`Idempotency-Key`), as the request id.
-fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<String, tonic::Status> {
-    match headers.get("idempotency-key").map(|v| v.to_str()) {
-        None => Ok(String::new()),
-        Some(Ok(k)) if !k.is_empty() && k.len() <= 128 => Ok(format!("http:{k}")),
-        Some(_) => Err(tonic::Status::invalid_argument(
-            "Idempotency-Key must be 1 to 128 visible ASCII characters",
-        )),
+        Some(row) => Ok((StatusCode::OK, axum::Json(row)).into_response()),
+        None => Err(tonic::Status::not_found(format!("no job {id}")).into()),
     }
 }
 
 async fn submit(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
+    IdempotencyKey(request_id): IdempotencyKey,
     body: axum::body::Bytes,
-) -> axum::response::Response {
-    let r = async {
-        let who = caller(&api, remote, &headers)?;
-        let req = gsched_proto::pb::SubmitRequest {
-            request_id: idempotency_key(&headers)?,
-            spec_json: body.to_vec(),
-        };
-        api.jobs.submit_as(&who, req).await
-    }
-    .await;
-    match r {
-        Ok(reply) => (
-            StatusCode::CREATED,
-            axum::Json(serde_json::json!({ "job_ids": reply.into_inner().job_ids })),
-        )
-            .into_response(),
-        Err(s) => error(s),
-    }
+) -> ApiResult {
+    let req = gsched_proto::pb::SubmitRequest {
+        request_id,
+        spec_json: body.to_vec(),
+    };
+    let ids = api.jobs.submit_as(&who, req).await?.into_inner().job_ids;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(serde_json::json!({ "job_ids": ids })),
+    )
+        .into_response())
 }
 
 async fn act_on_jobs(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
+    IdempotencyKey(request_id): IdempotencyKey,
     body: axum::body::Bytes,
-) -> axum::response::Response {
-    let r = async {
-        let who = caller(&api, remote, &headers)?;
-        let req = gsched_proto::pb::ActOnJobsRequest {
-            request_id: idempotency_key(&headers)?,
-            json: body.to_vec(),
-        };
-        api.jobs.act_on_jobs_as(&who, req).await
-    }
-    .await;
-    reply(r)
+) -> ApiResult {
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id,
+        json: body.to_vec(),
+    };
+    Ok(reply(api.jobs.act_on_jobs_as(&who, req).await?))
 }
 
 async fn act_on_job(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
+    IdempotencyKey(request_id): IdempotencyKey,
     axum::extract::Path((id, action)): axum::extract::Path<(String, String)>,
-) -> axum::response::Response {
+) -> ApiResult {
     use gsched_types::api::{JobAction, JobActionRequest, JobSelection, JobSelector};
-    let r = async {
-        let who = caller(&api, remote, &headers)?;
-        let action = match action.as_str() {
-            "cancel" => JobAction::Cancel,
-            "hold" => JobAction::Hold,
-            "release" => JobAction::Release,
-            "requeue" => JobAction::Requeue,
-            other => {
-                return Err(tonic::Status::not_found(format!(
-                    "no job action '{other}': use cancel, hold, release or requeue"
-                )));
-            }
-        };
-        let select = JobSelection {
-            jobs: vec![JobSelector::parse(&id).map_err(tonic::Status::invalid_argument)?],
-            ..Default::default()
-        };
-        let req = gsched_proto::pb::ActOnJobsRequest {
-            request_id: idempotency_key(&headers)?,
-            json: serde_json::to_vec(&JobActionRequest { action, select })
-                .expect("a job action serialises"),
-        };
-        api.jobs.act_on_jobs_as(&who, req).await
-    }
-    .await;
-    reply(r)
+    let action = match action.as_str() {
+        "cancel" => JobAction::Cancel,
+        "hold" => JobAction::Hold,
+        "release" => JobAction::Release,
+        "requeue" => JobAction::Requeue,
+        other => {
+            return Err(tonic::Status::not_found(format!(
+                "no job action '{other}': use cancel, hold, release or requeue"
+            ))
+            .into());
+        }
+    };
+    let select = JobSelection {
+        jobs: vec![JobSelector::parse(&id).map_err(tonic::Status::invalid_argument)?],
+        ..Default::default()
+    };
+    let req = gsched_proto::pb::ActOnJobsRequest {
+        request_id,
+        json: serde_json::to_vec(&JobActionRequest { action, select })
+            .expect("a job action serialises"),
+    };
+    Ok(reply(api.jobs.act_on_jobs_as(&who, req).await?))
 }
 
 /// `{"reason": "..."}` for a drain.
@@ -340,49 +341,42 @@ struct NodeActionBody {
 
 async fn node_action(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
+    Verified(who): Verified,
+    IdempotencyKey(request_id): IdempotencyKey,
     axum::extract::Path((name, action)): axum::extract::Path<(String, String)>,
     body: axum::body::Bytes,
-) -> axum::response::Response {
-    let r = async {
-        let who = caller(&api, remote, &headers)?;
-        let b: NodeActionBody = if body.is_empty() {
-            NodeActionBody::default()
-        } else {
-            serde_json::from_slice(&body).map_err(|e| {
-                tonic::Status::invalid_argument(format!("malformed node action: {e}"))
-            })?
-        };
-        let req = gsched_proto::pb::NodeAdminRequest {
-            request_id: idempotency_key(&headers)?,
-            node: name,
-            action,
-            reason: b.reason,
-            user: String::new(),
-        };
-        api.jobs.node_admin_as(&who, req).await
-    }
-    .await;
-    match r {
-        Ok(r) => (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({ "message": r.into_inner().message })),
-        )
-            .into_response(),
-        Err(s) => error(s),
-    }
+) -> ApiResult {
+    let b: NodeActionBody = if body.is_empty() {
+        NodeActionBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| tonic::Status::invalid_argument(format!("malformed node action: {e}")))?
+    };
+    let req = gsched_proto::pb::NodeAdminRequest {
+        request_id,
+        node: name,
+        action,
+        reason: b.reason,
+        user: String::new(),
+    };
+    let message = api
+        .jobs
+        .node_admin_as(&who, req)
+        .await?
+        .into_inner()
+        .message;
+    Ok((
+        StatusCode::OK,
+        axum::Json(serde_json::json!({ "message": message })),
+    )
+        .into_response())
 }
 
 async fn nodes(
     axum::extract::State(api): axum::extract::State<Api>,
-    axum::extract::ConnectInfo(remote): axum::extract::ConnectInfo<std::net::SocketAddr>,
-    headers: axum::http::HeaderMap,
-) -> axum::response::Response {
-    if let Err(s) = caller(&api, remote, &headers) {
-        return error(s);
-    }
-    reply(api.jobs.nodes(true).await)
+    Verified(_): Verified,
+) -> ApiResult {
+    Ok(reply(api.jobs.nodes(true).await?))
 }
 
 fn metrics(ctx: &Ctx) -> axum::response::Response {

@@ -7,8 +7,13 @@ use gsched_types::job::JobSpec;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
-/// The document, built fresh (it is small).
-pub fn document() -> Value {
+/// The document, built on first use.
+pub fn document() -> &'static Value {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(build)
+}
+
+fn build() -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let job_list = serde_json::to_value(generator.subschema_for::<JobList>()).unwrap_or_default();
     let job_row = serde_json::to_value(generator.subschema_for::<JobRow>()).unwrap_or_default();
@@ -135,7 +140,7 @@ mod tests {
     #[test]
     fn the_committed_openapi_document_is_current() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
-        let text = serde_json::to_string_pretty(&super::document()).unwrap() + "\n";
+        let text = serde_json::to_string_pretty(super::document()).unwrap() + "\n";
         if std::env::var_os("GSCHED_UPDATE_OPENAPI").is_some() {
             std::fs::write(path, &text).unwrap();
         }

@@ -57,6 +57,22 @@ pub struct Finding {
     pub action: String,
 }
 
+impl Finding {
+    /// A finding about `node`, its evidence and action to be filled in.
+    pub fn on_node(node: &str, severity: Severity, component: Component, kind: &str) -> Finding {
+        Finding {
+            node: Some(node.to_string()),
+            severity,
+            component,
+            gpu: None,
+            pci_bus_id: None,
+            kind: kind.to_string(),
+            evidence: String::new(),
+            action: String::new(),
+        }
+    }
+}
+
 /// `gagentd diagnose --json`'s document.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Findings {
