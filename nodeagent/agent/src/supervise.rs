@@ -228,10 +228,6 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let owner = if root { plan.uid.zip(plan.gid) } else { None };
     let umask = plan.umask.map(|m| Mode::from_bits_truncate(m & 0o777));
     let user_out = open_as(&plan.stdout, owner, &plan.groups, umask)?;
-    let mut user_out_for_pty = match plan.input {
-        TaskInput::Pty(_) => Some(open_as(&plan.stdout, owner, &plan.groups, umask)?),
-        _ => None,
-    };
     let user_err = plan
         .stderr
         .as_deref()
@@ -338,17 +334,28 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     };
     let output_error = std::sync::Arc::new(parking_lot::Mutex::new(None));
     let err_path = plan.stderr.clone().unwrap_or_else(|| plan.stdout.clone());
-    for (read, user, path, capture) in
-        std::iter::once((out_r, user_out, plan.stdout.clone(), capture.clone())).chain(
-            err_pipe
-                .map(|(r, w)| {
-                    drop(w);
-                    r
-                })
-                .zip(user_err)
-                .map(|(r, u)| (r, u, err_path.clone(), err_capture.clone())),
-        )
-    {
+    // A task on a terminal writes its output there, not into the pipe.
+    let stdout_source = match &terminal {
+        Some(master) => master
+            .try_clone()
+            .map_err(|e| format!("cannot read the task's terminal: {e}"))?,
+        None => out_r,
+    };
+    for (read, user, path, capture) in std::iter::once((
+        stdout_source,
+        user_out,
+        plan.stdout.clone(),
+        capture.clone(),
+    ))
+    .chain(
+        err_pipe
+            .map(|(r, w)| {
+                drop(w);
+                r
+            })
+            .zip(user_err)
+            .map(|(r, u)| (r, u, err_path.clone(), err_capture.clone())),
+    ) {
         let done = done_tx.clone();
         let sink = OutputSink {
             file: user,
@@ -364,24 +371,6 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     }
     let terminal_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(master) = &terminal {
-        let read = master
-            .try_clone()
-            .map_err(|e| format!("cannot read the task's terminal: {e}"))?;
-        let done = done_tx.clone();
-        let sink = OutputSink {
-            file: user_out_for_pty
-                .take()
-                .expect("the output file is kept for the terminal"),
-            path: plan.stdout.clone(),
-            pgid,
-            error: output_error.clone(),
-        };
-        let capture = capture.clone();
-        std::thread::spawn(move || {
-            copy_output(File::from(read), sink, &capture);
-            let _ = done.send(());
-        });
-        copiers += 1;
         if let Ok(write) = master.try_clone() {
             std::thread::spawn(move || copy_input(File::from(write)));
         }
