@@ -28,6 +28,17 @@ fn word(rng: &mut SmallRng) -> String {
     }
 }
 
+/// How many requests (`GSCHED_HTTP_FUZZ_N`, default 1,500) and the generator, seeded by
+/// `GSCHED_FUZZ_SEED` or else `seed`.
+fn fuzz_run(seed: u64) -> (u64, SmallRng) {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let n = var("GSCHED_HTTP_FUZZ_N").unwrap_or(1_500);
+    (
+        n,
+        SmallRng::seed_from_u64(var("GSCHED_FUZZ_SEED").unwrap_or(seed)),
+    )
+}
+
 /// A request whose response must not be a server error; returns its status.
 fn fuzz_request(
     i: u64,
@@ -84,15 +95,7 @@ fn t10_no_http_request_breaks_the_controller() {
     spec.hold = true;
     let spec = serde_json::to_value(&spec).unwrap();
     let action = json!({"action": "hold", "select": {"jobs": [{"id": held}]}});
-    let n: u64 = std::env::var("GSCHED_HTTP_FUZZ_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_500);
-    let seed: u64 = std::env::var("GSCHED_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let (n, mut rng) = fuzz_run(0x5eed);
     let mut statuses = std::collections::BTreeMap::<String, u64>::new();
     for i in 0..n {
         let id = [
@@ -303,15 +306,7 @@ fn t20_requests_made_from_the_openapi_document_get_no_server_errors() {
         }
     }
     assert!(operations.len() >= 8, "{operations:?}");
-    let n: u64 = std::env::var("GSCHED_HTTP_FUZZ_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_500);
-    let seed: u64 = std::env::var("GSCHED_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x0a91);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let (n, mut rng) = fuzz_run(0x0a91);
     let me = nix::unistd::User::from_uid(nix::unistd::getuid())
         .unwrap()
         .unwrap()
