@@ -96,6 +96,74 @@ fn t10_every_family_of_saved_output() {
 }
 
 #[test]
+fn t15_nccl_transport_and_missing_libraries() {
+    // The only WARN is the missing NVML library: it is the cause, by name.
+    let f = diagnose(&["nccl/missing-libnvidia-ml-unhandled-system-error-nccl-tests-320.txt"]);
+    let lib = find(&f, "missing-libnvidia-ml");
+    assert_eq!(
+        (lib["severity"].as_str(), lib["component"].as_str()),
+        (Some("fail-job"), Some("driver"))
+    );
+    let evidence = lib["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("libnvidia-ml could not be loaded")
+            && evidence.contains("nvmlwrap.cc:74 NCCL WARN Failed to open libnvidia-ml.so.1"),
+        "{evidence}"
+    );
+    assert_eq!(f.len(), 1, "it ran over IB: no transport finding: {f:#?}");
+
+    // Devices that exist but cannot be opened in a container: sockets over IPoIB.
+    let f = diagnose(&["nccl/ib-devices-unopenable-in-container-socket-over-ib0-EXCERPT.txt"]);
+    let ipoib = find(&f, "nccl-socket-over-ipoib");
+    assert_eq!(
+        (ipoib["severity"].as_str(), ipoib["component"].as_str()),
+        (Some("warn"), Some("ib"))
+    );
+    let action = ipoib["action"].as_str().unwrap();
+    assert!(
+        action.contains("ib0") && action.contains("could not open the RDMA devices"),
+        "{action}"
+    );
+    assert!(
+        ipoib["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("NCCL WARN Call to ibv_open_device failed"),
+        "{ipoib}"
+    );
+
+    // NCCL 2.27's wording, four IPoIB interfaces, the IB plugin failed to initialise.
+    let f = diagnose(&["nccl/nccl227-ib-plugin-failed-socket-over-ipoib-jeanzay-EXCERPT.txt"]);
+    let action = find(&f, "nccl-socket-over-ipoib")["action"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        action.contains("ibp24s0,ibp41s0,ibp154s0,ibp170s0"),
+        "{action}"
+    );
+
+    // A desktop without RDMA: sockets because libibverbs is missing, said as information
+    // only (a saved log cannot tell whether the machine has RDMA), and only since the
+    // communicator spanned... one node: nothing at all.
+    let f = diagnose(&["nccl/socket-fallback-libibverbs-missing-wsl-nccl-1653.txt"]);
+    assert!(f.is_empty(), "one node never uses the network: {f:#?}");
+    let f = diagnose(&["gpu/nccl-info-2node-socket.log"]);
+    assert!(
+        f.iter().all(|x| x["severity"] == "info"),
+        "two nodes over eth0 with no RDMA found: at most information: {f:#?}"
+    );
+    // One node over NVLink: NCCL says "Using network Socket" and never uses it.
+    let f = diagnose(&["nccl/nccl228-debug-info-2gpu-nvlink-h200.txt"]);
+    assert!(
+        f.iter()
+            .all(|x| !x["kind"].as_str().unwrap().starts_with("nccl-socket")
+                && x["kind"] != "nccl-rdma-unavailable"),
+        "{f:#?}"
+    );
+}
+
+#[test]
 fn t20_unknown_and_unreadable_files_are_said_to_be_so() {
     let dir = tempfile::tempdir().unwrap();
     let notes = dir.path().join("notes.txt");

@@ -4,7 +4,9 @@
 //! application-level Xid does not; `gctl node resume` clears a drain; the training
 //! interface going down drains while a mismatched MTU only warns; the open driver's
 //! three-line "fallen off the bus" (no Xid) fails only the job on that GPU, and a flood of
-//! corrected PCIe AER errors warns without draining. Also checks
+//! corrected PCIe AER errors warns without draining; NCCL running over sockets on nodes
+//! with RDMA is a warning on the job (not on a one-node job), and a library NCCL could
+//! not load is named as the failure's cause. Also checks
 //! `gagentd discover --json` on every topology fixture and its round trip as a fake
 //! topology.
 
@@ -404,4 +406,81 @@ fn t80_a_critical_xid_on_an_unknown_gpu_stops_every_job_and_a_nonfatal_nvlink_on
             "{job}"
         );
     }
+}
+
+#[test]
+fn t90_nccl_on_sockets_where_the_node_has_rdma_warns_on_the_job_and_a_missing_library_is_the_cause()
+{
+    let mut c = Cluster::controllers(1, &[]);
+    // Both nodes have a RoCE port (enp65s0f0np0, mlx5_0).
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    c.add_agent("n2", "rtx4090-8gpu.json", &[]);
+    // What NCCL writes when libibverbs cannot be loaded: it runs over TCP, and the job
+    // goes on (slowly).
+    let fallback = c.script(
+        "fallback.sh",
+        "#!/bin/bash\n\
+         echo \"$(hostname):100:200 [0] NCCL INFO Failed to open libibverbs.so[.1]\"\n\
+         echo \"$(hostname):100:200 [0] NCCL INFO NET/Socket : Using [0]eno1:192.0.2.7<0>\"\n\
+         echo \"$(hostname):100:200 [0] NCCL INFO Using network Socket\"\n\
+         exec sleep 600\n",
+    );
+    let id = c.submit(&["-N", "2", "--gpus-per-node", "1", &fallback]);
+    let job = wait_for("the transport warning", Duration::from_secs(30), || {
+        c.job(id)
+            .filter(|j| j["warnings"].as_array().is_some_and(|w| w.len() == 2))
+    });
+    assert_eq!(
+        job["state"], "RUNNING",
+        "a warning does not stop the job: {job}"
+    );
+    for w in job["warnings"].as_array().unwrap() {
+        assert_eq!(
+            (w["kind"].as_str(), w["severity"].as_str()),
+            (Some("nccl-socket-despite-rdma"), Some("warn")),
+            "{w}"
+        );
+        let action = w["action"].as_str().unwrap();
+        assert!(
+            action.contains("mlx5_0") && action.contains("could not load libibverbs"),
+            "{action}"
+        );
+        assert!(["n1", "n2"].contains(&w["node"].as_str().unwrap()), "{w}");
+    }
+    let shown = c.ok("gctl", &["show", "job", &id.to_string()]);
+    assert!(
+        shown.contains("Warning[n1]=nccl-socket-despite-rdma")
+            && shown.contains("Warning[n2]=nccl-socket-despite-rdma"),
+        "{shown}"
+    );
+    c.ok("gcancel", &[&id.to_string()]);
+    c.wait_state(id, &["CANCELLED"], Duration::from_secs(30));
+
+    // A one-node job: NCCL names a network but never uses it, so no warning.
+    let one = c.submit(&["--gpus-per-node", "1", &fallback]);
+    c.wait_state(one, &["RUNNING"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let job = c.job(one).unwrap();
+    assert!(job.get("warnings").is_none(), "{job}");
+    c.ok("gcancel", &[&one.to_string()]);
+
+    // NVML's library missing: NCCL's only WARN names it, then "unhandled system error".
+    // The failure's evidence says which library, first.
+    let nvml = c.script(
+        "nvml.sh",
+        "#!/bin/bash\n\
+         echo \"[2025-06-12 16:57:52] $(hostname):842624:842643 [0] misc/nvmlwrap.cc:74 NCCL WARN Failed to open libnvidia-ml.so.1\"\n\
+         echo \"$(hostname):842624:842643 [0] NCCL INFO init.cc:355 -> 2\"\n\
+         echo \"$(hostname): Test NCCL failure common.cu:1119 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '\"\n\
+         exit 1\n",
+    );
+    let id = c.submit(&["--gpus-per-node", "1", &nvml]);
+    let job = c.wait_state(id, &["FAILED"], Duration::from_secs(30));
+    assert_eq!(job["failure"]["kind"], "nccl_error", "{job}");
+    let evidence = job["failure"]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("libnvidia-ml could not be loaded")
+            && evidence.contains("NCCL WARN Failed to open libnvidia-ml.so.1"),
+        "{evidence}"
+    );
 }

@@ -751,6 +751,17 @@ fn print_job(j: &JobRow) {
         outln!("   Failure={}", f.kind.reason_name());
         outln!("   Evidence={}", f.evidence);
     }
+    for w in &j.warnings {
+        outln!(
+            "   Warning[{}]={}: {}",
+            w.node.as_deref().unwrap_or("?"),
+            w.kind,
+            w.action
+        );
+        if !w.evidence.is_empty() {
+            outln!("      Evidence={}", w.evidence);
+        }
+    }
     for a in &j.attempts {
         outln!(
             "   Attempt[{}]: {} on {} {}",

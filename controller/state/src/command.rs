@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 /// an older build stops at an entry of a newer version instead of misreading it.
 /// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
 /// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
-pub const FORMAT_VERSION: u16 = 4;
+/// 5: adds `job_warning`.
+pub const FORMAT_VERSION: u16 = 5;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +100,15 @@ pub struct GrunStepEnded {
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+}
+
+/// A node noticed something about a running job that does not stop it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobWarning {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: String,
+    pub finding: gsched_types::findings::Finding,
 }
 
 /// Cancel a job (every task of an array named by its id).
@@ -281,6 +291,7 @@ pub enum Command {
     UpdateJob(UpdateJob),
     GrunStepStarted(GrunStepStarted),
     GrunStepEnded(GrunStepEnded),
+    JobWarning(JobWarning),
 }
 
 impl Command {
@@ -312,6 +323,7 @@ impl Command {
             Command::UpdateJob(_) => "update_job",
             Command::GrunStepStarted(_) => "grun_step_started",
             Command::GrunStepEnded(_) => "grun_step_ended",
+            Command::JobWarning(_) => "job_warning",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! InfiniBand tools, NCCL/PyTorch logs) and read by the same parsers the live agent uses.
 //! A file that is none of these is reported as such, never misread.
 
+use gsched_launch::transport::{TransportLog, missing_library};
 use gsched_launch::watch::{classify_line, first_cause};
 use gsched_topology::xid::{AerSeverity, KernelEvent, classify_event, parse_log};
 use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
@@ -361,27 +362,44 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
 }
 
 fn job_log(text: &str) -> Vec<Finding> {
+    let mut transport = TransportLog::default();
+    text.lines().for_each(|l| transport.line(l));
+    // A saved log does not say what its node has: the interface names are the guide.
+    let mut out = transport.judge(None);
     let findings: Vec<_> = text.lines().filter_map(classify_line).collect();
     let Some((i, fatal)) = findings.iter().enumerate().find(|(_, f)| f.fatal) else {
-        return findings
-            .iter()
-            .take(1)
-            .map(|f| {
-                finding(
-                    Severity::Warn,
-                    Component::Nccl,
-                    "nccl-warning",
-                    &f.line,
-                    "not fatal by itself; look at what follows it",
-                )
-            })
-            .collect();
+        out.extend(findings.iter().take(1).map(|f| {
+            finding(
+                Severity::Warn,
+                Component::Nccl,
+                "nccl-warning",
+                &f.line,
+                "not fatal by itself; look at what follows it",
+            )
+        }));
+        return out;
     };
-    vec![finding(
-        Severity::FailJob,
-        Component::Nccl,
-        &format!("{:?}", fatal.kind).to_lowercase(),
-        &first_cause(&findings[..i], fatal),
-        "the job cannot go on: the evidence is the first cause found in the log",
-    )]
+    let evidence = first_cause(&findings[..i], fatal);
+    let missing = findings[..i]
+        .iter()
+        .find_map(|f| missing_library(&f.line).filter(|l| *l != "libibverbs"));
+    out.push(match missing {
+        Some(lib) => finding(
+            Severity::FailJob,
+            Component::Driver,
+            &format!("missing-{lib}"),
+            &evidence,
+            &format!(
+                "{lib} is not loadable in the job's environment: install the NVIDIA driver's user-space libraries there (in a container: run it with the NVIDIA container runtime, --gpus/--nv), or point LD_LIBRARY_PATH at them"
+            ),
+        ),
+        None => finding(
+            Severity::FailJob,
+            Component::Nccl,
+            &format!("{:?}", fatal.kind).to_lowercase(),
+            &evidence,
+            "the job cannot go on: the evidence is the first cause found in the log",
+        ),
+    });
+    out
 }

@@ -11,6 +11,7 @@ use crate::supervise::ExitRecord;
 use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
+use gsched_launch::transport::{NodeNet, TransportLog};
 use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_proto::clock::now_ms;
@@ -70,6 +71,8 @@ struct Step {
     started_reported: bool,
     fatal_reported: Option<Failure>,
     findings: Vec<LogFinding>,
+    /// NCCL's network lines: which transport it chose, and why.
+    transport: TransportLog,
     tails: HashMap<PathBuf, (u64, String)>,
     kill: Option<Kill>,
     /// The `--signal` warning has been sent.
@@ -106,6 +109,7 @@ impl Step {
             started_reported: false,
             fatal_reported: None,
             findings: Vec::new(),
+            transport: TransportLog::default(),
             tails: HashMap::new(),
             kill: None,
             // A step re-adopted after an agent restart already had its warning if it was due.
@@ -636,7 +640,29 @@ impl StepManager {
                         pid: step.pgid.map(|p| p as u32),
                     });
                 }
-                for finding in scan_logs(step) {
+                let mut round = scan_logs(step);
+                // A round's warnings first: they are the causes its fatal lines echo, even
+                // when they sit in another file (NCCL's debug file) than the fatal line.
+                round.sort_by_key(|f| f.fatal);
+                // A one-node job's NCCL names a network too, but never sends over it.
+                if step.launch.nodes.len() > 1 && step.transport.network().is_some() {
+                    let node_net = NodeNet::of(&self.settings.topology.read());
+                    for mut finding in step.transport.judge(Some(&node_net)) {
+                        finding.node = Some(node.clone());
+                        tracing::warn!(
+                            "job {} on {node}: {}: {}",
+                            key.0,
+                            finding.kind,
+                            finding.action
+                        );
+                        events.push(StepEvent::Warning {
+                            job: key.0,
+                            attempt: key.1,
+                            finding,
+                        });
+                    }
+                }
+                for finding in round {
                     if finding.fatal && step.fatal_reported.is_none() && step.kill.is_none() {
                         let failure = Failure {
                             kind: finding.kind.clone(),
@@ -884,6 +910,7 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
         partial.push_str(&String::from_utf8_lossy(&buf));
         while let Some(pos) = partial.find('\n') {
             let line: String = partial.drain(..=pos).collect();
+            step.transport.line(&line);
             if let Some(finding) = classify_line(&line) {
                 out.push(finding);
             }

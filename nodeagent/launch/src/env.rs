@@ -185,7 +185,13 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
             tuning.insert("NCCL_IB_GID_INDEX", g.to_string());
         }
     }
-    tuning.insert("NCCL_DEBUG", "WARN".into());
+    // INFO for initialisation only, into the step's private debug file: the agent reads
+    // there which network NCCL chose and warns when it fell back to sockets. A user's own
+    // NCCL_DEBUG keeps NCCL's default subsystems.
+    tuning.insert("NCCL_DEBUG", "INFO".into());
+    if !spec.env.contains_key("NCCL_DEBUG") && !spec.env_overrides.contains_key("NCCL_DEBUG") {
+        tuning.insert("NCCL_DEBUG_SUBSYS", "INIT,ENV".into());
+    }
     tuning.insert("NCCL_DEBUG_FILE", format!("{}/nccl.%h.%p.log", t.log_dir));
     // PyTorch's default (3: tear the process down on a NCCL error); torchrun would force 1.
     tuning.insert("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".into());

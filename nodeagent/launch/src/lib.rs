@@ -8,6 +8,7 @@ pub mod env;
 pub mod output;
 pub mod plan;
 pub mod torchrun;
+pub mod transport;
 pub mod watch;
 
 pub use env::{NetPlan, TaskEnv, add_cluster_tools, net_plan, task_env};

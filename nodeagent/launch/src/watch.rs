@@ -6,6 +6,7 @@
 //! at once so the whole gang is stopped in seconds, instead of waiting for every rank to
 //! time out or for PyTorch to finish dumping debug information.
 
+use crate::transport::missing_library;
 use gsched_types::failure::FailureKind;
 use serde::{Deserialize, Serialize};
 
@@ -179,16 +180,30 @@ fn is_echo(line: &str) -> bool {
 }
 
 /// The evidence for a fatal finding: the line itself, or, when it only echoes an earlier
-/// failure, the first NCCL WARN this step logged before it (its cause: a refused or
-/// aborted connect, a library that could not be loaded), then the line.
+/// failure, its cause logged before it, then the line. A library NCCL needs and could not
+/// load (libnvidia-ml, libcuda) is named as the cause; otherwise the first NCCL WARN (a
+/// refused or aborted connect). A missing libibverbs is not a cause: NCCL then uses
+/// sockets (the transport warning says so).
 pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
     if !is_echo(&fatal.line) {
         return fatal.line.clone();
     }
-    match earlier
-        .iter()
-        .find(|f| !f.fatal && f.kind == FailureKind::NcclError && f.line != fatal.line)
+    let candidates = || {
+        earlier.iter().filter(|f| {
+            !f.fatal
+                && f.kind == FailureKind::NcclError
+                && f.line != fatal.line
+                && missing_library(&f.line) != Some("libibverbs")
+        })
+    };
+    if let Some((lib, cause)) = candidates().find_map(|f| missing_library(&f.line).map(|l| (l, f)))
     {
+        return evidence(&format!(
+            "{lib} could not be loaded, so NCCL cannot run (the NVIDIA driver's user-space libraries are missing from the job's environment or container): {} (then: {})",
+            cause.line, fatal.line
+        ));
+    }
+    match candidates().next() {
         Some(cause) => evidence(&format!("{} (then: {})", cause.line, fatal.line)),
         None => fatal.line.clone(),
     }

@@ -42,6 +42,13 @@ pub enum StepEvent {
         signal: Option<i32>,
         failure: Option<Failure>,
     },
+    /// Something the job should know that does not stop it (NCCL fell back to sockets
+    /// where the node has RDMA): recorded on the job, shown by `gctl show job`.
+    Warning {
+        job: JobId,
+        attempt: u32,
+        finding: crate::findings::Finding,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -254,6 +254,9 @@ pub struct JobRow {
     /// `grun` steps of the current attempt (their command's name only, as `squeue -s`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grun_steps: Vec<crate::steps::StepRecord>,
+    /// What its nodes noticed that did not stop it (a degraded NCCL transport).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::findings::Finding>,
 }
 
 /// Values of a job that depend on the cluster's configuration.
@@ -312,6 +315,7 @@ impl JobRow {
             attempts: Vec::new(),
             spec: None,
             grun_steps: job.grun_steps.clone(),
+            warnings: job.warnings.clone(),
         }
     }
 
@@ -341,6 +345,9 @@ impl JobRow {
             .chain(self.attempts.iter_mut().filter_map(|a| a.failure.as_mut()));
         for f in failures {
             f.evidence.clear();
+        }
+        for w in &mut self.warnings {
+            w.evidence.clear();
         }
     }
 

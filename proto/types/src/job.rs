@@ -535,7 +535,14 @@ pub struct JobRecord {
     /// `grun` steps of the current attempt, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grun_steps: Vec<crate::steps::StepRecord>,
+    /// What the nodes noticed that did not stop the job (a degraded NCCL transport), at
+    /// most `MAX_JOB_WARNINGS`, one per kind and node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::findings::Finding>,
 }
+
+/// How many warnings a job keeps.
+pub const MAX_JOB_WARNINGS: usize = 16;
 
 impl JobRecord {
     /// A newly submitted job: pending since `at_ms` (held if its spec says so), no attempt
@@ -565,6 +572,7 @@ impl JobRecord {
             avoid_nodes: Vec::new(),
             attempts: Vec::new(),
             grun_steps: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 

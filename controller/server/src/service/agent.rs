@@ -11,7 +11,7 @@ use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent, decod
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
 use gsched_state::{
-    Command, HealthEvents, KnownStep, RegisterNode, StepExited, StepFailed, StepStarted,
+    Command, HealthEvents, JobWarning, KnownStep, RegisterNode, StepExited, StepFailed, StepStarted,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -204,6 +204,16 @@ async fn pump(
                         code,
                         signal,
                         failure,
+                    }),
+                    StepEvent::Warning {
+                        job,
+                        attempt,
+                        finding,
+                    } => Command::JobWarning(JobWarning {
+                        job,
+                        attempt,
+                        node: node.into(),
+                        finding,
                     }),
                 };
                 // Transient errors leave the event unacknowledged; the agent resends it.

@@ -267,6 +267,7 @@ impl ClusterState {
             Command::UpdateJob(c) => self.update_job(c),
             Command::GrunStepStarted(c) => self.grun_step_started(c, at),
             Command::GrunStepEnded(c) => self.grun_step_ended(c, at),
+            Command::JobWarning(c) => self.job_warning(c),
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c),
             Command::StepStarted(c) => self.step_started(c, at),

@@ -2,8 +2,9 @@
 //! exited; and a step lost with its node.
 
 use super::ClusterState;
-use crate::command::{Outcome, StepExited, StepFailed, StepStarted};
+use crate::command::{JobWarning, Outcome, StepExited, StepFailed, StepStarted};
 use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::job::MAX_JOB_WARNINGS;
 use gsched_types::job::{JobId, JobRecord, JobState, LaunchMode, StepState, StepStatus};
 
 impl ClusterState {
@@ -108,6 +109,32 @@ impl ClusterState {
             job.state = JobState::Completing;
             job.ending_as = Some(JobState::Completed);
         }
+    }
+
+    /// Records a node's warning on the job: one per kind and node (a newer one replaces
+    /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
+    pub(super) fn job_warning(&mut self, c: &JobWarning) -> Outcome {
+        let job = match self.reported_job(c.job, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        if Self::step_mut(job, &c.node).is_none() {
+            return Outcome::Rejected {
+                message: format!("job {} has no step on {}", c.job, c.node),
+            };
+        }
+        let mut finding = c.finding.clone();
+        finding.node = Some(c.node.clone());
+        finding.kind = finding.kind.chars().take(64).collect();
+        finding.evidence = finding.evidence.chars().take(1000).collect();
+        finding.action = finding.action.chars().take(1000).collect();
+        job.warnings
+            .retain(|w| !(w.kind == finding.kind && w.node == finding.node));
+        if job.warnings.len() >= MAX_JOB_WARNINGS {
+            job.warnings.remove(0);
+        }
+        job.warnings.push(finding);
+        Outcome::Ok
     }
 
     pub(super) fn step_failed(&mut self, c: &StepFailed, at: u64) -> Outcome {
