@@ -307,6 +307,61 @@ fn t60_the_open_drivers_three_line_bus_loss_and_an_aer_flood() {
         "{node}"
     );
     assert_eq!(node["bad_gpus"], serde_json::json!([2]));
+    // The live monitor's events carry the same finding `gagentd diagnose` makes of the
+    // same lines, with the GPU the node could name.
+    let health = node["health"].as_array().unwrap();
+    let live = health
+        .iter()
+        .find(|e| e["kind"] == "gpu_lost")
+        .map(|e| e["finding"].clone())
+        .unwrap_or_else(|| panic!("{node}"));
+    assert_eq!(
+        (
+            live["kind"].as_str(),
+            live["severity"].as_str(),
+            live["component"].as_str(),
+            live["gpu"].as_u64(),
+            live["pci_bus_id"].as_str()
+        ),
+        (
+            Some("gpu-lost"),
+            Some("fail-job"),
+            Some("gpu"),
+            Some(2),
+            Some("0000:21:00")
+        ),
+        "{live}"
+    );
+    let flood = health
+        .iter()
+        .find(|e| e["kind"] == "pcie_degraded")
+        .map(|e| e["finding"].clone())
+        .unwrap();
+    assert_eq!(
+        (flood["kind"].as_str(), flood["severity"].as_str()),
+        (Some("pcie-corrected"), Some("warn")),
+        "{flood}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("kern.log");
+    std::fs::copy(c.kmsg("n1"), &saved).unwrap();
+    let out = std::process::Command::new(bin("gagentd"))
+        .args(["diagnose", "--json"])
+        .arg(&saved)
+        .output()
+        .unwrap();
+    let read: serde_json::Value =
+        serde_json::from_str(&gsched_tests::success_stdout(&out, "gagentd diagnose")).unwrap();
+    let offline = read["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "gpu-lost")
+        .cloned()
+        .unwrap_or_else(|| panic!("{read}"));
+    for key in ["severity", "component", "pci_bus_id", "action"] {
+        assert_eq!(offline[key], live[key], "{key}: {offline} vs {live}");
+    }
     let ended = c.wait_state(lost, &["NODE_FAIL"], Duration::from_secs(30));
     assert_eq!(ended["failure"]["kind"], "gpu_lost", "{ended}");
     assert_eq!(

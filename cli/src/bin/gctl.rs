@@ -276,6 +276,13 @@ fn main() {
                 );
                 for h in &n.health {
                     outln!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
+                    if let Some(f) = h
+                        .finding
+                        .as_ref()
+                        .filter(|f| !h.message.contains(&f.evidence))
+                    {
+                        outln!("      Evidence={}", f.evidence);
+                    }
                 }
             }
         }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// an older build stops at an entry of a newer version instead of misreading it.
 /// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
 /// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
-/// 5: adds `job_warning`.
+/// 5: adds `job_warning`, and an optional `finding` in health events.
 pub const FORMAT_VERSION: u16 = 5;
 
 /// One Raft log entry's payload.

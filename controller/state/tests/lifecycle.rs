@@ -182,6 +182,7 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
         message: "GPU 2 has fallen off the bus".into(),
         at_ms: 4,
         stops_node_jobs: false,
+        finding: None,
     };
     s.apply(&env(
         Command::HealthEvents(HealthEvents {

@@ -3,12 +3,12 @@
 //! InfiniBand tools, NCCL/PyTorch logs) and read by the same parsers the live agent uses.
 //! A file that is none of these is reported as such, never misread.
 
+use crate::findings::{Attribution, corrected_flood, device_handle_lost, kernel_finding};
 use gsched_launch::transport::{TransportLog, missing_library};
 use gsched_launch::watch::{classify_line, first_cause};
-use gsched_topology::xid::{AerSeverity, KernelEvent, classify_event, parse_log};
+use gsched_topology::xid::{AerSeverity, KernelEvent, parse_log};
 use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
 use gsched_types::findings::{Component, Finding, Severity};
-use gsched_types::node::HealthSeverity;
 
 /// What a file holds, as told from its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,15 +109,7 @@ fn smi_table(text: &str) -> Vec<Finding> {
     let t = smi::parse_table(text);
     let mut out = Vec::new();
     for bus in &t.failed {
-        let mut f = finding(
-            Severity::Drain,
-            Component::Gpu,
-            "gpu-lost",
-            &format!("Unable to determine the device handle for GPU {bus}"),
-            "the driver cannot reach this GPU: check it is seated and powered (riser, PCIe power), reboot; reseat or replace it if it recurs",
-        );
-        f.pci_bus_id = Some(bus.clone());
-        out.push(f);
+        out.push(device_handle_lost(None, bus, "reported by nvidia-smi").finding);
     }
     for g in &t.gpus {
         let at = |mut f: Finding| {
@@ -229,103 +221,26 @@ fn kernel(text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut corrected: std::collections::BTreeMap<String, (u32, String)> = Default::default();
     for ev in parse_log(text) {
-        match ev {
-            KernelEvent::Xid(x) => {
-                let (action, severity) = classify_event(&x);
-                let sev = match severity {
-                    HealthSeverity::Critical => Severity::FailJob,
-                    HealthSeverity::Warning => Severity::Warn,
-                    HealthSeverity::Info => Severity::Info,
-                };
-                let component = if (144..=150).contains(&x.effective_code()) || x.code == 74 {
-                    Component::Nvlink
-                } else {
-                    Component::Gpu
-                };
-                let mut f = finding(
-                    sev,
-                    component,
-                    &format!("xid-{}", x.effective_code()),
-                    &x.line,
-                    &format!("{action:?}"),
-                );
-                f.pci_bus_id = Some(x.pci);
-                out.push(f);
-            }
-            KernelEvent::FallenOffBus { pci } => {
-                let mut f = finding(
-                    Severity::FailJob,
-                    Component::Gpu,
-                    "gpu-lost",
-                    &format!("GPU {pci} has fallen off the bus"),
-                    "the GPU is gone until a reboot: check its riser, slot, PCIe power and Above 4G Decoding; drain the node",
-                );
-                f.pci_bus_id = (!pci.is_empty()).then_some(pci);
-                out.push(f);
-            }
-            KernelEvent::PcieAer {
-                pci,
-                severity,
-                detail,
-            } => match severity {
-                AerSeverity::Corrected => {
-                    let e = corrected.entry(pci).or_default();
-                    e.0 += 1;
-                    e.1 = detail;
-                }
-                AerSeverity::NonFatal | AerSeverity::Fatal => {
-                    let fatal = severity == AerSeverity::Fatal;
-                    let mut f = finding(
-                        if fatal {
-                            Severity::FailJob
-                        } else {
-                            Severity::Warn
-                        },
-                        Component::Pcie,
-                        if fatal { "pcie-fatal" } else { "pcie-nonfatal" },
-                        &format!("{severity:?} PCIe error ({detail}) on {pci}"),
-                        "a GPU on this port (or the port itself) dropped off the link: check its riser, cable and slot",
-                    );
-                    f.pci_bus_id = Some(pci);
-                    out.push(f);
-                }
-            },
-            KernelEvent::SXid {
-                pci,
-                code,
-                fatal,
-                message,
-            } => {
-                let mut f = finding(
-                    if fatal == Some(true) {
-                        Severity::Drain
-                    } else {
-                        Severity::Info
-                    },
-                    Component::Nvswitch,
-                    &format!("sxid-{code}"),
-                    &message,
-                    "NVSwitch fabric error: see the fabric manager log",
-                );
-                f.pci_bus_id = Some(pci);
-                out.push(f);
-            }
-            KernelEvent::GpuIdentity { .. } => {}
+        if let KernelEvent::PcieAer {
+            pci,
+            severity: AerSeverity::Corrected,
+            detail,
+        } = &ev
+        {
+            let e = corrected.entry(pci.clone()).or_default();
+            e.0 += 1;
+            e.1 = detail.clone();
+        } else if let Some(noted) = kernel_finding(&ev, Attribution::Unknown) {
+            out.push(noted.finding);
         }
     }
     for (pci, (n, detail)) in corrected {
-        let mut f = finding(
-            if n >= 10 {
-                Severity::Warn
-            } else {
-                Severity::Info
-            },
-            Component::Pcie,
-            "pcie-corrected",
-            &format!("{n} corrected PCIe errors ({detail}) on {pci}"),
-            "many corrected errors mean a marginal riser, cable or slot: reseat it, or set the slot to a lower PCIe generation",
-        );
-        f.pci_bus_id = Some(pci);
+        let mut f = corrected_flood(&pci, None, n, None, &detail).finding;
+        // A few in a saved log are normal; ten or more are the flood the live monitor
+        // warns about.
+        if n < 10 {
+            f.severity = Severity::Info;
+        }
         out.push(f);
     }
     out

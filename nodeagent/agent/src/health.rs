@@ -1,14 +1,17 @@
 //! The node health monitor: Xid, "fallen off the bus" and PCIe AER messages from the
 //! kernel log (`/dev/kmsg` or a file; fatal AER on a GPU or the port above it is a lost
-//! GPU, a flood of corrected ones a warning), GPUs that disappear from the (fake) topology, NVML's view
-//! (lost GPUs, temperatures, PCIe link, remapped rows) where a driver is present, and the
-//! NICs (training interface down, MTU other than the training network's). Each finding
-//! becomes a `HealthEvent` with a severity; critical ones drain the node.
+//! GPU, a flood of corrected ones a warning), GPUs that disappear from the (fake)
+//! topology, NVML's view (GPUs it cannot open or has lost, temperatures, PCIe link) where
+//! a driver is present, and the NICs (training interface down, MTU other than the
+//! training network's). Each problem is a `Finding` (`crate::findings`, the same reading
+//! `gagentd diagnose` gives) carried in a `HealthEvent`; critical ones drain the node.
 
+use crate::findings::{Attribution, corrected_flood, kernel_finding, observed};
 use crate::outbox::Outbox;
 use gsched_proto::agent::AgentToController;
 use gsched_proto::clock::now_ms;
-use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, classify_event, normalize_pci};
+use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, normalize_pci};
+use gsched_types::findings::{Component, Severity};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;
 use parking_lot::RwLock;
@@ -19,122 +22,17 @@ use std::time::Duration;
 
 /// Turns a kernel event into a health event, attributing it to a GPU of `topo`;
 /// `behind(pci)` names the GPU below a PCIe port (for AER errors reported by the port).
+/// The meaning is `findings::kernel_finding`'s, the same `gagentd diagnose` gives.
 pub fn kernel_event_to_health(
     ev: &KernelEvent,
     topo: &Topology,
     behind: &dyn Fn(&str) -> Option<u32>,
 ) -> Option<HealthEvent> {
-    let gpu_of = |pci: &str| kernel_event_gpu(topo, pci);
-    match ev {
-        KernelEvent::Xid(x) => {
-            let code = x.effective_code();
-            let (action, severity) = classify_event(x);
-            let gpu = gpu_of(&x.pci);
-            let kind = if code == 79 {
-                HealthKind::GpuLost
-            } else {
-                HealthKind::Xid
-            };
-            let cause = if x.code == 45 && x.caused_by.is_some() {
-                format!(" (Xid 45 caused by Xid {code})")
-            } else {
-                String::new()
-            };
-            let unknown = gpu.is_none() && severity == HealthSeverity::Critical;
-            let on = match gpu {
-                Some(g) => format!("GPU {g} ({})", x.pci),
-                None => format!("a GPU this node cannot name (PCI {})", x.pci),
-            };
-            let stop = if unknown {
-                "; every job on the node is stopped, as it cannot be known which GPU is safe"
-            } else {
-                ""
-            };
-            Some(HealthEvent {
-                severity,
-                kind,
-                gpu,
-                xid: Some(code),
-                message: format!(
-                    "Xid {}{cause} on {on}: {}; action: {action:?}{stop}",
-                    x.code, x.message
-                ),
-                at_ms: now_ms(),
-                stops_node_jobs: unknown,
-            })
-        }
-        KernelEvent::FallenOffBus { pci } => {
-            let gpu = gpu_of(pci);
-            let message = match gpu {
-                Some(_) => format!("GPU at {pci} has fallen off the bus"),
-                None => format!(
-                    "a GPU this node cannot name (PCI {}) has fallen off the bus; every job on the node is stopped, as it cannot be known which GPU is safe",
-                    if pci.is_empty() { "unknown" } else { pci }
-                ),
-            };
-            Some(HealthEvent {
-                severity: HealthSeverity::Critical,
-                kind: HealthKind::GpuLost,
-                gpu,
-                xid: Some(79),
-                message,
-                at_ms: now_ms(),
-                stops_node_jobs: gpu.is_none(),
-            })
-        }
-        KernelEvent::SXid {
-            pci,
-            code,
-            fatal,
-            message,
-        } => Some(HealthEvent {
-            severity: if *fatal == Some(true) {
-                HealthSeverity::Critical
-            } else {
-                HealthSeverity::Info
-            },
-            kind: HealthKind::NvswitchSxid,
-            gpu: None,
-            xid: None,
-            message: format!("NVSwitch {pci} SXid {code}: {message}"),
-            at_ms: now_ms(),
-            stops_node_jobs: false,
-        }),
-        KernelEvent::PcieAer {
-            pci,
-            severity,
-            detail,
-        } => {
-            let gpu = gpu_of(pci).or_else(|| behind(pci));
-            let on = gpu
-                .map(|g| format!("GPU {g}'s PCIe link ({pci})"))
-                .unwrap_or_else(|| format!("PCIe device {pci} (no GPU below it)"));
-            match (severity, gpu) {
-                (AerSeverity::Fatal, Some(_)) => Some(HealthEvent {
-                    severity: HealthSeverity::Critical,
-                    kind: HealthKind::GpuLost,
-                    gpu,
-                    xid: None,
-                    message: format!(
-                        "fatal PCIe error ({detail}) on {on}: the GPU is off the bus; check its riser, cable, slot and power"
-                    ),
-                    at_ms: now_ms(),
-                    stops_node_jobs: false,
-                }),
-                (AerSeverity::Corrected, _) => None,
-                _ => Some(HealthEvent {
-                    severity: HealthSeverity::Warning,
-                    kind: HealthKind::PcieDegraded,
-                    gpu,
-                    xid: None,
-                    message: format!("{severity:?} PCIe error ({detail}) on {on}"),
-                    at_ms: now_ms(),
-                    stops_node_jobs: false,
-                }),
-            }
-        }
-        KernelEvent::GpuIdentity { .. } => None,
-    }
+    // Only AER errors are reported by the port above a device; Xids name the GPU itself.
+    let port = matches!(ev, KernelEvent::PcieAer { .. });
+    let gpu_of =
+        |pci: &str| kernel_event_gpu(topo, pci).or_else(|| if port { behind(pci) } else { None });
+    kernel_finding(ev, Attribution::Known(&gpu_of)).map(|n| n.event(now_ms()))
 }
 
 /// Memory-error Xids that one fault raises together on a GPU: an uncorrectable ECC error
@@ -215,21 +113,7 @@ impl CorrectedErrors {
             return None;
         }
         entry.2 = true;
-        let on = gpu
-            .map(|g| format!("GPU {g}'s PCIe link ({pci})"))
-            .unwrap_or_else(|| format!("PCIe device {pci}"));
-        Some(HealthEvent {
-            severity: HealthSeverity::Warning,
-            kind: HealthKind::PcieDegraded,
-            gpu,
-            xid: None,
-            message: format!(
-                "more than {FLOOD} corrected PCIe errors within {} s on {on}: a marginal riser, cable or slot (reseat it, or lower the slot to Gen3)",
-                WINDOW.as_secs()
-            ),
-            at_ms: now_ms(),
-            stops_node_jobs: false,
-        })
+        Some(corrected_flood(pci, gpu, FLOOD, Some(WINDOW.as_secs()), "").event(now_ms()))
     }
 }
 
@@ -273,23 +157,26 @@ pub fn lost_gpus(before: &Topology, after: &Topology) -> Vec<HealthEvent> {
         .gpus
         .iter()
         .filter(|g| !present(g))
-        .map(|g| HealthEvent {
-            severity: HealthSeverity::Critical,
-            kind: HealthKind::GpuLost,
-            gpu: Some(g.index),
-            xid: None,
-            message: format!(
-                "GPU {} ({}) is no longer visible: {} GPUs registered, {} found",
-                g.index,
-                g.pci_bus_id
-                    .as_deref()
-                    .or(g.uuid.as_deref())
-                    .unwrap_or("unknown id"),
-                before.gpus.len(),
-                after.gpus.len()
-            ),
-            at_ms: now_ms(),
-            stops_node_jobs: false,
+        .map(|g| {
+            observed(
+                HealthKind::GpuLost,
+                Severity::FailJob,
+                Component::Gpu,
+                "gpu-lost",
+                Some(g.index),
+                format!(
+                    "GPU {} ({}) is no longer visible: {} GPUs registered, {} found",
+                    g.index,
+                    g.pci_bus_id
+                        .as_deref()
+                        .or(g.uuid.as_deref())
+                        .unwrap_or("unknown id"),
+                    before.gpus.len(),
+                    after.gpus.len()
+                ),
+                "the GPU is gone until the node reboots: check its riser, slot and PCIe power",
+            )
+            .event(now_ms())
         })
         .collect()
 }
@@ -311,27 +198,38 @@ pub fn nic_events(
     {
         let training =
             training_iface.is_some_and(|i| nic.netdev.as_deref() == Some(i) || nic.name == i);
-        let event = |severity, kind: HealthKind, message: String| HealthEvent {
-            severity,
-            kind,
-            gpu: None,
-            xid: None,
-            message,
-            at_ms: now_ms(),
-            stops_node_jobs: false,
+        let component = if nic.kind == gsched_types::topology::NicKind::Ib {
+            Component::Ib
+        } else {
+            Component::Nic
+        };
+        let event = |severity, kind: HealthKind, name: &str, headline: String, action: &str| {
+            let mut e =
+                observed(kind, severity, component, name, None, headline, action).event(now_ms());
+            // The message is the key a problem is reported once by, and what `ginfo` shows.
+            e.message = e
+                .finding
+                .as_ref()
+                .map(|f| f.evidence.clone())
+                .unwrap_or_default();
+            e
         };
         if nic.up == Some(false) {
             out.push(if training {
                 event(
-                    HealthSeverity::Critical,
+                    Severity::Drain,
                     HealthKind::NicDown,
+                    "nic-down",
                     format!("training interface {} is down", nic.name),
+                    "multi-node jobs would hang on it: check the cable, the switch port and the interface (ip link)",
                 )
             } else {
                 event(
-                    HealthSeverity::Warning,
+                    Severity::Warn,
                     HealthKind::NicDown,
+                    "nic-down",
                     format!("NIC {} is down", nic.name),
+                    "check the cable and the switch port; jobs do not use this NIC",
                 )
             });
         }
@@ -339,12 +237,14 @@ pub fn nic_events(
             && want != have
         {
             out.push(event(
-                HealthSeverity::Warning,
+                Severity::Warn,
                 HealthKind::MtuMismatch,
+                "mtu-mismatch",
                 format!(
                     "training interface {} has MTU {have}, the training network uses {want}",
                     nic.name
                 ),
+                "set the same MTU on every node's training interface and the switch ports",
             ));
         }
     }
@@ -562,8 +462,15 @@ pub async fn watch_nvml(
         } else {
             gpu_map.clone()
         };
+        let buses: Vec<Option<String>> = topo
+            .read()
+            .gpus
+            .iter()
+            .map(|g| g.pci_bus_id.as_deref().map(normalize_pci))
+            .collect();
         let p = probe.clone();
-        let Ok(events) = tokio::task::spawn_blocking(move || p.lock().health(&devices)).await
+        let Ok(events) =
+            tokio::task::spawn_blocking(move || p.lock().health(&devices, &buses)).await
         else {
             continue;
         };

@@ -15,6 +15,7 @@ pub mod devfilter;
 pub mod devices;
 pub mod diagnose;
 pub mod discover;
+pub mod findings;
 pub mod health;
 pub mod identity;
 pub mod isolation;

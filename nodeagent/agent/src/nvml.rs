@@ -3,9 +3,11 @@
 //! from active links and their remote ends ([`gsched_topology::nvlink`]); PCIe classes from
 //! the common ancestor; NUMA, CPUs and PCIe link from NVML with sysfs as the fallback.
 
+use crate::findings::{device_handle_lost, observed};
 use gsched_proto::clock::now_ms;
 use gsched_topology::nvlink::{LinkEnd, nvlink_matrix};
-use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
+use gsched_types::findings::{Component, Severity};
+use gsched_types::node::{HealthEvent, HealthKind};
 use gsched_types::topology::{Gpu, LinkClass, PcieLink};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{
@@ -240,24 +242,26 @@ impl NvmlProbe {
     /// threshold, a PCIe link trained below its maximum, uncorrected ECC errors.
     /// `devices`: the device index of each registered GPU (GPU `k` of the node is device
     /// `devices[k]`).
-    pub fn health(&self, devices: &[u32]) -> Vec<HealthEvent> {
+    /// `buses`: each registered GPU's PCI address, when known.
+    pub fn health(&self, devices: &[u32], buses: &[Option<String>]) -> Vec<HealthEvent> {
         let mut out = Vec::new();
-        let ev = |severity, kind: HealthKind, gpu: Option<u32>, message: String| HealthEvent {
-            severity,
-            kind,
-            gpu,
-            xid: None,
-            message,
-            at_ms: now_ms(),
-            stops_node_jobs: false,
+        let ev = |severity,
+                  kind: HealthKind,
+                  name: &str,
+                  gpu: Option<u32>,
+                  headline: String,
+                  action: &str| {
+            observed(kind, severity, Component::Gpu, name, gpu, headline, action).event(now_ms())
         };
         let count = self.nvml.device_count().unwrap_or(0);
         if let Some(max) = devices.iter().max().filter(|m| **m >= count) {
             out.push(ev(
-                HealthSeverity::Critical,
+                Severity::Drain,
                 HealthKind::GpuCount,
+                "gpu-count",
                 None,
                 format!("NVML sees {count} GPUs, device {max} was registered"),
+                "a GPU is missing: check nvidia-smi -L and dmesg for the one that fell off, reseat or replace it",
             ));
         }
         for (k, &dev) in devices.iter().enumerate() {
@@ -265,12 +269,9 @@ impl NvmlProbe {
             let d = match self.nvml.device_by_index(dev) {
                 Ok(d) => d,
                 Err(e) => {
-                    out.push(ev(
-                        HealthSeverity::Critical,
-                        HealthKind::GpuLost,
-                        Some(i),
-                        format!("GPU {i} is not accessible: {e}"),
-                    ));
+                    // What nvidia-smi prints as "Unable to determine the device handle".
+                    let pci = buses.get(k).cloned().flatten().unwrap_or_default();
+                    out.push(device_handle_lost(Some(i), &pci, &e.to_string()).event(now_ms()));
                     continue;
                 }
             };
@@ -278,10 +279,12 @@ impl NvmlProbe {
                 d.temperature(TemperatureSensor::Gpu)
             {
                 out.push(ev(
-                    HealthSeverity::Critical,
+                    Severity::FailJob,
                     HealthKind::GpuLost,
+                    "gpu-lost",
                     Some(i),
                     format!("NVML reports GPU {i} lost (GPU_IS_LOST)"),
+                    "the GPU is gone until the node reboots: check its riser, slot and PCIe power",
                 ));
                 continue;
             }
@@ -291,10 +294,12 @@ impl NvmlProbe {
             ) && t >= slow
             {
                 out.push(ev(
-                    HealthSeverity::Warning,
+                    Severity::Warn,
                     HealthKind::Temperature,
+                    "hot",
                     Some(i),
                     format!("GPU {i} at {t} C, at or above its slowdown threshold {slow} C"),
+                    "improve airflow (open frames: fans, spacing); it throttles here",
                 ));
             }
             if let (Ok(cg), Ok(mg), Ok(cw), Ok(mw)) = (
@@ -305,12 +310,12 @@ impl NvmlProbe {
             ) {
                 if cw < mw {
                     out.push(ev(
-                        HealthSeverity::Warning,
+                        Severity::Warn,
                         HealthKind::PcieDegraded,
+                        "pcie-degraded",
                         Some(i),
-                        format!(
-                            "GPU {i} PCIe link trained at x{cw}, max x{mw} (check the riser/slot)"
-                        ),
+                        format!("GPU {i} PCIe link trained at x{cw}, max x{mw}"),
+                        "check the riser and the slot (seating, a x16 slot wired x8, a riser cable that cannot carry the generation)",
                     ));
                 }
                 let _ = (cg, mg);

@@ -112,6 +112,10 @@ pub struct HealthEvent {
     /// address): every job on the node is stopped, as none of its GPUs can be trusted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stops_node_jobs: bool,
+    /// The finding it reports: component, evidence and what to do (the same shape as
+    /// `gagentd diagnose`'s). Absent in events of agents before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<crate::findings::Finding>,
 }
 
 impl HealthEvent {
@@ -125,6 +129,7 @@ impl HealthEvent {
             message,
             at_ms,
             stops_node_jobs: false,
+            finding: None,
         }
     }
 
