@@ -75,6 +75,22 @@ fn t10_every_family_of_saved_output() {
         "{down}"
     );
     assert_eq!(f.len(), 1, "mlx5_1 is active: {f:#?}");
+    // A host with SR-IOV on: the VF beside its PF is told apart, not counted as a rail.
+    let f = diagnose(&["ib/ibstat-cx6-pf-and-its-sriov-vf-openstack-host.txt"]);
+    let vf = find(&f, "sriov-vf");
+    assert!(
+        vf["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("mlx5_1 (CA type MT4124) is an SR-IOV virtual function of mlx5_0"),
+        "{vf}"
+    );
+    assert_eq!(f.len(), 1, "both ports are active: {f:#?}");
+    let f = diagnose(&["ib/ibstat-cx7-roce-200g-plus-cx6dx-down-lexical-order.txt"]);
+    assert!(
+        f.iter().all(|x| x["kind"] != "sriov-vf"),
+        "physical ports only: {f:#?}"
+    );
     let f = diagnose(&["nccl/ib-async-port-error-job-keeps-running-litllama.txt"]);
     let nccl = &f[0];
     assert_eq!(

@@ -248,6 +248,43 @@ fn kernel(text: &str) -> Vec<Finding> {
 
 fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
     let mut out = Vec::new();
+    for vf in ports.iter().filter(|p| p.is_virtual_function()) {
+        let pf = ports.iter().find(|p| {
+            !p.is_virtual_function()
+                && p.system_image_guid.is_some()
+                && p.system_image_guid == vf.system_image_guid
+        });
+        let (evidence, action) = match pf {
+            Some(pf) => (
+                format!(
+                    "{tool}: {} (CA type {}) is an SR-IOV virtual function of {} (same system image GUID {})",
+                    vf.hca,
+                    vf.ca_type.as_deref().unwrap_or("?"),
+                    pf.hca,
+                    pf.system_image_guid.as_deref().unwrap_or("?")
+                ),
+                format!(
+                    "{} shares {}'s port: it is not a rail of its own (gsched leaves it out of NCCL_IB_HCA); give it to a VM or disable the VFs",
+                    vf.hca, pf.hca
+                ),
+            ),
+            None => (
+                format!(
+                    "{tool}: {} (CA type {}) is an SR-IOV virtual function",
+                    vf.hca,
+                    vf.ca_type.as_deref().unwrap_or("?")
+                ),
+                "a VM or container with a passed-through VF: its bandwidth is shared with the host's other VFs on the same port".to_string(),
+            ),
+        };
+        out.push(finding(
+            Severity::Info,
+            Component::Ib,
+            "sriov-vf",
+            &evidence,
+            &action,
+        ));
+    }
     for p in ports {
         if !p.active {
             out.push(finding(

@@ -191,6 +191,7 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
             }
             nic.numa_node = numa(device.join("numa_node"));
             nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
+            nic.sriov_pf = physical_function(&device);
             // The RDMA device behind this netdev, if any.
             let hca = std::fs::read_dir(device.join("infiniband"))
                 .ok()
@@ -279,11 +280,19 @@ pub fn nics(root: &Path) -> Vec<FoundNic> {
                     .ok()
                     .and_then(|p| PciPath::parse(&p.to_string_lossy()));
                 nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
+                nic.sriov_pf = physical_function(&device);
                 out.push(FoundNic { nic, path });
             }
         }
     }
     out
+}
+
+/// The physical function a PCI device is an SR-IOV virtual function of: its `physfn`
+/// link names the PF's device directory.
+fn physical_function(device: &Path) -> Option<String> {
+    let pf = std::fs::read_link(device.join("physfn")).ok()?;
+    pf.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
 /// The GID index whose type is "RoCE v2", which belongs to `netdev` and holds an IPv4-mapped
@@ -310,4 +319,63 @@ fn roce_v2_gid(port_dir: &Path, netdev: &str) -> Option<u32> {
 /// Root used when none is configured.
 pub fn default_root() -> PathBuf {
     PathBuf::from("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// An IPoIB interface and its HCA at `bdf`, laid out as sysfs does.
+    fn hca(root: &Path, netdev: &str, hca: &str, bdf: &str) -> PathBuf {
+        let dev = root.join("sys/devices/pci0000:00/0000:00:01.0").join(bdf);
+        write(&dev.join("numa_node"), "0");
+        std::fs::create_dir_all(dev.join("infiniband").join(hca)).unwrap();
+        let net = root.join("sys/class/net").join(netdev);
+        for (f, v) in [
+            ("type", "32"),
+            ("mtu", "4092"),
+            ("operstate", "up"),
+            ("flags", "0x1003"),
+        ] {
+            write(&net.join(f), v);
+        }
+        symlink(&dev, net.join("device")).unwrap();
+        let port = root.join("sys/class/infiniband").join(hca).join("ports/1");
+        write(&port.join("state"), "4: ACTIVE");
+        write(&port.join("link_layer"), "InfiniBand");
+        write(&port.join("rate"), "100 Gb/sec (2X HDR)");
+        dev
+    }
+
+    #[test]
+    fn an_sriov_virtual_function_names_its_physical_function() {
+        let root = tempfile::tempdir().unwrap();
+        hca(root.path(), "ibs1", "mlx5_0", "0000:af:00.0");
+        let vf = hca(root.path(), "ibs1v0", "mlx5_1", "0000:af:00.1");
+        symlink("../0000:af:00.0", vf.join("physfn")).unwrap();
+        let found = nics(root.path());
+        let by = |name: &str| {
+            found
+                .iter()
+                .find(|f| f.nic.name == name)
+                .map(|f| f.nic.clone())
+                .unwrap()
+        };
+        let (pf, vf) = (by("ibs1"), by("ibs1v0"));
+        assert_eq!(
+            (pf.kind, pf.rdma_device.as_deref(), pf.sriov_pf.as_deref()),
+            (NicKind::Ib, Some("mlx5_0"), None)
+        );
+        assert_eq!(pf.pci_bus_id.as_deref(), Some("0000:af:00.0"));
+        assert_eq!(
+            (vf.rdma_device.as_deref(), vf.sriov_pf.as_deref()),
+            (Some("mlx5_1"), Some("0000:af:00.0"))
+        );
+    }
 }

@@ -28,11 +28,22 @@ pub struct NetPlan {
 /// carries the node's training address (decided by the agent; `lo` only for a one-host
 /// demo cluster that was configured on 127.0.0.1).
 pub fn net_plan(topo: &Topology, gpus: &[u32], training_iface: Option<&str>) -> NetPlan {
+    let usable = |n: &&gsched_types::topology::Nic| n.kind.is_rdma() && n.up != Some(false);
+    // An SR-IOV virtual function whose physical function is here too shares the PF's
+    // port: it is no rail of its own (inside a VM, where only VFs show, they are).
+    let shares_a_port = |n: &gsched_types::topology::Nic| {
+        n.sriov_pf.as_deref().is_some_and(|pf| {
+            topo.nics
+                .iter()
+                .filter(usable)
+                .any(|p| p.sriov_pf.is_none() && p.pci_bus_id.as_deref() == Some(pf))
+        })
+    };
     let rdma: Vec<usize> = topo
         .nics
         .iter()
         .enumerate()
-        .filter(|(_, n)| n.kind.is_rdma() && n.up != Some(false))
+        .filter(|(_, n)| usable(n) && !shares_a_port(n))
         .map(|(i, _)| i)
         .collect();
     let link_rank = |gpu: u32, nic: usize| {
@@ -494,6 +505,21 @@ mod tests {
         assert_ne!(plan.socket_ifname.as_deref(), Some("docker0"));
         let both = net_plan(&dgx_like(), &[1, 2], None);
         assert_eq!(both.ib_hcas, vec!["mlx5_0:1", "mlx5_1:1"]);
+    }
+
+    #[test]
+    fn an_sriov_vf_beside_its_pf_is_no_rail_but_alone_in_a_vm_it_is() {
+        let mut t = dgx_like();
+        // mlx5_10 becomes a VF of mlx5_1, as nearby to GPU 2 and 3 as its PF.
+        t.nics[1].pci_bus_id = Some("0000:af:00.0".into());
+        t.nics[2].sriov_pf = Some("0000:af:00.0".into());
+        for g in 2..4 {
+            t.gpu_nic_links[g][2] = t.gpu_nic_links[g][1];
+        }
+        assert_eq!(net_plan(&t, &[2, 3], None).ib_hcas, vec!["mlx5_1:1"]);
+        // Inside a VM only the VF shows: it is the rail.
+        t.nics[1].up = Some(false);
+        assert_eq!(net_plan(&t, &[2, 3], None).ib_hcas, vec!["mlx5_10:1"]);
     }
 
     #[test]

@@ -62,7 +62,15 @@ pub struct IbPort {
     pub firmware: Option<String>,
     pub max_mtu: Option<u32>,
     pub active_mtu: Option<u32>,
+    /// The adapter's system image GUID: a physical function and its SR-IOV virtual
+    /// functions share it.
+    pub system_image_guid: Option<String>,
 }
+
+/// PCI device ids (as `CA type: MT4124` / `vendor_part_id: 4124`) of Mellanox/NVIDIA
+/// SR-IOV virtual functions: ConnectX-3, -4, -4 Lx, -5, -5 Ex, -6 and the mlx5Gen VF of
+/// ConnectX-6 Dx and later.
+const VF_PART_IDS: [u32; 7] = [4100, 4116, 4118, 4120, 4122, 4124, 4126];
 
 impl IbPort {
     /// RoCE (an RDMA device on Ethernet) rather than InfiniBand.
@@ -70,6 +78,15 @@ impl IbPort {
         self.link_layer
             .as_deref()
             .is_some_and(|l| l.eq_ignore_ascii_case("Ethernet"))
+    }
+
+    /// An SR-IOV virtual function (by its device id), not a physical port of its own.
+    pub fn is_virtual_function(&self) -> bool {
+        self.ca_type
+            .as_deref()
+            .map(|t| t.trim().trim_start_matches("MT"))
+            .and_then(|t| t.parse::<u32>().ok())
+            .is_some_and(|id| VF_PART_IDS.contains(&id))
     }
 
     /// The port negotiated a smaller MTU than it supports.
@@ -86,7 +103,7 @@ fn kv(line: &str) -> Option<(&str, &str)> {
 pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
     let mut out = Vec::new();
     let mut hca = String::new();
-    let (mut ca_type, mut fw) = (None, None);
+    let (mut ca_type, mut fw, mut guid) = (None, None, None);
     let mut cur: Option<IbPort> = None;
     for l in text.lines() {
         let t = l.trim();
@@ -95,6 +112,7 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
             hca = name.to_string();
             ca_type = None;
             fw = None;
+            guid = None;
             continue;
         }
         if let Some(p) = t
@@ -108,6 +126,7 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
                 port: p,
                 ca_type: ca_type.clone(),
                 firmware: fw.clone(),
+                system_image_guid: guid.clone(),
                 ..IbPort::default()
             });
             continue;
@@ -116,6 +135,7 @@ pub fn parse_ibstat(text: &str) -> Vec<IbPort> {
         match (k, cur.as_mut()) {
             ("CA type", None) => ca_type = Some(v.to_string()),
             ("Firmware version", None) => fw = Some(v.to_string()),
+            ("System image GUID", None) => guid = Some(v.to_string()),
             ("State", Some(p)) => p.active = v.eq_ignore_ascii_case("Active"),
             ("Rate", Some(p)) => p.rate_gbps = v.parse().ok(),
             ("Link layer", Some(p)) => p.link_layer = Some(v.to_string()),
@@ -172,7 +192,7 @@ pub fn parse_ibstatus(text: &str) -> Vec<IbPort> {
 pub fn parse_ibv_devinfo(text: &str) -> Vec<IbPort> {
     let mut out = Vec::new();
     let mut hca = String::new();
-    let (mut part, mut fw) = (None, None);
+    let (mut part, mut fw, mut guid) = (None, None, None);
     let mut cur: Option<IbPort> = None;
     for l in text.lines() {
         let t = l.trim();
@@ -184,8 +204,10 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<IbPort> {
                 hca = v.to_string();
                 part = None;
                 fw = None;
+                guid = None;
             }
             "fw_ver" => fw = Some(v.to_string()),
+            "sys_image_guid" => guid = Some(v.to_string()),
             "vendor_part_id" => part = Some(v.to_string()),
             "port" => {
                 out.extend(cur.take());
@@ -194,6 +216,7 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<IbPort> {
                     port: first.parse().unwrap_or(1),
                     ca_type: part.clone(),
                     firmware: fw.clone(),
+                    system_image_guid: guid.clone(),
                     ..IbPort::default()
                 });
             }

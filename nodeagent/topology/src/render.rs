@@ -106,9 +106,11 @@ pub fn render(t: &Topology, name: &str) -> String {
                 .unwrap_or_default();
             let kind = format!("{:?}", n.kind).to_lowercase();
             let training = if n.kind == NicKind::Virtual {
-                " (never used for training)"
+                " (never used for training)".to_string()
+            } else if let Some(pf) = &n.sriov_pf {
+                format!(" (SR-IOV VF of {pf})")
             } else {
-                ""
+                String::new()
             };
             let _ = writeln!(
                 out,

@@ -273,6 +273,10 @@ pub struct Nic {
     pub pci_bus_id: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ipv4: Vec<String>,
+    /// The PCI address of the physical function this NIC is an SR-IOV virtual function
+    /// of: it shares that adapter's port, so it is no rail of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sriov_pf: Option<String>,
 }
 
 impl Nic {
@@ -290,6 +294,7 @@ impl Nic {
             up: None,
             pci_bus_id: None,
             ipv4: Vec::new(),
+            sriov_pf: None,
         }
     }
 
