@@ -1,6 +1,7 @@
 //! Scale benchmark (prints figures; asserts nothing about time):
 //!
 //!   cargo bench -p gsched-tests --bench scale          # builds and uses release binaries
+//!   GSCHED_BENCH_WAVE_ONLY=1 cargo bench -p gsched-tests --bench scale   # the start wave alone
 //!
 //! On a local 3-replica cluster (sled, 127.0.0.1) with 4 fake 8-GPU agents, for each queue
 //! size (GSCHED_BENCH_SIZES, default "10000,100000") of held 1-GPU jobs:
@@ -318,7 +319,8 @@ fn start_wave(
         (started.len() as u64 >= n).then(|| started.into_iter().max().unwrap_or(0))
     });
     let took = (last_start.saturating_sub(released_at)) as f64 / 1000.0;
-    let ideal = n.div_ceil(32) as f64;
+    // The first 32 start at once, the last round ceil(n/32) - 1 seconds later.
+    let ideal = (n.div_ceil(32) - 1) as f64;
     // Let the wave drain, then time single submissions on an idle cluster.
     wait_for("the wave to finish", Duration::from_secs(600), || {
         let v = c.json("gqueue", &[]);
@@ -327,6 +329,12 @@ fn start_wave(
             .is_some_and(|a| a.is_empty())
             .then_some(())
     });
+    let detailed = gsched_cli::JobQuery {
+        detail: true,
+        ..query
+    };
+    let jobs = gsched_cli::fetch_jobs(rt, &mut client, &detailed, "bench").jobs;
+    let breakdown = wave_breakdown(&jobs);
     let script = c.script("one.sh", "#!/bin/sh\ntrue\n");
     let mut lat = Vec::new();
     for _ in 0..20 {
@@ -337,7 +345,7 @@ fn start_wave(
         }
     }
     lat.sort_by(f64::total_cmp);
-    vec![
+    let mut figures = vec![
         (format!("wave_{n}_last_started_s"), took, "s"),
         (format!("wave_{n}_ideal_s"), ideal, "s"),
         (
@@ -348,6 +356,69 @@ fn start_wave(
         (
             "submit_to_running_median_ms".into(),
             lat.get(lat.len() / 2).copied().unwrap_or(0.0),
+            "ms",
+        ),
+    ];
+    figures.extend(breakdown);
+    figures
+}
+
+/// Where a wave round's time beyond the job's own second goes, as medians over the wave's
+/// jobs (server timestamps): committed start to the agent's "started" (dispatch, the
+/// supervisor, the agent's next look), "started" to the step's exit committed beyond
+/// 1 s (the script's own start and end, exit detection, the report's commit), and a
+/// GPU's previous job ending to its next one's committed start (the scheduler).
+fn wave_breakdown(jobs: &[gsched_types::api::JobRow]) -> Vec<(String, f64, &'static str)> {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let mut launch = Vec::new();
+    let mut run_over = Vec::new();
+    let mut per_gpu: std::collections::BTreeMap<(String, u32), Vec<(u64, u64)>> =
+        Default::default();
+    for j in jobs {
+        let (Some(start), Some(end)) = (j.start_ms, j.end_ms) else {
+            continue;
+        };
+        if let Some(step) = j.steps.first()
+            && let (Some(s), Some(e)) = (step.started_ms, step.ended_ms)
+        {
+            launch.push(s.saturating_sub(start) as f64);
+            run_over.push(e.saturating_sub(s) as f64 - 1000.0);
+        }
+        if let Some(a) = &j.allocation {
+            for n in &a.nodes {
+                for g in &n.gpus {
+                    per_gpu
+                        .entry((n.node.clone(), *g))
+                        .or_default()
+                        .push((start, end));
+                }
+            }
+        }
+    }
+    let mut refill = Vec::new();
+    for runs in per_gpu.values_mut() {
+        runs.sort_unstable();
+        for w in runs.windows(2) {
+            refill.push(w[1].0.saturating_sub(w[0].1) as f64);
+        }
+    }
+    vec![
+        (
+            "wave_start_to_started_median_ms".into(),
+            median(launch),
+            "ms",
+        ),
+        (
+            "wave_run_beyond_1s_median_ms".into(),
+            median(run_over),
+            "ms",
+        ),
+        (
+            "wave_end_to_next_start_median_ms".into(),
+            median(refill),
             "ms",
         ),
     ]
@@ -590,6 +661,17 @@ fn main() {
         c.add_agent(&format!("n{i}"), "rtx4090-8gpu.json", &[]);
     }
     c.leader(Duration::from_secs(30));
+    if std::env::var_os("GSCHED_BENCH_WAVE_ONLY").is_some() {
+        let me = gsched_cli::client::current_user();
+        let n = std::env::var("GSCHED_BENCH_WAVE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1000);
+        for (name, v, unit) in start_wave(&rt, &c, n, &me) {
+            println!("{name}: {v:.1} {unit}");
+        }
+        return;
+    }
     let ours = gsched(&c, &sizes, &rt);
     drop(c);
     let slurm_ready = std::env::var("GSCHED_BENCH_SLURM").as_deref() != Ok("0")

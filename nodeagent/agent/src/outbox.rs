@@ -9,6 +9,8 @@ use std::path::PathBuf;
 pub struct Outbox {
     dir: PathBuf,
     inner: Mutex<(u64, BTreeMap<u64, AgentToController>)>,
+    /// Told of every stored event: the session sends it at once.
+    pub pushed: tokio::sync::Notify,
 }
 
 impl Outbox {
@@ -41,6 +43,7 @@ impl Outbox {
         Ok(Outbox {
             dir,
             inner: Mutex::new((next, events)),
+            pushed: tokio::sync::Notify::new(),
         })
     }
 
@@ -57,6 +60,8 @@ impl Outbox {
             tracing::error!("cannot persist event {seq}: {e}");
         }
         inner.1.insert(seq, ev.clone());
+        drop(inner);
+        self.pushed.notify_one();
         ev
     }
 

@@ -58,11 +58,32 @@ fn seq_of(ev: &AgentToController) -> Option<u64> {
 pub async fn run(agent: Arc<Agent>) {
     let monitor = agent.clone();
     tokio::spawn(async move {
+        // A supervisor ending (a step's exit to report) wakes the monitor at once; the
+        // 100 ms rounds catch the rest (logs, starts, steps re-adopted after a restart,
+        // whose supervisors are not this process's children).
+        let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+            .map_err(|e| {
+                tracing::warn!("no SIGCHLD wake-ups ({e}); step exits are seen within 100 ms")
+            })
+            .ok();
         loop {
             let steps = monitor.steps.clone();
             let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
             monitor.flush.notify_one();
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = async {
+                    match children.as_mut() {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {
+                    // Let a burst of exits arrive together.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
         }
     });
     let mut next = 0usize;
@@ -198,6 +219,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 send(&AgentToController::Heartbeat { running })?;
                 flush(agent, &send, &mut sent, true)?;
             }
+            _ = agent.outbox.pushed.notified() => flush(agent, &send, &mut sent, false)?,
             _ = agent.flush.notified() => {
                 for io in agent.steps.lock().take_task_io() {
                     send(&AgentToController::TaskIo { io })?;

@@ -422,7 +422,14 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     terminal_done.store(true, std::sync::atomic::Ordering::SeqCst);
-    let lease_expired = lease.and_then(|w| w.join().ok()).flatten();
+    // Wake the lease watcher from its wait, or the step's exit is reported up to one
+    // check interval late.
+    let lease_expired = lease
+        .and_then(|w| {
+            w.thread().unpark();
+            w.join().ok()
+        })
+        .flatten();
     let failing = tasks
         .iter()
         .find(|(c, s)| s.is_some() || c.is_some_and(|c| c != 0))
@@ -469,7 +476,7 @@ fn watch_lease(
                 }
                 return Some(why);
             }
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::park_timeout(Duration::from_millis(500));
         }
         None
     })
