@@ -1,7 +1,7 @@
 //! Scale benchmark (prints figures; asserts nothing about time):
 //!
 //!   cargo bench -p gsched-tests --bench scale          # builds and uses release binaries
-//!   GSCHED_BENCH_WAVE_ONLY=1 cargo bench -p gsched-tests --bench scale   # the start wave alone
+//!   GSCHED_BENCH_WAVE_ONLY=1 cargo bench -p gsched-tests --bench scale   # issue 15's table
 //!
 //! On a local 3-replica cluster (sled, 127.0.0.1) with 4 fake 8-GPU agents, for each queue
 //! size (GSCHED_BENCH_SIZES, default "10000,100000") of held 1-GPU jobs:
@@ -14,12 +14,17 @@
 //! soak (GSCHED_BENCH_SOAK_S, default 600; 0 skips it): submissions, listings and cancels
 //! through one follower, with every replica's RSS every 30 s (a follower must not grow);
 //! then GSCHED_BENCH_NODES (default 1000; 0 skips) more nodes register and `ginfo` is
-//! timed over all of them.
+//! timed over all of them. Then issue 15's start wave (GSCHED_BENCH_WAVE one-second 1-GPU
+//! jobs on the 32 GPUs, default 1000; each script notes when it began) and its failure
+//! figures: the leader SIGKILLed with 10,000 jobs queued until the next submission is
+//! accepted, and an agent SIGKILLed for good until its job leaves RUNNING.
+//! GSCHED_BENCH_WAVE_ONLY=1 runs only the wave and the failure figures (both systems).
 //!
 //! With `../shared/peers/slurm` set up (`bash ../shared/peers/slurm/setup.sh`; the bench
 //! finds it through /tmp/slurmpeer/etc/slurm.conf), the same figures for real Slurm in the
-//! same run (10,000 jobs; its MaxJobCount is 50,000), and ratios. GSCHED_BENCH_SLURM=0
-//! skips Slurm.
+//! same run (10,000 jobs; its MaxJobCount is 50,000; the wave, and slurmctld SIGKILLed and
+//! restarted at once, as its `bench.sh` phases d and r do), and ratios. GSCHED_BENCH_SLURM=0
+//! skips Slurm. A slurmd killed for good is not measured: Slurm waits SlurmdTimeout (300 s).
 
 use gsched_cli::client::Client;
 use gsched_proto::pb::SubmitRequest;
@@ -294,7 +299,16 @@ fn start_wave(
     me: &str,
 ) -> Vec<(String, f64, &'static str)> {
     use gsched_types::api::{JobAction, JobSelection};
-    fill_with(rt, c, n, "#!/bin/sh\nsleep 1\n");
+    // Each job notes when its script began, as the Slurm side does: the time that counts
+    // is when the work starts, not when the start was committed.
+    let starts = c.path("wave-starts.txt");
+    let _ = std::fs::remove_file(&starts);
+    fill_with(
+        rt,
+        c,
+        n,
+        &format!("#!/bin/sh\ndate +%s.%N >> {}\nsleep 1\n", starts.display()),
+    );
     let mut client = Client::new(c.controllers.iter().map(|(_, a)| a.clone()).collect());
     let select = JobSelection {
         users: vec![me.to_string()],
@@ -318,7 +332,16 @@ fn start_wave(
             .collect();
         (started.len() as u64 >= n).then(|| started.into_iter().max().unwrap_or(0))
     });
-    let took = (last_start.saturating_sub(released_at)) as f64 / 1000.0;
+    let committed = (last_start.saturating_sub(released_at)) as f64 / 1000.0;
+    let script_starts = wait_for(
+        "every wave script to note its start",
+        Duration::from_secs(60),
+        || {
+            let v = script_start_times(&starts);
+            (v.len() as u64 >= n).then_some(v)
+        },
+    );
+    let took = script_starts.last().copied().unwrap_or(0.0) - released_at as f64 / 1000.0;
     // The first 32 start at once, the last round ceil(n/32) - 1 seconds later.
     let ideal = (n.div_ceil(32) - 1) as f64;
     // Let the wave drain, then time single submissions on an idle cluster.
@@ -347,6 +370,7 @@ fn start_wave(
     lat.sort_by(f64::total_cmp);
     let mut figures = vec![
         (format!("wave_{n}_last_started_s"), took, "s"),
+        (format!("wave_{n}_last_start_committed_s"), committed, "s"),
         (format!("wave_{n}_ideal_s"), ideal, "s"),
         (
             format!("wave_{n}_over_ideal_pct"),
@@ -361,6 +385,105 @@ fn start_wave(
     ];
     figures.extend(breakdown);
     figures
+}
+
+/// The times (s since the epoch, sorted) the wave's scripts wrote, one per line.
+fn script_start_times(path: &Path) -> Vec<f64> {
+    let mut v: Vec<f64> = std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Issue 15's failure figures with `queued` held jobs in the queue: the leader
+/// SIGKILLed -> the next submission accepted (median of 3, the killed replica restarted
+/// and caught up between trials), and an agent SIGKILLed for good -> its job leaves
+/// RUNNING (the dead-node timeout: an agent restarted in time re-adopts its jobs).
+fn failure_figures(
+    rt: &tokio::runtime::Runtime,
+    c: &mut Cluster,
+    queued: u64,
+    me: &str,
+) -> Vec<(String, f64, &'static str)> {
+    fill_with(rt, c, queued, "#!/bin/sh\ntrue\n");
+    let mut spec = JobSpec::simple("failover", me, "#!/bin/sh\ntrue\n");
+    spec.hold = true;
+    spec.workdir = c.path("").to_string_lossy().into_owned();
+    let json = serde_json::to_vec(&spec).unwrap();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let leader = c.leader(Duration::from_secs(30));
+        let i = c
+            .controllers
+            .iter()
+            .position(|(id, _)| *id == leader)
+            .unwrap();
+        let survivors: Vec<String> = c
+            .controllers
+            .iter()
+            .filter(|(id, _)| *id != leader)
+            .map(|(_, a)| a.clone())
+            .collect();
+        c.kill_controller(i);
+        let killed = Instant::now();
+        let json = json.clone();
+        let took = rt.block_on(async move {
+            let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));
+            let req = SubmitRequest {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                spec_json: json,
+            };
+            client
+                .call(|mut j| {
+                    let r = req.clone();
+                    async move { j.submit(r).await }
+                })
+                .await
+                .expect("a submission after the leader was killed");
+            killed.elapsed()
+        });
+        times.push(took.as_secs_f64());
+        c.start_controller(i);
+        wait_for(
+            "the restarted replica to catch up",
+            Duration::from_secs(120),
+            || {
+                let rows = c.status();
+                let applied: std::collections::HashSet<u64> = rows
+                    .iter()
+                    .filter_map(|r| r["applied_index"].as_u64())
+                    .collect();
+                (rows.len() == 3 && applied.len() == 1).then_some(())
+            },
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    let _ = c.cli("gcancel", &["-u", me]);
+    // An agent killed and not restarted: its job runs on under the node's lease until
+    // the dead-node timeout, then leaves RUNNING (NODE_FAIL).
+    let script = c.script("victim.sh", "#!/bin/sh\nexec sleep 600\n");
+    let id = c.submit(&["--gpus-per-node", "1", "-w", "n4", &script]);
+    c.wait_state(id, &["RUNNING"], Duration::from_secs(60));
+    let n4 = c.agents.len() - 1;
+    c.kill_agent(n4);
+    let killed = Instant::now();
+    wait_for("the job to leave RUNNING", Duration::from_secs(300), || {
+        c.job(id).filter(|j| j["state"] != "RUNNING")
+    });
+    let left = killed.elapsed().as_secs_f64();
+    c.start_agent(n4);
+    c.wait_node_online("n4");
+    vec![
+        (
+            format!("leader_kill_to_next_submit_{queued}_s"),
+            times[times.len() / 2],
+            "s",
+        ),
+        ("agent_kill_to_job_not_running_s".into(), left, "s"),
+    ]
 }
 
 /// Where a wave round's time beyond the job's own second goes, as medians over the wave's
@@ -624,6 +747,105 @@ fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
     );
     let (t, _) = median_of(5, || slurm_cmd("sinfo", &[]));
     fig("ginfo_4_nodes_ms".into(), t, "ms");
+    figures.extend(slurm_issue15(n));
+    figures
+}
+
+/// The start wave and the controller's SIGKILL for Slurm, as `bench.sh` phases d and r
+/// measure them: 1,000 one-second 1-GPU jobs released at once (each script notes when it
+/// began), and slurmctld SIGKILLed with `queued` held jobs, restarted at once (there is
+/// no standby controller on one host) until the next `sbatch` is accepted.
+fn slurm_issue15(queued: u64) -> Vec<(String, f64, &'static str)> {
+    let mut figures = Vec::new();
+    let mut fig = |name: String, v: f64, unit: &'static str| {
+        println!("slurm {name} {v:.1} {unit}");
+        figures.push((name, v, unit));
+    };
+    let me = gsched_cli::client::current_user();
+    let submit = |count: u64, wrap: &str| -> Vec<String> {
+        let per = count / 8;
+        let shells: Vec<_> = (0..8)
+            .map(|_| {
+                let script = format!(
+                    "for i in $(seq {per}); do sbatch --parsable --hold --gres=gpu:1 -o /dev/null --wrap '{wrap}' || exit 1; done"
+                );
+                slurm_cmd("bash", &["-c", &script])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("sbatch shell")
+            })
+            .collect();
+        shells
+            .into_iter()
+            .flat_map(|s| {
+                let out = s.wait_with_output().unwrap();
+                assert!(out.status.success(), "sbatch failed");
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(|l| l.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let queue_empty = || {
+        wait_for("Slurm's queue to empty", Duration::from_secs(600), || {
+            let out = slurm_cmd("squeue", &["-h", "-u", &me]).output().ok()?;
+            out.stdout.is_empty().then_some(())
+        })
+    };
+    let _ = slurm_cmd("scancel", &["-u", &me]).status();
+    queue_empty();
+    let wave = 1000;
+    let starts = std::path::PathBuf::from("/tmp/slurmpeer/wave-starts.txt");
+    let _ = std::fs::remove_file(&starts);
+    let ids = submit(
+        wave,
+        &format!("date +%s.%N >> {}; sleep 1", starts.display()),
+    );
+    let released = gsched_proto::clock::now_ms() as f64 / 1000.0;
+    assert!(
+        slurm_cmd("scontrol", &["release", &ids.join(",")])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "scontrol release"
+    );
+    let all = wait_for(
+        "every Slurm wave job to start",
+        Duration::from_secs(900),
+        || {
+            let v = script_start_times(&starts);
+            (v.len() as u64 >= wave).then_some(v)
+        },
+    );
+    fig(
+        format!("wave_{wave}_last_started_s"),
+        all.last().copied().unwrap_or(0.0) - released,
+        "s",
+    );
+    queue_empty();
+    let _ = submit(queued, "true");
+    std::thread::sleep(Duration::from_secs(5));
+    if let Some(pid) = slurmctld_pid() {
+        let killed = Instant::now();
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        wait_for("slurmctld to die", Duration::from_secs(10), || {
+            (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+        });
+        let _ = slurm_cmd("slurmctld", &["-f", SLURM_CONF]).status();
+        wait_for("Slurm to accept a job", Duration::from_secs(120), || {
+            slurm_cmd("sbatch", &["--hold", "-o", "/dev/null", "--wrap", "true"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+        });
+        fig(
+            format!("leader_kill_to_next_submit_{queued}_s"),
+            killed.elapsed().as_secs_f64(),
+            "s",
+        );
+    }
+    let _ = slurm_cmd("scancel", &["-u", &me]).status();
+    queue_empty();
     figures
 }
 
@@ -661,18 +883,25 @@ fn main() {
         c.add_agent(&format!("n{i}"), "rtx4090-8gpu.json", &[]);
     }
     c.leader(Duration::from_secs(30));
-    if std::env::var_os("GSCHED_BENCH_WAVE_ONLY").is_some() {
-        let me = gsched_cli::client::current_user();
+    let me = gsched_cli::client::current_user();
+    let wave_only = std::env::var_os("GSCHED_BENCH_WAVE_ONLY").is_some();
+    let mut ours = if wave_only {
         let n = std::env::var("GSCHED_BENCH_WAVE")
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1000);
-        for (name, v, unit) in start_wave(&rt, &c, n, &me) {
-            println!("{name}: {v:.1} {unit}");
+        let wave = start_wave(&rt, &c, n, &me);
+        for (name, v, unit) in &wave {
+            println!("gsched {name} {v:.1} {unit}");
         }
-        return;
+        wave
+    } else {
+        gsched(&c, &sizes, &rt)
+    };
+    for (name, v, unit) in failure_figures(&rt, &mut c, 10_000, &me) {
+        println!("gsched {name} {v:.1} {unit}");
+        ours.push((name, v, unit));
     }
-    let ours = gsched(&c, &sizes, &rt);
     drop(c);
     let slurm_ready = std::env::var("GSCHED_BENCH_SLURM").as_deref() != Ok("0")
         && Path::new(SLURM_CONF).exists()
@@ -683,7 +912,11 @@ fn main() {
         println!("slurm: not set up (bash ../shared/peers/slurm/setup.sh); no ratios");
         return;
     }
-    let theirs = slurm(10_000);
+    let theirs = if wave_only {
+        slurm_issue15(10_000)
+    } else {
+        slurm(10_000)
+    };
     println!("\nratios at 10,000 jobs (gsched / Slurm; < 1 means gsched is better):");
     for (name, v, unit) in &theirs {
         let ours_name = if name == "rss_10000" {
