@@ -1,4 +1,4 @@
-//! ibdev2netdev, ibstat, ibstatus, ibv_devinfo and ifconfig outputs.
+//! ibdev2netdev, ibstat, ibstatus, ibv_devinfo, ifconfig and `ip addr` outputs.
 #![no_main]
 use gsched_topology::ib;
 use libfuzzer_sys::fuzz_target;
@@ -11,8 +11,9 @@ fuzz_target!(|data: &[u8]| {
         .chain(ib::parse_ibv_devinfo(&text))
         .chain(ib::parse_ibstatus(&text))
     {
-        let _ = (p.is_roce(), p.mtu_degraded());
+        let _ = (p.is_roce(), p.mtu_degraded(), p.is_virtual_function());
     }
     let _ = ib::parse_ifconfig(&text);
+    let _ = ib::parse_ip(&text);
     let _ = ib::natural(&text);
 });

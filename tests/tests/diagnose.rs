@@ -180,6 +180,84 @@ fn t15_nccl_transport_and_missing_libraries() {
 }
 
 #[test]
+fn t25_smi_list_csv_ibdev2netdev_and_interfaces() {
+    let f = diagnose(&["smi/nvidia-smi-L-4x-a100-80gb-mig-on-gpu0-only.txt"]);
+    assert_eq!(f.len(), 1, "only GPU 0 has MIG devices: {f:#?}");
+    let mig = find(&f, "mig-enabled");
+    assert_eq!(mig["gpu"], 0);
+    assert!(
+        mig["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("split into 4 MIG devices"),
+        "{mig}"
+    );
+    // Columns named by the quoted command; 44 C, fan unsupported: read, nothing wrong
+    // (an unread file would say "unrecognised-file").
+    let f = diagnose(&["smi/query-gpu-csv-noheader-nounits-NA-vs-not-supported.txt"]);
+    assert!(f.is_empty(), "{f:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    // DERIVED: the same query with its header row and one hot GPU on a narrowed link.
+    let with_header = dir.path().join("query.csv");
+    std::fs::write(
+        &with_header,
+        "index, pci.bus_id, temperature.gpu, pcie.link.width.current, pcie.link.width.max, ecc.errors.uncorrected.volatile.total\n\
+         0, 00000000:18:00.0, 44, 16, 16, 0\n\
+         1, 00000000:2A:00.0, 91, 8, 16, [N/A]\n",
+    )
+    .unwrap();
+    let f = diagnose(&[with_header.to_str().unwrap()]);
+    let hot = find(&f, "hot");
+    assert_eq!(
+        (hot["gpu"].as_u64(), hot["pci_bus_id"].as_str()),
+        (Some(1), Some("0000:2a:00"))
+    );
+    assert_eq!(find(&f, "pcie-degraded")["gpu"], 1);
+    assert_eq!(f.len(), 2, "GPU 0 is fine, [N/A] is no error count: {f:#?}");
+    // Without the header or the query, the columns are unknown: said so, not guessed.
+    let cut = dir.path().join("cut.csv");
+    std::fs::write(
+        &cut,
+        "$ nvidia-smi --format=csv,noheader,nounits\n2004, 2004, 0, 91, [N/A], 0, 0\n",
+    )
+    .unwrap();
+    let f = diagnose(&[cut.to_str().unwrap()]);
+    assert_eq!(
+        f.iter()
+            .map(|x| x["kind"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["unreadable-csv"],
+        "{f:#?}"
+    );
+    let bare = dir.path().join("bare.csv");
+    std::fs::write(&bare, "2004, 2004, 0, 44, [N/A], 0, 0\n").unwrap();
+    let f = diagnose(&[bare.to_str().unwrap()]);
+    assert_eq!(
+        f.iter()
+            .map(|x| x["kind"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["unrecognised-file"],
+        "a bare row of numbers is no recognisable output: {f:#?}"
+    );
+
+    // RoCE ports whose netdev has no link; IPoIB netdevs "(Down)" say nothing.
+    let f = diagnose(&["ib/ibdev2netdev-column-t-h100-cx7-ib-cx6-eth-annotated.txt"]);
+    let down: Vec<&str> = f.iter().map(|x| x["evidence"].as_str().unwrap()).collect();
+    assert_eq!(down.len(), 2, "{f:#?}");
+    assert!(down[0].contains("mlx5_2 port 1 ==> enp27s0f1np1") && down[1].contains("mlx5_8"));
+
+    // ifconfig and `ip a`: up without a carrier.
+    let f = diagnose(&["ib/ifconfig-gpu-node-ib-roce-int0-mtu9000.txt"]);
+    assert_eq!(f.len(), 3, "int0 and lo are fine: {f:#?}");
+    let f = diagnose(&["ib/ip-a-x710-two-ports-no-carrier-mtu9000.txt"]);
+    let names: Vec<&str> = f
+        .iter()
+        .map(|x| x["evidence"].as_str().unwrap().split(' ').next().unwrap())
+        .collect();
+    assert_eq!(names, vec!["enp101s0f0", "enp179s0f1"], "{f:#?}");
+}
+
+#[test]
 fn t20_unknown_and_unreadable_files_are_said_to_be_so() {
     let dir = tempfile::tempdir().unwrap();
     let notes = dir.path().join("notes.txt");

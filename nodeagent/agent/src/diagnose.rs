@@ -1,6 +1,7 @@
 //! `gagentd diagnose FILE...`: findings from saved outputs of a node (a support bundle):
-//! each file's kind is told from its text (`nvidia-smi`, `-q`, `topo -m`, kernel logs,
-//! InfiniBand tools, NCCL/PyTorch logs) and read by the same parsers the live agent uses.
+//! each file's kind is told from its text (`nvidia-smi` table, `-q`, `-L`, `--query-gpu`
+//! CSV, `topo -m`, kernel logs, InfiniBand tools, `ifconfig`/`ip`, NCCL/PyTorch logs) and
+//! read by the same parsers and findings the live agent uses.
 //! A file that is none of these is reported as such, never misread.
 
 use crate::findings::{Attribution, corrected_flood, device_handle_lost, kernel_finding};
@@ -20,6 +21,13 @@ pub enum Kind {
     Ibstat,
     Ibstatus,
     IbvDevinfo,
+    Ibdev2netdev,
+    /// `ifconfig`, `ip addr` or `ip link`.
+    Interfaces,
+    /// `nvidia-smi -L`.
+    SmiList,
+    /// `nvidia-smi --query-gpu=... --format=csv`.
+    SmiCsv,
     JobLog,
     Unknown,
 }
@@ -37,6 +45,16 @@ pub fn kind_of(text: &str) -> Kind {
         Kind::Ibstat
     } else if has("hca_id:") {
         Kind::IbvDevinfo
+    } else if text
+        .lines()
+        .any(|l| l.contains(" port ") && l.contains("==>"))
+    {
+        Kind::Ibdev2netdev
+    } else if text.lines().any(|l| {
+        (l.contains(": flags=") && l.contains("mtu"))
+            || (l.split(": ").count() >= 3 && l.contains(": <") && l.contains(" mtu "))
+    }) {
+        Kind::Interfaces
     } else if text.lines().any(|l| {
         let t: Vec<&str> = l.split_whitespace().collect();
         t.first().is_some_and(|w| w.starts_with("GPU0")) && t.len() > 1 && !l.contains("NVRM")
@@ -48,6 +66,13 @@ pub fn kind_of(text: &str) -> Kind {
         Kind::JobLog
     } else if has("NVRM") || has("pcieport") || has("PCIe Bus Error") || has("SXid") {
         Kind::KernelLog
+    } else if has("--query-gpu") || has("--format=csv") || csv_header(text).is_some() {
+        Kind::SmiCsv
+    } else if text
+        .lines()
+        .any(|l| l.trim_start().starts_with("GPU ") && l.contains("(UUID: GPU-"))
+    {
+        Kind::SmiList
     } else {
         Kind::Unknown
     }
@@ -94,13 +119,17 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
         Kind::Ibstat => ib_ports(ib::parse_ibstat(clean), "ibstat"),
         Kind::Ibstatus => ib_ports(ib::parse_ibstatus(clean), "ibstatus"),
         Kind::IbvDevinfo => ib_ports(ib::parse_ibv_devinfo(clean), "ibv_devinfo"),
+        Kind::Ibdev2netdev => ibdev2netdev(clean),
+        Kind::Interfaces => interfaces(clean),
+        Kind::SmiList => smi_list(clean),
+        Kind::SmiCsv => smi_csv(clean),
         Kind::JobLog => job_log(clean),
         Kind::Unknown => vec![finding(
             Severity::Info,
             Component::Input,
             "unrecognised-file",
             name,
-            "gagentd diagnose reads nvidia-smi (table, -q), nvidia-smi topo -m, dmesg/journalctl -k, ibstat/ibstatus/ibv_devinfo and NCCL/PyTorch logs; this file is none of them and was not read",
+            "gagentd diagnose reads nvidia-smi (table, -q, -L, --query-gpu CSV), nvidia-smi topo -m, dmesg/journalctl -k, ibstat/ibstatus/ibv_devinfo/ibdev2netdev, ifconfig/ip and NCCL/PyTorch logs; this file is none of them and was not read",
         )],
     }
 }
@@ -311,6 +340,207 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// `mlx5_1 port 1 ==> enp27s0f0np0 (Down)`: a RoCE port's netdev without link means no
+/// RDMA over it. An IPoIB netdev being down says nothing about the IB port (ibstat does).
+fn ibdev2netdev(text: &str) -> Vec<Finding> {
+    ib::parse_ibdev2netdev(text)
+        .into_iter()
+        .filter(|m| !m.netdev_up && !m.netdev.starts_with("ib"))
+        .map(|m| {
+            finding(
+                Severity::Info,
+                Component::Nic,
+                "roce-port-down",
+                &format!("ibdev2netdev: {} port {} ==> {} (Down)", m.hca, m.port, m.netdev),
+                "a RoCE port without link: if it should carry training traffic, check its cable and switch port; jobs do not use it",
+            )
+        })
+        .collect()
+}
+
+/// Interfaces that are administratively up with no link (NO-CARRIER, not RUNNING).
+fn interfaces(text: &str) -> Vec<Finding> {
+    let mut all = ib::parse_ifconfig(text);
+    all.extend(ib::parse_ip(text));
+    let skip = [
+        "lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "tun", "tap",
+    ];
+    all.into_iter()
+        .filter(|i| i.up && !i.running && i.link.as_deref() != Some("loop"))
+        .filter(|i| !skip.iter().any(|p| i.name.starts_with(p)))
+        .map(|i| {
+            finding(
+                Severity::Warn,
+                Component::Nic,
+                "nic-no-carrier",
+                &format!(
+                    "{} is up but has no link (no carrier){}",
+                    i.name,
+                    i.mtu.map(|m| format!(", mtu {m}")).unwrap_or_default()
+                ),
+                "if it carries training or storage traffic: check the cable, the transceiver and the switch port (ethtool IFACE)",
+            )
+        })
+        .collect()
+}
+
+/// `nvidia-smi -L`: GPUs split into MIG devices.
+fn smi_list(text: &str) -> Vec<Finding> {
+    let gpus = smi::parse_list(text);
+    let mut out: Vec<Finding> = gpus
+        .iter()
+        .filter(|g| !g.mig.is_empty())
+        .map(|g| {
+            let mut f = finding(
+                Severity::Info,
+                Component::Gpu,
+                "mig-enabled",
+                &format!(
+                    "GPU {} ({}) is split into {} MIG devices ({})",
+                    g.index,
+                    g.uuid,
+                    g.mig.len(),
+                    g.mig
+                        .iter()
+                        .map(|(p, _)| p.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "gsched schedules whole GPUs: a job given this GPU sees its MIG devices, not one GPU; turn MIG off (nvidia-smi -i N -mig 0) for training",
+            );
+            f.gpu = Some(g.index);
+            f
+        })
+        .collect();
+    if gpus.is_empty() {
+        out.push(finding(
+            Severity::Info,
+            Component::Input,
+            "no-gpus",
+            "nvidia-smi -L lists no GPU",
+            "if GPUs are installed, check the driver (dmesg | grep NVRM)",
+        ));
+    }
+    out
+}
+
+/// The column names of a `--query-gpu` CSV: from the command line quoted in the file, or
+/// from its header row (`--format=csv` without `noheader`).
+fn csv_header(text: &str) -> Option<Vec<String>> {
+    let clean = |c: &str| {
+        c.trim()
+            .split(" [")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
+    if let Some(pos) = text.find("--query-gpu=") {
+        let list = text[pos + 12..].split_whitespace().next().unwrap_or("");
+        return Some(list.split(',').map(clean).collect());
+    }
+    let known = [
+        "index",
+        "name",
+        "pci.bus_id",
+        "temperature.gpu",
+        "memory.total",
+        "uuid",
+    ];
+    text.lines()
+        .find(|l| l.contains(',') && known.iter().any(|k| l.split(',').any(|c| clean(c) == *k)))
+        .map(|l| l.split(',').map(clean).collect())
+}
+
+/// `nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`: hot GPUs, uncorrected
+/// ECC errors and PCIe links narrower than they can be, when those columns are there. A
+/// CSV whose columns cannot be known is said to be so.
+fn smi_csv(text: &str) -> Vec<Finding> {
+    let Some(cols) = csv_header(text) else {
+        return vec![finding(
+            Severity::Info,
+            Component::Input,
+            "unreadable-csv",
+            "an nvidia-smi CSV without its header (noheader) and without the --query-gpu command: its columns are unknown",
+            "save it with --format=csv (keeping the header), or with the command line above it",
+        )];
+    };
+    let col = |name: &str| cols.iter().position(|c| c == name);
+    let number = |v: &Option<String>| v.as_deref()?.split_whitespace().next()?.parse::<f64>().ok();
+    let mut out = Vec::new();
+    let rows = text.lines().filter(|l| {
+        let t = l.trim();
+        t.contains(',')
+            && !t.contains("--query-gpu")
+            && !t.starts_with('$')
+            && smi::parse_query_row(t).len() == cols.len()
+            && t.split(',').next().is_some_and(|c| {
+                !cols.contains(
+                    &c.trim()
+                        .split(" [")
+                        .next()
+                        .unwrap_or("")
+                        .to_ascii_lowercase(),
+                )
+            })
+    });
+    for (n, row) in rows.enumerate() {
+        let v = smi::parse_query_row(row);
+        let at = |i: Option<usize>| i.and_then(|i| v.get(i)).cloned().flatten();
+        let gpu = number(&at(col("index"))).map(|g| g as u32);
+        let bus = at(col("pci.bus_id")).map(|b| normalize_bus(&b));
+        let who = gpu
+            .map(|g| format!("GPU {g}"))
+            .unwrap_or_else(|| format!("row {}", n + 1));
+        let mut push = |severity, kind: &str, evidence: String, action: &str| {
+            let mut f = finding(severity, Component::Gpu, kind, &evidence, action);
+            f.gpu = gpu;
+            f.pci_bus_id = bus.clone();
+            out.push(f);
+        };
+        if let Some(t) = number(&at(col("temperature.gpu"))).filter(|t| *t >= 85.0) {
+            push(
+                Severity::Warn,
+                "hot",
+                format!("{who} at {t} C"),
+                "improve airflow (open frames: fans, spacing); it throttles near its slowdown temperature",
+            );
+        }
+        for c in [
+            "ecc.errors.uncorrected.volatile.total",
+            "ecc.errors.uncorrected.aggregate.total",
+        ] {
+            if let Some(e) = number(&at(col(c))).filter(|e| *e > 0.0) {
+                push(
+                    Severity::Drain,
+                    "ecc-uncorrected",
+                    format!("{who}: {c} = {e}"),
+                    "reset the GPU (nvidia-smi -r) when idle; replace it if the count keeps rising",
+                );
+                break;
+            }
+        }
+        if let (Some(cur), Some(max)) = (
+            number(&at(col("pcie.link.width.current"))),
+            number(&at(col("pcie.link.width.max"))),
+        ) && cur < max
+        {
+            push(
+                Severity::Warn,
+                "pcie-degraded",
+                format!("{who}: PCIe link x{cur} of x{max}"),
+                "check the riser and the slot (seating, a x16 slot wired x8, a riser cable that cannot carry the generation)",
+            );
+        }
+    }
+    out
+}
+
+/// `00000000:3B:00.0` as the findings name PCI devices: `0000:3b:00`.
+fn normalize_bus(bus: &str) -> String {
+    gsched_topology::xid::normalize_pci(bus)
 }
 
 fn job_log(text: &str) -> Vec<Finding> {

@@ -293,3 +293,77 @@ pub fn parse_ifconfig(text: &str) -> Vec<IfConfig> {
     }
     out
 }
+
+/// `ip addr` / `ip link`: `3: ens1f0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 9000 ...
+/// state DOWN`, then indented `link/ether ...` and `inet 10.0.0.1/24 ...` lines. `running`
+/// is the carrier (`LOWER_UP`), `up` the administrative state.
+pub fn parse_ip(text: &str) -> Vec<IfConfig> {
+    let mut out: Vec<IfConfig> = Vec::new();
+    for l in text.lines() {
+        if !l.starts_with(char::is_whitespace) {
+            let mut parts = l.splitn(3, ": ");
+            let (Some(index), Some(name), Some(rest)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if index.trim().parse::<u32>().is_err() || !rest.starts_with('<') {
+                continue;
+            }
+            let flags = rest[1..].split('>').next().unwrap_or("");
+            let has = |f: &str| flags.split(',').any(|x| x == f);
+            let mtu = rest
+                .split(" mtu ")
+                .nth(1)
+                .and_then(|m| m.split_whitespace().next())
+                .and_then(|m| m.parse().ok());
+            out.push(IfConfig {
+                name: name.split('@').next().unwrap_or(name).to_string(),
+                up: has("UP"),
+                running: has("LOWER_UP"),
+                mtu,
+                ..IfConfig::default()
+            });
+            continue;
+        }
+        let Some(cur) = out.last_mut() else { continue };
+        let mut w = l.split_whitespace();
+        match w.next() {
+            Some("inet") => {
+                cur.ipv4 = w
+                    .next()
+                    .map(|a| a.split('/').next().unwrap_or(a).to_string())
+            }
+            Some(link) if link.starts_with("link/") => {
+                cur.link = Some(
+                    match &link[5..] {
+                        "loopback" => "loop",
+                        other => other,
+                    }
+                    .to_string(),
+                )
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod ip_tests {
+    use super::*;
+
+    #[test]
+    fn ip_addr_carrier_admin_state_mtu_and_address() {
+        let text = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\n    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n3: ens1f0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 9000 qdisc mq state DOWN\n    link/ether ec:0d:9a:44:c3:4c brd ff:ff:ff:ff:ff:ff\n    inet 10.226.9.51/24 brd 10.226.9.255 scope global ens1f0\n";
+        let v = parse_ip(text);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[0].name.as_str(), v[0].link.as_deref()),
+            ("lo", Some("loop"))
+        );
+        assert_eq!(
+            (v[1].up, v[1].running, v[1].mtu, v[1].ipv4.as_deref()),
+            (true, false, Some(9000), Some("10.226.9.51"))
+        );
+    }
+}
