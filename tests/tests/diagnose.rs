@@ -240,6 +240,39 @@ fn t25_smi_list_csv_ibdev2netdev_and_interfaces() {
         "a bare row of numbers is no recognisable output: {f:#?}"
     );
 
+    // This repository's H200 (deploy/gpu/h200-evidence.sh): -L, the CSV with its header
+    // and units, the NCCL debug file of a one-node job under gsched's defaults: all read,
+    // nothing wrong (one node never uses the network it names).
+    let f = diagnose(&[
+        "gpu/nvidia-smi-L-h200.txt",
+        "gpu/query-gpu-csv-header-h200.csv",
+        "gpu/nccl-debug-default-init-env-1gpu-h200.log",
+    ]);
+    assert!(f.is_empty(), "{f:#?}");
+    // The same CSV with the GPU at 90 C: its row, units and all, is read.
+    let csv = std::fs::read_to_string(
+        workspace().join("tests/fixtures/gpu/query-gpu-csv-header-h200.csv"),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| {
+        let mut cells: Vec<&str> = l.split(", ").collect();
+        if cells[0] == "0" {
+            cells[3] = "90";
+        }
+        cells.join(", ")
+    })
+    .collect::<Vec<_>>()
+    .join("\n");
+    let hot_h200 = dir.path().join("hot-h200.csv");
+    std::fs::write(&hot_h200, csv).unwrap();
+    let f = diagnose(&[hot_h200.to_str().unwrap()]);
+    let hot = find(&f, "hot");
+    assert_eq!(
+        (hot["gpu"].as_u64(), hot["pci_bus_id"].as_str()),
+        (Some(0), Some("0000:00:06"))
+    );
+
     // RoCE ports whose netdev has no link; IPoIB netdevs "(Down)" say nothing.
     let f = diagnose(&["ib/ibdev2netdev-column-t-h100-cx7-ib-cx6-eth-annotated.txt"]);
     let down: Vec<&str> = f.iter().map(|x| x["evidence"].as_str().unwrap()).collect();
