@@ -16,7 +16,7 @@
 
 use gsched_cli::client::Client;
 use gsched_proto::pb::{JobRequest, SubmitRequest};
-use gsched_tests::{Cluster, wait_for};
+use gsched_tests::Cluster;
 use gsched_types::job::JobSpec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -146,51 +146,8 @@ fn main() {
     let mut times = Vec::new();
     let json = spec_json(&c, "failover");
     for trial in 0..trials {
-        let leader = c.leader(Duration::from_secs(30));
-        let i = c
-            .controllers
-            .iter()
-            .position(|(id, _)| *id == leader)
-            .unwrap();
-        let survivors: Vec<String> = c
-            .controllers
-            .iter()
-            .filter(|(id, _)| *id != leader)
-            .map(|(_, a)| a.clone())
-            .collect();
-        c.kill_controller(i);
-        let killed = Instant::now();
-        let json = json.clone();
-        let took = rt.block_on(async move {
-            let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));
-            let req = SubmitRequest {
-                request_id: uuid::Uuid::new_v4().to_string(),
-                spec_json: json,
-            };
-            client
-                .call(|mut j| {
-                    let r = req.clone();
-                    async move { j.submit(r).await }
-                })
-                .await
-                .expect("a write after failover");
-            killed.elapsed()
-        });
+        let took = c.failover_trial(&rt, &json);
         times.push(took.as_secs_f64());
-        c.start_controller(i);
-        // Let the restarted replica catch up before the next trial.
-        wait_for(
-            "the restarted replica to catch up",
-            Duration::from_secs(60),
-            || {
-                let rows = c.status();
-                let applied: std::collections::HashSet<u64> = rows
-                    .iter()
-                    .filter_map(|r| r["applied_index"].as_u64())
-                    .collect();
-                (rows.len() == 3 && applied.len() == 1).then_some(())
-            },
-        );
         eprintln!("failover trial {trial}: {:.3} s", took.as_secs_f64());
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -413,53 +413,9 @@ fn failure_figures(
     spec.hold = true;
     spec.workdir = c.path("").to_string_lossy().into_owned();
     let json = serde_json::to_vec(&spec).unwrap();
-    let mut times = Vec::new();
-    for _ in 0..3 {
-        let leader = c.leader(Duration::from_secs(30));
-        let i = c
-            .controllers
-            .iter()
-            .position(|(id, _)| *id == leader)
-            .unwrap();
-        let survivors: Vec<String> = c
-            .controllers
-            .iter()
-            .filter(|(id, _)| *id != leader)
-            .map(|(_, a)| a.clone())
-            .collect();
-        c.kill_controller(i);
-        let killed = Instant::now();
-        let json = json.clone();
-        let took = rt.block_on(async move {
-            let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));
-            let req = SubmitRequest {
-                request_id: uuid::Uuid::new_v4().to_string(),
-                spec_json: json,
-            };
-            client
-                .call(|mut j| {
-                    let r = req.clone();
-                    async move { j.submit(r).await }
-                })
-                .await
-                .expect("a submission after the leader was killed");
-            killed.elapsed()
-        });
-        times.push(took.as_secs_f64());
-        c.start_controller(i);
-        wait_for(
-            "the restarted replica to catch up",
-            Duration::from_secs(120),
-            || {
-                let rows = c.status();
-                let applied: std::collections::HashSet<u64> = rows
-                    .iter()
-                    .filter_map(|r| r["applied_index"].as_u64())
-                    .collect();
-                (rows.len() == 3 && applied.len() == 1).then_some(())
-            },
-        );
-    }
+    let mut times: Vec<f64> = (0..3)
+        .map(|_| c.failover_trial(rt, &json).as_secs_f64())
+        .collect();
     times.sort_by(f64::total_cmp);
     let _ = c.cli("gcancel", &["-u", me]);
     // An agent killed and not restarted: its job runs on under the node's lease until

@@ -547,6 +547,57 @@ impl Cluster {
         v["controllers"].as_array().cloned().unwrap_or_default()
     }
 
+    /// One failover trial for the benchmarks: SIGKILLs the leader, times until a
+    /// submission of `spec_json` is accepted by the survivors, restarts the killed
+    /// replica and waits until every replica has applied the same index.
+    pub fn failover_trial(&mut self, rt: &tokio::runtime::Runtime, spec_json: &[u8]) -> Duration {
+        use gsched_cli::client::Client;
+        use gsched_proto::pb::SubmitRequest;
+        let leader = self.leader(Duration::from_secs(30));
+        let i = self
+            .controllers
+            .iter()
+            .position(|(id, _)| *id == leader)
+            .expect("the leader is one of the controllers");
+        let survivors: Vec<String> = self
+            .controllers
+            .iter()
+            .filter(|(id, _)| *id != leader)
+            .map(|(_, a)| a.clone())
+            .collect();
+        self.kill_controller(i);
+        let killed = Instant::now();
+        let req = SubmitRequest {
+            request_id: uuid::Uuid::new_v4().to_string(),
+            spec_json: spec_json.to_vec(),
+        };
+        let took = rt.block_on(async move {
+            let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));
+            client
+                .call(|mut j| {
+                    let r = req.clone();
+                    async move { j.submit(r).await }
+                })
+                .await
+                .expect("a submission after the leader was killed");
+            killed.elapsed()
+        });
+        self.start_controller(i);
+        wait_for(
+            "the restarted replica to catch up",
+            Duration::from_secs(120),
+            || {
+                let rows = self.status();
+                let applied: std::collections::HashSet<u64> = rows
+                    .iter()
+                    .filter_map(|r| r["applied_index"].as_u64())
+                    .collect();
+                (rows.len() == self.controllers.len() && applied.len() == 1).then_some(())
+            },
+        );
+        took
+    }
+
     pub fn leader(&self, timeout: Duration) -> u64 {
         wait_for("a leader", timeout, || {
             self.status()

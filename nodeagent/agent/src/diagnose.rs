@@ -78,25 +78,6 @@ pub fn kind_of(text: &str) -> Kind {
     }
 }
 
-fn finding(
-    severity: Severity,
-    component: Component,
-    kind: &str,
-    evidence: &str,
-    action: &str,
-) -> Finding {
-    Finding {
-        node: None,
-        severity,
-        component,
-        gpu: None,
-        pci_bus_id: None,
-        kind: kind.to_string(),
-        evidence: evidence.trim().chars().take(400).collect(),
-        action: action.to_string(),
-    }
-}
-
 /// The findings of one file named `name` with contents `text`.
 pub fn diagnose(name: &str, text: &str) -> Vec<Finding> {
     let text = strip_fixture_header(text);
@@ -124,7 +105,7 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
         Kind::SmiList => smi_list(clean),
         Kind::SmiCsv => smi_csv(clean),
         Kind::JobLog => job_log(clean),
-        Kind::Unknown => vec![finding(
+        Kind::Unknown => vec![Finding::new(
             Severity::Info,
             Component::Input,
             "unrecognised-file",
@@ -147,7 +128,7 @@ fn smi_table(text: &str) -> Vec<Finding> {
             f
         };
         if g.ecc_uncorrected.is_some_and(|e| e > 0) {
-            out.push(at(finding(
+            out.push(at(Finding::new(
                 Severity::Drain,
                 Component::Gpu,
                 "ecc-uncorrected",
@@ -161,7 +142,7 @@ fn smi_table(text: &str) -> Vec<Finding> {
             )));
         }
         if g.temperature_c.is_some_and(|c| c >= 85) {
-            out.push(at(finding(
+            out.push(at(Finding::new(
                 Severity::Warn,
                 Component::Gpu,
                 "hot",
@@ -175,7 +156,7 @@ fn smi_table(text: &str) -> Vec<Finding> {
         }
     }
     if t.gpus.is_empty() && t.failed.is_empty() {
-        out.push(finding(
+        out.push(Finding::new(
             Severity::Info,
             Component::Input,
             "no-gpus",
@@ -204,7 +185,7 @@ fn smi_query(text: &str) -> Vec<Finding> {
         } else {
             continue;
         };
-        let mut f = finding(
+        let mut f = Finding::new(
             severity,
             Component::Gpu,
             kind,
@@ -219,7 +200,7 @@ fn smi_query(text: &str) -> Vec<Finding> {
 
 fn topo(text: &str) -> Vec<Finding> {
     match parse_topo_matrix(text) {
-        Err(e) => vec![finding(
+        Err(e) => vec![Finding::new(
             Severity::Info,
             Component::Input,
             "unreadable-topo",
@@ -230,7 +211,7 @@ fn topo(text: &str) -> Vec<Finding> {
             let mut out = Vec::new();
             for g in &t.gpus {
                 if g.cpus.is_none() && g.numa_node.is_none() {
-                    let mut f = finding(
+                    let mut f = Finding::new(
                         Severity::Info,
                         Component::Gpu,
                         "no-affinity",
@@ -306,7 +287,7 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
                 "a VM or container with a passed-through VF: its bandwidth is shared with the host's other VFs on the same port".to_string(),
             ),
         };
-        out.push(finding(
+        out.push(Finding::new(
             Severity::Info,
             Component::Ib,
             "sriov-vf",
@@ -316,7 +297,7 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
     }
     for p in ports {
         if !p.active {
-            out.push(finding(
+            out.push(Finding::new(
                 Severity::Warn,
                 Component::Ib,
                 "ib-port-down",
@@ -324,7 +305,7 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
                 "check the cable and the switch port (ibstat, ibdiagnet); jobs will not use this rail",
             ));
         } else if p.mtu_degraded() {
-            out.push(finding(
+            out.push(Finding::new(
                 Severity::Warn,
                 Component::Ib,
                 "ib-mtu-degraded",
@@ -349,7 +330,7 @@ fn ibdev2netdev(text: &str) -> Vec<Finding> {
         .into_iter()
         .filter(|m| !m.netdev_up && !m.netdev.starts_with("ib"))
         .map(|m| {
-            finding(
+            Finding::new(
                 Severity::Info,
                 Component::Nic,
                 "roce-port-down",
@@ -371,7 +352,7 @@ fn interfaces(text: &str) -> Vec<Finding> {
         .filter(|i| i.up && !i.running && i.link.as_deref() != Some("loop"))
         .filter(|i| !skip.iter().any(|p| i.name.starts_with(p)))
         .map(|i| {
-            finding(
+            Finding::new(
                 Severity::Warn,
                 Component::Nic,
                 "nic-no-carrier",
@@ -393,7 +374,7 @@ fn smi_list(text: &str) -> Vec<Finding> {
         .iter()
         .filter(|g| !g.mig.is_empty())
         .map(|g| {
-            let mut f = finding(
+            let mut f = Finding::new(
                 Severity::Info,
                 Component::Gpu,
                 "mig-enabled",
@@ -415,7 +396,7 @@ fn smi_list(text: &str) -> Vec<Finding> {
         })
         .collect();
     if gpus.is_empty() {
-        out.push(finding(
+        out.push(Finding::new(
             Severity::Info,
             Component::Input,
             "no-gpus",
@@ -459,7 +440,7 @@ fn csv_header(text: &str) -> Option<Vec<String>> {
 /// CSV whose columns cannot be known is said to be so.
 fn smi_csv(text: &str) -> Vec<Finding> {
     let Some(cols) = csv_header(text) else {
-        return vec![finding(
+        return vec![Finding::new(
             Severity::Info,
             Component::Input,
             "unreadable-csv",
@@ -495,7 +476,7 @@ fn smi_csv(text: &str) -> Vec<Finding> {
             .map(|g| format!("GPU {g}"))
             .unwrap_or_else(|| format!("row {}", n + 1));
         let mut push = |severity, kind: &str, evidence: String, action: &str| {
-            let mut f = finding(severity, Component::Gpu, kind, &evidence, action);
+            let mut f = Finding::new(severity, Component::Gpu, kind, &evidence, action);
             f.gpu = gpu;
             f.pci_bus_id = bus.clone();
             out.push(f);
@@ -551,7 +532,7 @@ fn job_log(text: &str) -> Vec<Finding> {
     let findings: Vec<_> = text.lines().filter_map(classify_line).collect();
     let Some((i, fatal)) = findings.iter().enumerate().find(|(_, f)| f.fatal) else {
         out.extend(findings.iter().take(1).map(|f| {
-            finding(
+            Finding::new(
                 Severity::Warn,
                 Component::Nccl,
                 "nccl-warning",
@@ -566,19 +547,19 @@ fn job_log(text: &str) -> Vec<Finding> {
         .iter()
         .find_map(|f| missing_library(&f.line).filter(|l| *l != "libibverbs"));
     out.push(match missing {
-        Some(lib) => finding(
+        Some(lib) => Finding::new(
             Severity::FailJob,
             Component::Driver,
-            &format!("missing-{lib}"),
+            format!("missing-{lib}"),
             &evidence,
-            &format!(
+            format!(
                 "{lib} is not loadable in the job's environment: install the NVIDIA driver's user-space libraries there (in a container: run it with the NVIDIA container runtime, --gpus/--nv), or point LD_LIBRARY_PATH at them"
             ),
         ),
-        None => finding(
+        None => Finding::new(
             Severity::FailJob,
             Component::Nccl,
-            &format!("{:?}", fatal.kind).to_lowercase(),
+            format!("{:?}", fatal.kind).to_lowercase(),
             &evidence,
             "the job cannot go on: the evidence is the first cause found in the log",
         ),

@@ -82,14 +82,9 @@ fn finding(
     action: String,
 ) -> Finding {
     Finding {
-        node: None,
-        severity,
-        component,
         gpu,
         pci_bus_id: (!pci.is_empty()).then(|| pci.to_string()),
-        kind,
-        evidence: evidence.trim().chars().take(400).collect(),
-        action,
+        ..Finding::new(severity, component, kind, evidence, action)
     }
 }
 

@@ -5,7 +5,7 @@
 //! not be opened, `NCCL_IB_DISABLE`). The agent reports these as warnings on the job;
 //! `gagentd diagnose` reads saved logs with the same code.
 
-use gsched_types::findings::{Component, Finding, Severity};
+use gsched_types::findings::{Component, Finding, Severity, clip};
 use gsched_types::topology::{NicKind, Topology};
 
 /// What the node offers NCCL: its RDMA ports and its IPoIB interfaces.
@@ -189,15 +189,7 @@ impl TransportLog {
             lines.extend(first);
             lines.extend(self.socket_line.as_deref());
             lines.push(&chosen);
-            let mut s = lines.join(" | ");
-            if s.len() > 600 {
-                let mut end = 600;
-                while !s.is_char_boundary(end) {
-                    end -= 1;
-                }
-                s.truncate(end);
-            }
-            s
+            clip(&lines.join(" | "), 600)
         };
         let note = |severity: Severity,
                     kind: &str,

@@ -283,15 +283,32 @@ pub fn parse_ifconfig(text: &str) -> Vec<IfConfig> {
             });
             continue;
         }
-        let Some(cur) = out.last_mut() else { continue };
-        let mut w = l.split_whitespace();
-        match w.next() {
-            Some("inet") => cur.ipv4 = w.next().map(str::to_string),
-            Some(kind @ ("ether" | "infiniband" | "loop")) => cur.link = Some(kind.to_string()),
-            _ => {}
+        if let Some(cur) = out.last_mut() {
+            interface_detail(cur, l);
         }
     }
     out
+}
+
+/// An indented line under an interface, in `ifconfig`'s words (`inet 10.0.0.1`, `ether
+/// ...`) or `ip`'s (`inet 10.0.0.1/24 ...`, `link/ether ...`, `link/loopback ...`).
+fn interface_detail(cur: &mut IfConfig, line: &str) {
+    let mut w = line.split_whitespace();
+    match w.next() {
+        Some("inet") => {
+            cur.ipv4 = w
+                .next()
+                .map(|a| a.split('/').next().unwrap_or(a).to_string())
+        }
+        Some(kind) => {
+            let kind = kind.strip_prefix("link/").unwrap_or(kind);
+            let kind = if kind == "loopback" { "loop" } else { kind };
+            if matches!(kind, "ether" | "infiniband" | "loop") {
+                cur.link = Some(kind.to_string());
+            }
+        }
+        None => {}
+    }
 }
 
 /// `ip addr` / `ip link`: `3: ens1f0: <NO-CARRIER,BROADCAST,MULTICAST,UP> mtu 9000 ...
@@ -325,24 +342,8 @@ pub fn parse_ip(text: &str) -> Vec<IfConfig> {
             });
             continue;
         }
-        let Some(cur) = out.last_mut() else { continue };
-        let mut w = l.split_whitespace();
-        match w.next() {
-            Some("inet") => {
-                cur.ipv4 = w
-                    .next()
-                    .map(|a| a.split('/').next().unwrap_or(a).to_string())
-            }
-            Some(link) if link.starts_with("link/") => {
-                cur.link = Some(
-                    match &link[5..] {
-                        "loopback" => "loop",
-                        other => other,
-                    }
-                    .to_string(),
-                )
-            }
-            _ => {}
+        if let Some(cur) = out.last_mut() {
+            interface_detail(cur, l);
         }
     }
     out

@@ -57,7 +57,35 @@ pub struct Finding {
     pub action: String,
 }
 
+/// Evidence is cut to this many characters: a line or two, not a log.
+pub const MAX_EVIDENCE_CHARS: usize = 400;
+
+/// `text` trimmed and cut to `max` characters.
+pub fn clip(text: &str, max: usize) -> String {
+    text.trim().chars().take(max).collect()
+}
+
 impl Finding {
+    /// A finding about no particular node or device, its evidence clipped.
+    pub fn new(
+        severity: Severity,
+        component: Component,
+        kind: impl Into<String>,
+        evidence: &str,
+        action: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            node: None,
+            severity,
+            component,
+            gpu: None,
+            pci_bus_id: None,
+            kind: kind.into(),
+            evidence: clip(evidence, MAX_EVIDENCE_CHARS),
+            action: action.into(),
+        }
+    }
+
     /// A finding about `node`, its evidence and action to be filled in.
     pub fn on_node(node: &str, severity: Severity, component: Component, kind: &str) -> Finding {
         Finding {
