@@ -52,6 +52,19 @@ fn t10_every_family_of_saved_output() {
     for key in ["severity", "component", "kind", "evidence", "action"] {
         assert!(lost.get(key).is_some(), "{key} missing: {lost}");
     }
+    // rsyslog's RFC 3339 lines (a remote syslog server's file) and journalctl's.
+    let f = diagnose(&["xid/xid79-xid154-rsyslog-rfc3339-and-journal-rtx4080.txt"]);
+    let count = |kind: &str| f.iter().filter(|x| x["kind"] == kind).count();
+    assert_eq!(
+        (count("xid-79"), count("xid-154"), count("gpu-lost")),
+        (4, 4, 3),
+        "{f:#?}"
+    );
+    assert!(
+        f.iter()
+            .all(|x| x["pci_bus_id"] == "0000:01:00" && x["severity"] == "fail-job"),
+        "{f:#?}"
+    );
     let f = diagnose(&["xid/aer-surprise-down-then-xid79-tesla.txt"]);
     assert_eq!(find(&f, "pcie-fatal")["pci_bus_id"], "0000:00:02");
     assert_eq!(find(&f, "xid-79")["severity"], "fail-job");
