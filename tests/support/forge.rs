@@ -162,6 +162,7 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
         features: vec![],
         agent_version: "forged".into(),
         known_steps: vec![],
+        capabilities: Default::default(),
     };
     let first = AgentEnvelope {
         json: encode(&hello),

@@ -1,7 +1,8 @@
 //! Bulk actions and filtered reads through the CLI, as users run them: `gcancel -u`,
 //! `gcancel -t/-n/-w`, `gctl hold/release` of many jobs, `gqueue --me/-u/--stale-ok`,
 //! `gacct -S/-E`; each bulk action is one request, and other users' jobs are never
-//! touched by a filter.
+//! touched by a filter. Cancelling a node's running jobs at once reaches its agent as one
+//! message.
 
 use gsched_tests::{Cluster, test_users};
 use std::time::Duration;
@@ -121,4 +122,33 @@ fn t20_filters_never_reach_other_users_jobs() {
     // Root (an admin) may.
     c.ok("gcancel", &["-u", &alice.name]);
     assert_eq!(c.job(id).unwrap()["state"], "CANCELLED");
+}
+
+#[test]
+fn t30_a_nodes_running_jobs_cancelled_at_once_are_stopped_by_one_message() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("long.sh", "#!/bin/sh\nexec sleep 600\n");
+    let jobs: Vec<u64> = (0..8)
+        .map(|_| c.submit(&["--gpus-per-node", "1", &script]))
+        .collect();
+    for id in &jobs {
+        c.wait_state(*id, &["RUNNING"], Duration::from_secs(60));
+    }
+    c.ok("gcancel", &["--me"]);
+    for id in &jobs {
+        c.wait_state(*id, &["CANCELLED"], Duration::from_secs(30));
+    }
+    let log = std::fs::read_to_string(c.path("agent-n1.log")).unwrap_or_default();
+    let batched: Vec<u32> = log
+        .lines()
+        .filter_map(|l| l.split("stopping ").nth(1))
+        .filter_map(|r| r.strip_suffix(" steps (one message)"))
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    assert_eq!(
+        batched.iter().max(),
+        Some(&8),
+        "one cancel of eight running jobs reaches the node as one message: {batched:?}\n{log}"
+    );
 }

@@ -1,7 +1,7 @@
 //! The leader's registry of connected agents: their outgoing message queues, last
 //! heartbeat and the steps they report running.
 
-use gsched_proto::agent::{ControllerToAgent, StepRef, encode};
+use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, StepRef, encode};
 use gsched_proto::pb::ControllerEnvelope;
 use gsched_types::job::JobId;
 use gsched_types::steps::{StepUpdate, TaskIo};
@@ -17,6 +17,8 @@ pub struct AgentConn {
     pub conn_id: u64,
     pub tx: AgentTx,
     pub running: Vec<StepRef>,
+    /// What the agent announced it understands.
+    pub capabilities: AgentCapabilities,
 }
 
 /// Where a running `grun` step's updates go.
@@ -44,7 +46,7 @@ pub struct AgentHub {
 }
 
 impl AgentHub {
-    pub fn attach(&self, node: &str, tx: AgentTx) -> u64 {
+    pub fn attach(&self, node: &str, tx: AgentTx, capabilities: AgentCapabilities) -> u64 {
         let id = {
             let mut n = self.next_id.lock();
             *n += 1;
@@ -56,6 +58,7 @@ impl AgentHub {
                 conn_id: id,
                 tx,
                 running: Vec::new(),
+                capabilities,
             },
         );
         self.touch(node);
@@ -93,6 +96,14 @@ impl AgentHub {
             .iter()
             .map(|(n, c)| (n.clone(), c.running.clone()))
             .collect()
+    }
+
+    /// The connected agent on `node` takes several kills in one message.
+    pub fn batches_kills(&self, node: &str) -> bool {
+        self.conns
+            .lock()
+            .get(node)
+            .is_some_and(|c| c.capabilities.batched_kills)
     }
 
     pub fn is_connected(&self, node: &str) -> bool {

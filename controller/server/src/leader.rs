@@ -178,7 +178,7 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             decide::dispatch(&r.state, &connected, &mut memo, &cfg, Instant::now())
         };
         waiting = round.waiting;
-        for (node, msg) in round.sends {
+        for (node, msg) in decide::batch_kills(round.sends, |n| ctx.hub.batches_kills(n)) {
             ctx.hub.send(&node, &msg);
         }
     }

@@ -12,7 +12,7 @@ use crate::command::{
 };
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
-use gsched_types::agent::{ControllerToAgent, LaunchSpec, StepRef};
+use gsched_types::agent::{ControllerToAgent, KillStep, LaunchSpec, StepRef};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobRecord, JobState, PendingReason, StepState};
 use std::collections::BTreeMap;
@@ -144,6 +144,58 @@ fn kill(job: JobId, attempt: u32, order: KillOrder) -> ControllerToAgent {
         reason: order.reason,
         grace_s: order.grace_s,
     }
+}
+
+/// Folds the kills a round sends to one node into one `Kills` message, for the nodes
+/// `batches` says understand it (their agents announced `batched_kills`); every other
+/// message, and a node's only kill, goes as it was, in order (a node's batch where its
+/// first kill was).
+pub fn batch_kills(
+    sends: Vec<(String, ControllerToAgent)>,
+    batches: impl Fn(&str) -> bool,
+) -> Vec<(String, ControllerToAgent)> {
+    let mut kills_per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for (node, msg) in &sends {
+        if matches!(msg, ControllerToAgent::Kill { .. }) {
+            *kills_per_node.entry(node.clone()).or_default() += 1;
+        }
+    }
+    let mut out: Vec<(String, ControllerToAgent)> = Vec::with_capacity(sends.len());
+    let mut batch_at: BTreeMap<String, usize> = BTreeMap::new();
+    for (node, msg) in sends {
+        let batched = kills_per_node.get(&node).is_some_and(|n| *n > 1) && batches(&node);
+        let one = match msg {
+            ControllerToAgent::Kill {
+                job,
+                attempt,
+                cause,
+                reason,
+                grace_s,
+            } if batched => KillStep {
+                job,
+                attempt,
+                cause,
+                reason,
+                grace_s,
+            },
+            other => {
+                out.push((node, other));
+                continue;
+            }
+        };
+        match batch_at.get(&node) {
+            Some(&i) => {
+                if let ControllerToAgent::Kills { kills } = &mut out[i].1 {
+                    kills.push(one);
+                }
+            }
+            None => {
+                batch_at.insert(node.clone(), out.len());
+                out.push((node, ControllerToAgent::Kills { kills: vec![one] }));
+            }
+        }
+    }
+    out
 }
 
 /// Launches for committed starts an agent has not confirmed, kills for the steps of

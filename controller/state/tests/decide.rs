@@ -394,3 +394,70 @@ fn silent_agents_stop_answering_first_and_are_lost_later() {
         })]
     );
 }
+
+#[test]
+fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
+    let kill = |job: u64| ControllerToAgent::Kill {
+        job: JobId(job),
+        attempt: 0,
+        cause: FailureKind::Cancelled,
+        reason: format!("cancel {job}"),
+        grace_s: 10,
+    };
+    let signal = ControllerToAgent::Signal {
+        job: JobId(9),
+        attempt: 0,
+        signal: 10,
+        batch_only: false,
+    };
+    let sends = vec![
+        ("n1".to_string(), kill(1)),
+        ("n2".to_string(), kill(2)),
+        ("n1".to_string(), signal.clone()),
+        ("n1".to_string(), kill(3)),
+        ("old".to_string(), kill(4)),
+        ("old".to_string(), kill(5)),
+        ("n3".to_string(), kill(6)),
+    ];
+    let out = decide::batch_kills(sends, |node| node != "old");
+    let shape: Vec<(&str, Vec<u64>)> = out
+        .iter()
+        .map(|(n, m)| {
+            let jobs = match m {
+                ControllerToAgent::Kills { kills } => kills.iter().map(|k| k.job.0).collect(),
+                ControllerToAgent::Kill { job, .. } => vec![job.0],
+                _ => vec![],
+            };
+            (n.as_str(), jobs)
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("n1", vec![1, 3]),
+            ("n2", vec![2]),
+            ("n1", vec![]),
+            ("old", vec![4]),
+            ("old", vec![5]),
+            ("n3", vec![6]),
+        ],
+        "{out:?}"
+    );
+    assert!(matches!(out[0].1, ControllerToAgent::Kills { .. }));
+    assert!(
+        matches!(out[1].1, ControllerToAgent::Kill { .. }),
+        "a node's only kill stays a Kill"
+    );
+    assert_eq!(out[2].1, signal);
+    assert!(
+        matches!(out[3].1, ControllerToAgent::Kill { .. }),
+        "an agent that did not announce batched kills gets them one by one"
+    );
+    let ControllerToAgent::Kills { kills } = &out[0].1 else {
+        unreachable!()
+    };
+    assert_eq!(
+        (kills[1].reason.as_str(), kills[1].grace_s, &kills[1].cause),
+        ("cancel 3", 10, &FailureKind::Cancelled)
+    );
+}

@@ -6,7 +6,9 @@
 use crate::contact::Contact;
 use crate::outbox::Outbox;
 use crate::steps::StepManager;
-use gsched_proto::agent::{AgentToController, ControllerToAgent, decode, encode};
+use gsched_proto::agent::{
+    AgentCapabilities, AgentToController, ControllerToAgent, decode, encode,
+};
 use gsched_proto::pb::AgentEnvelope;
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_proto::tls::Dialer;
@@ -143,6 +145,9 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         features: reg.features.clone(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         known_steps: known,
+        capabilities: AgentCapabilities {
+            batched_kills: true,
+        },
     })?;
     let mut inbound = client
         .session(UnboundedReceiverStream::new(rx))
@@ -186,6 +191,15 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     }
                     ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
                         agent.steps.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
+                        agent.flush.notify_one();
+                    }
+                    ControllerToAgent::Kills { kills } => {
+                        tracing::info!("stopping {} steps (one message)", kills.len());
+                        let mut steps = agent.steps.lock();
+                        for k in kills {
+                            steps.kill(k.job, k.attempt, k.cause, &k.reason, Duration::from_secs(k.grace_s));
+                        }
+                        drop(steps);
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::RunStep(launch) => {

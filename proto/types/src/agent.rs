@@ -4,7 +4,9 @@
 //! The agent opens the stream, registers, heartbeats every second with the steps it runs,
 //! and reports step events and health events, each with a sequence number it keeps on
 //! disk until the controller acknowledges that the event is committed. The controller
-//! sends launches and kills; both are idempotent, so resending after a failover is safe.
+//! sends launches and kills (several kills for one node in one `Kills` message, to agents
+//! that announced `batched_kills`); both are idempotent, so resending after a failover is
+//! safe.
 
 use crate::failure::{Failure, FailureKind};
 use crate::job::JobId;
@@ -51,6 +53,27 @@ pub enum StepEvent {
     },
 }
 
+/// What an agent understands beyond the first protocol; the controller sends nothing an
+/// agent has not announced. Fields a newer agent adds are ignored by older controllers.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct AgentCapabilities {
+    /// `ControllerToAgent::Kills`: several steps stopped by one message.
+    #[serde(default)]
+    pub batched_kills: bool,
+}
+
+/// One step to stop, as in `ControllerToAgent::Kill`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KillStep {
+    pub job: JobId,
+    pub attempt: u32,
+    pub cause: FailureKind,
+    pub reason: String,
+    pub grace_s: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentToController {
@@ -62,6 +85,9 @@ pub enum AgentToController {
         features: Vec<String>,
         agent_version: String,
         known_steps: Vec<StepRef>,
+        /// What it understands beyond the first protocol (absent from older agents).
+        #[serde(default)]
+        capabilities: AgentCapabilities,
     },
     Heartbeat {
         running: Vec<StepRef>,
@@ -109,6 +135,11 @@ pub enum ControllerToAgent {
         cause: FailureKind,
         reason: String,
         grace_s: u64,
+    },
+    /// Stop several steps (a bulk cancel, a node's jobs requeued): each as `Kill`. Sent
+    /// only to agents that announced `batched_kills`.
+    Kills {
+        kills: Vec<KillStep>,
     },
     /// Send `signal` to a running step (`gcancel --signal`): to its process group, or
     /// with `batch_only` to the batch shell alone.

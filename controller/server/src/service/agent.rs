@@ -82,6 +82,7 @@ async fn serve(
         features,
         agent_version,
         known_steps,
+        capabilities,
     } = msg
     else {
         return Err(Status::invalid_argument(
@@ -130,7 +131,7 @@ async fn serve(
             return Err(status);
         }
     }
-    let conn = ctx.hub.attach(&name, tx.clone());
+    let conn = ctx.hub.attach(&name, tx.clone(), capabilities);
     // Steps of ended jobs this agent still runs: it stops them before anything else, and
     // the node takes no new job until it has.
     let kill = ctx
