@@ -471,7 +471,7 @@ fn smi_csv(text: &str) -> Vec<Finding> {
         let v = smi::parse_query_row(row);
         let at = |i: Option<usize>| i.and_then(|i| v.get(i)).cloned().flatten();
         let gpu = number(&at(col("index"))).map(|g| g as u32);
-        let bus = at(col("pci.bus_id")).map(|b| normalize_bus(&b));
+        let bus = at(col("pci.bus_id")).map(|b| gsched_topology::xid::normalize_pci(&b));
         let who = gpu
             .map(|g| format!("GPU {g}"))
             .unwrap_or_else(|| format!("row {}", n + 1));
@@ -517,11 +517,6 @@ fn smi_csv(text: &str) -> Vec<Finding> {
         }
     }
     out
-}
-
-/// `00000000:3B:00.0` as the findings name PCI devices: `0000:3b:00`.
-fn normalize_bus(bus: &str) -> String {
-    gsched_topology::xid::normalize_pci(bus)
 }
 
 fn job_log(text: &str) -> Vec<Finding> {

@@ -285,7 +285,6 @@ pub async fn watch_nics(
     topo: Arc<RwLock<Topology>>,
     policy: NicPolicy,
     outbox: Arc<Outbox>,
-    flush: Arc<tokio::sync::Notify>,
     every: Duration,
 ) {
     let mut watch = NicWatch::default();
@@ -297,12 +296,13 @@ pub async fn watch_nics(
         };
         let mut t = topo.read().clone();
         t.nics = nics.into_iter().map(|n| n.nic).collect();
-        report(&outbox, &flush, watch.check(&t, &policy));
+        report(&outbox, watch.check(&t, &policy));
         tokio::time::sleep(every).await;
     }
 }
 
-fn report(outbox: &Outbox, flush: &tokio::sync::Notify, events: Vec<HealthEvent>) {
+/// Stores the events; the outbox tells the session, which sends them at once.
+fn report(outbox: &Outbox, events: Vec<HealthEvent>) {
     if events.is_empty() {
         return;
     }
@@ -310,7 +310,6 @@ fn report(outbox: &Outbox, flush: &tokio::sync::Notify, events: Vec<HealthEvent>
         tracing::warn!("health: {:?} {}", e.severity, e.message);
     }
     outbox.push(|seq| AgentToController::Health { seq, events });
-    flush.notify_one();
 }
 
 /// Follows a kernel log on a thread of its own (reads of `/dev/kmsg` block): `/dev/kmsg`
@@ -321,20 +320,14 @@ pub fn watch_kernel_log(
     path: PathBuf,
     topo: Arc<RwLock<Topology>>,
     outbox: Arc<Outbox>,
-    flush: Arc<tokio::sync::Notify>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("kernel-log".into())
-        .spawn(move || follow_kernel_log(&path, &topo, &outbox, &flush))
+        .spawn(move || follow_kernel_log(&path, &topo, &outbox))
         .expect("spawning the kernel-log thread")
 }
 
-fn follow_kernel_log(
-    path: &std::path::Path,
-    topo: &RwLock<Topology>,
-    outbox: &Outbox,
-    flush: &tokio::sync::Notify,
-) {
+fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &Outbox) {
     let is_kmsg = path.starts_with("/dev");
     let mut from_start = false;
     let mut told = false;
@@ -395,7 +388,7 @@ fn follow_kernel_log(
                     _ => kernel_event_to_health(&ev, &t, &behind),
                 };
                 if let Some(h) = health {
-                    report(outbox, flush, vec![h]);
+                    report(outbox, vec![h]);
                 }
             }
             // /dev/kmsg: a record overwritten before it was read (EPIPE) or a partial one.
@@ -417,7 +410,6 @@ pub async fn watch_topology(
     topo: Arc<RwLock<Topology>>,
     policy: NicPolicy,
     outbox: Arc<Outbox>,
-    flush: Arc<tokio::sync::Notify>,
     every: Duration,
 ) {
     let mut reported: Vec<u32> = Vec::new();
@@ -436,7 +428,7 @@ pub async fn watch_topology(
             reported.clear();
         }
         events.extend(nics.check(&now, &policy));
-        report(&outbox, &flush, events);
+        report(&outbox, events);
     }
 }
 
@@ -446,7 +438,6 @@ pub async fn watch_nvml(
     topo: Arc<RwLock<Topology>>,
     gpu_map: Vec<u32>,
     outbox: Arc<Outbox>,
-    flush: Arc<tokio::sync::Notify>,
     every: Duration,
 ) {
     let Ok(probe) = crate::nvml::NvmlProbe::init() else {
@@ -478,7 +469,7 @@ pub async fn watch_nvml(
             .into_iter()
             .filter(|e| seen.insert((e.kind, e.gpu)))
             .collect();
-        report(&outbox, &flush, fresh);
+        report(&outbox, fresh);
     }
 }
 

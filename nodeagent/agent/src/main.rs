@@ -445,12 +445,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("metrics on http://{addr}/metrics");
             tokio::spawn(gsched_agent::metrics::serve(sources, listener));
         }
-        health::watch_kernel_log(
-            args.kmsg.clone(),
-            topology.clone(),
-            outbox.clone(),
-            flush.clone(),
-        );
+        health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone());
         let src = source.clone();
         let keep = args.gpus.clone();
         let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> =
@@ -471,7 +466,6 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 topology.clone(),
                 nic_policy,
                 outbox.clone(),
-                flush.clone(),
                 Duration::from_millis(500),
             ));
         } else if let Source::Local { .. } = source {
@@ -479,14 +473,12 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
                 topology.clone(),
                 nic_policy,
                 outbox.clone(),
-                flush.clone(),
                 Duration::from_secs(5),
             ));
             tokio::spawn(health::watch_nvml(
                 topology.clone(),
                 gpu_map.clone(),
                 outbox.clone(),
-                flush.clone(),
                 Duration::from_secs(5),
             ));
         }

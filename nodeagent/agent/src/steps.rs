@@ -645,7 +645,7 @@ impl StepManager {
                 // when they sit in another file (NCCL's debug file) than the fatal line.
                 round.sort_by_key(|f| f.fatal);
                 // A one-node job's NCCL names a network too, but never sends over it.
-                if step.launch.nodes.len() > 1 && step.transport.network().is_some() {
+                if step.launch.nodes.len() > 1 && step.transport.awaits_judgement() {
                     let node_net = NodeNet::of(&self.settings.topology.read());
                     for mut finding in step.transport.judge(Some(&node_net)) {
                         finding.node = Some(node.clone());

@@ -135,6 +135,11 @@ impl TransportLog {
         self.network.as_ref().map(|(n, _)| *n)
     }
 
+    /// NCCL has chosen a network and `judge` has not looked at it yet.
+    pub fn awaits_judgement(&self) -> bool {
+        self.network.is_some() && !self.judged
+    }
+
     /// Why NCCL gave RDMA up, in words, with the line that says so.
     fn why_sockets(&self) -> (String, Option<&str>) {
         if let Some(l) = &self.ib_disabled {
