@@ -8,9 +8,9 @@
 //! `--dev-local` cluster on loopback needs neither: the controller asks the kernel who
 //! owns the connection.
 
+use gsched_proto::dial::{DialError, Dialer, Timeouts};
 use gsched_proto::munge::Munge;
 use gsched_proto::pb::jobs_client::JobsClient;
-use gsched_proto::tls::Dialer;
 use gsched_proto::{LEADER_HINT, MUNGE_CREDENTIAL};
 use std::future::Future;
 use std::path::PathBuf;
@@ -97,6 +97,21 @@ pub fn controller_list(flag: Option<&str>) -> Vec<String> {
         .collect()
 }
 
+/// A dial error as the status the retry loop understands: an unreachable controller is
+/// tried again (another may answer), a server that is not a gsched daemon or a bad address
+/// is final.
+fn dial_status(e: DialError) -> Status {
+    match e {
+        DialError::Unreachable { .. } => Status::unavailable(e.to_string()),
+        DialError::UntrustedServer { .. } | DialError::UnknownServer { .. } => {
+            Status::permission_denied(e.to_string())
+        }
+        DialError::BadAddress { .. } | DialError::PlaintextOffHost { .. } => {
+            Status::invalid_argument(e.to_string())
+        }
+    }
+}
+
 fn retryable(s: &Status) -> bool {
     matches!(
         s.code(),
@@ -153,18 +168,18 @@ impl Client {
         {
             return Ok(c.clone());
         }
-        let ep = self
+        let ch = self
             .security()?
             .dialer
-            .endpoint(&addr)
-            .map_err(Status::invalid_argument)?;
-        let ch = ep
-            .connect_timeout(Duration::from_millis(800))
-            .timeout(Duration::from_secs(15))
-            .tcp_nodelay(true)
-            .connect()
+            .connect(
+                &addr,
+                Timeouts {
+                    connect: Duration::from_millis(800),
+                    request: Some(Duration::from_secs(15)),
+                },
+            )
             .await
-            .map_err(|e| Status::unavailable(format!("cannot reach controller {addr}: {e}")))?;
+            .map_err(dial_status)?;
         self.channel = Some((addr, ch.clone()));
         Ok(ch)
     }
@@ -220,18 +235,18 @@ impl Client {
         F: FnOnce(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        let ep = self
+        let ch = self
             .security()?
             .dialer
-            .endpoint(addr)
-            .map_err(Status::invalid_argument)?;
-        let ch = ep
-            .connect_timeout(Duration::from_millis(800))
-            .timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect()
+            .connect(
+                addr,
+                Timeouts {
+                    connect: Duration::from_millis(800),
+                    request: Some(Duration::from_secs(5)),
+                },
+            )
             .await
-            .map_err(|e| Status::unavailable(format!("cannot reach {addr}: {e}")))?;
+            .map_err(dial_status)?;
         f(self.api(ch)?).await.map(|r| r.into_inner())
     }
 }

@@ -47,6 +47,25 @@ macro_rules! outln {
 }
 
 /// The single-threaded runtime each tool drives its gRPC calls with.
+/// This process's arguments as text; an argument that is not UTF-8 ends the tool with
+/// an error naming it (job names, paths and commands travel as UTF-8 text).
+pub fn text_args(tool: &str) -> Vec<String> {
+    std::env::args_os()
+        .enumerate()
+        .map(|(i, a)| {
+            a.into_string().unwrap_or_else(|bad| {
+                client::die(
+                    tool,
+                    format!(
+                        "argument {i} ({}) is not UTF-8 text; gsched passes arguments, paths and names as UTF-8",
+                        bad.to_string_lossy()
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

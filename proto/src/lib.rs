@@ -1,6 +1,8 @@
 //! The contract between gsched processes: the generated gRPC code for `schema/gsched.proto`,
 //! the JSON documents carried in its `bytes` fields ([`agent`] for the agent stream), and
-//! what every process needs to speak it safely: [`tls`] (certificates, identities, dialing),
+//! what every process needs to speak it safely: [`tls`] (certificates, identities), [`dial`]
+//! (reaching a controller, checking who serves it), [`peer`] (the kernel's word on a local
+//! peer),
 //! [`munge`] (user credentials) and [`clock`].
 
 #[allow(clippy::all)]
@@ -10,8 +12,10 @@ pub mod pb {
 
 pub mod agent;
 pub mod clock;
+pub mod dial;
 pub mod logs;
 pub mod munge;
+pub mod peer;
 pub mod tls;
 
 /// gRPC metadata key carrying the leader's client address when a controller redirects.

@@ -118,83 +118,11 @@ impl CertDir {
     }
 }
 
-/// How a process dials controllers: plaintext (loopback development clusters only) or
-/// TLS with the cluster CA (and, for daemons, their own certificate).
-#[derive(Debug, Clone, Default)]
-pub struct Dialer {
-    pub tls: Option<ClientTlsConfig>,
-}
-
-impl Dialer {
-    /// A user's client: TLS with the CA at `ca`, no client certificate.
-    pub fn user(ca: &Path) -> Result<Dialer, String> {
-        let pem = std::fs::read(ca)
-            .map_err(|e| format!("cannot read the cluster CA {}: {e}", ca.display()))?;
-        Ok(Dialer {
-            tls: Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))),
-        })
-    }
-
-    /// The endpoint for `addr` (HOST:PORT). Plaintext is refused for anything but
-    /// loopback addresses.
-    pub fn endpoint(&self, addr: &str) -> Result<tonic::transport::Endpoint, String> {
-        match &self.tls {
-            Some(tls) => tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
-                .map_err(|e| format!("bad controller address {addr}: {e}"))?
-                .tls_config(tls.clone())
-                .map_err(|e| format!("TLS setup for {addr}: {e}")),
-            None => {
-                if !is_loopback(addr) {
-                    return Err(format!(
-                        "refusing to talk to {addr} without TLS: only loopback controllers (a --dev-local cluster) are reached in plaintext; set GSCHED_TLS_CA to the cluster's ca.pem"
-                    ));
-                }
-                tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| format!("bad controller address {addr}: {e}"))
-            }
-        }
-    }
-}
-
-/// Is `addr` (HOST:PORT, or HOST) on the loopback interface?
-pub fn is_loopback(addr: &str) -> bool {
-    if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
-        return sa.ip().is_loopback();
-    }
-    if let Ok(ip) = addr.parse::<std::net::IpAddr>() {
-        return ip.is_loopback();
-    }
-    let host = match addr.rsplit_once(':') {
-        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
-        _ => addr,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    host.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
-}
+pub use crate::dial::{Dialer, is_loopback};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_addresses_are_told_apart() {
-        for a in [
-            "127.0.0.1:6817",
-            "127.1.2.3:1",
-            "[::1]:6817",
-            "localhost:6817",
-            "::1",
-        ] {
-            assert!(is_loopback(a), "{a}");
-        }
-        for a in ["10.0.0.1:6817", "h1:6817", "0.0.0.0:6817", "[::]:1"] {
-            assert!(!is_loopback(a), "{a}");
-        }
-    }
 
     #[test]
     fn identities_round_trip_through_their_uri() {

@@ -213,7 +213,9 @@ async fn peer_append(ch: tonic::transport::Channel, req: &Value) -> Value {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let (Some(addr), Some(req)) = (args.get(1), args.get(2)) else {
         eprintln!("usage: gsched-forge HOST:PORT JSON");
         std::process::exit(2);

@@ -4,13 +4,32 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-/// Sends `method path` with extra header lines (each ending in `\r\n`) and `body`;
+/// Sends `method path` with extra header lines (each ending in `\r\n`) and `body`, as a
+/// tool does (with `X-Gsched-Client`, which a browser will not send for another site);
 /// returns the whole response ("" when the server closed without one).
 pub fn request(addr: &str, method: &str, path: &str, headers: &str, body: &[u8]) -> String {
+    let headers = format!("X-Gsched-Client: gsched-tests\r\n{headers}");
+    request_as_browser(addr, method, path, &headers, body)
+}
+
+/// Sends a request with only the given headers (and Host), as a web page in a browser
+/// could make one.
+pub fn request_as_browser(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the HTTP address");
     s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    let host = if headers.to_ascii_lowercase().contains("host:") {
+        String::new()
+    } else {
+        format!("Host: {addr}\r\n")
+    };
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\n{host}{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     // A server may answer (413) before it has read a large body, then close.

@@ -363,6 +363,13 @@ impl Cluster {
         .arg(self.path(&format!("kmsg-{}", o.name)))
         .args(["--cgroup-root", "off"])
         .args(&o.extra)
+        // The tests run jobs as root (the test runner's own user): a real node refuses
+        // that unless its agent allows it.
+        .args(if o.extra.iter().any(|a| a == "--min-uid") {
+            &[][..]
+        } else {
+            &["--min-uid", "0"][..]
+        })
         .args(if o.extra.iter().any(|a| a == "--training-addr") {
             &[][..]
         } else {

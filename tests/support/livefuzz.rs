@@ -463,7 +463,9 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let addrs: Vec<String> = arg(&args, "--addrs")
         .expect("--addrs A,B,C")
         .split(',')

@@ -7,7 +7,10 @@ use gsched_cli::alloc;
 use gsched_cli::client::{Client, controller_list, die};
 
 fn main() {
-    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let raw: Vec<String> = gsched_cli::text_args("galloc")
+        .into_iter()
+        .skip(1)
+        .collect();
     if raw.iter().any(|a| a == "-h" || a == "--help") {
         println!(
             "galloc [sbatch options] [command [args]]: get an allocation, run the command (default: $SHELL) here with its variables, then give it back"

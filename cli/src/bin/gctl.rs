@@ -606,7 +606,10 @@ fn burn_in(
 /// same request.
 fn scontrol_args() -> Vec<String> {
     use gsched_cli::slurm::{Scontrol, scontrol};
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = gsched_cli::text_args("scontrol")
+        .into_iter()
+        .skip(1)
+        .collect();
     let nodelist = std::env::var("SLURM_JOB_NODELIST").ok();
     let job = std::env::var("SLURM_JOB_ID").ok();
     match scontrol(&args, nodelist.as_deref(), job.as_deref()) {

@@ -10,7 +10,7 @@ use gsched_types::job::JobSpec;
 use std::io::Read;
 
 fn main() {
-    let raw: Vec<String> = std::env::args().collect();
+    let raw: Vec<String> = gsched_cli::text_args("gsub");
     let first = match SubArgs::try_parse_from(&raw) {
         Ok(a) => a,
         Err(e)

@@ -123,7 +123,9 @@ fn one() -> u32 {
 pub struct UserLimits {
     pub max_gpus: Option<u32>,
     pub max_running_jobs: Option<u32>,
-    /// Jobs a user may have that have not ended (`MaxSubmitJobs`; none by default).
+    /// Jobs a user may have that have not ended (`MaxSubmitJobs`). A controller whose
+    /// configuration names none sets half of `max_job_count`
+    /// ([`SchedConfig::default_user_queue_limit`]), so no one user fills the queue.
     pub max_queued_jobs: Option<u32>,
     pub max_time_s: Option<u64>,
 }
@@ -146,6 +148,18 @@ pub struct SubmitLimits {
     pub max_array_size: u32,
     /// Jobs that have not ended, in all (`MaxJobCount`, 10,000).
     pub max_job_count: u64,
+}
+
+impl SchedConfig {
+    /// Gives `max_queued_jobs` its default when the configuration names none: half of
+    /// `max_job_count` (at least 1), so one user's submissions cannot refuse everyone
+    /// else's. Set it to `max_job_count` to let one user fill the queue.
+    pub fn default_user_queue_limit(&mut self) {
+        if self.user_limits.max_queued_jobs.is_none() {
+            let half = (self.limits.max_job_count / 2).clamp(1, u64::from(u32::MAX));
+            self.user_limits.max_queued_jobs = Some(half as u32);
+        }
+    }
 }
 
 impl SubmitLimits {

@@ -7,6 +7,7 @@
 //! - [`membership`]: checks before a controller joins.
 //! - [`transport`]: Raft messages between controllers.
 //! - [`service`]: the gRPC services.
+//! - [`storage`]: the data directory, private to the controller's user.
 //! - [`leader`]: scheduling, dispatch and liveness loops of the leader.
 
 pub mod auth;
@@ -18,6 +19,7 @@ pub mod leader;
 pub mod membership;
 pub mod openapi;
 pub mod service;
+pub mod storage;
 pub mod telemetry;
 pub mod transport;
 
@@ -52,18 +54,53 @@ fn restart_process(fault: &str) {
     );
 }
 
+/// Where a controller serves gRPC: a TCP port, or a Unix socket (one host: its clients
+/// are known by `SO_PEERCRED`).
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// Binds `addr`: `HOST:PORT`, or `unix:PATH`. A socket file left by a stopped
+    /// controller is replaced; the socket is open to every local user (who they are is
+    /// the kernel's word, checked per request), its directory decides who may create it.
+    pub async fn bind(addr: &str) -> anyhow::Result<Listener> {
+        match gsched_proto::dial::Address::parse(addr) {
+            gsched_proto::dial::Address::Tcp(a) => tokio::net::TcpListener::bind(&a)
+                .await
+                .map(Listener::Tcp)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {a}: {e}")),
+            gsched_proto::dial::Address::Unix(path) => {
+                use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+                if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                    if !meta.file_type().is_socket() {
+                        anyhow::bail!(
+                            "cannot listen on {}: a file that is not a socket is in the way",
+                            path.display()
+                        );
+                    }
+                    std::fs::remove_file(&path).map_err(|e| {
+                        anyhow::anyhow!("cannot replace the old socket {}: {e}", path.display())
+                    })?;
+                }
+                let l = tokio::net::UnixListener::bind(&path)
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+                    .map_err(|e| anyhow::anyhow!("cannot open {} to users: {e}", path.display()))?;
+                Ok(Listener::Unix(l))
+            }
+        }
+    }
+}
+
 /// Runs a controller on an already-bound listener until `shutdown` completes.
 pub async fn run(
     cfg: ControllerConfig,
-    listener: tokio::net::TcpListener,
+    listener: Listener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot create data directory {}: {e}",
-            cfg.data_dir.display()
-        )
-    })?;
+    storage::private_data_dir(&cfg.data_dir)?;
     let store = SledStore::open_with_cache(&cfg.data_dir, cfg.store_cache_bytes).map_err(|e| {
         anyhow::anyhow!(
             "cannot open Raft storage in {}: {e}",
@@ -167,19 +204,30 @@ pub async fn run(
             PeerServer::new(service::peer::PeerService { ctx: ctx.clone() })
                 .max_decoding_message_size(MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(
-            // Each connection carries what the kernel says about it (and sets TCP_NODELAY:
-            // without it every reply waits ~40 ms on Nagle and the client's delayed ACK).
-            tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                move |conn| conn.and_then(|s| auth::conn::Conn::new(s, dev_local)),
-            ),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(incoming(listener, dev_local), shutdown)
         .await?;
     raft.shutdown();
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     Ok(())
+}
+
+/// Accepted connections, each carrying what the kernel says about it (TCP ones with
+/// TCP_NODELAY: without it every reply waits ~40 ms on Nagle and the client's delayed ACK).
+fn incoming(
+    listener: Listener,
+    dev_local: bool,
+) -> std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::io::Result<auth::conn::Conn>> + Send>> {
+    use tokio_stream::StreamExt;
+    match listener {
+        Listener::Tcp(l) => Box::pin(
+            tokio_stream::wrappers::TcpListenerStream::new(l)
+                .map(move |c| c.and_then(|s| auth::conn::Conn::tcp(s, dev_local))),
+        ),
+        Listener::Unix(l) => Box::pin(
+            tokio_stream::wrappers::UnixListenerStream::new(l)
+                .map(|c| c.and_then(auth::conn::Conn::unix)),
+        ),
+    }
 }
 
 /// Keeps the transport's address book in step with the replicated controller list.

@@ -84,6 +84,9 @@ struct Args {
 }
 
 fn main() {
+    // Everything gctld writes (the Raft log holds every job's script and environment) is
+    // its user's alone, whatever umask it was started with.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let args = Args::parse();
     // Logs go to stderr (stdout stays free for output a caller may parse).
     gsched_proto::logs::init(&args.log, args.log_format);
@@ -129,6 +132,11 @@ fn real_main(args: Args) -> anyhow::Result<()> {
                     "--dev-local serves loopback only, but {a} is not a loopback address; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
                 );
             }
+            if let Some(h) = args.http.as_deref().filter(|h| !is_loopback(h)) {
+                anyhow::bail!(
+                    "--http {h}: a --dev-local controller knows HTTP callers by their loopback socket, so its HTTP API stays on loopback (127.0.0.1:PORT); reach it from elsewhere through an SSH tunnel, or run a cluster with certificates"
+                );
+            }
             Security::DevLocal
         }
         (None, false) => anyhow::bail!(
@@ -149,6 +157,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!(e))?
             .apply_to(&mut cfg);
     }
+    cfg.scheduler.default_user_queue_limit();
     if let Some(range) = &args.master_ports {
         let (lo, hi) = range
             .split_once('-')
@@ -174,9 +183,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&args.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        let listener = gsched_controller::Listener::bind(&args.listen).await?;
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -23,19 +23,20 @@ pub async fn verify_new_member(ctx: &Ctx, id: u64, address: &str) -> Result<(), 
             "controller {id} is already a member"
         )));
     }
-    let endpoint = ctx
-        .dialer
-        .endpoint(address)
-        .map_err(Status::invalid_argument)?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5));
     let unreachable = |e: String| {
         Status::failed_precondition(format!(
             "controller {id} does not answer at {address} ({e}); start it first with `gctld --id {id} --join ...`"
         ))
     };
-    let channel = endpoint
-        .connect()
+    let channel = ctx
+        .dialer
+        .connect(
+            address,
+            gsched_proto::dial::Timeouts {
+                connect: Duration::from_secs(2),
+                request: Some(Duration::from_secs(5)),
+            },
+        )
         .await
         .map_err(|e| unreachable(e.to_string()))?;
     let reply = PeerClient::new(channel)

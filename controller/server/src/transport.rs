@@ -143,14 +143,22 @@ struct PeerWorker {
 }
 
 async fn connect(dialer: &Dialer, addr: &str) -> Option<PeerClient<Channel>> {
-    let ep = dialer
-        .endpoint(addr)
-        .map_err(|e| tracing::warn!("peer {addr}: {e}"))
-        .ok()?
-        .connect_timeout(Duration::from_millis(300))
-        .timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    ep.connect().await.ok().map(|c| {
+    let timeouts = gsched_proto::dial::Timeouts {
+        connect: Duration::from_millis(300),
+        request: Some(Duration::from_secs(5)),
+    };
+    let channel = match dialer.connect(addr, timeouts).await {
+        Ok(c) => Some(c),
+        Err(e @ gsched_proto::dial::DialError::Unreachable { .. }) => {
+            tracing::debug!("peer {addr}: {e}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("peer {addr}: {e}");
+            None
+        }
+    };
+    channel.map(|c| {
         PeerClient::new(c)
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024)

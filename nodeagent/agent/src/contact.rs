@@ -27,16 +27,48 @@ pub fn file(state_dir: &Path) -> PathBuf {
 
 /// What a contact file says: when the controllers last answered (boot ms) and the lease.
 pub fn read(path: &Path) -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
+    parse(&std::fs::read_to_string(path).ok()?)
+}
+
+/// What an open contact file says now (it is rewritten in place, so one descriptor sees
+/// every renewal for as long as the agent writes that file).
+pub fn read_open(file: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 64];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    parse(std::str::from_utf8(&buf[..n]).ok()?)
+}
+
+fn parse(text: &str) -> Option<(u64, u64)> {
     let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
     Some((it.next()??, it.next()??))
 }
 
-/// How long the controllers have been silent past the lease in `path`, if they have.
-pub fn expired(path: &Path) -> Option<Duration> {
-    let (at, lease) = read(path)?;
-    let silent = boot_ms().saturating_sub(at);
-    (lease > 0 && silent > lease).then(|| Duration::from_millis(silent))
+/// What a step's supervisor knows of the node's lease: the newest renewal it has read.
+/// It does not forget it when the file stops answering (the agent and its state directory
+/// gone, a torn read), so the lease still lapses on time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    last: Option<(u64, u64)>,
+}
+
+impl LeaseView {
+    /// Takes in what the file said this round (`None`: nothing readable).
+    pub fn observe(&mut self, read: Option<(u64, u64)>) {
+        if let Some(r) = read
+            && self.last.is_none_or(|l| r.0 >= l.0)
+        {
+            self.last = Some(r);
+        }
+    }
+
+    /// How long the controllers have been silent past the lease at `now_ms` (boot ms), if
+    /// they have.
+    pub fn expired(&self, now_ms: u64) -> Option<Duration> {
+        let (at, lease) = self.last?;
+        let silent = now_ms.saturating_sub(at);
+        (lease > 0 && silent > lease).then(|| Duration::from_millis(silent))
+    }
 }
 
 pub struct Contact {
@@ -97,6 +129,12 @@ impl Contact {
 mod tests {
     use super::*;
 
+    fn expired(f: &Path) -> Option<Duration> {
+        let mut v = LeaseView::default();
+        v.observe(read(f));
+        v.expired(boot_ms())
+    }
+
     #[test]
     fn a_lease_expires_only_after_its_length_without_an_answer() {
         let dir = tempfile::tempdir().unwrap();
@@ -109,5 +147,39 @@ mod tests {
         assert!(expired(&f).is_some_and(|d| d >= Duration::from_secs(5)));
         std::fs::write(&f, format!("{} 0", boot_ms() - 5_000)).unwrap();
         assert_eq!(expired(&f), None, "a lease of 0 is no lease");
+    }
+
+    #[test]
+    fn an_open_contact_file_is_read_after_its_name_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Contact::open(dir.path());
+        c.renew(5_000);
+        let open = std::fs::File::open(file(dir.path())).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        assert!(read_open(&open).is_some_and(|(_, lease)| lease == 5_000));
+    }
+
+    #[test]
+    fn a_lease_lapses_when_its_file_goes_silent_or_away() {
+        let mut v = LeaseView::default();
+        assert_eq!(
+            v.expired(1_000_000),
+            None,
+            "no lease read yet: nothing to enforce"
+        );
+        v.observe(Some((10_000, 5_000)));
+        assert_eq!(v.expired(14_000), None);
+        // The file vanishes (agent and state directory removed): the last renewal stands.
+        v.observe(None);
+        assert_eq!(v.expired(15_001), Some(Duration::from_millis(5_001)));
+        // A renewal read later moves it on; an older one (a stale copy) does not.
+        v.observe(Some((20_000, 5_000)));
+        v.observe(Some((12_000, 5_000)));
+        assert_eq!(v.expired(24_000), None);
+        assert!(v.expired(25_500).is_some());
+        // A lease of 0 is "none granted".
+        let mut none = LeaseView::default();
+        none.observe(Some((1, 0)));
+        assert_eq!(none.expired(u64::MAX), None);
     }
 }

@@ -12,10 +12,31 @@ pub struct Cgroups {
     pub base: PathBuf,
 }
 
+/// An agent's name as one cgroup directory name: letters, digits, `.`, `_` and `-` kept,
+/// anything else (a `/` above all) as `_`.
+pub fn cgroup_name(agent: &str) -> String {
+    let name: String = agent
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match name.as_str() {
+        "" | "." | ".." => format!("agent{}", name.len()),
+        _ => name,
+    }
+}
+
 impl Cgroups {
     /// Finds a usable cgroup v2 hierarchy (`root`, or the usual mount points) and prepares
-    /// `gsched/` under it. Returns `None` (and says why) where there is none.
-    pub fn detect(root: Option<&Path>) -> Result<Cgroups, String> {
+    /// `gsched/AGENT/` under it (agents splitting one machine get one each, so their
+    /// steps' cgroups never share a name). Returns `None` (and says why) where there is
+    /// none.
+    pub fn detect(root: Option<&Path>, agent: &str) -> Result<Cgroups, String> {
         let candidates: Vec<PathBuf> = match root {
             Some(r) => vec![r.to_path_buf()],
             None => vec![
@@ -32,14 +53,14 @@ impl Cgroups {
         }
         let available =
             std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-        let base = root.join("gsched");
+        let base = root.join("gsched").join(cgroup_name(agent));
         std::fs::create_dir_all(&base)
             .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
         let wanted: Vec<&str> = ["cpuset", "memory", "pids"]
             .into_iter()
             .filter(|c| available.split_whitespace().any(|a| a == *c))
             .collect();
-        for dir in [&root, &base] {
+        for dir in [&root, &root.join("gsched"), &base] {
             for c in &wanted {
                 let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
             }
@@ -92,5 +113,19 @@ impl Cgroups {
 
     pub fn remove(dir: &Path) {
         let _ = std::fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_of_one_machine_get_cgroup_directories_of_their_own() {
+        assert_eq!(cgroup_name("gpu-a"), "gpu-a");
+        assert_ne!(cgroup_name("gpu-a"), cgroup_name("gpu-b"));
+        assert_eq!(cgroup_name("../x/y"), ".._x_y");
+        assert_eq!(cgroup_name(".."), "agent2");
+        assert_eq!(cgroup_name(""), "agent0");
     }
 }

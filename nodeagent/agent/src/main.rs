@@ -92,6 +92,10 @@ struct RunArgs {
     /// (`gctl certs issue --node NAME`). Required unless --dev-local.
     #[arg(long)]
     tls_dir: Option<PathBuf>,
+    /// The lowest uid a job may run as on this node (a root agent refuses launches for
+    /// root and system users below it, whatever a controller sends); 0 allows every user.
+    #[arg(long, default_value_t = 1000)]
+    min_uid: u32,
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat: f64,
@@ -325,7 +329,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     }
     let cgroups = match args.cgroup_root.as_deref() {
         Some("off") => None,
-        root => match isolation::Cgroups::detect(root.map(std::path::Path::new)) {
+        root => match isolation::Cgroups::detect(root.map(std::path::Path::new), &name) {
             Ok(c) => {
                 tracing::info!("per-step cgroups under {}", c.base.display());
                 Some(c)
@@ -393,6 +397,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         gpu_map: gpu_map.clone(),
         slurm_names: args.slurm_names.clone(),
         controllers: args.controllers.join(","),
+        min_uid: args.min_uid,
     };
     let steps = StepManager::new(settings, outbox.clone());
     if private_gpus {

@@ -113,6 +113,14 @@ pub async fn run(agent: Arc<Agent>) {
                 tracing::info!("controller {addr} closed the session");
                 backoff = Duration::from_millis(100);
             }
+            Err(e)
+                if e.downcast_ref::<gsched_proto::dial::DialError>()
+                    .is_some_and(|d| {
+                        !matches!(d, gsched_proto::dial::DialError::Unreachable { .. })
+                    }) =>
+            {
+                tracing::warn!("controller {addr}: {e}")
+            }
             Err(e) => tracing::debug!("controller {addr}: {e}"),
         }
         tokio::time::sleep(backoff).await;
@@ -123,11 +131,13 @@ pub async fn run(agent: Arc<Agent>) {
 async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
     let channel = agent
         .dialer
-        .endpoint(addr)
-        .map_err(|e| anyhow::anyhow!(e))?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true)
-        .connect()
+        .connect(
+            addr,
+            gsched_proto::dial::Timeouts {
+                connect: Duration::from_millis(500),
+                request: None,
+            },
+        )
         .await?;
     let mut client = AgentClient::new(channel)
         .max_decoding_message_size(64 * 1024 * 1024)

@@ -53,6 +53,9 @@ pub struct Settings {
     pub slurm_names: Option<String>,
     /// The controllers, for tools a job runs (`GSCHED_CONTROLLERS` unless it has its own).
     pub controllers: String,
+    /// A root agent runs no job as a uid below this (root and system users), whatever
+    /// a controller sends (`--min-uid`).
+    pub min_uid: u32,
 }
 
 struct Kill {
@@ -423,6 +426,12 @@ impl StepManager {
         } else {
             identity::current()
         };
+        if root && owner.uid < self.settings.min_uid {
+            return Err(format!(
+                "this node runs no job as {} (uid {}): its agent's --min-uid is {} (root and system users are refused whatever a controller asks; start gagentd with a lower --min-uid to allow it)",
+                owner.user, owner.uid, self.settings.min_uid
+            ));
+        }
         let topo = self.settings.topology.read().clone();
         let scratch = self.settings.job_root.scratch(
             &self.settings.node,

@@ -456,8 +456,15 @@ fn watch_lease(
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<Option<String>> {
     std::thread::spawn(move || {
+        // Held open: the file is read through this descriptor even once its name is gone.
+        let mut file = std::fs::File::open(&contact).ok();
+        let mut view = crate::contact::LeaseView::default();
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
-            if let Some(silent) = crate::contact::expired(&contact) {
+            if file.is_none() {
+                file = std::fs::File::open(&contact).ok();
+            }
+            view.observe(file.as_ref().and_then(crate::contact::read_open));
+            if let Some(silent) = view.expired(crate::contact::boot_ms()) {
                 let why = format!(
                     "no word from the controllers for {:.0} s, past this node's lease: the step was stopped so that the job cannot run twice",
                     silent.as_secs_f64()

@@ -53,6 +53,18 @@ pub enum StepEvent {
     },
 }
 
+impl StepEvent {
+    /// The job and attempt the event is about.
+    pub fn step(&self) -> (JobId, u32) {
+        match self {
+            StepEvent::Started { job, attempt, .. }
+            | StepEvent::Failed { job, attempt, .. }
+            | StepEvent::Exited { job, attempt, .. }
+            | StepEvent::Warning { job, attempt, .. } => (*job, *attempt),
+        }
+    }
+}
+
 /// What an agent understands beyond the first protocol; the controller sends nothing an
 /// agent has not announced. Fields a newer agent adds are ignored by older controllers.
 #[derive(

@@ -115,6 +115,9 @@ pub struct StepLayout {
     pub ntasks: u32,
 }
 
+/// The most tasks one step starts.
+pub const MAX_STEP_TASKS: u32 = 4096;
+
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
     /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
@@ -150,19 +153,22 @@ impl StepRequest {
             return Err("the step has no node to run on".into());
         }
         let per_node = self.ntasks_per_node.max(1);
+        let too_many =
+            |n: String| format!("{n} tasks is more than a step may start ({MAX_STEP_TASKS})");
         let ntasks = if self.ntasks > 0 {
             self.ntasks
         } else {
-            per_node * nodes.len() as u32
+            u32::try_from(nodes.len())
+                .ok()
+                .and_then(|n| per_node.checked_mul(n))
+                .ok_or_else(|| too_many(format!("{per_node} x {}", nodes.len())))?
         };
         if ntasks < nodes.len() as u32 {
             // srun shrinks the node count to the task count.
             nodes.truncate(ntasks as usize);
         }
-        if ntasks > 4096 {
-            return Err(format!(
-                "{ntasks} tasks is more than a step may start (4096)"
-            ));
+        if ntasks > MAX_STEP_TASKS {
+            return Err(too_many(ntasks.to_string()));
         }
         // Block distribution: the first nodes take one more when tasks do not divide.
         let n = nodes.len() as u32;
@@ -234,6 +240,18 @@ pub enum TaskIo {
     InputTaken { job: JobId, step: u32, bytes: u64 },
 }
 
+impl TaskIo {
+    /// The job whose step this is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            TaskIo::Output { job, .. }
+            | TaskIo::Exited { job, .. }
+            | TaskIo::Failed { job, .. }
+            | TaskIo::InputTaken { job, .. } => *job,
+        }
+    }
+}
+
 /// The most input `grun` sends ahead of what task 0 has taken.
 pub const INPUT_WINDOW: u64 = 1 << 20;
 /// The most input an agent holds for a task (more is dropped, with a message): bounds
@@ -264,6 +282,17 @@ mod tests {
             cwd: "/".into(),
             pty: None,
         }
+    }
+
+    #[test]
+    fn extreme_task_counts_are_refused_not_wrapped() {
+        let job: Vec<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        // 2^31 per node on two nodes once wrapped to 0 tasks and divided by zero.
+        for (n, per) in [(0, 1u32 << 31), (0, u32::MAX), (u32::MAX, 0)] {
+            let e = req(0, n, per, &[]).layout(&job).unwrap_err();
+            assert!(e.contains("more than a step may start"), "{e}");
+        }
+        assert_eq!(req(0, 0, 2048, &[]).layout(&job).unwrap().ntasks, 4096);
     }
 
     #[test]

@@ -159,6 +159,23 @@ async fn serve(
     result
 }
 
+/// A step event with the failure's node set to the reporting session's: an agent speaks
+/// for its own node only, whatever its message says.
+fn confine(mut event: StepEvent, node: &str) -> StepEvent {
+    let failure = match &mut event {
+        StepEvent::Failed { failure, .. } => Some(failure),
+        StepEvent::Exited { failure, .. } => failure.as_mut(),
+        StepEvent::Started { .. } | StepEvent::Warning { .. } => None,
+    };
+    if let Some(f) = failure {
+        f.node = Some(node.to_string());
+    }
+    if let StepEvent::Warning { finding, .. } = &mut event {
+        finding.node = Some(node.to_string());
+    }
+    event
+}
+
 async fn pump(
     ctx: &Arc<Ctx>,
     node: &str,
@@ -175,7 +192,22 @@ async fn pump(
                 let _ = tx.send(envelope(&ControllerToAgent::Alive { lease_ms }));
             }
             AgentToController::Step { seq, event } => {
-                let cmd = match event {
+                let (job, attempt) = event.step();
+                if !ctx
+                    .raft
+                    .replica
+                    .read()
+                    .state
+                    .attempt_placed_on(job, attempt, node)
+                {
+                    // Acknowledged so the agent stops resending it; never proposed.
+                    tracing::warn!(
+                        "agent {node} reported on job {job} attempt {attempt}, which has no step on {node}: ignored"
+                    );
+                    let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
+                    continue;
+                }
+                let cmd = match confine(event, node) {
                     StepEvent::Started { job, attempt, pid } => Command::StepStarted(StepStarted {
                         job,
                         attempt,
@@ -238,7 +270,31 @@ async fn pump(
                     let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
                 }
             }
-            AgentToController::TaskIo { io } => ctx.hub.step_io(io),
+            AgentToController::TaskIo { mut io } => {
+                let job = io.job();
+                if let gsched_types::steps::TaskIo::Failed { node: n, .. } = &mut io {
+                    *n = node.to_string();
+                }
+                let placed = ctx
+                    .raft
+                    .replica
+                    .read()
+                    .state
+                    .jobs
+                    .get(&job)
+                    .is_some_and(|j| {
+                        j.allocation
+                            .as_ref()
+                            .is_some_and(|a| a.nodes.iter().any(|n| n.node == node))
+                    });
+                if placed {
+                    ctx.hub.step_io(io);
+                } else {
+                    tracing::warn!(
+                        "agent {node} sent task output of job {job}, which has no task on {node}: ignored"
+                    );
+                }
+            }
             AgentToController::Register { .. } => {
                 return Err(Status::invalid_argument("already registered"));
             }

@@ -223,6 +223,22 @@ impl ClusterState {
     }
 
     /// What is in use on a node.
+    /// Was attempt `attempt` of `job` placed on `node`? An agent may report about the
+    /// steps of its own node only.
+    pub fn attempt_placed_on(&self, job: JobId, attempt: u32, node: &str) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        let current = j.restarts == attempt
+            && j.allocation
+                .as_ref()
+                .is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+        current
+            || j.attempts
+                .iter()
+                .any(|a| a.restart == attempt && a.nodes.iter().any(|n| n == node))
+    }
+
     pub fn usage_of(&self, node: &str) -> NodeUsage {
         self.node_usage.get(node).cloned().unwrap_or_default()
     }
