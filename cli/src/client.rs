@@ -85,12 +85,22 @@ pub struct Client {
     security: Option<Security>,
 }
 
-/// Controllers from `--controllers`, else `GSCHED_CONTROLLERS`, else 127.0.0.1:6817.
+/// The one-server deployment's controller socket (deploy/systemd/one-server).
+pub const ONE_SERVER_SOCKET: &str = "/run/gsched/gctld.sock";
+
+/// Controllers from `--controllers`, else `GSCHED_CONTROLLERS`, else the one-server
+/// socket when it exists, else 127.0.0.1:6817.
 pub fn controller_list(flag: Option<&str>) -> Vec<String> {
     let raw = flag
         .map(str::to_string)
         .or_else(|| std::env::var("GSCHED_CONTROLLERS").ok())
-        .unwrap_or_else(|| "127.0.0.1:6817".into());
+        .unwrap_or_else(|| {
+            if std::path::Path::new(ONE_SERVER_SOCKET).exists() {
+                format!("unix:{ONE_SERVER_SOCKET}")
+            } else {
+                "127.0.0.1:6817".into()
+            }
+        });
     raw.split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())

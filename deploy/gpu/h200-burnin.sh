@@ -22,7 +22,7 @@ nvidia-smi -q -d PCIE,TEMPERATURE,PERFORMANCE > "$OUT/nvidia-smi-q.txt" 2>&1
 
 agent_up() {
     local name=$1; shift
-    gagentd --dev-local --controllers $GSCHED_CONTROLLERS --name "$name" --state-dir "$W/$name" --training-addr "$IP" \
+    gagentd --dev-local --min-uid 0 --controllers $GSCHED_CONTROLLERS --name "$name" --state-dir "$W/$name" --training-addr "$IP" \
         --kmsg "$W/kmsg-$name" $SAFE "$@" >"$W/logs/agent-$name.log" 2>&1 &
     echo $! >"$W/agent-$name.pid"
     for _ in $(seq 1 100); do ginfo --json 2>/dev/null | grep -q "\"name\": \"$name\"" && return 0; sleep 0.2; done

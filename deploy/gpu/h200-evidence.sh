@@ -22,7 +22,7 @@ done > "$OUT/network.txt"
 SAFE="--job-env NCCL_NVLS_ENABLE=0 --job-env TORCH_SYMM_MEM_DISABLE_MULTICAST=1"
 gctld --dev-local --id 1 --listen 127.0.0.1:6817 --data-dir "$W/ctl" >"$W/logs/gctld.log" 2>&1 &
 sleep 1
-gagentd --dev-local --controllers $GSCHED_CONTROLLERS --name g0 --state-dir "$W/g0" --kmsg "$W/kmsg" \
+gagentd --dev-local --min-uid 0 --controllers $GSCHED_CONTROLLERS --name g0 --state-dir "$W/g0" --kmsg "$W/kmsg" \
     $SAFE >"$W/logs/agent.log" 2>&1 &
 for _ in $(seq 1 100); do ginfo --json 2>/dev/null | grep -q '"name": "g0"' && break; sleep 0.2; done
 cd "$W"

@@ -18,7 +18,7 @@ sleep 1
 gctl slurm-names "$W/slurm" >/dev/null
 NG=$(nvidia-smi -L | wc -l); [ "$NG" -ge 2 ] && NG=2
 for g in $(seq 0 $((NG-1))); do
-    gagentd --dev-local --controllers $GSCHED_CONTROLLERS --name "g$g" --state-dir "$W/g$g" --gpus "$g" \
+    gagentd --dev-local --min-uid 0 --controllers $GSCHED_CONTROLLERS --name "g$g" --state-dir "$W/g$g" --gpus "$g" \
         --training-addr "$IP" --kmsg "$W/kmsg$g" --slurm-names "$W/slurm" $SAFE >"$W/logs/agent$g.log" 2>&1 &
 done
 for _ in $(seq 1 100); do [ "$(ginfo --json 2>/dev/null | grep -c '"online": true')" -ge "$NG" ] && break; sleep 0.2; done

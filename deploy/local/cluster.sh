@@ -37,7 +37,9 @@ start() {
     "$BIN/gctl" slurm-names "$HOME_DIR/slurm" >/dev/null
     for n in 1 2; do
         if [ -f "$HOME_DIR/node$n.pid" ] && kill -0 "$(cat "$HOME_DIR/node$n.pid")" 2>/dev/null; then continue; fi
-        "$BIN/gagentd" --dev-local --controllers "$CONTROLLERS" --name "node$n" --state-dir "$HOME_DIR/node$n" \
+        # A development cluster runs jobs as whoever submits them, root included (a real
+        # node's agent refuses uids below 1000: see README "Security model").
+        "$BIN/gagentd" --dev-local --min-uid 0 --controllers "$CONTROLLERS" --name "node$n" --state-dir "$HOME_DIR/node$n" \
             --fake-topology "$TOPO" --training-addr 127.0.0.1 --cgroup-root off \
             --kmsg "$HOME_DIR/node$n.kmsg" --slurm-names "$HOME_DIR/slurm" >>"$HOME_DIR/log/node$n.log" 2>&1 &
         echo $! >"$HOME_DIR/node$n.pid"

@@ -146,6 +146,7 @@ async fn call(
         }
         "status" => outcome(jobs.status(request(Empty {}, req, last)?).await),
         "register" => register(ch, req).await,
+        "report" => report(ch, req).await,
         "peer_append" => peer_append(ch, req).await,
         other => return Err(format!("unknown call {other}")),
     })
@@ -179,6 +180,69 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
                     json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()})
                 }
             }
+        }
+    }
+}
+
+/// Registers as node `name`, then reports job `job` attempt `attempt` failed with a lost
+/// GPU claimed to be on `claim_node`, and sends task output for it: what a node's
+/// certificate (or a daemon's uid) could say about a job on another node.
+async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
+    use gsched_proto::agent::{AgentToController, StepEvent, encode};
+    use gsched_types::{Failure, FailureKind, JobId};
+    let hello = AgentToController::Register {
+        name: text(req, "name"),
+        address: String::new(),
+        training_addr: "127.0.0.1".into(),
+        topology: Box::new(gsched_types::Topology::empty("forged")),
+        features: vec![],
+        agent_version: "forged".into(),
+        known_steps: vec![],
+        capabilities: Default::default(),
+    };
+    let job = JobId(num(req, "job"));
+    let attempt = num(req, "attempt") as u32;
+    let failed = AgentToController::Step {
+        seq: 1,
+        event: StepEvent::Failed {
+            job,
+            attempt,
+            failure: Failure {
+                kind: FailureKind::GpuLost { gpu: Some(0) },
+                node: Some(text(req, "claim_node")),
+                evidence: "forged: GPU has fallen off the bus".into(),
+                at_ms: 1,
+            },
+        },
+    };
+    let exited = AgentToController::Step {
+        seq: 2,
+        event: StepEvent::Exited {
+            job,
+            attempt,
+            code: Some(1),
+            signal: None,
+            failure: None,
+        },
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for m in [hello, failed, exited] {
+        let _ = tx.send(AgentEnvelope { json: encode(&m) });
+    }
+    let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+    match AgentClient::new(ch).session(stream).await {
+        Err(s) => json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()}),
+        Ok(resp) => {
+            // Read the controller's answers (registered, then an ack per report) for a
+            // while, keeping the session open.
+            let mut inbound = resp.into_inner();
+            let mut seen = Vec::new();
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+            while let Ok(Ok(Some(m))) = tokio::time::timeout_at(until, inbound.message()).await {
+                seen.push(String::from_utf8_lossy(&m.json).into_owned());
+            }
+            drop(tx);
+            json!({"ok": true, "reply": seen})
         }
     }
 }

@@ -179,6 +179,9 @@ pub struct Security {
     pub controllers: Vec<String>,
     pub agents: Vec<String>,
     pub cli_env: Vec<(String, String)>,
+    /// Controllers listen on Unix sockets in the cluster's (root-owned) directory rather
+    /// than loopback ports: the one-server deployment.
+    pub unix_sockets: bool,
 }
 
 impl Security {
@@ -188,6 +191,15 @@ impl Security {
             controllers: vec!["--dev-local".into()],
             agents: vec!["--dev-local".into()],
             cli_env: Vec::new(),
+            unix_sockets: false,
+        }
+    }
+
+    /// One server shared by its users: `--dev-local` over Unix sockets.
+    pub fn one_host() -> Security {
+        Security {
+            unix_sockets: true,
+            ..Security::dev_local()
         }
     }
 }
@@ -227,7 +239,17 @@ impl Cluster {
             format!("{base}-{}", base + 99),
         ]);
         let controllers: Vec<(u64, String)> = (1..=n)
-            .map(|id| (id, format!("127.0.0.1:{}", free_port())))
+            .map(|id| {
+                let addr = if security.unix_sockets {
+                    format!(
+                        "unix:{}",
+                        dir.path().join(format!("ctl{id}.sock")).display()
+                    )
+                } else {
+                    format!("127.0.0.1:{}", free_port())
+                };
+                (id, addr)
+            })
             .collect();
         let mut c = Cluster {
             dir,

@@ -375,6 +375,7 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
             ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
             ("GSCHED_MUNGE_SOCKET".into(), sock.clone()),
         ],
+        unix_sockets: false,
     };
     let mut c = Cluster::controllers_with(3, &[], security);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
@@ -706,6 +707,17 @@ fn t80_daemons_refuse_to_start_without_security_or_off_loopback() {
     assert!(e.contains("--tls-dir") && e.contains("--dev-local"), "{e}");
     let e = run(&["--dev-local", "--id", "1", "--listen", "0.0.0.0:1"]);
     assert!(e.contains("not a loopback address"), "{e}");
+    // Its HTTP API knows callers by their loopback socket: never off loopback.
+    let e = run(&[
+        "--dev-local",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:1",
+        "--http",
+        "0.0.0.0:1",
+    ]);
+    assert!(e.contains("stays on loopback"), "{e}");
     let out = Command::new(bin("gagentd"))
         .args([
             "--dev-local",
@@ -720,4 +732,389 @@ fn t80_daemons_refuse_to_start_without_security_or_off_loopback() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
+
+/// A Python listener run as `user` on `addr` (`HOST:PORT`, or a Unix socket path): it
+/// writes `ready` once listening and appends every byte it receives to `capture`.
+fn squat(user: &TestUser, addr: &str, dir: &Path) -> (std::process::Child, std::path::PathBuf) {
+    let capture = dir.join("captured");
+    let ready = dir.join("ready");
+    let _ = std::fs::remove_file(&ready);
+    let prog = r#"
+import os, socket, sys, time
+addr, ready, capture = sys.argv[1], sys.argv[2], sys.argv[3]
+if addr.startswith("/"):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(addr)
+else:
+    host, port = addr.rsplit(":", 1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, int(port)))
+s.listen(64)
+open(capture, "ab").close()
+open(ready, "w").write("ready")
+s.settimeout(0.2)
+end = time.time() + 120
+while time.time() < end:
+    try:
+        conn, _ = s.accept()
+    except socket.timeout:
+        continue
+    conn.settimeout(2)
+    try:
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                break
+            with open(capture, "ab") as f:
+                f.write(data)
+    except Exception:
+        pass
+    conn.close()
+"#;
+    let child = Command::new("python3")
+        .args(["-c", prog, addr])
+        .arg(&ready)
+        .arg(&capture)
+        .uid(user.uid)
+        .gid(user.gid)
+        .spawn()
+        .expect("python3 for the listener");
+    wait_for("the squatter to listen", Duration::from_secs(20), || {
+        ready.exists().then_some(())
+    });
+    (child, capture)
+}
+
+#[test]
+fn t90_a_stopped_controllers_port_taken_by_another_user_gets_nothing() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let running = submit_as(&c, &alice, &["--wrap", "sleep 300"]);
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    // The controller stops (an upgrade, a crash); alice takes its port.
+    c.kill_controller(0);
+    let addr = c.controllers[0].1.clone();
+    let home = c.user_dir(&alice);
+    let (mut squatter, capture) = wait_for("the port to be free", Duration::from_secs(20), || {
+        std::net::TcpListener::bind(&addr)
+            .ok()
+            .map(drop)
+            .map(|_| squat(&alice, &addr, &home))
+    });
+    // A restarted agent dials her listener, and bob's tools do too.
+    c.kill_agent(0);
+    c.start_agent(0);
+    let out = Command::new(bin("gsub"))
+        .args(["--export=ALL", "--wrap", "true"])
+        .current_dir(c.user_dir(&bob))
+        .env("GSCHED_CONTROLLERS", &addr)
+        .env("GSCHED_RETRY_S", "2")
+        .env("BOBS_SECRET", "hunter2")
+        .uid(bob.uid)
+        .gid(bob.gid)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("runs as uid {}", alice.uid))
+            && err.contains("not as a gsched daemon"),
+        "{err}"
+    );
+    let agent_log = c.path("agent-n1.log");
+    wait_for(
+        "the agent to refuse her listener",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_to_string(&agent_log)
+                .ok()
+                .filter(|l| l.contains(&format!("runs as uid {}", alice.uid)))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let got = std::fs::read(&capture).unwrap();
+    assert!(
+        got.is_empty(),
+        "the agent and the CLI sent her {} bytes: {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got)
+    );
+    // The controller comes back: the agent re-registers and the job kept running.
+    c.start_controller(0);
+    c.wait_node_online("n1");
+    assert_eq!(c.job(running).unwrap()["state"], "RUNNING");
+    ok_as(&c, &alice, "gcancel", &[&running.to_string()]);
+}
+
+#[test]
+fn t91_one_server_over_unix_sockets_knows_users_by_the_kernel_and_keeps_storage_private() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers_with(1, &[], Security::one_host());
+    assert!(c.controllers[0].1.starts_with("unix:"));
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = user_script(
+        &c,
+        &alice,
+        "who.sh",
+        "#!/bin/sh\nid -u > who.$SLURM_JOB_ID\n",
+    );
+    let id = submit_as(&c, &alice, &[&script]);
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(
+        (job["state"].as_str(), job["user"].as_str()),
+        (Some("COMPLETED"), Some("gsalice"))
+    );
+    let who = std::fs::read_to_string(c.user_dir(&alice).join(format!("who.{id}"))).unwrap();
+    assert_eq!(who.trim(), alice.uid.to_string());
+    let held = submit_as(&c, &alice, &["-H", "--wrap", "true"]);
+    let out = c.cli_as(&bob, "gcancel", &[&held.to_string()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to gsalice"));
+
+    // The data directory holds every job's script and environment: the controller's alone.
+    fn walk(p: &Path, bad: &mut Vec<String>) {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        if m.mode() & 0o077 != 0 {
+            bad.push(format!("{} {:o}", p.display(), m.mode() & 0o777));
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                walk(&e.unwrap().path(), bad);
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    walk(&c.path("ctl1"), &mut bad);
+    assert!(bad.is_empty(), "readable by others: {bad:?}");
+
+    // Stopped, its socket's place is root's: alice cannot listen there.
+    c.kill_controller(0);
+    let path = c.controllers[0].1.trim_start_matches("unix:").to_string();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os,socket,sys\ntry: os.unlink(sys.argv[1])\nexcept OSError: pass\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.bind(sys.argv[1]); print('bound')\nexcept OSError as e: print('refused', e.errno)",
+            &path,
+        ])
+        .uid(alice.uid)
+        .gid(alice.gid)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("refused"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A socket she made in her own directory is not taken for a controller by bob.
+    let home = c.user_dir(&alice);
+    let sock = home.join("fake.sock");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let (mut squatter, capture) = squat(&alice, &sock.to_string_lossy(), &home);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new(bin("gqueue"))
+        .env("GSCHED_CONTROLLERS", format!("unix:{}", sock.display()))
+        .env("GSCHED_RETRY_S", "2")
+        .current_dir("/")
+        .uid(bob.uid)
+        .gid(bob.gid)
+        .output()
+        .unwrap();
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&format!("runs as uid {}", alice.uid)),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&capture).unwrap().is_empty(),
+        "bob's gqueue sent her bytes"
+    );
+    c.start_controller(0);
+    assert_eq!(
+        c.job(held).unwrap()["state"],
+        "PENDING",
+        "the restart kept the job"
+    );
+}
+
+#[test]
+fn t92_agents_refuse_system_users_and_reports_about_other_nodes() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    // A real node's agent: no job below uid 1000, whatever a controller sends.
+    c.add_agent("n1", "rtx4090-8gpu.json", &["--min-uid", "1000"]);
+    let root_job = c.submit(&["--wrap", "cat /etc/shadow > /dev/null"]);
+    let job = c.wait_state(
+        root_job,
+        &["FAILED", "COMPLETED", "NODE_FAIL"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(job["state"], "FAILED", "{job}");
+    let evidence = job["failure"]["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("--min-uid is 1000") && evidence.contains("uid 0"),
+        "{job}"
+    );
+
+    let running = submit_as(&c, &alice, &["--wrap", "sleep 300"]);
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    // A daemon speaking for another node reports alice's job's GPU lost on n1.
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "report", "name": "intruder", "job": running, "attempt": 0, "claim_node": "n1"}),
+    );
+    assert_eq!(v["ok"], true, "{v}");
+    std::thread::sleep(Duration::from_secs(1));
+    let job = c.job(running).unwrap();
+    assert_eq!(
+        (
+            job["state"].as_str(),
+            job["failure"].is_null(),
+            job["restarts"].as_u64()
+        ),
+        (Some("RUNNING"), true, Some(0)),
+        "a report from a node the job is not on changes nothing: {job}"
+    );
+    assert!(c.logs().contains("which has no step on intruder"));
+    ok_as(&c, &alice, "gcancel", &[&running.to_string()]);
+}
+
+#[test]
+fn t93_a_browser_cannot_be_made_to_write_or_read_through_a_loopback_api() {
+    let addr = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let c = Cluster::controllers(1, &["--http", &addr]);
+    let c = {
+        let mut c = c;
+        c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+        c
+    };
+    use gsched_tests::http;
+    let spec = gsched_types::job::JobSpec::simple("csrf", "root", "#!/bin/sh\ntrue\n");
+    let body = serde_json::to_vec(&spec).unwrap();
+    // A cross-site form: text/plain, another site's Origin.
+    let r = http::request_as_browser(
+        &addr,
+        "POST",
+        "/api/v1/jobs",
+        "Content-Type: text/plain\r\nOrigin: https://evil.example\r\n",
+        &body,
+    );
+    assert_eq!(http::status(&r), "403", "{r}");
+    // A no-cors fetch: no Origin, no content type, no write header.
+    let r = http::request_as_browser(&addr, "POST", "/api/v1/jobs", "", &body);
+    assert_eq!(http::status(&r), "403", "{r}");
+    assert!(
+        r.contains("X-Gsched-Client") || r.contains("x-gsched-client"),
+        "{r}"
+    );
+    // DNS rebinding: another site's name as Host, reading as the browser's user.
+    let r = http::request_as_browser(&addr, "GET", "/api/v1/jobs", "Host: evil.example\r\n", b"");
+    assert_eq!(http::status(&r), "403", "{r}");
+    // Nothing was submitted; a tool with the header may.
+    assert_eq!(all_jobs(&c).len(), 0);
+    let r = http::request(
+        &addr,
+        "POST",
+        "/api/v1/jobs",
+        "Content-Type: application/json\r\n",
+        &body,
+    );
+    assert_eq!(http::status(&r), "201", "{r}");
+}
+
+#[test]
+fn t94_one_user_cannot_fill_the_queue_and_extreme_numbers_are_refused() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(&conf, "[scheduler.limits]\nmax_job_count = 20\n").unwrap();
+    let mut c = Cluster::controllers(1, &["--config", &conf.to_string_lossy()]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    // Half of MaxJobCount each, by default.
+    submit_as(&c, &alice, &["-H", "--array", "0-9", "--wrap", "true"]);
+    let out = c.cli_as(&alice, "gsub", &["-H", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MaxSubmitJobs"));
+    submit_as(&c, &bob, &["-H", "--wrap", "true"]);
+
+    // A step asking for 2^31 tasks per node: a clear refusal, the controller unharmed.
+    let grun = bin("grun").to_string_lossy().into_owned();
+    let script = user_script(
+        &c,
+        &bob,
+        "huge.sh",
+        &format!(
+            "#!/bin/sh\n{grun} --ntasks-per-node 2147483648 hostname > huge.out 2>&1\necho rc=$? >> huge.out\n"
+        ),
+    );
+    let id = submit_as(&c, &bob, &["-N", "1", &script]);
+    c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    let out = std::fs::read_to_string(c.user_dir(&bob).join("huge.out")).unwrap();
+    assert!(
+        out.contains("more than a step may start") && out.contains("rc=1"),
+        "{out}"
+    );
+    assert!(!c.logs().contains("panicked"), "{}", c.logs());
+
+    // An argument that is not UTF-8: an error naming it, not a panic.
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(bin("gsub"))
+        .arg("--job-name")
+        .arg(std::ffi::OsStr::from_bytes(b"bad\xffname"))
+        .args(["--wrap", "true"])
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not UTF-8"));
+}
+
+#[test]
+fn t95_a_step_stops_when_its_lease_lapses_though_the_agent_and_its_files_are_gone() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &["--node-timeout", "1", "--dead-node-timeout", "5"]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = user_script(
+        &c,
+        &alice,
+        "pid.sh",
+        "#!/bin/sh\necho $$ > pid.$SLURM_JOB_ID\nexec sleep 300\n",
+    );
+    let id = submit_as(&c, &alice, &[&script]);
+    c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
+    let pid: i32 = read_when(&c.user_dir(&alice).join(format!("pid.{id}")))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(gsched_tests::pid_alive(pid));
+    // The agent dies and its state directory (with the lease file) is removed.
+    c.kill_agent(0);
+    std::fs::remove_dir_all(c.path("agent-n1")).unwrap();
+    wait_for(
+        "the job to be stopped by its lease",
+        Duration::from_secs(30),
+        || (!gsched_tests::pid_alive(pid)).then_some(()),
+    );
 }
