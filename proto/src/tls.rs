@@ -106,7 +106,9 @@ impl CertDir {
         Ok(ServerTlsConfig::new()
             .identity(self.identity(&PeerIdentity::Controller(controller))?)
             .client_ca_root(self.ca_certificate()?)
-            .client_auth_optional(true))
+            .client_auth_optional(true)
+            // A client that starts a handshake and stalls holds a descriptor: not for long.
+            .timeout(std::time::Duration::from_secs(10)))
     }
 
     /// A daemon dialing a controller: verifies the controller against the cluster CA and

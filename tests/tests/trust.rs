@@ -1118,3 +1118,132 @@ fn t95_a_step_stops_when_its_lease_lapses_though_the_agent_and_its_files_are_gon
         || (!gsched_tests::pid_alive(pid)).then_some(()),
     );
 }
+
+/// Opens `count` idle connections to `addr` as `user` and reports, as JSON, how many the
+/// server had closed after `early` and after `late` seconds.
+fn flood(user: &TestUser, addr: &str, count: usize, early: f64, late: f64) -> std::process::Child {
+    let prog = r#"
+import json, resource, selectors, socket, sys, time
+addr, count, early, late = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+host, port = addr.rsplit(":", 1)
+socks, refused = [], 0
+for _ in range(count):
+    s = socket.socket()
+    try:
+        s.connect((host, int(port)))
+        s.setblocking(False)
+        socks.append(s)
+    except OSError:
+        refused += 1
+        s.close()
+start = time.time()
+def closed():
+    n = 0
+    for s in socks:
+        try:
+            while True:
+                if s.recv(65536) == b"":
+                    n += 1
+                    break
+        except BlockingIOError:
+            pass
+        except OSError:
+            n += 1
+    return n
+time.sleep(max(0.0, early - (time.time() - start)))
+at_early = closed()
+print(json.dumps({"phase": "early", "opened": len(socks), "refused": refused, "closed": at_early}), flush=True)
+time.sleep(max(0.0, late - (time.time() - start)))
+print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), flush=True)
+"#;
+    Command::new("python3")
+        .args([
+            "-c",
+            prog,
+            addr,
+            &count.to_string(),
+            &early.to_string(),
+            &late.to_string(),
+        ])
+        .uid(user.uid)
+        .gid(user.gid)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 for the flood")
+}
+
+#[test]
+fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let http = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let mut c = Cluster::controllers(1, &["--http", &http]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let grpc = c.controllers[0].1.clone();
+    let timed = |n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                ok_as(&c, &alice, "gqueue", &[]);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect()
+    };
+    let quiet = timed(5);
+    // Bob holds 1,500 idle connections to the gRPC port and 600 to the HTTP port.
+    let mut g = flood(&bob, &grpc, 1500, 2.0, 14.0);
+    let mut h = flood(&bob, &http, 600, 2.0, 14.0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let loaded = timed(5);
+    let read = |child: &mut std::process::Child| -> Vec<Value> {
+        let out = child.wait_with_output_ref();
+        out.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let (gr, hr) = (read(&mut g), read(&mut h));
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "alice's gqueue: {:.1} ms quiet, {:.1} ms under bob's flood (medians of 5); gRPC flood {gr:?}; HTTP flood {hr:?}",
+        median(&quiet),
+        median(&loaded)
+    );
+    for (name, r) in [("gRPC", &gr), ("HTTP", &hr)] {
+        let (early, late) = (&r[0], &r[1]);
+        let kept = early["opened"].as_u64().unwrap() - early["closed"].as_u64().unwrap();
+        assert!(
+            kept <= 128,
+            "{name}: bob kept {kept} connections, more than his 128: {r:?}"
+        );
+        assert_eq!(
+            late["closed"], late["opened"],
+            "{name}: connections that never spoke are closed after 10 s: {r:?}"
+        );
+    }
+    // Generous against a loaded CI machine; the figure itself is printed above.
+    assert!(median(&loaded) < 1000.0, "{loaded:?}");
+}
+
+/// Waits for a child and returns its standard output.
+trait WaitOutput {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl WaitOutput for std::process::Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let mut s = String::new();
+        if let Some(mut out) = self.stdout.take() {
+            out.read_to_string(&mut s).unwrap();
+        }
+        let _ = self.wait();
+        s
+    }
+}

@@ -28,6 +28,8 @@ pub struct Ctx {
     pub faults: Faults,
     /// Scheduler, queue-wait and proposal figures for `/metrics`.
     pub telemetry: crate::telemetry::Telemetry,
+    /// Which connections the gRPC listener keeps.
+    pub admission: std::sync::Arc<crate::accept::Admission>,
 }
 
 impl Ctx {

@@ -55,7 +55,6 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
     let api = Api {
         jobs: Arc::new(crate::service::jobs::JobsService::new(ctx.clone())),
         ctx: ctx.clone(),
-        local,
     };
     let app = Router::new()
         .route(
@@ -87,7 +86,11 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             browser_guard,
         ))
         .with_state(api);
-    let service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let service = app.into_make_service_with_connect_info::<crate::accept::HttpPeer>();
+    let listener = crate::accept::HttpListener {
+        listener,
+        admission: crate::accept::Admission::new(crate::accept::Limits::default_for_process()),
+    };
     if let Err(e) = axum::serve(listener, service).await {
         tracing::warn!("the HTTP endpoint stopped: {e}");
     }
@@ -184,7 +187,6 @@ fn check_browser_request(
 struct Api {
     ctx: Arc<Ctx>,
     jobs: Arc<crate::service::jobs::JobsService>,
-    local: Option<std::net::SocketAddr>,
 }
 
 /// `?user=alice,bob&state=PD,R&all=1&detail=1`
@@ -271,14 +273,10 @@ impl axum::extract::FromRequestParts<Api> for Verified {
                     .caller_of_token(token, gsched_proto::clock::now_ms())?,
             ));
         }
-        let remote = parts
+        let peer_uid = parts
             .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0);
-        let peer_uid = api
-            .local
-            .zip(remote)
-            .and_then(|(local, remote)| crate::auth::conn::loopback_peer_uid(local, remote));
+            .get::<axum::extract::ConnectInfo<crate::accept::HttpPeer>>()
+            .and_then(|c| c.0.uid);
         let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
         Ok(Verified(api.ctx.auth.caller_of(peer_uid, cred)?))
     }

@@ -3,6 +3,7 @@
 //! jobs and drives the agents.
 //!
 //! - [`config`]: flags and the TOML file.
+//! - [`accept`]: which connections are kept (caps, first-bytes deadline, back-off).
 //! - [`auth`]: who callers are and what they may do.
 //! - [`membership`]: checks before a controller joins.
 //! - [`transport`]: Raft messages between controllers.
@@ -10,6 +11,7 @@
 //! - [`storage`]: the data directory, private to the controller's user.
 //! - [`leader`]: scheduling, dispatch and liveness loops of the leader.
 
+pub mod accept;
 pub mod auth;
 pub mod config;
 pub mod ctx;
@@ -172,6 +174,7 @@ pub async fn run(
         estimates: Default::default(),
         faults,
         telemetry: Default::default(),
+        admission: accept::Admission::new(accept::Limits::default_for_process()),
     });
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));
@@ -183,7 +186,11 @@ pub async fn run(
         tokio::spawn(http::serve(ctx.clone(), listener));
     }
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
-    let mut server = tonic::transport::Server::builder();
+    // Idle connections are pinged; one that does not answer is closed (gRPC clients
+    // answer by themselves, a socket held open and silent does not).
+    let mut server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)));
     if let Some(tls) = server_tls {
         server = server
             .tls_config(tls)
@@ -204,30 +211,14 @@ pub async fn run(
             PeerServer::new(service::peer::PeerService { ctx: ctx.clone() })
                 .max_decoding_message_size(MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(incoming(listener, dev_local), shutdown)
+        .serve_with_incoming_shutdown(
+            accept::grpc_incoming(listener, dev_local, ctx.admission.clone()),
+            shutdown,
+        )
         .await?;
     raft.shutdown();
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     Ok(())
-}
-
-/// Accepted connections, each carrying what the kernel says about it (TCP ones with
-/// TCP_NODELAY: without it every reply waits ~40 ms on Nagle and the client's delayed ACK).
-fn incoming(
-    listener: Listener,
-    dev_local: bool,
-) -> std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::io::Result<auth::conn::Conn>> + Send>> {
-    use tokio_stream::StreamExt;
-    match listener {
-        Listener::Tcp(l) => Box::pin(
-            tokio_stream::wrappers::TcpListenerStream::new(l)
-                .map(move |c| c.and_then(|s| auth::conn::Conn::tcp(s, dev_local))),
-        ),
-        Listener::Unix(l) => Box::pin(
-            tokio_stream::wrappers::UnixListenerStream::new(l)
-                .map(|c| c.and_then(auth::conn::Conn::unix)),
-        ),
-    }
 }
 
 /// Keeps the transport's address book in step with the replicated controller list.

@@ -3,9 +3,11 @@
 //! loopback TCP connection (`gsched_proto::peer`; no scan of `/proc/net/tcp`) — which
 //! controllers on one host (`--dev-local`) use as the caller's identity.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tonic::transport::server::Connected;
@@ -25,10 +27,14 @@ enum Stream {
     Unix(UnixStream),
 }
 
-/// An accepted connection (TCP or Unix socket) carrying its [`ConnInfo`].
+/// An accepted connection (TCP or Unix socket) carrying its [`ConnInfo`], and, once
+/// admitted (`crate::accept`), its place among the listener's connections and the
+/// deadline for its first bytes.
 pub struct Conn {
     stream: Stream,
     info: ConnInfo,
+    _permit: Option<crate::accept::Permit>,
+    first_bytes: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Conn {
@@ -49,7 +55,21 @@ impl Conn {
                 remote,
                 peer_uid,
             },
+            _permit: None,
+            first_bytes: None,
         })
+    }
+
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+
+    /// The connection holds `permit` while it lives, and is closed if it sends nothing
+    /// within `first_bytes`.
+    pub fn admitted(mut self, permit: crate::accept::Permit, first_bytes: Duration) -> Conn {
+        self._permit = Some(permit);
+        self.first_bytes = Some(Box::pin(tokio::time::sleep(first_bytes)));
+        self
     }
 
     /// Wraps an accepted Unix-socket stream; its peer's uid is `SO_PEERCRED`'s.
@@ -62,6 +82,8 @@ impl Conn {
                 remote: None,
                 peer_uid,
             },
+            _permit: None,
+            first_bytes: None,
         })
     }
 }
@@ -89,7 +111,25 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        both!(self, s => Pin::new(s).poll_read(cx, buf))
+        let before = buf.filled().len();
+        let read = both!(self, s => Pin::new(s).poll_read(cx, buf));
+        let Some(deadline) = self.first_bytes.as_mut() else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.first_bytes = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client sent nothing in time",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            other => other,
+        }
     }
 }
 
@@ -138,6 +178,30 @@ pub fn loopback_peer_uid(ours: SocketAddr, theirs: SocketAddr) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_and_gives_its_place_back() {
+        let admission = crate::accept::Admission::new(crate::accept::Limits {
+            total: 8,
+            per_peer: 1,
+            first_bytes: Duration::from_millis(100),
+        });
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _silent = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let peer = crate::accept::Peer::Uid(4242);
+        let permit = admission.admit(peer).unwrap();
+        assert!(admission.admit(peer).is_none(), "one per peer");
+        let mut conn = Conn::tcp(s, false)
+            .unwrap()
+            .admitted(permit, Duration::from_millis(100));
+        let mut buf = [0u8; 8];
+        let e = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        drop(conn);
+        assert!(admission.admit(peer).is_some(), "its place is free again");
+    }
 
     #[tokio::test]
     async fn a_loopback_client_is_known_by_its_uid() {

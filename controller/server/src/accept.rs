@@ -1,0 +1,349 @@
+//! Which connections a controller keeps: at most so many in all and per peer (a uid on
+//! one host, else an IP address), each must send its first bytes within a deadline, and an
+//! accept that fails for want of file descriptors backs off instead of spinning. A flood of
+//! idle connections from one user costs that user their own connections, not anyone
+//! else's reads.
+
+use crate::auth::conn::Conn;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The limits of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections held at once.
+    pub total: usize,
+    /// Connections held at once by one peer (daemons of the controller's own uid are not
+    /// counted).
+    pub per_peer: usize,
+    /// A connection that sends nothing for this long after it is accepted is closed.
+    pub first_bytes: Duration,
+}
+
+impl Limits {
+    /// The defaults: a quarter of the descriptors this process may open (at most 16,384)
+    /// in all, 128 per peer, 10 s for the first bytes.
+    pub fn default_for_process() -> Limits {
+        Limits {
+            total: (raise_fd_limit() / 4).clamp(64, 16_384),
+            per_peer: 128,
+            first_bytes: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Who a connection counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    Uid(u32),
+    Ip(IpAddr),
+    /// The controller's own uid: its agents and peers, never refused.
+    Daemon,
+}
+
+/// Why a connection was not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Full { total: usize },
+    PeerFull { per_peer: usize },
+}
+
+/// The counts behind [`Limits`]; pure decisions, shared by a listener's connections.
+#[derive(Debug, Default)]
+pub struct Counts {
+    total: usize,
+    per_peer: HashMap<Peer, usize>,
+}
+
+impl Counts {
+    /// Takes a place for a connection of `peer`, or says why there is none.
+    pub fn admit(&mut self, peer: Peer, limits: &Limits) -> Result<(), Refusal> {
+        if peer != Peer::Daemon {
+            if self.total >= limits.total {
+                return Err(Refusal::Full {
+                    total: limits.total,
+                });
+            }
+            if self.per_peer.get(&peer).copied().unwrap_or(0) >= limits.per_peer {
+                return Err(Refusal::PeerFull {
+                    per_peer: limits.per_peer,
+                });
+            }
+        }
+        self.total += 1;
+        *self.per_peer.entry(peer).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Gives back the place of a closed connection of `peer`.
+    pub fn release(&mut self, peer: Peer) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+    }
+
+    pub fn held(&self, peer: Peer) -> usize {
+        self.per_peer.get(&peer).copied().unwrap_or(0)
+    }
+}
+
+/// A listener's admission: limits, counts, and when a refusal was last logged.
+pub struct Admission {
+    limits: Limits,
+    counts: Mutex<Counts>,
+    own_uid: u32,
+    last_warned: Mutex<Option<Instant>>,
+}
+
+/// A connection's place, given back when the connection is dropped.
+pub struct Permit {
+    admission: Arc<Admission>,
+    peer: Peer,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.admission.counts.lock().release(self.peer);
+    }
+}
+
+impl Admission {
+    pub fn new(limits: Limits) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits,
+            counts: Mutex::new(Counts::default()),
+            own_uid: nix::unistd::getuid().as_raw(),
+            last_warned: Mutex::new(None),
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The peer a connection counts against: its uid when the kernel told it, else its IP.
+    pub fn peer_of(&self, uid: Option<u32>, ip: Option<IpAddr>) -> Peer {
+        match (uid, ip) {
+            (Some(u), _) if u == self.own_uid => Peer::Daemon,
+            (Some(u), _) => Peer::Uid(u),
+            (None, Some(ip)) => Peer::Ip(ip),
+            (None, None) => Peer::Uid(u32::MAX),
+        }
+    }
+
+    /// A permit for a connection of `peer`, or `None` (logged at most every 10 s).
+    pub fn admit(self: &Arc<Self>, peer: Peer) -> Option<Permit> {
+        let refused = self.counts.lock().admit(peer, &self.limits);
+        match refused {
+            Ok(()) => Some(Permit {
+                admission: self.clone(),
+                peer,
+            }),
+            Err(why) => {
+                let mut last = self.last_warned.lock();
+                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    *last = Some(Instant::now());
+                    tracing::warn!("connection from {peer:?} refused: {why:?}");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Whether an accept error means the process is out of descriptors or memory (back off)
+/// rather than one connection failing (go on at once).
+pub fn needs_backoff(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Raises this process's soft limit on open files to its hard limit; returns the limit.
+pub fn raise_fd_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the one struct passed, which lives across
+    // both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// Accepted gRPC connections that passed admission, for tonic's `serve_with_incoming`.
+pub fn grpc_incoming(
+    listener: crate::Listener,
+    dev_local: bool,
+    admission: Arc<Admission>,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = match &listener {
+                crate::Listener::Tcp(l) => {
+                    l.accept().await.and_then(|(s, _)| Conn::tcp(s, dev_local))
+                }
+                crate::Listener::Unix(l) => l.accept().await.and_then(|(s, _)| Conn::unix(s)),
+            };
+            let conn = match accepted {
+                Ok(c) => c,
+                Err(e) if needs_backoff(&e) => {
+                    warn_backoff(&admission, &e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let info = conn.info();
+            let peer = admission.peer_of(info.peer_uid, info.remote.map(|r| r.ip()));
+            let Some(permit) = admission.admit(peer) else {
+                continue;
+            };
+            let conn = conn.admitted(permit, admission.limits().first_bytes);
+            if tx.send(Ok(conn)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+fn warn_backoff(admission: &Admission, e: &std::io::Error) {
+    let mut last = admission.last_warned.lock();
+    if last.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+        *last = Some(Instant::now());
+        tracing::warn!("cannot accept connections ({e}); retrying every 100 ms");
+    }
+}
+
+/// The HTTP listener with the same admission (`axum::serve` takes it); its address type
+/// carries the peer's uid when the kernel told it.
+pub struct HttpListener {
+    pub listener: tokio::net::TcpListener,
+    pub admission: Arc<Admission>,
+}
+
+/// Who an HTTP connection came from.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpPeer {
+    pub remote: std::net::SocketAddr,
+    pub uid: Option<u32>,
+}
+
+impl axum::serve::Listener for HttpListener {
+    type Io = Conn;
+    type Addr = HttpPeer;
+
+    async fn accept(&mut self) -> (Conn, HttpPeer) {
+        loop {
+            let (stream, remote) = match self.listener.accept().await {
+                Ok(x) => x,
+                Err(e) if needs_backoff(&e) => {
+                    warn_backoff(&self.admission, &e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let loopback = remote.ip().is_loopback();
+            let Ok(conn) = Conn::tcp(stream, loopback) else {
+                continue;
+            };
+            let uid = conn.info().peer_uid;
+            let peer = self.admission.peer_of(uid, Some(remote.ip()));
+            let Some(permit) = self.admission.admit(peer) else {
+                continue;
+            };
+            let first = self.admission.limits().first_bytes;
+            return (conn.admitted(permit, first), HttpPeer { remote, uid });
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<HttpPeer> {
+        Ok(HttpPeer {
+            remote: self.listener.local_addr()?,
+            uid: None,
+        })
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, HttpListener>>
+    for HttpPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, HttpListener>) -> HttpPeer {
+        *stream.remote_addr()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            total: 4,
+            per_peer: 2,
+            first_bytes: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn one_peer_fills_its_own_share_not_everyone_elses() {
+        let mut c = Counts::default();
+        let (bob, alice) = (Peer::Uid(1002), Peer::Uid(1001));
+        assert_eq!(c.admit(bob, &limits()), Ok(()));
+        assert_eq!(c.admit(bob, &limits()), Ok(()));
+        assert_eq!(
+            c.admit(bob, &limits()),
+            Err(Refusal::PeerFull { per_peer: 2 })
+        );
+        assert_eq!(c.admit(alice, &limits()), Ok(()));
+        assert_eq!(
+            c.admit(Peer::Ip("10.0.0.9".parse().unwrap()), &limits()),
+            Ok(())
+        );
+        assert_eq!(
+            c.admit(Peer::Uid(1003), &limits()),
+            Err(Refusal::Full { total: 4 })
+        );
+        // The daemons' own connections always get in.
+        assert_eq!(c.admit(Peer::Daemon, &limits()), Ok(()));
+        c.release(bob);
+        assert_eq!(c.held(bob), 1);
+        c.release(Peer::Daemon);
+        assert_eq!(c.admit(bob, &limits()), Ok(()));
+    }
+
+    #[test]
+    fn out_of_descriptors_backs_off_and_a_reset_does_not() {
+        assert!(needs_backoff(&std::io::Error::from_raw_os_error(
+            libc::EMFILE
+        )));
+        assert!(!needs_backoff(&std::io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+        assert!(raise_fd_limit() >= 64);
+    }
+}
