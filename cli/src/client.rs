@@ -24,16 +24,37 @@ use tonic::{Code, Status};
 /// The Jobs API as the tools call it: every request carries the caller's credential.
 pub type Api = JobsClient<InterceptedService<Channel, Credential>>;
 
-/// Puts a fresh MUNGE credential on every request (nothing on `--dev-local` clusters).
+/// Puts a fresh MUNGE credential on every request (nothing on `--dev-local` clusters),
+/// bound to the cluster and to the controller it is sent to, and decodable only by the
+/// controllers' uid.
 #[derive(Clone, Default)]
 pub struct Credential {
     munge: Option<Arc<Munge>>,
+    /// The cluster's CA fingerprint (`gsched_proto::tls::cluster_id`).
+    cluster: String,
+    /// The uid the controllers run as: root, or `GSCHED_DAEMON_USER`.
+    decoder: Option<u32>,
+    /// The controller address this credential is for.
+    to: String,
+}
+
+impl Credential {
+    /// The same credential maker, for requests to the controller at `to`.
+    pub fn to(&self, to: &str) -> Credential {
+        Credential {
+            to: to.to_string(),
+            ..self.clone()
+        }
+    }
 }
 
 impl Interceptor for Credential {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
         if let Some(m) = &self.munge {
-            let cred = m.encode(b"gsched").map_err(Status::unauthenticated)?;
+            let payload = gsched_proto::munge::request_payload(&self.cluster, &self.to);
+            let cred = m
+                .encode(&payload, self.decoder)
+                .map_err(Status::unauthenticated)?;
             let value = cred.parse().map_err(|_| {
                 Status::unauthenticated("munge made a credential that is not ASCII")
             })?;
@@ -67,10 +88,21 @@ impl Security {
         let socket = std::env::var_os("GSCHED_MUNGE_SOCKET").map(PathBuf::from);
         let munge =
             Munge::load(socket.as_deref()).map_err(|e| format!("cannot prove who you are: {e}"))?;
+        let pem = std::fs::read(&ca)
+            .map_err(|e| format!("cannot read the cluster CA {}: {e}", ca.display()))?;
+        let decoder = match std::env::var("GSCHED_DAEMON_USER") {
+            Ok(u) => Some(gsched_proto::peer::uid_of(u.trim()).ok_or_else(|| {
+                format!("GSCHED_DAEMON_USER={u} is no user of this host")
+            })?),
+            Err(_) => Some(0),
+        };
         Ok(Security {
             dialer: Dialer::user(&ca)?,
             credential: Credential {
                 munge: Some(Arc::new(munge)),
+                cluster: gsched_proto::tls::cluster_id(&pem)?,
+                decoder,
+                to: String::new(),
             },
         })
     }
@@ -167,7 +199,7 @@ impl Client {
         Ok(self.security.as_ref().expect("just set"))
     }
 
-    async fn channel(&mut self) -> Result<Channel, Status> {
+    async fn channel(&mut self) -> Result<(Channel, String), Status> {
         let addr = self
             .addrs
             .get(self.current % self.addrs.len().max(1))
@@ -176,7 +208,7 @@ impl Client {
         if let Some((a, c)) = &self.channel
             && *a == addr
         {
-            return Ok(c.clone());
+            return Ok((c.clone(), addr));
         }
         let ch = self
             .security()?
@@ -190,8 +222,8 @@ impl Client {
             )
             .await
             .map_err(dial_status)?;
-        self.channel = Some((addr, ch.clone()));
-        Ok(ch)
+        self.channel = Some((addr.clone(), ch.clone()));
+        Ok((ch, addr))
     }
 
     /// Calls `f` until it succeeds, fails permanently, or the retry budget is spent.
@@ -204,7 +236,7 @@ impl Client {
         let mut delay = Duration::from_millis(50);
         loop {
             let result = match self.channel().await {
-                Ok(ch) => f(self.api(ch)?).await.map(|r| r.into_inner()),
+                Ok((ch, addr)) => f(self.api(ch, &addr)?).await.map(|r| r.into_inner()),
                 Err(e) => Err(e),
             };
             match result {
@@ -233,8 +265,8 @@ impl Client {
         }
     }
 
-    fn api(&mut self, ch: Channel) -> Result<Api, Status> {
-        let credential = self.security()?.credential.clone();
+    fn api(&mut self, ch: Channel, to: &str) -> Result<Api, Status> {
+        let credential = self.security()?.credential.to(to);
         Ok(JobsClient::with_interceptor(ch, credential)
             .max_decoding_message_size(256 * 1024 * 1024))
     }
@@ -257,7 +289,7 @@ impl Client {
             )
             .await
             .map_err(dial_status)?;
-        f(self.api(ch)?).await.map(|r| r.into_inner())
+        f(self.api(ch, addr)?).await.map(|r| r.into_inner())
     }
 }
 

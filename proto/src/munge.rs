@@ -12,6 +12,68 @@ use std::path::Path;
 
 /// `MUNGE_OPT_SOCKET` in munge.h (0.5.x).
 const MUNGE_OPT_SOCKET: c_int = 8;
+/// `MUNGE_OPT_UID_RESTRICTION` in munge.h (0.5.x): only this uid may decode.
+const MUNGE_OPT_UID_RESTRICTION: c_int = 9;
+
+/// What a gsched request's credential carries: the cluster (its CA's fingerprint) and
+/// the controller address the client dialled, so a credential made for anything else
+/// (`munge -n`, another cluster, another controller of this one) is refused.
+pub fn request_payload(cluster: &str, to: &str) -> Vec<u8> {
+    format!("{PAYLOAD_TAG} cluster={cluster} to={to}").into_bytes()
+}
+
+const PAYLOAD_TAG: &str = "gsched-request/1";
+
+/// Why a credential's payload is not one for this controller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    #[error(
+        "this MUNGE credential was not made for a gsched request (its payload is {0:?}); gsched's tools make their own, one per request"
+    )]
+    NotForGsched(String),
+    #[error(
+        "this MUNGE credential was made for cluster {theirs}, not this one ({ours}): the client's GSCHED_TLS_CA is another cluster's CA"
+    )]
+    OtherCluster { theirs: String, ours: String },
+    #[error(
+        "this MUNGE credential was made for the controller at {to}, which is not this one (known as {known}); dial controllers by the addresses in --peers"
+    )]
+    OtherController { to: String, known: String },
+}
+
+/// Checks a decoded payload against this controller: its cluster and one of its
+/// addresses.
+pub fn check_payload(payload: &[u8], cluster: &str, addresses: &[String]) -> Result<(), PayloadError> {
+    let text = String::from_utf8_lossy(payload);
+    let mut words = text.split(' ');
+    if words.next() != Some(PAYLOAD_TAG) {
+        return Err(PayloadError::NotForGsched(text.chars().take(64).collect()));
+    }
+    let (mut theirs, mut to) = (None, None);
+    for w in words {
+        if let Some(c) = w.strip_prefix("cluster=") {
+            theirs = Some(c);
+        } else if let Some(t) = w.strip_prefix("to=") {
+            to = Some(t);
+        }
+    }
+    let (Some(theirs), Some(to)) = (theirs, to) else {
+        return Err(PayloadError::NotForGsched(text.chars().take(64).collect()));
+    };
+    if theirs != cluster {
+        return Err(PayloadError::OtherCluster {
+            theirs: theirs.into(),
+            ours: cluster.into(),
+        });
+    }
+    if !addresses.iter().any(|a| a == to) {
+        return Err(PayloadError::OtherController {
+            to: to.into(),
+            known: addresses.join(", "),
+        });
+    }
+    Ok(())
+}
 
 type CtxCreate = unsafe extern "C" fn() -> *mut c_void;
 type CtxDestroy = unsafe extern "C" fn(*mut c_void);
@@ -123,9 +185,22 @@ impl Munge {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
-    /// A credential for the calling process, carrying `payload`.
-    pub fn encode(&self, payload: &[u8]) -> Result<String, String> {
+    /// A credential for the calling process, carrying `payload`; with `decoder`, only
+    /// that uid may decode it (the controllers' user).
+    pub fn encode(&self, payload: &[u8], decoder: Option<u32>) -> Result<String, String> {
         let ctx = self.ctx()?;
+        if let Some(uid) = decoder {
+            // SAFETY: MUNGE_OPT_UID_RESTRICTION takes one uid_t, passed by value.
+            let e = unsafe {
+                (self.ctx_set)(ctx.ptr, MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t)
+            };
+            if e != 0 {
+                return Err(format!(
+                    "cannot restrict the credential to uid {uid}: {}",
+                    self.error(e)
+                ));
+            }
+        }
         let mut cred: *mut c_char = std::ptr::null_mut();
         let len = c_int::try_from(payload.len()).map_err(|_| "payload too large")?;
         // SAFETY: `cred` receives a malloc'd NUL-terminated string we free below;
@@ -176,4 +251,30 @@ impl Munge {
 
 fn sym(e: libloading::Error) -> String {
     format!("libmunge.so.2 lacks a symbol gsched needs: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_name_the_cluster_and_the_controller() {
+        let here = vec!["h1:6817".to_string(), "10.0.0.1:6817".to_string()];
+        let p = request_payload("ab12", "h1:6817");
+        assert_eq!(check_payload(&p, "ab12", &here), Ok(()));
+        assert!(matches!(
+            check_payload(b"", "ab12", &here),
+            Err(PayloadError::NotForGsched(_))
+        ));
+        assert!(matches!(
+            check_payload(b"gsched", "ab12", &here),
+            Err(PayloadError::NotForGsched(_))
+        ));
+        assert!(matches!(
+            check_payload(&request_payload("ffff", "h1:6817"), "ab12", &here),
+            Err(PayloadError::OtherCluster { .. })
+        ));
+        let e = check_payload(&request_payload("ab12", "h2:6817"), "ab12", &here).unwrap_err();
+        assert!(e.to_string().contains("h2:6817"), "{e}");
+    }
 }

@@ -88,6 +88,11 @@ impl CertDir {
         })
     }
 
+    /// The cluster's name in MUNGE payloads: its CA's fingerprint.
+    pub fn cluster_id(&self) -> Result<String, String> {
+        cluster_id(&Self::read(&self.ca())?)
+    }
+
     pub fn ca_certificate(&self) -> Result<Certificate, String> {
         Ok(Certificate::from_pem(Self::read(&self.ca())?))
     }
@@ -118,6 +123,16 @@ impl CertDir {
             .ca_certificate(self.ca_certificate()?)
             .identity(self.identity(who)?))
     }
+}
+
+/// A CA certificate's fingerprint (SHA-256 of its DER, first 16 hex digits): how a
+/// cluster is named in MUNGE payloads, known to every host that has `ca.pem`.
+pub fn cluster_id(ca_pem: &[u8]) -> Result<String, String> {
+    use sha2::Digest;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(ca_pem)
+        .map_err(|e| format!("the cluster CA is not a PEM certificate: {e}"))?;
+    let digest = sha2::Sha256::digest(&pem.contents);
+    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 pub use crate::dial::{Dialer, is_loopback};

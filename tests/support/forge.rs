@@ -47,15 +47,36 @@ async fn channel(addr: &str, req: &Value) -> Result<tonic::transport::Channel, S
     ep.connect().await.map_err(|e| e.to_string())
 }
 
-/// A request with a MUNGE credential when one was asked for (`"munge_socket"`); with
-/// `"replay": true`, the credential of the previous call is sent again.
+/// The payload of a forged credential: `"munge_payload"` as given, else what gsched's
+/// tools send, for the cluster of `tls.ca` and the controller `"munge_to"` (default: the
+/// address dialled).
+fn payload(req: &Value) -> Vec<u8> {
+    if let Some(p) = req["munge_payload"].as_str() {
+        return p.as_bytes().to_vec();
+    }
+    let cluster = std::fs::read(text(&req["tls"], "ca"))
+        .ok()
+        .and_then(|pem| gsched_proto::tls::cluster_id(&pem).ok())
+        .unwrap_or_default();
+    let to = req["munge_to"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| text(req, "addr"));
+    gsched_proto::munge::request_payload(&cluster, &to)
+}
+
+/// A request with a MUNGE credential when one was asked for (`"munge_socket"`, with
+/// `"restrict_uid"` naming who may decode it); with `"replay": true`, the credential of
+/// the previous call is sent again.
 fn request<T>(msg: T, req: &Value, last: &mut Option<String>) -> Result<tonic::Request<T>, String> {
     let mut r = tonic::Request::new(msg);
     if req["munge_socket"].is_string() {
         let cred = match (req["replay"].as_bool(), last.clone()) {
             (Some(true), Some(c)) => c,
-            _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))?
-                .encode(b"gsched")?,
+            _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))?.encode(
+                &payload(req),
+                req["restrict_uid"].as_u64().map(|u| u as u32),
+            )?,
         };
         *last = Some(cred.clone());
         r.metadata_mut().insert(
@@ -284,7 +305,8 @@ fn main() {
         eprintln!("usage: gsched-forge HOST:PORT JSON");
         std::process::exit(2);
     };
-    let req: Value = serde_json::from_str(req).expect("a JSON request");
+    let mut req: Value = serde_json::from_str(req).expect("a JSON request");
+    req["addr"] = json!(addr);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -410,6 +410,40 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
     // munged refuses it itself ("Replayed credential"); the controller's own cache says
     // "already used (replayed)".
     refused(&v, "Unauthenticated", "eplayed");
+    // A credential made for another purpose (`munge -n`, any other payload), for another
+    // controller of this cluster (a replay there), or one only bob may decode.
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "munge_payload": ""}),
+    );
+    refused(&v, "Unauthenticated", "not made for a gsched request");
+    let leader = c.leader(Duration::from_secs(30));
+    let other = c
+        .controllers
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .map(|(_, a)| a.clone())
+        .unwrap();
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "munge_to": other}),
+    );
+    refused(&v, "Unauthenticated", "made for the controller at");
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "restrict_uid": _bob.uid}),
+    );
+    refused(&v, "Unauthenticated", "Unauthorized credential");
+    // Made by gsched's own rules, for this controller: accepted.
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "restrict_uid": 0}),
+    );
+    assert_eq!(v["ok"], true, "{v}");
     // Agents need a node certificate, and only their own name.
     let v = forge(
         &c,

@@ -29,6 +29,9 @@ pub struct ControllerConfig {
     pub id: u64,
     /// Address other controllers, agents and clients use to reach this one.
     pub advertise: String,
+    /// Other addresses it is reached at (its `--listen`): a client's MUNGE credential
+    /// must name one of these or `advertise`.
+    pub aliases: Vec<String>,
     /// Raft peers (including this controller) to bootstrap a new cluster with.
     pub peers: BTreeMap<u64, String>,
     pub data_dir: PathBuf,
@@ -62,6 +65,7 @@ impl ControllerConfig {
         ControllerConfig {
             id,
             advertise: advertise.to_string(),
+            aliases: Vec::new(),
             peers,
             data_dir,
             join: false,

@@ -127,11 +127,25 @@ pub async fn run(
             let munge = Munge::load(munge_socket.as_deref())
                 .map_err(|e| anyhow::anyhow!("users are authenticated with MUNGE: {e}"))?;
             let me = PeerIdentity::Controller(cfg.id);
+            let cluster = certs.cluster_id().map_err(|e| anyhow::anyhow!(e))?;
+            let mut addresses = vec![cfg.advertise.clone()];
+            addresses.extend(cfg.aliases.iter().cloned());
+            addresses.extend(cfg.peers.get(&cfg.id).cloned());
+            addresses.sort();
+            addresses.dedup();
             let dialer = Dialer {
                 tls: Some(certs.client(&me).map_err(|e| anyhow::anyhow!(e))?),
             };
             let server = certs.server(cfg.id).map_err(|e| anyhow::anyhow!(e))?;
-            (Mode::Cluster { munge }, dialer, Some(server))
+            (
+                Mode::Cluster {
+                    munge,
+                    cluster,
+                    addresses,
+                },
+                dialer,
+                Some(server),
+            )
         }
     };
     let dev_local = matches!(mode, Mode::DevLocal);

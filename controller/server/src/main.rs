@@ -146,6 +146,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
     };
     let mut cfg = ControllerConfig::new(args.id, &advertise, args.data_dir.clone());
     cfg.security = security;
+    cfg.aliases = vec![args.listen.clone()];
     cfg.peers = peers;
     cfg.join = args.join;
     cfg.raft_tick = Duration::from_millis(args.tick_ms.max(5));

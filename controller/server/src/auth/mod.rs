@@ -22,9 +22,14 @@ pub enum Mode {
     /// A single-host development cluster: loopback only, no certificates, no munged;
     /// a caller is the uid owning its end of the loopback connection.
     DevLocal,
-    /// A real cluster: TLS with the cluster CA; users present a MUNGE credential,
-    /// daemons their certificate.
-    Cluster { munge: Munge },
+    /// A real cluster: TLS with the cluster CA; users present a MUNGE credential made
+    /// for this cluster (`cluster`: its CA's fingerprint) and this controller (one of
+    /// `addresses`), daemons their certificate.
+    Cluster {
+        munge: Munge,
+        cluster: String,
+        addresses: Vec<String>,
+    },
 }
 
 /// What a caller may do beyond their own jobs.
@@ -215,13 +220,19 @@ impl Auth {
                 })?;
                 Ok(self.caller_from(uid, u32::MAX))
             }
-            Mode::Cluster { munge } => {
+            Mode::Cluster {
+                munge,
+                cluster,
+                addresses,
+            } => {
                 let cred = cred.ok_or_else(|| {
                         unauthenticated(
                             "no MUNGE credential: run gsched's tools on a host of the cluster with munged running (and the cluster's munge key)",
                         )
                     })?;
                 let verified = munge.decode(cred).map_err(unauthenticated)?;
+                gsched_proto::munge::check_payload(&verified.payload, cluster, addresses)
+                    .map_err(|e| unauthenticated(e.to_string()))?;
                 let mut seen = self.seen.lock();
                 seen.retain(|_, at| at.elapsed() < CREDENTIAL_TTL);
                 if seen.insert(cred.to_string(), Instant::now()).is_some() {
