@@ -91,9 +91,10 @@ impl Security {
         let pem = std::fs::read(&ca)
             .map_err(|e| format!("cannot read the cluster CA {}: {e}", ca.display()))?;
         let decoder = match std::env::var("GSCHED_DAEMON_USER") {
-            Ok(u) => Some(gsched_proto::peer::uid_of(u.trim()).ok_or_else(|| {
-                format!("GSCHED_DAEMON_USER={u} is no user of this host")
-            })?),
+            Ok(u) => Some(
+                gsched_proto::peer::uid_of(u.trim())
+                    .ok_or_else(|| format!("GSCHED_DAEMON_USER={u} is no user of this host"))?,
+            ),
             Err(_) => Some(0),
         };
         Ok(Security {

@@ -43,7 +43,11 @@ pub enum PayloadError {
 
 /// Checks a decoded payload against this controller: its cluster and one of its
 /// addresses.
-pub fn check_payload(payload: &[u8], cluster: &str, addresses: &[String]) -> Result<(), PayloadError> {
+pub fn check_payload(
+    payload: &[u8],
+    cluster: &str,
+    addresses: &[String],
+) -> Result<(), PayloadError> {
     let text = String::from_utf8_lossy(payload);
     let mut words = text.split(' ');
     if words.next() != Some(PAYLOAD_TAG) {
@@ -191,9 +195,8 @@ impl Munge {
         let ctx = self.ctx()?;
         if let Some(uid) = decoder {
             // SAFETY: MUNGE_OPT_UID_RESTRICTION takes one uid_t, passed by value.
-            let e = unsafe {
-                (self.ctx_set)(ctx.ptr, MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t)
-            };
+            let e =
+                unsafe { (self.ctx_set)(ctx.ptr, MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t) };
             if e != 0 {
                 return Err(format!(
                     "cannot restrict the credential to uid {uid}: {}",

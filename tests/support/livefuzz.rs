@@ -81,6 +81,7 @@ const METHODS: &[&str] = &[
     "/gsched.v1.Jobs/RunStep",
     "/gsched.v1.Jobs/StepInput",
     "/gsched.v1.Jobs/IssueToken",
+    "/gsched.v1.Jobs/RevokeTokens",
     "/gsched.v1.Peer/Send",
     "/gsched.v1.Peer/Hello",
     "/gsched.v1.Jobs/NoSuchMethod",

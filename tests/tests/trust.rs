@@ -1281,3 +1281,50 @@ impl WaitOutput for std::process::Child {
         s
     }
 }
+
+#[test]
+fn t97_tokens_can_be_revoked_by_their_owner_or_an_admin() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    use gsched_tests::http;
+    let addr = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let c = Cluster::controllers(1, &["--http", &addr]);
+    let token = |u: &TestUser| -> String {
+        let v: Value = serde_json::from_str(&ok_as(&c, u, "gctl", &["token", "--json"])).unwrap();
+        v["token"].as_str().unwrap().to_string()
+    };
+    let status_with = |t: &str| -> String {
+        let r = http::request(
+            &addr,
+            "GET",
+            "/api/v1/jobs",
+            &format!("Authorization: Bearer {t}\r\n"),
+            b"",
+        );
+        format!("{} {r}", http::status(&r))
+    };
+    let (a1, b1) = (token(&alice), token(&bob));
+    assert!(status_with(&a1).starts_with("200"));
+    // alice revokes her own; bob's still work.
+    std::thread::sleep(Duration::from_millis(5));
+    ok_as(&c, &alice, "gctl", &["token", "revoke"]);
+    let r = status_with(&a1);
+    assert!(r.starts_with("401") && r.contains("revoked"), "{r}");
+    assert!(status_with(&b1).starts_with("200"));
+    // Only an admin revokes someone else's.
+    let out = c.cli_as(&bob, "gctl", &["token", "revoke", "--user", "gsalice"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is for admins"));
+    let out = c.cli("gctl", &["token", "revoke", "--user", "gsbob"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status_with(&b1).starts_with("401"));
+    // Tokens issued afterwards work.
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(status_with(&token(&alice)).starts_with("200"));
+    assert!(status_with(&token(&bob)).starts_with("200"));
+}

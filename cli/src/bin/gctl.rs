@@ -20,6 +20,19 @@ struct Args {
     cmd: Cmd,
 }
 
+/// What `gctl token` does besides issuing one.
+#[derive(Subcommand, Debug)]
+enum TokenAction {
+    /// Revoke the tokens issued so far: yours, a user's (--user, admins) or everyone's
+    /// (--all, admins). Tokens issued afterwards work.
+    Revoke {
+        #[arg(long, short = 'u')]
+        user: Option<String>,
+        #[arg(long, conflicts_with = "user")]
+        all: bool,
+    },
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Role, term, commit/applied index, lag and state digest of every reachable controller.
@@ -117,6 +130,8 @@ enum Cmd {
     /// GSCHED_TOKEN=...; paste it into the dashboard's login, or send it as
     /// `Authorization: Bearer TOKEN`.
     Token {
+        #[command(subcommand)]
+        action: Option<TokenAction>,
         /// How long it is good for: seconds (as scontrol token lifespan=), or
         /// HH:MM:SS / D-HH:MM:SS; at most a week.
         #[arg(long, default_value = "8:00:00")]
@@ -458,7 +473,39 @@ fn main() {
             let status = burn_in(&picked, &opts, &dir, json);
             std::process::exit(status);
         }
-        Cmd::Token { lifetime, json } => {
+        Cmd::Token {
+            action: Some(TokenAction::Revoke { user, all }),
+            json,
+            ..
+        } => {
+            let req = gsched_proto::pb::ActOnJobsRequest {
+                request_id: request_id(),
+                json: serde_json::to_vec(&gsched_types::api::RevokeTokensRequest { user, all })
+                    .expect("a revocation serialises"),
+            };
+            let reply = rt
+                .block_on(client.call(|mut c| {
+                    let req = req.clone();
+                    async move { c.revoke_tokens(req).await }
+                }))
+                .unwrap_or_else(|s| die("gctl", describe(&s)));
+            let done: gsched_types::api::RevokeTokensReply =
+                gsched_cli::decode_doc(&reply.json, "gctl");
+            if json {
+                gsched_cli::print_json(&done);
+            } else {
+                outln!(
+                    "tokens of {} issued before {} are revoked",
+                    done.user.as_deref().unwrap_or("every user"),
+                    gsched_types::parse::format_timestamp(done.revoked_before_ms)
+                );
+            }
+        }
+        Cmd::Token {
+            action: None,
+            lifetime,
+            json,
+        } => {
             let lifetime_s = match lifetime.parse::<u64>() {
                 Ok(seconds) => seconds,
                 Err(_) => gsched_types::parse::time_limit(&lifetime)

@@ -267,11 +267,13 @@ impl axum::extract::FromRequestParts<Api> for Verified {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         {
-            return Ok(Verified(
-                api.ctx
-                    .auth
-                    .caller_of_token(token, gsched_proto::clock::now_ms())?,
-            ));
+            let replica = api.ctx.raft.replica.clone();
+            let revoked = move |uid| replica.read().state.token_revocations.revoked_before(uid);
+            return Ok(Verified(api.ctx.auth.caller_of_token(
+                token,
+                gsched_proto::clock::now_ms(),
+                revoked,
+            )?));
         }
         let peer_uid = parts
             .extensions

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 /// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
 /// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
 /// 5: adds `job_warning`, and an optional `finding` in health events.
-pub const FORMAT_VERSION: u16 = 5;
+pub const FORMAT_VERSION: u16 = 6;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +100,14 @@ pub struct GrunStepEnded {
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+}
+
+/// Tokens (`gctl token`) issued before this command was committed stop working: one
+/// user's (`uid`), or everyone's (`None`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevokeTokens {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 /// A node noticed something about a running job that does not stop it.
@@ -292,6 +300,7 @@ pub enum Command {
     GrunStepStarted(GrunStepStarted),
     GrunStepEnded(GrunStepEnded),
     JobWarning(JobWarning),
+    RevokeTokens(RevokeTokens),
 }
 
 impl Command {
@@ -324,6 +333,7 @@ impl Command {
             Command::GrunStepStarted(_) => "grun_step_started",
             Command::GrunStepEnded(_) => "grun_step_ended",
             Command::JobWarning(_) => "job_warning",
+            Command::RevokeTokens(_) => "revoke_tokens",
         }
     }
 }

@@ -14,4 +14,4 @@ pub mod validate;
 pub mod view;
 
 pub use command::*;
-pub use machine::ClusterState;
+pub use machine::{ClusterState, TokenRevocations};

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v5.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl` to `golden/v6.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -10,6 +10,7 @@ const V2: &str = include_str!("golden/v2.jsonl");
 const V3: &str = include_str!("golden/v3.jsonl");
 const V4: &str = include_str!("golden/v4.jsonl");
 const V5: &str = include_str!("golden/v5.jsonl");
+const V6: &str = include_str!("golden/v6.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -20,6 +21,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V3.lines())
         .chain(V4.lines())
         .chain(V5.lines())
+        .chain(V6.lines())
         .enumerate()
     {
         let env =
@@ -58,6 +60,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         "update_job",
         "grun_step_started",
         "grun_step_ended",
+        "revoke_tokens",
         "job_warning",
     ];
     for name in all {

@@ -599,6 +599,26 @@ pub struct TokenReply {
     pub expires_ms: u64,
 }
 
+/// `gctl token revoke [--user U | --all]`: whose tokens to revoke (none named: the
+/// caller's own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RevokeTokensRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Everyone's tokens (admins only).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// What a revocation did: tokens of `user` (everyone's when absent) issued before
+/// `revoked_before_ms` no longer count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RevokeTokensReply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    pub revoked_before_ms: u64,
+}
+
 /// The longest a token may live: a week.
 pub const MAX_TOKEN_LIFETIME_S: u64 = 7 * 24 * 3600;
 

@@ -128,14 +128,26 @@ impl Auth {
     }
 
     /// A bearer token for `caller`, good until `expires_ms` (`gctl token`).
-    pub fn issue_token(&self, caller: &Caller, expires_ms: u64) -> String {
-        self.tokens.issue(caller.uid, caller.gid, expires_ms)
+    pub fn issue_token(&self, caller: &Caller, issued_ms: u64, expires_ms: u64) -> String {
+        self.tokens
+            .issue(caller.uid, caller.gid, issued_ms, expires_ms)
     }
 
-    /// The verified user behind a bearer token (the HTTP API's `Authorization` header).
-    pub fn caller_of_token(&self, token: &str, now_ms: u64) -> Result<Caller, Status> {
-        let (uid, gid) = self.tokens.verify(token, now_ms).map_err(unauthenticated)?;
-        Ok(self.caller_from(uid, gid))
+    /// The verified user behind a bearer token (the HTTP API's `Authorization` header),
+    /// unless that user's tokens issued before `revoked_before(uid)` were revoked.
+    pub fn caller_of_token(
+        &self,
+        token: &str,
+        now_ms: u64,
+        revoked_before: impl Fn(u32) -> u64,
+    ) -> Result<Caller, Status> {
+        let claims = self.tokens.verify(token, now_ms).map_err(unauthenticated)?;
+        if claims.issued_ms < revoked_before(claims.uid) {
+            return Err(unauthenticated(
+                "this token was revoked (gctl token revoke): get a new one with gctl token",
+            ));
+        }
+        Ok(self.caller_from(claims.uid, claims.gid))
     }
 
     pub fn policy(&self) -> &Policy {

@@ -1,12 +1,14 @@
 //! Bearer tokens for the HTTP API and the dashboard (`gctl token`, as `scontrol token`):
-//! a verified user's uid and gid and an expiry, signed with HMAC-SHA256 under a key every
+//! a verified user's uid and gid, when it was issued and when it expires, signed with HMAC-SHA256 under a key every
 //! controller shares (`gctld --token-key FILE`; without it, a key of this process alone,
 //! so its tokens are good only here and until it restarts).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-const PREFIX: &str = "gst1";
+const PREFIX: &str = "gst2";
+/// Tokens issued before revocation existed: no issue time.
+const OLD_PREFIX: &str = "gst1";
 /// The shortest key accepted from a file.
 const MIN_KEY_BYTES: usize = 32;
 
@@ -43,8 +45,10 @@ impl TokenKey {
     }
 
     /// A token for `uid`/`gid` good until `expires_ms`.
-    pub fn issue(&self, uid: u32, gid: u32, expires_ms: u64) -> String {
-        let body = format!("{PREFIX}.{uid}.{gid}.{expires_ms}");
+    /// A token for `uid`/`gid`, issued at `issued_ms` (so a revocation can name the
+    /// tokens issued before it) and good until `expires_ms`.
+    pub fn issue(&self, uid: u32, gid: u32, issued_ms: u64, expires_ms: u64) -> String {
+        let body = format!("{PREFIX}.{uid}.{gid}.{issued_ms}.{expires_ms}");
         let tag: String = self
             .mac(&body)
             .finalize()
@@ -55,13 +59,17 @@ impl TokenKey {
         format!("{body}.{tag}")
     }
 
-    /// The uid and gid a token names, if it is this key's, well formed and not expired.
-    pub fn verify(&self, token: &str, now_ms: u64) -> Result<(u32, u32), String> {
+    /// What a token vouches for, if this cluster's key signed it and it has not expired.
+    /// Tokens of the first format (`gst1`, no issue time) count as issued at 0, so any
+    /// revocation covers them.
+    pub fn verify(&self, token: &str, now_ms: u64) -> Result<Claims, String> {
         let bad = || "not a gsched token (get one with gctl token)".to_string();
         let (body, tag) = token.trim().rsplit_once('.').ok_or_else(bad)?;
         let parts: Vec<&str> = body.split('.').collect();
-        let [PREFIX, uid, gid, expires] = parts[..] else {
-            return Err(bad());
+        let (uid, gid, issued, expires) = match parts[..] {
+            [PREFIX, uid, gid, issued, expires] => (uid, gid, issued, expires),
+            [OLD_PREFIX, uid, gid, expires] => (uid, gid, "0", expires),
+            _ => return Err(bad()),
         };
         let tag: Vec<u8> = (0..tag.len())
             .step_by(2)
@@ -78,11 +86,20 @@ impl TokenKey {
         if expires <= now_ms {
             return Err("this token has expired: get a new one with gctl token".into());
         }
-        Ok((
-            uid.parse().map_err(|_| bad())?,
-            gid.parse().map_err(|_| bad())?,
-        ))
+        Ok(Claims {
+            uid: uid.parse().map_err(|_| bad())?,
+            gid: gid.parse().map_err(|_| bad())?,
+            issued_ms: issued.parse().map_err(|_| bad())?,
+        })
     }
+}
+
+/// What a valid token says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claims {
+    pub uid: u32,
+    pub gid: u32,
+    pub issued_ms: u64,
 }
 
 #[cfg(test)]
@@ -92,15 +109,39 @@ mod tests {
     #[test]
     fn tokens_verify_until_they_expire_and_not_when_altered_or_foreign() {
         let k = TokenKey(vec![7; 32]);
-        let t = k.issue(1001, 1001, 5_000);
-        assert_eq!(k.verify(&t, 4_999), Ok((1001, 1001)));
+        let t = k.issue(1001, 1001, 1_000, 5_000);
+        let claims = Claims {
+            uid: 1001,
+            gid: 1001,
+            issued_ms: 1_000,
+        };
+        assert_eq!(k.verify(&t, 4_999), Ok(claims));
         assert!(k.verify(&t, 5_000).unwrap_err().contains("expired"));
-        let forged = t.replacen("gst1.1001", "gst1.0", 1);
+        let forged = t.replacen("gst2.1001", "gst2.0", 1);
         assert!(k.verify(&forged, 0).unwrap_err().contains("not issued"));
+        let later = t.replacen(".1000.", ".9000.", 1);
+        assert!(k.verify(&later, 0).unwrap_err().contains("not issued"));
         let other = TokenKey(vec![8; 32]);
         assert!(other.verify(&t, 0).unwrap_err().contains("not issued"));
-        for junk in ["", "gst1", "a.b.c.d.e", "gst1.1.1.1.zz", "gst1.x.1.9.00"] {
+        for junk in [
+            "",
+            "gst2",
+            "a.b.c.d.e",
+            "gst2.1.1.1.1.zz",
+            "gst2.x.1.1.9.00",
+        ] {
             assert!(k.verify(junk, 0).is_err(), "{junk}");
         }
+        // A token of the first format still works, as issued at 0.
+        let body = "gst1.1001.1001.5000";
+        let tag: String = k
+            .mac(body)
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let old = k.verify(&format!("{body}.{tag}"), 0).unwrap();
+        assert_eq!(old.issued_ms, 0);
     }
 }

@@ -613,14 +613,73 @@ impl Jobs for JobsService {
                 gsched_types::api::MAX_TOKEN_LIFETIME_S
             )));
         }
-        let expires_ms = gsched_proto::clock::now_ms() + body.lifetime_s * 1000;
+        let now = gsched_proto::clock::now_ms();
+        let expires_ms = now + body.lifetime_s * 1000;
         let reply = gsched_types::api::TokenReply {
-            token: self.ctx.auth.issue_token(&caller, expires_ms),
+            token: self.ctx.auth.issue_token(&caller, now, expires_ms),
             user: caller.user.clone(),
             expires_ms,
         };
         Ok(Response::new(DocReply {
             json: serde_json::to_vec(&reply).expect("a token reply serialises"),
+        }))
+    }
+
+    async fn revoke_tokens(
+        &self,
+        req: Request<ActOnJobsRequest>,
+    ) -> Result<Response<DocReply>, Status> {
+        use gsched_types::api::{RevokeTokensReply, RevokeTokensRequest};
+        let caller = self.ctx.auth.caller(&req)?;
+        let req = req.into_inner();
+        let body: RevokeTokensRequest = json_body(&req.json, "token revocation")?;
+        let user = match (&body.user, body.all) {
+            (Some(_), true) => {
+                return Err(Status::invalid_argument(
+                    "name a user or ask for everyone's tokens (--all), not both",
+                ));
+            }
+            (_, true) => None,
+            (Some(u), false) => Some(u.clone()),
+            (None, false) => Some(caller.user.clone()),
+        };
+        if user.as_deref() != Some(caller.user.as_str()) && !caller.is_admin() {
+            return Err(Status::permission_denied(format!(
+                "revoking {} tokens is for admins (you are {}); gctl token revoke alone revokes your own",
+                user.as_deref()
+                    .map_or("everyone's".to_string(), |u| format!("{u}'s")),
+                caller.user
+            )));
+        }
+        let uid = match &user {
+            None => None,
+            Some(u) if *u == caller.user => Some(caller.uid),
+            Some(u) => Some(
+                nix::unistd::User::from_name(u)
+                    .ok()
+                    .flatten()
+                    .map(|p| p.uid.as_raw())
+                    .ok_or_else(|| {
+                        Status::not_found(format!("no user {u} on this controller's host"))
+                    })?,
+            ),
+        };
+        let cmd = Command::RevokeTokens(gsched_state::RevokeTokens { uid });
+        let id = request_id(&caller, cmd.name(), &req.request_id);
+        outcome_to_status(self.ctx.propose(cmd, id).await?)?;
+        let revoked_before_ms = {
+            let replica = self.ctx.raft.replica.read();
+            match uid {
+                Some(u) => replica.state.token_revocations.revoked_before(u),
+                None => replica.state.token_revocations.all_before_ms,
+            }
+        };
+        let reply = RevokeTokensReply {
+            user,
+            revoked_before_ms,
+        };
+        Ok(Response::new(DocReply {
+            json: serde_json::to_vec(&reply).expect("a revocation reply serialises"),
         }))
     }
 

@@ -39,6 +39,36 @@ pub struct Usage {
     pub at_ms: u64,
 }
 
+/// Tokens issued before these times (leader time, ms) are refused: everyone's, and per
+/// uid.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRevocations {
+    #[serde(default)]
+    pub all_before_ms: u64,
+    #[serde(default)]
+    pub users: BTreeMap<u32, u64>,
+}
+
+impl TokenRevocations {
+    pub fn is_empty(&self) -> bool {
+        self.all_before_ms == 0 && self.users.is_empty()
+    }
+
+    fn revoke(&mut self, uid: Option<u32>, at_ms: u64) {
+        let slot = match uid {
+            Some(u) => self.users.entry(u).or_insert(0),
+            None => &mut self.all_before_ms,
+        };
+        *slot = (*slot).max(at_ms);
+    }
+
+    /// Tokens of `uid` issued before this are revoked.
+    pub fn revoked_before(&self, uid: u32) -> u64 {
+        self.all_before_ms
+            .max(self.users.get(&uid).copied().unwrap_or(0))
+    }
+}
+
 /// The replicated state of the whole cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -65,6 +95,9 @@ pub struct ClusterState {
     /// The texts payloads name, compressed, one copy per distinct text.
     #[serde(default)]
     pub blobs: payload::Blobs,
+    /// Which `gctl token` tokens no longer count.
+    #[serde(default, skip_serializing_if = "TokenRevocations::is_empty")]
+    pub token_revocations: TokenRevocations,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
     /// Jobs not ended, in all and per user (for the queue limits).
@@ -115,6 +148,7 @@ impl Default for ClusterState {
             clock_ms: 0,
             payloads: BTreeMap::new(),
             blobs: payload::Blobs::default(),
+            token_revocations: TokenRevocations::default(),
             node_usage: BTreeMap::new(),
             queued: Queued::default(),
         }
@@ -284,6 +318,10 @@ impl ClusterState {
             Command::GrunStepStarted(c) => self.grun_step_started(c, at),
             Command::GrunStepEnded(c) => self.grun_step_ended(c, at),
             Command::JobWarning(c) => self.job_warning(c),
+            Command::RevokeTokens(c) => {
+                self.token_revocations.revoke(c.uid, at);
+                Outcome::Ok
+            }
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c),
             Command::StepStarted(c) => self.step_started(c, at),
