@@ -1328,3 +1328,94 @@ fn t97_tokens_can_be_revoked_by_their_owner_or_an_admin() {
     assert!(status_with(&token(&alice)).starts_with("200"));
     assert!(status_with(&token(&bob)).starts_with("200"));
 }
+
+#[test]
+fn t98_the_http_api_of_a_cluster_with_certificates_is_https_only() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let Some(munged) = Munged::start() else {
+        return;
+    };
+    let certs = tempfile::Builder::new()
+        .prefix("gsched-tls")
+        .tempdir()
+        .unwrap();
+    let d = certs.path().to_string_lossy().into_owned();
+    for args in [
+        vec!["certs", "init", "--dir", &d],
+        vec![
+            "certs",
+            "issue",
+            "--dir",
+            &d,
+            "--controller",
+            "1",
+            "--host",
+            "127.0.0.1",
+        ],
+    ] {
+        let out = Command::new(bin("gctl")).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = munged.socket().to_string_lossy().into_owned();
+    let security = Security {
+        controllers: vec![
+            "--tls-dir".into(),
+            d.clone(),
+            "--munge-socket".into(),
+            sock.clone(),
+        ],
+        agents: vec!["--tls-dir".into(), d.clone()],
+        cli_env: vec![
+            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
+            ("GSCHED_MUNGE_SOCKET".into(), sock.clone()),
+        ],
+        unix_sockets: false,
+    };
+    let http = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let c = Cluster::controllers_with(1, &["--http", &http], security);
+    let v: Value = serde_json::from_str(&ok_as(&c, &alice, "gctl", &["token", "--json"])).unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    // HTTPS with the cluster's CA, as alice's script would reach it.
+    let prog = r#"
+import json, ssl, sys, urllib.request
+url, ca, token = sys.argv[1], sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+    print(r.status, json.load(r)["jobs"] == [])
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            prog,
+            &format!("https://{http}/api/v1/jobs"),
+            &format!("{d}/ca.pem"),
+            &token,
+        ])
+        .uid(alice.uid)
+        .gid(alice.gid)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "200 True",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Plaintext gets no HTTP answer: tokens never cross this port in the clear.
+    let r = gsched_tests::http::request(
+        &http,
+        "GET",
+        "/api/v1/jobs",
+        &format!("Authorization: Bearer {token}\r\n"),
+        b"",
+    );
+    assert!(!r.starts_with("HTTP/1.1 200"), "{r}");
+}

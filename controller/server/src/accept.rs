@@ -238,11 +238,121 @@ fn warn_backoff(admission: &Admission, e: &std::io::Error) {
     }
 }
 
-/// The HTTP listener with the same admission (`axum::serve` takes it); its address type
-/// carries the peer's uid when the kernel told it.
+/// The HTTP listener with the same admission (`axum::serve` takes it): connections are
+/// accepted, admitted and (with TLS) handshaken by a task of their own, so one slow client
+/// holds up no other; its address type carries the peer's uid when the kernel told it.
 pub struct HttpListener {
-    pub listener: tokio::net::TcpListener,
-    pub admission: Arc<Admission>,
+    local: std::net::SocketAddr,
+    ready: tokio::sync::mpsc::Receiver<(HttpIo, HttpPeer)>,
+}
+
+/// How long a TLS client may take over its handshake.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
+impl HttpListener {
+    /// Starts accepting on `listener`; with `tls`, every connection is HTTPS.
+    pub fn start(
+        listener: tokio::net::TcpListener,
+        admission: Arc<Admission>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> std::io::Result<HttpListener> {
+        let local = listener.local_addr()?;
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, remote) = match listener.accept().await {
+                    Ok(x) => x,
+                    Err(e) if needs_backoff(&e) => {
+                        warn_backoff(&admission, &e);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                let Ok(conn) = Conn::tcp(stream, remote.ip().is_loopback()) else {
+                    continue;
+                };
+                let uid = conn.info().peer_uid;
+                let peer = admission.peer_of(uid, Some(remote.ip()));
+                let Some(permit) = admission.admit(peer) else {
+                    continue;
+                };
+                let conn = conn.admitted(permit, admission.limits().first_bytes);
+                let who = HttpPeer { remote, uid };
+                match &tls {
+                    None => {
+                        if tx.send((HttpIo::Plain(conn), who)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(acceptor) => {
+                        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(conn)).await {
+                                Ok(Ok(s)) => {
+                                    let _ = tx.send((HttpIo::Tls(Box::new(s)), who)).await;
+                                }
+                                Ok(Err(e)) => tracing::debug!("HTTPS handshake with {remote}: {e}"),
+                                Err(_) => {
+                                    tracing::debug!("HTTPS handshake with {remote} timed out")
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        Ok(HttpListener { local, ready })
+    }
+}
+
+/// One HTTP connection: plaintext (loopback) or TLS.
+pub enum HttpIo {
+    Plain(Conn),
+    Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
+}
+
+macro_rules! either {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            HttpIo::Plain($s) => $e,
+            HttpIo::Tls($s) => $e,
+        }
+    };
+}
+
+impl tokio::io::AsyncRead for HttpIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl tokio::io::AsyncWrite for HttpIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        either!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_shutdown(cx))
+    }
 }
 
 /// Who an HTTP connection came from.
@@ -253,40 +363,51 @@ pub struct HttpPeer {
 }
 
 impl axum::serve::Listener for HttpListener {
-    type Io = Conn;
+    type Io = HttpIo;
     type Addr = HttpPeer;
 
-    async fn accept(&mut self) -> (Conn, HttpPeer) {
-        loop {
-            let (stream, remote) = match self.listener.accept().await {
-                Ok(x) => x,
-                Err(e) if needs_backoff(&e) => {
-                    warn_backoff(&self.admission, &e);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let loopback = remote.ip().is_loopback();
-            let Ok(conn) = Conn::tcp(stream, loopback) else {
-                continue;
-            };
-            let uid = conn.info().peer_uid;
-            let peer = self.admission.peer_of(uid, Some(remote.ip()));
-            let Some(permit) = self.admission.admit(peer) else {
-                continue;
-            };
-            let first = self.admission.limits().first_bytes;
-            return (conn.admitted(permit, first), HttpPeer { remote, uid });
+    async fn accept(&mut self) -> (HttpIo, HttpPeer) {
+        match self.ready.recv().await {
+            Some(x) => x,
+            // The accepting task is gone (the runtime is stopping): accept nothing more.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<HttpPeer> {
         Ok(HttpPeer {
-            remote: self.listener.local_addr()?,
+            remote: self.local,
             uid: None,
         })
     }
+}
+
+/// The TLS settings of the HTTP port of a controller with certificates: its own
+/// certificate (the one its gRPC port presents), so clients check it with `ca.pem`.
+pub fn https(
+    certs: &gsched_proto::tls::CertDir,
+    id: u64,
+) -> Result<tokio_rustls::TlsAcceptor, String> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let who = gsched_proto::tls::PeerIdentity::Controller(id);
+    let (cert, key) = (certs.cert(&who), certs.key(&who));
+    let chain = CertificateDer::pem_file_iter(&cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cannot read {}: {e}", cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&key)
+        .map_err(|e| format!("cannot read {}: {e}", key.display()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .map_err(|e| format!("the HTTPS certificate {}: {e}", cert.display()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, HttpListener>>

@@ -49,7 +49,16 @@ struct RoleLabel {
 }
 
 /// Serves `/metrics` on `listener` until the process ends.
+/// The certificates of a controller with TLS (its HTTP port serves HTTPS with them).
+fn ctx_security(ctx: &Ctx) -> Option<(gsched_proto::tls::CertDir, u64)> {
+    match &ctx.cfg.security {
+        crate::config::Security::Cluster { certs, .. } => Some((certs.clone(), ctx.cfg.id)),
+        crate::config::Security::DevLocal => None,
+    }
+}
+
 pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
+    let ctx2 = ctx.clone();
     let local = listener.local_addr().ok();
     let guard_local = local;
     let api = Api {
@@ -87,9 +96,23 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
         ))
         .with_state(api);
     let service = app.into_make_service_with_connect_info::<crate::accept::HttpPeer>();
-    let listener = crate::accept::HttpListener {
-        listener,
-        admission: crate::accept::Admission::new(crate::accept::Limits::default_for_process()),
+    let tls = match &ctx_security(&ctx2) {
+        Some((certs, id)) => match crate::accept::https(certs, *id) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!("the HTTP API cannot serve HTTPS, so it is off: {e}");
+                return;
+            }
+        },
+        None => None,
+    };
+    let admission = crate::accept::Admission::new(crate::accept::Limits::default_for_process());
+    let listener = match crate::accept::HttpListener::start(listener, admission, tls) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("the HTTP endpoint cannot start: {e}");
+            return;
+        }
     };
     if let Err(e) = axum::serve(listener, service).await {
         tracing::warn!("the HTTP endpoint stopped: {e}");

@@ -196,7 +196,8 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-        tracing::info!("metrics on http://{addr}/metrics");
+        let scheme = if dev_local { "http" } else { "https" };
+        tracing::info!("metrics and the HTTP API on {scheme}://{addr}/");
         tokio::spawn(http::serve(ctx.clone(), listener));
     }
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
