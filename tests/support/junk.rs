@@ -36,7 +36,9 @@ pub fn junk_bytes(rng: &mut SmallRng) -> Vec<u8> {
 }
 
 pub fn junk_number(rng: &mut SmallRng) -> Value {
-    match rng.gen_range(0..8) {
+    match rng.gen_range(0..10) {
+        8 => json!(1u64 << 31),
+        9 => json!(1u64 << 32),
         0 => json!(0),
         1 => json!(u32::MAX),
         2 => json!(u64::MAX),

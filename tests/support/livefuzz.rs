@@ -351,6 +351,42 @@ impl Fuzzer {
                     .add(if signal { "SignalJobs" } else { "ActOnJobs" }, &r);
                 return;
             }
+            12 if rng.gen_bool(0.5) => {
+                // Well-formed bodies with extreme numbers: a step's task counts, a token's
+                // lifetime, a revocation.
+                let which = rng.gen_range(0..3);
+                let body = match which {
+                    0 => json!({"job": job_id(rng), "nodelist": [], "nodes": junk_number(rng),
+                        "ntasks": junk_number(rng), "ntasks_per_node": junk_number(rng),
+                        "argv": ["true"], "env": {}, "cwd": "/"}),
+                    1 => json!({"lifetime_s": junk_number(rng)}),
+                    _ => json!({"user": junk_string(rng), "all": rng.gen_bool(0.5)}),
+                };
+                let req = ActOnJobsRequest {
+                    request_id: rid,
+                    json: serde_json::to_vec(&body).unwrap(),
+                };
+                let (name, r) = match which {
+                    0 => {
+                        let r = jobs.run_step(req).await;
+                        let r = match r {
+                            Ok(reply) => {
+                                let mut s = reply.into_inner();
+                                let _ =
+                                    tokio::time::timeout(Duration::from_millis(200), s.message())
+                                        .await;
+                                Ok(())
+                            }
+                            Err(e) => Err(e),
+                        };
+                        ("RunStep", r)
+                    }
+                    1 => ("IssueToken", jobs.issue_token(req).await.map(|_| ())),
+                    _ => ("RevokeTokens", jobs.revoke_tokens(req).await.map(|_| ())),
+                };
+                self.tally.lock().add(name, &r);
+                return;
+            }
             12 => "Agent.Session",
             _ => "raw",
         };
