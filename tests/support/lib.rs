@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod junk;
+pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -154,6 +155,29 @@ pub struct AgentOpts {
     pub name: String,
     pub topology: PathBuf,
     pub extra: Vec<String>,
+    /// A command line the agent runs under (`ip netns exec NS ...`), if any.
+    pub prefix: Vec<String>,
+}
+
+/// `program` run under `prefix` (a command that ends by exec'ing its arguments, such as
+/// `ip netns exec NS`), or alone.
+pub fn prefixed(prefix: &[String], program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match prefix.split_first() {
+        None => Command::new(program),
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+    }
+}
+
+/// Where a cluster's processes run when they are not all on this host's loopback: each
+/// controller's address and the command it runs under, and the command the CLI runs under.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    pub controllers: Vec<(String, Vec<String>)>,
+    pub cli: Vec<String>,
 }
 
 /// A local cluster of real processes.
@@ -171,6 +195,9 @@ pub struct Cluster {
     pub agent_security: Vec<String>,
     /// Environment for the CLI tools (`GSCHED_TLS_CA`, `GSCHED_MUNGE_SOCKET`...).
     pub cli_env: Vec<(String, String)>,
+    /// The commands controllers (by index) and the CLI run under.
+    pub ctl_prefix: Vec<Vec<String>>,
+    pub cli_prefix: Vec<String>,
 }
 
 /// How a cluster's processes prove who they are.
@@ -216,6 +243,17 @@ impl Cluster {
 
     /// `n` controllers with the given security settings.
     pub fn controllers_with(n: u64, extra: &[&str], security: Security) -> Cluster {
+        Cluster::controllers_placed(n, extra, security, Placement::default())
+    }
+
+    /// Controllers at the addresses and under the commands `placement` gives (network
+    /// namespaces standing for hosts), with the given security settings.
+    pub fn controllers_placed(
+        n: u64,
+        extra: &[&str],
+        security: Security,
+        placement: Placement,
+    ) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("gsched-test")
             .tempdir()
@@ -240,6 +278,9 @@ impl Cluster {
         ]);
         let controllers: Vec<(u64, String)> = (1..=n)
             .map(|id| {
+                if let Some((addr, _)) = placement.controllers.get(id as usize - 1) {
+                    return (id, addr.clone());
+                }
                 let addr = if security.unix_sockets {
                     format!(
                         "unix:{}",
@@ -261,6 +302,16 @@ impl Cluster {
             ctl_security: security.controllers,
             agent_security: security.agents,
             cli_env: security.cli_env,
+            ctl_prefix: (0..n as usize)
+                .map(|i| {
+                    placement
+                        .controllers
+                        .get(i)
+                        .map(|(_, p)| p.clone())
+                        .unwrap_or_default()
+                })
+                .collect(),
+            cli_prefix: placement.cli,
         };
         for i in 0..n as usize {
             let p = c.spawn_controller(i);
@@ -292,7 +343,7 @@ impl Cluster {
     fn spawn_controller(&self, i: usize) -> Proc {
         let (id, addr) = &self.controllers[i];
         let log = self.path(&format!("ctl{id}.log"));
-        let mut cmd = Command::new(bin("gctld"));
+        let mut cmd = prefixed(&self.ctl_prefix[i], bin("gctld"));
         cmd.args([
             "--id",
             &id.to_string(),
@@ -345,10 +396,22 @@ impl Cluster {
 
     /// Adds an agent with the topology file at `path`.
     pub fn add_agent_with(&mut self, name: &str, path: PathBuf, extra: &[&str]) -> usize {
+        self.add_agent_under(Vec::new(), name, path, extra)
+    }
+
+    /// Adds an agent that runs under `prefix` (in a network namespace, say).
+    pub fn add_agent_under(
+        &mut self,
+        prefix: Vec<String>,
+        name: &str,
+        path: PathBuf,
+        extra: &[&str],
+    ) -> usize {
         let opts = AgentOpts {
             name: name.to_string(),
             topology: path,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            prefix,
         };
         self.agent_opts.push(opts);
         let i = self.agent_opts.len() - 1;
@@ -367,7 +430,7 @@ impl Cluster {
     fn spawn_agent(&self, i: usize) -> Proc {
         let o = &self.agent_opts[i];
         let log = self.path(&format!("agent-{}.log", o.name));
-        let mut cmd = Command::new(bin("gagentd"));
+        let mut cmd = prefixed(&o.prefix, bin("gagentd"));
         cmd.args([
             "--controllers",
             &self.controllers_arg(),
@@ -451,7 +514,11 @@ impl Cluster {
 
     /// A CLI tool's command line against this cluster (not started).
     pub fn command(&self, tool: &str, args: &[&str], cwd: &Path) -> Command {
-        let mut cmd = Command::new(bin(tool));
+        self.command_under(&self.cli_prefix, tool, args, cwd)
+    }
+
+    fn command_under(&self, prefix: &[String], tool: &str, args: &[&str], cwd: &Path) -> Command {
+        let mut cmd = prefixed(prefix, bin(tool));
         cmd.args(args)
             .current_dir(cwd)
             .env("GSCHED_CONTROLLERS", self.controllers_arg())
@@ -475,9 +542,22 @@ impl Cluster {
     /// Runs a CLI tool as `user`, in their directory of this cluster.
     pub fn cli_as(&self, user: &TestUser, tool: &str, args: &[&str]) -> Output {
         let home = self.user_dir(user);
-        let mut cmd = self.command(tool, args, &home);
-        std::os::unix::process::CommandExt::uid(&mut cmd, user.uid);
-        std::os::unix::process::CommandExt::gid(&mut cmd, user.gid);
+        let mut cmd = if self.cli_prefix.is_empty() {
+            let mut cmd = self.command(tool, args, &home);
+            std::os::unix::process::CommandExt::uid(&mut cmd, user.uid);
+            std::os::unix::process::CommandExt::gid(&mut cmd, user.gid);
+            cmd
+        } else {
+            // Entering a namespace needs root: the user is taken on after it.
+            let mut prefix = self.cli_prefix.clone();
+            prefix.extend([
+                "setpriv".to_string(),
+                format!("--reuid={}", user.uid),
+                format!("--regid={}", user.gid),
+                "--clear-groups".to_string(),
+            ]);
+            self.command_under(&prefix, tool, args, &home)
+        };
         cmd.env("HOME", &home)
             .env("USER", &user.name)
             .output()
@@ -751,12 +831,23 @@ pub struct Munged {
 }
 
 impl Munged {
+    /// The key this munged uses (to start others of the same cluster).
+    pub fn key(&self) -> PathBuf {
+        self.dir.path().join("munge.key")
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("munge.socket")
     }
 
     /// Starts one with a fresh key; `None` when munge is not installed (required in CI).
     pub fn start() -> Option<Munged> {
+        Munged::start_under(&[], None)
+    }
+
+    /// Starts one under `prefix` (`ip netns exec NS ...`: another "host"), with a copy of
+    /// `key` (one key for a whole cluster) or a fresh one.
+    pub fn start_under(prefix: &[String], key: Option<&Path>) -> Option<Munged> {
         let installed = Path::new("/usr/sbin/munged").exists()
             && nix::unistd::User::from_name("munge")
                 .ok()
@@ -781,16 +872,34 @@ impl Munged {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .expect("chmod");
-        let key = dir.path().join("munge.key");
         let as_munge = |args: &[&str]| {
-            let mut c = Command::new(args[0]);
+            let mut p: Vec<String> = prefix.to_vec();
+            p.extend([
+                "setpriv".to_string(),
+                format!("--reuid={}", munge.uid),
+                format!("--regid={}", munge.gid),
+                "--clear-groups".to_string(),
+            ]);
+            let mut c = prefixed(&p, args[0]);
             c.args(&args[1..]);
-            std::os::unix::process::CommandExt::uid(&mut c, munge.uid.as_raw());
-            std::os::unix::process::CommandExt::gid(&mut c, munge.gid.as_raw());
             c.status().expect("run munge tool")
         };
-        let key_s = key.to_string_lossy().into_owned();
-        assert!(as_munge(&["/usr/sbin/mungekey", "-c", "-k", &key_s, "-b", "1024"]).success());
+        let key_path = dir.path().join("munge.key");
+        let key_s = key_path.to_string_lossy().into_owned();
+        match key {
+            Some(k) => {
+                std::fs::copy(k, &key_path).expect("copy the munge key");
+                nix::unistd::chown(&key_path, Some(munge.uid), Some(munge.gid)).expect("chown");
+                std::fs::set_permissions(
+                    &key_path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .expect("chmod");
+            }
+            None => assert!(
+                as_munge(&["/usr/sbin/mungekey", "-c", "-k", &key_s, "-b", "1024"]).success()
+            ),
+        }
         let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
         let socket = p("munge.socket");
         assert!(

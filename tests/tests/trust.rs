@@ -807,7 +807,7 @@ while time.time() < end:
         pass
     conn.close()
 "#;
-    let child = Command::new("python3")
+    let child = Command::new("/usr/bin/python3")
         .args(["-c", prog, addr])
         .arg(&ready)
         .arg(&capture)
@@ -932,7 +932,7 @@ fn t91_one_server_over_unix_sockets_knows_users_by_the_kernel_and_keeps_storage_
     // Stopped, its socket's place is root's: alice cannot listen there.
     c.kill_controller(0);
     let path = c.controllers[0].1.trim_start_matches("unix:").to_string();
-    let out = Command::new("python3")
+    let out = Command::new("/usr/bin/python3")
         .args([
             "-c",
             "import os,socket,sys\ntry: os.unlink(sys.argv[1])\nexcept OSError: pass\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.bind(sys.argv[1]); print('bound')\nexcept OSError as e: print('refused', e.errno)",
@@ -1192,7 +1192,7 @@ print(json.dumps({"phase": "early", "opened": len(socks), "refused": refused, "c
 time.sleep(max(0.0, late - (time.time() - start)))
 print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), flush=True)
 "#;
-    Command::new("python3")
+    Command::new("/usr/bin/python3")
         .args([
             "-c",
             prog,
@@ -1391,7 +1391,7 @@ req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
 with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
     print(r.status, json.load(r)["jobs"] == [])
 "#;
-    let out = Command::new("python3")
+    let out = Command::new("/usr/bin/python3")
         .args([
             "-c",
             prog,
@@ -1418,4 +1418,210 @@ with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
         b"",
     );
     assert!(!r.starts_with("HTTP/1.1 200"), "{r}");
+}
+
+#[test]
+fn t99_the_real_deployment_across_hosts_survives_a_cut_and_refuses_a_node_certificate() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    use gsched_tests::netns::Hosts;
+    use gsched_tests::{Placement, prefixed};
+    // Four "hosts": controllers on ctl-a, ctl-b and ctl-c, nodes n1 on ctl-a and n2 on
+    // ctl-b, users on login; one munged each, one key.
+    let Some(hosts) = Hosts::create(&["ctl-a", "ctl-b", "ctl-c", "login"]) else {
+        return;
+    };
+    let Some(login_munge) = Munged::start_under(&hosts.on("login"), None) else {
+        return;
+    };
+    let munges: Vec<Munged> = ["ctl-a", "ctl-b", "ctl-c"]
+        .iter()
+        .map(|h| Munged::start_under(&hosts.on(h), Some(&login_munge.key())).unwrap())
+        .collect();
+    let certs = tempfile::Builder::new()
+        .prefix("gsched-tls")
+        .tempdir()
+        .unwrap();
+    let d = certs.path().to_string_lossy().into_owned();
+    let gctl = |args: &[&str]| {
+        let out = Command::new(bin("gctl")).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    gctl(&["certs", "init", "--dir", &d]);
+    let names = ["ctl-a", "ctl-b", "ctl-c"];
+    for (i, h) in names.iter().enumerate() {
+        let id = (i + 1).to_string();
+        let addr = hosts.addr(h);
+        gctl(&[
+            "certs",
+            "issue",
+            "--dir",
+            &d,
+            "--controller",
+            &id,
+            "--host",
+            &addr,
+            "--host",
+            h,
+        ]);
+    }
+    for n in ["n1", "n2", "n3"] {
+        gctl(&["certs", "issue", "--dir", &d, "--node", n]);
+    }
+    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let https = format!("{}:9817", hosts.addr("ctl-a"));
+    let placement = Placement {
+        controllers: names
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let mut own = vec![
+                    "--munge-socket".to_string(),
+                    munges[i].socket().to_string_lossy().into_owned(),
+                ];
+                if i == 0 {
+                    own.extend(["--http".to_string(), https.clone()]);
+                }
+                (format!("{}:6817", hosts.addr(h)), hosts.on_with(h, &own))
+            })
+            .collect(),
+        cli: hosts.on("login"),
+    };
+    let security = Security {
+        controllers: vec!["--tls-dir".into(), d.clone()],
+        agents: vec!["--tls-dir".into(), d.clone()],
+        cli_env: vec![
+            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
+            (
+                "GSCHED_MUNGE_SOCKET".into(),
+                login_munge.socket().to_string_lossy().into_owned(),
+            ),
+        ],
+        unix_sockets: false,
+    };
+    let mut c = Cluster::controllers_placed(3, &[], security, placement);
+    c.leader(Duration::from_secs(60));
+    for (node, host) in [("n1", "ctl-a"), ("n2", "ctl-b")] {
+        let addr = hosts.addr(host);
+        // A real node's agent: no job below uid 1000.
+        c.add_agent_under(
+            hosts.on(host),
+            node,
+            gsched_tests::topology("rtx4090-8gpu.json"),
+            &["--training-addr", &addr, "--min-uid", "1000"],
+        );
+    }
+
+    // A 2-node job of alice's runs on both hosts, under their host names.
+    let script = user_script(
+        &c,
+        &alice,
+        "where.sh",
+        "#!/bin/sh\nhostname > host.$SLURM_JOB_ID.$SLURM_NODEID\nexec sleep 300\n",
+    );
+    let job = submit_as(&c, &alice, &["-N", "2", "--gpus-per-node", "1", &script]);
+    c.wait_state(job, &["RUNNING"], Duration::from_secs(60));
+    let home = c.user_dir(&alice);
+    for (i, host) in ["ctl-a", "ctl-b"].iter().enumerate() {
+        let seen = read_when(&home.join(format!("host.{job}.{i}")));
+        assert_eq!(seen.trim(), *host);
+    }
+    // Root is refused by the nodes themselves.
+    let root_job = c.submit(&["--wrap", "true"]);
+    let refused_job = c.wait_state(root_job, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    assert!(
+        refused_job["failure"]["evidence"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--min-uid"),
+        "{refused_job}"
+    );
+
+    // The HTTP API over HTTPS, with alice's token, from the login host.
+    let v: Value = serde_json::from_str(&ok_as(&c, &alice, "gctl", &["token", "--json"])).unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    let mut on_login = hosts.on("login");
+    on_login.extend([
+        "setpriv".into(),
+        format!("--reuid={}", alice.uid),
+        format!("--regid={}", alice.gid),
+        "--clear-groups".into(),
+    ]);
+    let prog = r#"
+import json, ssl, sys, urllib.request
+url, ca, token = sys.argv[1], sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+    print(json.load(r)["state"])
+"#;
+    let out = prefixed(&on_login, "/usr/bin/python3")
+        .args([
+            "-c",
+            prog,
+            &format!("https://{https}/api/v1/jobs/{job}"),
+            &format!("{d}/ca.pem"),
+            &token,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "RUNNING",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A node's certificate (n3, a node running nothing) cannot register as another node
+    // or report about a job on other nodes.
+    let leader = c.leader(Duration::from_secs(30));
+    let leader_addr = c.controllers[(leader - 1) as usize].1.clone();
+    let forge_on_login = |req: Value| -> Value {
+        let out = prefixed(&hosts.on("login"), env!("CARGO_BIN_EXE_gsched-forge"))
+            .arg(&leader_addr)
+            .arg(req.to_string())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    let n3 = json!({"ca": format!("{d}/ca.pem"), "cert": format!("{d}/node-n3.pem"), "key": format!("{d}/node-n3.key")});
+    let v = forge_on_login(json!({"call": "register", "name": "n1", "tls": n3}));
+    refused(&v, "PermissionDenied", "cannot register as node n1");
+    let v = forge_on_login(
+        json!({"call": "report", "name": "n3", "job": job, "attempt": 0, "claim_node": "n1", "tls": n3}),
+    );
+    assert_eq!(v["ok"], true, "{v}");
+
+    // ctl-c is cut off: the job keeps running and the cluster keeps working.
+    hosts.cut("ctl-c", true);
+    std::thread::sleep(Duration::from_secs(8));
+    let row = c.job(job).unwrap();
+    assert_eq!(
+        (
+            row["state"].as_str(),
+            row["restarts"].as_u64(),
+            row["failure"].is_null()
+        ),
+        (Some("RUNNING"), Some(0), true),
+        "{row}\n{}",
+        c.logs()
+    );
+    let after = submit_as(&c, &alice, &["--wrap", "true"]);
+    c.wait_state(after, &["COMPLETED"], Duration::from_secs(60));
+    hosts.cut("ctl-c", false);
+    ok_as(&c, &alice, "gcancel", &[&job.to_string()]);
+    c.wait_state(job, &["CANCELLED"], Duration::from_secs(60));
+    drop(c);
+    drop(munges);
 }
