@@ -113,10 +113,15 @@ pub fn issue(dir: &Path, who: &PeerIdentity, hosts: &[String]) -> Result<Vec<Str
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
+    // Only a controller's certificate may serve: a node's proves who dials, so whoever
+    // holds a node's key cannot pose as a controller to agents or users.
+    params.extended_key_usages = match who {
+        PeerIdentity::Controller(_) => vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ],
+        PeerIdentity::Node(_) => vec![ExtendedKeyUsagePurpose::ClientAuth],
+    };
     validity(&mut params);
     let cert = params.signed_by(&key, &issuer).map_err(rcgen_error)?;
     write_new(&certs.key(who), &key.serialize_pem(), 0o600)?;
@@ -156,6 +161,14 @@ mod tests {
                 &std::fs::metadata(certs.key(&who)).unwrap().permissions(),
             );
             assert_eq!(mode & 0o777, 0o600, "keys are private");
+            let (_, cert) = x509_parser::parse_x509_certificate(der.contents()).unwrap();
+            let eku = cert.extended_key_usage().unwrap().unwrap().value;
+            assert!(eku.client_auth);
+            assert_eq!(
+                eku.server_auth,
+                matches!(who, PeerIdentity::Controller(_)),
+                "only controllers serve"
+            );
         }
     }
 }

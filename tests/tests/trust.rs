@@ -486,6 +486,91 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Someone holding a node's key serves as a controller (even at an address its
+    // certificate names): users and agents refuse it, a node's certificate cannot serve.
+    gctl(&[
+        "certs",
+        "issue",
+        "--dir",
+        &d,
+        "--node",
+        "n4",
+        "--host",
+        "127.0.0.1",
+    ]);
+    let fake = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        ("ca.pem", "ca.pem"),
+        ("node-n4.pem", "controller-9.pem"),
+        ("node-n4.key", "controller-9.key"),
+    ] {
+        std::fs::copy(certs.path().join(from), fake.path().join(to)).unwrap();
+    }
+    let port = gsched_tests::free_port();
+    let fake_addr = format!("127.0.0.1:{port}");
+    let mut impostor = Command::new(bin("gctld"))
+        .args([
+            "--id",
+            "9",
+            "--listen",
+            &fake_addr,
+            "--munge-socket",
+            &sock,
+            "--tls-dir",
+        ])
+        .arg(fake.path())
+        .arg("--data-dir")
+        .arg(fake.path().join("data"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the impostor to listen", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(&fake_addr).ok().map(drop)
+    });
+    let out = Command::new(bin("gqueue"))
+        .env("GSCHED_CONTROLLERS", &fake_addr)
+        .env("GSCHED_TLS_CA", format!("{d}/ca.pem"))
+        .env("GSCHED_MUNGE_SOCKET", &sock)
+        .env("GSCHED_RETRY_S", "2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!("gqueue against a node's certificate: {err}");
+    assert!(
+        !out.status.success(),
+        "gqueue trusted a node's certificate: {err}"
+    );
+    assert!(
+        err.to_lowercase().contains("certificate") || err.contains("Purpose"),
+        "{err}"
+    );
+    let agent_dir = tempfile::tempdir().unwrap();
+    let agent_log = agent_dir.path().join("agent.log");
+    let mut agent = Command::new(bin("gagentd"))
+        .args(["--controllers", &fake_addr, "--name", "n2", "--tls-dir", &d])
+        .arg("--state-dir")
+        .arg(agent_dir.path().join("state"))
+        .arg("--fake-topology")
+        .arg(gsched_tests::topology("rtx4090-8gpu.json"))
+        .args(["--cgroup-root", "off", "--training-addr", "127.0.0.1"])
+        .env(
+            "GSCHED_LOG",
+            "debug,h2=warn,tower=warn,hyper=warn,rustls=warn",
+        )
+        .stderr(std::fs::File::create(&agent_log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    let log = std::fs::read_to_string(&agent_log).unwrap();
+    assert!(!log.contains("registered with controller"), "{log}");
+    assert!(
+        log.contains(&fake_addr) && log.contains("server authentication"),
+        "the agent tried the impostor and refused its certificate: {log}"
+    );
     // The three controllers agree, and n1 is still itself.
     assert_eq!(c.node("n1").unwrap()["online"], true);
     let digests: Vec<Value> = c
