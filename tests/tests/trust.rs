@@ -1348,6 +1348,34 @@ fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
     }
     // Generous against a loaded CI machine; the figure itself is printed above.
     assert!(median(&loaded) < 1000.0, "{loaded:?}");
+
+    // A client that sends its headers a line a second is cut off after 10 s.
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    s.write_all(b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    let began = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    let closed_after = loop {
+        let _ = s.write_all(b"X-Slow: 1\r\n");
+        match s.read(&mut buf) {
+            Ok(_) => break began.elapsed(),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break began.elapsed(),
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "a slow client was never cut off"
+        );
+    };
+    println!(
+        "a slow-header client was cut off after {:.1} s",
+        closed_after.as_secs_f64()
+    );
+    assert!(closed_after >= Duration::from_secs(8), "{closed_after:?}");
 }
 
 /// Waits for a child and returns its standard output.

@@ -410,14 +410,6 @@ pub fn https(
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, HttpListener>>
-    for HttpPeer
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, HttpListener>) -> HttpPeer {
-        *stream.remote_addr()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

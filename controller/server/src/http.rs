@@ -95,7 +95,6 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             browser_guard,
         ))
         .with_state(api);
-    let service = app.into_make_service_with_connect_info::<crate::accept::HttpPeer>();
     let tls = match &ctx_security(&ctx2) {
         Some((certs, id)) => match crate::accept::https(certs, *id) {
             Ok(t) => Some(t),
@@ -114,8 +113,41 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             return;
         }
     };
-    if let Err(e) = axum::serve(listener, service).await {
-        tracing::warn!("the HTTP endpoint stopped: {e}");
+    serve_connections(app, listener).await;
+}
+
+/// How long a client may take to send a request's headers (the first, or the next one on
+/// a kept-alive connection) before the connection is closed.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves every admitted connection as HTTP/1.1, each in a task of its own, with the
+/// peer in the request's `ConnectInfo`.
+async fn serve_connections(app: Router, mut listener: crate::accept::HttpListener) {
+    use axum::serve::Listener;
+    loop {
+        let (io, peer) = listener.accept().await;
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = tower::ServiceExt::map_request(
+                app,
+                move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    req
+                },
+            );
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(io),
+                    hyper_util::service::TowerToHyperService::new(service),
+                )
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!("HTTP connection from {}: {e}", peer.remote);
+            }
+        });
     }
 }
 
