@@ -16,13 +16,11 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// The Jobs API as the tools call it: every request carries the caller's credential.
-pub type Api = JobsClient<InterceptedService<Channel, Credential>>;
+pub type Api = JobsClient<WithCredential>;
 
 /// Puts a fresh MUNGE credential on every request (nothing on `--dev-local` clusters),
 /// bound to the cluster and to the controller it is sent to, and decodable only by the
@@ -48,19 +46,61 @@ impl Credential {
     }
 }
 
-impl Interceptor for Credential {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(m) = &self.munge {
-            let payload = gsched_proto::munge::request_payload(&self.cluster, &self.to);
-            let cred = m
-                .encode(&payload, self.decoder)
+/// A channel that puts a fresh MUNGE credential, made for this very request's body, on
+/// every request (nothing on `--dev-local` clusters).
+#[derive(Clone)]
+pub struct WithCredential {
+    channel: Channel,
+    credential: Credential,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for WithCredential {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send + 'static>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        tower::Service::poll_ready(&mut self.channel, cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let clone = self.channel.clone();
+        let mut channel = std::mem::replace(&mut self.channel, clone);
+        let credential = self.credential.clone();
+        Box::pin(async move {
+            let Some(munge) = &credential.munge else {
+                return tower::Service::call(&mut channel, req)
+                    .await
+                    .map_err(Into::into);
+            };
+            let (mut parts, body) = req.into_parts();
+            let bytes = http_body_util::BodyExt::collect(body).await?.to_bytes();
+            let payload = gsched_proto::munge::request_payload(
+                &credential.cluster,
+                &credential.to,
+                &gsched_proto::munge::body_digest(&bytes),
+            );
+            let cred = munge
+                .encode(&payload, credential.decoder)
                 .map_err(Status::unauthenticated)?;
-            let value = cred.parse().map_err(|_| {
+            let value = http::HeaderValue::from_str(&cred).map_err(|_| {
                 Status::unauthenticated("munge made a credential that is not ASCII")
             })?;
-            req.metadata_mut().insert(MUNGE_CREDENTIAL, value);
-        }
-        Ok(req)
+            parts.headers.insert(MUNGE_CREDENTIAL, value);
+            let req = http::Request::from_parts(
+                parts,
+                tonic::body::Body::new(http_body_util::Full::new(bytes)),
+            );
+            tower::Service::call(&mut channel, req)
+                .await
+                .map_err(Into::into)
+        })
     }
 }
 
@@ -268,8 +308,11 @@ impl Client {
 
     fn api(&mut self, ch: Channel, to: &str) -> Result<Api, Status> {
         let credential = self.security()?.credential.to(to);
-        Ok(JobsClient::with_interceptor(ch, credential)
-            .max_decoding_message_size(256 * 1024 * 1024))
+        Ok(JobsClient::new(WithCredential {
+            channel: ch,
+            credential,
+        })
+        .max_decoding_message_size(256 * 1024 * 1024))
     }
 
     /// Calls `f` on one specific controller, once.

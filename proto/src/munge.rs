@@ -15,11 +15,23 @@ const MUNGE_OPT_SOCKET: c_int = 8;
 /// `MUNGE_OPT_UID_RESTRICTION` in munge.h (0.5.x): only this uid may decode.
 const MUNGE_OPT_UID_RESTRICTION: c_int = 9;
 
-/// What a gsched request's credential carries: the cluster (its CA's fingerprint) and
-/// the controller address the client dialled, so a credential made for anything else
-/// (`munge -n`, another cluster, another controller of this one) is refused.
-pub fn request_payload(cluster: &str, to: &str) -> Vec<u8> {
-    format!("{PAYLOAD_TAG} cluster={cluster} to={to}").into_bytes()
+/// What a gsched request's credential carries: the cluster (its CA's fingerprint), the
+/// controller address the client dialled and the digest of the request's body
+/// ([`body_digest`] of its gRPC frames), so a credential made for anything else
+/// (`munge -n`, another cluster, another controller of this one, another request) is
+/// refused.
+pub fn request_payload(cluster: &str, to: &str, body: &str) -> Vec<u8> {
+    format!("{PAYLOAD_TAG} cluster={cluster} to={to} body={body}").into_bytes()
+}
+
+/// The digest a credential names for a request body: SHA-256, first 32 hex digits.
+pub fn body_digest(body: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(body)
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 const PAYLOAD_TAG: &str = "gsched-request/1";
@@ -39,26 +51,33 @@ pub enum PayloadError {
         "this MUNGE credential was made for the controller at {to}, which is not this one (known as {known}); dial controllers by the addresses in --peers"
     )]
     OtherController { to: String, known: String },
+    #[error(
+        "this MUNGE credential was made for another request (a replay, or a request altered on its way); gsched's tools make one per request"
+    )]
+    OtherRequest,
 }
 
-/// Checks a decoded payload against this controller: its cluster and one of its
-/// addresses.
+/// Checks a decoded payload against this controller (its cluster and one of its
+/// addresses) and, where the body's digest is known (gRPC), against the request.
 pub fn check_payload(
     payload: &[u8],
     cluster: &str,
     addresses: &[String],
+    body: Option<&str>,
 ) -> Result<(), PayloadError> {
     let text = String::from_utf8_lossy(payload);
     let mut words = text.split(' ');
     if words.next() != Some(PAYLOAD_TAG) {
         return Err(PayloadError::NotForGsched(text.chars().take(64).collect()));
     }
-    let (mut theirs, mut to) = (None, None);
+    let (mut theirs, mut to, mut digest) = (None, None, None);
     for w in words {
         if let Some(c) = w.strip_prefix("cluster=") {
             theirs = Some(c);
         } else if let Some(t) = w.strip_prefix("to=") {
             to = Some(t);
+        } else if let Some(b) = w.strip_prefix("body=") {
+            digest = Some(b);
         }
     }
     let (Some(theirs), Some(to)) = (theirs, to) else {
@@ -75,6 +94,11 @@ pub fn check_payload(
             to: to.into(),
             known: addresses.join(", "),
         });
+    }
+    if let Some(want) = body
+        && digest != Some(want)
+    {
+        return Err(PayloadError::OtherRequest);
     }
     Ok(())
 }
@@ -261,23 +285,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn payloads_name_the_cluster_and_the_controller() {
+    fn payloads_name_the_cluster_the_controller_and_the_request() {
         let here = vec!["h1:6817".to_string(), "10.0.0.1:6817".to_string()];
-        let p = request_payload("ab12", "h1:6817");
-        assert_eq!(check_payload(&p, "ab12", &here), Ok(()));
+        let body = body_digest(b"a request");
+        let p = request_payload("ab12", "h1:6817", &body);
+        assert_eq!(check_payload(&p, "ab12", &here, Some(&body)), Ok(()));
+        assert_eq!(
+            check_payload(&p, "ab12", &here, Some(&body_digest(b"another"))),
+            Err(PayloadError::OtherRequest)
+        );
         assert!(matches!(
-            check_payload(b"", "ab12", &here),
+            check_payload(b"", "ab12", &here, None),
             Err(PayloadError::NotForGsched(_))
         ));
         assert!(matches!(
-            check_payload(b"gsched", "ab12", &here),
+            check_payload(b"gsched", "ab12", &here, None),
             Err(PayloadError::NotForGsched(_))
         ));
+        let foreign = request_payload("ffff", "h1:6817", &body);
         assert!(matches!(
-            check_payload(&request_payload("ffff", "h1:6817"), "ab12", &here),
+            check_payload(&foreign, "ab12", &here, None),
             Err(PayloadError::OtherCluster { .. })
         ));
-        let e = check_payload(&request_payload("ab12", "h2:6817"), "ab12", &here).unwrap_err();
+        let other = request_payload("ab12", "h2:6817", &body);
+        let e = check_payload(&other, "ab12", &here, None).unwrap_err();
         assert!(e.to_string().contains("h2:6817"), "{e}");
     }
 }

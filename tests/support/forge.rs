@@ -50,7 +50,7 @@ async fn channel(addr: &str, req: &Value) -> Result<tonic::transport::Channel, S
 /// The payload of a forged credential: `"munge_payload"` as given, else what gsched's
 /// tools send, for the cluster of `tls.ca` and the controller `"munge_to"` (default: the
 /// address dialled).
-fn payload(req: &Value) -> Vec<u8> {
+fn payload(req: &Value, body: &str) -> Vec<u8> {
     if let Some(p) = req["munge_payload"].as_str() {
         return p.as_bytes().to_vec();
     }
@@ -62,19 +62,35 @@ fn payload(req: &Value) -> Vec<u8> {
         .as_str()
         .map(str::to_string)
         .unwrap_or_else(|| text(req, "addr"));
-    gsched_proto::munge::request_payload(&cluster, &to)
+    let body = req["munge_body"].as_str().unwrap_or(body);
+    gsched_proto::munge::request_payload(&cluster, &to, body)
+}
+
+/// The digest of `msg` as a gRPC body (one uncompressed frame), as the controller takes
+/// it.
+fn frame_digest<T: prost::Message>(msg: &T) -> String {
+    let bytes = msg.encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&bytes);
+    gsched_proto::munge::body_digest(&frame)
 }
 
 /// A request with a MUNGE credential when one was asked for (`"munge_socket"`, with
 /// `"restrict_uid"` naming who may decode it); with `"replay": true`, the credential of
 /// the previous call is sent again.
-fn request<T>(msg: T, req: &Value, last: &mut Option<String>) -> Result<tonic::Request<T>, String> {
+fn request<T: prost::Message>(
+    msg: T,
+    req: &Value,
+    last: &mut Option<String>,
+) -> Result<tonic::Request<T>, String> {
+    let digest = frame_digest(&msg);
     let mut r = tonic::Request::new(msg);
     if req["munge_socket"].is_string() {
         let cred = match (req["replay"].as_bool(), last.clone()) {
             (Some(true), Some(c)) => c,
             _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))?.encode(
-                &payload(req),
+                &payload(req, &digest),
                 req["restrict_uid"].as_u64().map(|u| u as u32),
             )?,
         };

@@ -431,6 +431,13 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
         json!({"call": "status", "tls": tls(None), "munge_socket": sock, "munge_to": other}),
     );
     refused(&v, "Unauthenticated", "made for the controller at");
+    // One made for another request (a body it was not made with).
+    let v = forge(
+        &c,
+        Some(&alice),
+        json!({"call": "status", "tls": tls(None), "munge_socket": sock, "munge_body": "0123456789abcdef0123456789abcdef"}),
+    );
+    refused(&v, "Unauthenticated", "made for another request");
     let v = forge(
         &c,
         Some(&alice),

@@ -5,6 +5,7 @@
 //! what a caller may do: privileges (user, operator, admin) and whom a job may run as.
 
 pub mod conn;
+pub mod digest;
 pub mod token;
 
 use conn::ConnInfo;
@@ -209,20 +210,35 @@ impl Auth {
         }
     }
 
-    /// The verified user behind a client request.
+    /// The verified user behind a client request (whose MUNGE credential must name this
+    /// request's body).
     pub fn caller<T>(&self, req: &Request<T>) -> Result<Caller, Status> {
         let peer_uid = Self::conn(req).and_then(|c| c.peer_uid);
         let cred = req
             .metadata()
             .get(MUNGE_CREDENTIAL)
             .and_then(|v| v.to_str().ok());
-        self.caller_of(peer_uid, cred)
+        let digest = req
+            .extensions()
+            .get::<digest::RequestDigest>()
+            .map(|d| d.0.as_str());
+        self.verify(peer_uid, cred, digest)
     }
 
     /// The verified user from what a connection carries: on a --dev-local cluster the
     /// owner of its loopback socket, else a MUNGE credential (gRPC metadata, or the HTTP
     /// API's `X-Gsched-Munge` header).
     pub fn caller_of(&self, peer_uid: Option<u32>, cred: Option<&str>) -> Result<Caller, Status> {
+        self.verify(peer_uid, cred, None)
+    }
+
+    /// [`Auth::caller_of`], with the digest of the request's body when it is known.
+    fn verify(
+        &self,
+        peer_uid: Option<u32>,
+        cred: Option<&str>,
+        body: Option<&str>,
+    ) -> Result<Caller, Status> {
         match &self.mode {
             Mode::DevLocal => {
                 let uid = peer_uid.ok_or_else(|| {
@@ -243,7 +259,7 @@ impl Auth {
                         )
                     })?;
                 let verified = munge.decode(cred).map_err(unauthenticated)?;
-                gsched_proto::munge::check_payload(&verified.payload, cluster, addresses)
+                gsched_proto::munge::check_payload(&verified.payload, cluster, addresses, body)
                     .map_err(|e| unauthenticated(e.to_string()))?;
                 let mut seen = self.seen.lock();
                 seen.retain(|_, at| at.elapsed() < CREDENTIAL_TTL);
