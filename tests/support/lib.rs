@@ -446,7 +446,11 @@ impl Cluster {
         .args(&self.agent_security)
         .arg("--kmsg")
         .arg(self.path(&format!("kmsg-{}", o.name)))
-        .args(["--cgroup-root", "off"])
+        .args(if o.extra.iter().any(|a| a == "--cgroup-root") {
+            &[][..]
+        } else {
+            &["--cgroup-root", "off"][..]
+        })
         .args(&o.extra)
         // The tests run jobs as root (the test runner's own user): a real node refuses
         // that unless its agent allows it.

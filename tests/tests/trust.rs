@@ -1020,6 +1020,22 @@ fn t91_one_server_over_unix_sockets_knows_users_by_the_kernel_and_keeps_storage_
     let mut bad = Vec::new();
     walk(&c.path("ctl1"), &mut bad);
     assert!(bad.is_empty(), "readable by others: {bad:?}");
+    // bob tries to list it and to read the Raft log (sled's `db`).
+    for (tool, arg) in [("/bin/ls", c.path("ctl1")), ("/bin/cat", c.path("ctl1/db"))] {
+        let out = Command::new(tool)
+            .arg(&arg)
+            .uid(bob.uid)
+            .gid(bob.gid)
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success()
+                && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+            "bob ran {tool} {}: {}",
+            arg.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 
     // Stopped, its socket's place is root's: alice cannot listen there.
     c.kill_controller(0);
@@ -1149,6 +1165,46 @@ fn t93_a_browser_cannot_be_made_to_write_or_read_through_a_loopback_api() {
     // DNS rebinding: another site's name as Host, reading as the browser's user.
     let r = http::request_as_browser(&addr, "GET", "/api/v1/jobs", "Host: evil.example\r\n", b"");
     assert_eq!(http::status(&r), "403", "{r}");
+    // The same form, posted from alice's browser (her process, her socket): refused.
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let form = r#"
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+family, target = (socket.AF_INET6, ("::ffff:" + host, int(port))) if sys.argv[3] == "v6" else (socket.AF_INET, (host, int(port)))
+s = socket.socket(family)
+s.connect(target)
+body = sys.argv[2].encode()
+head = sys.argv[4].replace("|", "\r\n")
+s.sendall((head + "Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)).encode() + body)
+out = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    out += d
+print(out.decode(errors="replace").split("\r\n")[0])
+"#;
+    let post = |family: &str, head: String, body: &str| -> String {
+        let out = Command::new("/usr/bin/python3")
+            .args(["-c", form, &addr, body, family, &head])
+            .uid(alice.uid)
+            .gid(alice.gid)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let body_text = String::from_utf8_lossy(&body).into_owned();
+    let cross_site = format!(
+        "POST /api/v1/jobs HTTP/1.1|Host: {addr}|Content-Type: text/plain|Origin: https://evil.example|"
+    );
+    assert!(post("v4", cross_site, &body_text).contains("403"));
+    // A dual-stack client (an AF_INET6 socket on a v4-mapped address, as Python's grpcio
+    // and many HTTP libraries make them) is known as alice, not refused as unknown.
+    let read = format!("GET /api/v1/jobs HTTP/1.1|Host: {addr}|");
+    let status = post("v6", read, "");
+    assert!(status.contains("200"), "dual-stack read as alice: {status}");
     // Nothing was submitted; a tool with the header may.
     assert_eq!(all_jobs(&c).len(), 0);
     let r = http::request(
@@ -1744,4 +1800,47 @@ with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
     c.wait_state(job, &["CANCELLED"], Duration::from_secs(60));
     drop(c);
     drop(munges);
+}
+
+#[test]
+fn t89_agents_splitting_one_machine_keep_their_steps_cgroups_apart() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    // A stand-in cgroup v2 hierarchy (a directory with cgroup.controllers): where each
+    // agent puts its steps' cgroups.
+    let fake = tempfile::tempdir().unwrap();
+    std::fs::write(
+        fake.path().join("cgroup.controllers"),
+        "cpuset memory pids\n",
+    )
+    .unwrap();
+    let root = fake.path().to_string_lossy().into_owned();
+    let mut c = Cluster::controllers(1, &[]);
+    for (name, gpus) in [("ga", "0,1,2,3"), ("gb", "4,5,6,7")] {
+        c.add_agent(
+            name,
+            "rtx4090-8gpu.json",
+            &["--gpus", gpus, "--cgroup-root", &root],
+        );
+    }
+    // One job on both halves of the machine: each agent makes job_ID_0, in its own place.
+    let job = submit_as(
+        &c,
+        &alice,
+        &["-N", "2", "--gpus-per-node", "1", "--wrap", "sleep 300"],
+    );
+    c.wait_state(job, &["RUNNING"], Duration::from_secs(60));
+    let dir = |agent: &str| fake.path().join(format!("gsched/{agent}/job_{job}_0"));
+    let cpus = |agent: &str| {
+        wait_for(
+            &format!("{agent}'s step cgroup"),
+            Duration::from_secs(20),
+            || std::fs::read_to_string(dir(agent).join("cpuset.cpus")).ok(),
+        )
+    };
+    let (a, b) = (cpus("ga"), cpus("gb"));
+    assert_ne!(a, b, "each agent's step has its own CPUs: {a} / {b}");
+    assert!(!fake.path().join(format!("gsched/job_{job}_0")).exists());
+    ok_as(&c, &alice, "gcancel", &[&job.to_string()]);
 }
