@@ -164,13 +164,16 @@ impl Dialer {
 }
 
 /// The server of a loopback TCP connection must be a trusted uid. Right after connect the
-/// server's end may still be finishing the handshake; it is asked again briefly.
+/// server's end may still be finishing the handshake (microseconds on loopback); it is
+/// asked again at once a few times, then every millisecond for up to 100 ms.
 async fn check_tcp_server(name: &str, stream: &tokio::net::TcpStream) -> std::io::Result<()> {
     let (ours, theirs) = (stream.local_addr()?, stream.peer_addr()?);
-    for attempt in 0..20 {
+    const QUICK: u32 = 50;
+    for attempt in 0..QUICK + 100 {
         match peer::tcp_socket_uid(theirs, ours) {
             Ok(Some(uid)) => return check_uid(name, uid),
-            Ok(None) if attempt < 19 => tokio::time::sleep(Duration::from_millis(5)).await,
+            Ok(None) if attempt < QUICK => tokio::task::yield_now().await,
+            Ok(None) if attempt < QUICK + 99 => tokio::time::sleep(Duration::from_millis(1)).await,
             Ok(None) => break,
             Err(e) => {
                 return Err(std::io::Error::other(DialError::UnknownServer {

@@ -66,8 +66,11 @@ fn request(local: SocketAddr, remote: SocketAddr) -> Vec<u8> {
     msg
 }
 
-/// Reads the owner from a reply: `struct inet_diag_msg` (state at byte 1, uid at 64,
-/// inode at 68 of the payload), or a netlink error (`ENOENT`: no such socket).
+/// Reads the owner from a reply: `struct inet_diag_msg` (state at byte 1, uid at 64 of the
+/// payload), or a netlink error (`ENOENT`: no such socket). Only an established socket
+/// counts: one still in the handshake (`TCP_NEW_SYN_RECV`) reports no owner of its own.
+/// A server's socket not yet accepted has no inode yet, but its uid is already the
+/// listener's.
 fn owner_in_reply(reply: &[u8]) -> io::Result<Option<u32>> {
     let word = |b: &[u8], at: usize| -> Option<u32> {
         b.get(at..at + 4)
@@ -89,12 +92,8 @@ fn owner_in_reply(reply: &[u8]) -> io::Result<Option<u32>> {
         }
         SOCK_DIAG_BY_FAMILY => {
             let state = payload.get(1).copied().unwrap_or(0);
-            let (uid, inode) = (word(payload, 64), word(payload, 68));
             let established = state == TCP_ESTABLISHED || state == TCP_CLOSE_WAIT;
-            Ok(match (uid, inode) {
-                (Some(uid), Some(inode)) if established && inode != 0 => Some(uid),
-                _ => None,
-            })
+            Ok(word(payload, 64).filter(|_| established))
         }
         other => Err(io::Error::other(format!(
             "unexpected sock_diag reply type {other}"
@@ -190,6 +189,24 @@ mod tests {
         drop(c);
         drop(s);
         assert_eq!(tcp_socket_uid(cl, cr).unwrap(), None, "closed client end");
+    }
+
+    #[test]
+    fn a_server_socket_not_yet_accepted_is_already_the_listeners() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (ours, theirs) = (c.local_addr().unwrap(), c.peer_addr().unwrap());
+        // Nothing accepted yet: the connection sits in the listener's queue, established
+        // (a few microseconds after connect returns on loopback).
+        let found = (0..10_000).find_map(|_| {
+            let r = tcp_socket_uid(theirs, ours).unwrap();
+            if r.is_none() {
+                std::thread::yield_now();
+            }
+            r
+        });
+        assert_eq!(found, Some(nix_getuid()));
+        drop(l);
     }
 
     #[test]

@@ -107,7 +107,17 @@ fn main() {
             .unwrap_or(1)
     );
 
-    let mut c = Cluster::controllers(3, &["--node-timeout", "60"]);
+    // Room for every submission of the run: the queue limits (MaxJobCount, and the
+    // per-user default of half of it) would otherwise refuse them part way and cut the
+    // count of committed submissions short.
+    let conf = std::env::temp_dir().join(format!("gsched-ha-bench-{}.toml", std::process::id()));
+    std::fs::write(
+        &conf,
+        "[scheduler.limits]\nmax_job_count = 1000000\n[scheduler.user_limits]\nmax_queued_jobs = 1000000\n",
+    )
+    .unwrap();
+    let conf_arg = conf.to_string_lossy().into_owned();
+    let mut c = Cluster::controllers(3, &["--node-timeout", "60", "--config", &conf_arg]);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     c.leader(Duration::from_secs(30));
 

@@ -189,11 +189,10 @@ async fn call(
     })
 }
 
-/// Opens `Agent.Session` as node `name` and reports what the controller answered first.
-async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
-    use gsched_proto::agent::{AgentToController, encode};
-    let hello = AgentToController::Register {
-        name: text(req, "name"),
+/// The registration a forged agent opens its session with.
+fn register_as(name: &str) -> gsched_proto::agent::AgentToController {
+    gsched_proto::agent::AgentToController::Register {
+        name: name.to_string(),
         address: String::new(),
         training_addr: "127.0.0.1".into(),
         topology: Box::new(gsched_types::Topology::empty("forged")),
@@ -201,7 +200,13 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
         agent_version: "forged".into(),
         known_steps: vec![],
         capabilities: Default::default(),
-    };
+    }
+}
+
+/// Opens `Agent.Session` as node `name` and reports what the controller answered first.
+async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
+    use gsched_proto::agent::encode;
+    let hello = register_as(&text(req, "name"));
     let first = AgentEnvelope {
         json: encode(&hello),
     };
@@ -227,16 +232,7 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
 async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
     use gsched_proto::agent::{AgentToController, StepEvent, encode};
     use gsched_types::{Failure, FailureKind, JobId};
-    let hello = AgentToController::Register {
-        name: text(req, "name"),
-        address: String::new(),
-        training_addr: "127.0.0.1".into(),
-        topology: Box::new(gsched_types::Topology::empty("forged")),
-        features: vec![],
-        agent_version: "forged".into(),
-        known_steps: vec![],
-        capabilities: Default::default(),
-    };
+    let hello = register_as(&text(req, "name"));
     let job = JobId(num(req, "job"));
     let attempt = num(req, "attempt") as u32;
     let failed = AgentToController::Step {

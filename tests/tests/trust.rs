@@ -94,6 +94,58 @@ fn read_when(path: &Path) -> String {
     )
 }
 
+/// Runs `gctl` (certificates need no controller); it must succeed.
+fn gctl_ok(args: &[&str]) {
+    let out = Command::new(bin("gctl")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "gctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A cluster CA in a new directory (readable by the test users, as `ca.pem` is on every
+/// host), certificates for `controllers` (id and the hosts it is reached at) and `nodes`.
+fn issue_certs(controllers: &[(u64, Vec<String>)], nodes: &[&str]) -> tempfile::TempDir {
+    let certs = tempfile::Builder::new()
+        .prefix("gsched-tls")
+        .tempdir()
+        .unwrap();
+    let d = certs.path().to_string_lossy().into_owned();
+    gctl_ok(&["certs", "init", "--dir", &d]);
+    for (id, hosts) in controllers {
+        let id = id.to_string();
+        let mut args = vec!["certs", "issue", "--dir", &d, "--controller", &id];
+        for h in hosts {
+            args.extend(["--host", h.as_str()]);
+        }
+        gctl_ok(&args);
+    }
+    for n in nodes {
+        gctl_ok(&["certs", "issue", "--dir", &d, "--node", n]);
+    }
+    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    certs
+}
+
+/// How a cluster with the certificates in `dir` runs: TLS everywhere, users known by the
+/// munged at `cli_munge`; controllers given `controller_munge` when all share one.
+fn with_certs(dir: &str, cli_munge: &str, controller_munge: Option<&str>) -> Security {
+    let mut controllers = vec!["--tls-dir".to_string(), dir.to_string()];
+    if let Some(m) = controller_munge {
+        controllers.extend(["--munge-socket".to_string(), m.to_string()]);
+    }
+    Security {
+        controllers,
+        agents: vec!["--tls-dir".into(), dir.to_string()],
+        cli_env: vec![
+            ("GSCHED_TLS_CA".into(), format!("{dir}/ca.pem")),
+            ("GSCHED_MUNGE_SOCKET".into(), cli_munge.to_string()),
+        ],
+        unix_sockets: false,
+    }
+}
+
 #[test]
 fn t10_jobs_run_as_the_verified_submitter_whatever_the_request_says() {
     let Some((alice, bob)) = test_users() else {
@@ -333,50 +385,15 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
     let Some(munged) = Munged::start() else {
         return;
     };
-    let certs = tempfile::Builder::new()
-        .prefix("gsched-tls")
-        .tempdir()
-        .unwrap();
+    let local = vec!["127.0.0.1".to_string()];
+    let certs = issue_certs(
+        &[(1, local.clone()), (2, local.clone()), (3, local)],
+        &["n1", "n2"],
+    );
     let d = certs.path().to_string_lossy().into_owned();
-    let gctl = |args: &[&str]| {
-        let out = Command::new(bin("gctl")).args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    gctl(&["certs", "init", "--dir", &d]);
-    for id in ["1", "2", "3"] {
-        gctl(&[
-            "certs",
-            "issue",
-            "--dir",
-            &d,
-            "--controller",
-            id,
-            "--host",
-            "127.0.0.1",
-        ]);
-    }
-    for n in ["n1", "n2"] {
-        gctl(&["certs", "issue", "--dir", &d, "--node", n]);
-    }
+    let gctl = gctl_ok;
     let sock = munged.socket().to_string_lossy().into_owned();
-    let security = Security {
-        controllers: vec![
-            "--tls-dir".into(),
-            d.clone(),
-            "--munge-socket".into(),
-            sock.clone(),
-        ],
-        agents: vec!["--tls-dir".into(), d.clone()],
-        cli_env: vec![
-            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
-            ("GSCHED_MUNGE_SOCKET".into(), sock.clone()),
-        ],
-        unix_sockets: false,
-    };
+    let security = with_certs(&d, &sock, Some(&sock));
     let mut c = Cluster::controllers_with(3, &[], security);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     // alice, known by her MUNGE credential.
@@ -1513,47 +1530,10 @@ fn t98_the_http_api_of_a_cluster_with_certificates_is_https_only() {
     let Some(munged) = Munged::start() else {
         return;
     };
-    let certs = tempfile::Builder::new()
-        .prefix("gsched-tls")
-        .tempdir()
-        .unwrap();
+    let certs = issue_certs(&[(1, vec!["127.0.0.1".to_string()])], &[]);
     let d = certs.path().to_string_lossy().into_owned();
-    for args in [
-        vec!["certs", "init", "--dir", &d],
-        vec![
-            "certs",
-            "issue",
-            "--dir",
-            &d,
-            "--controller",
-            "1",
-            "--host",
-            "127.0.0.1",
-        ],
-    ] {
-        let out = Command::new(bin("gctl")).args(&args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sock = munged.socket().to_string_lossy().into_owned();
-    let security = Security {
-        controllers: vec![
-            "--tls-dir".into(),
-            d.clone(),
-            "--munge-socket".into(),
-            sock.clone(),
-        ],
-        agents: vec!["--tls-dir".into(), d.clone()],
-        cli_env: vec![
-            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
-            ("GSCHED_MUNGE_SOCKET".into(), sock.clone()),
-        ],
-        unix_sockets: false,
-    };
+    let security = with_certs(&d, &sock, Some(&sock));
     let http = format!("127.0.0.1:{}", gsched_tests::free_port());
     let c = Cluster::controllers_with(1, &["--http", &http], security);
     let v: Value = serde_json::from_str(&ok_as(&c, &alice, "gctl", &["token", "--json"])).unwrap();
@@ -1615,41 +1595,14 @@ fn t99_the_real_deployment_across_hosts_survives_a_cut_and_refuses_a_node_certif
         .iter()
         .map(|h| Munged::start_under(&hosts.on(h), Some(&login_munge.key())).unwrap())
         .collect();
-    let certs = tempfile::Builder::new()
-        .prefix("gsched-tls")
-        .tempdir()
-        .unwrap();
-    let d = certs.path().to_string_lossy().into_owned();
-    let gctl = |args: &[&str]| {
-        let out = Command::new(bin("gctl")).args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    gctl(&["certs", "init", "--dir", &d]);
     let names = ["ctl-a", "ctl-b", "ctl-c"];
-    for (i, h) in names.iter().enumerate() {
-        let id = (i + 1).to_string();
-        let addr = hosts.addr(h);
-        gctl(&[
-            "certs",
-            "issue",
-            "--dir",
-            &d,
-            "--controller",
-            &id,
-            "--host",
-            &addr,
-            "--host",
-            h,
-        ]);
-    }
-    for n in ["n1", "n2", "n3"] {
-        gctl(&["certs", "issue", "--dir", &d, "--node", n]);
-    }
-    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let controllers: Vec<(u64, Vec<String>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (i as u64 + 1, vec![hosts.addr(h), h.to_string()]))
+        .collect();
+    let certs = issue_certs(&controllers, &["n1", "n2", "n3"]);
+    let d = certs.path().to_string_lossy().into_owned();
     let https = format!("{}:9817", hosts.addr("ctl-a"));
     let placement = Placement {
         controllers: names
@@ -1668,18 +1621,8 @@ fn t99_the_real_deployment_across_hosts_survives_a_cut_and_refuses_a_node_certif
             .collect(),
         cli: hosts.on("login"),
     };
-    let security = Security {
-        controllers: vec!["--tls-dir".into(), d.clone()],
-        agents: vec!["--tls-dir".into(), d.clone()],
-        cli_env: vec![
-            ("GSCHED_TLS_CA".into(), format!("{d}/ca.pem")),
-            (
-                "GSCHED_MUNGE_SOCKET".into(),
-                login_munge.socket().to_string_lossy().into_owned(),
-            ),
-        ],
-        unix_sockets: false,
-    };
+    let login_socket = login_munge.socket().to_string_lossy().into_owned();
+    let security = with_certs(&d, &login_socket, None);
     let mut c = Cluster::controllers_placed(3, &[], security, placement);
     c.leader(Duration::from_secs(60));
     for (node, host) in [("n1", "ctl-a"), ("n2", "ctl-b")] {

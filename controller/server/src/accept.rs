@@ -201,21 +201,15 @@ pub fn grpc_incoming(
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let accepted = match &listener {
-                crate::Listener::Tcp(l) => {
-                    l.accept().await.and_then(|(s, _)| Conn::tcp(s, dev_local))
+            let conn = accepting(&admission, || async {
+                match &listener {
+                    crate::Listener::Tcp(l) => {
+                        l.accept().await.and_then(|(s, _)| Conn::tcp(s, dev_local))
+                    }
+                    crate::Listener::Unix(l) => l.accept().await.and_then(|(s, _)| Conn::unix(s)),
                 }
-                crate::Listener::Unix(l) => l.accept().await.and_then(|(s, _)| Conn::unix(s)),
-            };
-            let conn = match accepted {
-                Ok(c) => c,
-                Err(e) if needs_backoff(&e) => {
-                    warn_backoff(&admission, &e);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                Err(_) => continue,
-            };
+            })
+            .await;
             let info = conn.info();
             let peer = admission.peer_of(info.peer_uid, info.remote.map(|r| r.ip()));
             let Some(permit) = admission.admit(peer) else {
@@ -228,6 +222,25 @@ pub fn grpc_incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Calls `accept` until it gives a connection: at once after an error of one connection,
+/// 100 ms later when the process is out of descriptors (said at most every 10 s).
+async fn accepting<T, F, Fut>(admission: &Admission, mut accept: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<T>>,
+{
+    loop {
+        match accept().await {
+            Ok(x) => return x,
+            Err(e) if needs_backoff(&e) => {
+                warn_backoff(admission, &e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 fn warn_backoff(admission: &Admission, e: &std::io::Error) {
@@ -260,15 +273,7 @@ impl HttpListener {
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             loop {
-                let (stream, remote) = match listener.accept().await {
-                    Ok(x) => x,
-                    Err(e) if needs_backoff(&e) => {
-                        warn_backoff(&admission, &e);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                    Err(_) => continue,
-                };
+                let (stream, remote) = accepting(&admission, || listener.accept()).await;
                 let Ok(conn) = Conn::tcp(stream, remote.ip().is_loopback()) else {
                     continue;
                 };
