@@ -603,6 +603,10 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
             .unwrap(),
         log: c.path("ctl4.log"),
     };
+    // An admin adds it once it is up (a member that does not answer is refused).
+    wait_for("controller 4 to listen", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(&addr4).ok().map(drop)
+    });
     c.ok("gctl", &["controllers", "add", &format!("4={addr4}")]);
     c.controllers.push((4, addr4.clone()));
     let rows = wait_for("controller 4 to catch up", Duration::from_secs(60), || {
