@@ -33,7 +33,7 @@ say "-- device nodes before the agent:"; ls -l /dev/nvidia[0-9]* /dev/nvidiactl 
 
 gctld --dev-local --id 1 --listen 127.0.0.1:6817 --data-dir "$W/ctl" --master-ports 29500-29599 >"$W/logs/gctld.log" 2>&1 &
 sleep 2
-gagentd --dev-local --controllers $GSCHED_CONTROLLERS --name h200 --state-dir "$W/h200" \
+gagentd --dev-local --min-uid 0 --controllers $GSCHED_CONTROLLERS --name h200 --state-dir "$W/h200" \
     --kmsg "$W/kmsg" --job-env NCCL_NVLS_ENABLE=0 >"$W/logs/agent.log" 2>&1 &
 for _ in $(seq 1 100); do ginfo --json 2>/dev/null | grep -q '"online": true' && break; sleep 0.2; done
 say "-- driver: $(grep -E 'ModifyDeviceFiles|DeviceFileMode' /proc/driver/nvidia/params | tr '\n' ' ')"
