@@ -251,11 +251,10 @@ fn warn_backoff(admission: &Admission, e: &std::io::Error) {
     }
 }
 
-/// The HTTP listener with the same admission (`axum::serve` takes it): connections are
-/// accepted, admitted and (with TLS) handshaken by a task of their own, so one slow client
-/// holds up no other; its address type carries the peer's uid when the kernel told it.
+/// The HTTP listener with the same admission: connections are accepted, admitted and
+/// (with TLS) handshaken by a task of their own, so one slow client holds up no other;
+/// each comes with its peer (and the peer's uid when the kernel told it).
 pub struct HttpListener {
-    local: std::net::SocketAddr,
     ready: tokio::sync::mpsc::Receiver<(HttpIo, HttpPeer)>,
 }
 
@@ -269,7 +268,6 @@ impl HttpListener {
         admission: Arc<Admission>,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> std::io::Result<HttpListener> {
-        let local = listener.local_addr()?;
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             loop {
@@ -307,7 +305,7 @@ impl HttpListener {
                 }
             }
         });
-        Ok(HttpListener { local, ready })
+        Ok(HttpListener { ready })
     }
 }
 
@@ -367,23 +365,14 @@ pub struct HttpPeer {
     pub uid: Option<u32>,
 }
 
-impl axum::serve::Listener for HttpListener {
-    type Io = HttpIo;
-    type Addr = HttpPeer;
-
-    async fn accept(&mut self) -> (HttpIo, HttpPeer) {
+impl HttpListener {
+    /// The next admitted (and, with TLS, handshaken) connection.
+    pub async fn accept(&mut self) -> (HttpIo, HttpPeer) {
         match self.ready.recv().await {
             Some(x) => x,
             // The accepting task is gone (the runtime is stopping): accept nothing more.
             None => std::future::pending().await,
         }
-    }
-
-    fn local_addr(&self) -> std::io::Result<HttpPeer> {
-        Ok(HttpPeer {
-            remote: self.local,
-            uid: None,
-        })
     }
 }
 

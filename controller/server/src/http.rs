@@ -48,19 +48,22 @@ struct RoleLabel {
     role: String,
 }
 
-/// Serves `/metrics` on `listener` until the process ends.
-/// The certificates of a controller with TLS (its HTTP port serves HTTPS with them).
-fn ctx_security(ctx: &Ctx) -> Option<(gsched_proto::tls::CertDir, u64)> {
-    match &ctx.cfg.security {
-        crate::config::Security::Cluster { certs, .. } => Some((certs.clone(), ctx.cfg.id)),
-        crate::config::Security::DevLocal => None,
-    }
-}
-
+/// Serves the dashboard, `/metrics` and the REST API on `listener` until the process
+/// ends: HTTPS with the controller's certificate on a cluster with certificates.
 pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
-    let ctx2 = ctx.clone();
+    let tls = match &ctx.cfg.security {
+        crate::config::Security::Cluster { certs, .. } => {
+            match crate::accept::https(certs, ctx.cfg.id) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::error!("the HTTP API cannot serve HTTPS, so it is off: {e}");
+                    return;
+                }
+            }
+        }
+        crate::config::Security::DevLocal => None,
+    };
     let local = listener.local_addr().ok();
-    let guard_local = local;
     let api = Api {
         jobs: Arc::new(crate::service::jobs::JobsService::new(ctx.clone())),
         ctx: ctx.clone(),
@@ -91,20 +94,10 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             )
         })
         .layer(axum::middleware::from_fn_with_state(
-            Guard { local: guard_local },
+            Guard { local },
             browser_guard,
         ))
         .with_state(api);
-    let tls = match &ctx_security(&ctx2) {
-        Some((certs, id)) => match crate::accept::https(certs, *id) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                tracing::error!("the HTTP API cannot serve HTTPS, so it is off: {e}");
-                return;
-            }
-        },
-        None => None,
-    };
     let admission = crate::accept::Admission::new(crate::accept::Limits::default_for_process());
     let listener = match crate::accept::HttpListener::start(listener, admission, tls) {
         Ok(l) => l,
@@ -123,7 +116,6 @@ const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Serves every admitted connection as HTTP/1.1, each in a task of its own, with the
 /// peer in the request's `ConnectInfo`.
 async fn serve_connections(app: Router, mut listener: crate::accept::HttpListener) {
-    use axum::serve::Listener;
     loop {
         let (io, peer) = listener.accept().await;
         let app = app.clone();

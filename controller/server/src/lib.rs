@@ -212,7 +212,9 @@ pub async fn run(
             .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
     }
     server
-        .layer(auth::digest::DigestLayer)
+        .layer(auth::digest::DigestLayer {
+            enabled: !dev_local,
+        })
         .add_service(
             JobsServer::new(service::jobs::JobsService::new(ctx.clone()))
                 .max_decoding_message_size(MAX_MESSAGE)

@@ -12,21 +12,29 @@ use tonic::body::Body;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestDigest(pub String);
 
-/// A tower layer that puts a [`RequestDigest`] on every `Jobs` request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DigestLayer;
+/// A tower layer that puts a [`RequestDigest`] on every `Jobs` request when `enabled`
+/// (a cluster with MUNGE; a `--dev-local` controller has no credential to check it
+/// against, so its requests pass untouched).
+#[derive(Debug, Clone, Copy)]
+pub struct DigestLayer {
+    pub enabled: bool,
+}
 
 impl<S> tower::Layer<S> for DigestLayer {
     type Service = Digesting<S>;
 
     fn layer(&self, inner: S) -> Digesting<S> {
-        Digesting { inner }
+        Digesting {
+            inner,
+            enabled: self.enabled,
+        }
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct Digesting<S> {
     inner: S,
+    enabled: bool,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -48,8 +56,9 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let enabled = self.enabled;
         Box::pin(async move {
-            if !req.uri().path().starts_with("/gsched.v1.Jobs/") {
+            if !enabled || !req.uri().path().starts_with("/gsched.v1.Jobs/") {
                 return inner.call(req).await.map_err(Into::into);
             }
             let (mut parts, body) = req.into_parts();

@@ -275,18 +275,7 @@ async fn pump(
                 if let gsched_types::steps::TaskIo::Failed { node: n, .. } = &mut io {
                     *n = node.to_string();
                 }
-                let placed = ctx
-                    .raft
-                    .replica
-                    .read()
-                    .state
-                    .jobs
-                    .get(&job)
-                    .is_some_and(|j| {
-                        j.allocation
-                            .as_ref()
-                            .is_some_and(|a| a.nodes.iter().any(|n| n.node == node))
-                    });
+                let placed = ctx.raft.replica.read().state.job_placed_on(job, node);
                 if placed {
                     ctx.hub.step_io(io);
                 } else {

@@ -654,15 +654,9 @@ impl Jobs for JobsService {
         let uid = match &user {
             None => None,
             Some(u) if *u == caller.user => Some(caller.uid),
-            Some(u) => Some(
-                nix::unistd::User::from_name(u)
-                    .ok()
-                    .flatten()
-                    .map(|p| p.uid.as_raw())
-                    .ok_or_else(|| {
-                        Status::not_found(format!("no user {u} on this controller's host"))
-                    })?,
-            ),
+            Some(u) => Some(gsched_proto::peer::uid_of(u).ok_or_else(|| {
+                Status::not_found(format!("no user {u} on this controller's host"))
+            })?),
         };
         let cmd = Command::RevokeTokens(gsched_state::RevokeTokens { uid });
         let id = request_id(&caller, cmd.name(), &req.request_id);

@@ -257,16 +257,22 @@ impl ClusterState {
     }
 
     /// What is in use on a node.
+    /// Does `job`'s current allocation include `node`?
+    pub fn job_placed_on(&self, job: JobId, node: &str) -> bool {
+        self.jobs.get(&job).is_some_and(|j| {
+            j.allocation
+                .as_ref()
+                .is_some_and(|a| a.nodes.iter().any(|n| n.node == node))
+        })
+    }
+
     /// Was attempt `attempt` of `job` placed on `node`? An agent may report about the
     /// steps of its own node only.
     pub fn attempt_placed_on(&self, job: JobId, attempt: u32, node: &str) -> bool {
         let Some(j) = self.jobs.get(&job) else {
             return false;
         };
-        let current = j.restarts == attempt
-            && j.allocation
-                .as_ref()
-                .is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+        let current = j.restarts == attempt && self.job_placed_on(job, node);
         current
             || j.attempts
                 .iter()
