@@ -118,7 +118,9 @@ fn t20_jobs_sharing_a_node_get_disjoint_gpus_and_ports() {
             .flatten()
             .map(|e| e.path())
             .collect();
-        (fs.len() == 2).then(|| {
+        // Both written to the end (a dump is there before its job has finished it).
+        let whole = |f: &std::path::PathBuf| env_file(f).contains_key("CUDA_VISIBLE_DEVICES");
+        (fs.len() == 2 && fs.iter().all(whole)).then(|| {
             fs.sort();
             fs
         })
