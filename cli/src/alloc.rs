@@ -6,6 +6,7 @@
 use crate::client::{Client, describe, request_id};
 use crate::sbatch::{SubArgs, SubmitContext, resolve};
 use clap::Parser;
+use gsched_proto::contract::{Carries, Idempotent};
 use gsched_proto::pb::SubmitRequest;
 use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector};
 use gsched_types::job::{JobState, LaunchMode};
@@ -53,10 +54,7 @@ pub fn allocate(
     }
     // The holder writes nothing; its output file would only clutter the directory.
     spec.output = Some("/dev/null".into());
-    let req = SubmitRequest {
-        request_id: request_id(),
-        spec_json: serde_json::to_vec(&spec).expect("spec serialises"),
-    };
+    let req = SubmitRequest::carrying(&spec).with_request_id(request_id());
     let id = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
@@ -128,10 +126,7 @@ pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
         signal: nix::sys::signal::Signal::SIGUSR1 as i32,
         batch_only: true,
     };
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id: request_id(),
-        json: serde_json::to_vec(&signal).expect("a signal request serialises"),
-    };
+    let req = gsched_proto::pb::SignalJobsRequest::carrying(&signal);
     let signalled = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
@@ -150,10 +145,7 @@ pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
         action: JobAction::Cancel,
         select,
     };
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id: request_id(),
-        json: serde_json::to_vec(&body).expect("a job action serialises"),
-    };
+    let req = gsched_proto::pb::ActOnJobsRequest::carrying(&body).with_request_id(request_id());
     let _ = rt.block_on(client.call(|mut c| {
         let req = req.clone();
         async move { c.act_on_jobs(req).await }
@@ -173,7 +165,7 @@ fn job_state(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) -> Opti
             async move { c.list_jobs(req).await }
         }))
         .ok()?;
-    let list: gsched_types::api::JobList = serde_json::from_slice(&reply.json).ok()?;
+    let list = reply.job_rows().ok()?;
     list.jobs.iter().find(|j| j.job_id.0 == id).map(|j| j.state)
 }
 

@@ -17,6 +17,7 @@ pub mod when;
 
 pub use slurm::invoked_as;
 
+use gsched_proto::contract::{Carries, ContractError, Idempotent};
 use gsched_types::api::{JobList, JobSelector, NodeList};
 
 /// Writes to stdout; a reader that went away (`gqueue | head`) ends the tool quietly, as
@@ -73,10 +74,11 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// Decodes a reply's JSON document; `tool: error: ...` and exit 1 when it is malformed.
-pub fn decode_doc<T: serde::de::DeserializeOwned>(json: &[u8], tool: &str) -> T {
-    serde_json::from_slice(json)
-        .unwrap_or_else(|e| client::die(tool, format!("malformed reply from the controller: {e}")))
+/// The document a reply carries; `tool: error: ...` and exit 1 when it is malformed.
+pub fn doc_of<M: Carries>(reply: &M, tool: &str) -> M::Document {
+    reply
+        .document()
+        .unwrap_or_else(|e| client::die(tool, format!("the controller's reply is unreadable: {e}")))
 }
 
 /// Which jobs a tool asks for (the controller filters).
@@ -110,8 +112,8 @@ pub fn fetch_jobs(
         rt,
         client,
         query,
-        query.detail,
         gsched_proto::pb::JobView::Rows,
+        gsched_proto::pb::ListJobsReply::job_rows,
         tool,
         |page: JobList| match &mut all {
             None => all = Some(page),
@@ -132,17 +134,15 @@ pub fn act_on_jobs(
     tool: &str,
 ) -> (gsched_types::api::ActionSummary, bool) {
     let body = gsched_types::api::JobActionRequest { action, select };
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id: client::request_id(),
-        json: serde_json::to_vec(&body).expect("a job action serialises"),
-    };
+    let req =
+        gsched_proto::pb::ActOnJobsRequest::carrying(&body).with_request_id(client::request_id());
     let reply = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.act_on_jobs(req).await }
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    report_summary(decode_doc(&reply.json, tool), tool)
+    report_summary(doc_of(&reply, tool), tool)
 }
 
 /// `gcancel --signal`: one request for every running job the selection names; errors are
@@ -153,17 +153,14 @@ pub fn signal_jobs(
     request: gsched_types::api::SignalRequest,
     tool: &str,
 ) -> (gsched_types::api::ActionSummary, bool) {
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id: client::request_id(),
-        json: serde_json::to_vec(&request).expect("a signal request serialises"),
-    };
+    let req = gsched_proto::pb::SignalJobsRequest::carrying(&request);
     let reply = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.signal_jobs(req).await }
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    report_summary(decode_doc(&reply.json, tool), tool)
+    report_summary(doc_of(&reply, tool), tool)
 }
 
 fn report_summary(
@@ -190,20 +187,20 @@ pub fn fetch_queue(
         rt,
         client,
         query,
-        false,
         gsched_proto::pb::JobView::Queue,
+        gsched_proto::pb::ListJobsReply::queue_rows,
         tool,
         page,
     );
 }
 
 /// Lists the jobs `query` names in `view`, following `next_after` until the last page.
-fn for_each_page<R: serde::de::DeserializeOwned>(
+fn for_each_page<R>(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
     query: &JobQuery,
-    detail: bool,
     view: gsched_proto::pb::JobView,
+    rows: fn(&gsched_proto::pb::ListJobsReply) -> Result<JobList<R>, ContractError>,
     tool: &str,
     mut page: impl FnMut(JobList<R>),
 ) {
@@ -211,7 +208,7 @@ fn for_each_page<R: serde::de::DeserializeOwned>(
     loop {
         let req = gsched_proto::pb::ListJobsRequest {
             include_finished: query.include_finished,
-            detail,
+            detail: query.detail,
             users: query.users.clone(),
             states: query.states.clone(),
             jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
@@ -229,7 +226,9 @@ fn for_each_page<R: serde::de::DeserializeOwned>(
                 async move { c.list_jobs(req).await }
             }))
             .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-        let list: JobList<R> = decode_doc(&reply.json, tool);
+        let list = rows(&reply).unwrap_or_else(|e| {
+            client::die(tool, format!("the controller's reply is unreadable: {e}"))
+        });
         let next = list.next_after;
         page(list);
         match next {
@@ -252,7 +251,7 @@ pub fn fetch_nodes(
                 .await
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    decode_doc(&reply.json, tool)
+    doc_of(&reply, tool)
 }
 
 /// Prints a document as pretty JSON (every tool's `--json`).

@@ -1,5 +1,5 @@
 //! The contract between gsched processes: the generated gRPC code for `schema/gsched.proto`,
-//! the JSON documents carried in its `bytes` fields ([`agent`] for the agent stream), and
+//! which JSON document each message carries ([`contract`]; [`agent`] for the agent stream), and
 //! what every process needs to speak it safely: [`tls`] (certificates, identities), [`dial`]
 //! (reaching a controller, checking who serves it), [`peer`] (the kernel's word on a local
 //! peer),
@@ -12,6 +12,7 @@ pub mod pb {
 
 pub mod agent;
 pub mod clock;
+pub mod contract;
 pub mod dial;
 pub mod logs;
 pub mod munge;

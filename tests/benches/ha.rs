@@ -15,7 +15,7 @@
 //! (submit+cancel pairs, default 40000).
 
 use gsched_cli::client::Client;
-use gsched_proto::pb::{JobRequest, SubmitRequest};
+use gsched_proto::pb::{CancelRequest, SubmitRequest};
 use gsched_tests::Cluster;
 use gsched_types::job::JobSpec;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ fn throughput(rt: &tokio::runtime::Runtime, c: &Cluster, clients: usize, secs: u
                 while !stop.load(Ordering::Relaxed) {
                     let req = SubmitRequest {
                         request_id: uuid::Uuid::new_v4().to_string(),
-                        spec_json: json.clone(),
+                        json: json.clone(),
                     };
                     if client
                         .call(|mut j| {
@@ -185,11 +185,10 @@ fn main() {
             let per = disk_jobs / 32;
             rt.spawn(async move {
                 let mut client = Client::new(addrs).with_budget(Duration::from_secs(60));
-                let user = gsched_cli::client::current_user();
                 for _ in 0..per {
                     let req = SubmitRequest {
                         request_id: uuid::Uuid::new_v4().to_string(),
-                        spec_json: json.clone(),
+                        json: json.clone(),
                     };
                     let Ok(r) = client
                         .call(|mut j| {
@@ -200,10 +199,9 @@ fn main() {
                     else {
                         continue;
                     };
-                    let cancel = JobRequest {
+                    let cancel = CancelRequest {
                         request_id: uuid::Uuid::new_v4().to_string(),
                         job_id: r.job_ids[0],
-                        user: user.clone(),
                     };
                     let _ = client
                         .call(|mut j| {

@@ -108,7 +108,7 @@ fn fill_with(rt: &tokio::runtime::Runtime, c: &Cluster, n: u64, script: &str) ->
                 {
                     let req = SubmitRequest {
                         request_id: uuid::Uuid::new_v4().to_string(),
-                        spec_json: json.clone(),
+                        json: json.clone(),
                     };
                     client
                         .call(|mut j| {

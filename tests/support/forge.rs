@@ -5,6 +5,7 @@
 //!
 //! Usage: `gsched-forge HOST:PORT '{"call": ..., ...}'`.
 
+use gsched_proto::contract::Carries;
 use gsched_proto::munge::Munge;
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_proto::pb::jobs_client::JobsClient;
@@ -137,28 +138,28 @@ async fn call(
             let spec_json = serde_json::to_vec(&req["spec"]).map_err(|e| e.to_string())?;
             let msg = SubmitRequest {
                 request_id: rid,
-                spec_json,
+                json: spec_json,
             };
             outcome(jobs.submit(request(msg, req, last)?).await)
         }
-        "cancel" | "requeue" => {
-            let msg = JobRequest {
+        "cancel" => {
+            let msg = CancelRequest {
                 request_id: rid,
                 job_id: num(req, "job"),
-                user: text(req, "user"),
             };
-            let r = request(msg, req, last)?;
-            if text(req, "call") == "cancel" {
-                outcome(jobs.cancel(r).await)
-            } else {
-                outcome(jobs.requeue(r).await)
-            }
+            outcome(jobs.cancel(request(msg, req, last)?).await)
+        }
+        "requeue" => {
+            let msg = RequeueRequest {
+                request_id: rid,
+                job_id: num(req, "job"),
+            };
+            outcome(jobs.requeue(request(msg, req, last)?).await)
         }
         "hold" => {
             let msg = HoldRequest {
                 request_id: rid,
                 job_id: num(req, "job"),
-                user: text(req, "user"),
                 hold: true,
             };
             outcome(jobs.hold(request(msg, req, last)?).await)
@@ -167,21 +168,20 @@ async fn call(
             let msg = NodeAdminRequest {
                 request_id: rid,
                 node: text(req, "node"),
-                action: "drain".into(),
+                action: NodeAction::Drain as i32,
                 reason: "forged".into(),
-                user: text(req, "user"),
             };
             outcome(jobs.node_admin(request(msg, req, last)?).await)
         }
         "membership" => {
             let msg = MembershipRequest {
-                action: "add".into(),
+                action: MembershipAction::Add as i32,
                 id: num(req, "id"),
                 address: text(req, "address"),
             };
             outcome(jobs.membership(request(msg, req, last)?).await)
         }
-        "status" => outcome(jobs.status(request(Empty {}, req, last)?).await),
+        "status" => outcome(jobs.status(request(StatusRequest {}, req, last)?).await),
         "register" => register(ch, req).await,
         "report" => report(ch, req).await,
         "peer_append" => peer_append(ch, req).await,
@@ -205,11 +205,8 @@ fn register_as(name: &str) -> gsched_proto::agent::AgentToController {
 
 /// Opens `Agent.Session` as node `name` and reports what the controller answered first.
 async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
-    use gsched_proto::agent::encode;
     let hello = register_as(&text(req, "name"));
-    let first = AgentEnvelope {
-        json: encode(&hello),
-    };
+    let first = AgentEnvelope::carrying(&hello);
     let stream = tokio_stream::iter(vec![first]);
     match AgentClient::new(ch).session(stream).await {
         Err(s) => json!({"ok": false, "code": format!("{:?}", s.code()), "message": s.message()}),
@@ -230,7 +227,7 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
 /// GPU claimed to be on `claim_node`, and sends task output for it: what a node's
 /// certificate (or a daemon's uid) could say about a job on another node.
 async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
-    use gsched_proto::agent::{AgentToController, StepEvent, encode};
+    use gsched_proto::agent::{AgentToController, StepEvent};
     use gsched_types::{Failure, FailureKind, JobId};
     let hello = register_as(&text(req, "name"));
     let job = JobId(num(req, "job"));
@@ -260,7 +257,7 @@ async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     for m in [hello, failed, exited] {
-        let _ = tx.send(AgentEnvelope { json: encode(&m) });
+        let _ = tx.send(AgentEnvelope::carrying(&m));
     }
     let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
     match AgentClient::new(ch).session(stream).await {

@@ -682,7 +682,7 @@ impl Cluster {
         let killed = Instant::now();
         let req = SubmitRequest {
             request_id: uuid::Uuid::new_v4().to_string(),
-            spec_json: spec_json.to_vec(),
+            json: spec_json.to_vec(),
         };
         let took = rt.block_on(async move {
             let mut client = Client::new(survivors).with_budget(Duration::from_secs(30));

@@ -7,6 +7,7 @@
 //! [--topology FILE]`. With `--admin` (run as root) it also drains and resumes nodes and
 //! registers fake agents, but never removes or adds a real controller.
 
+use gsched_proto::contract::{Carries, Idempotent};
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_proto::pb::jobs_client::JobsClient;
 use gsched_proto::pb::peer_client::PeerClient;
@@ -166,29 +167,28 @@ impl Fuzzer {
         let method = match pick {
             0..=2 => {
                 let kind = if rng.gen_bool(0.3) { "Check" } else { "Submit" };
-                let req = SubmitRequest {
-                    request_id: rid,
-                    spec_json: spec_json(rng),
-                };
+                let json = spec_json(rng);
                 if kind == "Check" {
-                    let r = jobs.check(req).await;
+                    let r = jobs.check(CheckRequest::from_json(json)).await;
                     self.tally.lock().add(kind, &r);
                 } else {
-                    let r = jobs.submit(req).await;
+                    let r = jobs
+                        .submit(SubmitRequest::from_json(json).with_request_id(rid))
+                        .await;
                     self.tally.lock().add(kind, &r);
                 }
                 return;
             }
             3 => {
-                let req = JobRequest {
-                    request_id: rid,
-                    job_id: job_id(rng),
-                    user: junk_string(rng),
-                };
+                let (request_id, job_id) = (rid, job_id(rng));
                 let r = if rng.gen_bool(0.5) {
-                    jobs.cancel(req).await
+                    jobs.cancel(CancelRequest { request_id, job_id })
+                        .await
+                        .map(|_| ())
                 } else {
-                    jobs.requeue(req).await
+                    jobs.requeue(RequeueRequest { request_id, job_id })
+                        .await
+                        .map(|_| ())
                 };
                 self.tally.lock().add("Cancel/Requeue", &r);
                 return;
@@ -198,7 +198,6 @@ impl Fuzzer {
                     .hold(HoldRequest {
                         request_id: rid,
                         job_id: job_id(rng),
-                        user: junk_string(rng),
                         hold: rng.gen_bool(0.5),
                     })
                     .await;
@@ -243,7 +242,7 @@ impl Fuzzer {
                     })
                     .await;
                 self.tally.lock().add("ListNodes", &r);
-                let r = jobs.status(Empty {}).await;
+                let r = jobs.status(StatusRequest {}).await;
                 self.tally.lock().add("Status", &r);
                 return;
             }
@@ -253,14 +252,13 @@ impl Fuzzer {
                 } else {
                     junk_string(rng)
                 };
-                let action = ["drain", "resume", "", "explode"][rng.gen_range(0..4)];
+                let action = [0, 1, 2, 3, -1, i32::MAX][rng.gen_range(0..6)];
                 let r = jobs
                     .node_admin(NodeAdminRequest {
                         request_id: rid,
                         node,
-                        action: action.into(),
+                        action,
                         reason: junk_string(rng),
-                        user: junk_string(rng),
                     })
                     .await;
                 self.tally.lock().add("NodeAdmin", &r);
@@ -268,10 +266,10 @@ impl Fuzzer {
             }
             9 => {
                 // Never a real controller (ids 1..=3), never a reachable address.
-                let action = ["add", "remove", "", "promote"][rng.gen_range(0..4)];
+                let action = [0, 1, 2, 3, -1, i32::MIN][rng.gen_range(0..6)];
                 let r = jobs
                     .membership(MembershipRequest {
-                        action: action.into(),
+                        action,
                         id: rng.gen_range(4..u64::MAX),
                         address: ["127.0.0.1:1", "", "not an address", "[::1]:99999"]
                             [rng.gen_range(0..4)]
@@ -337,14 +335,15 @@ impl Fuzzer {
                 } else {
                     json!({"action": action, "select": select})
                 };
-                let req = ActOnJobsRequest {
-                    request_id: rid,
-                    json: serde_json::to_vec(&body).unwrap(),
-                };
+                let json = serde_json::to_vec(&body).unwrap();
                 let r = if signal {
-                    jobs.signal_jobs(req).await
+                    jobs.signal_jobs(SignalJobsRequest::from_json(json))
+                        .await
+                        .map(|_| ())
                 } else {
-                    jobs.act_on_jobs(req).await
+                    jobs.act_on_jobs(ActOnJobsRequest::from_json(json).with_request_id(rid))
+                        .await
+                        .map(|_| ())
                 };
                 self.tally
                     .lock()
@@ -362,13 +361,10 @@ impl Fuzzer {
                     1 => json!({"lifetime_s": junk_number(rng)}),
                     _ => json!({"user": junk_string(rng), "all": rng.gen_bool(0.5)}),
                 };
-                let req = ActOnJobsRequest {
-                    request_id: rid,
-                    json: serde_json::to_vec(&body).unwrap(),
-                };
+                let json = serde_json::to_vec(&body).unwrap();
                 let (name, r) = match which {
                     0 => {
-                        let r = jobs.run_step(req).await;
+                        let r = jobs.run_step(RunStepRequest::from_json(json)).await;
                         let r = match r {
                             Ok(reply) => {
                                 let mut s = reply.into_inner();
@@ -381,8 +377,20 @@ impl Fuzzer {
                         };
                         ("RunStep", r)
                     }
-                    1 => ("IssueToken", jobs.issue_token(req).await.map(|_| ())),
-                    _ => ("RevokeTokens", jobs.revoke_tokens(req).await.map(|_| ())),
+                    1 => (
+                        "IssueToken",
+                        jobs.issue_token(IssueTokenRequest::from_json(json))
+                            .await
+                            .map(|_| ()),
+                    ),
+                    _ => (
+                        "RevokeTokens",
+                        jobs.revoke_tokens(
+                            RevokeTokensRequest::from_json(json).with_request_id(rid),
+                        )
+                        .await
+                        .map(|_| ()),
+                    ),
                 };
                 self.tally.lock().add(name, &r);
                 return;

@@ -78,7 +78,7 @@ fn start_clients(
                         .call(|mut j| {
                             let r = SubmitRequest {
                                 request_id: rid.clone(),
-                                spec_json: json.clone(),
+                                json: json.clone(),
                             };
                             async move { j.submit(r).await }
                         })
@@ -117,7 +117,7 @@ fn list_jobs(rt: &tokio::runtime::Runtime, c: &Cluster) -> Vec<JobRow> {
             })
             .await
             .expect("list jobs");
-        parse_jobs(&doc.json)
+        parse_jobs(doc.json())
     })
 }
 
@@ -192,7 +192,7 @@ impl Monitor {
                     })
                     .await
                 {
-                    me.observe(&parse_jobs(&doc.json));
+                    me.observe(&parse_jobs(doc.json()));
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
@@ -451,7 +451,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     let status_of = |addr: &str| -> Option<Value> {
         serde_json::from_slice(
             &rt.block_on(one.borrow_mut().call_on(addr, |mut j| async move {
-                j.status(gsched_proto::pb::Empty {}).await
+                j.status(gsched_proto::pb::StatusRequest {}).await
             }))
             .ok()?
             .json,
@@ -480,7 +480,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
     let minority = rt.block_on(one.borrow_mut().call_on(&old_addr, |mut j| {
         let r = SubmitRequest {
             request_id: "minority-1".into(),
-            spec_json: json,
+            json,
         };
         async move { j.submit(r).await }
     }));
@@ -515,7 +515,7 @@ fn t30_an_isolated_leader_accepts_no_writes_and_the_majority_goes_on() {
                 .call(|mut j| {
                     let r = SubmitRequest {
                         request_id: "majority-1".into(),
-                        spec_json: json.clone(),
+                        json: json.clone(),
                     };
                     async move { j.submit(r).await }
                 })
@@ -644,7 +644,7 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
             })
             .await
             .unwrap();
-        parse_jobs(&doc.json)
+        parse_jobs(doc.json())
     });
     check_exactly_once(&jobs, &acks);
 

@@ -3,9 +3,10 @@
 
 use clap::{Parser, Subcommand};
 use gsched_cli::JobQuery;
-use gsched_cli::client::{Client, controller_list, current_user, describe, die, request_id};
+use gsched_cli::client::{Client, controller_list, describe, die, request_id};
 use gsched_cli::{out, outln};
-use gsched_proto::pb::{Empty, MembershipRequest, NodeAdminRequest};
+use gsched_proto::contract::{Carries, Idempotent};
+use gsched_proto::pb::{self, MembershipRequest, NodeAdminRequest};
 use gsched_proto::tls::PeerIdentity;
 use gsched_types::api::{
     JobAction, JobRow, JobSelection, JobSelector, Role, StatusList, StatusRow,
@@ -221,7 +222,6 @@ fn main() {
     let rt = gsched_cli::runtime();
     let addrs = controller_list(args.controllers.as_deref());
     let mut client = Client::new(addrs.clone());
-    let me = current_user();
     match args.cmd {
         Cmd::Status { json } => rt.block_on(status(&mut client, addrs, json)),
         Cmd::Show {
@@ -303,15 +303,14 @@ fn main() {
         }
         Cmd::Node { action } => {
             let (node, act, reason) = match action {
-                NodeAction::Drain { node, reason } => (node, "drain", reason),
-                NodeAction::Resume { node } => (node, "resume", String::new()),
+                NodeAction::Drain { node, reason } => (node, pb::NodeAction::Drain, reason),
+                NodeAction::Resume { node } => (node, pb::NodeAction::Resume, String::new()),
             };
             let req = NodeAdminRequest {
                 request_id: request_id(),
                 node: node.clone(),
-                action: act.into(),
+                action: act as i32,
                 reason,
-                user: me,
             };
             let r = rt.block_on(client.call(|mut c| {
                 let req = req.clone();
@@ -332,13 +331,13 @@ fn main() {
                         .parse()
                         .unwrap_or_else(|_| die("gctl", format!("invalid controller id '{id}'")));
                     MembershipRequest {
-                        action: "add".into(),
+                        action: pb::MembershipAction::Add as i32,
                         id,
                         address: addr.into(),
                     }
                 }
                 Members::Remove { id } => MembershipRequest {
-                    action: "remove".into(),
+                    action: pb::MembershipAction::Remove as i32,
                     id,
                     address: String::new(),
                 },
@@ -365,10 +364,7 @@ fn main() {
                 job,
                 time_limit_s: Some(limit),
             };
-            let req = gsched_proto::pb::ActOnJobsRequest {
-                request_id: request_id(),
-                json: serde_json::to_vec(&body).expect("an update serialises"),
-            };
+            let req = pb::UpdateJobRequest::carrying(&body).with_request_id(request_id());
             match rt.block_on(client.call(|mut c| {
                 let req = req.clone();
                 async move { c.update_job(req).await }
@@ -478,19 +474,18 @@ fn main() {
             json,
             ..
         } => {
-            let req = gsched_proto::pb::ActOnJobsRequest {
-                request_id: request_id(),
-                json: serde_json::to_vec(&gsched_types::api::RevokeTokensRequest { user, all })
-                    .expect("a revocation serialises"),
-            };
+            let req = pb::RevokeTokensRequest::carrying(&gsched_types::api::RevokeTokensRequest {
+                user,
+                all,
+            })
+            .with_request_id(request_id());
             let reply = rt
                 .block_on(client.call(|mut c| {
                     let req = req.clone();
                     async move { c.revoke_tokens(req).await }
                 }))
                 .unwrap_or_else(|s| die("gctl", describe(&s)));
-            let done: gsched_types::api::RevokeTokensReply =
-                gsched_cli::decode_doc(&reply.json, "gctl");
+            let done = gsched_cli::doc_of(&reply, "gctl");
             if json {
                 gsched_cli::print_json(&done);
             } else {
@@ -512,18 +507,15 @@ fn main() {
                     .unwrap_or_else(|e| die("gctl", format!("--lifetime {lifetime}: {e}")))
                     .unwrap_or(gsched_types::api::MAX_TOKEN_LIFETIME_S),
             };
-            let req = gsched_proto::pb::ActOnJobsRequest {
-                request_id: request_id(),
-                json: serde_json::to_vec(&gsched_types::api::TokenRequest { lifetime_s })
-                    .expect("a token request serialises"),
-            };
+            let req =
+                pb::IssueTokenRequest::carrying(&gsched_types::api::TokenRequest { lifetime_s });
             let reply = rt
                 .block_on(client.call(|mut c| {
                     let req = req.clone();
                     async move { c.issue_token(req).await }
                 }))
                 .unwrap_or_else(|s| die("gctl", describe(&s)));
-            let token: gsched_types::api::TokenReply = gsched_cli::decode_doc(&reply.json, "gctl");
+            let token = gsched_cli::doc_of(&reply, "gctl");
             if json {
                 gsched_cli::print_json(&token);
             } else {
@@ -843,11 +835,13 @@ async fn status(client: &mut Client, addrs: Vec<String>, json: bool) {
         let addr = seen[i].clone();
         i += 1;
         let reply = client
-            .call_on(&addr, |mut c| async move { c.status(Empty {}).await })
+            .call_on(&addr, |mut c| async move {
+                c.status(pb::StatusRequest {}).await
+            })
             .await;
         let row = reply
             .map_err(|e| e.message().to_string())
-            .and_then(|r| serde_json::from_slice::<StatusRow>(&r.json).map_err(|e| e.to_string()));
+            .and_then(|r| r.document().map_err(|e| e.to_string()));
         match row {
             Ok(v) => {
                 for a in v.peers.values() {

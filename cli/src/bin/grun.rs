@@ -9,7 +9,8 @@
 use base64::Engine;
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, describe, die};
-use gsched_proto::pb::ActOnJobsRequest;
+use gsched_proto::contract::Carries;
+use gsched_proto::pb::{RunStepRequest, StepInputRequest};
 use gsched_types::job::JobId;
 use gsched_types::steps::{
     INPUT_CHUNK, INPUT_WINDOW, InputEvent, StepInput, StepRequest, StepUpdate, TaskIo, TermSize,
@@ -202,10 +203,7 @@ fn forward_input(
             step,
             input,
         };
-        let req = ActOnJobsRequest {
-            request_id: gsched_cli::client::request_id(),
-            json: serde_json::to_vec(&body).expect("step input serialises"),
-        };
+        let req = StepInputRequest::carrying(&body);
         rt.block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.step_input(req).await }
@@ -362,10 +360,7 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             .unwrap_or_else(|_| "/".into()),
         pty: args.pty.then(terminal_size),
     };
-    let req = ActOnJobsRequest {
-        request_id: gsched_cli::client::request_id(),
-        json: serde_json::to_vec(&request).expect("a step request serialises"),
-    };
+    let req = RunStepRequest::carrying(&request);
     let mut stream = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
@@ -387,8 +382,9 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             Ok(None) => break,
             Err(s) => fail(format!("the step's stream broke: {}", describe(&s))),
         };
-        let update: StepUpdate = serde_json::from_slice(&msg.json)
-            .unwrap_or_else(|e| fail(format!("malformed step update: {e}")));
+        let update: StepUpdate = msg
+            .document()
+            .unwrap_or_else(|e| fail(format!("the controller's reply is unreadable: {e}")));
         match update {
             StepUpdate::Started { layout, step } => {
                 ntasks = layout.ntasks;

@@ -4,7 +4,8 @@ use clap::Parser;
 use gsched_cli::client::{Client, controller_list, describe, die, request_id};
 use gsched_cli::outln;
 use gsched_cli::sbatch::{SubArgs, SubmitContext, directives, dry_run_json, resolve};
-use gsched_proto::pb::SubmitRequest;
+use gsched_proto::contract::{Carries, Idempotent};
+use gsched_proto::pb::{CheckRequest, SubmitRequest};
 use gsched_types::api::CheckReply;
 use gsched_types::job::JobSpec;
 use std::io::Read;
@@ -111,10 +112,7 @@ fn main() {
         test_only(&rt, &mut client, &spec);
         return;
     }
-    let req = SubmitRequest {
-        request_id: request_id(),
-        spec_json: serde_json::to_vec(&spec).expect("spec serialises"),
-    };
+    let req = SubmitRequest::carrying(&spec).with_request_id(request_id());
     let reply = rt.block_on(client.call(|mut c| {
         let req = req.clone();
         async move { c.submit(req).await }
@@ -140,18 +138,14 @@ fn main() {
 /// `--test-only`: where and when the job would start if it were submitted now, from the
 /// scheduler's plan over the queue as it is (sbatch's wording); submits nothing.
 fn test_only(rt: &tokio::runtime::Runtime, client: &mut Client, spec: &JobSpec) {
-    let req = SubmitRequest {
-        request_id: String::new(),
-        spec_json: serde_json::to_vec(spec).expect("spec serialises"),
-    };
+    let req = CheckRequest::carrying(spec);
     let reply = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.check(req).await }
         }))
         .unwrap_or_else(|s| die("gsub", describe(&s)));
-    let check: CheckReply = serde_json::from_slice(&reply.json)
-        .unwrap_or_else(|e| die("gsub", format!("malformed reply: {e}")));
+    let check = gsched_cli::doc_of(&reply, "gsub");
     let gpus = spec.nodes * spec.gpus_per_node;
     let part = spec.partition.as_deref().unwrap_or("the default partition");
     match (check.expected_start_ms, &check.allocation_now) {
@@ -249,10 +243,7 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {
     let mut doc = dry_run_json(spec, ctx);
     let mut client = Client::new(controller_list(args.controllers.as_deref()))
         .with_budget(std::time::Duration::from_secs(3));
-    let req = SubmitRequest {
-        request_id: String::new(),
-        spec_json: serde_json::to_vec(spec).expect("spec serialises"),
-    };
+    let req = CheckRequest::carrying(spec);
     match client
         .call(|mut c| {
             let req = req.clone();
@@ -260,7 +251,7 @@ async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {
         })
         .await
     {
-        Ok(reply) => match serde_json::from_slice::<CheckReply>(&reply.json) {
+        Ok(reply) => match reply.document() {
             Ok(check) => {
                 doc["check"] = serde_json::json!(check.message);
                 if let Some(env) = environments(spec, &check) {
@@ -320,6 +311,7 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
             node_alloc: na.clone(),
             start_ms: 0,
             time_limit_s: spec.time_limit_s,
+            kill_grace_s: None,
         };
         let net = gsched_launch::net_plan(topo, &na.gpus, None);
         let env = gsched_launch::task_env(&gsched_launch::TaskEnv {

@@ -57,17 +57,21 @@ impl Ctx {
     }
 
     /// Waits (up to a few seconds, through an election) until this replica has applied
-    /// every write committed before the call. Returns whether that succeeded; when it did
-    /// not, callers still answer but mark the reply as possibly stale.
-    pub async fn read_barrier(&self) -> bool {
+    /// every write committed before the call. When it cannot (no leader within reach), the
+    /// read is refused as `Unavailable`, which sends clients to another controller: a
+    /// reply that might miss an acknowledged write is never given as an answer.
+    pub async fn read_barrier(&self) -> Result<(), Status> {
         let start = std::time::Instant::now();
         while start.elapsed() < std::time::Duration::from_secs(5) {
             if self.raft.read_barrier().await.is_ok() {
-                return true;
+                return Ok(());
             }
             tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         }
-        false
+        Err(self.unavailable(format!(
+            "controller {} cannot confirm it has every acknowledged write (no leader within reach for 5 s); ask another controller, or read this one's possibly older state with gqueue --stale-ok",
+            self.cfg.id
+        )))
     }
 
     /// Proposes a command stamped with this controller's clock.

@@ -24,6 +24,8 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use gsched_proto::contract::Carries;
+use gsched_proto::pb;
 use gsched_types::job::JobState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -268,6 +270,12 @@ fn flag(v: &Option<String>) -> bool {
 /// A refusal, as the HTTP response that says the same as the gRPC status.
 struct ApiError(tonic::Status);
 
+impl From<gsched_proto::contract::ContractError> for ApiError {
+    fn from(e: gsched_proto::contract::ContractError) -> ApiError {
+        ApiError(e.into())
+    }
+}
+
 impl From<tonic::Status> for ApiError {
     fn from(s: tonic::Status) -> ApiError {
         ApiError(s)
@@ -353,14 +361,15 @@ impl<S: Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
     }
 }
 
-/// A gRPC reply's JSON document as the response body.
-fn reply(r: tonic::Response<gsched_proto::pb::DocReply>) -> axum::response::Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        r.into_inner().json,
-    )
-        .into_response()
+/// A document as the response body, in the schema the gRPC reply carries.
+fn reply<T: serde::Serialize>(doc: &T) -> axum::response::Response {
+    (StatusCode::OK, axum::Json(doc)).into_response()
+}
+
+/// A request body read as the document the matching gRPC request carries, refused as that
+/// method would refuse it.
+fn body_as<M: Carries>(body: axum::body::Bytes) -> Result<M::Document, ApiError> {
+    Ok(M::from_json(body.to_vec()).document()?)
 }
 
 async fn jobs(
@@ -386,7 +395,7 @@ async fn jobs(
         after: q.after.unwrap_or(0),
         ..Default::default()
     };
-    Ok(reply(api.jobs.jobs_for(&who, req).await?))
+    Ok(reply(&api.jobs.jobs_for(&who, &req).await?))
 }
 
 async fn job(
@@ -400,9 +409,7 @@ async fn job(
         jobs: vec![id.clone()],
         ..Default::default()
     };
-    let list = api.jobs.jobs_for(&who, req).await?.into_inner().json;
-    let doc: gsched_types::api::JobList =
-        serde_json::from_slice(&list).map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let doc = api.jobs.jobs_for(&who, &req).await?;
     match doc.jobs.into_iter().find(|j| j.display_id == id) {
         Some(row) => Ok((StatusCode::OK, axum::Json(row)).into_response()),
         None => Err(tonic::Status::not_found(format!("no job {id}")).into()),
@@ -415,11 +422,14 @@ async fn submit(
     IdempotencyKey(request_id): IdempotencyKey,
     body: axum::body::Bytes,
 ) -> ApiResult {
-    let req = gsched_proto::pb::SubmitRequest {
-        request_id,
-        spec_json: body.to_vec(),
-    };
-    let ids = api.jobs.submit_as(&who, req).await?.into_inner().job_ids;
+    let spec = body_as::<pb::SubmitRequest>(body)?;
+    let ids: Vec<u64> = api
+        .jobs
+        .submit_as(&who, &request_id, spec)
+        .await?
+        .iter()
+        .map(|j| j.0)
+        .collect();
     Ok((
         StatusCode::CREATED,
         axum::Json(serde_json::json!({ "job_ids": ids })),
@@ -433,11 +443,10 @@ async fn act_on_jobs(
     IdempotencyKey(request_id): IdempotencyKey,
     body: axum::body::Bytes,
 ) -> ApiResult {
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id,
-        json: body.to_vec(),
-    };
-    Ok(reply(api.jobs.act_on_jobs_as(&who, req).await?))
+    let action = body_as::<pb::ActOnJobsRequest>(body)?;
+    Ok(reply(
+        &api.jobs.act_on_jobs_as(&who, &request_id, action).await?,
+    ))
 }
 
 async fn act_on_job(
@@ -463,12 +472,10 @@ async fn act_on_job(
         jobs: vec![JobSelector::parse(&id).map_err(tonic::Status::invalid_argument)?],
         ..Default::default()
     };
-    let req = gsched_proto::pb::ActOnJobsRequest {
-        request_id,
-        json: serde_json::to_vec(&JobActionRequest { action, select })
-            .expect("a job action serialises"),
-    };
-    Ok(reply(api.jobs.act_on_jobs_as(&who, req).await?))
+    let body = JobActionRequest { action, select };
+    Ok(reply(
+        &api.jobs.act_on_jobs_as(&who, &request_id, body).await?,
+    ))
 }
 
 /// `{"reason": "..."}` for a drain.
@@ -491,19 +498,21 @@ async fn node_action(
         serde_json::from_slice(&body)
             .map_err(|e| tonic::Status::invalid_argument(format!("malformed node action: {e}")))?
     };
-    let req = gsched_proto::pb::NodeAdminRequest {
-        request_id,
-        node: name,
-        action,
-        reason: b.reason,
-        user: String::new(),
+    use crate::service::jobs::NodeAction;
+    let action = match action.as_str() {
+        "drain" => NodeAction::Drain,
+        "resume" => NodeAction::Resume,
+        other => {
+            return Err(tonic::Status::not_found(format!(
+                "no node action '{other}': use drain or resume"
+            ))
+            .into());
+        }
     };
     let message = api
         .jobs
-        .node_admin_as(&who, req)
-        .await?
-        .into_inner()
-        .message;
+        .node_admin_as(&who, &request_id, &name, action, b.reason)
+        .await?;
     Ok((
         StatusCode::OK,
         axum::Json(serde_json::json!({ "message": message })),
@@ -515,7 +524,7 @@ async fn nodes(
     axum::extract::State(api): axum::extract::State<Api>,
     Verified(_): Verified,
 ) -> ApiResult {
-    Ok(reply(api.jobs.nodes(true).await?))
+    Ok(reply(&api.jobs.nodes(true).await?))
 }
 
 fn metrics(ctx: &Ctx) -> axum::response::Response {

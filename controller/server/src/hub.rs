@@ -1,7 +1,8 @@
 //! The leader's registry of connected agents: their outgoing message queues, last
 //! heartbeat and the steps they report running.
 
-use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, StepRef, encode};
+use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, StepRef};
+use gsched_proto::contract::Carries;
 use gsched_proto::pb::ControllerEnvelope;
 use gsched_types::job::JobId;
 use gsched_types::steps::{StepUpdate, TaskIo};
@@ -113,10 +114,7 @@ impl AgentHub {
     pub fn send(&self, node: &str, msg: &ControllerToAgent) -> bool {
         let conns = self.conns.lock();
         match conns.get(node) {
-            Some(c) => {
-                c.tx.send(Ok(ControllerEnvelope { json: encode(msg) }))
-                    .is_ok()
-            }
+            Some(c) => c.tx.send(Ok(ControllerEnvelope::carrying(msg))).is_ok(),
             None => false,
         }
     }

@@ -120,7 +120,12 @@ pub fn kill_order(failure: Option<&Failure>, cfg: &DispatchConfig) -> KillOrder 
 }
 
 /// What node rank `rank` of a running job is told to start.
-pub fn launch_spec(state: &ClusterState, job: &JobRecord, rank: usize) -> Option<LaunchSpec> {
+pub fn launch_spec(
+    state: &ClusterState,
+    job: &JobRecord,
+    rank: usize,
+    cfg: &DispatchConfig,
+) -> Option<LaunchSpec> {
     let alloc = job.allocation.as_ref()?;
     Some(LaunchSpec {
         job: job.id,
@@ -133,6 +138,7 @@ pub fn launch_spec(state: &ClusterState, job: &JobRecord, rank: usize) -> Option
         node_alloc: alloc.nodes.get(rank)?.clone(),
         start_ms: job.start_ms.unwrap_or(state.clock_ms),
         time_limit_s: state.config.time_limit_for(&job.spec),
+        kill_grace_s: Some(cfg.kill_grace_s),
     })
 }
 
@@ -232,7 +238,7 @@ pub fn dispatch(
                         && !reported
                         && DispatchMemo::due(&memo.launched, &key, cfg.relaunch_after, now) =>
                 {
-                    if let Some(launch) = launch_spec(state, job, rank) {
+                    if let Some(launch) = launch_spec(state, job, rank, cfg) {
                         memo.launched.insert(key, now);
                         out.sends
                             .push((na.node.clone(), ControllerToAgent::Launch(Box::new(launch))));

@@ -325,7 +325,7 @@ fn the_time_limit_is_the_jobs_own_else_its_partitions_default() {
     let cases = [(own, Some(60)), (defaulted, Some(120)), (unlimited, None)];
     for (job, limit) in cases {
         assert_eq!(s.config.time_limit_for(&s.jobs[&job].spec), limit);
-        let l = decide::launch_spec(&s, &s.jobs[&job], 0).unwrap();
+        let l = decide::launch_spec(&s, &s.jobs[&job], 0, &DispatchConfig::default()).unwrap();
         assert_eq!(l.time_limit_s, limit, "launch of job {job}");
     }
     let slack = 40;

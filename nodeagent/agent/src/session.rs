@@ -6,9 +6,8 @@
 use crate::contact::Contact;
 use crate::outbox::Outbox;
 use crate::steps::StepManager;
-use gsched_proto::agent::{
-    AgentCapabilities, AgentToController, ControllerToAgent, decode, encode,
-};
+use gsched_proto::agent::{AgentCapabilities, AgentToController, ControllerToAgent};
+use gsched_proto::contract::Carries;
 use gsched_proto::pb::AgentEnvelope;
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_proto::tls::Dialer;
@@ -143,7 +142,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         .max_decoding_message_size(64 * 1024 * 1024)
         .max_encoding_message_size(64 * 1024 * 1024);
     let (tx, rx) = mpsc::unbounded_channel::<AgentEnvelope>();
-    let send = |msg: &AgentToController| tx.send(AgentEnvelope { json: encode(msg) });
+    let send = |msg: &AgentToController| tx.send(AgentEnvelope::carrying(msg));
     let known = agent.steps.lock().known();
     let reg = &agent.registration;
     let topology = agent.topology.read().clone();
@@ -167,7 +166,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         .message()
         .await?
         .ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
-    match decode::<ControllerToAgent>(&first.json)? {
+    match first.document()? {
         ControllerToAgent::Registered { kill, lease_ms, .. } => {
             tracing::info!("registered with controller {addr}");
             agent.contact.renew(lease_ms);
@@ -193,7 +192,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         tokio::select! {
             msg = inbound.message() => {
                 let Some(msg) = msg? else { return Ok(End::Closed) };
-                match decode::<ControllerToAgent>(&msg.json)? {
+                match msg.document()? {
                     ControllerToAgent::Launch(spec) => {
                         let steps = agent.steps.clone();
                         tokio::task::spawn_blocking(move || steps.lock().launch(*spec)).await?;

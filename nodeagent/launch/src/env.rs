@@ -459,6 +459,7 @@ mod tests {
             node_alloc: na,
             start_ms: 0,
             time_limit_s: None,
+            kill_grace_s: None,
         }
     }
 

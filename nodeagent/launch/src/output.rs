@@ -106,6 +106,7 @@ mod tests {
             node_alloc: alloc,
             start_ms: 0,
             time_limit_s: None,
+            kill_grace_s: None,
         }
     }
 

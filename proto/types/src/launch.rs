@@ -20,4 +20,8 @@ pub struct LaunchSpec {
     pub start_ms: u64,
     /// Effective time limit (job's, or the partition default).
     pub time_limit_s: Option<u64>,
+    /// SIGTERM to SIGKILL when the node stops the step itself (its time limit): the
+    /// controllers' `kill_grace_s` (absent from older controllers: 10 s).
+    #[serde(default)]
+    pub kill_grace_s: Option<u64>,
 }

@@ -7,7 +7,8 @@
 
 use crate::auth::{Auth, Daemon};
 use crate::ctx::Ctx;
-use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent, decode, encode};
+use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent};
+use gsched_proto::contract::Carries;
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
 use gsched_state::{
@@ -27,7 +28,7 @@ pub struct AgentService {
 type Out = Pin<Box<dyn Stream<Item = Result<ControllerEnvelope, Status>> + Send>>;
 
 fn envelope(msg: &ControllerToAgent) -> Result<ControllerEnvelope, Status> {
-    Ok(ControllerEnvelope { json: encode(msg) })
+    Ok(ControllerEnvelope::carrying(msg))
 }
 
 #[tonic::async_trait]
@@ -72,8 +73,7 @@ async fn serve(
         .next()
         .await
         .ok_or_else(|| Status::cancelled("agent closed before registering"))??;
-    let msg: AgentToController = decode(&first.json)
-        .map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
+    let msg: AgentToController = first.document()?;
     let AgentToController::Register {
         name,
         address,
@@ -183,8 +183,7 @@ async fn pump(
     tx: &crate::hub::AgentTx,
 ) -> Result<(), Status> {
     while let Some(item) = inbound.next().await {
-        let msg: AgentToController = decode(&item?.json)
-            .map_err(|e| Status::invalid_argument(format!("bad agent message: {e}")))?;
+        let msg: AgentToController = item?.document()?;
         match msg {
             AgentToController::Heartbeat { running } => {
                 ctx.hub.heartbeat(node, running);

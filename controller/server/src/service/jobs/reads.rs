@@ -1,0 +1,220 @@
+//! Reads: job listings (full rows or the queue table's), nodes, and this controller's
+//! status. Every read but a `stale_ok` one passes the read barrier first.
+
+use super::JobsService;
+use crate::auth::Caller;
+use gsched_proto::clock::now_ms;
+use gsched_proto::pb::ListJobsRequest;
+use gsched_state::rows::{Audience, JobDetail, job_row, node_rows, queue_row};
+use gsched_types::api::{JobList, JobRow, JobSelector, NodeList, QueueRow, StatusRow};
+use gsched_types::job::{JobId, JobRecord, JobState};
+use std::ops::Bound;
+use tonic::Status;
+
+/// The most rows one `ListJobs` reply carries (the client asks for the next page).
+const PAGE_ROWS: usize = 5_000;
+
+impl JobsService {
+    /// A page of full job rows for a verified caller (gRPC `ListJobs`, `GET /api/v1/jobs`).
+    /// Everybody sees every job's summary (as squeue shows it); only the owner, operators
+    /// and admins see its request and the evidence of its failure.
+    pub async fn jobs_for(
+        &self,
+        caller: &Caller,
+        req: &ListJobsRequest,
+    ) -> Result<JobList<JobRow>, Status> {
+        let detail = if req.detail {
+            JobDetail::Full
+        } else {
+            JobDetail::Summary
+        };
+        self.page(req, |state, estimates, j| {
+            let audience = if caller.may_see_details_of(&j.spec.user) {
+                Audience::Owner
+            } else {
+                Audience::Public
+            };
+            let row = job_row(state, j, estimates.get(&j.id).copied(), detail, audience);
+            (row.job_id, row)
+        })
+        .await
+    }
+
+    /// A page of the queue table's rows (`gqueue`).
+    pub async fn queue_for(
+        &self,
+        _caller: &Caller,
+        req: &ListJobsRequest,
+    ) -> Result<JobList<QueueRow>, Status> {
+        self.page(req, |state, estimates, j| {
+            (j.id, queue_row(state, j, estimates.get(&j.id).copied()))
+        })
+        .await
+    }
+
+    /// The jobs `req` selects, from `after` on, at most a page of them, each made a row by
+    /// `row`.
+    async fn page<R>(
+        &self,
+        req: &ListJobsRequest,
+        row: impl Fn(
+            &gsched_state::ClusterState,
+            &std::collections::HashMap<JobId, u64>,
+            &JobRecord,
+        ) -> (JobId, R),
+    ) -> Result<JobList<R>, Status> {
+        let filter = JobFilter::from_request(req)?;
+        if !req.stale_ok {
+            self.ctx.read_barrier().await?;
+        }
+        let estimates = self.ctx.estimates.read();
+        let r = self.ctx.raft.replica.read();
+        let limit = match req.limit as usize {
+            0 => PAGE_ROWS,
+            n => n.min(PAGE_ROWS),
+        };
+        let mut matching = r
+            .state
+            .jobs
+            .range((Bound::Excluded(JobId(req.after)), Bound::Unbounded))
+            .map(|(_, j)| j)
+            .filter(|j| filter.keeps(j, &r.state.config));
+        let (ids, jobs): (Vec<JobId>, Vec<R>) = matching
+            .by_ref()
+            .take(limit)
+            .map(|j| row(&r.state, &estimates, j))
+            .unzip();
+        let next_after = match (ids.last(), matching.next()) {
+            (Some(last), Some(_)) => Some(*last),
+            _ => None,
+        };
+        Ok(JobList {
+            jobs,
+            applied_index: r.applied,
+            controller: self.ctx.cfg.id,
+            role: self.ctx.raft.status.borrow().role,
+            consistent: !req.stale_ok,
+            now_ms: now_ms(),
+            next_after,
+        })
+    }
+
+    /// Every node (gRPC `ListNodes`, `GET /api/v1/nodes`): every caller may list nodes.
+    pub async fn nodes(&self, detail: bool) -> Result<NodeList, Status> {
+        self.ctx.read_barrier().await?;
+        let r = self.ctx.raft.replica.read();
+        Ok(NodeList {
+            nodes: node_rows(&r.state, detail),
+            applied_index: r.applied,
+            consistent: true,
+            now_ms: now_ms(),
+        })
+    }
+
+    /// This controller's Raft role, indexes, peers and state digest (`gctl status`).
+    pub fn status_row(&self) -> StatusRow {
+        let (applied, digest, jobs, nodes) = {
+            let r = self.ctx.raft.replica.read();
+            // The digest hashes the whole state: compute it once per applied index.
+            let mut cached = self.digest.lock();
+            let digest = match cached.as_ref() {
+                Some((at, d)) if *at == r.applied => d.clone(),
+                _ => {
+                    let d = r.state.digest();
+                    *cached = Some((r.applied, d.clone()));
+                    d
+                }
+            };
+            (r.applied, digest, r.state.jobs.len(), r.state.nodes.len())
+        };
+        let s = self.ctx.raft.status.borrow().clone();
+        let peers = self
+            .ctx
+            .book
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        StatusRow {
+            id: s.id,
+            address: self.ctx.cfg.advertise.clone(),
+            role: s.role,
+            term: s.term,
+            leader_id: s.leader_id,
+            leader_address: self.ctx.leader_address(),
+            commit_index: s.commit_index,
+            applied_index: applied,
+            state_digest: digest,
+            first_index: s.first_index,
+            last_index: s.last_index,
+            snapshot_index: s.snapshot_index,
+            voters: s.voters,
+            matched: s.matched,
+            disk_bytes: s.disk_bytes,
+            jobs: jobs as u64,
+            nodes: nodes as u64,
+            peers,
+            agents_connected: self.ctx.hub.connected().len() as u64,
+            fault_blocked_peers: self.ctx.faults.blocked(),
+            lag: None,
+            storage_fault: s.storage_fault,
+        }
+    }
+}
+
+/// Which jobs a `ListJobs` request asks for.
+struct JobFilter {
+    users: Vec<String>,
+    states: Vec<JobState>,
+    include_finished: bool,
+    jobs: Vec<JobSelector>,
+    partition: Option<String>,
+    /// (since, until) in ms; 0 is open.
+    window: (u64, u64),
+}
+
+impl JobFilter {
+    fn from_request(req: &ListJobsRequest) -> Result<JobFilter, Status> {
+        let states = req
+            .states
+            .iter()
+            .map(|s| {
+                JobState::parse(s).ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or their names"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let jobs = req
+            .jobs
+            .iter()
+            .map(|j| JobSelector::parse(j).map_err(Status::invalid_argument))
+            .collect::<Result<_, _>>()?;
+        Ok(JobFilter {
+            users: req.users.clone(),
+            states,
+            include_finished: req.include_finished,
+            jobs,
+            partition: (!req.partition.is_empty()).then(|| req.partition.clone()),
+            window: (req.since_ms, req.until_ms),
+        })
+    }
+
+    fn keeps(&self, j: &JobRecord, config: &gsched_scheduler::SchedConfig) -> bool {
+        let state_ok = if self.states.is_empty() {
+            self.include_finished || !j.state.is_terminal()
+        } else {
+            self.states.contains(&j.state)
+        };
+        state_ok
+            && (self.users.is_empty() || self.users.contains(&j.spec.user))
+            && (self.jobs.is_empty() || self.jobs.iter().any(|s| s.matches(j.id, j.array_task)))
+            && self
+                .partition
+                .as_ref()
+                .is_none_or(|p| *p == config.partition_of(&j.spec))
+            && (self.window.0 == 0 || j.end_ms.is_none_or(|e| e >= self.window.0))
+            && (self.window.1 == 0 || j.submit_ms <= self.window.1)
+    }
+}

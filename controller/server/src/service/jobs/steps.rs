@@ -1,0 +1,235 @@
+//! Steps inside a running job (`grun`): the leader lays the step out, records it, sends
+//! it to the nodes' agents and relays the tasks' output, exits and input.
+
+use super::JobsService;
+use crate::auth::Caller;
+use crate::ctx::outcome_to_status;
+use gsched_proto::agent::ControllerToAgent;
+use gsched_proto::contract::Carries;
+use gsched_proto::pb::RunStepReply;
+use gsched_state::{Command, GrunStepEnded, GrunStepStarted};
+use gsched_types::job::JobState;
+use gsched_types::steps::{
+    INPUT_CHUNK, InputEvent, StepInput, StepLaunch, StepRequest, StepState, StepUpdate, TaskIo,
+};
+use tonic::Status;
+
+/// What `RunStep` streams to its caller.
+pub type StepStream = tokio_stream::wrappers::UnboundedReceiverStream<Result<RunStepReply, Status>>;
+
+impl JobsService {
+    /// Starts a step in one of `caller`'s running jobs; the stream carries its layout,
+    /// then its tasks' output and exits, and ends with the step.
+    pub async fn run_step_as(
+        &self,
+        caller: &Caller,
+        body: StepRequest,
+    ) -> Result<StepStream, Status> {
+        if body.argv.is_empty() || body.argv.iter().any(|a| a.contains('\0')) {
+            return Err(Status::invalid_argument("grun: give a command to run"));
+        }
+        let env_bytes: usize = body.env.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let arg_bytes: usize = body.argv.iter().map(String::len).sum();
+        if env_bytes + arg_bytes > 1 << 20 {
+            return Err(Status::invalid_argument(
+                "the step's command and environment are over 1 MiB",
+            ));
+        }
+        if !self.ctx.raft.is_leader() {
+            return Err(self.ctx.unavailable("steps go through the leader".into()));
+        }
+        self.ctx.read_barrier().await?;
+        let (attempt, layout, owner) = {
+            let r = self.ctx.raft.replica.read();
+            let job = r
+                .state
+                .jobs
+                .get(&body.job)
+                .ok_or_else(|| Status::not_found(format!("job {} does not exist", body.job)))?;
+            if job.spec.user != caller.user && !caller.acts_for_others() {
+                return Err(Status::permission_denied(format!(
+                    "job {} belongs to {}: you may run steps only in your own jobs",
+                    body.job, job.spec.user
+                )));
+            }
+            if job.state != JobState::Running {
+                return Err(Status::failed_precondition(format!(
+                    "job {} is {}: steps run only in a running job",
+                    body.job,
+                    job.state.name()
+                )));
+            }
+            let layout = body
+                .layout(&job.node_names())
+                .map_err(Status::invalid_argument)?;
+            if body.pty.is_some() && layout.ntasks != 1 {
+                return Err(Status::invalid_argument(format!(
+                    "grun --pty runs one task in a terminal, not {} (drop -n/--ntasks-per-node or -N)",
+                    layout.ntasks
+                )));
+            }
+            (job.restarts, layout, job.spec.user.clone())
+        };
+        let (updates_tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let step = self
+            .ctx
+            .hub
+            .open_step(body.job, updates_tx, &owner, &layout.nodes[0]);
+        let name = body.argv[0]
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let recorded = self
+            .ctx
+            .propose(
+                Command::GrunStepStarted(GrunStepStarted {
+                    job: body.job,
+                    attempt,
+                    step,
+                    name,
+                    nodes: layout.nodes.clone(),
+                    ntasks: layout.ntasks,
+                }),
+                None,
+            )
+            .await;
+        match recorded.map(outcome_to_status) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) | Err(e) => {
+                self.ctx.hub.close_step(body.job, step);
+                return Err(e);
+            }
+        }
+        let (client_tx, client_rx) = tokio::sync::mpsc::unbounded_channel();
+        let send =
+            |tx: &tokio::sync::mpsc::UnboundedSender<Result<RunStepReply, Status>>,
+             u: &StepUpdate| tx.send(Ok(RunStepReply::carrying(u))).is_ok();
+        for (i, node) in layout.nodes.iter().enumerate() {
+            let launch = StepLaunch {
+                job: body.job,
+                attempt,
+                step,
+                node_index: i as u32,
+                layout: layout.clone(),
+                argv: body.argv.clone(),
+                env: body.env.clone(),
+                cwd: body.cwd.clone(),
+                pty: body.pty,
+            };
+            if !self
+                .ctx
+                .hub
+                .send(node, &ControllerToAgent::RunStep(Box::new(launch)))
+            {
+                self.ctx.hub.step_io(TaskIo::Failed {
+                    job: body.job,
+                    step,
+                    node: node.clone(),
+                    message: format!("the agent of {node} is not connected"),
+                });
+            }
+        }
+        // Told after the agents, so that input the caller sends on hearing it reaches
+        // an agent that already has the step.
+        send(
+            &client_tx,
+            &StepUpdate::Started {
+                step,
+                layout: layout.clone(),
+            },
+        );
+        let ctx = self.ctx.clone();
+        let (job, nodes, ntasks) = (body.job, layout.nodes.clone(), layout.ntasks);
+        tokio::spawn(async move {
+            // Ends when every task has exited; a node that cannot start its tasks, or a
+            // caller that goes away, stops the rest (as srun aborts a step).
+            let mut exited = 0;
+            let (mut code, mut signal) = (0, None);
+            let end = loop {
+                tokio::select! {
+                    u = updates.recv() => {
+                        let Some(u) = u else { break StepState::Cancelled };
+                        let failed = matches!(u, StepUpdate::Io(TaskIo::Failed { .. }));
+                        if let StepUpdate::Io(TaskIo::Exited { code: c, signal: s, .. }) = &u {
+                            exited += 1;
+                            code = code.max(c.unwrap_or(0));
+                            signal = signal.or(*s);
+                        }
+                        if !send(&client_tx, &u) {
+                            break StepState::Cancelled;
+                        }
+                        if failed {
+                            break StepState::Failed;
+                        }
+                        if exited >= ntasks {
+                            break if code == 0 && signal.is_none() {
+                                StepState::Completed
+                            } else {
+                                StepState::Failed
+                            };
+                        }
+                    }
+                    _ = client_tx.closed() => break StepState::Cancelled,
+                }
+            };
+            ctx.hub.close_step(job, step);
+            let stop = exited < ntasks;
+            let ended = Command::GrunStepEnded(GrunStepEnded {
+                job,
+                step,
+                state: end,
+                exit_code: (exited > 0).then_some(code),
+                signal,
+            });
+            if let Err(e) = ctx.propose(ended, None).await {
+                tracing::warn!(%job, step, "the end of step {job}.{step} was not recorded: {}", e.message());
+            }
+            if stop {
+                for n in &nodes {
+                    ctx.hub
+                        .send(n, &ControllerToAgent::KillStep { job, attempt, step });
+                }
+            }
+        });
+        Ok(StepStream::new(client_rx))
+    }
+
+    /// Passes input to task 0 of a running step, through the agent that runs it.
+    pub fn step_input_as(&self, caller: &Caller, body: StepInput) -> Result<(), Status> {
+        if let InputEvent::Data { data } = &body.input
+            && data.len() > INPUT_CHUNK * 4 / 3 + 4
+        {
+            return Err(Status::invalid_argument(format!(
+                "step input comes in pieces of at most {INPUT_CHUNK} bytes"
+            )));
+        }
+        let Some((owner, node)) = self.ctx.hub.step_target(body.job, body.step) else {
+            return Err(if self.ctx.raft.is_leader() {
+                Status::not_found(format!(
+                    "step {}.{} is not running (it ended, or another controller started it)",
+                    body.job, body.step
+                ))
+            } else {
+                self.ctx.unavailable("steps go through the leader".into())
+            });
+        };
+        if owner != caller.user && !caller.acts_for_others() {
+            return Err(Status::permission_denied(format!(
+                "step {}.{} belongs to {owner}: only its owner may send it input",
+                body.job, body.step
+            )));
+        }
+        let msg = ControllerToAgent::StepInput {
+            job: body.job,
+            step: body.step,
+            input: body.input,
+        };
+        if !self.ctx.hub.send(&node, &msg) {
+            return Err(Status::unavailable(format!(
+                "the agent of {node} is not connected"
+            )));
+        }
+        Ok(())
+    }
+}
