@@ -808,9 +808,12 @@ pub fn test_users() -> Option<(TestUser, TestUser)> {
         eprintln!("skipping: the multi-user tests need root (to create users)");
         return None;
     }
+    // Tests of every area run in one process: one at a time through useradd, which
+    // refuses to run while another holds /etc/passwd's lock.
+    static MAKING: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
     let make = |name: &str| -> TestUser {
+        let _one_at_a_time = MAKING.lock();
         if nix::unistd::User::from_name(name).ok().flatten().is_none() {
-            // Several tests may race to create the same user.
             let _ = Command::new("useradd")
                 .args(["--no-create-home", "--shell", "/bin/sh", name])
                 .status();

@@ -5,7 +5,7 @@
 //! still run to completion.
 //!
 //! CI runs it for `GSCHED_FUZZ_SECS` (20 s by default); the long form is
-//! `GSCHED_FUZZ_SECS=600 cargo test --release -p gsched-tests --test livefuzz -- --nocapture`,
+//! `GSCHED_FUZZ_SECS=600 cargo test --release -p gsched-tests --test integration livefuzz:: -- --nocapture`,
 //! which prints the figures the README quotes.
 
 use gsched_tests::{Cluster, test_users, topology, wait_for};
