@@ -458,3 +458,109 @@ fn t60_grafana_and_alerts_name_served_metrics_and_logs_can_be_json() {
         );
     }
 }
+
+#[test]
+fn t70_the_python_rest_client_submits_lists_and_cancels_through_the_openapi_document() {
+    let Some((alice, bob)) = gsched_tests::test_users() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let url = format!("http://{addr}");
+    let home = c.user_dir(&alice);
+    // The example, copied where the test users can read it.
+    let client = c.path("rest_client.py");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rest_client.py"),
+        &client,
+    )
+    .unwrap();
+    std::fs::set_permissions(&client, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(home.join("job.sh"), "#!/bin/sh\nexec sleep 600\n").unwrap();
+    let token_of = |user: &gsched_tests::TestUser| -> String {
+        let out = c.cli_as(user, "gctl", &["token", "--json"]);
+        let v: serde_json::Value =
+            serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
+        v["token"].as_str().unwrap().to_string()
+    };
+    let (alice_token, bob_token) = (token_of(&alice), token_of(&bob));
+    let run = |user: &gsched_tests::TestUser, token: &str, args: &[&str]| {
+        std::process::Command::new("/usr/bin/python3")
+            .arg(&client)
+            .args(["--url", &url, "--token", token])
+            .args(args)
+            .current_dir(c.user_dir(user))
+            .uid(user.uid)
+            .gid(user.gid)
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        &alice,
+        &alice_token,
+        &["submit", "--name", "rest", "--hold", "job.sh"],
+    );
+    let id: u64 = success_stdout(&out, "rest_client.py submit")
+        .trim()
+        .parse()
+        .unwrap();
+    // The job is alice's, as gqueue sees it.
+    let q = success_stdout(&c.cli("gqueue", &["--json"]), "gqueue");
+    let rows: serde_json::Value = serde_json::from_str(&q).unwrap();
+    let row = rows["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job_id"] == id)
+        .expect("the submitted job is queued");
+    assert_eq!(row["user"], alice.name.as_str());
+    assert_eq!(row["name"], "rest");
+    let listed = success_stdout(
+        &run(&alice, &alice_token, &["list", "--user", &alice.name]),
+        "rest_client.py list",
+    );
+    assert!(
+        listed
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|j| j["job_id"] == id && j["state"] == "PENDING"),
+        "{listed}"
+    );
+    // Bob's client is refused alice's job, and says so.
+    let refused = run(&bob, &bob_token, &["cancel", &id.to_string()]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(&alice.name),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let done = run(&alice, &alice_token, &["cancel", &id.to_string()]);
+    assert_eq!(
+        success_stdout(&done, "rest_client.py cancel").trim(),
+        "cancelled 1 job(s)"
+    );
+    wait_for("the job cancelled", Duration::from_secs(10), || {
+        let a = c.cli("gacct", &["-j", &id.to_string(), "--json"]);
+        String::from_utf8_lossy(&a.stdout)
+            .contains("CANCELLED")
+            .then_some(())
+    });
+    // An operation the document does not declare is refused before anything is sent.
+    let undeclared = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import rest_client\nc = rest_client.Client(sys.argv[2], sys.argv[3])\ntry:\n    c.call('DELETE', '/api/v1/jobs')\nexcept KeyError as e:\n    print('refused', e)",
+            c.path("").to_str().unwrap(),
+            &url,
+            &alice_token,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&undeclared.stdout).contains("refused"),
+        "{}{}",
+        String::from_utf8_lossy(&undeclared.stdout),
+        String::from_utf8_lossy(&undeclared.stderr)
+    );
+}
