@@ -689,6 +689,16 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "From proposing a command to its commit and apply on this controller",
         t.proposal_seconds.clone(),
     );
+    reg.register(
+        "leader_proposals_failed",
+        "Commands the leader's own loops proposed that were not committed (each is logged)",
+        t.leader_proposals_failed.clone(),
+    );
+    reg.register(
+        "scheduler_pass_panics",
+        "Scheduling passes that panicked (a bug; each is logged and the pass skipped)",
+        t.pass_panics.clone(),
+    );
     reg.register("raft_role", "1 for this controller's Raft role", role);
     reg.register("raft_term", "Raft term", gauge(s.term));
     reg.register(

@@ -52,7 +52,7 @@ pub async fn watch_leadership(ctx: Arc<Ctx>) {
 async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
     let since = Instant::now();
     // Commit an entry of our term so the applied state is current before acting on it.
-    let _ = ctx.propose(Command::Noop, None).await;
+    propose_logged(&ctx, Command::Noop).await;
     let (config_differs, missing_addresses) = {
         let r = ctx.raft.replica.read();
         let book = ctx.book.read().clone();
@@ -65,16 +65,14 @@ async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
     if config_differs {
         tracing::info!("committing this controller's scheduler configuration");
         let config = Box::new(ctx.cfg.scheduler.clone());
-        let _ = ctx
-            .propose(Command::SetConfig(SetConfig { config }), None)
-            .await;
+        propose_logged(&ctx, Command::SetConfig(SetConfig { config })).await;
     }
     for (id, addr) in missing_addresses {
         let voter = ctx.raft.status.borrow().voters.contains(&id);
         if voter {
             let address = Some(addr);
             let cmd = Command::SetControllerAddress(SetControllerAddress { id, address });
-            let _ = ctx.propose(cmd, None).await;
+            propose_logged(&ctx, cmd).await;
         }
     }
     tokio::join!(
@@ -86,6 +84,20 @@ async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
 
 fn stopped(stop: &watch::Receiver<bool>) -> bool {
     *stop.borrow()
+}
+
+/// Proposes a command of the leader's own; one that is not committed is logged and
+/// counted (the loops are level-triggered: the next round decides again from the state).
+async fn propose_logged(ctx: &Ctx, cmd: Command) {
+    let name = cmd.name();
+    if let Err(e) = ctx.propose(cmd, None).await {
+        ctx.telemetry.leader_proposals_failed.inc();
+        tracing::warn!(
+            command = name,
+            "the leader's {name} was not committed: {}",
+            e.message()
+        );
+    }
 }
 
 async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
@@ -121,7 +133,7 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         };
         last_pass = Instant::now();
         let now = now_ms();
-        let Ok((mut p, waited, pending)) = tokio::task::spawn_blocking(move || {
+        let pass = tokio::task::spawn_blocking(move || {
             let p = plan(&snap, now);
             // How long each job the plan starts has waited since it became eligible.
             let waited: Vec<u64> = p
@@ -132,9 +144,16 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                 .collect();
             (p, waited, snap.pending.len())
         })
-        .await
-        else {
-            continue;
+        .await;
+        let (mut p, waited, pending) = match pass {
+            Ok(done) => done,
+            Err(e) => {
+                ctx.telemetry.pass_panics.inc();
+                tracing::error!(
+                    "the scheduling pass failed ({e}); this is a bug, please report it with the log above: no job starts until a pass succeeds"
+                );
+                continue;
+            }
         };
         let t = &ctx.telemetry;
         t.pass_seconds.observe(began.elapsed().as_secs_f64());
@@ -150,7 +169,7 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             if let Command::Preempt(pre) = &cmd {
                 tracing::info!("preempting {:?} for job {}", pre.victims, pre.for_job);
             }
-            let _ = ctx.propose(cmd, None).await;
+            propose_logged(&ctx, cmd).await;
         }
     }
 }
@@ -221,7 +240,7 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
             );
         }
         for cmd in commands {
-            let _ = ctx.propose(cmd, None).await;
+            propose_logged(&ctx, cmd).await;
         }
     }
 }

@@ -3,6 +3,7 @@
 //! metric lives here for the process's life; the scrape registers clones (they share
 //! their values).
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
@@ -15,6 +16,11 @@ pub struct Telemetry {
     pub queue_wait_seconds: Histogram,
     /// From proposing a command to its commit and apply here (seconds).
     pub proposal_seconds: Histogram,
+    /// Commands the leader's own loops proposed that were not committed (lost leadership,
+    /// a full log, a storage fault); each is logged with its command.
+    pub leader_proposals_failed: Counter,
+    /// Scheduling passes that panicked (a bug: the pass is logged and skipped).
+    pub pass_panics: Counter,
 }
 
 impl Default for Telemetry {
@@ -24,6 +30,8 @@ impl Default for Telemetry {
             pass_pending: Gauge::default(),
             queue_wait_seconds: Histogram::new(exponential_buckets(0.1, 4.0, 10)),
             proposal_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            leader_proposals_failed: Counter::default(),
+            pass_panics: Counter::default(),
         }
     }
 }
