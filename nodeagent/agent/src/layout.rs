@@ -56,6 +56,10 @@ impl StepFiles {
     pub fn supervisor_pid(&self) -> PathBuf {
         self.0.join("supervisor.pid")
     }
+    /// When this node started the step (ms on its own clock): the base of its time limit.
+    pub fn local_start(&self) -> PathBuf {
+        self.0.join("started_ms")
+    }
     /// A `grun --pty` task's terminal size, "ROWS COLS", rewritten on each resize.
     pub fn winsize(&self) -> PathBuf {
         self.0.join("winsize")

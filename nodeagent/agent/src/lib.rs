@@ -21,6 +21,7 @@ pub mod identity;
 pub mod isolation;
 pub mod layout;
 pub mod metrics;
+pub mod monitor;
 pub mod nvml;
 pub mod outbox;
 pub mod session;

@@ -1,18 +1,19 @@
 //! The steps this node runs: launching them through the supervisor, watching their logs
-//! and exit, enforcing time limits, stopping them (SIGTERM, grace, SIGKILL) and re-adopting
-//! them after an agent restart. Every event goes to the on-disk outbox before anything
-//! else, so none is lost.
+//! and exit, stopping them and re-adopting them after an agent restart. What to do about a
+//! step each round (report, warn, stop, escalate, end) is `crate::monitor`'s pure
+//! decision; this file observes and carries it out. Every event goes to the on-disk outbox
+//! before anything else, so none is lost.
 
 use crate::identity;
 use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, Scratch, StepFiles};
+use crate::monitor::{self, Action, ExitRecord, Limits, Watch};
 use crate::outbox::Outbox;
-use crate::supervise::ExitRecord;
 use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::transport::{NodeNet, TransportLog};
-use gsched_launch::watch::{LogFinding, classify_exit, classify_line, parse_error_file};
+use gsched_launch::watch::{LogFinding, classify_line, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_proto::clock::now_ms;
 use gsched_types::failure::{Failure, FailureKind};
@@ -58,28 +59,16 @@ pub struct Settings {
     pub min_uid: u32,
 }
 
-struct Kill {
-    at: Instant,
-    grace: Duration,
-    cause: FailureKind,
-    reason: String,
-    hard_sent: bool,
-}
-
 struct Step {
     key: StepRef,
     files: StepFiles,
     launch: LaunchSpec,
     pgid: Option<i32>,
-    started_reported: bool,
-    fatal_reported: Option<Failure>,
-    findings: Vec<LogFinding>,
+    watch: Watch,
+    limits: Limits,
     /// NCCL's network lines: which transport it chose, and why.
     transport: TransportLog,
     tails: HashMap<PathBuf, (u64, String)>,
-    kill: Option<Kill>,
-    /// The `--signal` warning has been sent.
-    warned: bool,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
     scratch: Option<Scratch>,
@@ -95,7 +84,19 @@ impl Step {
         supervisor: Option<std::process::Child>,
         supervisor_pid: Option<i32>,
     ) -> Step {
-        let warned = supervisor.is_none() && warning_due(&launch);
+        let limits = Limits {
+            started_ms: local_start(&files, &launch),
+            time_limit_s: launch.time_limit_s,
+            signal: launch.spec.signal.clone(),
+            kill_grace: Duration::from_secs(
+                launch.kill_grace_s.unwrap_or(monitor::DEFAULT_KILL_GRACE_S),
+            ),
+        };
+        let watch = Watch {
+            // A step re-adopted after an agent restart already had its warning if it was due.
+            warned: supervisor.is_none() && monitor::warning_due(&limits, now_ms()),
+            ..Watch::default()
+        };
         Step {
             key: StepRef {
                 job: launch.job,
@@ -109,14 +110,10 @@ impl Step {
                 .map(|d| Scratch(PathBuf::from(d))),
             launch,
             pgid: None,
-            started_reported: false,
-            fatal_reported: None,
-            findings: Vec::new(),
+            watch,
+            limits,
             transport: TransportLog::default(),
             tails: HashMap::new(),
-            kill: None,
-            // A step re-adopted after an agent restart already had its warning if it was due.
-            warned,
             supervisor,
             supervisor_pid,
         }
@@ -153,14 +150,14 @@ fn send_signal(pgid: Option<i32>, sig: Signal, batch_only: bool) {
     }
 }
 
-/// Whether the `--signal` warning of a step is due (its time limit is that close).
-fn warning_due(launch: &LaunchSpec) -> bool {
-    match (&launch.spec.signal, launch.time_limit_s) {
-        (Some(w), Some(limit)) if limit > 0 => {
-            now_ms() + u64::from(w.before_s) * 1000 >= launch.start_ms + limit * 1000
-        }
-        _ => false,
-    }
+/// When this node started the step, on its own clock, as `launch` recorded it in the
+/// step's directory (so a restarted agent keeps it); a step of an agent that did not
+/// record it counts from the controller's start time.
+fn local_start(files: &StepFiles, launch: &LaunchSpec) -> u64 {
+    std::fs::read_to_string(files.local_start())
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(launch.start_ms)
 }
 
 fn alive(pid: i32) -> bool {
@@ -296,9 +293,14 @@ impl StepManager {
             }
             let _ = std::fs::remove_dir_all(&files.0);
         }
-        let recorded = layout::private_dir(&files.0).and_then(|_| {
-            layout::write_private(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default())
-        });
+        let recorded = layout::private_dir(&files.0)
+            .and_then(|_| {
+                let started = now_ms().to_string();
+                layout::write_private(&files.local_start(), started.as_bytes())
+            })
+            .and_then(|_| {
+                layout::write_private(&files.launch(), &serde_json::to_vec(&l).unwrap_or_default())
+            });
         if let Err(e) = recorded {
             self.fail_launch(
                 &l,
@@ -579,21 +581,12 @@ impl StepManager {
     ) {
         match self.steps.get_mut(&(job, attempt)) {
             Some(step) => {
-                if step.kill.is_none() {
+                if let Some(action) =
+                    monitor::begin_stop(&mut step.watch, Instant::now(), grace, cause, reason)
+                {
                     tracing::info!("stopping job {job} attempt {attempt}: {reason}");
-                    step.pgid = step.pgid.or_else(|| {
-                        std::fs::read_to_string(step.files.pgid())
-                            .ok()
-                            .and_then(|s| s.trim().parse().ok())
-                    });
-                    signal_group(step.pgid, Signal::SIGTERM);
-                    step.kill = Some(Kill {
-                        at: Instant::now(),
-                        grace,
-                        cause,
-                        reason: reason.to_string(),
-                        hard_sent: false,
-                    });
+                    step.pgid = step.pgid.or_else(|| read_pgid(&step.files));
+                    carry_out(step, &action);
                 }
             }
             None => {
@@ -622,262 +615,175 @@ impl StepManager {
         }
     }
 
-    /// One monitoring round: start confirmations, log findings, time limits, kill
-    /// escalation and exits.
+    /// One monitoring round: observe each step, let `monitor::round` decide, carry it out.
     pub fn tick(&mut self) {
         self.grun.tick();
         let node = self.settings.node.clone();
         let keys: Vec<(JobId, u32)> = self.steps.keys().copied().collect();
         for key in keys {
-            let mut events = Vec::new();
+            let step = self.steps.get_mut(&key).expect("present");
+            let seen = observe(step, &node, &self.settings.topology);
+            let cx = monitor::Context {
+                job: key.0,
+                attempt: key.1,
+                node: &node,
+                limits: &step.limits,
+            };
+            let actions = monitor::round(&mut step.watch, &cx, seen, Instant::now(), now_ms());
             let mut done = false;
-            {
-                let step = self.steps.get_mut(&key).expect("present");
-                if let Some(c) = step.supervisor.as_mut() {
-                    let _ = c.try_wait();
-                }
-                if step.pgid.is_none() {
-                    step.pgid = std::fs::read_to_string(step.files.pgid())
-                        .ok()
-                        .and_then(|s| s.trim().parse().ok());
-                }
-                if !step.started_reported && step.pgid.is_some() {
-                    step.started_reported = true;
-                    events.push(StepEvent::Started {
-                        job: key.0,
-                        attempt: key.1,
-                        pid: step.pgid.map(|p| p as u32),
-                    });
-                }
-                let mut round = scan_logs(step);
-                // A round's warnings first: they are the causes its fatal lines echo, even
-                // when they sit in another file (NCCL's debug file) than the fatal line.
-                round.sort_by_key(|f| f.fatal);
-                // A one-node job's NCCL names a network too, but never sends over it.
-                if step.launch.nodes.len() > 1 && step.transport.awaits_judgement() {
-                    let node_net = NodeNet::of(&self.settings.topology.read());
-                    for mut finding in step.transport.judge(Some(&node_net)) {
-                        finding.node = Some(node.clone());
-                        tracing::warn!(
-                            "job {} on {node}: {}: {}",
-                            key.0,
-                            finding.kind,
-                            finding.action
-                        );
-                        events.push(StepEvent::Warning {
-                            job: key.0,
-                            attempt: key.1,
-                            finding,
+            for action in &actions {
+                match action {
+                    Action::Report(event) => {
+                        log_event(key.0, &node, event);
+                        self.outbox.push(|seq| AgentToController::Step {
+                            seq,
+                            event: event.clone(),
                         });
                     }
+                    Action::Finish => done = true,
+                    other => carry_out(step, other),
                 }
-                for finding in round {
-                    if finding.fatal && step.fatal_reported.is_none() && step.kill.is_none() {
-                        let failure = Failure {
-                            kind: finding.kind.clone(),
-                            node: Some(node.clone()),
-                            evidence: gsched_launch::watch::first_cause(&step.findings, &finding),
-                            at_ms: now_ms(),
-                        };
-                        tracing::warn!("job {} on {node}: {}", key.0, failure);
-                        step.fatal_reported = Some(failure.clone());
-                        events.push(StepEvent::Failed {
-                            job: key.0,
-                            attempt: key.1,
-                            failure,
-                        });
-                    }
-                    step.findings.push(finding);
-                    if step.findings.len() > 64 {
-                        step.findings.remove(0);
-                    }
-                }
-                if !step.warned && step.kill.is_none() && warning_due(&step.launch) {
-                    step.warned = true;
-                    if let Some(w) = &step.launch.spec.signal
-                        && let Ok(sig) = Signal::try_from(w.signal)
-                    {
-                        tracing::info!(
-                            "job {}: {sig} {} s before its time limit (--signal)",
-                            key.0,
-                            w.before_s
-                        );
-                        send_signal(step.pgid, sig, w.batch_only);
-                    }
-                }
-                let limit = step.launch.time_limit_s;
-                if let Some(limit) = limit
-                    && step.kill.is_none()
-                    && now_ms() > step.launch.start_ms + limit * 1000
-                {
-                    let why = format!(
-                        "time limit of {} reached",
-                        gsched_types::parse::format_duration(limit)
-                    );
-                    signal_group(step.pgid, Signal::SIGTERM);
-                    step.kill = Some(Kill {
-                        at: Instant::now(),
-                        grace: Duration::from_secs(10),
-                        cause: FailureKind::Timeout,
-                        reason: why.clone(),
-                        hard_sent: false,
-                    });
-                    events.push(StepEvent::Failed {
-                        job: key.0,
-                        attempt: key.1,
-                        failure: Failure {
-                            kind: FailureKind::Timeout,
-                            node: Some(node.clone()),
-                            evidence: why,
-                            at_ms: now_ms(),
-                        },
-                    });
-                }
-                if let Some(k) = step.kill.as_mut()
-                    && !k.hard_sent
-                    && k.at.elapsed() >= k.grace
-                {
-                    k.hard_sent = true;
-                    signal_group(step.pgid, Signal::SIGKILL);
-                    if let Some(cg) = &step.cgroup {
-                        Cgroups::kill(cg);
-                    }
-                }
-                if let Some(rec) = std::fs::read(step.files.exit())
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok())
-                {
-                    events.push(exit_event(step, &rec, &node));
-                    done = true;
-                } else if step.supervisor_pid.is_some_and(|p| !alive(p))
-                    && step.supervisor.is_none()
-                {
-                    // Re-adopted step whose supervisor is gone without a record (machine
-                    // rebooted, supervisor killed): its processes are gone too.
-                    let failure = Failure {
-                        kind: FailureKind::LaunchFailed,
-                        node: Some(node.clone()),
-                        evidence: "the step supervisor died without recording an exit status"
-                            .into(),
-                        at_ms: now_ms(),
-                    };
-                    events.push(StepEvent::Exited {
-                        job: key.0,
-                        attempt: key.1,
-                        code: None,
-                        signal: None,
-                        failure: Some(failure),
-                    });
-                    done = true;
-                }
-            }
-            for ev in events {
-                self.emit(ev);
             }
             if done {
-                // `grun` tasks do not outlive their job.
-                self.grun.stop(key.0, key.1, None);
+                self.finish(key);
             }
-            if done && let Some(mut step) = self.steps.remove(&key) {
-                let _ = layout::write_private(&step.files.reported(), b"");
-                for (pid, dev) in devices::release(&step.devices) {
-                    tracing::warn!(
-                        "job {}: killed process {pid}, which still held {dev} after the step ended",
-                        key.0
-                    );
-                }
-                if let Some(cg) = &step.cgroup {
-                    Cgroups::remove(cg);
-                }
-                if let Some(s) = &step.scratch {
-                    let _ = std::fs::remove_dir_all(&s.0);
-                }
-                if let Some(c) = step.supervisor.as_mut() {
-                    let _ = c.wait();
-                }
-            }
+        }
+    }
+
+    /// Gives back what an ended step held: its `grun` tasks, GPU device nodes, cgroup and
+    /// scratch directory, and marks it reported.
+    fn finish(&mut self, key: (JobId, u32)) {
+        // `grun` tasks do not outlive their job.
+        self.grun.stop(key.0, key.1, None);
+        let Some(mut step) = self.steps.remove(&key) else {
+            return;
+        };
+        let _ = layout::write_private(&step.files.reported(), b"");
+        for (pid, dev) in devices::release(&step.devices) {
+            tracing::warn!(
+                "job {}: killed process {pid}, which still held {dev} after the step ended",
+                key.0
+            );
+        }
+        if let Some(cg) = &step.cgroup {
+            Cgroups::remove(cg);
+        }
+        if let Some(s) = &step.scratch {
+            let _ = std::fs::remove_dir_all(&s.0);
+        }
+        if let Some(c) = step.supervisor.as_mut() {
+            let _ = c.wait();
         }
     }
 }
 
-fn exit_event(step: &Step, rec: &ExitRecord, node: &str) -> StepEvent {
-    let (job, attempt) = (step.key.job, step.key.attempt);
-    let failure = if let Some(why) = &rec.lease_expired {
-        Some(Failure::new(FailureKind::NodeLost, why.clone(), now_ms()).on(node))
-    } else if let Some(why) = &rec.output_error {
-        Some(Failure::new(FailureKind::OutputFailed, why.clone(), now_ms()).on(node))
-    } else if let Some(err) = &rec.launch_error {
-        Some(Failure {
-            kind: FailureKind::LaunchFailed,
-            node: Some(node.into()),
-            evidence: err.clone(),
-            at_ms: now_ms(),
-        })
-    } else if let Some(f) = &step.fatal_reported {
-        (!(rec.code == Some(0) && rec.signal.is_none())).then(|| f.clone())
-    } else if let Some(k) = &step.kill {
-        // Stopped from outside; keep what its own log said, it may be the root cause.
-        let own = step
-            .findings
-            .iter()
-            .rev()
-            .find(|f| !matches!(f.kind, FailureKind::NcclError) || f.fatal)
-            .map(|f| format!("; its log: {}", f.line))
-            .unwrap_or_default();
-        Some(Failure {
-            kind: k.cause.clone(),
-            node: Some(node.into()),
-            evidence: format!("{}{own}", k.reason),
-            at_ms: now_ms(),
-        })
+fn read_pgid(files: &StepFiles) -> Option<i32> {
+    std::fs::read_to_string(files.pgid())
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// What a round sees of a step: its process group, new log lines, the network NCCL chose
+/// (multi-node jobs), and whether and how it ended.
+fn observe(step: &mut Step, node: &str, topology: &RwLock<Topology>) -> monitor::Observed {
+    if let Some(c) = step.supervisor.as_mut() {
+        let _ = c.try_wait();
+    }
+    if step.pgid.is_none() {
+        step.pgid = read_pgid(&step.files);
+    }
+    let findings = scan_logs(step);
+    // A one-node job's NCCL names a network too, but never sends over it.
+    let transport = if step.launch.nodes.len() > 1 && step.transport.awaits_judgement() {
+        let node_net = NodeNet::of(&topology.read());
+        let mut found = step.transport.judge(Some(&node_net));
+        for f in &mut found {
+            f.node = Some(node.to_string());
+        }
+        found
     } else {
-        let error_file = step
-            .logs()
-            .and_then(|l| std::fs::read_dir(l).ok())
-            .and_then(|d| {
-                d.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| {
-                        p.file_name()
-                            .and_then(|n| n.to_str())
-                            .is_some_and(|n| n.starts_with("torchelastic-error"))
-                    })
-                    .find_map(|p| std::fs::read_to_string(p).ok())
-            })
-            .and_then(|t| parse_error_file(&t));
-        let oom = step
-            .cgroup
-            .as_ref()
-            .is_some_and(|c| Cgroups::oom_kills(c) > 0);
-        classify_exit(
-            rec.code,
-            rec.signal,
-            &step.findings,
-            error_file.as_deref(),
-            oom,
-        )
-        .map(|(kind, evidence)| Failure {
-            kind,
-            node: Some(node.into()),
-            evidence,
-            at_ms: now_ms(),
-        })
+        Vec::new()
     };
-    tracing::info!(
-        "job {job} attempt {attempt} on {node} ended: code {:?} signal {:?}{}",
-        rec.code,
-        rec.signal,
-        failure
-            .as_ref()
-            .map(|f| format!(" ({f})"))
-            .unwrap_or_default()
-    );
-    StepEvent::Exited {
-        job,
-        attempt,
-        code: rec.code,
-        signal: rec.signal,
-        failure,
+    let exit = std::fs::read(step.files.exit())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok())
+        .map(|record| monitor::Ended {
+            record,
+            error_file: torchrun_error_file(step),
+            oom: step
+                .cgroup
+                .as_ref()
+                .is_some_and(|c| Cgroups::oom_kills(c) > 0),
+        });
+    let supervisor_lost = exit.is_none()
+        && step.supervisor.is_none()
+        && step.supervisor_pid.is_some_and(|p| !alive(p));
+    monitor::Observed {
+        pgid: step.pgid,
+        findings,
+        transport,
+        exit,
+        supervisor_lost,
+    }
+}
+
+/// torchrun's error file in the step's log directory, if it wrote one.
+fn torchrun_error_file(step: &Step) -> Option<String> {
+    let dir = std::fs::read_dir(step.logs()?).ok()?;
+    dir.flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("torchelastic-error"))
+        })
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| parse_error_file(&t))
+}
+
+/// Signals what the monitor decided.
+fn carry_out(step: &Step, action: &Action) {
+    match action {
+        Action::Terminate => signal_group(step.pgid, Signal::SIGTERM),
+        Action::ForceKill => {
+            signal_group(step.pgid, Signal::SIGKILL);
+            if let Some(cg) = &step.cgroup {
+                Cgroups::kill(cg);
+            }
+        }
+        Action::Warn { signal, batch_only } => {
+            if let Ok(sig) = Signal::try_from(*signal) {
+                tracing::info!(
+                    "job {}: {sig} before its time limit (--signal)",
+                    step.key.job
+                );
+                send_signal(step.pgid, sig, *batch_only);
+            }
+        }
+        Action::Report(_) | Action::Finish => {}
+    }
+}
+
+fn log_event(job: JobId, node: &str, event: &StepEvent) {
+    match event {
+        StepEvent::Failed { failure, .. } => tracing::warn!("job {job} on {node}: {failure}"),
+        StepEvent::Warning { finding, .. } => {
+            tracing::warn!("job {job} on {node}: {}: {}", finding.kind, finding.action)
+        }
+        StepEvent::Exited {
+            attempt,
+            code,
+            signal,
+            failure,
+            ..
+        } => tracing::info!(
+            "job {job} attempt {attempt} on {node} ended: code {code:?} signal {signal:?}{}",
+            failure
+                .as_ref()
+                .map(|f| format!(" ({f})"))
+                .unwrap_or_default()
+        ),
+        _ => {}
     }
 }
 

@@ -37,7 +37,7 @@ use std::time::Duration;
 const CAPTURE_LIMIT: u64 = 32 << 20;
 
 /// How the step ended, written to `DIR/exit.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ExitRecord {
     pub code: Option<i32>,
     pub signal: Option<i32>,

@@ -1,0 +1,515 @@
+//! What the step manager decides about one step each round, as pure functions of what it
+//! knew, what it observed and the time: the start report, failures from log findings, the
+//! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the step ended. The
+//! step manager (`steps.rs`) observes (files, processes) and carries out the actions.
+
+use gsched_launch::watch::{LogFinding, classify_exit, first_cause};
+use gsched_proto::agent::StepEvent;
+use gsched_types::failure::{Failure, FailureKind};
+use gsched_types::findings::Finding;
+use gsched_types::job::{JobId, WarnSignal};
+use std::time::{Duration, Instant};
+
+/// How an exit record describes the step's end (written by the supervisor).
+pub use crate::supervise::ExitRecord;
+
+/// The kill grace when the controller did not say (agents older than it, old launches).
+pub const DEFAULT_KILL_GRACE_S: u64 = 10;
+
+/// The step's limits as this node keeps them: all times on this node's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// When this node started the step (ms on its own clock): the base of the time limit.
+    pub started_ms: u64,
+    pub time_limit_s: Option<u64>,
+    pub signal: Option<WarnSignal>,
+    /// SIGTERM to SIGKILL, for a stop the node decides itself (the time limit).
+    pub kill_grace: Duration,
+}
+
+/// A stop in progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop {
+    pub since: Instant,
+    pub grace: Duration,
+    pub cause: FailureKind,
+    pub reason: String,
+    pub forced: bool,
+}
+
+/// What the monitor remembers about a step between rounds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Watch {
+    pub started_reported: bool,
+    pub fatal_reported: Option<Failure>,
+    /// The newest findings of the step's logs (at most [`FINDINGS_KEPT`]).
+    pub findings: Vec<LogFinding>,
+    pub stop: Option<Stop>,
+    /// The `--signal` warning has been sent.
+    pub warned: bool,
+}
+
+pub const FINDINGS_KEPT: usize = 64;
+
+/// What one round saw of a step.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The step's process group, once the supervisor has recorded it.
+    pub pgid: Option<i32>,
+    /// Lines of this round classified, in the order they were read.
+    pub findings: Vec<LogFinding>,
+    /// What the network NCCL settled on says about the node (multi-node jobs).
+    pub transport: Vec<Finding>,
+    /// The supervisor's exit record, with what the step left behind.
+    pub exit: Option<Ended>,
+    /// No record, and the supervisor is gone (a re-adopted step after a reboot).
+    pub supervisor_lost: bool,
+}
+
+/// A step that has ended: the supervisor's record and what explains it.
+#[derive(Debug, Clone, Default)]
+pub struct Ended {
+    pub record: ExitRecord,
+    /// torchrun's error file, when it wrote one.
+    pub error_file: Option<String>,
+    /// The kernel's OOM killer struck in the step's cgroup.
+    pub oom: bool,
+}
+
+/// What the step manager is to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Report(StepEvent),
+    /// The `--signal` warning: this signal, to the batch shell alone or to the group.
+    Warn {
+        signal: i32,
+        batch_only: bool,
+    },
+    /// SIGTERM to the step's process group.
+    Terminate,
+    /// SIGKILL to the group and `cgroup.kill`.
+    ForceKill,
+    /// The step is over: forget it and give back what it held.
+    Finish,
+}
+
+/// Where a step is, for one node.
+pub struct Context<'a> {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: &'a str,
+    pub limits: &'a Limits,
+}
+
+impl Context<'_> {
+    fn failure(&self, kind: FailureKind, evidence: String, now_ms: u64) -> Failure {
+        Failure {
+            kind,
+            node: Some(self.node.to_string()),
+            evidence,
+            at_ms: now_ms,
+        }
+    }
+}
+
+/// Starts stopping the step (a controller's kill or the node's own decision); a stop
+/// already under way is kept as it is.
+pub fn begin_stop(
+    watch: &mut Watch,
+    now: Instant,
+    grace: Duration,
+    cause: FailureKind,
+    reason: &str,
+) -> Option<Action> {
+    if watch.stop.is_some() {
+        return None;
+    }
+    watch.stop = Some(Stop {
+        since: now,
+        grace,
+        cause,
+        reason: reason.to_string(),
+        forced: false,
+    });
+    Some(Action::Terminate)
+}
+
+/// Whether the `--signal` warning is due (its time limit is that close).
+pub fn warning_due(limits: &Limits, now_ms: u64) -> bool {
+    match (&limits.signal, limits.time_limit_s) {
+        (Some(w), Some(limit)) if limit > 0 => {
+            now_ms + u64::from(w.before_s) * 1000 >= limits.started_ms + limit * 1000
+        }
+        _ => false,
+    }
+}
+
+/// One monitoring round.
+pub fn round(
+    watch: &mut Watch,
+    cx: &Context,
+    mut seen: Observed,
+    now: Instant,
+    now_ms: u64,
+) -> Vec<Action> {
+    let mut out = Vec::new();
+    let (job, attempt) = (cx.job, cx.attempt);
+    if !watch.started_reported && seen.pgid.is_some() {
+        watch.started_reported = true;
+        out.push(Action::Report(StepEvent::Started {
+            job,
+            attempt,
+            pid: seen.pgid.map(|p| p as u32),
+        }));
+    }
+    for finding in seen.transport {
+        out.push(Action::Report(StepEvent::Warning {
+            job,
+            attempt,
+            finding,
+        }));
+    }
+    // A round's warnings first: they are the causes its fatal lines echo, even when they
+    // sit in another file (NCCL's debug file) than the fatal line.
+    seen.findings.sort_by_key(|f| f.fatal);
+    for finding in seen.findings {
+        if finding.fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
+            let evidence = first_cause(&watch.findings, &finding);
+            let failure = cx.failure(finding.kind.clone(), evidence, now_ms);
+            watch.fatal_reported = Some(failure.clone());
+            out.push(Action::Report(StepEvent::Failed {
+                job,
+                attempt,
+                failure,
+            }));
+        }
+        watch.findings.push(finding);
+        if watch.findings.len() > FINDINGS_KEPT {
+            watch.findings.remove(0);
+        }
+    }
+    if !watch.warned && watch.stop.is_none() && warning_due(cx.limits, now_ms) {
+        watch.warned = true;
+        if let Some(w) = &cx.limits.signal {
+            out.push(Action::Warn {
+                signal: w.signal,
+                batch_only: w.batch_only,
+            });
+        }
+    }
+    if let Some(limit) = cx.limits.time_limit_s
+        && watch.stop.is_none()
+        && now_ms > cx.limits.started_ms + limit * 1000
+    {
+        let why = format!(
+            "time limit of {} reached",
+            gsched_types::parse::format_duration(limit)
+        );
+        out.extend(begin_stop(
+            watch,
+            now,
+            cx.limits.kill_grace,
+            FailureKind::Timeout,
+            &why,
+        ));
+        let failure = cx.failure(FailureKind::Timeout, why, now_ms);
+        out.push(Action::Report(StepEvent::Failed {
+            job,
+            attempt,
+            failure,
+        }));
+    }
+    if let Some(stop) = watch.stop.as_mut()
+        && !stop.forced
+        && now.saturating_duration_since(stop.since) >= stop.grace
+    {
+        stop.forced = true;
+        out.push(Action::ForceKill);
+    }
+    if let Some(ended) = &seen.exit {
+        let failure = end_failure(watch, cx, ended, now_ms);
+        out.push(Action::Report(StepEvent::Exited {
+            job,
+            attempt,
+            code: ended.record.code,
+            signal: ended.record.signal,
+            failure,
+        }));
+        out.push(Action::Finish);
+    } else if seen.supervisor_lost {
+        let failure = cx.failure(
+            FailureKind::LaunchFailed,
+            "the step supervisor died without recording an exit status".into(),
+            now_ms,
+        );
+        out.push(Action::Report(StepEvent::Exited {
+            job,
+            attempt,
+            code: None,
+            signal: None,
+            failure: Some(failure),
+        }));
+        out.push(Action::Finish);
+    }
+    out
+}
+
+/// Why an ended step failed, if it did: what the supervisor recorded, else the fatal line
+/// already reported, else the stop's cause (with the step's own last words), else what its
+/// exit status, logs, error file and the OOM killer say.
+pub fn end_failure(watch: &Watch, cx: &Context, ended: &Ended, now_ms: u64) -> Option<Failure> {
+    let rec = &ended.record;
+    let fail = |kind, evidence: String| Some(cx.failure(kind, evidence, now_ms));
+    if let Some(why) = &rec.lease_expired {
+        return fail(FailureKind::NodeLost, why.clone());
+    }
+    if let Some(why) = &rec.output_error {
+        return fail(FailureKind::OutputFailed, why.clone());
+    }
+    if let Some(err) = &rec.launch_error {
+        return fail(FailureKind::LaunchFailed, err.clone());
+    }
+    if let Some(f) = &watch.fatal_reported {
+        let clean = rec.code == Some(0) && rec.signal.is_none();
+        return (!clean).then(|| f.clone());
+    }
+    if let Some(stop) = &watch.stop {
+        // Stopped from outside; keep what its own log said, it may be the root cause.
+        let own = watch
+            .findings
+            .iter()
+            .rev()
+            .find(|f| !matches!(f.kind, FailureKind::NcclError) || f.fatal)
+            .map(|f| format!("; its log: {}", f.line))
+            .unwrap_or_default();
+        return fail(stop.cause.clone(), format!("{}{own}", stop.reason));
+    }
+    classify_exit(
+        rec.code,
+        rec.signal,
+        &watch.findings,
+        ended.error_file.as_deref(),
+        ended.oom,
+    )
+    .map(|(kind, evidence)| cx.failure(kind, evidence, now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_000_000;
+
+    fn limits(time_limit_s: Option<u64>) -> Limits {
+        Limits {
+            started_ms: T0,
+            time_limit_s,
+            signal: None,
+            kill_grace: Duration::from_secs(30),
+        }
+    }
+
+    fn cx(l: &Limits) -> Context<'_> {
+        Context {
+            job: JobId(7),
+            attempt: 0,
+            node: "n1",
+            limits: l,
+        }
+    }
+
+    fn reports(actions: &[Action]) -> Vec<&StepEvent> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Report(e) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ended(code: i32) -> Observed {
+        Observed {
+            exit: Some(Ended {
+                record: ExitRecord {
+                    code: Some(code),
+                    signal: None,
+                    launch_error: None,
+                    tasks: vec![],
+                    lease_expired: None,
+                    output_error: None,
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_start_is_reported_once_the_process_group_is_known() {
+        let l = limits(None);
+        let mut w = Watch::default();
+        let now = Instant::now();
+        assert!(round(&mut w, &cx(&l), Observed::default(), now, T0).is_empty());
+        let seen = || Observed {
+            pgid: Some(4242),
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), seen(), now, T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Started {
+                pid: Some(4242),
+                ..
+            }]
+        ));
+        assert!(round(&mut w, &cx(&l), seen(), now, T0).is_empty());
+    }
+
+    #[test]
+    fn the_time_limit_is_read_on_this_nodes_clock_and_uses_the_configured_grace() {
+        let l = limits(Some(60));
+        let mut w = Watch::default();
+        let t = Instant::now();
+        // One second short of the limit on the node's clock: nothing.
+        assert!(round(&mut w, &cx(&l), Observed::default(), t, T0 + 59_000).is_empty());
+        let a = round(&mut w, &cx(&l), Observed::default(), t, T0 + 60_001);
+        assert_eq!(a[0], Action::Terminate);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Failed { failure, .. }] if failure.kind == FailureKind::Timeout
+        ));
+        // SIGKILL only after the grace the controller configured (30 s here, not 10 s).
+        let later = |s| t + Duration::from_secs(s);
+        let a = round(&mut w, &cx(&l), Observed::default(), later(29), T0 + 90_000);
+        assert!(a.is_empty(), "{a:?}");
+        let a = round(&mut w, &cx(&l), Observed::default(), later(30), T0 + 91_000);
+        assert_eq!(a, vec![Action::ForceKill]);
+        assert!(round(&mut w, &cx(&l), Observed::default(), later(40), T0 + 99_000).is_empty());
+        // Its end says it timed out, whatever its exit code.
+        let a = round(&mut w, &cx(&l), ended(143), later(41), T0 + 99_500);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::Timeout
+        ));
+        assert_eq!(a.last(), Some(&Action::Finish));
+    }
+
+    #[test]
+    fn the_signal_warning_goes_once_before_the_limit() {
+        let mut l = limits(Some(600));
+        l.signal = Some(WarnSignal {
+            signal: 10,
+            before_s: 120,
+            batch_only: true,
+        });
+        let mut w = Watch::default();
+        let t = Instant::now();
+        assert!(round(&mut w, &cx(&l), Observed::default(), t, T0 + 479_000).is_empty());
+        let a = round(&mut w, &cx(&l), Observed::default(), t, T0 + 480_000);
+        assert_eq!(
+            a,
+            vec![Action::Warn {
+                signal: 10,
+                batch_only: true
+            }]
+        );
+        assert!(round(&mut w, &cx(&l), Observed::default(), t, T0 + 490_000).is_empty());
+    }
+
+    #[test]
+    fn a_fatal_line_is_reported_once_with_the_warning_before_it_as_its_cause() {
+        let l = limits(None);
+        let mut w = Watch::default();
+        let t = Instant::now();
+        let line = |s: &str| gsched_launch::watch::classify_line(s).expect("classified");
+        let cause = line(
+            "misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<43523> failed : Connection refused",
+        );
+        let fatal = line(
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+        );
+        assert!(fatal.fatal && !cause.fatal);
+        // Read in the other order (the fatal line's file first): the warning still counts.
+        let seen = Observed {
+            findings: vec![fatal.clone(), cause],
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), seen, t, T0);
+        assert!(
+            matches!(reports(&a)[..], [StepEvent::Failed { failure, .. }] if failure.evidence.contains("Connection refused")),
+            "{a:?}"
+        );
+        let again = Observed {
+            findings: vec![fatal],
+            ..Default::default()
+        };
+        assert!(round(&mut w, &cx(&l), again, t, T0).is_empty());
+        // A clean exit after it (the job caught the error) is not a failure.
+        let a = round(&mut w, &cx(&l), ended(0), t, T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Exited { failure: None, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_stop_is_not_restarted_and_a_stopped_step_fails_with_its_cause() {
+        let l = limits(None);
+        let mut w = Watch::default();
+        let t = Instant::now();
+        let grace = Duration::from_secs(5);
+        assert_eq!(
+            begin_stop(
+                &mut w,
+                t,
+                grace,
+                FailureKind::Cancelled,
+                "cancelled by alice"
+            ),
+            Some(Action::Terminate)
+        );
+        assert_eq!(
+            begin_stop(&mut w, t, grace, FailureKind::GangStopped, "peer failed"),
+            None
+        );
+        let a = round(&mut w, &cx(&l), ended(143), t + grace, T0);
+        assert_eq!(a[0], Action::ForceKill);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Exited { failure: Some(f), .. }]
+                if f.kind == FailureKind::Cancelled && f.evidence == "cancelled by alice"
+        ));
+    }
+
+    #[test]
+    fn what_the_supervisor_recorded_wins_over_the_exit_code() {
+        let l = limits(None);
+        let w = Watch::default();
+        let mut e = ended(0).exit.unwrap();
+        e.record.lease_expired = Some("the controllers were silent for 30 s".into());
+        let f = end_failure(&w, &cx(&l), &e, T0).unwrap();
+        assert_eq!(f.kind, FailureKind::NodeLost);
+        e.record.lease_expired = None;
+        e.oom = true;
+        e.record.code = Some(137);
+        let f = end_failure(&w, &cx(&l), &e, T0).unwrap();
+        assert_eq!(f.kind, FailureKind::Oom);
+    }
+
+    #[test]
+    fn a_lost_supervisor_ends_the_step_as_a_launch_failure() {
+        let l = limits(None);
+        let mut w = Watch::default();
+        let seen = Observed {
+            supervisor_lost: true,
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), seen, Instant::now(), T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [StepEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::LaunchFailed
+        ));
+        assert_eq!(a.last(), Some(&Action::Finish));
+    }
+}
