@@ -6,10 +6,11 @@
 //! recorded in their job (`gqueue -s` while they run, `gacct` rows `JOBID.STEP`).
 
 use gsched_tests::{Cluster, bin, success_stdout};
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 nix::ioctl_write_ptr_bad!(set_window_size, libc::TIOCSWINSZ, nix::pty::Winsize);
@@ -61,7 +62,7 @@ impl Terminal {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                sink.lock().extend_from_slice(&buf[..n]);
             }
         });
         Terminal {
@@ -73,7 +74,7 @@ impl Terminal {
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.screen.lock()).into_owned()
     }
 
     fn send(&mut self, keys: &str) {

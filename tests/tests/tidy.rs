@@ -1,7 +1,7 @@
 //! Tidy checks over the workspace's own sources and manifests (in the spirit of
-//! rust-analyzer's): the pure crates depend on no runtime, transport, storage or clock;
-//! the replicated state machine iterates no randomly seeded map and calls no platform
-//! math; every `unsafe` says why it is sound; every module says what it is; every crate
+//! rust-analyzer's), for what clippy cannot check (its rules are in clippy.toml): the pure
+//! crates depend on no runtime, transport, storage or clock; the replicated state machine
+//! and the scheduler import no randomly seeded map; every `unsafe` says why it is sound; every module says what it is; every crate
 //! uses the workspace lints and every dependency it declares; nothing stray sits at the
 //! root.
 
@@ -129,34 +129,112 @@ fn pure_crates_depend_on_no_runtime_transport_storage_or_clock() {
     }
 }
 
+/// Every path a file's `use` declarations import, grouped imports expanded
+/// (`use std::collections::{BTreeMap, HashMap as Map};` gives `std::collections::BTreeMap`
+/// and `std::collections::HashMap`), with the line each declaration starts on.
+fn imported_paths(text: &str) -> Vec<(usize, String)> {
+    fn expand(prefix: &str, tree: &str, out: &mut Vec<String>) {
+        let tree = tree.trim();
+        let Some(open) = tree.find('{') else {
+            let name = tree.split(" as ").next().unwrap_or(tree).trim();
+            if !name.is_empty() {
+                out.push(format!("{prefix}{name}"));
+            }
+            return;
+        };
+        let head = &tree[..open];
+        let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+        let mut depth = 0;
+        let mut part = String::new();
+        for c in inner.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand(&format!("{prefix}{head}"), &part, out);
+                    part.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            part.push(c);
+        }
+        expand(&format!("{prefix}{head}"), &part, out);
+    }
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    let mut out = Vec::new();
+    let mut lines = code.lines().enumerate();
+    while let Some((i, line)) = lines.next() {
+        let t = line.trim_start();
+        let t = t.strip_prefix("pub ").unwrap_or(t);
+        let Some(rest) = t.strip_prefix("use ") else {
+            continue;
+        };
+        let mut decl = rest.to_string();
+        while !decl.contains(';') {
+            let Some((_, next)) = lines.next() else { break };
+            decl.push_str(next);
+        }
+        let decl: String = decl
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut paths = Vec::new();
+        expand(
+            "",
+            &decl.replace(" :: ", "::").replace(":: ", "::"),
+            &mut paths,
+        );
+        out.extend(paths.into_iter().map(|p| (i + 1, p.replace(' ', ""))));
+    }
+    out
+}
+
 #[test]
-fn replicated_state_uses_no_seeded_maps_and_no_platform_math() {
+fn imports_are_read_whole_grouped_and_nested() {
+    let text = "use std::collections::{BTreeMap, HashMap as Map};\nuse std::{\n    sync::{Arc, Mutex},\n    io,\n};\n";
+    let paths: Vec<String> = imported_paths(text).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        paths,
+        [
+            "std::collections::BTreeMap",
+            "std::collections::HashMap",
+            "std::sync::Arc",
+            "std::sync::Mutex",
+            "std::io"
+        ]
+    );
+}
+
+#[test]
+fn replicated_state_uses_no_seeded_maps() {
+    // Fx maps hash with a fixed seed (same order on every replica); std's are randomly
+    // seeded per map, so iterating one makes results differ. (Platform math in the state
+    // machine and std's poisoning locks are clippy's to refuse: clippy.toml.)
     let state = workspace().join("controller/state/src");
     let scheduler = workspace().join("controller/scheduler/src");
     let mut files = rust_files(&state);
     files.extend(rust_files(&scheduler));
+    let banned = ["std::collections::HashMap", "std::collections::HashSet"];
     for file in files {
-        let in_state = file.starts_with(&state);
-        for (n, line) in code_lines(&read(&file)) {
-            // Fx maps hash with a fixed seed (same order on every replica); std's are
-            // randomly seeded per map, so iterating one makes results differ.
-            for map in ["std::collections::HashMap", "std::collections::HashSet"] {
+        let text = read(&file);
+        for (n, path) in imported_paths(&text) {
+            assert!(
+                !banned.contains(&path.as_str()),
+                "{}:{n}: {path} (use BTreeMap/BTreeSet or an Fx map)",
+                file.display()
+            );
+        }
+        for (n, line) in code_lines(&text) {
+            for map in banned {
                 assert!(
                     !line.contains(map),
                     "{}:{n}: {map} (use BTreeMap/BTreeSet or an Fx map)",
                     file.display()
                 );
-            }
-            if in_state {
-                for f in [
-                    ".exp(", ".powf(", ".ln(", ".powi(", ".log2(", ".log10(", ".sqrt(",
-                ] {
-                    assert!(
-                        !line.contains(f),
-                        "{}:{n}: platform math {f} in the replicated state machine (use gsched_scheduler::decay)",
-                        file.display()
-                    );
-                }
             }
         }
     }
@@ -168,26 +246,20 @@ fn replicated_state_uses_no_seeded_maps_and_no_platform_math() {
 }
 
 #[test]
-fn locks_follow_one_policy() {
-    // parking_lot's locks do not poison: no thread ever has to decide what a lock
-    // poisoned by another thread's panic means.
-    for member in MEMBERS {
-        for file in rust_files(&workspace().join(member).join("src")) {
-            for (n, line) in code_lines(&read(&file)) {
-                for banned in [
-                    "std::sync::Mutex",
-                    "std::sync::RwLock",
-                    "sync::{Mutex",
-                    "PoisonError",
-                ] {
-                    assert!(
-                        !line.contains(banned),
-                        "{}:{n}: {banned} (use parking_lot's locks)",
-                        file.display()
-                    );
-                }
-            }
+fn the_rules_clippy_enforces_stay_configured() {
+    // clippy.toml replaces, not extends, the workspace's for the crate it sits in.
+    let workspace_rules = read(&workspace().join("clippy.toml"));
+    let state_rules = read(&workspace().join("controller/state/clippy.toml"));
+    for rules in [&workspace_rules, &state_rules] {
+        for path in ["std::env::args", "std::sync::Mutex", "std::sync::RwLock"] {
+            assert!(rules.contains(&format!("path = \"{path}\"")), "{path}");
         }
+    }
+    for f in ["exp", "powf", "powi", "ln", "log2", "log10", "sqrt"] {
+        assert!(
+            state_rules.contains(&format!("path = \"f64::{f}\"")),
+            "f64::{f}"
+        );
     }
 }
 

@@ -12,8 +12,9 @@
 //! achievable with the GPUs left free.
 
 use gsched_types::topology::{LinkClass, Topology};
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Largest GPU count for which every subset's quality is tabulated; bigger nodes use a
 /// greedy choice.
@@ -162,12 +163,7 @@ impl TopoModel {
         if free_mask.count_ones() < k {
             return None;
         }
-        if let Some(hit) = self
-            .memo
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&(free_mask, k)).cloned())
-        {
+        if let Some(hit) = self.memo.lock().get(&(free_mask, k)).cloned() {
             return hit;
         }
         let choice = if k == 0 {
@@ -182,12 +178,12 @@ impl TopoModel {
             self.greedy(free_mask, k)
         }
         .map(Arc::new);
-        if let Ok(mut memo) = self.memo.lock() {
-            if memo.len() > 100_000 {
-                memo.clear();
-            }
-            memo.insert((free_mask, k), choice.clone());
+        let mut memo = self.memo.lock();
+        if memo.len() > 100_000 {
+            memo.clear();
         }
+        memo.insert((free_mask, k), choice.clone());
+        drop(memo);
         choice
     }
 

@@ -3,7 +3,7 @@
 
 use crate::command::Outcome;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// How many applied request ids are remembered.
 pub const DEDUP_CAPACITY: usize = 200_000;
@@ -14,7 +14,7 @@ pub const DEDUP_CAPACITY: usize = 200_000;
 pub struct Dedup {
     entries: VecDeque<(String, Outcome)>,
     /// id -> position counted from the first entry ever remembered.
-    index: HashMap<String, usize>,
+    index: BTreeMap<String, usize>,
     /// How many entries were dropped from the front.
     base: usize,
 }
