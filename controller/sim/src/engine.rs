@@ -21,7 +21,7 @@ use gsched_types::resources::NodeAlloc;
 use gsched_types::topology::LinkClass;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -115,7 +115,7 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     config.max_jobs_per_pass = 100_000;
     let config = Arc::new(config);
     let mut nodes = spec.node_views();
-    let node_index: HashMap<String, usize> = nodes
+    let node_index: BTreeMap<String, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.clone(), i))
@@ -139,9 +139,10 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     let start_s = trace.first().map(|j| j.submit_s).unwrap_or(0);
     let mut next_arrival = 0usize;
     let mut pending: BTreeMap<JobId, PendingJob> = BTreeMap::new();
-    let mut running: HashMap<JobId, Running> = HashMap::new();
+    let mut running: BTreeMap<JobId, Running> = BTreeMap::new();
     let mut completions: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
-    let mut usage: HashMap<String, UsageRecord> = HashMap::new();
+    // Decayed usage per (account, user), as the controller keeps it (`ClusterState::usage`).
+    let mut usage: BTreeMap<(String, String), UsageRecord> = BTreeMap::new();
     let mut queue_delays: Vec<f64> = Vec::with_capacity(trace.len());
     let mut group_delays: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     let mut jcts: Vec<f64> = Vec::with_capacity(trace.len());
@@ -190,7 +191,8 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
                     nodes[node_index[&a.node]].usage.remove(a);
                 }
                 allocated_gpus -= r.gpus;
-                let u = usage.entry(r.job.account.clone()).or_insert(UsageRecord {
+                let key = (r.job.account.clone(), r.job.user.clone());
+                let u = usage.entry(key).or_insert(UsageRecord {
                     account: r.job.account.clone(),
                     user: r.job.user.clone(),
                     gpu_seconds: 0.0,
@@ -251,7 +253,7 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
         let p = plan(&snap, t * 1000);
         // The head of the queue (highest priority) waiting for resources means the free
         // GPUs are fragmented for it.
-        let started: std::collections::HashSet<JobId> = p.starts.iter().map(|s| s.job).collect();
+        let started: std::collections::BTreeSet<JobId> = p.starts.iter().map(|s| s.job).collect();
         let head = p
             .priorities
             .iter()

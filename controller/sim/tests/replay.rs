@@ -110,3 +110,22 @@ fn philly_slice_replays_for_every_policy() {
     // Strict FIFO can only be worse than FIFO with backfill.
     assert!(results[2].avg_queue_s >= results[1].avg_queue_s);
 }
+
+#[test]
+fn the_same_trace_replays_to_the_same_result_bit_for_bit() {
+    let spec = cluster::uniform(6, 8, None);
+    let mut trace = jobs(400, 11);
+    trace.sort_by_key(|j| j.submit_s);
+    for policy in [Policy::Gsched, Policy::FifoBackfill] {
+        let runs: Vec<String> = (0..3)
+            .map(|_| {
+                let mut r = run(&spec, &trace, &SimOptions::new(policy, true));
+                // The only figure that depends on the machine running it.
+                r.wall_s = 0.0;
+                serde_json::to_string(&r).unwrap()
+            })
+            .collect();
+        assert_eq!(runs[0], runs[1], "{policy:?}");
+        assert_eq!(runs[0], runs[2], "{policy:?}");
+    }
+}
