@@ -100,11 +100,14 @@ struct Pass<'a> {
     /// Release events: (end bound, node index, allocation), sorted by time.
     releases: Vec<(u64, usize, NodeAlloc)>,
     reservations: Vec<Reservation>,
+    /// Each shape seen this pass, by a small id: the memos below are keyed by it, so a
+    /// queue of 20,000 jobs hashes and copies a shape once, not per lookup and rehash.
+    shape_ids: HashMap<ShapeKey, u32>,
     /// Shapes that cannot be placed this pass even ignoring reservations (resources only
     /// shrink during a pass), with the reason.
-    busy_shapes: HashMap<ShapeKey, PendingReason>,
+    busy_shapes: HashMap<u32, PendingReason>,
     /// Shapes (with time limit) kept out only by reservations.
-    failed_shapes: HashMap<(ShapeKey, Option<u64>), PendingReason>,
+    failed_shapes: HashMap<(u32, Option<u64>), PendingReason>,
     fifo_blocked: bool,
     user_gpus: HashMap<String, u32>,
     user_jobs: HashMap<String, u32>,
@@ -135,6 +138,7 @@ impl<'a> Pass<'a> {
             usage: snap.nodes.iter().map(|n| n.usage.clone()).collect(),
             releases: Vec::new(),
             reservations: Vec::new(),
+            shape_ids: HashMap::default(),
             busy_shapes: HashMap::default(),
             failed_shapes: HashMap::default(),
             fifo_blocked: false,
@@ -268,7 +272,11 @@ impl<'a> Pass<'a> {
         if self.fifo_blocked {
             return Err(PendingReason::Priority);
         }
-        let shape = ShapeKey::of(job);
+        let next_id = self.shape_ids.len() as u32;
+        let shape = *self
+            .shape_ids
+            .entry(ShapeKey::of(job))
+            .or_insert(next_id);
         if let Some(reason) = self.busy_shapes.get(&shape) {
             if policy == Policy::Fifo {
                 self.fifo_blocked = true;

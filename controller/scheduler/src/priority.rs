@@ -6,11 +6,12 @@ use crate::decay::{decay, pow2_neg};
 use crate::input::{PendingJob, RunningJob, UsageRecord};
 use std::collections::BTreeMap;
 
-/// Per-pass fair-share factors, computed once from usage and running jobs.
+/// Per-pass fair-share factors, computed once from usage and running jobs; looked up by
+/// borrowed names, so a pass over 20,000 jobs allocates nothing per job here.
 #[derive(Debug, Default)]
 pub struct FairShare {
-    factor: BTreeMap<(String, String), f64>,
-    account_factor: BTreeMap<String, f64>,
+    /// account -> user -> factor.
+    factor: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl FairShare {
@@ -21,28 +22,28 @@ impl FairShare {
         pending: &[PendingJob],
         now_ms: u64,
     ) -> FairShare {
-        let mut per_user: BTreeMap<(String, String), f64> = BTreeMap::new();
+        let mut per_user: BTreeMap<(&str, &str), f64> = BTreeMap::new();
         for u in usage {
             *per_user
-                .entry((u.account.clone(), u.user.clone()))
+                .entry((u.account.as_str(), u.user.as_str()))
                 .or_default() +=
                 decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
         }
         for r in running {
             let secs = now_ms.saturating_sub(r.start_ms) as f64 / 1000.0;
             *per_user
-                .entry((r.account.clone(), r.user.clone()))
+                .entry((r.account.as_str(), r.user.as_str()))
                 .or_default() += secs * f64::from(r.gpus());
         }
         for p in pending {
             per_user
-                .entry((p.account.clone(), p.user.clone()))
+                .entry((p.account.as_str(), p.user.as_str()))
                 .or_default();
         }
         let total: f64 = per_user.values().sum();
-        let mut per_account: BTreeMap<String, (f64, u32)> = BTreeMap::new();
+        let mut per_account: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
         for ((account, _), u) in &per_user {
-            let e = per_account.entry(account.clone()).or_default();
+            let e = per_account.entry(account).or_default();
             e.0 += u;
             e.1 += 1;
         }
@@ -60,26 +61,32 @@ impl FairShare {
             .map(|a| shares_of(a))
             .sum::<f64>()
             .max(1.0);
+        let account_factor: BTreeMap<&str, f64> = per_account
+            .iter()
+            .map(|(account, (used, _))| {
+                let share = shares_of(account) / share_total;
+                let f = if total > 0.0 {
+                    pow2_neg((used / total) / share)
+                } else {
+                    1.0
+                };
+                (*account, f)
+            })
+            .collect();
         let mut fs = FairShare::default();
-        for (account, (used, _)) in &per_account {
-            let share = shares_of(account) / share_total;
-            let f = if total > 0.0 {
-                pow2_neg((used / total) / share)
-            } else {
-                1.0
-            };
-            fs.account_factor.insert(account.clone(), f);
-        }
         for ((account, user), used) in per_user {
-            let (acct_used, users) = per_account[&account];
+            let (acct_used, users) = per_account[account];
             let share = 1.0 / f64::from(users.max(1));
             let fu = if acct_used > 0.0 {
                 pow2_neg((used / acct_used) / share)
             } else {
                 1.0
             };
-            let fa = fs.account_factor[&account];
-            fs.factor.insert((account, user), fa * fu);
+            let fa = account_factor[account];
+            fs.factor
+                .entry(account.to_string())
+                .or_default()
+                .insert(user.to_string(), fa * fu);
         }
         fs
     }
@@ -87,7 +94,8 @@ impl FairShare {
     /// In (0, 1]: 1 for users who used nothing, 0.5 for a user at exactly their share.
     pub fn factor(&self, account: &str, user: &str) -> f64 {
         self.factor
-            .get(&(account.to_string(), user.to_string()))
+            .get(account)
+            .and_then(|users| users.get(user))
             .copied()
             .unwrap_or(1.0)
     }

@@ -129,3 +129,19 @@ fn the_same_trace_replays_to_the_same_result_bit_for_bit() {
         assert_eq!(runs[0], runs[2], "{policy:?}");
     }
 }
+
+#[test]
+fn a_pass_on_a_big_cluster_is_not_capped_by_one_port_range() {
+    // Every simulated node has its own training address, as real nodes do: with one
+    // address for all, MASTER_PORTs (one range of 500 per address) capped a pass at 499
+    // starts and the rest of the queue was placed and thrown away (the bench-pass
+    // "regression" of issue 28).
+    let spec = cluster::uniform(300, 8, None);
+    let views = spec.node_views();
+    let addrs: std::collections::BTreeSet<&str> =
+        views.iter().map(|v| v.training_addr.as_str()).collect();
+    assert_eq!(addrs.len(), views.len());
+    let snap = gsched_sim::bench::snapshot(300, 8, 4_000, 42);
+    let plan = gsched_scheduler::plan(&snap, 90_000_000);
+    assert!(plan.starts.len() > 500, "{} starts", plan.starts.len());
+}
