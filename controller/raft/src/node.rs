@@ -18,7 +18,8 @@ use gsched_types::api::Role;
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfState, EntryType, Message, MessageType, Snapshot,
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, EntryType, Message, MessageType,
+    Snapshot,
 };
 use raft::{RawNode, StateRole};
 use serde::Serialize;
@@ -235,6 +236,10 @@ pub enum NodeError {
     Store(#[from] crate::store::StoreError),
     #[error("snapshot state is unreadable: {0}")]
     Snapshot(String),
+    #[error(
+        "committed membership change at log index {index} cannot be read ({why}): this replica stops rather than guess the membership; restore its data directory from a healthy replica's snapshot"
+    )]
+    ConfChange { index: u64, why: String },
     #[error("{0}")]
     NewerLog(String),
 }
@@ -776,25 +781,42 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                             replies.push((tag.expect("mine").seq, outcome));
                         }
                     }
-                    EntryType::EntryConfChange => {
-                        let cc = ConfChange::parse_from_bytes(&entry.data).map_err(|e| {
-                            NodeError::Snapshot(format!("conf change {}: {e}", entry.index))
-                        })?;
-                        let cs = self.raw.apply_conf_change(&cc)?;
-                        self.raw.mut_store().store.set_conf_state(&cs)?;
-                        let address = match cc.get_change_type() {
-                            ConfChangeType::RemoveNode => None,
-                            _ => tag.as_ref().and_then(|t| t.address.clone()),
+                    kind @ (EntryType::EntryConfChange | EntryType::EntryConfChangeV2) => {
+                        let unreadable = |e: protobuf::ProtobufError| NodeError::ConfChange {
+                            index: entry.index,
+                            why: e.to_string(),
                         };
+                        // gsched proposes single changes (V1); a V2 entry (joint changes,
+                        // from another raft-rs user of the log) is applied all the same.
+                        let (cs, changes) = if kind == EntryType::EntryConfChange {
+                            let cc =
+                                ConfChange::parse_from_bytes(&entry.data).map_err(unreadable)?;
+                            let cs = self.raw.apply_conf_change(&cc)?;
+                            (cs, vec![(cc.get_change_type(), cc.node_id)])
+                        } else {
+                            let cc =
+                                ConfChangeV2::parse_from_bytes(&entry.data).map_err(unreadable)?;
+                            let cs = self.raw.apply_conf_change(&cc)?;
+                            let changes = cc
+                                .get_changes()
+                                .iter()
+                                .map(|c| (c.get_change_type(), c.node_id))
+                                .collect();
+                            (cs, changes)
+                        };
+                        self.raw.mut_store().store.set_conf_state(&cs)?;
                         let at = r.state.clock_ms;
-                        r.state.apply(&Envelope::new(
-                            Command::SetControllerAddress(SetControllerAddress {
-                                id: cc.node_id,
-                                address,
-                            }),
-                            at,
-                            None,
-                        ));
+                        for (change_type, id) in changes {
+                            let address = match change_type {
+                                ConfChangeType::RemoveNode => None,
+                                _ => tag.as_ref().and_then(|t| t.address.clone()),
+                            };
+                            r.state.apply(&Envelope::new(
+                                Command::SetControllerAddress(SetControllerAddress { id, address }),
+                                at,
+                                None,
+                            ));
+                        }
                         tracing::info!(
                             "replica {}: membership now voters={:?}",
                             self.cfg.id,
@@ -804,7 +826,6 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                             replies.push((tag.expect("mine").seq, Outcome::Ok));
                         }
                     }
-                    EntryType::EntryConfChangeV2 => {}
                 }
             }
         }
