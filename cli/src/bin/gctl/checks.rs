@@ -1,0 +1,225 @@
+//! The cluster's checks: `gctl doctor` (what the nodes registered, and `--probe` jobs)
+//! and `gctl burn-in` (the staged bring-up tests as jobs).
+
+use gsched_cli::client::{Client, die};
+use gsched_cli::outln;
+
+/// `gctl doctor`'s options.
+pub struct Doctor {
+    pub nodes: Vec<String>,
+    pub json: bool,
+    pub probe: bool,
+    pub paths: Vec<String>,
+    pub python: String,
+    pub partition: Option<String>,
+    pub controllers: Option<String>,
+}
+
+pub fn doctor(rt: &tokio::runtime::Runtime, client: &mut Client, d: Doctor) {
+    let Doctor {
+        nodes,
+        json,
+        probe,
+        paths,
+        python,
+        partition,
+        controllers,
+    } = d;
+    let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
+    let picked: Vec<_> = all
+        .into_iter()
+        .filter(|n| nodes.is_empty() || nodes.contains(&n.name))
+        .collect();
+    if picked.is_empty() {
+        die("gctl", "no such node registered");
+    }
+    let mut findings = gsched_cli::doctor::check(&picked);
+    if probe {
+        // Nodes that cannot take a job are already findings above.
+        let up: Vec<(String, String)> = picked
+            .iter()
+            .filter(|n| {
+                n.online
+                    && n.responding
+                    && matches!(n.admin, gsched_types::node::NodeAdminState::Up)
+            })
+            .map(|n| (n.name.clone(), n.training_addr.clone()))
+            .collect();
+        if !up.is_empty() {
+            let opts = gsched_cli::probe::Options {
+                grun: gsched_cli::grun_job::grun_binary(),
+                python,
+                partition,
+                controllers,
+                paths,
+            };
+            let outcome = gsched_cli::probe::run(&up, &opts);
+            let names: Vec<String> = up.into_iter().map(|(n, _)| n).collect();
+            findings.extend(gsched_cli::probe::judge::judge(
+                &outcome.reports,
+                &names,
+                &outcome.stderr_tail,
+            ));
+        }
+    }
+    if json {
+        gsched_cli::print_json(&gsched_types::findings::Findings { findings });
+    } else if findings.is_empty() {
+        outln!("no findings on {} node(s)", picked.len());
+    } else {
+        for f in &findings {
+            outln!("{}", gsched_cli::doctor::line(f));
+        }
+    }
+}
+
+/// `gctl burn-in`'s options.
+pub struct BurnIn {
+    pub nodes: Option<String>,
+    pub quick: bool,
+    pub out: Option<std::path::PathBuf>,
+    pub python: String,
+    pub partition: Option<String>,
+    pub time: String,
+    pub json: bool,
+    pub controllers: Option<String>,
+}
+
+pub fn burn_in_nodes(rt: &tokio::runtime::Runtime, client: &mut Client, b: BurnIn) {
+    let BurnIn {
+        nodes,
+        quick,
+        out,
+        python,
+        partition,
+        time,
+        json,
+        controllers,
+    } = b;
+    let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
+    let wanted = nodes.as_deref().map(|l| {
+        gsched_types::hostlist::expand(l)
+            .unwrap_or_else(|e| die("gctl", format!("--nodes {l}: {e}")))
+    });
+    let picked: Vec<_> = all
+        .into_iter()
+        .filter(|n| wanted.as_ref().is_none_or(|w| w.contains(&n.name)))
+        .collect();
+    if let Some(w) = &wanted
+        && let Some(missing) = w.iter().find(|n| !picked.iter().any(|p| &p.name == *n))
+    {
+        die(
+            "gctl",
+            format!("no node {missing} is registered (see ginfo)"),
+        );
+    }
+    let opts = gsched_cli::burnin::exec::Options {
+        grun: gsched_cli::grun_job::grun_binary(),
+        python,
+        quick,
+        controllers,
+        partition,
+        time_limit: time,
+    };
+    let dir = out.unwrap_or_else(|| {
+        format!("burnin-{}", chrono::Local::now().format("%Y%m%d-%H%M%S")).into()
+    });
+    let status = burn_in(&picked, &opts, &dir, json);
+    std::process::exit(status);
+}
+
+/// Plans, runs, judges and writes up a burn-in of `nodes`; returns gctl's exit status
+/// (1 when a run failed or a finding asks for attention).
+fn burn_in(
+    nodes: &[gsched_types::api::NodeRow],
+    opts: &gsched_cli::burnin::exec::Options,
+    dir: &std::path::Path,
+    json: bool,
+) -> i32 {
+    use gsched_cli::burnin::{Report, exec, judge, plan, report};
+    let (runs, skipped) = plan::plan(nodes);
+    for line in &skipped {
+        eprintln!("gctl: burn-in: skipped {line}");
+    }
+    if runs.is_empty() {
+        die(
+            "gctl",
+            "burn-in: no node can take a run (see ginfo and gctl doctor)",
+        );
+    }
+    let started = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    eprintln!(
+        "gctl: burn-in: {} run(s) on {} node(s), stage by stage; report in {}",
+        runs.len(),
+        nodes.len(),
+        dir.display()
+    );
+    let results = exec::execute(&runs, opts, |r| {
+        let what = match (&r.error, r.peak(), r.run.stage) {
+            (Some(e), _, _) => format!("FAILED: {e}"),
+            (None, Some(p), _) => format!(
+                "{:.2} GB/s busbw at {} ({})",
+                p.busbw_gbps,
+                judge::size(p.bytes),
+                p.backend
+            ),
+            (None, None, _) => format!("{} GPU(s) checked", r.gpus.len()),
+        };
+        eprintln!(
+            "gctl: burn-in: {} {}: {what} in {:.1} s",
+            r.run.stage.slug(),
+            r.run.label(),
+            r.seconds
+        );
+    });
+    let rdma_nodes: Vec<String> = nodes
+        .iter()
+        .filter(|n| {
+            n.topology.as_ref().is_some_and(|t| {
+                t.nics
+                    .iter()
+                    .any(|x| x.rdma_device.is_some() && x.up != Some(false))
+            })
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    let findings = judge::judge(&results, &rdma_nodes);
+    let doc = Report {
+        started,
+        quick: opts.quick,
+        nodes: nodes
+            .iter()
+            .filter(|n| runs.iter().any(|r| r.nodes.contains(&n.name)))
+            .map(|n| n.name.clone())
+            .collect(),
+        results,
+        skipped,
+        findings,
+    };
+    let files = report::write(dir, &doc).unwrap_or_else(|e| {
+        die(
+            "gctl",
+            format!("cannot write the report in {}: {e}", dir.display()),
+        )
+    });
+    if json {
+        gsched_cli::print_json(&doc);
+    } else {
+        for f in &doc.findings {
+            outln!("{}", gsched_cli::doctor::line(f));
+        }
+        if doc.cpu_only() {
+            outln!(
+                "note: no run reached a GPU (fake agents or no CUDA): gloo on CPUs, rates not judged"
+            );
+        }
+        for f in &files {
+            outln!("wrote {}", f.display());
+        }
+    }
+    let attention = doc
+        .findings
+        .iter()
+        .any(|f| f.severity >= gsched_types::findings::Severity::Warn);
+    i32::from(attention)
+}

@@ -1,0 +1,252 @@
+//! `gctl`: cluster administration and inspection (scontrol's role): controller status,
+//! job and node details, drain/resume, requeue/hold/release, controller membership,
+//! certificates, tokens, the doctor and burn-in. One module per subcommand; this file
+//! parses the command line and hands each subcommand to its module.
+
+mod admin;
+mod certs;
+mod checks;
+mod jobs;
+mod show;
+mod status;
+mod token;
+
+use clap::{Parser, Subcommand};
+use gsched_cli::client::{Client, controller_list, die};
+use gsched_cli::outln;
+use gsched_types::api::JobAction;
+
+#[derive(Parser, Debug)]
+#[command(name = "gctl", version, about = "gsched administration")]
+struct Args {
+    #[arg(long, global = true)]
+    controllers: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Role, term, commit/applied index, lag and state digest of every reachable controller.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Details of a job or node.
+    Show {
+        #[command(subcommand)]
+        what: show::Show,
+    },
+    /// Drain or resume a node.
+    Node {
+        #[command(subcommand)]
+        action: admin::NodeAction,
+    },
+    /// Add or remove a controller (one change at a time).
+    Controllers {
+        #[command(subcommand)]
+        action: admin::Members,
+    },
+    /// The cluster's certificates: `init` a CA, then `issue` one per controller and node.
+    Certs {
+        #[command(subcommand)]
+        action: certs::Certs,
+    },
+    /// Requeue running jobs (ids, comma or space separated; -w NODES: every job on them).
+    Requeue {
+        jobs: Vec<String>,
+        #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
+        nodes: Vec<String>,
+    },
+    /// Change a job: its time limit (yours lower; an operator's either way; a running
+    /// job's only lower).
+    Update {
+        job: u64,
+        /// The new limit, in sbatch's forms (30, 1:00:00, 2-00:00, UNLIMITED).
+        #[arg(long = "time", short = 't')]
+        time: String,
+    },
+    /// Hold pending jobs (120 holds every task of array 120).
+    Hold { jobs: Vec<String> },
+    /// Release held jobs.
+    Release { jobs: Vec<String> },
+    /// The cluster's usual faults, from what the nodes registered: PCIe links trained
+    /// down, hot or withheld GPUs, nodes not answering, training NICs far from the GPUs or
+    /// on the management address, MTU disagreement, RDMA ports down.
+    Doctor {
+        /// Only these nodes (default: all).
+        nodes: Vec<String>,
+        /// Print {"findings":[...]}.
+        #[arg(long)]
+        json: bool,
+        /// Also probe on the nodes and between them, as a job (one task per node, no
+        /// GPU): training-network reachability and MTU between every pair, clock skew,
+        /// free space on --paths, the interface NCCL is told to use.
+        #[arg(long)]
+        probe: bool,
+        /// Paths every node should have, with room (comma separated; with --probe).
+        #[arg(long, value_delimiter = ',')]
+        paths: Vec<String>,
+        /// The Python the probe runs with on the nodes (standard library only).
+        #[arg(long, default_value = "python3")]
+        python: String,
+        #[arg(short = 'p', long)]
+        partition: Option<String>,
+    },
+    /// The bring-up guide's staged tests, as ordinary jobs through the scheduler: each GPU
+    /// alone, each node's all-reduce, node pairs, all nodes; bus bandwidth judged against
+    /// what the wiring should carry; a report (Markdown, JSON, SVG plots).
+    BurnIn {
+        /// Only these nodes (a host list; default: every usable node).
+        #[arg(short = 'w', long = "nodes")]
+        nodes: Option<String>,
+        /// Small messages and few iterations: a few minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Where to write the report (default: ./burnin-YYYYMMDD-HHMMSS).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The Python with PyTorch on the nodes.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        #[arg(short = 'p', long)]
+        partition: Option<String>,
+        /// Each run's time limit (sbatch's forms).
+        #[arg(short = 't', long = "time", default_value = "20")]
+        time: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A token for the HTTP API and the dashboard, for you (scontrol token): prints
+    /// GSCHED_TOKEN=...; paste it into the dashboard's login, or send it as
+    /// `Authorization: Bearer TOKEN`.
+    Token {
+        #[command(subcommand)]
+        action: Option<token::TokenAction>,
+        /// How long it is good for: seconds (as scontrol token lifespan=), or
+        /// HH:MM:SS / D-HH:MM:SS; at most a week.
+        #[arg(long, default_value = "8:00:00")]
+        lifetime: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
+    /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
+    /// `--slurm-names DIR` so jobs find them too).
+    SlurmNames { dir: std::path::PathBuf },
+}
+
+fn main() {
+    let args = if gsched_cli::invoked_as() == "scontrol" {
+        Args::parse_from(scontrol_args())
+    } else {
+        Args::parse()
+    };
+    let rt = gsched_cli::runtime();
+    let addrs = controller_list(args.controllers.as_deref());
+    let mut client = Client::new(addrs.clone());
+    let (rt, client) = (&rt, &mut client);
+    let controllers = args.controllers;
+    match args.cmd {
+        Cmd::Status { json } => rt.block_on(status::status(client, addrs, json)),
+        Cmd::Show { what } => show::run(rt, client, what),
+        Cmd::Node { action } => admin::node(rt, client, action),
+        Cmd::Controllers { action } => admin::controllers(rt, client, action),
+        Cmd::Requeue { jobs, nodes } => jobs::act(rt, client, JobAction::Requeue, &jobs, nodes),
+        Cmd::Certs { action } => certs::run(action),
+        Cmd::Hold { jobs } => jobs::act(rt, client, JobAction::Hold, &jobs, Vec::new()),
+        Cmd::Update { job, time } => jobs::update(rt, client, job, &time),
+        Cmd::Release { jobs } => jobs::act(rt, client, JobAction::Release, &jobs, Vec::new()),
+        Cmd::Doctor {
+            nodes,
+            json,
+            probe,
+            paths,
+            python,
+            partition,
+        } => checks::doctor(
+            rt,
+            client,
+            checks::Doctor {
+                nodes,
+                json,
+                probe,
+                paths,
+                python,
+                partition,
+                controllers,
+            },
+        ),
+        Cmd::BurnIn {
+            nodes,
+            quick,
+            out,
+            python,
+            partition,
+            time,
+            json,
+        } => checks::burn_in_nodes(
+            rt,
+            client,
+            checks::BurnIn {
+                nodes,
+                quick,
+                out,
+                python,
+                partition,
+                time,
+                json,
+                controllers,
+            },
+        ),
+        Cmd::Token {
+            action: Some(token::TokenAction::Revoke { user, all }),
+            json,
+            ..
+        } => token::revoke(rt, client, user, all, json),
+        Cmd::Token {
+            action: None,
+            lifetime,
+            json,
+        } => token::issue(rt, client, &lifetime, json),
+        Cmd::SlurmNames { dir } => slurm_names(&dir),
+    }
+}
+
+/// `gctl slurm-names DIR`: links Slurm's command names to the tools next to this one.
+fn slurm_names(dir: &std::path::Path) {
+    let exe = std::env::current_exe().unwrap_or_else(|e| die("gctl", e));
+    let bin = exe.parent().unwrap_or(std::path::Path::new("/"));
+    let (made, missing) =
+        gsched_cli::slurm::make_links(dir, bin).unwrap_or_else(|e| die("gctl", e));
+    for link in made {
+        outln!("{}", link.display());
+    }
+    for tool in missing {
+        eprintln!(
+            "gctl: warning: {tool} is not in {}: its Slurm name was not linked",
+            bin.display()
+        );
+    }
+}
+
+/// Run as `scontrol`: answers what needs no controller, else the `gctl` arguments of the
+/// same request.
+fn scontrol_args() -> Vec<String> {
+    use gsched_cli::slurm::{Scontrol, scontrol};
+    let args: Vec<String> = gsched_cli::text_args("scontrol")
+        .into_iter()
+        .skip(1)
+        .collect();
+    let nodelist = std::env::var("SLURM_JOB_NODELIST").ok();
+    let job = std::env::var("SLURM_JOB_ID").ok();
+    match scontrol(&args, nodelist.as_deref(), job.as_deref()) {
+        Ok(Scontrol::Print(text)) => {
+            gsched_cli::out!("{text}");
+            std::process::exit(0)
+        }
+        Ok(Scontrol::Gctl(v)) => std::iter::once("scontrol".to_string()).chain(v).collect(),
+        Err(e) => die("scontrol", e),
+    }
+}

@@ -1,0 +1,205 @@
+//! `gctl show job|node` (scontrol show): one job's or node's details.
+
+use clap::Subcommand;
+use gsched_cli::JobQuery;
+use gsched_cli::client::{Client, die};
+use gsched_cli::outln;
+use gsched_types::api::{JobRow, JobSelector};
+
+#[derive(Subcommand, Debug)]
+pub enum Show {
+    Job {
+        job: String,
+        #[arg(long)]
+        json: bool,
+    },
+    Node {
+        node: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(rt: &tokio::runtime::Runtime, client: &mut Client, what: Show) {
+    match what {
+        Show::Job { job, json } => show_job(rt, client, &job, json),
+        Show::Node { node, json } => show_node(rt, client, &node, json),
+    }
+}
+
+fn show_job(rt: &tokio::runtime::Runtime, client: &mut Client, job: &str, json: bool) {
+    let sel = JobSelector::parse(job).unwrap_or_else(|e| die("gctl", e));
+    let query = JobQuery {
+        include_finished: true,
+        detail: true,
+        jobs: vec![sel],
+        ..Default::default()
+    };
+    let jobs = gsched_cli::fetch_jobs(rt, client, &query, "gctl").jobs;
+    // `120` is job 120 itself here, not every task of array 120.
+    let Some(j) = jobs
+        .iter()
+        .find(|j| sel.task.is_some() || j.job_id.0 == sel.id)
+    else {
+        die(
+            "gctl",
+            format!("job {job} not found (finished jobs are kept up to the retention limit)"),
+        )
+    };
+    if json {
+        gsched_cli::print_json(j);
+    } else {
+        print_job(j);
+    }
+}
+
+fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json: bool) {
+    let nodes = gsched_cli::fetch_nodes(rt, client, false, "gctl").nodes;
+    let Some(n) = nodes.iter().find(|n| n.name == *node) else {
+        die("gctl", format!("no node named {node}"))
+    };
+    if json {
+        gsched_cli::print_json(n);
+    } else {
+        outln!(
+            "NodeName={} State={} Online={} Address={} TrainingAddr={}",
+            n.name,
+            n.drain_reason
+                .as_ref()
+                .map(|r| format!("DRAIN Reason=\"{r}\""))
+                .unwrap_or_else(|| "UP".into()),
+            n.online,
+            n.address,
+            n.training_addr
+        );
+        outln!(
+            "   GPUs={} Model={} GPUsInUse={:?} BadGPUs={:?} Jobs={:?}",
+            n.gpus_total,
+            n.gpu_model.as_deref().unwrap_or("-"),
+            n.gpus_used,
+            n.bad_gpus,
+            n.jobs.iter().map(|j| j.0).collect::<Vec<_>>()
+        );
+        outln!(
+            "   CPUsInUse={} MemoryUsedMB={} Features={:?} AgentVersion={}",
+            n.cpus_used,
+            n.memory_used_mb,
+            n.features,
+            n.agent_version
+        );
+        for h in &n.health {
+            outln!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
+            if let Some(f) = h
+                .finding
+                .as_ref()
+                .filter(|f| !h.message.contains(&f.evidence))
+            {
+                outln!("      Evidence={}", f.evidence);
+            }
+        }
+    }
+}
+
+fn print_job(j: &JobRow) {
+    outln!(
+        "JobId={} JobName={} UserId={} Account={} Partition={}",
+        j.display_id,
+        j.name,
+        j.user,
+        j.account,
+        j.partition
+    );
+    outln!(
+        "   JobState={} Reason={} Restarts={} ExitCode={}",
+        j.state.name(),
+        j.reason,
+        j.restarts,
+        j.exit_code
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    let time_limit = j
+        .time_limit_s
+        .map(gsched_types::parse::format_duration)
+        .unwrap_or_else(|| "UNLIMITED".into());
+    match &j.spec {
+        Some(s) => {
+            outln!(
+                "   NumNodes={} GPUsPerNode={} GpuType={} NTasks={} CPUsPerTask={} Mem={} TimeLimit={time_limit}",
+                s.nodes,
+                s.gpus_per_node,
+                s.gpu_type.as_deref().unwrap_or("-"),
+                s.ntasks,
+                s.cpus_per_task,
+                s.mem_mb
+                    .map(|m| format!("{m}M"))
+                    .unwrap_or_else(|| "default".into()),
+            );
+            outln!(
+                "   WorkDir={} StdOut={}",
+                s.workdir,
+                s.output.as_deref().unwrap_or("gsched-%j.out")
+            );
+        }
+        None => outln!(
+            "   NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
+            j.nodes,
+            j.gpus_per_node
+        ),
+    }
+    if let Some(a) = &j.allocation {
+        outln!(
+            "   MasterAddr={} MasterPort={}",
+            a.master_addr,
+            a.master_port
+        );
+        for (rank, n) in a.nodes.iter().enumerate() {
+            outln!(
+                "   Node[{rank}]={} GPUs={:?} CPUs={} Mem={}M NIC={}",
+                n.node,
+                n.gpus,
+                gsched_types::cpulist::format(&n.cpus),
+                n.mem_mb,
+                n.nic.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    for st in &j.steps {
+        outln!(
+            "   Step[{}]: {:?}{}",
+            st.node,
+            st.state,
+            st.failure
+                .as_ref()
+                .map(|f| format!(" ({f})"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(f) = &j.failure {
+        outln!("   Failure={}", f.kind.reason_name());
+        outln!("   Evidence={}", f.evidence);
+    }
+    for w in &j.warnings {
+        outln!(
+            "   Warning[{}]={}: {}",
+            w.node.as_deref().unwrap_or("?"),
+            w.kind,
+            w.action
+        );
+        if !w.evidence.is_empty() {
+            outln!("      Evidence={}", w.evidence);
+        }
+    }
+    for a in &j.attempts {
+        outln!(
+            "   Attempt[{}]: {} on {} {}",
+            a.restart,
+            a.state.name(),
+            gsched_types::hostlist::compress(&a.nodes),
+            a.failure
+                .as_ref()
+                .map(|f| f.to_string())
+                .unwrap_or_default()
+        );
+    }
+}
