@@ -44,13 +44,109 @@ fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
     v.as_deref().map(|s| parse::count(s, flag)).transpose()
 }
 
-/// Resolves options and script into a job spec, as sbatch would.
+/// Resolves options and script into a job spec, as sbatch would: tasks, GPUs, memory,
+/// time, where it may run, what it runs, then the environment and identity.
 pub fn resolve(
     args: &SubArgs,
     script_text: Option<String>,
     script_name: Option<&str>,
     ctx: &SubmitContext,
 ) -> Result<JobSpec, String> {
+    let tasks = tasks(args)?;
+    let gpus = gpus(args, &tasks)?;
+    let memory = memory(args, &tasks, &gpus)?;
+    let when = timing(args, ctx)?;
+    let place = placement(args, tasks.nodes)?;
+    let launch = launch_mode(args, script_text.as_deref())?;
+    let program = program(args, script_text, script_name)?;
+    let (array, array_limit) = match &args.array {
+        Some(a) => {
+            let (ids, limit) = parse::array(a)?;
+            (Some(ids), limit)
+        }
+        None => (None, None),
+    };
+    let dependency = args
+        .dependency
+        .as_deref()
+        .map(parse::dependency)
+        .transpose()?
+        .unwrap_or_default();
+    let workdir = match &args.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{}/{d}", ctx.cwd.trim_end_matches('/')),
+        None => ctx.cwd.clone(),
+    };
+    let Exported {
+        env,
+        overrides: env_overrides,
+    } = export(args.export.as_deref(), &ctx.env)?;
+    // Who the job runs as is the controller's decision, made from the verified caller;
+    // the request only says whether --uid asks for someone else (root and admins only).
+    let (user, uid) = match &args.uid {
+        Some(u) => match u.parse::<u32>() {
+            Ok(n) => (String::new(), Some(n)),
+            Err(_) => (u.clone(), None),
+        },
+        None => (String::new(), None),
+    };
+    let max_restarts = count(&args.max_restarts, "--max-restarts")?;
+    Ok(JobSpec {
+        name: args.job_name.clone().unwrap_or(program.default_name),
+        user,
+        uid,
+        gid: None,
+        account: args.account.clone(),
+        partition: args.partition.clone(),
+        qos: args.qos.clone(),
+        nodes: tasks.nodes,
+        gpus_per_node: gpus.per_node,
+        gpu_type: gpus.gpu_type,
+        ntasks: tasks.ntasks,
+        ntasks_per_node: tasks.per_node,
+        cpus_per_task: tasks.cpus_per_task,
+        gpu_share_cpus: memory.gpu_share_cpus,
+        cpus_per_gpu: memory.cpus_per_gpu,
+        gpus_per_task: gpus.per_task,
+        mem_mb: memory.mem_mb,
+        mem_per_gpu_mb: memory.mem_per_gpu_mb,
+        time_limit_s: when.time_limit_s,
+        signal: when.signal,
+        begin_ms: when.begin_ms,
+        nice: when.nice,
+        launch,
+        output: args.output.clone(),
+        error: args.error.clone(),
+        requeue: args.requeue && !args.no_requeue,
+        exclusive: place.exclusive,
+        array,
+        array_limit,
+        constraint: args.constraint.clone(),
+        nodelist: place.nodelist,
+        exclude: place.exclude,
+        dependency,
+        workdir,
+        submit_dir: ctx.cwd.clone(),
+        script: program.script,
+        script_args: program.script_args,
+        env,
+        env_overrides,
+        torchrun: program.torchrun,
+        hold: args.hold,
+        max_restarts,
+        umask: Some(ctx.umask),
+    })
+}
+
+/// Nodes, tasks and CPUs per task.
+struct Tasks {
+    nodes: u32,
+    ntasks: u32,
+    per_node: u32,
+    cpus_per_task: u32,
+}
+
+fn tasks(args: &SubArgs) -> Result<Tasks, String> {
     let nodes = match args.nodes.as_deref() {
         None => 1,
         Some(s) => {
@@ -96,7 +192,23 @@ pub fn resolve(
         return Err("--cpus-per-task must be at least 1".into());
     }
 
-    // GPUs: every spelling must agree.
+    Ok(Tasks {
+        nodes,
+        ntasks,
+        per_node,
+        cpus_per_task,
+    })
+}
+
+/// GPUs per node (and their type), from whichever spellings were given: they must agree.
+struct Gpus {
+    per_node: u32,
+    gpu_type: Option<String>,
+    per_task: Option<u32>,
+}
+
+fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, String> {
+    let (nodes, per_node) = (tasks.nodes, tasks.per_node);
     let mut gpu: Option<(u32, Option<String>, &str)> = None;
     let mut agree = |count: u32, ty: Option<String>, flag: &'static str| -> Result<(), String> {
         match &gpu {
@@ -141,6 +253,24 @@ pub fn resolve(
     }
     let (gpus_per_node, gpu_type) = gpu.map(|(c, t, _)| (c, t)).unwrap_or((0, None));
 
+    Ok(Gpus {
+        per_node: gpus_per_node,
+        gpu_type,
+        per_task: gpus_per_task,
+    })
+}
+
+/// Memory, and CPUs given per GPU or taken as the GPUs' share.
+struct Memory {
+    mem_mb: Option<u64>,
+    mem_per_gpu_mb: Option<u64>,
+    cpus_per_gpu: Option<u32>,
+    gpu_share_cpus: bool,
+}
+
+fn memory(args: &SubArgs, tasks: &Tasks, gpus: &Gpus) -> Result<Memory, String> {
+    let (gpus_per_node, per_node, cpus_per_task) =
+        (gpus.per_node, tasks.per_node, tasks.cpus_per_task);
     // With no CPU count given, a GPU job gets its GPUs' share of each node's CPUs (decided
     // per node by the scheduler): one CPU per GPU starves NCCL's proxy and socket threads
     // and torchrun's workers.
@@ -167,6 +297,23 @@ pub fn resolve(
         };
         mem_mb = Some(per_cpu * u64::from(cpus));
     }
+    Ok(Memory {
+        mem_mb,
+        mem_per_gpu_mb,
+        cpus_per_gpu,
+        gpu_share_cpus,
+    })
+}
+
+/// When: the time limit, the earliest start, the nice value and the warning signal.
+struct Timing {
+    time_limit_s: Option<u64>,
+    begin_ms: Option<u64>,
+    nice: i32,
+    signal: Option<gsched_types::job::WarnSignal>,
+}
+
+fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, String> {
     let time_limit_s = match &args.time {
         Some(t) => parse::time_limit(t).map_err(|e| format!("--time: {e}"))?,
         None => None,
@@ -186,7 +333,17 @@ pub fn resolve(
             .filter(|n| (-10_000..=10_000).contains(n))
             .ok_or_else(|| format!("--nice={n}: give a number from -10000 to 10000"))?,
     };
-    let launch = match args.launch.as_deref() {
+    let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
+    Ok(Timing {
+        time_limit_s,
+        begin_ms,
+        nice,
+        signal,
+    })
+}
+
+fn launch_mode(args: &SubArgs, script_text: Option<&str>) -> Result<LaunchMode, String> {
+    Ok(match args.launch.as_deref() {
         Some("batch") if args.torchrun => {
             return Err(
                 "--torchrun starts torchrun on every node; --launch=batch does not apply".into(),
@@ -194,29 +351,21 @@ pub fn resolve(
         }
         Some("batch") => LaunchMode::Batch,
         Some(_) => LaunchMode::EachNode,
-        None if !args.torchrun
-            && script_text
-                .as_deref()
-                .is_some_and(super::directives::has_sbatch_lines) =>
-        {
+        None if !args.torchrun && script_text.is_some_and(super::directives::has_sbatch_lines) => {
             LaunchMode::Batch
         }
         None => LaunchMode::EachNode,
-    };
-    let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
-    let (array, array_limit) = match &args.array {
-        Some(a) => {
-            let (ids, limit) = parse::array(a)?;
-            (Some(ids), limit)
-        }
-        None => (None, None),
-    };
-    let dependency = args
-        .dependency
-        .as_deref()
-        .map(parse::dependency)
-        .transpose()?
-        .unwrap_or_default();
+    })
+}
+
+/// Where it may run: required and excluded nodes, whole nodes or not.
+struct Placement {
+    nodelist: Vec<String>,
+    exclude: Vec<String>,
+    exclusive: bool,
+}
+
+fn placement(args: &SubArgs, nodes: u32) -> Result<Placement, String> {
     let nodelist = args
         .nodelist
         .as_deref()
@@ -240,25 +389,35 @@ pub fn resolve(
             "node {n} is both required (--nodelist) and excluded (--exclude)"
         ));
     }
-    let workdir = match &args.chdir {
-        Some(d) if d.starts_with('/') => d.clone(),
-        Some(d) => format!("{}/{d}", ctx.cwd.trim_end_matches('/')),
-        None => ctx.cwd.clone(),
+    let exclusive = match args.exclusive.as_deref() {
+        None => false,
+        Some("node" | "" | "user" | "mcs" | "topo") => true,
+        Some(other) => {
+            return Err(format!(
+                "--exclusive={other}: use --exclusive or --exclusive=user"
+            ));
+        }
     };
-    let Exported {
-        env,
-        overrides: env_overrides,
-    } = export(args.export.as_deref(), &ctx.env)?;
-    // Who the job runs as is the controller's decision, made from the verified caller;
-    // the request only says whether --uid asks for someone else (root and admins only).
-    let (user, uid) = match &args.uid {
-        Some(u) => match u.parse::<u32>() {
-            Ok(n) => (String::new(), Some(n)),
-            Err(_) => (u.clone(), None),
-        },
-        None => (String::new(), None),
-    };
-    let max_restarts = count(&args.max_restarts, "--max-restarts")?;
+    Ok(Placement {
+        nodelist,
+        exclude,
+        exclusive,
+    })
+}
+
+/// What the job runs: the script (or --wrap's, or torchrun's program) and its name.
+struct Program {
+    script: String,
+    script_args: Vec<String>,
+    torchrun: Option<TorchrunSpec>,
+    default_name: String,
+}
+
+fn program(
+    args: &SubArgs,
+    script_text: Option<String>,
+    script_name: Option<&str>,
+) -> Result<Program, String> {
     let (script, script_args, torchrun, default_name) = if args.torchrun {
         let Some((program, rest)) = args.script.split_first() else {
             return Err(
@@ -303,59 +462,11 @@ pub fn resolve(
                 .unwrap_or_else(|| "gsub".into()),
         )
     };
-    let exclusive = match args.exclusive.as_deref() {
-        None => false,
-        Some("node" | "" | "user" | "mcs" | "topo") => true,
-        Some(other) => {
-            return Err(format!(
-                "--exclusive={other}: use --exclusive or --exclusive=user"
-            ));
-        }
-    };
-    Ok(JobSpec {
-        name: args.job_name.clone().unwrap_or(default_name),
-        user,
-        uid,
-        gid: None,
-        account: args.account.clone(),
-        partition: args.partition.clone(),
-        qos: args.qos.clone(),
-        nodes,
-        gpus_per_node,
-        gpu_type,
-        ntasks,
-        ntasks_per_node: per_node,
-        cpus_per_task,
-        gpu_share_cpus,
-        cpus_per_gpu,
-        gpus_per_task,
-        mem_mb,
-        mem_per_gpu_mb,
-        time_limit_s,
-        signal,
-        begin_ms,
-        nice,
-        launch,
-        output: args.output.clone(),
-        error: args.error.clone(),
-        requeue: args.requeue && !args.no_requeue,
-        exclusive,
-        array,
-        array_limit,
-        constraint: args.constraint.clone(),
-        nodelist,
-        exclude,
-        dependency,
-        workdir,
-        submit_dir: ctx.cwd.clone(),
+    Ok(Program {
         script,
         script_args,
-        env,
-        env_overrides,
         torchrun,
-        hold: args.hold,
-        max_restarts,
-        umask: Some(ctx.umask),
+        default_name,
     })
 }
 
