@@ -18,8 +18,7 @@ use gsched_types::api::Role;
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfChangeV2, ConfState, EntryType, Message, MessageType,
-    Snapshot,
+    ConfChange, ConfChangeType, ConfChangeV2, ConfState, EntryType, Message, MessageType, Snapshot,
 };
 use raft::{RawNode, StateRole};
 use serde::Serialize;

@@ -273,10 +273,7 @@ impl<'a> Pass<'a> {
             return Err(PendingReason::Priority);
         }
         let next_id = self.shape_ids.len() as u32;
-        let shape = *self
-            .shape_ids
-            .entry(ShapeKey::of(job))
-            .or_insert(next_id);
+        let shape = *self.shape_ids.entry(ShapeKey::of(job)).or_insert(next_id);
         if let Some(reason) = self.busy_shapes.get(&shape) {
             if policy == Policy::Fifo {
                 self.fifo_blocked = true;

@@ -163,7 +163,8 @@ impl ClusterSpec {
                 // Each node its own training address, as on a real cluster: MASTER_PORTs
                 // are unique per address, and one address for every node would cap the
                 // whole simulated cluster at one port range's worth of running jobs.
-                v.training_addr = format!("10.{}.{}.{}", 1 + k / 62_500, (k / 250) % 250, 1 + k % 250);
+                v.training_addr =
+                    format!("10.{}.{}.{}", 1 + k / 62_500, (k / 250) % 250, 1 + k % 250);
                 v.switch = Some(format!("leaf{}", k / self.nodes_per_switch.max(1)));
                 out.push(v);
                 k += 1;
