@@ -551,8 +551,12 @@ impl JobRecord {
         JobRecord {
             id,
             state: JobState::Pending,
+            // What squeue shows before the first scheduling pass: held, waiting for its
+            // --begin time (known at submission, as Slurm knows it), or nothing yet.
             reason: if spec.hold {
                 PendingReason::JobHeldUser
+            } else if spec.begin_ms.is_some_and(|b| b > at_ms) {
+                PendingReason::BeginTime
             } else {
                 PendingReason::None
             },
