@@ -832,3 +832,30 @@ fn requeue_of_a_nodes_jobs_is_one_entry() {
         assert_eq!(ending, on_n1.contains(j), "job {j}");
     }
 }
+
+#[test]
+fn a_queued_job_keeps_the_partition_it_was_submitted_to() {
+    let partitions = |default: &str| {
+        let mut config = gsched_scheduler::SchedConfig::default();
+        config.partitions = ["a", "b"]
+            .iter()
+            .map(|name| gsched_scheduler::config::PartitionConfig {
+                name: name.to_string(),
+                default: *name == default,
+                ..serde_json::from_str(r#"{"name": ""}"#).unwrap()
+            })
+            .collect();
+        Command::SetConfig(SetConfig {
+            config: Box::new(config),
+        })
+    };
+    let mut s = ClusterState::default();
+    s.apply(&env(partitions("a"), 1));
+    let job = submit(&mut s, 1, 1, false, 2);
+    assert_eq!(s.config.partition_of(&s.jobs[&job].spec), "a");
+    // The admin makes b the default: jobs already queued stay where they were sent.
+    s.apply(&env(partitions("b"), 3));
+    assert_eq!(s.config.partition_of(&s.jobs[&job].spec), "a");
+    let later = submit(&mut s, 1, 1, false, 4);
+    assert_eq!(s.config.partition_of(&s.jobs[&later].spec), "b");
+}

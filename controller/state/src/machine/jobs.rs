@@ -31,6 +31,12 @@ impl ClusterState {
         // Every job of the submission shares one copy of the script, environment and
         // task list: the records hold only what differs.
         let mut spec = c.spec.clone();
+        // The partition is decided at submission: a later change of the default
+        // partition must not move jobs already queued (as in Slurm). Without configured
+        // partitions there is only the implicit one, which stays implicit.
+        if spec.partition.is_none() && !self.config.partitions.is_empty() {
+            spec.partition = Some(self.config.default_partition());
+        }
         let tasks: Vec<Option<u32>> = match spec.array.take() {
             Some(ids) => ids.into_iter().map(Some).collect(),
             None => vec![None],
