@@ -8,6 +8,8 @@ use gsched_types::job::JobId;
 use gsched_types::steps::{StepUpdate, TaskIo};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 use tonic::Status;
@@ -23,11 +25,18 @@ pub struct AgentConn {
 }
 
 /// Where a running `grun` step's updates go.
-pub type StepTx = UnboundedSender<StepUpdate>;
+pub type StepTx = tokio::sync::mpsc::Sender<StepUpdate>;
+
+/// How many of a step's updates (output chunks, exits) wait for its `grun` at most; a
+/// `grun` further behind than that (a stopped terminal, a slow pipe) has its step stopped
+/// rather than the leader's memory grow without bound.
+pub const STEP_BACKLOG: usize = 1024;
 
 /// A running `grun` step on this leader.
 struct OpenStep {
     tx: StepTx,
+    /// Set when its `grun` fell [`STEP_BACKLOG`] updates behind and relaying stopped.
+    lagging: Arc<AtomicBool>,
     /// The job's owner: the one who may send it input.
     owner: String,
     /// The node of its task 0, where input goes.
@@ -128,7 +137,14 @@ impl AgentHub {
 
     /// A new step of `job` (owned by `owner`, task 0 on `first_node`) whose updates go to
     /// `tx`; returns its id (0, 1, ... per job).
-    pub fn open_step(&self, job: JobId, tx: StepTx, owner: &str, first_node: &str) -> u32 {
+    pub fn open_step(
+        &self,
+        job: JobId,
+        tx: StepTx,
+        lagging: Arc<AtomicBool>,
+        owner: &str,
+        first_node: &str,
+    ) -> u32 {
         let step = {
             let mut ids = self.step_ids.lock();
             let next = ids.entry(job).or_insert(0);
@@ -140,6 +156,7 @@ impl AgentHub {
             (job, step),
             OpenStep {
                 tx,
+                lagging,
                 owner: owner.to_string(),
                 first_node: first_node.to_string(),
             },
@@ -167,8 +184,14 @@ impl AgentHub {
             | TaskIo::Failed { job, step, .. }
             | TaskIo::InputTaken { job, step, .. } => (*job, *step),
         };
-        if let Some(s) = self.steps.lock().get(&key) {
-            let _ = s.tx.send(StepUpdate::Io(io));
+        let mut steps = self.steps.lock();
+        let Some(s) = steps.get(&key) else { return };
+        if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) =
+            s.tx.try_send(StepUpdate::Io(io))
+        {
+            // Dropping the sender ends the step's relay, which stops the step.
+            s.lagging.store(true, Ordering::Relaxed);
+            steps.remove(&key);
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::JobsService;
 use crate::auth::Caller;
 use crate::ctx::outcome_to_status;
+use crate::hub::STEP_BACKLOG;
 use gsched_proto::agent::ControllerToAgent;
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::RunStepReply;
@@ -12,10 +13,12 @@ use gsched_types::job::JobState;
 use gsched_types::steps::{
     INPUT_CHUNK, InputEvent, StepInput, StepLaunch, StepRequest, StepState, StepUpdate, TaskIo,
 };
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tonic::Status;
 
 /// What `RunStep` streams to its caller.
-pub type StepStream = tokio_stream::wrappers::UnboundedReceiverStream<Result<RunStepReply, Status>>;
+pub type StepStream = tokio_stream::wrappers::ReceiverStream<Result<RunStepReply, Status>>;
 
 impl JobsService {
     /// Starts a step in one of `caller`'s running jobs; the stream carries its layout,
@@ -70,11 +73,15 @@ impl JobsService {
             }
             (job.restarts, layout, job.spec.user.clone())
         };
-        let (updates_tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
-        let step = self
-            .ctx
-            .hub
-            .open_step(body.job, updates_tx, &owner, &layout.nodes[0]);
+        let (updates_tx, mut updates) = tokio::sync::mpsc::channel(STEP_BACKLOG);
+        let lagging = Arc::new(AtomicBool::new(false));
+        let step = self.ctx.hub.open_step(
+            body.job,
+            updates_tx,
+            lagging.clone(),
+            &owner,
+            &layout.nodes[0],
+        );
         let name = body.argv[0]
             .rsplit('/')
             .next()
@@ -101,10 +108,8 @@ impl JobsService {
                 return Err(e);
             }
         }
-        let (client_tx, client_rx) = tokio::sync::mpsc::unbounded_channel();
-        let send =
-            |tx: &tokio::sync::mpsc::UnboundedSender<Result<RunStepReply, Status>>,
-             u: &StepUpdate| tx.send(Ok(RunStepReply::carrying(u))).is_ok();
+        // A few updates in flight to the caller; the backlog waits in `updates`.
+        let (client_tx, client_rx) = tokio::sync::mpsc::channel(16);
         for (i, node) in layout.nodes.iter().enumerate() {
             let launch = StepLaunch {
                 job: body.job,
@@ -132,13 +137,11 @@ impl JobsService {
         }
         // Told after the agents, so that input the caller sends on hearing it reaches
         // an agent that already has the step.
-        send(
-            &client_tx,
-            &StepUpdate::Started {
-                step,
-                layout: layout.clone(),
-            },
-        );
+        let started = StepUpdate::Started {
+            step,
+            layout: layout.clone(),
+        };
+        let _ = client_tx.try_send(Ok(RunStepReply::carrying(&started)));
         let ctx = self.ctx.clone();
         let (job, nodes, ntasks) = (body.job, layout.nodes.clone(), layout.ntasks);
         tokio::spawn(async move {
@@ -149,14 +152,28 @@ impl JobsService {
             let end = loop {
                 tokio::select! {
                     u = updates.recv() => {
-                        let Some(u) = u else { break StepState::Cancelled };
+                        let Some(u) = u else {
+                            if !lagging.load(Ordering::Relaxed) {
+                                break StepState::Cancelled;
+                            }
+                            let behind = StepUpdate::Io(TaskIo::Failed {
+                                job,
+                                step,
+                                node: String::new(),
+                                message: format!(
+                                    "grun fell more than {STEP_BACKLOG} updates behind the step's output (a stopped terminal or a slow pipe?): the step was stopped"
+                                ),
+                            });
+                            let _ = client_tx.send(Ok(RunStepReply::carrying(&behind))).await;
+                            break StepState::Failed;
+                        };
                         let failed = matches!(u, StepUpdate::Io(TaskIo::Failed { .. }));
                         if let StepUpdate::Io(TaskIo::Exited { code: c, signal: s, .. }) = &u {
                             exited += 1;
                             code = code.max(c.unwrap_or(0));
                             signal = signal.or(*s);
                         }
-                        if !send(&client_tx, &u) {
+                        if client_tx.send(Ok(RunStepReply::carrying(&u))).await.is_err() {
                             break StepState::Cancelled;
                         }
                         if failed {
