@@ -512,3 +512,40 @@ fn t70_a_full_agent_state_directory_fails_launches_with_that_reason_until_space_
     assert_eq!(job["state"], "COMPLETED", "{job}");
     c.kill_agent(0);
 }
+
+#[test]
+fn t80_a_leader_frozen_with_its_connections_open_loses_its_agents_to_the_new_leader() {
+    // SIGSTOP keeps the leader's TCP connections open (the kernel still answers for it)
+    // while it says nothing: what a hung VM or a one-way partition looks like to an agent.
+    // The agent must notice the silence and find the new leader; before, it waited on the
+    // frozen one for as long as the freeze lasted.
+    let mut c = Cluster::controllers(3, &["--node-timeout", "30", "--dead-node-timeout", "120"]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let leader = c.leader(Duration::from_secs(30));
+    let script = c.script("quick.sh", "#!/bin/sh\ntrue\n");
+    let first = c.submit(&[&script]);
+    c.wait_state(first, &["COMPLETED"], Duration::from_secs(30));
+    let frozen = c.ctl_procs[(leader - 1) as usize]
+        .as_ref()
+        .expect("the leader runs")
+        .pid() as i32;
+    let pid = nix::unistd::Pid::from_raw(frozen);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let after = c.submit(&[&script]);
+    let done = std::time::Instant::now();
+    let mut row = serde_json::Value::Null;
+    while done.elapsed() < Duration::from_secs(60) {
+        row = c.job(after).unwrap_or_default();
+        if row["state"] == "COMPLETED" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "a job submitted after the leader froze completed in {:.1} s",
+        done.elapsed().as_secs_f64()
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(row["state"], "COMPLETED", "{row}\n{}", c.logs());
+    assert_ne!(c.leader(Duration::from_secs(30)), 0);
+}

@@ -158,14 +158,25 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
             batched_kills: true,
         },
     })?;
-    let mut inbound = client
-        .session(UnboundedReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = inbound
-        .message()
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
+    // A controller that accepts the connection but says nothing (frozen, or cut off after
+    // the handshake) is given up on, so the next one is tried.
+    let silence_limit = (agent.heartbeat * 10).max(Duration::from_secs(10));
+    let registered = async {
+        let mut inbound = client
+            .session(UnboundedReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("session closed before registration"))?;
+        anyhow::Ok((inbound, first))
+    };
+    let (mut inbound, first) = tokio::time::timeout(silence_limit, registered)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("no answer to the registration within {silence_limit:.0?}")
+        })??;
     match first.document()? {
         ControllerToAgent::Registered { kill, lease_ms, .. } => {
             tracing::info!("registered with controller {addr}");
@@ -188,10 +199,15 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
     }
     let mut sent: HashMap<u64, Instant> = HashMap::new();
     let mut ticker = tokio::time::interval(agent.heartbeat);
+    // The controller answers every heartbeat; one silent this long is cut off from us (a
+    // partition leaves the TCP connection open for minutes), and the new leader is
+    // found by connecting again.
+    let mut heard = Instant::now();
     loop {
         tokio::select! {
             msg = inbound.message() => {
                 let Some(msg) = msg? else { return Ok(End::Closed) };
+                heard = Instant::now();
                 match msg.document()? {
                     ControllerToAgent::Launch(spec) => {
                         let steps = agent.steps.clone();
@@ -236,6 +252,13 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
             }
             _ = ticker.tick() => {
                 if agent.contact.cut_off() {
+                    return Ok(End::Closed);
+                }
+                if heard.elapsed() > silence_limit {
+                    tracing::warn!(
+                        "controller {addr} has not answered for {:.0?}: connecting again",
+                        heard.elapsed()
+                    );
                     return Ok(End::Closed);
                 }
                 let running = agent.steps.lock().running();
