@@ -5,17 +5,34 @@ use gsched_cli::client::{Client, die};
 use gsched_cli::outln;
 
 /// `gctl doctor`'s options.
+#[derive(clap::Args, Debug)]
 pub struct Doctor {
+    /// Only these nodes (default: all).
     pub nodes: Vec<String>,
+    /// Print {"findings":[...]}.
+    #[arg(long)]
     pub json: bool,
+    /// Also probe on the nodes and between them, as a job (one task per node, no
+    /// GPU): training-network reachability and MTU between every pair, clock skew,
+    /// free space on --paths, the interface NCCL is told to use.
+    #[arg(long)]
     pub probe: bool,
+    /// Paths every node should have, with room (comma separated; with --probe).
+    #[arg(long, value_delimiter = ',')]
     pub paths: Vec<String>,
+    /// The Python the probe runs with on the nodes (standard library only).
+    #[arg(long, default_value = "python3")]
     pub python: String,
+    #[arg(short = 'p', long)]
     pub partition: Option<String>,
-    pub controllers: Option<String>,
 }
 
-pub fn doctor(rt: &tokio::runtime::Runtime, client: &mut Client, d: Doctor) {
+pub fn doctor(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    d: Doctor,
+    controllers: Option<String>,
+) {
     let Doctor {
         nodes,
         json,
@@ -23,7 +40,6 @@ pub fn doctor(rt: &tokio::runtime::Runtime, client: &mut Client, d: Doctor) {
         paths,
         python,
         partition,
-        controllers,
     } = d;
     let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
     let picked: Vec<_> = all
@@ -74,18 +90,36 @@ pub fn doctor(rt: &tokio::runtime::Runtime, client: &mut Client, d: Doctor) {
 }
 
 /// `gctl burn-in`'s options.
+#[derive(clap::Args, Debug)]
 pub struct BurnIn {
+    /// Only these nodes (a host list; default: every usable node).
+    #[arg(short = 'w', long = "nodes")]
     pub nodes: Option<String>,
+    /// Small messages and few iterations: a few minutes.
+    #[arg(long)]
     pub quick: bool,
+    /// Where to write the report (default: ./burnin-YYYYMMDD-HHMMSS).
+    #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// The Python with PyTorch on the nodes.
+    #[arg(long, default_value = "python3")]
     pub python: String,
+    #[arg(short = 'p', long)]
     pub partition: Option<String>,
+    /// Each run's time limit (sbatch's forms).
+    #[arg(short = 't', long = "time", default_value = "20")]
     pub time: String,
+    /// Print the report as JSON.
+    #[arg(long)]
     pub json: bool,
-    pub controllers: Option<String>,
 }
 
-pub fn burn_in_nodes(rt: &tokio::runtime::Runtime, client: &mut Client, b: BurnIn) {
+pub fn burn_in_nodes(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    b: BurnIn,
+    controllers: Option<String>,
+) {
     let BurnIn {
         nodes,
         quick,
@@ -94,7 +128,6 @@ pub fn burn_in_nodes(rt: &tokio::runtime::Runtime, client: &mut Client, b: BurnI
         partition,
         time,
         json,
-        controllers,
     } = b;
     let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
     let wanted = nodes.as_deref().map(|l| {

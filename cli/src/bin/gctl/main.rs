@@ -73,51 +73,11 @@ enum Cmd {
     /// The cluster's usual faults, from what the nodes registered: PCIe links trained
     /// down, hot or withheld GPUs, nodes not answering, training NICs far from the GPUs or
     /// on the management address, MTU disagreement, RDMA ports down.
-    Doctor {
-        /// Only these nodes (default: all).
-        nodes: Vec<String>,
-        /// Print {"findings":[...]}.
-        #[arg(long)]
-        json: bool,
-        /// Also probe on the nodes and between them, as a job (one task per node, no
-        /// GPU): training-network reachability and MTU between every pair, clock skew,
-        /// free space on --paths, the interface NCCL is told to use.
-        #[arg(long)]
-        probe: bool,
-        /// Paths every node should have, with room (comma separated; with --probe).
-        #[arg(long, value_delimiter = ',')]
-        paths: Vec<String>,
-        /// The Python the probe runs with on the nodes (standard library only).
-        #[arg(long, default_value = "python3")]
-        python: String,
-        #[arg(short = 'p', long)]
-        partition: Option<String>,
-    },
+    Doctor(checks::Doctor),
     /// The bring-up guide's staged tests, as ordinary jobs through the scheduler: each GPU
     /// alone, each node's all-reduce, node pairs, all nodes; bus bandwidth judged against
     /// what the wiring should carry; a report (Markdown, JSON, SVG plots).
-    BurnIn {
-        /// Only these nodes (a host list; default: every usable node).
-        #[arg(short = 'w', long = "nodes")]
-        nodes: Option<String>,
-        /// Small messages and few iterations: a few minutes.
-        #[arg(long)]
-        quick: bool,
-        /// Where to write the report (default: ./burnin-YYYYMMDD-HHMMSS).
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-        /// The Python with PyTorch on the nodes.
-        #[arg(long, default_value = "python3")]
-        python: String,
-        #[arg(short = 'p', long)]
-        partition: Option<String>,
-        /// Each run's time limit (sbatch's forms).
-        #[arg(short = 't', long = "time", default_value = "20")]
-        time: String,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    BurnIn(checks::BurnIn),
     /// A token for the HTTP API and the dashboard, for you (scontrol token): prints
     /// GSCHED_TOKEN=...; paste it into the dashboard's login, or send it as
     /// `Authorization: Bearer TOKEN`.
@@ -158,48 +118,8 @@ fn main() {
         Cmd::Hold { jobs } => jobs::act(rt, client, JobAction::Hold, &jobs, Vec::new()),
         Cmd::Update { job, time } => jobs::update(rt, client, job, &time),
         Cmd::Release { jobs } => jobs::act(rt, client, JobAction::Release, &jobs, Vec::new()),
-        Cmd::Doctor {
-            nodes,
-            json,
-            probe,
-            paths,
-            python,
-            partition,
-        } => checks::doctor(
-            rt,
-            client,
-            checks::Doctor {
-                nodes,
-                json,
-                probe,
-                paths,
-                python,
-                partition,
-                controllers,
-            },
-        ),
-        Cmd::BurnIn {
-            nodes,
-            quick,
-            out,
-            python,
-            partition,
-            time,
-            json,
-        } => checks::burn_in_nodes(
-            rt,
-            client,
-            checks::BurnIn {
-                nodes,
-                quick,
-                out,
-                python,
-                partition,
-                time,
-                json,
-                controllers,
-            },
-        ),
+        Cmd::Doctor(d) => checks::doctor(rt, client, d, controllers),
+        Cmd::BurnIn(b) => checks::burn_in_nodes(rt, client, b, controllers),
         Cmd::Token {
             action: Some(token::TokenAction::Revoke { user, all }),
             json,
