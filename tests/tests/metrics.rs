@@ -22,6 +22,14 @@ fn send(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> Stri
     http::request(addr, method, path, &headers, body.as_bytes())
 }
 
+/// A `gctl token` for `user`, good for `lifetime`, checked to name them.
+fn token(c: &Cluster, user: &gsched_tests::TestUser, lifetime: &str) -> String {
+    let out = c.cli_as(user, "gctl", &["token", "--lifetime", lifetime, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
+    assert_eq!(v["user"], user.name.as_str());
+    v["token"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn t10_metrics_count_jobs_gpus_nodes_and_the_raft_role() {
     let addr = format!("127.0.0.1:{}", free_port());
@@ -192,13 +200,7 @@ fn t40_gctl_token_names_its_user_to_the_http_api_and_nothing_else_passes() {
         .trim()
         .parse()
         .unwrap();
-    let token_of = |user: &gsched_tests::TestUser, lifetime: &str| -> String {
-        let out = c.cli_as(user, "gctl", &["token", "--lifetime", lifetime, "--json"]);
-        let v: serde_json::Value =
-            serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
-        assert_eq!(v["user"], user.name.as_str());
-        v["token"].as_str().unwrap().to_string()
-    };
+    let token_of = |user: &gsched_tests::TestUser, lifetime: &str| token(&c, user, lifetime);
     let path = format!("/api/v1/jobs/{id}");
     let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
     // Alice's token shows her her job in full, whoever's socket carries it (here root's).
@@ -478,13 +480,7 @@ fn t70_the_python_rest_client_submits_lists_and_cancels_through_the_openapi_docu
     .unwrap();
     std::fs::set_permissions(&client, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     std::fs::write(home.join("job.sh"), "#!/bin/sh\nexec sleep 600\n").unwrap();
-    let token_of = |user: &gsched_tests::TestUser| -> String {
-        let out = c.cli_as(user, "gctl", &["token", "--json"]);
-        let v: serde_json::Value =
-            serde_json::from_str(&success_stdout(&out, "gctl token")).unwrap();
-        v["token"].as_str().unwrap().to_string()
-    };
-    let (alice_token, bob_token) = (token_of(&alice), token_of(&bob));
+    let (alice_token, bob_token) = (token(&c, &alice, "1:00:00"), token(&c, &bob, "1:00:00"));
     let run = |user: &gsched_tests::TestUser, token: &str, args: &[&str]| {
         std::process::Command::new("/usr/bin/python3")
             .arg(&client)
