@@ -117,6 +117,9 @@ struct Pass<'a> {
     /// MASTER_PORTs in use per training address: agents that split one machine, or a
     /// local test cluster, share the address and so its ports.
     ports: HashMap<String, BTreeSet<u16>>,
+    /// Nodes whose training address has no MASTER_PORT left: passed over by placement
+    /// (a job placed there could not start, and the rest of the queue would wait).
+    no_port: Vec<bool>,
     node_index: HashMap<&'a str, usize>,
     estimates: Vec<(JobId, u64)>,
     preemptions: Vec<Preemption>,
@@ -148,6 +151,7 @@ impl<'a> Pass<'a> {
             array_running: HashMap::default(),
             singletons: HashSet::default(),
             ports: HashMap::default(),
+            no_port: vec![false; snap.nodes.len()],
             node_index,
             estimates: Vec::new(),
             preemptions: Vec::new(),
@@ -173,6 +177,15 @@ impl<'a> Pass<'a> {
             }
         }
         pass.releases.sort_by_key(|(t, ni, _)| (*t, *ni));
+        let full: Vec<String> = pass
+            .ports
+            .iter()
+            .filter(|(_, used)| used.len() >= pass.port_range())
+            .map(|(addr, _)| addr.clone())
+            .collect();
+        for addr in full {
+            pass.mark_no_port(&addr);
+        }
         pass.placer.index_classes(&pass.usage);
         pass
     }
@@ -260,6 +273,21 @@ impl<'a> Pass<'a> {
         None
     }
 
+    /// How many MASTER_PORTs one training address has.
+    fn port_range(&self) -> usize {
+        let c = &self.snap.config;
+        usize::from(c.master_port_max.saturating_sub(c.master_port_min)) + 1
+    }
+
+    /// Every node of `addr` has no MASTER_PORT left this pass.
+    fn mark_no_port(&mut self, addr: &str) {
+        for (ni, n) in self.snap.nodes.iter().enumerate() {
+            if n.training_addr == addr {
+                self.no_port[ni] = true;
+            }
+        }
+    }
+
     fn reserved_mask(&self, ni: usize, end_ms: Option<u64>) -> u64 {
         reserved_mask(&self.reservations, ni, end_ms)
     }
@@ -290,8 +318,10 @@ impl<'a> Pass<'a> {
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let reservations_exist = !self.reservations.is_empty();
         let reservations = &self.reservations;
+        let no_port = &self.no_port;
         let result = self.placer.place(job, &self.usage, &|ni| {
-            reserved_mask(reservations, ni, end_ms)
+            let unusable = if no_port[ni] { u64::MAX } else { 0 };
+            reserved_mask(reservations, ni, end_ms) | unusable
         });
         match result {
             Ok(picks) => {
@@ -378,6 +408,9 @@ impl<'a> Pass<'a> {
         let config = &self.snap.config;
         let port = (config.master_port_min..=config.master_port_max).find(|p| !used.contains(p))?;
         used.insert(port);
+        if used.len() >= self.port_range() {
+            self.mark_no_port(&master_addr);
+        }
         let end = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let mut nodes = Vec::with_capacity(picks.len());
         for p in picks {

@@ -437,3 +437,29 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
         Some(3_600_000)
     );
 }
+
+#[test]
+fn a_node_whose_address_has_no_master_port_left_is_passed_over_not_chosen_and_dropped() {
+    // Two ports per training address: n1 (preferred: fewer free GPUs, packing) can host
+    // two more jobs, then the queue must go on to n2 rather than stop there.
+    let n1 = NodeView::uniform("n1", 8, LinkClass::Pix, 64, 1 << 20);
+    let mut n2 = NodeView::uniform("n2", 8, LinkClass::Pix, 64, 1 << 20);
+    n2.training_addr = "10.0.0.2".into();
+    let mut snap = snapshot(
+        vec![n1, n2],
+        (1..=6).map(|i| job(i, 1, 1)).collect(),
+        vec![],
+    );
+    let mut config = SchedConfig::default();
+    config.master_port_min = 29_500;
+    config.master_port_max = 29_501;
+    snap.config = Arc::new(config);
+    let p = plan(&snap, 1_000);
+    let on = |node: &str| {
+        p.starts
+            .iter()
+            .filter(|s| s.allocation.nodes[0].node == node)
+            .count()
+    };
+    assert_eq!((on("n1"), on("n2")), (2, 2), "{:?}", p.starts);
+}
