@@ -450,10 +450,11 @@ fn a_node_whose_address_has_no_master_port_left_is_passed_over_not_chosen_and_dr
         (1..=6).map(|i| job(i, 1, 1)).collect(),
         vec![],
     );
-    let mut config = SchedConfig::default();
-    config.master_port_min = 29_500;
-    config.master_port_max = 29_501;
-    snap.config = Arc::new(config);
+    snap.config = Arc::new(SchedConfig {
+        master_port_min: 29_500,
+        master_port_max: 29_501,
+        ..SchedConfig::default()
+    });
     let p = plan(&snap, 1_000);
     let on = |node: &str| {
         p.starts
