@@ -103,96 +103,170 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResult {
     let wall = std::time::Instant::now();
-    let mut config = SchedConfig {
-        policy: opts.policy,
-        ..SchedConfig::default()
-    };
-    if let Some(w) = &opts.weights {
-        config.weights = w.clone();
-    }
-    config.fairshare_half_life_s = 86_400;
-    config.max_age_s = 86_400;
-    config.max_jobs_per_pass = 100_000;
-    let config = Arc::new(config);
-    let mut nodes = spec.node_views();
-    let node_index: BTreeMap<String, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.clone(), i))
-        .collect();
-    let max_per_node = spec.max_gpus_per_node();
-    let total_gpus = spec.total_gpus();
-    // Best achievable worst-link tier for a single-node job of g GPUs.
-    let best_tier: Vec<Option<u8>> = (0..=max_per_node)
-        .map(|g| {
-            nodes
-                .iter()
-                .filter(|n| n.capacity.gpu_count >= g && g > 0)
-                .filter_map(|n| {
-                    n.topo
-                        .best_set(n.free_gpu_mask(), g)
-                        .map(|c| c.quality.worst_tier)
-                })
-                .min()
-        })
-        .collect();
-    let start_s = trace.first().map(|j| j.submit_s).unwrap_or(0);
-    let mut next_arrival = 0usize;
-    let mut pending: BTreeMap<JobId, PendingJob> = BTreeMap::new();
-    let mut running: BTreeMap<JobId, Running> = BTreeMap::new();
-    let mut completions: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
-    // Decayed usage per (account, user), as the controller keeps it (`ClusterState::usage`).
-    let mut usage: BTreeMap<(String, String), UsageRecord> = BTreeMap::new();
-    let mut queue_delays: Vec<f64> = Vec::with_capacity(trace.len());
-    let mut group_delays: BTreeMap<String, (f64, u64)> = BTreeMap::new();
-    let mut jcts: Vec<f64> = Vec::with_capacity(trace.len());
-    let mut slowdowns: Vec<f64> = Vec::new();
-    let (mut multi_jobs, mut best_placed) = (0u64, 0u64);
-    let mut allocated_gpus = 0u32;
-    let mut busy_gpu_s = 0.0f64;
-    let mut frag_gpu_s = 0.0f64;
-    let mut head_blocked = false;
-    let mut day_busy: Vec<f64> = Vec::new();
-    let mut last_t = start_s;
-    let mut last_pass = 0u64;
-    let mut passes = 0u64;
-    let mut last_end = start_s;
-    let mut pass_due = false;
-    loop {
-        let t_arr = trace.get(next_arrival).map(|j| j.submit_s);
-        let t_done = completions.peek().map(|Reverse((t, _))| *t);
-        let t_tick =
-            (opts.pass_interval_s > 0 && pass_due).then_some(last_pass + opts.pass_interval_s);
-        let Some(t) = [t_arr, t_done, t_tick].into_iter().flatten().min() else {
-            break;
-        };
-        // Integrate busy GPUs and fragmentation over [last_t, t).
-        let dt = t.saturating_sub(last_t) as f64;
-        busy_gpu_s += dt * f64::from(allocated_gpus);
-        if head_blocked {
-            frag_gpu_s += dt * f64::from(total_gpus - allocated_gpus);
+    let mut sim = Engine::new(spec, trace, opts);
+    while let Some((t, tick)) = sim.next_event() {
+        sim.account_until(t);
+        sim.complete_until(t);
+        sim.arrive_until(t);
+        if sim.pass_is_due(t, tick) {
+            sim.pass(t);
         }
-        let mut cursor = last_t;
+    }
+    sim.result(wall.elapsed().as_secs_f64())
+}
+
+/// One replay's clock, cluster, queue and running jobs, and what it measured so far.
+struct Engine<'a> {
+    spec: &'a ClusterSpec,
+    trace: &'a [TraceJob],
+    opts: &'a SimOptions,
+    config: Arc<SchedConfig>,
+    nodes: Vec<NodeView>,
+    node_index: BTreeMap<String, usize>,
+    max_per_node: u32,
+    total_gpus: u32,
+    /// Best achievable worst-link tier for a single-node job of g GPUs.
+    best_tier: Vec<Option<u8>>,
+    start_s: u64,
+    next_arrival: usize,
+    pending: BTreeMap<JobId, PendingJob>,
+    running: BTreeMap<JobId, Running>,
+    completions: BinaryHeap<Reverse<(u64, JobId)>>,
+    /// Decayed usage per (account, user), as the controller keeps it (`ClusterState::usage`).
+    usage: BTreeMap<(String, String), UsageRecord>,
+    queue_delays: Vec<f64>,
+    group_delays: BTreeMap<String, (f64, u64)>,
+    jcts: Vec<f64>,
+    slowdowns: Vec<f64>,
+    multi_jobs: u64,
+    best_placed: u64,
+    allocated_gpus: u32,
+    busy_gpu_s: f64,
+    frag_gpu_s: f64,
+    head_blocked: bool,
+    day_busy: Vec<f64>,
+    last_t: u64,
+    last_pass: u64,
+    passes: u64,
+    last_end: u64,
+    pass_due: bool,
+}
+
+impl<'a> Engine<'a> {
+    fn new(spec: &'a ClusterSpec, trace: &'a [TraceJob], opts: &'a SimOptions) -> Engine<'a> {
+        let mut config = SchedConfig {
+            policy: opts.policy,
+            ..SchedConfig::default()
+        };
+        if let Some(w) = &opts.weights {
+            config.weights = w.clone();
+        }
+        config.fairshare_half_life_s = 86_400;
+        config.max_age_s = 86_400;
+        config.max_jobs_per_pass = 100_000;
+        let nodes = spec.node_views();
+        let node_index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let max_per_node = spec.max_gpus_per_node();
+        let best_tier: Vec<Option<u8>> = (0..=max_per_node)
+            .map(|g| {
+                nodes
+                    .iter()
+                    .filter(|n| n.capacity.gpu_count >= g && g > 0)
+                    .filter_map(|n| {
+                        n.topo
+                            .best_set(n.free_gpu_mask(), g)
+                            .map(|c| c.quality.worst_tier)
+                    })
+                    .min()
+            })
+            .collect();
+        let start_s = trace.first().map(|j| j.submit_s).unwrap_or(0);
+        Engine {
+            spec,
+            trace,
+            opts,
+            config: Arc::new(config),
+            nodes,
+            node_index,
+            max_per_node,
+            total_gpus: spec.total_gpus(),
+            best_tier,
+            start_s,
+            next_arrival: 0,
+            pending: BTreeMap::new(),
+            running: BTreeMap::new(),
+            completions: BinaryHeap::new(),
+            usage: BTreeMap::new(),
+            queue_delays: Vec::with_capacity(trace.len()),
+            group_delays: BTreeMap::new(),
+            jcts: Vec::with_capacity(trace.len()),
+            slowdowns: Vec::new(),
+            multi_jobs: 0,
+            best_placed: 0,
+            allocated_gpus: 0,
+            busy_gpu_s: 0.0,
+            frag_gpu_s: 0.0,
+            head_blocked: false,
+            day_busy: Vec::new(),
+            last_t: start_s,
+            last_pass: 0,
+            passes: 0,
+            last_end: start_s,
+            pass_due: false,
+        }
+    }
+
+    /// The next moment something happens (an arrival, a completion, a pass tick), and the
+    /// tick's time if passes are spaced.
+    fn next_event(&self) -> Option<(u64, Option<u64>)> {
+        let t_arr = self.trace.get(self.next_arrival).map(|j| j.submit_s);
+        let t_done = self.completions.peek().map(|Reverse((t, _))| *t);
+        let t_tick = (self.opts.pass_interval_s > 0 && self.pass_due)
+            .then_some(self.last_pass + self.opts.pass_interval_s);
+        let t = [t_arr, t_done, t_tick].into_iter().flatten().min()?;
+        Some((t, t_tick))
+    }
+
+    /// Busy and fragmented GPU time, and the allocation per day, over [last_t, t).
+    fn account_until(&mut self, t: u64) {
+        let dt = t.saturating_sub(self.last_t) as f64;
+        self.busy_gpu_s += dt * f64::from(self.allocated_gpus);
+        if self.head_blocked {
+            self.frag_gpu_s += dt * f64::from(self.total_gpus - self.allocated_gpus);
+        }
+        let mut cursor = self.last_t;
         while cursor < t {
-            let day = ((cursor - start_s) / 86_400) as usize;
-            let day_end = start_s + (day as u64 + 1) * 86_400;
+            let day = ((cursor - self.start_s) / 86_400) as usize;
+            let day_end = self.start_s + (day as u64 + 1) * 86_400;
             let until = day_end.min(t);
-            if day_busy.len() <= day {
-                day_busy.resize(day + 1, 0.0);
+            if self.day_busy.len() <= day {
+                self.day_busy.resize(day + 1, 0.0);
             }
-            day_busy[day] += (until - cursor) as f64 * f64::from(allocated_gpus);
+            self.day_busy[day] += (until - cursor) as f64 * f64::from(self.allocated_gpus);
             cursor = until;
         }
-        last_t = t;
-        while completions.peek().is_some_and(|Reverse((tc, _))| *tc <= t) {
-            let Reverse((tc, id)) = completions.pop().expect("peeked");
-            if let Some(r) = running.remove(&id) {
+        self.last_t = t;
+    }
+
+    /// Jobs that end by `t` give their GPUs back and are charged to their user's usage.
+    fn complete_until(&mut self, t: u64) {
+        while self
+            .completions
+            .peek()
+            .is_some_and(|Reverse((tc, _))| *tc <= t)
+        {
+            let Reverse((tc, id)) = self.completions.pop().expect("peeked");
+            if let Some(r) = self.running.remove(&id) {
                 for a in &r.job.allocation {
-                    nodes[node_index[&a.node]].usage.remove(a);
+                    self.nodes[self.node_index[&a.node]].usage.remove(a);
                 }
-                allocated_gpus -= r.gpus;
+                self.allocated_gpus -= r.gpus;
                 let key = (r.job.account.clone(), r.job.user.clone());
-                let u = usage.entry(key).or_insert(UsageRecord {
+                let u = self.usage.entry(key).or_insert(UsageRecord {
                     account: r.job.account.clone(),
                     user: r.job.user.clone(),
                     gpu_seconds: 0.0,
@@ -202,18 +276,26 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
                     u.gpu_seconds,
                     u.at_ms,
                     tc * 1000,
-                    config.fairshare_half_life_s,
+                    self.config.fairshare_half_life_s,
                 ) + f64::from(r.gpus) * (tc - r.job.start_ms / 1000) as f64;
                 u.at_ms = tc * 1000;
-                last_end = last_end.max(tc);
+                self.last_end = self.last_end.max(tc);
             }
-            pass_due = true;
+            self.pass_due = true;
         }
-        while trace.get(next_arrival).is_some_and(|j| j.submit_s <= t) {
-            let j = &trace[next_arrival];
-            let (n, g) = shape(j.gpus, max_per_node);
+    }
+
+    /// Jobs submitted by `t` join the queue.
+    fn arrive_until(&mut self, t: u64) {
+        while self
+            .trace
+            .get(self.next_arrival)
+            .is_some_and(|j| j.submit_s <= t)
+        {
+            let j = &self.trace[self.next_arrival];
+            let (n, g) = shape(j.gpus, self.max_per_node);
             let mut p = PendingJob::simple(
-                next_arrival as u64 + 1,
+                self.next_arrival as u64 + 1,
                 g,
                 Some(estimate_limit(j.duration_s)),
                 j.submit_s * 1000,
@@ -224,31 +306,33 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             p.name = j.id.clone();
             p.cpus_per_node = 1;
             p.mem_mb = Some(1);
-            pending.insert(p.id, p);
-            next_arrival += 1;
-            pass_due = true;
+            self.pending.insert(p.id, p);
+            self.next_arrival += 1;
+            self.pass_due = true;
         }
-        if !pass_due
-            || (opts.pass_interval_s > 0
-                && t < last_pass + opts.pass_interval_s
-                && t_tick != Some(t))
-        {
-            continue;
-        }
-        pass_due = false;
-        last_pass = t;
-        passes += 1;
-        if pending.is_empty() {
-            head_blocked = false;
-            continue;
+    }
+
+    fn pass_is_due(&self, t: u64, tick: Option<u64>) -> bool {
+        let interval = self.opts.pass_interval_s;
+        self.pass_due && !(interval > 0 && t < self.last_pass + interval && tick != Some(t))
+    }
+
+    /// One scheduling pass at `t` through the real `plan()`; its starts begin running.
+    fn pass(&mut self, t: u64) {
+        self.pass_due = false;
+        self.last_pass = t;
+        self.passes += 1;
+        if self.pending.is_empty() {
+            self.head_blocked = false;
+            return;
         }
         let snap = Snapshot {
-            config: config.clone(),
-            nodes: nodes.clone(),
-            pending: pending.values().cloned().collect(),
-            running: running.values().map(|r| r.job.clone()).collect(),
+            config: self.config.clone(),
+            nodes: self.nodes.clone(),
+            pending: self.pending.values().cloned().collect(),
+            running: self.running.values().map(|r| r.job.clone()).collect(),
             dependencies: Default::default(),
-            usage: usage.values().cloned().collect(),
+            usage: self.usage.values().cloned().collect(),
         };
         let p = plan(&snap, t * 1000);
         // The head of the queue (highest priority) waiting for resources means the free
@@ -259,142 +343,156 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
             .iter()
             .find(|(id, _)| !started.contains(id))
             .map(|(id, _)| *id);
-        head_blocked = head.is_some_and(|h| {
+        self.head_blocked = head.is_some_and(|h| {
             p.reasons
                 .iter()
                 .any(|(id, r)| *id == h && *r == PendingReason::Resources)
         });
         for s in p.starts {
-            let Some(job) = pending.remove(&s.job) else {
-                continue;
-            };
-            let trace_job = &trace[(job.id.0 - 1) as usize];
-            let mut worst_tier = 0u8;
-            let mut switches: Vec<Option<String>> = Vec::new();
-            for a in &s.allocation.nodes {
-                let n = &mut nodes[node_index[&a.node]];
-                n.usage.add(a);
-                let mask = a.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
-                worst_tier = worst_tier.max(n.topo.quality(mask).worst_tier);
-                switches.push(n.switch.clone());
-            }
-            switches.sort();
-            switches.dedup();
-            let gpus = job.total_gpus();
-            let min_nodes = gpus.div_ceil(max_per_node);
-            let best = if job.nodes == 1 {
-                best_tier
+            self.start(t, s);
+        }
+    }
+
+    /// A planned start at `t`: the job takes its GPUs, runs for its trace duration (slowed
+    /// by the communication model), and its placement quality is recorded.
+    fn start(&mut self, t: u64, s: gsched_scheduler::PlannedStart) {
+        let Some(job) = self.pending.remove(&s.job) else {
+            return;
+        };
+        let trace_job = &self.trace[(job.id.0 - 1) as usize];
+        let mut worst_tier = 0u8;
+        let mut switches: Vec<Option<String>> = Vec::new();
+        for a in &s.allocation.nodes {
+            let n = &mut self.nodes[self.node_index[&a.node]];
+            n.usage.add(a);
+            let mask = a.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
+            worst_tier = worst_tier.max(n.topo.quality(mask).worst_tier);
+            switches.push(n.switch.clone());
+        }
+        switches.sort();
+        switches.dedup();
+        let gpus = job.total_gpus();
+        let min_nodes = gpus.div_ceil(self.max_per_node);
+        let best = if job.nodes == 1 {
+            self.best_tier
+                .get(job.gpus_per_node as usize)
+                .copied()
+                .flatten()
+                .unwrap_or(worst_tier)
+        } else {
+            worst_tier.min(
+                self.best_tier
                     .get(job.gpus_per_node as usize)
                     .copied()
                     .flatten()
-                    .unwrap_or(worst_tier)
-            } else {
-                worst_tier.min(
-                    best_tier
-                        .get(job.gpus_per_node as usize)
-                        .copied()
-                        .flatten()
-                        .unwrap_or(worst_tier),
-                )
-            };
-            if gpus > 1 {
-                multi_jobs += 1;
-                if worst_tier <= best && job.nodes == min_nodes && switches.len() <= 1 {
-                    best_placed += 1;
-                }
+                    .unwrap_or(worst_tier),
+            )
+        };
+        if gpus > 1 {
+            self.multi_jobs += 1;
+            if worst_tier <= best && job.nodes == min_nodes && switches.len() <= 1 {
+                self.best_placed += 1;
             }
-            let slowdown = if opts.comm_model && gpus > 1 {
-                let c = if job.nodes > 1 {
-                    opts.comm_multi_node
-                } else {
-                    opts.comm_single_node
-                };
-                let mut bw = tier_class(worst_tier).nominal_gbps();
-                let mut best_bw = tier_class(best).nominal_gbps();
-                if job.nodes > 1 {
-                    let net = spec.network_gbps
-                        * if switches.len() > 1 {
-                            opts.cross_switch_penalty
-                        } else {
-                            1.0
-                        };
-                    bw = bw.min(net);
-                    best_bw = best_bw.min(spec.network_gbps);
-                }
-                (1.0 - c) + c * (best_bw / bw).max(1.0)
-            } else {
-                1.0
-            };
-            slowdowns.push(slowdown);
-            let run_s = ((trace_job.duration_s as f64) * slowdown).ceil() as u64;
-            let end = t + run_s.max(1);
-            completions.push(Reverse((end, job.id)));
-            queue_delays.push((t - trace_job.submit_s) as f64);
-            let g = group_delays.entry(trace_job.group.clone()).or_default();
-            g.0 += (t - trace_job.submit_s) as f64;
-            g.1 += 1;
-            jcts.push((end - trace_job.submit_s) as f64);
-            allocated_gpus += gpus;
-            let nodes_alloc: Vec<NodeAlloc> = s.allocation.nodes;
-            running.insert(
-                job.id,
-                Running {
-                    job: RunningJob {
-                        id: job.id,
-                        name: job.name.clone(),
-                        user: job.user.clone(),
-                        account: job.account.clone(),
-                        qos: None,
-                        start_ms: t * 1000,
-                        time_limit_s: job.time_limit_s,
-                        allocation: nodes_alloc,
-                        master_port: s.allocation.master_port,
-                        array_job: None,
-                        ending: false,
-                    },
-                    gpus,
-                },
-            );
         }
-    }
-    let makespan = last_end.saturating_sub(start_s);
-    let mut sorted = queue_delays.clone();
-    sorted.sort_by(f64::total_cmp);
-    let n = queue_delays.len().max(1) as f64;
-    SimResult {
-        policy: opts.policy.name().into(),
-        jobs: queue_delays.len(),
-        avg_queue_s: queue_delays.iter().sum::<f64>() / n,
-        median_queue_s: percentile(&sorted, 0.5),
-        p95_queue_s: percentile(&sorted, 0.95),
-        avg_jct_s: jcts.iter().sum::<f64>() / n,
-        makespan_s: makespan,
-        gpu_utilization: if makespan > 0 {
-            busy_gpu_s / (f64::from(total_gpus) * makespan as f64)
-        } else {
-            0.0
-        },
-        best_placement_share: if multi_jobs > 0 {
-            best_placed as f64 / multi_jobs as f64
+        let slowdown = if self.opts.comm_model && gpus > 1 {
+            let c = if job.nodes > 1 {
+                self.opts.comm_multi_node
+            } else {
+                self.opts.comm_single_node
+            };
+            let mut bw = tier_class(worst_tier).nominal_gbps();
+            let mut best_bw = tier_class(best).nominal_gbps();
+            if job.nodes > 1 {
+                let net = self.spec.network_gbps
+                    * if switches.len() > 1 {
+                        self.opts.cross_switch_penalty
+                    } else {
+                        1.0
+                    };
+                bw = bw.min(net);
+                best_bw = best_bw.min(self.spec.network_gbps);
+            }
+            (1.0 - c) + c * (best_bw / bw).max(1.0)
         } else {
             1.0
-        },
-        avg_fragmented_gpus: if makespan > 0 {
-            frag_gpu_s / makespan as f64
-        } else {
-            0.0
-        },
-        avg_slowdown: slowdowns.iter().sum::<f64>() / slowdowns.len().max(1) as f64,
-        avg_queue_s_by_group: group_delays
-            .into_iter()
-            .map(|(g, (sum, n))| (g, sum / n.max(1) as f64))
-            .collect(),
-        allocation_by_day: day_busy
-            .iter()
-            .map(|b| b / (f64::from(total_gpus) * 86_400.0))
-            .collect(),
-        passes,
-        wall_s: wall.elapsed().as_secs_f64(),
+        };
+        self.slowdowns.push(slowdown);
+        let run_s = ((trace_job.duration_s as f64) * slowdown).ceil() as u64;
+        let end = t + run_s.max(1);
+        self.completions.push(Reverse((end, job.id)));
+        self.queue_delays.push((t - trace_job.submit_s) as f64);
+        let g = self
+            .group_delays
+            .entry(trace_job.group.clone())
+            .or_default();
+        g.0 += (t - trace_job.submit_s) as f64;
+        g.1 += 1;
+        self.jcts.push((end - trace_job.submit_s) as f64);
+        self.allocated_gpus += gpus;
+        let nodes_alloc: Vec<NodeAlloc> = s.allocation.nodes;
+        self.running.insert(
+            job.id,
+            Running {
+                job: RunningJob {
+                    id: job.id,
+                    name: job.name.clone(),
+                    user: job.user.clone(),
+                    account: job.account.clone(),
+                    qos: None,
+                    start_ms: t * 1000,
+                    time_limit_s: job.time_limit_s,
+                    allocation: nodes_alloc,
+                    master_port: s.allocation.master_port,
+                    array_job: None,
+                    ending: false,
+                },
+                gpus,
+            },
+        );
+    }
+
+    fn result(self, wall_s: f64) -> SimResult {
+        let makespan = self.last_end.saturating_sub(self.start_s);
+        let mut sorted = self.queue_delays.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = self.queue_delays.len().max(1) as f64;
+        SimResult {
+            policy: self.opts.policy.name().into(),
+            jobs: self.queue_delays.len(),
+            avg_queue_s: self.queue_delays.iter().sum::<f64>() / n,
+            median_queue_s: percentile(&sorted, 0.5),
+            p95_queue_s: percentile(&sorted, 0.95),
+            avg_jct_s: self.jcts.iter().sum::<f64>() / n,
+            makespan_s: makespan,
+            gpu_utilization: if makespan > 0 {
+                self.busy_gpu_s / (f64::from(self.total_gpus) * makespan as f64)
+            } else {
+                0.0
+            },
+            best_placement_share: if self.multi_jobs > 0 {
+                self.best_placed as f64 / self.multi_jobs as f64
+            } else {
+                1.0
+            },
+            avg_fragmented_gpus: if makespan > 0 {
+                self.frag_gpu_s / makespan as f64
+            } else {
+                0.0
+            },
+            avg_slowdown: self.slowdowns.iter().sum::<f64>() / self.slowdowns.len().max(1) as f64,
+            avg_queue_s_by_group: self
+                .group_delays
+                .into_iter()
+                .map(|(g, (sum, n))| (g, sum / n.max(1) as f64))
+                .collect(),
+            allocation_by_day: self
+                .day_busy
+                .iter()
+                .map(|b| b / (f64::from(self.total_gpus) * 86_400.0))
+                .collect(),
+            passes: self.passes,
+            wall_s,
+        }
     }
 }
 
