@@ -38,6 +38,7 @@ work=$(mktemp -d)
 printf '[scheduler.limits]\nmax_array_size = 10001\nmax_job_count = 1000000\n' >"$work/cfg.toml"
 printf '#!/bin/sh\ntrue\n' >"$work/s.sh"
 port=17300
+label() { [ "$1" = "$ROOT/target/release" ] && echo "now" || echo "$REV"; }
 for ctl in "$BASE_TARGET/release" "$ROOT/target/release"; do
     port=$((port + 1))
     "$ctl/gctld" --dev-local --id 1 --listen "127.0.0.1:$port" --data-dir "$work/d$port" \
@@ -50,7 +51,7 @@ for ctl in "$BASE_TARGET/release" "$ROOT/target/release"; do
         t0=$(date +%s%N)
         for _ in 1 2 3 4 5; do "$client/gqueue" --json >/dev/null; done
         t1=$(date +%s%N)
-        echo "gqueue --json, controller $ctl, client $client: $(( (t1 - t0) / 5000000 )) ms (mean of 5)"
+        echo "gqueue --json, controller $(label "$ctl"), client $(label "$client"): $(( (t1 - t0) / 5000000 )) ms (mean of 5)"
     done
     kill "$pid"
     wait "$pid" 2>/dev/null || true
