@@ -259,9 +259,7 @@ impl StepManager {
             let supervisor_pid = std::fs::read_to_string(files.supervisor_pid())
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
-            let pgid = std::fs::read_to_string(files.pgid())
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
+            let pgid = read_pgid(&files);
             let key = StepRef {
                 job: launch.job,
                 attempt: launch.attempt,

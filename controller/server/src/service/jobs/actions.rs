@@ -17,13 +17,9 @@ impl JobsService {
         request_id: &str,
         job: JobId,
     ) -> Result<String, Status> {
-        let cmd = Command::CancelJob(CancelJob {
-            job,
-            by: caller.user.clone(),
-            admin: caller.acts_for_others(),
-        });
-        self.propose_for(caller, request_id, cmd).await?;
-        Ok(format!("job {job} cancelled"))
+        let cmd = |by, admin| Command::CancelJob(CancelJob { job, by, admin });
+        self.on_job(caller, request_id, cmd, format!("job {job} cancelled"))
+            .await
     }
 
     pub async fn requeue_as(
@@ -32,13 +28,9 @@ impl JobsService {
         request_id: &str,
         job: JobId,
     ) -> Result<String, Status> {
-        let cmd = Command::RequeueJob(RequeueJob {
-            job,
-            by: caller.user.clone(),
-            admin: caller.acts_for_others(),
-        });
-        self.propose_for(caller, request_id, cmd).await?;
-        Ok(format!("job {job} requeued"))
+        let cmd = |by, admin| Command::RequeueJob(RequeueJob { job, by, admin });
+        self.on_job(caller, request_id, cmd, format!("job {job} requeued"))
+            .await
     }
 
     pub async fn hold_as(
@@ -48,17 +40,31 @@ impl JobsService {
         job: JobId,
         hold: bool,
     ) -> Result<String, Status> {
-        let cmd = Command::HoldJob(HoldJob {
-            job,
-            by: caller.user.clone(),
-            admin: caller.acts_for_others(),
-            hold,
-        });
+        let cmd = |by, admin| {
+            Command::HoldJob(HoldJob {
+                job,
+                by,
+                admin,
+                hold,
+            })
+        };
+        let done = if hold { "held" } else { "released" };
+        self.on_job(caller, request_id, cmd, format!("job {job} {done}"))
+            .await
+    }
+
+    /// Proposes `command(caller's name, whether they act for others)` about one job; the
+    /// state machine refuses it unless they own the job or act for others.
+    async fn on_job(
+        &self,
+        caller: &Caller,
+        request_id: &str,
+        command: impl FnOnce(String, bool) -> Command,
+        done: String,
+    ) -> Result<String, Status> {
+        let cmd = command(caller.user.clone(), caller.acts_for_others());
         self.propose_for(caller, request_id, cmd).await?;
-        Ok(format!(
-            "job {job} {}",
-            if hold { "held" } else { "released" }
-        ))
+        Ok(done)
     }
 
     /// Cancels, holds, releases or requeues the jobs a selection names, as one command.
