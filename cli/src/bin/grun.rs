@@ -11,9 +11,11 @@ use clap::Parser;
 use gsched_cli::client::{Client, controller_list, describe, die};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::{RunStepRequest, StepInputRequest};
+use gsched_types::gpubind::GpuBind;
 use gsched_types::job::JobId;
 use gsched_types::steps::{
-    INPUT_CHUNK, INPUT_WINDOW, InputEvent, StepInput, StepRequest, StepUpdate, TaskIo, TermSize,
+    INPUT_CHUNK, INPUT_WINDOW, InputEvent, StepGpus, StepInput, StepRequest, StepUpdate, TaskIo,
+    TermSize,
 };
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read, Write};
@@ -54,9 +56,17 @@ struct Args {
     /// Run one task in a pseudo-terminal (an interactive shell: `grun --pty bash`).
     #[arg(long)]
     pty: bool,
-    // Accepted for srun compatibility; the job's allocation already decides these.
-    #[arg(long = "gpus-per-task", hide = true)]
+    /// GPUs for each task: each task sees its own (default: $SLURM_GPUS_PER_TASK).
+    #[arg(long = "gpus-per-task")]
     gpus_per_task: Option<String>,
+    /// Which GPUs each task sees: closest, none, per_task:N, single:N, map_gpu:LIST
+    /// (default: $SLURM_GPU_BIND).
+    #[arg(long = "gpu-bind")]
+    gpu_bind: Option<String>,
+    /// Tasks sharing each GPU (default: $SLURM_NTASKS_PER_GPU).
+    #[arg(long = "ntasks-per-gpu")]
+    ntasks_per_gpu: Option<String>,
+    // Accepted for srun compatibility; the job's allocation already decides these.
     #[arg(short = 'c', long = "cpus-per-task", hide = true)]
     cpus_per_task: Option<String>,
     #[arg(long = "mpi", hide = true)]
@@ -67,7 +77,8 @@ struct Args {
     cpu_bind: Option<String>,
     #[arg(long = "overlap", hide = true)]
     overlap: bool,
-    // Outside a job, grun first gets an allocation with these (as srun does).
+    // Outside a job, grun first gets an allocation with these (as srun does); inside one,
+    // the step uses that many of the job's GPUs on each node.
     #[arg(long = "gpus-per-node")]
     gpus_per_node: Option<String>,
     #[arg(long = "gres")]
@@ -315,6 +326,44 @@ fn allocation_options(args: &Args) -> Vec<String> {
     o
 }
 
+/// The step's GPUs, from its options or, as srun reads them, the job's `SLURM_*` variables.
+fn step_gpus(args: &Args, nodes: u32) -> Result<StepGpus, String> {
+    use gsched_types::parse;
+    let from_env = |flag: &Option<String>, var: &str| {
+        flag.clone()
+            .or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()))
+    };
+    let count = |v: Option<String>, flag: &str| {
+        v.map(|v| parse::gpus(&v, flag).map(|r| r.count))
+            .transpose()
+    };
+    let explicit = from_env(&args.gpu_bind, "SLURM_GPU_BIND")
+        .map(|b| GpuBind::parse(&b))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let per_task = count(
+        from_env(&args.gpus_per_task, "SLURM_GPUS_PER_TASK"),
+        "--gpus-per-task",
+    )?;
+    let per_gpu = count(
+        from_env(&args.ntasks_per_gpu, "SLURM_NTASKS_PER_GPU"),
+        "--ntasks-per-gpu",
+    )?;
+    let per_node = match (&args.gres, &args.gpus_per_node, &args.gpus) {
+        (Some(g), _, _) => Some(parse::gres(g)?.count),
+        (None, Some(g), _) => Some(parse::gpus(g, "--gpus-per-node")?.count),
+        (None, None, Some(g)) => {
+            let total = parse::gpus(g, "--gpus")?.count;
+            Some(total / nodes.max(1))
+        }
+        _ => None,
+    };
+    Ok(StepGpus {
+        per_node,
+        bind: GpuBind::implied(explicit, per_task, per_gpu),
+    })
+}
+
 /// Runs the step in `job`; returns the exit status for grun.
 fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64) -> i32 {
     let nodelist = match &args.nodelist {
@@ -359,6 +408,7 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
         pty: args.pty.then(terminal_size),
+        gpus: step_gpus(args, nodes).unwrap_or_else(|e| die("grun", e)),
     };
     let req = RunStepRequest::carrying(&request);
     let mut stream = rt

@@ -171,7 +171,9 @@ pub struct SubArgs {
     pub mem_bind: Option<String>,
     #[arg(long = "cpu-bind", hide = true)]
     pub cpu_bind: Option<String>,
-    #[arg(long = "gpu-bind", hide = true)]
+    /// Which of its node's GPUs each task sees: closest, none, per_task:N, single:N,
+    /// map_gpu:LIST (Slurm's syntax).
+    #[arg(long = "gpu-bind")]
     pub gpu_bind: Option<String>,
     #[arg(long = "gpu-freq", hide = true)]
     pub gpu_freq: Option<String>,
@@ -185,7 +187,8 @@ pub struct SubArgs {
     pub ntasks_per_core: Option<String>,
     #[arg(long = "ntasks-per-socket", hide = true)]
     pub ntasks_per_socket: Option<String>,
-    #[arg(long = "ntasks-per-gpu", hide = true)]
+    /// Tasks for each GPU (binds each to its GPU, as `--gpu-bind=single:N`).
+    #[arg(long = "ntasks-per-gpu")]
     pub ntasks_per_gpu: Option<String>,
     #[arg(long = "gpus-per-socket", hide = true)]
     pub gpus_per_socket: Option<String>,
@@ -256,9 +259,9 @@ impl SubArgs {
         ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user",
             comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline", open_mode => "--open-mode",
             get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
-            distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_bind => "--gpu-bind", gpu_freq => "--gpu-freq",
+            distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_freq => "--gpu-freq",
             threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",
-            ntasks_per_core => "--ntasks-per-core", ntasks_per_socket => "--ntasks-per-socket", ntasks_per_gpu => "--ntasks-per-gpu",
+            ntasks_per_core => "--ntasks-per-core", ntasks_per_socket => "--ntasks-per-socket",
             gpus_per_socket => "--gpus-per-socket", tmp => "--tmp", priority => "--priority", profile => "--profile", propagate => "--propagate",
             wait_all_nodes => "--wait-all-nodes", container => "--container", network => "--network", acctg_freq => "--acctg-freq", clusters => "--clusters",
             core_spec => "--core-spec", thread_spec => "--thread-spec", time_min => "--time-min", mincpus => "--mincpus", gid => "--gid",

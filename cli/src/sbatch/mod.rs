@@ -29,6 +29,7 @@ mod tests {
             user: "alice".into(),
             umask: 0o022,
             now: chrono::TimeZone::timestamp_millis_opt(&chrono::Local, 1_800_000_000_000).unwrap(),
+            host: Some("login1".into()),
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::directives::split_words;
 use super::flags::SubArgs;
+use gsched_types::gpubind::GpuBind;
 use gsched_types::hostlist;
 use gsched_types::job::{JobSpec, LaunchMode, TorchrunSpec};
 use gsched_types::parse;
@@ -20,6 +21,8 @@ pub struct SubmitContext {
     pub umask: u32,
     /// When it is submitted (for `--begin` times such as `now+1hour` or `16:00`).
     pub now: chrono::DateTime<chrono::Local>,
+    /// This host's name (`SLURM_SUBMIT_HOST`).
+    pub host: Option<String>,
 }
 
 impl SubmitContext {
@@ -36,6 +39,9 @@ impl SubmitContext {
             user: crate::client::current_user(),
             umask: old.bits(),
             now: chrono::Local::now(),
+            host: nix::unistd::gethostname()
+                .ok()
+                .map(|h| h.to_string_lossy().into_owned()),
         }
     }
 }
@@ -52,8 +58,15 @@ pub fn resolve(
     script_name: Option<&str>,
     ctx: &SubmitContext,
 ) -> Result<JobSpec, String> {
-    let tasks = tasks(args)?;
+    let mut tasks = tasks(args)?;
     let gpus = gpus(args, &tasks)?;
+    let ntasks_per_gpu = tasks_per_gpu(args, &mut tasks, &gpus)?;
+    let gpu_bind = args
+        .gpu_bind
+        .as_deref()
+        .map(GpuBind::parse)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let memory = memory(args, &tasks, &gpus)?;
     let when = timing(args, ctx)?;
     let place = placement(args, tasks.nodes)?;
@@ -108,6 +121,9 @@ pub fn resolve(
         gpu_share_cpus: memory.gpu_share_cpus,
         cpus_per_gpu: memory.cpus_per_gpu,
         gpus_per_task: gpus.per_task,
+        gpu_bind,
+        ntasks_per_gpu,
+        submit_host: ctx.host.clone(),
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,
         time_limit_s: when.time_limit_s,
@@ -258,6 +274,32 @@ fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, String> {
         gpu_type,
         per_task: gpus_per_task,
     })
+}
+
+/// `--ntasks-per-gpu=N`: N tasks for each GPU of a node, as Slurm counts them (it may
+/// not be given with a task count per node).
+fn tasks_per_gpu(args: &SubArgs, tasks: &mut Tasks, gpus: &Gpus) -> Result<Option<u32>, String> {
+    let Some(n) = count(&args.ntasks_per_gpu, "--ntasks-per-gpu")? else {
+        return Ok(None);
+    };
+    if n == 0 {
+        return Err("--ntasks-per-gpu must be at least 1".into());
+    }
+    if args.ntasks_per_node.is_some() {
+        return Err(
+            "--ntasks-per-gpu and --ntasks-per-node are mutually exclusive (as on Slurm)".into(),
+        );
+    }
+    if gpus.per_node == 0 {
+        return Err(
+            "--ntasks-per-gpu needs GPUs: add --gpus, --gpus-per-node or --gres=gpu:N".into(),
+        );
+    }
+    if args.ntasks.is_none() {
+        tasks.per_node = n * gpus.per_node;
+        tasks.ntasks = tasks.per_node * tasks.nodes;
+    }
+    Ok(Some(n))
 }
 
 /// Memory, and CPUs given per GPU or taken as the GPUs' share.

@@ -7,7 +7,9 @@
 //! explicitly (`--export=NAME=value`); and last the job's identity (ids, ranks, node list,
 //! GPUs), which nothing may override.
 
+use gsched_types::gpubind::GpuBind;
 use gsched_types::hostlist;
+use gsched_types::job::LaunchMode;
 use gsched_types::launch::LaunchSpec;
 use gsched_types::topology::{NicKind, Topology};
 use serde::Serialize;
@@ -145,11 +147,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
 fn tasks_per_node(count: u32, nodes: usize) -> String {
-    if nodes > 1 {
-        format!("{count}(x{nodes})")
-    } else {
-        count.to_string()
-    }
+    compress_counts(&vec![count; nodes])
 }
 
 /// The cluster's tools inside a job, for scripts that call `scontrol`/`sbatch`: the
@@ -240,43 +238,12 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     let per_node = spec.ntasks_per_node.max(1);
     let ntasks = nnodes * per_node;
     let rank = l.node_rank * per_node + t.local_task;
-    let gpus: Vec<u32> = match spec.gpus_per_task {
-        Some(g) if per_node > 1 && g > 0 => l
-            .node_alloc
-            .gpus
-            .iter()
-            .skip((t.local_task * g) as usize)
-            .take(g as usize)
-            .copied()
-            .collect(),
-        _ => l.node_alloc.gpus.clone(),
+    let on_node = node_gpus(l, t.gpu_map, t.devices_filtered);
+    let bound = match spec.launch {
+        // The batch step has every GPU of its node, as Slurm gives it; srun binds tasks.
+        LaunchMode::Batch => Some(on_node.clone()),
+        LaunchMode::EachNode => bind_task(&on_node, &job_gpu_bind(spec), t.local_task),
     };
-    let device = |g: &u32| {
-        t.gpu_map
-            .get(*g as usize)
-            .copied()
-            .unwrap_or(*g)
-            .to_string()
-    };
-    let gpu_list = gpus.iter().map(device).collect::<Vec<_>>().join(",");
-    let cuda_list = if t.devices_filtered {
-        let mut visible = l.node_alloc.gpus.clone();
-        visible.sort_by_key(|g| t.gpu_map.get(*g as usize).copied().unwrap_or(*g));
-        gpus.iter()
-            .filter_map(|g| visible.iter().position(|v| v == g))
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    } else {
-        gpu_list.clone()
-    };
-    let node_gpu_list = l
-        .node_alloc
-        .gpus
-        .iter()
-        .map(device)
-        .collect::<Vec<_>>()
-        .join(",");
     let nodelist = hostlist::compress(&l.nodes);
     let job_id = l.job.to_string();
     let mut set = |k: &str, v: String| {
@@ -298,8 +265,6 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("WORLD_SIZE", ntasks.to_string());
     set("LOCAL_WORLD_SIZE", per_node.to_string());
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
-    set("CUDA_VISIBLE_DEVICES", cuda_list.clone());
-    set("GPU_DEVICE_ORDINAL", cuda_list);
     set("SLURM_JOB_ID", job_id.clone());
     set("SLURM_JOBID", job_id);
     set("SLURM_JOB_NAME", spec.name.clone());
@@ -318,19 +283,27 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         "SLURM_TASKS_PER_NODE",
         tasks_per_node(per_node, l.nodes.len()),
     );
-    set("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string());
     set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
-    set("SLURM_GPUS_ON_NODE", l.node_alloc.gpus.len().to_string());
-    set("SLURM_JOB_GPUS", node_gpu_list.clone());
-    set("SLURM_STEP_GPUS", gpu_list);
-    set("SLURM_MEM_PER_NODE", l.node_alloc.mem_mb.to_string());
+    let cpus_per_node: Vec<u32> = l
+        .allocation
+        .nodes
+        .iter()
+        .map(|n| n.cpus.len() as u32)
+        .collect();
+    set("SLURM_JOB_CPUS_PER_NODE", compress_counts(&cpus_per_node));
+    set("SLURM_GPUS_ON_NODE", on_node.len().to_string());
+    if spec.gpus_per_node > 0 {
+        set("SLURM_GPUS_PER_NODE", spec.gpus_per_node.to_string());
+    }
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());
     set(
         "SLURM_JOB_PARTITION",
         spec.partition.clone().unwrap_or_default(),
     );
-    set("SLURM_RESTART_COUNT", l.attempt.to_string());
+    if l.attempt > 0 {
+        set("SLURM_RESTART_COUNT", l.attempt.to_string());
+    }
     if let Some(a) = &spec.account {
         set("SLURM_JOB_ACCOUNT", a.clone());
     }
@@ -350,7 +323,149 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
             gsched_types::cpulist::format(&l.node_alloc.cpus),
         );
     }
+    slurm_request_vars(&mut env, spec, l.node_alloc.mem_mb);
+    set_gpu_vars(
+        &mut env,
+        &on_node,
+        bound.as_deref(),
+        spec.launch == LaunchMode::EachNode,
+    );
     env
+}
+
+/// One of the node's job GPUs: its device index (what `SLURM_JOB_GPUS` names) and its
+/// number for CUDA inside the job (from 0 behind a device filter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct NodeGpu {
+    pub device: u32,
+    pub cuda: u32,
+}
+
+/// The job's GPUs on this node, in allocation order.
+pub fn node_gpus(l: &LaunchSpec, gpu_map: &[u32], devices_filtered: bool) -> Vec<NodeGpu> {
+    let device = |g: u32| gpu_map.get(g as usize).copied().unwrap_or(g);
+    let mut by_device: Vec<u32> = l.node_alloc.gpus.iter().map(|g| device(*g)).collect();
+    by_device.sort_unstable();
+    l.node_alloc
+        .gpus
+        .iter()
+        .map(|g| {
+            let d = device(*g);
+            let cuda = if devices_filtered {
+                by_device.iter().position(|x| *x == d).unwrap_or(0) as u32
+            } else {
+                d
+            };
+            NodeGpu { device: d, cuda }
+        })
+        .collect()
+}
+
+/// The binding the job asked for (`--gpu-bind`, `--gpus-per-task`, `--ntasks-per-gpu`).
+pub fn job_gpu_bind(spec: &gsched_types::JobSpec) -> GpuBind {
+    GpuBind::implied(
+        spec.gpu_bind.clone(),
+        spec.gpus_per_task,
+        spec.ntasks_per_gpu,
+    )
+}
+
+/// The GPUs local task `task` sees (`None`: unbound, as `--gpu-bind=none`).
+pub fn bind_task(on_node: &[NodeGpu], bind: &GpuBind, task: u32) -> Option<Vec<NodeGpu>> {
+    let devices: Vec<u32> = on_node.iter().map(|g| g.device).collect();
+    bind.positions(task, &devices)
+        .map(|p| p.into_iter().map(|i| on_node[i]).collect())
+}
+
+/// A task's GPU variables: the node's job GPUs, and those bound to it (`per_task`: also
+/// `SLURM_STEP_GPUS`, which Slurm sets for step tasks and not for the batch step).
+pub fn set_gpu_vars(
+    env: &mut BTreeMap<String, String>,
+    on_node: &[NodeGpu],
+    bound: Option<&[NodeGpu]>,
+    per_task: bool,
+) {
+    let list = |gs: &[NodeGpu], f: fn(&NodeGpu) -> u32| {
+        gs.iter()
+            .map(|g| f(g).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    env.insert("SLURM_JOB_GPUS".into(), list(on_node, |g| g.device));
+    for k in [
+        "CUDA_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "SLURM_STEP_GPUS",
+    ] {
+        env.remove(k);
+    }
+    if let Some(b) = bound {
+        env.insert("CUDA_VISIBLE_DEVICES".into(), list(b, |g| g.cuda));
+        env.insert("GPU_DEVICE_ORDINAL".into(), list(b, |g| g.cuda));
+        if per_task {
+            env.insert("SLURM_STEP_GPUS".into(), list(b, |g| g.device));
+        }
+    }
+}
+
+/// The variables Slurm sets from what was asked for, only when it was asked for.
+fn slurm_request_vars(
+    env: &mut BTreeMap<String, String>,
+    spec: &gsched_types::JobSpec,
+    mem_mb: u64,
+) {
+    let mut set = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            env.insert(k.to_string(), v);
+        }
+    };
+    set("SLURM_JOB_UID", spec.uid.map(|u| u.to_string()));
+    set("SLURM_JOB_GID", spec.gid.map(|g| g.to_string()));
+    set("SLURM_SUBMIT_HOST", spec.submit_host.clone());
+    set(
+        "SLURM_CPUS_PER_TASK",
+        (spec.cpus_per_task > 1).then(|| spec.cpus_per_task.to_string()),
+    );
+    set(
+        "SLURM_CPUS_PER_GPU",
+        spec.cpus_per_gpu.map(|c| c.to_string()),
+    );
+    set(
+        "SLURM_GPUS_PER_TASK",
+        spec.gpus_per_task.map(|g| g.to_string()),
+    );
+    set(
+        "SLURM_NTASKS_PER_GPU",
+        spec.ntasks_per_gpu.map(|n| n.to_string()),
+    );
+    set(
+        "SLURM_GPU_BIND",
+        spec.gpu_bind.as_ref().map(|b| b.to_string()),
+    );
+    set(
+        "SLURM_MEM_PER_NODE",
+        spec.mem_mb.filter(|m| *m > 0).map(|_| mem_mb.to_string()),
+    );
+    set(
+        "SLURM_MEM_PER_GPU",
+        spec.mem_per_gpu_mb.map(|m| m.to_string()),
+    );
+}
+
+/// Counts in Slurm's compressed form: `8(x2),4`.
+pub fn compress_counts(counts: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < counts.len() {
+        let run = counts[i..].iter().take_while(|c| **c == counts[i]).count();
+        out.push(if run > 1 {
+            format!("{}(x{run})", counts[i])
+        } else {
+            counts[i].to_string()
+        });
+        i += run;
+    }
+    out.join(",")
 }
 
 /// Threads per process: the task's CPUs, or, for a job whose CPUs go with its GPUs (its
@@ -625,6 +740,29 @@ mod tests {
         assert_eq!(e1["SLURM_LOCALID"], "1");
         assert_eq!(e1["SLURM_NTASKS"], "4");
         assert_eq!(e1["SLURM_JOB_GPUS"], "4,5,6,7");
+        // Slurm's batch step: all of the node's job GPUs, no step GPUs, whatever the
+        // per-task binding of the job's srun steps will be.
+        l.spec.launch = LaunchMode::Batch;
+        l.node_rank = 0;
+        let batch = task_env(&TaskEnv {
+            launch: &l,
+            node: "n1",
+            local_task: 0,
+            net: &net,
+            log_dir: "/x",
+            agent_env: &BTreeMap::new(),
+            home: None,
+            gpu_map: &[],
+            devices_filtered: false,
+        });
+        assert_eq!(batch["CUDA_VISIBLE_DEVICES"], "4,5,6,7");
+        assert_eq!(batch["SLURM_GPUS_PER_TASK"], "2");
+        assert!(!batch.contains_key("SLURM_STEP_GPUS"));
+        assert!(
+            !batch.contains_key("SLURM_CPUS_PER_TASK"),
+            "only when -c is given"
+        );
+        assert_eq!(batch["SLURM_JOB_CPUS_PER_NODE"], "2(x2)");
         // An agent managing devices 2 and 3 of a machine as its GPUs 0 and 1.
         let mut l = launch(vec![0, 1]);
         l.spec.ntasks_per_node = 1;

@@ -3,6 +3,7 @@
 //! output paths, the identity to drop to, the cgroup limits and the GPU device nodes. The
 //! agent writes the result as `plan.json` and does the IO (files, cgroup, devices).
 
+use crate::env::{NodeGpu, bind_task, compress_counts, node_gpus, set_gpu_vars};
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
 use gsched_types::launch::LaunchSpec;
 use gsched_types::steps::StepLaunch;
@@ -57,6 +58,9 @@ pub struct Plan {
     /// Where the (single) task's stdin comes from: nothing, or what its `grun` sends.
     #[serde(default, skip_serializing_if = "TaskInput::is_none")]
     pub input: TaskInput,
+    /// The job's GPUs on this node, which its steps' tasks are bound among.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<NodeGpu>,
 }
 
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
@@ -187,6 +191,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
         input: TaskInput::None,
+        gpus: node_gpus(launch, ctx.gpu_map, ctx.devices_filtered),
     }
 }
 
@@ -241,7 +246,13 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
         .ranks
         .get(step.node_index as usize)
         .map_or(0, |r| r.len());
-    let per_node: Vec<String> = layout.ranks.iter().map(|r| r.len().to_string()).collect();
+    let per_node: Vec<u32> = layout.ranks.iter().map(|r| r.len() as u32).collect();
+    let tasks_per_node = compress_counts(&per_node);
+    let gtids: Vec<String> = layout
+        .ranks
+        .get(step.node_index as usize)
+        .map(|r| r.iter().map(u32::to_string).collect())
+        .unwrap_or_default();
     for (k, v) in [
         ("SLURM_STEP_ID", step.step.to_string()),
         ("SLURM_STEPID", step.step.to_string()),
@@ -256,12 +267,14 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
             "SLURM_STEP_NODELIST",
             gsched_types::hostlist::compress(&layout.nodes),
         ),
-        ("SLURM_STEP_TASKS_PER_NODE", per_node.join(",")),
-        ("SLURM_TASKS_PER_NODE", per_node.join(",")),
+        ("SLURM_STEP_TASKS_PER_NODE", tasks_per_node.clone()),
+        ("SLURM_TASKS_PER_NODE", tasks_per_node),
         ("SLURM_NTASKS_PER_NODE", here.to_string()),
+        ("SLURM_GTIDS", gtids.join(",")),
     ] {
         env.insert(k.to_string(), v);
     }
+    step_gpu_vars(&mut env, &job.gpus, &step.gpus, local);
     Plan {
         argv: step.argv.clone(),
         tasks: vec![env.into_iter().collect()],
@@ -283,7 +296,27 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
             (0, None) => TaskInput::Pipe,
             _ => TaskInput::None,
         },
+        gpus: Vec::new(),
     }
+}
+
+/// A step task's GPUs: the step's share of the job's GPUs on the node (its first
+/// `per_node`, as Slurm takes a step's GPUs in order), bound to the task.
+fn step_gpu_vars(
+    env: &mut BTreeMap<String, String>,
+    job_gpus: &[NodeGpu],
+    gpus: &gsched_types::steps::StepGpus,
+    local: u32,
+) {
+    if job_gpus.is_empty() {
+        return;
+    }
+    let share = &job_gpus[..gpus
+        .per_node
+        .map_or(job_gpus.len(), |n| (n as usize).min(job_gpus.len()))];
+    let bound = bind_task(share, &gpus.bind, local);
+    set_gpu_vars(env, job_gpus, bound.as_deref(), true);
+    env.insert("SLURM_GPUS_ON_NODE".into(), share.len().to_string());
 }
 
 /// The step's cgroup: its CPUs, the memory nodes of those CPUs, its memory (when the
@@ -319,4 +352,98 @@ pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
         .iter()
         .filter_map(|g| topo.gpus.get(*g as usize)?.device_path.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gsched_types::gpubind::GpuBind;
+    use gsched_types::job::JobId;
+    use gsched_types::steps::{StepGpus, StepLayout};
+
+    fn job_plan(gpus: &[(u32, u32)]) -> Plan {
+        let env = vec![
+            ("CUDA_VISIBLE_DEVICES".to_string(), "0,1,2,3".to_string()),
+            ("SLURM_JOB_ID".to_string(), "9".to_string()),
+        ];
+        Plan {
+            argv: vec![],
+            tasks: vec![env],
+            workdir: "/".into(),
+            stdout: "/dev/null".into(),
+            stderr: None,
+            uid: None,
+            gid: None,
+            groups: vec![],
+            cgroup: None,
+            umask: None,
+            scratch: None,
+            devices: vec![],
+            contact_file: None,
+            split_capture: false,
+            input: TaskInput::None,
+            gpus: gpus
+                .iter()
+                .map(|&(device, cuda)| NodeGpu { device, cuda })
+                .collect(),
+        }
+    }
+
+    fn step(gpus: StepGpus, per_node: u32) -> StepLaunch {
+        StepLaunch {
+            job: JobId(9),
+            attempt: 0,
+            step: 1,
+            node_index: 0,
+            layout: StepLayout {
+                nodes: vec!["n1".into(), "n2".into()],
+                ranks: vec![(0..per_node).collect(), (per_node..2 * per_node).collect()],
+                ntasks: 2 * per_node,
+            },
+            argv: vec!["true".into()],
+            env: BTreeMap::new(),
+            cwd: "/".into(),
+            pty: None,
+            gpus,
+        }
+    }
+
+    fn var(p: &Plan, k: &str) -> Option<String> {
+        p.tasks[0]
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn step_tasks_are_bound_among_the_jobs_gpus_as_srun_binds_them() {
+        // Devices 4..7 of the node, numbered 0..3 for CUDA behind a device filter.
+        let job = job_plan(&[(4, 0), (5, 1), (6, 2), (7, 3)]);
+        let per_task = StepGpus {
+            per_node: None,
+            bind: GpuBind::PerTask(1),
+        };
+        let t1 = step_task(&job, &step(per_task, 4), 1, 1);
+        assert_eq!(var(&t1, "CUDA_VISIBLE_DEVICES").as_deref(), Some("1"));
+        assert_eq!(var(&t1, "SLURM_STEP_GPUS").as_deref(), Some("5"));
+        assert_eq!(var(&t1, "SLURM_JOB_GPUS").as_deref(), Some("4,5,6,7"));
+        assert_eq!(var(&t1, "SLURM_TASKS_PER_NODE").as_deref(), Some("4(x2)"));
+        assert_eq!(var(&t1, "SLURM_GTIDS").as_deref(), Some("0,1,2,3"));
+        // srun --gres=gpu:1 in a 4-GPU job: the first of them, and only one on the node.
+        let one = StepGpus {
+            per_node: Some(1),
+            bind: GpuBind::All,
+        };
+        let t = step_task(&job, &step(one, 1), 0, 0);
+        assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some("0"));
+        assert_eq!(var(&t, "SLURM_GPUS_ON_NODE").as_deref(), Some("1"));
+        // --gpu-bind=none: Slurm leaves the variables unset.
+        let none = StepGpus {
+            per_node: None,
+            bind: GpuBind::None,
+        };
+        let t = step_task(&job, &step(none, 2), 0, 0);
+        assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES"), None);
+        assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
+    }
 }

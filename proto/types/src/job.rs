@@ -125,6 +125,15 @@ pub struct JobSpec {
     pub cpus_per_gpu: Option<u32>,
     #[serde(default)]
     pub gpus_per_task: Option<u32>,
+    /// `--gpu-bind` as given; absent, `--gpus-per-task` and `--ntasks-per-gpu` imply one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_bind: Option<crate::gpubind::GpuBind>,
+    /// `--ntasks-per-gpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks_per_gpu: Option<u32>,
+    /// The host `gsub`/`sbatch` ran on (`SLURM_SUBMIT_HOST`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_host: Option<String>,
     /// Memory per node in MB; `Some(0)` is the whole node; `None` lets the partition default
     /// apply (a share proportional to the GPUs or CPUs taken).
     #[serde(default)]
@@ -219,6 +228,9 @@ impl JobSpec {
             cpus_per_task: 1,
             cpus_per_gpu: None,
             gpus_per_task: None,
+            gpu_bind: None,
+            ntasks_per_gpu: None,
+            submit_host: None,
             mem_mb: None,
             mem_per_gpu_mb: None,
             time_limit_s: None,

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cpulist;
 pub mod failure;
 pub mod findings;
+pub mod gpubind;
 pub mod hostlist;
 pub mod job;
 pub mod launch;

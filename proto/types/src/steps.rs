@@ -2,6 +2,7 @@
 //! nodes, its tasks' output streamed back to the caller through the leader. Steps live
 //! as long as the `grun` that started them; they are not replicated state.
 
+use crate::gpubind::GpuBind;
 use crate::job::JobId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -31,9 +32,28 @@ pub struct StepRequest {
     /// Run the (single) task in a pseudo-terminal of this size (`grun --pty`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<TermSize>,
+    /// Which of the job's GPUs the step's tasks use.
+    #[serde(default, skip_serializing_if = "StepGpus::is_default")]
+    pub gpus: StepGpus,
 }
 
 /// A terminal's size in characters.
+/// A step's GPUs: how many of the job's on each of its nodes (`srun --gres=gpu:N`,
+/// `--gpus-per-node`; absent: all), and which of them each task sees.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepGpus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_node: Option<u32>,
+    #[serde(default)]
+    pub bind: GpuBind,
+}
+
+impl StepGpus {
+    pub fn is_default(&self) -> bool {
+        *self == StepGpus::default()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TermSize {
     pub rows: u16,
@@ -206,6 +226,9 @@ pub struct StepLaunch {
     /// Task 0 runs in a pseudo-terminal of this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<TermSize>,
+    /// Which of the job's GPUs the step's tasks use.
+    #[serde(default, skip_serializing_if = "StepGpus::is_default")]
+    pub gpus: StepGpus,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -281,6 +304,7 @@ mod tests {
             env: BTreeMap::new(),
             cwd: "/".into(),
             pty: None,
+            gpus: StepGpus::default(),
         }
     }
 

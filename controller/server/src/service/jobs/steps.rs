@@ -121,6 +121,7 @@ impl JobsService {
                 env: body.env.clone(),
                 cwd: body.cwd.clone(),
                 pty: body.pty,
+                gpus: body.gpus.clone(),
             };
             if !self
                 .ctx
