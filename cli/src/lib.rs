@@ -97,6 +97,14 @@ pub struct JobQuery {
     /// Only jobs whose life overlaps [since, until] (ms; 0 is open): `gacct -S/-E`.
     pub since_ms: u64,
     pub until_ms: u64,
+    /// Only jobs with one of these names (`squeue -n`, `sacct --name`); filtered here.
+    pub names: Vec<String>,
+}
+
+impl JobQuery {
+    fn wants_name(&self, name: &str) -> bool {
+        self.names.is_empty() || self.names.iter().any(|n| n == name)
+    }
 }
 
 /// Fetches the jobs `query` names, page by page; `tool: error: ...` and exit 1 when no
@@ -115,9 +123,12 @@ pub fn fetch_jobs(
         gsched_proto::pb::JobView::Rows,
         gsched_proto::pb::ListJobsReply::job_rows,
         tool,
-        |page: JobList| match &mut all {
-            None => all = Some(page),
-            Some(list) => list.jobs.extend(page.jobs),
+        |mut page: JobList| {
+            page.jobs.retain(|j| query.wants_name(&j.name));
+            match &mut all {
+                None => all = Some(page),
+                Some(list) => list.jobs.extend(page.jobs),
+            }
         },
     );
     all.expect("one page at least")
@@ -181,7 +192,7 @@ pub fn fetch_queue(
     client: &mut client::Client,
     query: &JobQuery,
     tool: &str,
-    page: impl FnMut(JobList<gsched_types::api::QueueRow>),
+    mut page: impl FnMut(JobList<gsched_types::api::QueueRow>),
 ) {
     for_each_page(
         rt,
@@ -190,7 +201,10 @@ pub fn fetch_queue(
         gsched_proto::pb::JobView::Queue,
         gsched_proto::pb::ListJobsReply::queue_rows,
         tool,
-        page,
+        |mut p: JobList<gsched_types::api::QueueRow>| {
+            p.jobs.retain(|j| query.wants_name(&j.name));
+            page(p)
+        },
     );
 }
 

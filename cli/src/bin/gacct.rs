@@ -6,8 +6,8 @@ use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
 use gsched_cli::out;
-use gsched_types::api::{JobSelector, JobsDoc};
-use gsched_types::parse::format_duration;
+use gsched_types::api::{JobRow, JobSelector, JobsDoc};
+use gsched_types::parse::{format_duration, format_timestamp};
 
 /// Job accounting: state, exit code, elapsed time, GPUs, and why a job failed.
 #[derive(Parser, Debug)]
@@ -30,6 +30,28 @@ struct Args {
     /// One row per attempt of requeued jobs.
     #[arg(long)]
     attempts: bool,
+    /// Columns, as sacct names them (JobID,JobName,State,ExitCode,Elapsed,NodeList...;
+    /// a %N suffix sets the width).
+    #[arg(short = 'o', long = "format")]
+    format: Option<String>,
+    /// No header line.
+    #[arg(short = 'n', long = "noheader")]
+    noheader: bool,
+    /// Fields split by `|`, none at the end of the line.
+    #[arg(short = 'P', long = "parsable2")]
+    parsable2: bool,
+    /// Fields split by `|`, one at the end of the line too.
+    #[arg(short = 'p', long = "parsable")]
+    parsable: bool,
+    /// Jobs only, not their steps.
+    #[arg(short = 'X', long = "allocations")]
+    allocations: bool,
+    /// Every user's jobs (gsched's default when no user is named).
+    #[arg(short = 'a', long = "allusers")]
+    allusers: bool,
+    /// Only jobs in these states (CD, F, CA, TO, R, PD... or full names).
+    #[arg(short = 's', long = "state", value_delimiter = ',')]
+    states: Vec<String>,
     #[arg(long)]
     json: bool,
     #[arg(long)]
@@ -73,83 +95,292 @@ fn main() {
         gsched_cli::print_json(&JobsDoc { jobs });
         return;
     }
-    let mut t = Table::new(&[
-        ("JobID", false),
-        ("JobName", false),
-        ("Partition", false),
-        ("User", false),
-        ("AllocGPUS", true),
-        ("State", false),
-        ("ExitCode", false),
-        ("Elapsed", true),
-        ("Restarts", true),
-        ("NodeList", false),
-        ("Reason", false),
-    ]);
+    let fields = match &args.format {
+        Some(f) => Field::parse_list(f).unwrap_or_else(|e| die("gacct", e)),
+        None => Field::DEFAULT.iter().map(|f| (*f, None)).collect(),
+    };
+    let wanted = |state: &str| {
+        args.states.is_empty()
+            || args.states.iter().any(|s| {
+                gsched_types::JobState::parse(s).is_some_and(|w| w.name() == state)
+                    || s.eq_ignore_ascii_case(state)
+            })
+    };
+    let mut rows: Vec<Row> = Vec::new();
     for j in &jobs {
+        if !wanted(j.state.name()) {
+            continue;
+        }
+        rows.push(Row::job(j, now));
+        if !args.allocations {
+            for s in &j.grun_steps {
+                rows.push(Row::step(j, s, now));
+            }
+        }
+        if args.attempts {
+            for a in &j.attempts {
+                rows.push(Row::attempt(j, a));
+            }
+        }
+    }
+    if args.parsable || args.parsable2 {
+        let end = if args.parsable { "|" } else { "" };
+        if !args.noheader {
+            let names: Vec<&str> = fields.iter().map(|(f, _)| f.name()).collect();
+            out!("{}{end}\n", names.join("|"));
+        }
+        for r in &rows {
+            let cells: Vec<String> = fields.iter().map(|(f, _)| r.get(*f)).collect();
+            out!("{}{end}\n", cells.join("|"));
+        }
+        return;
+    }
+    let headers: Vec<(&str, bool)> = fields
+        .iter()
+        .map(|(f, _)| (f.name(), f.numeric()))
+        .collect();
+    let mut t = Table::new(&headers);
+    for r in &rows {
+        t.row(
+            fields
+                .iter()
+                .map(|(f, width)| {
+                    let v = r.get(*f);
+                    match width {
+                        Some(w) => v.chars().take(*w).collect(),
+                        None => v,
+                    }
+                })
+                .collect(),
+        );
+    }
+    let rendered = t.render();
+    if args.noheader {
+        for line in rendered.lines().skip(1) {
+            out!("{line}\n");
+        }
+    } else {
+        out!("{rendered}");
+    }
+}
+
+/// A column sacct knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    JobId,
+    JobIdRaw,
+    JobName,
+    Partition,
+    Account,
+    User,
+    AllocGpus,
+    AllocTres,
+    NNodes,
+    State,
+    ExitCode,
+    Elapsed,
+    ElapsedRaw,
+    Start,
+    End,
+    Submit,
+    Timelimit,
+    Restarts,
+    NodeList,
+    Reason,
+}
+
+impl Field {
+    const ALL: [Field; 20] = [
+        Field::JobId,
+        Field::JobIdRaw,
+        Field::JobName,
+        Field::Partition,
+        Field::Account,
+        Field::User,
+        Field::AllocGpus,
+        Field::AllocTres,
+        Field::NNodes,
+        Field::State,
+        Field::ExitCode,
+        Field::Elapsed,
+        Field::ElapsedRaw,
+        Field::Start,
+        Field::End,
+        Field::Submit,
+        Field::Timelimit,
+        Field::Restarts,
+        Field::NodeList,
+        Field::Reason,
+    ];
+    const DEFAULT: [Field; 11] = [
+        Field::JobId,
+        Field::JobName,
+        Field::Partition,
+        Field::User,
+        Field::AllocGpus,
+        Field::State,
+        Field::ExitCode,
+        Field::Elapsed,
+        Field::Restarts,
+        Field::NodeList,
+        Field::Reason,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Field::JobId => "JobID",
+            Field::JobIdRaw => "JobIDRaw",
+            Field::JobName => "JobName",
+            Field::Partition => "Partition",
+            Field::Account => "Account",
+            Field::User => "User",
+            Field::AllocGpus => "AllocGPUS",
+            Field::AllocTres => "AllocTRES",
+            Field::NNodes => "NNodes",
+            Field::State => "State",
+            Field::ExitCode => "ExitCode",
+            Field::Elapsed => "Elapsed",
+            Field::ElapsedRaw => "ElapsedRaw",
+            Field::Start => "Start",
+            Field::End => "End",
+            Field::Submit => "Submit",
+            Field::Timelimit => "Timelimit",
+            Field::Restarts => "Restarts",
+            Field::NodeList => "NodeList",
+            Field::Reason => "Reason",
+        }
+    }
+
+    fn numeric(self) -> bool {
+        matches!(
+            self,
+            Field::AllocGpus | Field::NNodes | Field::ElapsedRaw | Field::Restarts | Field::Elapsed
+        )
+    }
+
+    /// `JobID,JobName%30,State`: fields and their widths, any case.
+    fn parse_list(text: &str) -> Result<Vec<(Field, Option<usize>)>, String> {
+        text.split(',')
+            .filter(|f| !f.trim().is_empty())
+            .map(|f| {
+                let (name, width) = match f.trim().split_once('%') {
+                    Some((n, w)) => (
+                        n,
+                        Some(
+                            w.parse::<usize>()
+                                .map_err(|_| format!("--format: bad width in '{f}'"))?,
+                        ),
+                    ),
+                    None => (f.trim(), None),
+                };
+                Field::ALL
+                    .iter()
+                    .find(|x| x.name().eq_ignore_ascii_case(name))
+                    .map(|x| (*x, width))
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = Field::ALL.iter().map(|x| x.name()).collect();
+                        format!(
+                            "--format: unknown field '{name}'; known: {}",
+                            known.join(",")
+                        )
+                    })
+            })
+            .collect()
+    }
+}
+
+/// One output row: a job, one of its steps, or an attempt.
+struct Row(std::collections::BTreeMap<&'static str, String>);
+
+impl Row {
+    fn get(&self, f: Field) -> String {
+        self.0.get(f.name()).cloned().unwrap_or_default()
+    }
+
+    fn job(j: &JobRow, now: u64) -> Row {
         let exit = match (j.exit_code, j.failure.as_ref().map(|f| &f.kind)) {
             (_, Some(gsched_types::FailureKind::Signal { signal })) => format!("0:{signal}"),
             (Some(c), _) => format!("{c}:0"),
             (None, _) => "0:0".into(),
         };
-        let elapsed = match (j.start_ms, j.end_ms) {
-            (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
-            (Some(s), None) => format_duration(now.saturating_sub(s) / 1000),
-            _ => "00:00".into(),
+        let elapsed_s = match (j.start_ms, j.end_ms) {
+            (Some(s), Some(e)) => e.saturating_sub(s) / 1000,
+            (Some(s), None) => now.saturating_sub(s) / 1000,
+            _ => 0,
         };
-        t.row(vec![
-            j.display_id.clone(),
-            j.name.clone(),
-            j.partition.clone(),
-            j.user.clone(),
-            j.gpus.to_string(),
-            j.state.name().into(),
-            exit,
-            elapsed,
-            j.restarts.to_string(),
-            j.node_list.clone(),
-            gsched_cli::format::failure_line(j),
-        ]);
-        for s in &j.grun_steps {
-            let el = format_duration(s.end_ms.unwrap_or(now).saturating_sub(s.start_ms) / 1000);
-            t.row(vec![
-                format!("{}.{}", j.display_id, s.step),
-                s.name.clone(),
-                String::new(),
-                String::new(),
-                String::new(),
-                s.state.name().into(),
-                format!("{}:{}", s.exit_code.unwrap_or(0), s.signal.unwrap_or(0)),
-                el,
-                String::new(),
-                gsched_types::hostlist::compress(&s.nodes),
-                String::new(),
-            ]);
-        }
-        if args.attempts {
-            for a in &j.attempts {
-                let el = match (a.start_ms, a.end_ms) {
-                    (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
-                    _ => "-".into(),
-                };
-                t.row(vec![
-                    format!("{}.attempt{}", j.display_id, a.restart),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    a.state.name().into(),
-                    String::new(),
-                    el,
-                    String::new(),
-                    gsched_types::hostlist::compress(&a.nodes),
-                    a.failure
-                        .as_ref()
-                        .map(|f| f.to_string())
-                        .unwrap_or_default(),
-                ]);
-            }
-        }
+        let time = |t: Option<u64>| t.map(format_timestamp).unwrap_or_else(|| "Unknown".into());
+        Row(std::collections::BTreeMap::from([
+            ("JobID", j.display_id.clone()),
+            ("JobIDRaw", j.job_id.to_string()),
+            ("JobName", j.name.clone()),
+            ("Partition", j.partition.clone()),
+            ("Account", j.account.clone()),
+            ("User", j.user.clone()),
+            ("AllocGPUS", j.gpus.to_string()),
+            ("AllocTRES", format!("gres/gpu={},node={}", j.gpus, j.nodes)),
+            ("NNodes", j.nodes.to_string()),
+            ("State", j.state.name().into()),
+            ("ExitCode", exit),
+            ("Elapsed", format_duration(elapsed_s)),
+            ("ElapsedRaw", elapsed_s.to_string()),
+            ("Start", time(j.start_ms)),
+            ("End", time(j.end_ms)),
+            ("Submit", format_timestamp(j.submit_ms)),
+            (
+                "Timelimit",
+                j.time_limit_s
+                    .map(format_duration)
+                    .unwrap_or_else(|| "UNLIMITED".into()),
+            ),
+            ("Restarts", j.restarts.to_string()),
+            ("NodeList", j.node_list.clone()),
+            ("Reason", gsched_cli::format::failure_line(j)),
+        ]))
     }
-    out!("{}", t.render());
+
+    fn step(j: &JobRow, s: &gsched_types::steps::StepRecord, now: u64) -> Row {
+        let el = s.end_ms.unwrap_or(now).saturating_sub(s.start_ms) / 1000;
+        Row(std::collections::BTreeMap::from([
+            ("JobID", format!("{}.{}", j.display_id, s.step)),
+            ("JobIDRaw", format!("{}.{}", j.job_id, s.step)),
+            ("JobName", s.name.clone()),
+            ("Account", j.account.clone()),
+            ("NNodes", s.nodes.len().to_string()),
+            ("State", s.state.name().into()),
+            (
+                "ExitCode",
+                format!("{}:{}", s.exit_code.unwrap_or(0), s.signal.unwrap_or(0)),
+            ),
+            ("Elapsed", format_duration(el)),
+            ("ElapsedRaw", el.to_string()),
+            ("Start", format_timestamp(s.start_ms)),
+            (
+                "End",
+                s.end_ms
+                    .map(format_timestamp)
+                    .unwrap_or_else(|| "Unknown".into()),
+            ),
+            ("NodeList", gsched_types::hostlist::compress(&s.nodes)),
+        ]))
+    }
+
+    fn attempt(j: &JobRow, a: &gsched_types::job::Attempt) -> Row {
+        let el = match (a.start_ms, a.end_ms) {
+            (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
+            _ => "-".into(),
+        };
+        Row(std::collections::BTreeMap::from([
+            ("JobID", format!("{}.attempt{}", j.display_id, a.restart)),
+            ("State", a.state.name().into()),
+            ("Elapsed", el),
+            ("NodeList", gsched_types::hostlist::compress(&a.nodes)),
+            (
+                "Reason",
+                a.failure
+                    .as_ref()
+                    .map(|f| f.to_string())
+                    .unwrap_or_default(),
+            ),
+        ]))
+    }
 }

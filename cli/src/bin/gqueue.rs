@@ -50,6 +50,12 @@ struct Args {
     #[arg(short = 's', long = "steps")]
     steps: bool,
     /// Only my jobs (`-u $USER`).
+    /// Only jobs with these names.
+    #[arg(short = 'n', long = "name", value_delimiter = ',')]
+    name: Vec<String>,
+    /// One line per array task (gsched always lists them so).
+    #[arg(short = 'r', long = "array")]
+    array: bool,
     #[arg(long = "me")]
     me: bool,
     /// Answer from the controller asked, without confirming with the leader (may lag by
@@ -73,6 +79,7 @@ fn main() {
         users,
         partition: args.partition.clone(),
         stale_ok: args.stale_ok,
+        names: args.name.clone(),
         ..Default::default()
     };
     for s in &args.states {

@@ -77,6 +77,14 @@ struct Args {
     cpu_bind: Option<String>,
     #[arg(long = "overlap", hide = true)]
     overlap: bool,
+    #[arg(long = "exact", hide = true)]
+    exact: bool,
+    #[arg(long = "exclusive", hide = true)]
+    exclusive: bool,
+    #[arg(short = 'm', long = "distribution", hide = true)]
+    distribution: Option<String>,
+    #[arg(long = "hint", hide = true)]
+    hint: Option<String>,
     // Outside a job, grun first gets an allocation with these (as srun does); inside one,
     // the step uses that many of the job's GPUs on each node.
     #[arg(long = "gpus-per-node")]
@@ -326,6 +334,18 @@ fn allocation_options(args: &Args) -> Vec<String> {
     o
 }
 
+/// How srun names a task's death by signal.
+fn signal_words(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(nix::sys::signal::Signal::SIGKILL) => "Killed".into(),
+        Ok(nix::sys::signal::Signal::SIGTERM) => "Terminated".into(),
+        Ok(nix::sys::signal::Signal::SIGSEGV) => "Segmentation fault".into(),
+        Ok(nix::sys::signal::Signal::SIGABRT) => "Aborted".into(),
+        Ok(nix::sys::signal::Signal::SIGBUS) => "Bus error".into(),
+        _ => format!("Killed by signal {sig}"),
+    }
+}
+
 /// The step's GPUs, from its options or, as srun reads them, the job's `SLURM_*` variables.
 fn step_gpus(args: &Args, nodes: u32) -> Result<StepGpus, String> {
     use gsched_types::parse;
@@ -380,22 +400,25 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| die("grun", format!("-N {n}: give a number of nodes"))),
     };
-    // srun --pty: one task, in a terminal.
-    let ntasks = match (args.pty, args.ntasks) {
-        (true, None) => 1,
-        (_, n) => n.unwrap_or(0),
-    };
-    // As srun in a batch job: tasks per node from the job unless told otherwise.
+    // As srun in a batch job: the job's task count (per node, or in all) unless told
+    // otherwise; srun --pty: one task, in a terminal.
+    let from_job = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u32>().ok());
+    let told = args.ntasks.is_some() || args.nodes.is_some() || args.pty;
     let ntasks_per_node = args.ntasks_per_node.unwrap_or_else(|| {
-        if args.ntasks.is_none() && args.nodes.is_none() && !args.pty {
-            std::env::var("SLURM_NTASKS_PER_NODE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        } else {
+        if told {
             0
+        } else {
+            from_job("SLURM_NTASKS_PER_NODE").unwrap_or(0)
         }
     });
+    let ntasks = match (args.pty, args.ntasks) {
+        (true, None) => 1,
+        (_, Some(n)) => n,
+        (false, None) if !told && args.ntasks_per_node.is_none() && ntasks_per_node == 0 => {
+            from_job("SLURM_NTASKS").unwrap_or(0)
+        }
+        _ => 0,
+    };
     let request = StepRequest {
         job: JobId(job),
         nodelist,
@@ -425,6 +448,8 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
     let mut status = 0;
     let mut ended = 0;
     let mut ntasks = u32::MAX;
+    let mut node_of: BTreeMap<u32, String> = BTreeMap::new();
+    let tool = gsched_cli::invoked_as();
     let input_taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
         let msg = match rt.block_on(stream.message()) {
@@ -438,6 +463,11 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
         match update {
             StepUpdate::Started { layout, step } => {
                 ntasks = layout.ntasks;
+                for (node, ranks) in layout.nodes.iter().zip(&layout.ranks) {
+                    for r in ranks {
+                        node_of.insert(*r, node.clone());
+                    }
+                }
                 if args.pty {
                     raw_mode();
                 }
@@ -476,12 +506,21 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
                 rank, code, signal, ..
             }) => {
                 ended += 1;
+                // srun's own words, which wrappers and people grep for.
+                let node = node_of.get(&rank).map_or("?", String::as_str);
                 let s = match (code, signal) {
                     (_, Some(sig)) => {
-                        eprintln!("grun: error: task {rank}: killed by signal {sig}");
+                        eprintln!("{tool}: error: {node}: task {rank}: {}", signal_words(sig));
                         128 + sig
                     }
-                    (Some(c), None) => c,
+                    (Some(c), None) => {
+                        if c != 0 {
+                            eprintln!(
+                                "{tool}: error: {node}: task {rank}: Exited with exit code {c}"
+                            );
+                        }
+                        c
+                    }
                     (None, None) => 1,
                 };
                 if s != 0 && kill_on_bad_exit && ended < ntasks {

@@ -96,7 +96,19 @@ fn main() {
         );
     }
     let ctx = SubmitContext::here();
-    let spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
+    let mut spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
+    // sbatch's own defaults: its output file name (scripts and tools look for
+    // slurm-*.out) and opening it afresh.
+    if gsched_cli::invoked_as() == "sbatch" && spec.open_mode.is_none() {
+        spec.open_mode = Some(gsched_types::job::OpenMode::Truncate);
+    }
+    if spec.output.is_none() && gsched_cli::invoked_as() == "sbatch" {
+        spec.output = Some(if spec.array.is_some() {
+            "slurm-%A_%a.out".into()
+        } else {
+            "slurm-%j.out".into()
+        });
+    }
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
         if let Some(p) = pattern {
             check_output(flag, p, &spec.workdir).unwrap_or_else(|e| die("gsub", e));
@@ -303,6 +315,7 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
         let launch = gsched_types::launch::LaunchSpec {
             job: gsched_types::JobId(0),
             array: None,
+            array_span: None,
             attempt: 0,
             node_rank: rank as u32,
             nodes: nodes.clone(),

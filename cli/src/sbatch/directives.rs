@@ -89,7 +89,18 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
             if let Some(rest) = t.strip_prefix(prefix)
                 && (rest.starts_with(char::is_whitespace) || rest.is_empty())
             {
-                out.extend(split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?);
+                let words = split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?;
+                if matches!(
+                    words.first().map(String::as_str),
+                    Some("hetjob" | "packjob")
+                ) {
+                    return Err(format!(
+                        "line {}: heterogeneous jobs (#SBATCH {}) are not supported; submit each component as its own job (tie them with --dependency=after:JOBID)",
+                        n + 1,
+                        words[0]
+                    ));
+                }
+                out.extend(words);
             }
         }
     }

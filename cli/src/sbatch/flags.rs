@@ -257,7 +257,7 @@ impl SubArgs {
             ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
         }
         ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user",
-            comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline", open_mode => "--open-mode",
+            comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline",
             get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
             distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_freq => "--gpu-freq",
             threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",

@@ -124,6 +124,18 @@ pub fn resolve(
         gpu_bind,
         ntasks_per_gpu,
         submit_host: ctx.host.clone(),
+        open_mode: args
+            .open_mode
+            .as_deref()
+            .map(gsched_types::job::OpenMode::parse)
+            .transpose()?,
+        given: gsched_types::job::Given {
+            ntasks: args.ntasks.is_some()
+                || args.ntasks_per_node.is_some()
+                || ntasks_per_gpu.is_some(),
+            ntasks_per_node: args.ntasks_per_node.is_some(),
+            export: args.export.clone(),
+        },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,
         time_limit_s: when.time_limit_s,

@@ -130,6 +130,7 @@ pub fn launch_spec(
     Some(LaunchSpec {
         job: job.id,
         array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
+        array_span: job.array_task.and_then(|t| t.span),
         attempt: job.restarts,
         node_rank: rank as u32,
         nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),

@@ -7,6 +7,7 @@ use gsched_launch::watch::{LogFinding, classify_exit, first_cause};
 use gsched_proto::agent::StepEvent;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::findings::Finding;
+use gsched_types::job::LaunchMode;
 use gsched_types::job::{JobId, WarnSignal};
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,28 @@ pub struct Ended {
     pub error_file: Option<String>,
     /// The kernel's OOM killer struck in the step's cgroup.
     pub oom: bool,
+}
+
+/// Who a signal for a running job goes to (`gcancel --signal`, `--signal` before the
+/// time limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalTarget {
+    /// The batch shell alone (`B:`, `scancel -b`).
+    BatchShell,
+    /// Every process of the job on this node (gsched's own each-node jobs).
+    ProcessGroup,
+    /// The tasks of the job's `srun`/`grun` steps, not the batch shell (Slurm's default
+    /// for a batch job: the script would die of a signal it does not trap).
+    Steps,
+}
+
+/// Where a signal goes, as Slurm delivers it.
+pub fn signal_target(mode: LaunchMode, batch_only: bool) -> SignalTarget {
+    match (mode, batch_only) {
+        (_, true) => SignalTarget::BatchShell,
+        (LaunchMode::Batch, false) => SignalTarget::Steps,
+        (LaunchMode::EachNode, false) => SignalTarget::ProcessGroup,
+    }
 }
 
 /// What the step manager is to do.
@@ -297,6 +320,19 @@ pub fn end_failure(watch: &Watch, cx: &Context, ended: &Ended, now_ms: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_jobs_signals_go_to_its_steps_unless_b_names_the_shell() {
+        assert_eq!(signal_target(LaunchMode::Batch, false), SignalTarget::Steps);
+        assert_eq!(
+            signal_target(LaunchMode::Batch, true),
+            SignalTarget::BatchShell
+        );
+        assert_eq!(
+            signal_target(LaunchMode::EachNode, false),
+            SignalTarget::ProcessGroup
+        );
+    }
 
     const T0: u64 = 1_000_000;
 

@@ -557,15 +557,23 @@ impl StepManager {
             tracing::warn!("job {job}: {signal} is not a signal");
             return;
         };
-        tracing::info!(
-            "job {job}: {sig}{}",
-            if batch_only {
-                " to the batch shell"
-            } else {
-                ""
+        let target = monitor::signal_target(step.launch.spec.launch, batch_only);
+        tracing::info!("job {job}: {sig} to {target:?}");
+        self.deliver(job, attempt, sig, target);
+    }
+
+    fn deliver(&mut self, job: JobId, attempt: u32, sig: Signal, target: monitor::SignalTarget) {
+        let Some(step) = self.steps.get(&(job, attempt)) else {
+            return;
+        };
+        match target {
+            monitor::SignalTarget::BatchShell => send_signal(step.pgid, sig, true),
+            monitor::SignalTarget::ProcessGroup => send_signal(step.pgid, sig, false),
+            monitor::SignalTarget::Steps => {
+                let n = self.grun.signal(job, attempt, sig);
+                tracing::info!("job {job}: {sig} to {n} step task(s) here");
             }
-        );
-        send_signal(step.pgid, sig, batch_only);
+        }
     }
 
     /// Stops a step: SIGTERM now, SIGKILL after `grace`.
@@ -618,6 +626,7 @@ impl StepManager {
         self.grun.tick();
         let node = self.settings.node.clone();
         let keys: Vec<(JobId, u32)> = self.steps.keys().copied().collect();
+        let mut warned = Vec::new();
         for key in keys {
             let step = self.steps.get_mut(&key).expect("present");
             let seen = observe(step, &node, &self.settings.topology);
@@ -639,12 +648,23 @@ impl StepManager {
                         });
                     }
                     Action::Finish => done = true,
+                    Action::Warn { signal, batch_only } => {
+                        if let Ok(sig) = Signal::try_from(*signal) {
+                            tracing::info!("job {}: {sig} before its time limit (--signal)", key.0);
+                            let target =
+                                monitor::signal_target(step.launch.spec.launch, *batch_only);
+                            warned.push((key, sig, target));
+                        }
+                    }
                     other => carry_out(step, other),
                 }
             }
             if done {
                 self.finish(key);
             }
+        }
+        for ((job, attempt), sig, target) in warned {
+            self.deliver(job, attempt, sig, target);
         }
     }
 
@@ -749,16 +769,7 @@ fn carry_out(step: &Step, action: &Action) {
                 Cgroups::kill(cg);
             }
         }
-        Action::Warn { signal, batch_only } => {
-            if let Ok(sig) = Signal::try_from(*signal) {
-                tracing::info!(
-                    "job {}: {sig} before its time limit (--signal)",
-                    step.key.job
-                );
-                send_signal(step.pgid, sig, *batch_only);
-            }
-        }
-        Action::Report(_) | Action::Finish => {}
+        Action::Warn { .. } | Action::Report(_) | Action::Finish => {}
     }
 }
 

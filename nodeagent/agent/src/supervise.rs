@@ -233,6 +233,14 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         .as_deref()
         .map(|e| open_as(e, owner, &plan.groups, umask))
         .transpose()?;
+    if plan.truncate_output {
+        // Kept open for appending, as the tasks' copies write concurrently.
+        let files = std::iter::once(&user_out).chain(user_err.as_ref());
+        for f in files.filter(|f| f.metadata().is_ok_and(|m| m.is_file())) {
+            f.set_len(0)
+                .map_err(|e| format!("cannot empty the output file: {e}"))?;
+        }
+    }
     let capture = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -162,6 +162,18 @@ impl GrunTasks {
         }
     }
 
+    /// Sends `sig` to every task of `job`'s steps here; returns how many it reached.
+    pub fn signal(&mut self, job: JobId, attempt: u32, sig: Signal) -> usize {
+        let mut n = 0;
+        for ((j, _, _), run) in &self.runs {
+            if *j == job && run.attempt == attempt && run.stopping.is_none() {
+                signal_task(&run.files, sig);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Input for task 0 of a step, if it runs here.
     pub fn input(&mut self, job: JobId, step: u32, input: InputEvent) {
         let Some(run) = self.runs.get_mut(&(job, step, 0)) else {

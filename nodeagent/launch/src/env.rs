@@ -7,6 +7,7 @@
 //! explicitly (`--export=NAME=value`); and last the job's identity (ids, ranks, node list,
 //! GPUs), which nothing may override.
 
+use crate::plan::task_count;
 use gsched_types::gpubind::GpuBind;
 use gsched_types::hostlist;
 use gsched_types::job::LaunchMode;
@@ -276,9 +277,17 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("SLURM_NODEID", l.node_rank.to_string());
     set("SLURM_PROCID", rank.to_string());
     set("SLURM_LOCALID", t.local_task.to_string());
-    set("SLURM_NTASKS", ntasks.to_string());
-    set("SLURM_NPROCS", ntasks.to_string());
-    set("SLURM_NTASKS_PER_NODE", per_node.to_string());
+    if spec.given.ntasks || spec.launch == LaunchMode::EachNode {
+        set("SLURM_NTASKS", ntasks.to_string());
+        set("SLURM_NPROCS", ntasks.to_string());
+    }
+    if spec.given.ntasks_per_node || spec.launch == LaunchMode::EachNode {
+        set("SLURM_NTASKS_PER_NODE", per_node.to_string());
+    }
+    if let Some(e) = &spec.given.export {
+        set("SLURM_EXPORT_ENV", e.clone());
+    }
+    set("SLURM_GTIDS", gtids(l.node_rank * per_node, task_count(l)));
     set(
         "SLURM_TASKS_PER_NODE",
         tasks_per_node(per_node, l.nodes.len()),
@@ -291,7 +300,9 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         .map(|n| n.cpus.len() as u32)
         .collect();
     set("SLURM_JOB_CPUS_PER_NODE", compress_counts(&cpus_per_node));
-    set("SLURM_GPUS_ON_NODE", on_node.len().to_string());
+    if !on_node.is_empty() {
+        set("SLURM_GPUS_ON_NODE", on_node.len().to_string());
+    }
     if spec.gpus_per_node > 0 {
         set("SLURM_GPUS_PER_NODE", spec.gpus_per_node.to_string());
     }
@@ -311,6 +322,12 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         set("SLURM_ARRAY_JOB_ID", array_job.to_string());
         set("SLURM_ARRAY_TASK_ID", task.to_string());
         set("GSCHED_ARRAY_TASK_ID", task.to_string());
+        if let Some(span) = l.array_span {
+            set("SLURM_ARRAY_TASK_COUNT", span.count.to_string());
+            set("SLURM_ARRAY_TASK_MIN", span.min.to_string());
+            set("SLURM_ARRAY_TASK_MAX", span.max.to_string());
+            set("SLURM_ARRAY_TASK_STEP", span.step.to_string());
+        }
     }
     if let Some(home) = t.home {
         set("HOME", home.to_string());
@@ -391,14 +408,21 @@ pub fn set_gpu_vars(
             .collect::<Vec<_>>()
             .join(",")
     };
-    env.insert("SLURM_JOB_GPUS".into(), list(on_node, |g| g.device));
     for k in [
         "CUDA_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",
         "SLURM_STEP_GPUS",
+        "SLURM_JOB_GPUS",
     ] {
         env.remove(k);
     }
+    if on_node.is_empty() {
+        // Slurm sets none of these without GPUs; CUDA still sees none (as a device
+        // cgroup would hide them) on nodes that run jobs without one.
+        env.insert("CUDA_VISIBLE_DEVICES".into(), String::new());
+        return;
+    }
+    env.insert("SLURM_JOB_GPUS".into(), list(on_node, |g| g.device));
     if let Some(b) = bound {
         env.insert("CUDA_VISIBLE_DEVICES".into(), list(b, |g| g.cuda));
         env.insert("GPU_DEVICE_ORDINAL".into(), list(b, |g| g.cuda));
@@ -450,6 +474,14 @@ fn slurm_request_vars(
         "SLURM_MEM_PER_GPU",
         spec.mem_per_gpu_mb.map(|m| m.to_string()),
     );
+}
+
+/// `SLURM_GTIDS`: the global ranks of the tasks on this node.
+fn gtids(first: u32, count: u32) -> String {
+    (first..first + count)
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Counts in Slurm's compressed form: `8(x2),4`.
@@ -562,6 +594,7 @@ mod tests {
         LaunchSpec {
             job: JobId(7),
             array: None,
+            array_span: None,
             attempt: 0,
             node_rank: 1,
             nodes: vec!["n1".into(), "n2".into()],

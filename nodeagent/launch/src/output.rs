@@ -94,6 +94,7 @@ mod tests {
         LaunchSpec {
             job: JobId(42),
             array: None,
+            array_span: None,
             attempt: 0,
             node_rank: 1,
             nodes: vec!["n0".into(), "n1".into()],

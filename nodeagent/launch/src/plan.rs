@@ -5,6 +5,7 @@
 
 use crate::env::{NodeGpu, bind_task, compress_counts, node_gpus, set_gpu_vars};
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
+use gsched_types::gpubind::GpuBind;
 use gsched_types::launch::LaunchSpec;
 use gsched_types::steps::StepLaunch;
 use gsched_types::topology::Topology;
@@ -58,6 +59,9 @@ pub struct Plan {
     /// Where the (single) task's stdin comes from: nothing, or what its `grun` sends.
     #[serde(default, skip_serializing_if = "TaskInput::is_none")]
     pub input: TaskInput,
+    /// Empty the output files when opening them (`--open-mode=truncate`, first attempt).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncate_output: bool,
     /// The job's GPUs on this node, which its steps' tasks are bound among.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<NodeGpu>,
@@ -191,6 +195,9 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Pl
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
         input: TaskInput::None,
+        truncate_output: spec.open_mode == Some(gsched_types::job::OpenMode::Truncate)
+            && launch.attempt == 0
+            && launch.node_rank == 0,
         gpus: node_gpus(launch, ctx.gpu_map, ctx.devices_filtered),
     }
 }
@@ -263,18 +270,18 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
         ("SLURM_NPROCS", layout.ntasks.to_string()),
         ("SLURM_STEP_NUM_TASKS", layout.ntasks.to_string()),
         ("SLURM_STEP_NUM_NODES", layout.nodes.len().to_string()),
+        ("SLURM_NNODES", layout.nodes.len().to_string()),
         (
             "SLURM_STEP_NODELIST",
             gsched_types::hostlist::compress(&layout.nodes),
         ),
         ("SLURM_STEP_TASKS_PER_NODE", tasks_per_node.clone()),
         ("SLURM_TASKS_PER_NODE", tasks_per_node),
-        ("SLURM_NTASKS_PER_NODE", here.to_string()),
         ("SLURM_GTIDS", gtids.join(",")),
     ] {
         env.insert(k.to_string(), v);
     }
-    step_gpu_vars(&mut env, &job.gpus, &step.gpus, local);
+    step_gpu_vars(&mut env, &job.gpus, &step.gpus, local, here as u32);
     Plan {
         argv: step.argv.clone(),
         tasks: vec![env.into_iter().collect()],
@@ -296,24 +303,30 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
             (0, None) => TaskInput::Pipe,
             _ => TaskInput::None,
         },
+        truncate_output: false,
         gpus: Vec::new(),
     }
 }
 
 /// A step task's GPUs: the step's share of the job's GPUs on the node (its first
-/// `per_node`, as Slurm takes a step's GPUs in order), bound to the task.
+/// `per_node`, or `--gpus-per-task` for each of its `tasks_here`, as Slurm takes a step's
+/// GPUs in order), bound to the task.
 fn step_gpu_vars(
     env: &mut BTreeMap<String, String>,
     job_gpus: &[NodeGpu],
     gpus: &gsched_types::steps::StepGpus,
     local: u32,
+    tasks_here: u32,
 ) {
     if job_gpus.is_empty() {
         return;
     }
-    let share = &job_gpus[..gpus
-        .per_node
-        .map_or(job_gpus.len(), |n| (n as usize).min(job_gpus.len()))];
+    let wanted = match (gpus.per_node, &gpus.bind) {
+        (Some(n), _) => n as usize,
+        (None, GpuBind::PerTask(g)) => (*g as usize) * tasks_here as usize,
+        (None, _) => job_gpus.len(),
+    };
+    let share = &job_gpus[..wanted.min(job_gpus.len())];
     let bound = bind_task(share, &gpus.bind, local);
     set_gpu_vars(env, job_gpus, bound.as_deref(), true);
     env.insert("SLURM_GPUS_ON_NODE".into(), share.len().to_string());
@@ -357,7 +370,6 @@ pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gsched_types::gpubind::GpuBind;
     use gsched_types::job::JobId;
     use gsched_types::steps::{StepGpus, StepLayout};
 
@@ -382,6 +394,7 @@ mod tests {
             contact_file: None,
             split_capture: false,
             input: TaskInput::None,
+            truncate_output: false,
             gpus: gpus
                 .iter()
                 .map(|&(device, cuda)| NodeGpu { device, cuda })

@@ -735,6 +735,7 @@ mod tests {
             Some(ArrayTask {
                 array_job_id: JobId(a),
                 task_id: t,
+                span: None,
             })
         };
         let (task0, task3, plain) = (

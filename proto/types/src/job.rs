@@ -99,6 +99,45 @@ pub struct TorchrunSpec {
     pub extra_args: Vec<String>,
 }
 
+/// How the job's output files are opened (`--open-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenMode {
+    Append,
+    /// Emptied when the job first starts; a requeued job's later attempts append.
+    Truncate,
+}
+
+impl OpenMode {
+    pub fn parse(text: &str) -> Result<OpenMode, String> {
+        match text {
+            "append" | "a" => Ok(OpenMode::Append),
+            "truncate" | "t" => Ok(OpenMode::Truncate),
+            _ => Err(format!("--open-mode={text}: use append or truncate")),
+        }
+    }
+}
+
+/// Options a job was submitted with that Slurm echoes into the job's environment only
+/// when they were given (`SLURM_NTASKS`, `SLURM_NTASKS_PER_NODE`, `SLURM_EXPORT_ENV`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Given {
+    /// `-n`/`--ntasks` (or `--ntasks-per-node`, from which Slurm counts them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ntasks: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ntasks_per_node: bool,
+    /// `--export` as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<String>,
+}
+
+impl Given {
+    pub fn is_empty(&self) -> bool {
+        *self == Given::default()
+    }
+}
+
 /// A job request as gsub resolved it (the same resolution sbatch makes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobSpec {
@@ -131,6 +170,12 @@ pub struct JobSpec {
     /// `--ntasks-per-gpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks_per_gpu: Option<u32>,
+    /// `--open-mode`: absent, output is appended to (gsub's way); sbatch truncates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_mode: Option<OpenMode>,
+    /// Which options were given, for the variables Slurm sets only then.
+    #[serde(default, skip_serializing_if = "Given::is_empty")]
+    pub given: Given,
     /// The host `gsub`/`sbatch` ran on (`SLURM_SUBMIT_HOST`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_host: Option<String>,
@@ -231,6 +276,8 @@ impl JobSpec {
             gpu_bind: None,
             ntasks_per_gpu: None,
             submit_host: None,
+            given: Given::default(),
+            open_mode: None,
             mem_mb: None,
             mem_per_gpu_mb: None,
             time_limit_s: None,
@@ -291,6 +338,38 @@ pub const DEFAULT_ACCOUNT: &str = "default";
 pub struct ArrayTask {
     pub array_job_id: JobId,
     pub task_id: u32,
+    /// The whole array's shape (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<ArraySpan>,
+}
+
+/// The shape of a job array: `SLURM_ARRAY_TASK_COUNT`, `_MIN`, `_MAX`, `_STEP`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ArraySpan {
+    pub count: u32,
+    pub min: u32,
+    pub max: u32,
+    /// The stride of an evenly spaced array (`0-10:5` is 5), else 1.
+    pub step: u32,
+}
+
+impl ArraySpan {
+    pub fn of(ids: &[u32]) -> Option<ArraySpan> {
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        let (&min, &max) = (sorted.first()?, sorted.last()?);
+        let strides: Vec<u32> = sorted.windows(2).map(|w| w[1] - w[0]).collect();
+        let step = match strides.first() {
+            Some(&s) if s > 0 && strides.iter().all(|x| *x == s) => s,
+            _ => 1,
+        };
+        Some(ArraySpan {
+            count: ids.len() as u32,
+            min,
+            max,
+            step,
+        })
+    }
 }
 
 /// Where a job is in its life. Terminal states never change again except through an

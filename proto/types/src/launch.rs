@@ -10,6 +10,9 @@ pub struct LaunchSpec {
     pub job: JobId,
     /// Array tasks: (array job id, task id).
     pub array: Option<(JobId, u32)>,
+    /// The array's shape, for its `SLURM_ARRAY_TASK_*` variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_span: Option<crate::job::ArraySpan>,
     pub attempt: u32,
     pub node_rank: u32,
     pub nodes: Vec<String>,

@@ -48,8 +48,22 @@ fn show_job(rt: &tokio::runtime::Runtime, client: &mut Client, job: &str, json: 
     };
     if json {
         gsched_cli::print_json(j);
+        return;
+    }
+    // As scontrol: an array's id shows each of its tasks, one record after another.
+    let records: Vec<&JobRow> = if sel.task.is_none() && j.array_job_id.map(|a| a.0) == Some(sel.id)
+    {
+        jobs.iter()
+            .filter(|t| t.array_job_id.map(|a| a.0) == Some(sel.id))
+            .collect()
     } else {
-        print_job(j);
+        vec![j]
+    };
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            outln!();
+        }
+        print_job(r);
     }
 }
 
@@ -100,14 +114,56 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
     }
 }
 
+/// An output pattern as `scontrol show job` prints it: absolute, with the job's ids,
+/// name and user filled in (`%N`, `%n`, `%t` differ per node and task and stay).
+fn output_path(pattern: &str, j: &JobRow, workdir: &str) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&j.job_id.to_string()),
+            Some('x') => out.push_str(&j.name),
+            Some('u') => out.push_str(&j.user),
+            Some('A') => out.push_str(&j.array_job_id.unwrap_or(j.job_id).to_string()),
+            Some('a') => out.push_str(
+                &j.array_task_id
+                    .map_or_else(|| "4294967294".to_string(), |t| t.to_string()),
+            ),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    if out.starts_with('/') {
+        out
+    } else {
+        format!("{}/{out}", workdir.trim_end_matches('/'))
+    }
+}
+
 fn print_job(j: &JobRow) {
+    // Slurm's field names and order where Slurm has the field (scripts grep them), then
+    // gsched's own.
+    outln!("JobId={} JobName={}", j.display_id, j.name);
+    let uid = j
+        .spec
+        .as_ref()
+        .and_then(|s| s.uid)
+        .map(|u| format!("({u})"))
+        .unwrap_or_default();
     outln!(
-        "JobId={} JobName={} UserId={} Account={} Partition={}",
-        j.display_id,
-        j.name,
+        "   UserId={}{uid} Account={} Partition={} QOS={}",
         j.user,
         j.account,
-        j.partition
+        j.partition,
+        j.qos.as_deref().unwrap_or("normal")
     );
     outln!(
         "   JobState={} Reason={} Restarts={} ExitCode={}",
@@ -115,34 +171,63 @@ fn print_job(j: &JobRow) {
         j.reason,
         j.restarts,
         j.exit_code
-            .map(|c| c.to_string())
-            .unwrap_or_else(|| "-".into())
+            .map(|c| format!("{c}:0"))
+            .unwrap_or_else(|| "0:0".into())
     );
     let time_limit = j
         .time_limit_s
         .map(gsched_types::parse::format_duration)
         .unwrap_or_else(|| "UNLIMITED".into());
+    let list_or_null = |l: &[String]| {
+        if l.is_empty() {
+            "(null)".to_string()
+        } else {
+            gsched_types::hostlist::compress(l)
+        }
+    };
+    if let Some(s) = &j.spec {
+        outln!(
+            "   ReqNodeList={} ExcNodeList={}",
+            list_or_null(&s.nodelist),
+            list_or_null(&s.exclude)
+        );
+    }
+    let node_list = if j.node_list.is_empty() {
+        "(null)"
+    } else {
+        j.node_list.as_str()
+    };
     match &j.spec {
         Some(s) => {
             outln!(
-                "   NumNodes={} GPUsPerNode={} GpuType={} NTasks={} CPUsPerTask={} Mem={} TimeLimit={time_limit}",
+                "   NodeList={node_list} NumNodes={} NumTasks={} CPUs/Task={} GPUsPerNode={} GpuType={} Mem={} TimeLimit={time_limit}",
                 s.nodes,
-                s.gpus_per_node,
-                s.gpu_type.as_deref().unwrap_or("-"),
                 s.ntasks,
                 s.cpus_per_task,
+                s.gpus_per_node,
+                s.gpu_type.as_deref().unwrap_or("-"),
                 s.mem_mb
                     .map(|m| format!("{m}M"))
                     .unwrap_or_else(|| "default".into()),
             );
+            if s.gpus_per_node > 0 {
+                outln!("   TresPerNode=gres:gpu:{}", s.gpus_per_node);
+            }
+            let default = if j.array_task_id.is_some() {
+                "gsched-%A_%a.out"
+            } else {
+                "gsched-%j.out"
+            };
+            let out = s.output.as_deref().unwrap_or(default);
+            outln!("   WorkDir={}", s.workdir);
+            outln!("   StdOut={}", output_path(out, j, &s.workdir));
             outln!(
-                "   WorkDir={} StdOut={}",
-                s.workdir,
-                s.output.as_deref().unwrap_or("gsched-%j.out")
+                "   StdErr={}",
+                output_path(s.error.as_deref().unwrap_or(out), j, &s.workdir)
             );
         }
         None => outln!(
-            "   NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
+            "   NodeList={node_list} NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
             j.nodes,
             j.gpus_per_node
         ),

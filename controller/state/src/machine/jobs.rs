@@ -37,8 +37,12 @@ impl ClusterState {
         if spec.partition.is_none() && !self.config.partitions.is_empty() {
             spec.partition = Some(self.config.default_partition());
         }
+        let mut span = None;
         let tasks: Vec<Option<u32>> = match spec.array.take() {
-            Some(ids) => ids.into_iter().map(Some).collect(),
+            Some(ids) => {
+                span = gsched_types::job::ArraySpan::of(&ids);
+                ids.into_iter().map(Some).collect()
+            }
             None => vec![None],
         };
         let base = JobId(self.next_job_id);
@@ -53,6 +57,7 @@ impl ClusterState {
             record.array_task = task.map(|t| ArrayTask {
                 array_job_id: base,
                 task_id: t,
+                span,
             });
             self.jobs.insert(id, Box::new(record));
             ids.push(id);

@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""The differential harness: every corpus script, unmodified, on real Slurm and on
+gsched (through the Slurm names), side by side on equal clusters; one row per script.
+
+    tests/slurmdiff/run.sh [--only SUBSTRING] [--table FILE] [--keep]
+
+Both clusters have 2 nodes x 8 GPUs, 32 CPUs on 2 NUMA nodes and 4096 MB (Slurm:
+tests/slurmdiff/slurm.sh; gsched: tests/slurmdiff/topology.json). Each script runs alone
+on each cluster (the two clusters at the same time), so placement starts from the same
+empty cluster. A row is `identical`, `by design` (every difference is one of DESIGN
+below, each with the reason README "Coming from Slurm" gives), `open` (a difference
+listed in open-differences.txt, not yet fixed) or `bug`. The exit status is 1 when any
+row is `bug`.
+
+What is compared, per script:
+  * what sbatch printed and its exit status (a driver script: its output and status);
+  * every file the job wrote in its directory: its name (%j %A %a %x %N %n %t %u %%
+    expanded) and its lines (sorted: tasks write concurrently on both);
+  * per task (the probe's record, from any step or the batch step): COMPARED_VARS,
+    DIFF_* variables, the working directory, the arguments, the signals it received,
+    the number of CPUs it may use and which fake GPU device nodes it can open;
+  * each job's JobState and ExitCode as `scontrol show job` prints them.
+Job ids are replaced by J1, J2... in numeric order (array tasks' own ids by JA), the run
+directory by <RUN>; node names are the same on both (n1, n2), except in output file
+names, where %N gives the Slurm side's one host name and both become <node>.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+ROOT = Path(os.environ.get("SLURMDIFF_DIR", "/tmp/gsched-slurmdiff"))
+HOST = os.uname().nodename.split(".")[0]
+GSCHED_PORT = int(os.environ.get("SLURMDIFF_GSCHED_PORT", "17900"))
+
+# Program names corpus scripts run; each is a link to probe.py in the run directory.
+PROGRAMS = [
+    "train.py",
+    "pretrain_gpt.py",
+    "finetune.py",
+    "main.py",
+    "serve.py",
+    "eval.py",
+    "probe.py",
+    "run_train.py",
+]
+
+COMPARED_VARS = [
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NODEID",
+    "SLURMD_NODENAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE",
+    "SLURM_GPU_BIND", "SLURM_NTASKS_PER_GPU", "SLURM_CPUS_PER_GPU", "SLURM_MEM_PER_NODE",
+    "SLURM_MEM_PER_GPU", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP",
+    "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_JOB_USER", "SLURM_JOB_UID",
+    "SLURM_JOB_GID", "SLURM_RESTART_COUNT", "SLURM_GTIDS", "SLURM_EXPORT_ENV",
+    "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HOME", "USER",
+]
+
+# Differences gsched makes on purpose: (name, test on (key, slurm value, gsched value),
+# reason, scoped). A scoped one applies only to scripts that name it (`# design: NAME`).
+# README "Coming from Slurm" explains each.
+DESIGN = [
+    ("cpu-share",
+     lambda k, a, b: k.endswith(("SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE")),
+     "a GPU job gets its GPUs' share of the node's CPUs, not one CPU per task", False),
+    ("gpus-per-node-always",
+     lambda k, a, b: k.endswith("SLURM_GPUS_PER_NODE") and a is None,
+     "SLURM_GPUS_PER_NODE is set for every GPU job, whichever spelling asked for GPUs",
+     False),
+    ("no-gpu-hidden",
+     lambda k, a, b: k.endswith("CUDA_VISIBLE_DEVICES") and a is None and b == "",
+     "a job without GPUs gets CUDA_VISIBLE_DEVICES empty, so CUDA sees none even where "
+     "no device cgroup hides them", False),
+    ("array-task-ids",
+     lambda k, a, b: k.endswith(("SLURM_JOB_ID", "SLURM_JOBID")) and {a, b} == {"JA", "J1"},
+     "an array's first task has the array's own id; Slurm gives that id to the task it "
+     "splits off last", False),
+    ("peer-no-accounting",
+     lambda k, a, b: k.startswith("file ") and "accounting storage is disabled" in (a or ""),
+     "the Slurm side runs without slurmdbd, so its sacct has nothing to show; gsched "
+     "keeps accounting without one", True),
+    ("hetjob-refused",
+     lambda k, a, b: k.startswith(("submit[", "jobs.state", "file ")),
+     "heterogeneous jobs are refused at submission with a message naming the way out",
+     True),
+    ("tasks-from-cpus",
+     lambda k, a, b: k.endswith(("SLURM_TASKS_PER_NODE", "SLURM_GTIDS")),
+     "with no task count given, gsched counts one task per node; Slurm counts one per "
+     "allocated CPU in SLURM_TASKS_PER_NODE", True),
+]
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=isinstance(cmd, str), text=True,
+                          capture_output=True, **kw)
+
+
+# ------------------------------------------------------------------ clusters
+
+def bin_dir():
+    d = os.environ.get("GSCHED_BIN")
+    if d:
+        return Path(d)
+    for p in ("debug", "release"):
+        if (REPO / "target" / p / "gctld").exists():
+            return REPO / "target" / p
+    sys.exit("slurmdiff: no gsched binaries; run cargo build --bins first")
+
+
+class Slurm:
+    name = "slurm"
+
+    def __init__(self):
+        self.root = ROOT / "slurm"
+
+    def up(self):
+        r = sh([str(HERE / "slurm.sh"), "up"],
+               env={**os.environ, "SLURMDIFF_ROOT": str(self.root)})
+        if r.returncode != 0:
+            sys.exit("slurmdiff: Slurm did not start:\n" + r.stderr)
+
+    def down(self):
+        sh([str(HERE / "slurm.sh"), "down"],
+           env={**os.environ, "SLURMDIFF_ROOT": str(self.root)})
+
+    def env(self):
+        return {"SLURM_CONF": str(self.root / "etc/slurm.conf"),
+                "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+                "DIFF_DEV_DIR": str(self.root / "dev")}
+
+
+class Gsched:
+    name = "gsched"
+
+    def __init__(self):
+        self.root = ROOT / "gsched"
+        self.bin = bin_dir()
+        self.procs = []
+        self.controllers = f"127.0.0.1:{GSCHED_PORT}"
+
+    def up(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+        (self.root / "log").mkdir(parents=True)
+        logs = self.root / "log"
+        self.procs.append(subprocess.Popen(
+            [str(self.bin / "gctld"), "--dev-local", "--id", "1", "--listen",
+             self.controllers, "--data-dir", str(self.root / "ctl")],
+            stdout=open(logs / "gctld.log", "w"), stderr=subprocess.STDOUT))
+        sh([str(self.bin / "gctl"), "slurm-names", str(self.root / "slurm")], check=True)
+        for n in ("n1", "n2"):
+            self.procs.append(subprocess.Popen(
+                [str(self.bin / "gagentd"), "--dev-local", "--min-uid", "0",
+                 "--controllers", self.controllers, "--name", n,
+                 "--state-dir", str(self.root / n),
+                 "--fake-topology", str(HERE / "topology.json"),
+                 "--training-addr", "127.0.0.1", "--cgroup-root", "off",
+                 "--kmsg", str(self.root / f"{n}.kmsg"),
+                 "--slurm-names", str(self.root / "slurm")],
+                stdout=open(logs / f"{n}.log", "w"), stderr=subprocess.STDOUT))
+        env = {**os.environ, **self.env()}
+        for _ in range(300):
+            r = sh([str(self.bin / "ginfo"), "--json"], env=env)
+            if r.returncode == 0 and r.stdout.count('"online": true') >= 2:
+                break
+            time.sleep(0.2)
+        else:
+            sys.exit(f"slurmdiff: gsched did not come up; see {logs}")
+        # Job ids from 1000, as FirstJobId gives on the Slurm side: small ids would be
+        # mistaken for ranks and counts when they are normalised.
+        r = sh(["sbatch", "--parsable", "--hold", "--array=1-998", "--wrap", "true"],
+               env=env, cwd=self.root)
+        if r.returncode != 0:
+            sys.exit(f"slurmdiff: gsched refused the id-spacing array: {r.stderr}")
+        sh(["scancel", r.stdout.strip().split(";")[0]], env=env)
+
+    def down(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def env(self):
+        return {"GSCHED_CONTROLLERS": self.controllers,
+                "PATH": f"{self.root / 'slurm'}:{self.bin}:/usr/bin:/bin:/usr/sbin:/sbin",
+                "DIFF_DEV_DIR": str(self.root / "dev")}
+
+
+# ------------------------------------------------------------------ corpus
+
+def headers(text):
+    h = {"source": [], "submit": "", "times": 1, "driver": False, "design": []}
+    for line in text.splitlines():
+        m = re.match(r"#\s*(source|submit|times|driver|design):\s*(.*)$", line)
+        if not m:
+            continue
+        key, val = m.group(1), m.group(2).strip()
+        if key == "source":
+            h["source"].append(val)
+        elif key == "submit":
+            h["submit"] = val
+        elif key == "times":
+            h["times"] = int(val)
+        elif key == "design":
+            h["design"] += val.split()
+        else:
+            h["driver"] = True
+    return h
+
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def ended(job, env):
+    """Whether every job (or array task) `scontrol show job` lists for `job` has ended."""
+    r = sh(["scontrol", "show", "job", str(job)], env={**os.environ, **env})
+    states = re.findall(r"JobState=(\S+)", r.stdout)
+    return r.returncode == 0 and states and all(st in TERMINAL for st in states)
+
+
+def run_one(cluster, script, timeout=180):
+    """Runs one corpus script on one cluster; returns the raw observations."""
+    text = script.read_text()
+    h = headers(text)
+    run = ROOT / "runs" / cluster.name / script.stem
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    (run / script.name).write_text(text)
+    for p in PROGRAMS:
+        os.symlink(HERE / "probe.py", run / p)
+    (run / "data").mkdir()
+    (run / "bin").mkdir()
+    for py in ("python", "python3"):
+        os.symlink("/usr/bin/python3", run / "bin" / py)
+    env = {"HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+           "USER": os.environ.get("USER", "root"), "DIFF_FROM_SUBMIT": "yes",
+           **cluster.env()}
+    env["PATH"] = f"{run / 'bin'}:{env['PATH']}"
+    outs = []
+    ids = []
+    if h["driver"]:
+        try:
+            r = sh(["bash", script.name], cwd=run, env=env, timeout=timeout)
+            outs.append((r.returncode, r.stdout, r.stderr))
+        except subprocess.TimeoutExpired:
+            outs.append((124, "", "timed out"))
+    else:
+        extra = h["submit"].split() if h["submit"] else []
+        for _ in range(h["times"]):
+            r = sh(["sbatch", *extra, script.name], cwd=run, env=env)
+            outs.append((r.returncode, r.stdout, r.stderr))
+    ids = sorted({int(m) for _, o, e in outs
+                  for m in re.findall(r"Submitted batch job (\d+)", o + e)})
+    deadline = time.time() + timeout
+    for j in ids:
+        while time.time() < deadline and not ended(j, env):
+            time.sleep(0.2)
+    jobs = {}
+    for j in ids:
+        r = sh(["scontrol", "show", "job", str(j)], env={**os.environ, **env})
+        jobs[j] = r.stdout
+    files, probes = {}, []
+    for p in sorted(run.rglob("*")):
+        if p.is_symlink() or p.is_dir() or p.name == script.name:
+            continue
+        if p.parent == run / "probes":
+            probes.append(json.loads(p.read_text()))
+            continue
+        rel = str(p.relative_to(run))
+        try:
+            files[rel] = p.read_text(errors="replace")
+        except OSError as e:
+            files[rel] = f"<unreadable: {e}>"
+    return {"run": str(run), "outs": outs, "ids": ids, "jobs": jobs, "files": files,
+            "probes": probes}
+
+
+# ------------------------------------------------------------------ normalise
+
+def id_map(obs):
+    """Job ids seen (submitted, and in the probes' variables) -> J1, J2...; array
+    tasks' own ids -> JA."""
+    ids = set(obs["ids"])
+    task_ids = set()
+    for rec in obs["probes"]:
+        env = rec["env"]
+        for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"):
+            if env.get(k, "").isdigit():
+                ids.add(int(env[k]))
+        own, array = env.get("SLURM_JOB_ID", ""), env.get("SLURM_ARRAY_JOB_ID")
+        if array and own != array and own.isdigit():
+            task_ids.add(int(own))
+    named = sorted(ids - task_ids)
+    m = {j: f"J{i + 1}" for i, j in enumerate(named)}
+    m.update({j: "JA" for j in task_ids})
+    return m
+
+
+def normaliser(obs):
+    ids = id_map(obs)
+    run = obs["run"]
+    pat = re.compile(r"(?<!\d)(" + "|".join(str(j) for j in sorted(ids, reverse=True))
+                     + r")(?!\d)") if ids else None
+
+    def norm(s):
+        s = s.replace(run, "<RUN>")
+        return pat.sub(lambda m: ids[int(m.group(1))], s) if pat else s
+    return norm
+
+
+def facts(obs):
+    norm = normaliser(obs)
+    f = {}
+    for i, (code, out, err) in enumerate(obs["outs"]):
+        f[f"submit[{i}].exit"] = str(code)
+        f[f"submit[{i}].stdout"] = norm(out.strip())
+        f[f"submit[{i}].stderr"] = norm(err.strip())
+    states = []
+    for text in obs["jobs"].values():
+        for st, ec in re.findall(r"JobState=(\S+).*?ExitCode=(\S+)", text, re.S):
+            states.append(f"{st} {ec}")
+    f["jobs.state"] = " | ".join(sorted(states))
+    for name, text in obs["files"].items():
+        # The Slurm side's nodes share this host's name, which %N gives there.
+        name = re.sub(rf"(?<![A-Za-z0-9])({HOST}|n1|n2)(?![A-Za-z0-9])", "<node>", name)
+        f[f"file {norm(name)}"] = "\n".join(sorted(norm(line) for line in text.splitlines()))
+    tasks = [task_fact(rec, norm) for rec in obs["probes"]]
+    # Concurrent steps number themselves in the order they reach the controller, on
+    # either side: tasks are matched by what they ran and where, not by step number.
+    tasks.sort(key=lambda t: (t.get("SLURM_ARRAY_TASK_ID", ""), "SLURM_STEP_ID" in t,
+                              t["argv"], t.get("SLURMD_NODENAME", ""),
+                              t.get("SLURM_PROCID", ""), json.dumps(t, sort_keys=True)))
+    for i, t in enumerate(tasks):
+        kind = "step" if "SLURM_STEP_ID" in t else "batch"
+        label = f"task[{t.get('SLURM_ARRAY_TASK_ID', '-')}/{kind}" \
+                f"/{t.get('SLURM_PROCID', '?')}#{i}]"
+        for k, v in t.items():
+            f[f"{label}.{k}"] = v
+    return f
+
+
+def task_fact(rec, norm):
+    env = rec["env"]
+    t = {}
+    for k in COMPARED_VARS + sorted(k for k in env if k.startswith("DIFF_")):
+        if k in env and k != "DIFF_DEV_DIR":
+            t[k] = norm(env[k])
+    for k in ("SLURM_STEP_ID", "SLURM_STEPID"):
+        if k in t:
+            t[k] = "<step>"
+    t["prog"] = rec["prog"]
+    t["argv"] = norm(" ".join(rec["argv"]))
+    t["cwd"] = norm(rec["cwd"])
+    t["ncpus"] = str(rec["ncpus"])
+    if rec["signals"]:
+        t["signals"] = ",".join(rec["signals"])
+    return t
+
+
+# ------------------------------------------------------------------ compare
+
+def compare(a, b):
+    diffs = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            diffs.append((k, a.get(k), b.get(k)))
+    return diffs
+
+
+def classify(name, diffs, open_diffs, declared):
+    if not diffs:
+        return "identical", []
+    reasons, bugs = set(), []
+    for k, sv, gv in diffs:
+        rule = next((r for r in DESIGN
+                     if (not r[3] or r[0] in declared) and r[1](k, sv, gv)), None)
+        if rule:
+            reasons.add(rule[0])
+        else:
+            bugs.append((k, sv, gv))
+    if not bugs:
+        return "by design", sorted(reasons)
+    if name in open_diffs:
+        return "open", [open_diffs[name]]
+    return "bug", [f"{k}: slurm={sv!r} gsched={gv!r}" for k, sv, gv in bugs[:6]]
+
+
+def load_open():
+    out = {}
+    p = HERE / "open-differences.txt"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                name, _, why = line.partition(" ")
+                out[name] = why.strip()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--table", help="also write the table (markdown) here")
+    ap.add_argument("--keep", action="store_true", help="leave both clusters running")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args()
+    scripts = sorted(p for p in (HERE / "corpus").iterdir()
+                     if p.suffix in (".sbatch", ".sh") and args.only in p.name)
+    for s in scripts:
+        if not headers(s.read_text())["source"]:
+            sys.exit(f"slurmdiff: {s.name} names no source (# source: ...)")
+    slurm, gsched = Slurm(), Gsched()
+    slurm.up()
+    gsched.up()
+    open_diffs = load_open()
+    rows = []
+    started = time.time()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            for s in scripts:
+                fs, fg = pool.submit(run_one, slurm, s), pool.submit(run_one, gsched, s)
+                a, b = facts(fs.result()), facts(fg.result())
+                diffs = compare(a, b)
+                declared = headers(s.read_text())["design"]
+                verdict, notes = classify(s.stem, diffs, open_diffs, declared)
+                rows.append((s.stem, verdict, notes))
+                print(f"{s.stem:40} {verdict:10} {'; '.join(notes)}", flush=True)
+                if args.verbose and diffs:
+                    for k, sv, gv in diffs:
+                        print(f"    {k}\n      slurm : {sv!r}\n      gsched: {gv!r}")
+    finally:
+        if not args.keep:
+            gsched.down()
+            slurm.down()
+    counts = {}
+    for _, v, _ in rows:
+        counts[v] = counts.get(v, 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    print(f"# {len(rows)} scripts in {time.time() - started:.0f} s: {summary}")
+    if args.table:
+        with open(args.table, "w") as t:
+            t.write("| script | verdict | notes |\n|---|---|---|\n")
+            for name, v, notes in rows:
+                t.write(f"| {name} | {v} | {'; '.join(notes)} |\n")
+            t.write(f"\n{len(rows)} scripts: {summary}.\n")
+    return 1 if counts.get("bug") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
