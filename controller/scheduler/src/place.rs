@@ -731,8 +731,10 @@ pub fn cpus_on(job: &PendingJob, node: &NodeView) -> u32 {
     job.cpus_per_node.max(per_gpu * job.gpus_per_node)
 }
 
-/// CPUs on the GPUs' NUMA nodes first (lowest ids), then the others (most free first);
-/// CPU-only jobs start on the NUMA node with the most free CPUs.
+/// CPUs on the GPUs' NUMA nodes first, each of those nodes giving its GPUs' share (a job
+/// whose GPUs sit on two NUMA nodes gets CPUs on both, as each GPU's feeder threads want
+/// them near it), then the others (most free first); CPU-only jobs start on the NUMA node
+/// with the most free CPUs. Lowest free ids within a NUMA node.
 fn choose_cpus(
     node: &NodeView,
     usage: &NodeUsage,
@@ -752,18 +754,20 @@ fn choose_cpus(
     if count == 0 {
         return Some(chosen);
     }
-    let take = |cpus: &[u32], chosen: &mut Vec<u32>| {
+    let take = |cpus: &[u32], limit: usize, chosen: &mut Vec<u32>| {
+        let mut taken = 0;
         for &c in cpus {
-            if chosen.len() == count {
+            if chosen.len() == count || taken == limit {
                 return;
             }
-            if !usage.cpus.contains(c) {
+            if !usage.cpus.contains(c) && !chosen.contains(&c) {
                 chosen.push(c);
+                taken += 1;
             }
         }
     };
     if node.numa_cpus.is_empty() {
-        take(&node.capacity.cpus, &mut chosen);
+        take(&node.capacity.cpus, count, &mut chosen);
     } else {
         let free_count = |cpus: &[u32]| cpus.iter().filter(|c| !usage.cpus.contains(**c)).count();
         let mut order: Vec<(usize, usize, u32)> = node
@@ -772,7 +776,8 @@ fn choose_cpus(
             .enumerate()
             .map(|(i, (id, cpus))| (i, free_count(cpus), *id))
             .collect();
-        let mut preferred: Vec<u32> = gpus.iter().filter_map(|g| node.topo.numa_of(*g)).collect();
+        let gpu_numa: Vec<u32> = gpus.iter().filter_map(|g| node.topo.numa_of(*g)).collect();
+        let mut preferred = gpu_numa.clone();
         preferred.dedup();
         // Preferred NUMA nodes in GPU order, then the rest by free CPUs (most first).
         order.sort_by_key(
@@ -781,8 +786,24 @@ fn choose_cpus(
                 None => (1, 0, usize::MAX - free, *id),
             },
         );
+        // First each GPU NUMA node's share (count split by GPUs, the remainder to the
+        // first), then whatever is still missing in the order above.
+        if preferred.len() > 1 {
+            let per_gpu = count / gpu_numa.len();
+            let mut extra = count % gpu_numa.len();
+            for p in &preferred {
+                let gpus_here = gpu_numa.iter().filter(|n| *n == p).count();
+                let mut share = per_gpu * gpus_here;
+                let bonus = extra.min(gpus_here);
+                share += bonus;
+                extra -= bonus;
+                if let Some((_, cpus)) = node.numa_cpus.iter().find(|(id, _)| id == p) {
+                    take(cpus, share, &mut chosen);
+                }
+            }
+        }
         for (i, _, _) in order {
-            take(&node.numa_cpus[i].1, &mut chosen);
+            take(&node.numa_cpus[i].1, count, &mut chosen);
             if chosen.len() == count {
                 break;
             }

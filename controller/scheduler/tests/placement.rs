@@ -337,6 +337,27 @@ fn a_gpu_job_without_a_cpu_count_gets_its_gpus_share_of_the_cpus() {
 }
 
 #[test]
+fn a_job_whose_gpus_span_two_numa_nodes_gets_cpus_on_both() {
+    // GPUs 0-3 on NUMA 0, 4-7 on NUMA 1: with 3 GPUs busy on NUMA 0 and 3 on NUMA 1, a
+    // 2-GPU job gets one GPU on each, and its CPUs split between their NUMA nodes.
+    let topo = shipped("rtx4090-8gpu.json");
+    let busy = [running(8, "n1", &[0, 1, 2]), running(9, "n1", &[4, 5, 6])];
+    let node = with_usage(NodeView::from_topology("n1", &topo, "10.0.0.1"), &busy);
+    let mut j = job(1, 1, 2);
+    j.cpus_per_node = 8;
+    let p = plan(&snapshot(vec![node], vec![j], busy.to_vec()), 0);
+    let a = &p.starts[0].allocation.nodes[0];
+    let mut gpus = a.gpus.clone();
+    gpus.sort_unstable();
+    assert_eq!(gpus, vec![3, 7]);
+    let on = |numa: usize| {
+        let local = gsched_types::cpulist::parse(&topo.numa_nodes[numa].cpus).unwrap();
+        a.cpus.iter().filter(|c| local.contains(c)).count()
+    };
+    assert_eq!((on(0), on(1)), (4, 4), "CPUs {:?}", a.cpus);
+}
+
+#[test]
 fn begin_time_waits_and_nice_yields() {
     let topo = shipped("rtx4090-8gpu.json");
     let node = NodeView::from_topology("n1", &topo, "10.0.0.1");
