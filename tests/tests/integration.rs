@@ -18,5 +18,6 @@ mod livefuzz;
 mod metrics;
 mod slurm;
 mod slurm_scripts;
+mod slurmdiff;
 mod tidy;
 mod trust;

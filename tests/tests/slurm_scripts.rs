@@ -37,8 +37,9 @@ fn sbatch(c: &Cluster, links: &str, args: &[&str]) -> u64 {
         .unwrap()
 }
 
+/// The job's output: `sbatch` names it as Slurm does.
 fn output(c: &Cluster, id: u64) -> String {
-    std::fs::read_to_string(c.path(&format!("gsched-{id}.out"))).unwrap_or_default()
+    std::fs::read_to_string(c.path(&format!("slurm-{id}.out"))).unwrap_or_default()
 }
 
 /// Debian's PyTorch 1.13 (what CI installs) needs these on current Pythons (its torchrun
