@@ -751,23 +751,33 @@ mod tests {
         assert!(!env.contains_key("NCCL_IB_HCA"));
     }
 
+    /// One task's environment with no network plan, agent overrides or home.
+    fn env_of(
+        l: &LaunchSpec,
+        node: &str,
+        local_task: u32,
+        gpu_map: &[u32],
+        devices_filtered: bool,
+    ) -> BTreeMap<String, String> {
+        task_env(&TaskEnv {
+            launch: l,
+            node,
+            local_task,
+            net: &NetPlan::default(),
+            log_dir: "/x",
+            agent_env: &BTreeMap::new(),
+            home: None,
+            gpu_map,
+            devices_filtered,
+        })
+    }
+
     #[test]
     fn per_task_gpu_binding() {
         let mut l = launch(vec![4, 5, 6, 7]);
         l.spec.ntasks_per_node = 2;
         l.spec.gpus_per_task = Some(2);
-        let net = NetPlan::default();
-        let e1 = task_env(&TaskEnv {
-            launch: &l,
-            node: "n2",
-            local_task: 1,
-            net: &net,
-            log_dir: "/x",
-            agent_env: &BTreeMap::new(),
-            home: None,
-            gpu_map: &[],
-            devices_filtered: false,
-        });
+        let e1 = env_of(&l, "n2", 1, &[], false);
         assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "6,7");
         assert_eq!(e1["SLURM_PROCID"], "3");
         assert_eq!(e1["SLURM_LOCALID"], "1");
@@ -777,17 +787,7 @@ mod tests {
         // per-task binding of the job's srun steps will be.
         l.spec.launch = LaunchMode::Batch;
         l.node_rank = 0;
-        let batch = task_env(&TaskEnv {
-            launch: &l,
-            node: "n1",
-            local_task: 0,
-            net: &net,
-            log_dir: "/x",
-            agent_env: &BTreeMap::new(),
-            home: None,
-            gpu_map: &[],
-            devices_filtered: false,
-        });
+        let batch = env_of(&l, "n1", 0, &[], false);
         assert_eq!(batch["CUDA_VISIBLE_DEVICES"], "4,5,6,7");
         assert_eq!(batch["SLURM_GPUS_PER_TASK"], "2");
         assert!(!batch.contains_key("SLURM_STEP_GPUS"));
@@ -799,17 +799,7 @@ mod tests {
         // An agent managing devices 2 and 3 of a machine as its GPUs 0 and 1.
         let mut l = launch(vec![0, 1]);
         l.spec.ntasks_per_node = 1;
-        let e = task_env(&TaskEnv {
-            launch: &l,
-            node: "n2",
-            local_task: 0,
-            net: &net,
-            log_dir: "/x",
-            agent_env: &BTreeMap::new(),
-            home: None,
-            gpu_map: &[2, 3],
-            devices_filtered: false,
-        });
+        let e = env_of(&l, "n2", 0, &[2, 3], false);
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "2,3");
     }
 
