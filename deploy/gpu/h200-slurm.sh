@@ -50,6 +50,6 @@ for _ in $(seq 1 300); do
     sleep 0.5
 done
 echo "job $J $s" | tee "$OUT/state.txt"
-cp "gsched-$J.out" "$OUT/job-output.txt" 2>/dev/null
+cp "slurm-$J.out" "$OUT/job-output.txt" 2>/dev/null
 cp env-step.txt env-batch.txt "$OUT/" 2>/dev/null
-grep -v "^\[W\|Warning" "gsched-$J.out" | tail -30
+grep -v "^\[W\|Warning" "slurm-$J.out" | tail -30
