@@ -116,6 +116,19 @@ mod tests {
     }
 
     #[test]
+    fn uneven_task_counts_are_for_batch_jobs_alone() {
+        let slurm = "#!/bin/bash\n#SBATCH -N 2\nsrun hostname\n";
+        let spec = |text: &str| {
+            let a = parse_args(&["-N", "2", "-n", "3", "x.sh"]);
+            resolve(&a, Some(text.into()), Some("x.sh"), &ctx())
+        };
+        let s = spec(slurm).unwrap();
+        assert_eq!((s.ntasks, s.ntasks_per_node), (3, 2));
+        let e = spec("#!/bin/sh\nhostname\n").unwrap_err();
+        assert!(e.contains("multiple of --nodes=2"), "{e}");
+    }
+
+    #[test]
     fn begin_and_nice() {
         let a = parse_args(&["--begin=now+1hour", "--nice", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();

@@ -71,6 +71,12 @@ pub fn resolve(
     let when = timing(args, ctx)?;
     let place = placement(args, tasks.nodes)?;
     let launch = launch_mode(args, script_text.as_deref())?;
+    if launch == LaunchMode::EachNode && tasks.ntasks != tasks.nodes * tasks.per_node {
+        return Err(format!(
+            "--ntasks={} must be a multiple of --nodes={} for a job that runs on every node (gsched starts the same number of tasks on each); a script with #SBATCH lines (or --launch=batch) may spread them unevenly through srun",
+            tasks.ntasks, tasks.nodes
+        ));
+    }
     let program = program(args, script_text, script_name)?;
     let (array, array_limit) = match &args.array {
         Some(a) => {
@@ -202,14 +208,9 @@ fn tasks(args: &SubArgs) -> Result<Tasks, String> {
                 "--ntasks={n} does not fit --nodes={nodes} x --ntasks-per-node={m}"
             ));
         }
-        (Some(n), None) => {
-            if n % nodes != 0 {
-                return Err(format!(
-                    "--ntasks={n} must be a multiple of --nodes={nodes} (gsched places the same number of tasks on every node)"
-                ));
-            }
-            per_node = Some(n / nodes);
-        }
+        // Uneven counts (-n 3 -N 2) are a batch job's alone: its steps lay tasks out in
+        // blocks (2+1) as srun does; `resolve` refuses them for each-node jobs.
+        (Some(n), None) => per_node = Some(n.div_ceil(nodes)),
         (None, Some(m)) => ntasks = Some(nodes * m),
         _ => {}
     }

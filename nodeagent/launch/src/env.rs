@@ -147,8 +147,13 @@ pub struct TaskEnv<'a> {
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
-fn tasks_per_node(count: u32, nodes: usize) -> String {
-    compress_counts(&vec![count; nodes])
+/// `ntasks` over `nodes` in blocks, the first nodes taking one more when they do not divide.
+fn tasks_per_node(ntasks: u32, nodes: usize) -> String {
+    let n = nodes.max(1) as u32;
+    let counts: Vec<u32> = (0..n)
+        .map(|i| ntasks / n + u32::from(i < ntasks % n))
+        .collect();
+    compress_counts(&counts)
 }
 
 /// The cluster's tools inside a job, for scripts that call `scontrol`/`sbatch`: the
@@ -237,7 +242,11 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     // Identity: nothing overrides these.
     let nnodes = l.nodes.len() as u32;
     let per_node = spec.ntasks_per_node.max(1);
-    let ntasks = nnodes * per_node;
+    let ntasks = match spec.launch {
+        // A batch job's tasks are its steps', which srun lays out in blocks (2+1).
+        LaunchMode::Batch if spec.ntasks > 0 => spec.ntasks.min(nnodes * per_node),
+        _ => nnodes * per_node,
+    };
     let rank = l.node_rank * per_node + t.local_task;
     let on_node = node_gpus(l, t.gpu_map, t.devices_filtered);
     let bound = match spec.launch {
@@ -290,7 +299,7 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     set("SLURM_GTIDS", gtids(l.node_rank * per_node, task_count(l)));
     set(
         "SLURM_TASKS_PER_NODE",
-        tasks_per_node(per_node, l.nodes.len()),
+        tasks_per_node(ntasks, l.nodes.len()),
     );
     set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
     let cpus_per_node: Vec<u32> = l
@@ -776,6 +785,7 @@ mod tests {
     fn per_task_gpu_binding() {
         let mut l = launch(vec![4, 5, 6, 7]);
         l.spec.ntasks_per_node = 2;
+        l.spec.ntasks = 4;
         l.spec.gpus_per_task = Some(2);
         let e1 = env_of(&l, "n2", 1, &[], false);
         assert_eq!(e1["CUDA_VISIBLE_DEVICES"], "6,7");
@@ -796,6 +806,13 @@ mod tests {
             "only when -c is given"
         );
         assert_eq!(batch["SLURM_JOB_CPUS_PER_NODE"], "2(x2)");
+        assert_eq!(batch["SLURM_TASKS_PER_NODE"], "2(x2)");
+        // -n 3 over 2 nodes: srun's blocks, 2 then 1.
+        l.spec.ntasks = 3;
+        l.spec.given.ntasks = true;
+        let uneven = env_of(&l, "n1", 0, &[], false);
+        assert_eq!(uneven["SLURM_TASKS_PER_NODE"], "2,1");
+        assert_eq!(uneven["SLURM_NTASKS"], "3");
         // An agent managing devices 2 and 3 of a machine as its GPUs 0 and 1.
         let mut l = launch(vec![0, 1]);
         l.spec.ntasks_per_node = 1;
