@@ -147,13 +147,9 @@ pub struct TaskEnv<'a> {
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
-/// `ntasks` over `nodes` in blocks, the first nodes taking one more when they do not divide.
+/// `SLURM_TASKS_PER_NODE`: srun's blocks, compressed (`2(x2),1`).
 fn tasks_per_node(ntasks: u32, nodes: usize) -> String {
-    let n = nodes.max(1) as u32;
-    let counts: Vec<u32> = (0..n)
-        .map(|i| ntasks / n + u32::from(i < ntasks % n))
-        .collect();
-    compress_counts(&counts)
+    compress_counts(&gsched_types::steps::block_counts(ntasks, nodes as u32))
 }
 
 /// The cluster's tools inside a job, for scripts that call `scontrol`/`sbatch`: the

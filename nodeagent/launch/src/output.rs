@@ -1,10 +1,40 @@
 //! sbatch's output-file patterns: `%j` job id, `%x` job name, `%N` node name, `%u` user,
 //! `%n` node rank, `%t` task rank, `%A`/`%a` array job/task id, `%%` a percent sign.
 
+use gsched_types::job::JobId;
 use gsched_types::launch::LaunchSpec;
+
+/// What an output pattern's letters stand for; `None` leaves the letter as it is (a
+/// job's path seen from outside any one node: `scontrol show job`).
+pub struct PatternValues<'a> {
+    pub job: JobId,
+    pub name: &'a str,
+    pub user: &'a str,
+    /// (array job id, task id).
+    pub array: Option<(JobId, u32)>,
+    pub node: Option<&'a str>,
+    pub node_rank: Option<u32>,
+    pub task: Option<u32>,
+}
 
 /// Expands an output pattern for one node (and task).
 pub fn expand(pattern: &str, launch: &LaunchSpec, node: &str, task: u32) -> String {
+    expand_with(
+        pattern,
+        &PatternValues {
+            job: launch.job,
+            name: &launch.spec.name,
+            user: &launch.spec.user,
+            array: launch.array,
+            node: Some(node),
+            node_rank: Some(launch.node_rank),
+            task: Some(task),
+        },
+    )
+}
+
+/// Expands an output pattern from `v`.
+pub fn expand_with(pattern: &str, v: &PatternValues<'_>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
@@ -19,23 +49,22 @@ pub fn expand(pattern: &str, launch: &LaunchSpec, node: &str, task: u32) -> Stri
             chars.next();
         }
         let w: usize = width.parse().unwrap_or(0);
-        let value = match chars.next() {
-            Some('j') => launch.job.to_string(),
-            Some('x') => launch.spec.name.clone(),
-            Some('N') => node.to_string(),
-            Some('u') => launch.spec.user.clone(),
-            Some('n') => launch.node_rank.to_string(),
-            Some('t') => task.to_string(),
-            Some('A') => launch
-                .array
-                .map(|a| a.0.to_string())
-                .unwrap_or_else(|| launch.job.to_string()),
-            Some('a') => launch
+        let letter = chars.next();
+        let kept = |l: char| format!("%{width}{l}");
+        let value = match letter {
+            Some('j') => v.job.to_string(),
+            Some('x') => v.name.to_string(),
+            Some('N') => v.node.map_or_else(|| kept('N'), str::to_string),
+            Some('u') => v.user.to_string(),
+            Some('n') => v.node_rank.map_or_else(|| kept('n'), |r| r.to_string()),
+            Some('t') => v.task.map_or_else(|| kept('t'), |t| t.to_string()),
+            Some('A') => v.array.map(|a| a.0).unwrap_or(v.job).to_string(),
+            Some('a') => v
                 .array
                 .map(|a| a.1.to_string())
                 .unwrap_or_else(|| "4294967294".into()),
             Some('%') => "%".into(),
-            Some(other) => format!("%{width}{other}"),
+            Some(other) => kept(other),
             None => "%".into(),
         };
         if w > 0 && value.chars().all(|c| c.is_ascii_digit()) {
@@ -119,6 +148,17 @@ mod tests {
             "train-42.n1.alice.1.out"
         );
         assert_eq!(expand("%5j%%", &l, "n1", 0), "00042%");
+        // Seen from outside any node (scontrol show job): node and task letters stay.
+        let outside = PatternValues {
+            job: l.job,
+            name: &l.spec.name,
+            user: &l.spec.user,
+            array: None,
+            node: None,
+            node_rank: None,
+            task: None,
+        };
+        assert_eq!(expand_with("%x-%j.%N.%n.%t", &outside), "train-42.%N.%n.%t");
         assert_eq!(paths(&l, "n1").0, "/tmp/gsched-42.out");
     }
 }

@@ -138,6 +138,15 @@ pub struct StepLayout {
 /// The most tasks one step starts.
 pub const MAX_STEP_TASKS: u32 = 4096;
 
+/// srun's block distribution of `ntasks` over `nodes`: the first nodes take one more
+/// when they do not divide (3 over 2 is 2, 1).
+pub fn block_counts(ntasks: u32, nodes: u32) -> Vec<u32> {
+    let n = nodes.max(1);
+    (0..n)
+        .map(|i| ntasks / n + u32::from(i < ntasks % n))
+        .collect()
+}
+
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
     /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
@@ -190,13 +199,10 @@ impl StepRequest {
         if ntasks > MAX_STEP_TASKS {
             return Err(too_many(ntasks.to_string()));
         }
-        // Block distribution: the first nodes take one more when tasks do not divide.
-        let n = nodes.len() as u32;
-        let (base, extra) = (ntasks / n, ntasks % n);
         let mut next = 0;
-        let ranks = (0..n)
-            .map(|i| {
-                let count = base + u32::from(i < extra);
+        let ranks = block_counts(ntasks, nodes.len() as u32)
+            .into_iter()
+            .map(|count| {
                 let r: Vec<u32> = (next..next + count).collect();
                 next += count;
                 r

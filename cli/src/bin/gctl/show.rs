@@ -117,30 +117,18 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
 /// An output pattern as `scontrol show job` prints it: absolute, with the job's ids,
 /// name and user filled in (`%N`, `%n`, `%t` differ per node and task and stay).
 fn output_path(pattern: &str, j: &JobRow, workdir: &str) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => out.push_str(&j.job_id.to_string()),
-            Some('x') => out.push_str(&j.name),
-            Some('u') => out.push_str(&j.user),
-            Some('A') => out.push_str(&j.array_job_id.unwrap_or(j.job_id).to_string()),
-            Some('a') => out.push_str(
-                &j.array_task_id
-                    .map_or_else(|| "4294967294".to_string(), |t| t.to_string()),
-            ),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
+    let out = gsched_launch::output::expand_with(
+        pattern,
+        &gsched_launch::output::PatternValues {
+            job: j.job_id,
+            name: &j.name,
+            user: &j.user,
+            array: j.array_job_id.zip(j.array_task_id),
+            node: None,
+            node_rank: None,
+            task: None,
+        },
+    );
     if out.starts_with('/') {
         out
     } else {
