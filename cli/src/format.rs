@@ -107,10 +107,11 @@ pub fn nodelist_or_reason(job: &JobRow) -> String {
 
 /// A failure as one line: kind, node, evidence.
 pub fn failure_line(job: &JobRow) -> String {
-    job.failure
-        .as_ref()
-        .map(|f| f.to_string())
-        .unwrap_or_default()
+    match (&job.failure, &job.idle) {
+        (Some(f), _) => f.to_string(),
+        (None, Some(idle)) => format!("IdleGPUs warning: {}", idle.message()),
+        (None, None) => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -253,6 +253,7 @@ async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
             code: Some(1),
             signal: None,
             failure: None,
+            usage: None,
         },
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -462,6 +462,7 @@ impl Fuzzer {
                         code: Some(1),
                         signal: None,
                         failure: Some(failure),
+                        usage: None,
                     },
                 }),
                 2 => serde_json::to_value(AgentToController::Step {

@@ -325,6 +325,7 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
             start_ms: 0,
             time_limit_s: spec.time_limit_s,
             kill_grace_s: None,
+            idle_threshold_pct: None,
         };
         let net = gsched_launch::net_plan(topo, &na.gpus, None);
         let env = gsched_launch::task_env(&gsched_launch::TaskEnv {

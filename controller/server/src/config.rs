@@ -116,6 +116,9 @@ pub struct ConfigFile {
     pub peer_report_wait_s: Option<f64>,
     #[serde(default)]
     pub snapshot_every: Option<u64>,
+    /// `[idle_gpu]`: warn about, or cancel, running jobs whose GPUs all stay idle.
+    #[serde(default)]
+    pub idle_gpu: Option<gsched_state::idle::IdlePolicy>,
 }
 
 impl ConfigFile {
@@ -127,6 +130,10 @@ impl ConfigFile {
         if let Some(s) = &file.scheduler {
             s.validate()
                 .map_err(|e| format!("{}: [scheduler] {e}", path.display()))?;
+        }
+        if let Some(p) = &file.idle_gpu {
+            p.validate()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
         }
         Ok(file)
     }
@@ -161,6 +168,9 @@ impl ConfigFile {
         }
         if let Some(s) = self.snapshot_every {
             cfg.snapshot_every = s.max(10);
+        }
+        if let Some(p) = self.idle_gpu {
+            cfg.dispatch.idle = Some(p);
         }
     }
 }

@@ -209,6 +209,7 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
     // grace and half a minute more.
     let slack_s = ctx.cfg.dispatch.kill_grace_s + 30;
     let mut last_backstop = Instant::now();
+    let mut last_idle = Instant::now();
     loop {
         tokio::select! {
             _ = stop.changed() => {}
@@ -230,6 +231,19 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
         for c in &commands {
             tracing::warn!("{c:?}");
         }
+        if let Some(policy) = &ctx.cfg.dispatch.idle
+            && last_idle.elapsed() >= Duration::from_secs(1)
+        {
+            last_idle = Instant::now();
+            let idle = {
+                let r = ctx.raft.replica.read();
+                gsched_state::idle::decide(&r.state, policy, now_ms())
+            };
+            for c in &idle {
+                notify_idle(&ctx, policy, c);
+            }
+            commands.extend(idle);
+        }
         if last_backstop.elapsed() > Duration::from_secs(5) {
             last_backstop = Instant::now();
             let r = ctx.raft.replica.read();
@@ -242,5 +256,51 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
         for cmd in commands {
             propose_logged(&ctx, cmd).await;
         }
+    }
+}
+
+/// Logs an idle-GPU warning or cancel and runs the policy's notify command for it.
+fn notify_idle(ctx: &Ctx, policy: &gsched_state::idle::IdlePolicy, cmd: &Command) {
+    let Command::IdleGpus(c) = cmd else {
+        return;
+    };
+    let user = ctx
+        .raft
+        .replica
+        .read()
+        .state
+        .jobs
+        .get(&c.job)
+        .map(|j| j.spec.user.clone())
+        .unwrap_or_default();
+    let message = if c.cancel {
+        format!("job {} cancelled (IdleGPUs): {}", c.job, c.notice.evidence)
+    } else {
+        format!("job {}: {}", c.job, c.notice.message())
+    };
+    tracing::warn!("idle-GPU policy: {message}");
+    let Some(command) = &policy.notify else {
+        return;
+    };
+    let spawned = tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .env("GSCHED_IDLE_JOB", c.job.to_string())
+        .env("GSCHED_IDLE_USER", user)
+        .env(
+            "GSCHED_IDLE_ACTION",
+            if c.cancel { "cancel" } else { "warn" },
+        )
+        .env("GSCHED_IDLE_MESSAGE", &message)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(false)
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+        Err(e) => tracing::warn!("idle-GPU notify command '{command}' could not start: {e}"),
     }
 }

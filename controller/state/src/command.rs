@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 /// an older build stops at an entry of a newer version instead of misreading it.
 /// 1: the first format. 2: adds `cancel_unsatisfiable`, `node_responding` and
 /// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
-/// 5: adds `job_warning`, and an optional `finding` in health events.
-pub const FORMAT_VERSION: u16 = 6;
+/// 5: adds `job_warning`, and an optional `finding` in health events. 7: adds
+/// `record_usage` and `idle_gpus`, and an optional `usage` in `step_exited`.
+pub const FORMAT_VERSION: u16 = 7;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +159,27 @@ pub struct StepExited {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub failure: Option<Failure>,
+    /// The node's final usage summary of the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<gsched_types::usage::NodeUsage>>,
+}
+
+/// A node's newest usage summary of a running step (replaces the one before).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordUsage {
+    pub job: JobId,
+    pub attempt: u32,
+    pub node: String,
+    pub usage: gsched_types::usage::NodeUsage,
+}
+
+/// The idle-GPU policy warns a running job (`cancel: false`) or cancels it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleGpus {
+    pub job: JobId,
+    pub attempt: u32,
+    pub notice: gsched_types::usage::IdleNotice,
+    pub cancel: bool,
 }
 
 /// A failure seen while the step still runs (log line, Xid): stops the gang now.
@@ -301,6 +323,8 @@ pub enum Command {
     GrunStepEnded(GrunStepEnded),
     JobWarning(JobWarning),
     RevokeTokens(RevokeTokens),
+    RecordUsage(RecordUsage),
+    IdleGpus(IdleGpus),
 }
 
 impl Command {
@@ -334,6 +358,8 @@ impl Command {
             Command::GrunStepEnded(_) => "grun_step_ended",
             Command::JobWarning(_) => "job_warning",
             Command::RevokeTokens(_) => "revoke_tokens",
+            Command::RecordUsage(_) => "record_usage",
+            Command::IdleGpus(_) => "idle_gpus",
         }
     }
 }

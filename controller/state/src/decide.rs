@@ -31,6 +31,8 @@ pub struct DispatchConfig {
     pub relaunch_after: Duration,
     /// A kill whose step still runs is sent again after this long.
     pub rekill_after: Duration,
+    /// The idle-GPU policy, whose threshold each launch carries to its node.
+    pub idle: Option<crate::idle::IdlePolicy>,
 }
 
 impl Default for DispatchConfig {
@@ -41,6 +43,7 @@ impl Default for DispatchConfig {
             peer_report_wait: Duration::from_millis(1500),
             relaunch_after: Duration::from_secs(3),
             rekill_after: Duration::from_secs(2),
+            idle: None,
         }
     }
 }
@@ -99,9 +102,12 @@ pub struct KillOrder {
 /// anything else stops the rest of the gang quickly, as `GangStopped`.
 pub fn kill_order(failure: Option<&Failure>, cfg: &DispatchConfig) -> KillOrder {
     let cause = match failure.map(|f| &f.kind) {
-        Some(k @ (FailureKind::Cancelled | FailureKind::Timeout | FailureKind::Preempted)) => {
-            k.clone()
-        }
+        Some(
+            k @ (FailureKind::Cancelled
+            | FailureKind::IdleGpus
+            | FailureKind::Timeout
+            | FailureKind::Preempted),
+        ) => k.clone(),
         _ => FailureKind::GangStopped,
     };
     let grace_s = if cause == FailureKind::GangStopped {
@@ -140,6 +146,11 @@ pub fn launch_spec(
         start_ms: job.start_ms.unwrap_or(state.clock_ms),
         time_limit_s: state.config.time_limit_for(&job.spec),
         kill_grace_s: Some(cfg.kill_grace_s),
+        idle_threshold_pct: cfg
+            .idle
+            .as_ref()
+            .and_then(|p| p.rule_for(job, &state.config.partition_of(&job.spec)))
+            .map(|r| r.threshold_pct),
     })
 }
 

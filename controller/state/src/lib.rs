@@ -7,6 +7,7 @@
 
 pub mod command;
 pub mod decide;
+pub mod idle;
 pub mod invariants;
 pub mod machine;
 pub mod rows;

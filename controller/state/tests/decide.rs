@@ -253,6 +253,7 @@ fn steps_the_state_does_not_want_are_killed() {
         code: Some(0),
         signal: Some(15),
         failure: None,
+        usage: None,
     };
     apply(&mut s, Command::StepExited(stale), 12);
     assert_eq!(s.jobs[&job].state, JobState::Cancelled);

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v6.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl` to `golden/v7.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -11,6 +11,7 @@ const V3: &str = include_str!("golden/v3.jsonl");
 const V4: &str = include_str!("golden/v4.jsonl");
 const V5: &str = include_str!("golden/v5.jsonl");
 const V6: &str = include_str!("golden/v6.jsonl");
+const V7: &str = include_str!("golden/v7.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -22,6 +23,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V4.lines())
         .chain(V5.lines())
         .chain(V6.lines())
+        .chain(V7.lines())
         .enumerate()
     {
         let env =
@@ -84,6 +86,8 @@ variants! {
     Command::GrunStepEnded(_) => "grun_step_ended",
     Command::RevokeTokens(_) => "revoke_tokens",
     Command::JobWarning(_) => "job_warning",
+    Command::RecordUsage(_) => "record_usage",
+    Command::IdleGpus(_) => "idle_gpus",
 }
 
 #[test]

@@ -91,6 +91,7 @@ fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) 
             code: Some(code),
             signal: None,
             failure: None,
+            usage: None,
         }),
         at,
     ));
@@ -153,6 +154,7 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
                 evidence: String::new(),
                 at_ms: 5,
             }),
+            usage: None,
         }),
         5,
     ));
@@ -201,6 +203,7 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
             code: None,
             signal: Some(9),
             failure: None,
+            usage: None,
         }),
         5,
     ));
@@ -479,7 +482,7 @@ proptest! {
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
                     let node = r.steps.iter().find(|st| !st.state.is_done())?.node.clone();
-                    Some(Command::StepExited(StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None }))
+                    Some(Command::StepExited(StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None, usage: None }))
                 }),
                 Op::Fail { job } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
@@ -654,6 +657,7 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
             code: None,
             signal: Some(15),
             failure: None,
+            usage: None,
         }),
         6,
     ));

@@ -50,6 +50,10 @@ impl StepFiles {
     pub fn launch(&self) -> PathBuf {
         self.0.join("launch.json")
     }
+    /// The step's usage summary so far (kept across agent restarts).
+    pub fn usage(&self) -> PathBuf {
+        self.0.join("usage.json")
+    }
     pub fn reported(&self) -> PathBuf {
         self.0.join("reported")
     }

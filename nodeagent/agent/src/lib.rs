@@ -29,3 +29,4 @@ pub mod steps;
 pub mod supervise;
 pub mod sysfs;
 pub mod tasks;
+pub mod usage;

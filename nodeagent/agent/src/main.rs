@@ -99,6 +99,14 @@ struct RunArgs {
     /// Seconds between heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat: f64,
+    /// Seconds between samples of each running job's GPUs (NVML), CPU time and memory
+    /// (its cgroup), summarised per job for `gacct --eff` and the idle-GPU policy.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    gpu_sample_interval: u32,
+    /// Scripted GPU utilisation for fake nodes: a JSON file `{"0": 95, "1": 0}` (GPU
+    /// index to percent, or `{"util": 95, "mem_mib": 2048}`), re-read at every sample.
+    #[arg(long)]
+    fake_gpu_util: Option<PathBuf>,
     #[arg(
         long,
         env = "GSCHED_LOG",
@@ -451,6 +459,26 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             tokio::spawn(gsched_agent::metrics::serve(sources, listener));
         }
         health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone());
+        let usage_source = match (&args.fake_gpu_util, &source) {
+            (Some(f), _) => {
+                gsched_agent::usage::Source::Fake(gsched_agent::usage::FakeReader::new(f.clone()))
+            }
+            (None, Source::Local { .. }) => match gsched_agent::nvml::NvmlProbe::init() {
+                Ok(p) => {
+                    gsched_agent::usage::Source::Nvml(Box::new(gsched_agent::usage::NvmlReader(p)))
+                }
+                Err(e) => {
+                    tracing::warn!("job GPU usage is not sampled: {e}");
+                    gsched_agent::usage::Source::None
+                }
+            },
+            _ => gsched_agent::usage::Source::None,
+        };
+        tokio::spawn(sample_usage(
+            agent.steps.clone(),
+            usage_source,
+            args.gpu_sample_interval,
+        ));
         let src = source.clone();
         let keep = args.gpus.clone();
         let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> =
@@ -496,4 +524,25 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("agent stopping; running steps keep running and will be re-adopted");
         anyhow::Ok(())
     })
+}
+
+/// Samples every running step's usage each `interval_s` (on a blocking thread: NVML and
+/// cgroup reads are system calls).
+async fn sample_usage(
+    steps: Arc<Mutex<StepManager>>,
+    source: gsched_agent::usage::Source,
+    interval_s: u32,
+) {
+    let source = Arc::new(Mutex::new(source));
+    let mut tick = tokio::time::interval(Duration::from_secs(u64::from(interval_s)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let (steps, source) = (steps.clone(), source.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            steps.lock().sample_usage(&mut source.lock(), interval_s)
+        })
+        .await;
+    }
 }

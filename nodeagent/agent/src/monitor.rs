@@ -257,6 +257,7 @@ pub fn round(
             code: ended.record.code,
             signal: ended.record.signal,
             failure,
+            usage: None,
         }));
         out.push(Action::Finish);
     } else if seen.supervisor_lost {
@@ -271,6 +272,7 @@ pub fn round(
             code: None,
             signal: None,
             failure: Some(failure),
+            usage: None,
         }));
         out.push(Action::Finish);
     }

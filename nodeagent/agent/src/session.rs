@@ -261,8 +261,14 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     );
                     return Ok(End::Closed);
                 }
-                let running = agent.steps.lock().running();
+                let (running, usage) = {
+                    let mut steps = agent.steps.lock();
+                    (steps.running(), steps.take_usage())
+                };
                 send(&AgentToController::Heartbeat { running })?;
+                if !usage.is_empty() {
+                    send(&AgentToController::Usage { steps: usage })?;
+                }
                 flush(agent, &send, &mut sent, true)?;
             }
             _ = agent.outbox.pushed.notified() => flush(agent, &send, &mut sent, false)?,

@@ -16,10 +16,12 @@ use gsched_launch::transport::{NodeNet, TransportLog};
 use gsched_launch::watch::{LogFinding, classify_line, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_proto::clock::now_ms;
+use gsched_types::agent::StepUsage;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
 use gsched_types::steps::{StepLaunch, TaskIo};
 use gsched_types::topology::Topology;
+use gsched_types::usage::{GpuUsage, NodeUsage};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use parking_lot::RwLock;
@@ -74,6 +76,8 @@ struct Step {
     scratch: Option<Scratch>,
     supervisor: Option<std::process::Child>,
     supervisor_pid: Option<i32>,
+    /// What the step did with its GPUs, CPUs and memory so far.
+    usage: NodeUsage,
 }
 
 impl Step {
@@ -97,7 +101,12 @@ impl Step {
             warned: supervisor.is_none() && monitor::warning_due(&limits, now_ms()),
             ..Watch::default()
         };
+        let usage = std::fs::read(files.usage())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         Step {
+            usage,
             key: StepRef {
                 job: launch.job,
                 attempt: launch.attempt,
@@ -131,6 +140,8 @@ pub struct StepManager {
     steps: HashMap<(JobId, u32), Step>,
     /// `grun` steps' tasks inside the jobs above.
     grun: GrunTasks,
+    /// Usage summaries of the last sample, waiting for the next heartbeat.
+    usage_out: Vec<StepUsage>,
 }
 
 fn signal_group(pgid: Option<i32>, sig: Signal) {
@@ -171,6 +182,7 @@ impl StepManager {
             outbox,
             steps: HashMap::new(),
             grun: GrunTasks::default(),
+            usage_out: Vec::new(),
         };
         m.readopt();
         m
@@ -194,6 +206,64 @@ impl StepManager {
             .values()
             .flat_map(|s| s.launch.node_alloc.gpus.iter().map(|g| (*g, s.key.job)))
             .collect()
+    }
+
+    /// Takes one usage sample of every running step (GPUs from `source`, CPU and memory
+    /// from its cgroup) and queues each step's summary for the controller.
+    pub fn sample_usage(&mut self, source: &mut crate::usage::Source, interval_s: u32) {
+        source.begin();
+        let mut reports = Vec::new();
+        for step in self.steps.values_mut() {
+            let alloc = &step.launch.node_alloc;
+            let threshold = step.launch.idle_threshold_pct.unwrap_or(1);
+            let u = &mut step.usage;
+            if let Some(reader) = source.reader() {
+                for &gpu in &alloc.gpus {
+                    let device = self
+                        .settings
+                        .gpu_map
+                        .get(gpu as usize)
+                        .copied()
+                        .unwrap_or(gpu);
+                    let Some(reading) = reader.read(gpu, device) else {
+                        continue;
+                    };
+                    let at = match u.gpus.iter().position(|g| g.gpu == gpu) {
+                        Some(k) => k,
+                        None => {
+                            u.gpus.push(GpuUsage::new(gpu));
+                            u.gpus.len() - 1
+                        }
+                    };
+                    u.gpus[at].add(reading, interval_s, threshold);
+                }
+            }
+            u.node = self.settings.node.clone();
+            u.interval_s = interval_s;
+            u.sampled_s += u64::from(interval_s);
+            u.cpus = alloc.cpus.len() as u32;
+            u.mem_limit_mib = alloc.mem_mb;
+            if let Some(cg) = &step.cgroup {
+                let (cpu_ms, mem_mib) = crate::usage::cgroup_figures(cg);
+                u.cpu_ms = cpu_ms.unwrap_or(u.cpu_ms);
+                u.mem_max_mib = u.mem_max_mib.max(mem_mib.unwrap_or(0));
+            }
+            if let Ok(b) = serde_json::to_vec(&u) {
+                let _ = layout::write_private(&step.files.usage(), &b);
+            }
+            reports.push(StepUsage {
+                job: step.key.job,
+                attempt: step.key.attempt,
+                usage: u.clone(),
+            });
+        }
+        reports.sort_by_key(|r| (r.job, r.attempt));
+        self.usage_out = reports;
+    }
+
+    /// The newest usage summaries not yet sent.
+    pub fn take_usage(&mut self) -> Vec<StepUsage> {
+        std::mem::take(&mut self.usage_out)
     }
 
     /// Steps still running, for heartbeats.
@@ -392,6 +462,7 @@ impl StepManager {
             code: None,
             signal: None,
             failure: Some(failure),
+            usage: None,
         });
         let _ = layout::private_dir(&files.0);
         let _ = layout::write_private(&files.reported(), b"");
@@ -615,6 +686,7 @@ impl StepManager {
                     code: None,
                     signal: None,
                     failure: Some(failure),
+                    usage: None,
                 });
                 let _ = layout::write_private(&dir.join("reported"), b"");
             }
@@ -642,6 +714,12 @@ impl StepManager {
                 match action {
                     Action::Report(event) => {
                         log_event(key.0, &node, event);
+                        let mut event = event.clone();
+                        if let StepEvent::Exited { usage, .. } = &mut event
+                            && !step.usage.node.is_empty()
+                        {
+                            *usage = Some(Box::new(step.usage.clone()));
+                        }
                         self.outbox.push(|seq| AgentToController::Step {
                             seq,
                             event: event.clone(),

@@ -137,6 +137,7 @@ mod tests {
             start_ms: 0,
             time_limit_s: None,
             kill_grace_s: None,
+            idle_threshold_pct: None,
         }
     }
 

@@ -43,6 +43,9 @@ pub enum StepEvent {
         code: Option<i32>,
         signal: Option<i32>,
         failure: Option<Failure>,
+        /// What the step did with its GPUs, CPUs and memory on this node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Box<crate::usage::NodeUsage>>,
     },
     /// Something the job should know that does not stop it (NCCL fell back to sockets
     /// where the node has RDMA): recorded on the job, shown by `gctl show job`.
@@ -117,6 +120,19 @@ pub enum AgentToController {
     TaskIo {
         io: crate::steps::TaskIo,
     },
+    /// Running steps' usage summaries so far (every `--gpu-sample-interval`; not kept on
+    /// disk: the next one replaces it, and the final one goes with the step's exit).
+    Usage {
+        steps: Vec<StepUsage>,
+    },
+}
+
+/// One running step's usage on the sending node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StepUsage {
+    pub job: JobId,
+    pub attempt: u32,
+    pub usage: crate::usage::NodeUsage,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -257,6 +257,12 @@ pub struct JobRow {
     /// What its nodes noticed that did not stop it (a degraded NCCL transport).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<crate::findings::Finding>,
+    /// The idle-GPU policy's warning, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<crate::usage::IdleNotice>,
+    /// Each node's usage summary of the current attempt (detailed rows only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::usage::NodeUsage>,
 }
 
 /// Values of a job that depend on the cluster's configuration.
@@ -316,6 +322,8 @@ impl JobRow {
             spec: None,
             grun_steps: job.grun_steps.clone(),
             warnings: job.warnings.clone(),
+            idle: job.idle.clone(),
+            usage: Vec::new(),
         }
     }
 
@@ -326,6 +334,7 @@ impl JobRow {
         row.allocation = job.allocation.clone();
         row.steps = job.steps.clone();
         row.attempts = job.attempts.clone();
+        row.usage = job.usage.clone();
         if show_spec {
             let mut spec = job.spec.clone();
             spec.script.clear();

@@ -38,6 +38,8 @@ pub enum FailureKind {
     Cancelled,
     /// Requeued to make room for a higher-QOS job.
     Preempted,
+    /// Cancelled by the idle-GPU policy: every GPU stayed under its threshold.
+    IdleGpus,
     /// Ended while pending: a job it depends on ended in a way that rules the dependency
     /// out (Slurm's `kill_invalid_depend`).
     DependencyNeverSatisfied,
@@ -73,6 +75,7 @@ impl FailureKind {
             FailureKind::Timeout => JobState::Timeout,
             FailureKind::Oom => JobState::OutOfMemory,
             FailureKind::Cancelled
+            | FailureKind::IdleGpus
             | FailureKind::Preempted
             | FailureKind::DependencyNeverSatisfied => JobState::Cancelled,
             _ => JobState::Failed,
@@ -96,6 +99,7 @@ impl FailureKind {
             FailureKind::GangStopped => "GangStopped".into(),
             FailureKind::Cancelled => "Cancelled".into(),
             FailureKind::Preempted => "Preempted".into(),
+            FailureKind::IdleGpus => "IdleGPUs".into(),
             FailureKind::DependencyNeverSatisfied => "DependencyNeverSatisfied".into(),
         }
     }
@@ -110,6 +114,7 @@ impl FailureKind {
             FailureKind::Oom => 7,
             FailureKind::Timeout => 7,
             FailureKind::Cancelled
+            | FailureKind::IdleGpus
             | FailureKind::Preempted
             | FailureKind::DependencyNeverSatisfied => 6,
             FailureKind::NcclTimeout => 5,

@@ -630,6 +630,13 @@ pub struct JobRecord {
     /// most `MAX_JOB_WARNINGS`, one per kind and node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<crate::findings::Finding>,
+    /// What each node of the current attempt saw the job do with its GPUs, CPUs and
+    /// memory (the newest summary each node sent; the final one with its step's end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::usage::NodeUsage>,
+    /// The idle-GPU policy's warning, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<crate::usage::IdleNotice>,
 }
 
 /// How many warnings a job keeps.
@@ -668,6 +675,8 @@ impl JobRecord {
             attempts: Vec::new(),
             grun_steps: Vec::new(),
             warnings: Vec::new(),
+            usage: Vec::new(),
+            idle: None,
         }
     }
 

@@ -27,4 +27,8 @@ pub struct LaunchSpec {
     /// controllers' `kill_grace_s` (absent from older controllers: 10 s).
     #[serde(default)]
     pub kill_grace_s: Option<u64>,
+    /// The idle-GPU policy's threshold for this job's partition: the node counts how long
+    /// each GPU stays under it (`GpuUsage::below_s`). Absent: 1% (idle means 0%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_threshold_pct: Option<u8>,
 }

@@ -19,6 +19,7 @@ pub mod parse;
 pub mod resources;
 pub mod steps;
 pub mod topology;
+pub mod usage;
 
 pub use failure::{Failure, FailureKind};
 pub use job::{

@@ -252,6 +252,9 @@ fn print_job(j: &JobRow) {
         outln!("   Failure={}", f.kind.reason_name());
         outln!("   Evidence={}", f.evidence);
     }
+    if let Some(idle) = &j.idle {
+        outln!("   IdleWarning={}", idle.message());
+    }
     for w in &j.warnings {
         outln!(
             "   Warning[{}]={}: {}",

@@ -12,7 +12,8 @@ use gsched_proto::contract::Carries;
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
 use gsched_state::{
-    Command, HealthEvents, JobWarning, KnownStep, RegisterNode, StepExited, StepFailed, StepStarted,
+    Command, HealthEvents, JobWarning, KnownStep, RecordUsage, RegisterNode, StepExited,
+    StepFailed, StepStarted,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -229,6 +230,7 @@ async fn pump(
                         code,
                         signal,
                         failure,
+                        usage,
                     } => Command::StepExited(StepExited {
                         job,
                         attempt,
@@ -236,6 +238,7 @@ async fn pump(
                         code,
                         signal,
                         failure,
+                        usage,
                     }),
                     StepEvent::Warning {
                         job,
@@ -281,6 +284,35 @@ async fn pump(
                     tracing::warn!(
                         "agent {node} sent task output of job {job}, which has no task on {node}: ignored"
                     );
+                }
+            }
+            AgentToController::Usage { steps } => {
+                for s in steps {
+                    if !ctx
+                        .raft
+                        .replica
+                        .read()
+                        .state
+                        .attempt_placed_on(s.job, s.attempt, node)
+                    {
+                        tracing::warn!(
+                            "agent {node} sent usage of job {} attempt {}, which has no step on {node}: ignored",
+                            s.job,
+                            s.attempt
+                        );
+                        continue;
+                    }
+                    let cmd = Command::RecordUsage(RecordUsage {
+                        job: s.job,
+                        attempt: s.attempt,
+                        node: node.into(),
+                        usage: s.usage,
+                    });
+                    // The next summary replaces a lost one: nothing waits for this.
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        let _ = ctx.propose(cmd, None).await;
+                    });
                 }
             }
             AgentToController::Register { .. } => {

@@ -273,6 +273,8 @@ impl ClusterState {
                         .collect();
                     job.failure = None;
                     job.ending_as = None;
+                    job.usage.clear();
+                    job.idle = None;
                     job.exit_code = None;
                     for na in &s.allocation.nodes {
                         self.node_usage.entry(na.node.clone()).or_default().add(na);
@@ -394,7 +396,8 @@ impl ClusterState {
         // down (a node lost, a GPU gone) is kept in the step record, not promoted to a
         // requeue the owner did not want.
         let better = job.failure.as_ref().is_none_or(|old| {
-            old.kind != FailureKind::Cancelled && failure.kind.precedence() > old.kind.precedence()
+            !matches!(old.kind, FailureKind::Cancelled | FailureKind::IdleGpus)
+                && failure.kind.precedence() > old.kind.precedence()
         });
         if better {
             job.ending_as = Some(failure.kind.final_state());
@@ -468,6 +471,7 @@ impl ClusterState {
             job.allocation = None;
             job.steps.clear();
             job.grun_steps.clear();
+            job.idle = None;
             job.ending_as = None;
             job.start_ms = None;
         } else {

@@ -324,6 +324,8 @@ impl ClusterState {
             Command::GrunStepStarted(c) => self.grun_step_started(c, at),
             Command::GrunStepEnded(c) => self.grun_step_ended(c, at),
             Command::JobWarning(c) => self.job_warning(c),
+            Command::RecordUsage(c) => self.record_usage(c),
+            Command::IdleGpus(c) => self.idle_gpus(c, at),
             Command::RevokeTokens(c) => {
                 self.token_revocations.revoke(c.uid, at);
                 Outcome::Ok

@@ -2,10 +2,16 @@
 //! exited; and a step lost with its node.
 
 use super::ClusterState;
-use crate::command::{JobWarning, Outcome, StepExited, StepFailed, StepStarted};
+use crate::command::{
+    IdleGpus, JobWarning, Outcome, RecordUsage, StepExited, StepFailed, StepStarted,
+};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::MAX_JOB_WARNINGS;
 use gsched_types::job::{JobId, JobRecord, JobState, LaunchMode, StepState, StepStatus};
+use gsched_types::usage::NodeUsage;
+
+/// The most GPUs one node's usage summary keeps.
+const MAX_USAGE_GPUS: usize = 64;
 
 impl ClusterState {
     fn step_mut<'a>(job: &'a mut JobRecord, node: &str) -> Option<&'a mut StepStatus> {
@@ -57,6 +63,10 @@ impl ClusterState {
             return Outcome::Ok;
         }
         step.state = StepState::Exited { code, signal };
+        if let Some(u) = &c.usage {
+            Self::keep_usage(&mut job.usage, node, u);
+        }
+        let step = Self::step_mut(job, node).expect("found above");
         step.ended_ms = Some(at);
         step.started_ms.get_or_insert(at);
         let failed = c.failure.is_some()
@@ -113,6 +123,66 @@ impl ClusterState {
 
     /// Records a node's warning on the job: one per kind and node (a newer one replaces
     /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
+    /// Replaces `node`'s usage summary (bounded: its GPU list and series as a node may
+    /// send them, never more than the allocation's GPUs).
+    fn keep_usage(usage: &mut Vec<NodeUsage>, node: &str, u: &NodeUsage) {
+        let mut u = u.clone();
+        u.node = node.to_string();
+        u.gpus.truncate(MAX_USAGE_GPUS);
+        for g in &mut u.gpus {
+            g.series.truncate(gsched_types::usage::SERIES_POINTS);
+        }
+        match usage.iter_mut().find(|x| x.node == node) {
+            Some(old) => *old = u,
+            None => usage.push(u),
+        }
+    }
+
+    pub(super) fn record_usage(&mut self, c: &RecordUsage) -> Outcome {
+        let job = match self.reported_job(c.job, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        match Self::step_mut(job, &c.node) {
+            None => {
+                return Outcome::Rejected {
+                    message: format!("job {} has no step on {}", c.job, c.node),
+                };
+            }
+            Some(step) if step.state.is_done() => return Outcome::Ok,
+            Some(_) => {}
+        }
+        Self::keep_usage(&mut job.usage, &c.node, &c.usage);
+        // A GPU that rose above the threshold withdraws the idle warning.
+        if let Some(n) = &job.idle
+            && crate::idle::idle_for_s(job).is_some_and(|s| s < n.after_s)
+        {
+            job.idle = None;
+        }
+        Outcome::Ok
+    }
+
+    pub(super) fn idle_gpus(&mut self, c: &IdleGpus, at: u64) -> Outcome {
+        let job = match self.reported_job(c.job, c.attempt) {
+            Ok(job) => job,
+            Err(refused) => return refused,
+        };
+        if job.state != JobState::Running {
+            return Outcome::Ok;
+        }
+        if !c.cancel {
+            job.idle = Some(c.notice.clone());
+            return Outcome::Ok;
+        }
+        let failure = Failure::new(
+            FailureKind::IdleGpus,
+            format!("cancelled by the idle-GPU policy: {}", c.notice.evidence),
+            at,
+        );
+        self.begin_ending(c.job, failure, at);
+        Outcome::Ok
+    }
+
     pub(super) fn job_warning(&mut self, c: &JobWarning) -> Outcome {
         let job = match self.reported_job(c.job, c.attempt) {
             Ok(job) => job,
