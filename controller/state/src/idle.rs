@@ -58,7 +58,8 @@ pub struct IdlePolicy {
     #[serde(default)]
     pub exempt_qos: Vec<String>,
     /// A command run on the leader when a job is warned or cancelled, with the job's id,
-    /// user and the message in `GSCHED_IDLE_JOB`, `GSCHED_IDLE_USER`, `GSCHED_IDLE_MESSAGE`.
+    /// user, `warn` or `cancel` and the message in `GSCHED_IDLE_JOB`, `GSCHED_IDLE_USER`,
+    /// `GSCHED_IDLE_ACTION`, `GSCHED_IDLE_MESSAGE`.
     #[serde(default)]
     pub notify: Option<String>,
     #[serde(default)]

@@ -353,7 +353,7 @@ pub fn evidence(usage: &[NodeUsage]) -> String {
         .flat_map(|n| {
             n.gpus.iter().map(move |g| {
                 format!(
-                    "{}:gpu{} mean {:.0}% max {}% under threshold {}",
+                    "{}:gpu{} mean {:.0}% max {}%, under the threshold for {}",
                     n.node,
                     g.gpu,
                     g.util_mean_pct(),
@@ -434,37 +434,28 @@ mod tests {
                 ..NodeUsage::default()
             }]
         };
-        let idle = Efficiency::from_usage(
-            crate::job::JobId(1),
-            "alice",
-            crate::job::JobState::Running,
-            9 * 3600,
-            &usage(vec![busy("n1", 0, 0), busy("n1", 1, 0)]),
-        );
+        let report = |id, elapsed_s, gpus| {
+            Efficiency::from_usage(
+                crate::job::JobId(id),
+                "alice",
+                crate::job::JobState::Running,
+                elapsed_s,
+                &usage(gpus),
+            )
+        };
+        let idle = report(1, 9 * 3600, vec![busy("n1", 0, 0), busy("n1", 1, 0)]);
         assert!(
             idle.advice[0].contains("No GPU was used"),
             "{:?}",
             idle.advice
         );
-        let half = Efficiency::from_usage(
-            crate::job::JobId(2),
-            "alice",
-            crate::job::JobState::Running,
-            600,
-            &usage(vec![busy("n1", 0, 95), busy("n1", 1, 0)]),
-        );
+        let half = report(2, 600, vec![busy("n1", 0, 95), busy("n1", 1, 0)]);
         assert!(
             half.advice[0].contains("n1:1 stayed at 0%"),
             "{:?}",
             half.advice
         );
-        let good = Efficiency::from_usage(
-            crate::job::JobId(3),
-            "alice",
-            crate::job::JobState::Running,
-            600,
-            &usage(vec![busy("n1", 0, 95)]),
-        );
+        let good = report(3, 600, vec![busy("n1", 0, 95)]);
         assert!(good.advice.is_empty(), "{:?}", good.advice);
         assert_eq!(good.gpus[0].util_mean_pct, 95.0);
     }

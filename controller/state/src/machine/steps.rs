@@ -54,7 +54,8 @@ impl ClusterState {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        let Some(step) = Self::step_mut(job, node) else {
+        // The step and the usage list are borrowed apart (fields, not `step_mut`).
+        let Some(step) = job.steps.iter_mut().find(|s| s.node == node) else {
             return Outcome::Rejected {
                 message: format!("job {id} has no step on {node}"),
             };
@@ -62,11 +63,10 @@ impl ClusterState {
         if step.state.is_done() {
             return Outcome::Ok;
         }
-        step.state = StepState::Exited { code, signal };
         if let Some(u) = &c.usage {
             Self::keep_usage(&mut job.usage, node, u);
         }
-        let step = Self::step_mut(job, node).expect("found above");
+        step.state = StepState::Exited { code, signal };
         step.ended_ms = Some(at);
         step.started_ms.get_or_insert(at);
         let failed = c.failure.is_some()
