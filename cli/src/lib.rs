@@ -7,6 +7,7 @@ pub mod burnin;
 pub mod certs;
 pub mod client;
 pub mod doctor;
+pub mod efficiency;
 pub mod format;
 pub mod grun_job;
 pub mod probe;

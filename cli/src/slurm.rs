@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Slurm's name and the gsched tool that behaves as it.
-pub const NAMES: [(&str, &str); 8] = [
+pub const NAMES: [(&str, &str); 9] = [
     ("sbatch", "gsub"),
     ("srun", "grun"),
     ("salloc", "galloc"),
@@ -12,6 +12,7 @@ pub const NAMES: [(&str, &str); 8] = [
     ("sinfo", "ginfo"),
     ("scancel", "gcancel"),
     ("sacct", "gacct"),
+    ("seff", "gacct"),
     ("scontrol", "gctl"),
 ];
 

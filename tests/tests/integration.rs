@@ -13,6 +13,7 @@ mod ha;
 mod health;
 mod httpfuzz;
 mod interactive;
+mod lab;
 mod launch;
 mod livefuzz;
 mod metrics;

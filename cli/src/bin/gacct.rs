@@ -54,12 +54,87 @@ struct Args {
     states: Vec<String>,
     #[arg(long)]
     json: bool,
+    /// Comma-separated values with a header line (fields quoted where they need it).
+    #[arg(long, conflicts_with_all = ["json", "parsable", "parsable2"])]
+    csv: bool,
+    /// The efficiency report of one job (as `seff JOBID`): a bar per GPU and per node and
+    /// advice; with --json the report as JSON.
+    #[arg(long = "eff", value_name = "JOBID")]
+    eff: Option<String>,
     #[arg(long)]
     controllers: Option<String>,
 }
 
+/// The arguments, `seff JOBID` read as `gacct --eff JOBID`.
+fn parse_args() -> Args {
+    let argv = gsched_cli::text_args("gacct");
+    if gsched_cli::invoked_as() != "seff" {
+        return Args::parse_from(argv);
+    }
+    let mut rest: Vec<String> = argv.into_iter().skip(1).collect();
+    let at = rest.iter().position(|a| !a.starts_with('-'));
+    let Some(at) = at else {
+        die("seff", "usage: seff JOBID [--json]");
+    };
+    let job = rest.remove(at);
+    // seff's -d (debug) shows the raw figures: --json does here.
+    let rest = rest
+        .into_iter()
+        .map(|a| if a == "-d" { "--json".into() } else { a });
+    Args::parse_from(
+        ["gacct".to_string(), "--eff".into(), job]
+            .into_iter()
+            .chain(rest),
+    )
+}
+
+/// `gacct --eff JOBID`.
+fn efficiency(args: &Args, job: &str) {
+    let selector = JobSelector::parse(job).unwrap_or_else(|e| die("gacct", e));
+    let query = JobQuery {
+        include_finished: true,
+        detail: true,
+        jobs: vec![selector],
+        ..Default::default()
+    };
+    let rt = gsched_cli::runtime();
+    let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gacct");
+    let Some(row) = list
+        .jobs
+        .iter()
+        .find(|j| j.display_id == job || j.job_id.0.to_string() == job)
+    else {
+        die(
+            "gacct",
+            format!(
+                "no job {job} (it may have ended before the controller's window; gacct -j {job} shows what is known)"
+            ),
+        );
+    };
+    let report = row.efficiency(list.now_ms);
+    if args.json {
+        gsched_cli::print_json(&report);
+    } else {
+        out!("{}", gsched_cli::efficiency::render(&report));
+    }
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_string()
+    }
+}
+
 fn main() {
-    let args = Args::parse();
+    let args = parse_args();
+    if let Some(job) = &args.eff {
+        efficiency(&args, job);
+        return;
+    }
     let when = |t: &Option<String>| {
         t.as_deref()
             .map(|t| gsched_cli::when::parse(t).unwrap_or_else(|e| die("gacct", e)))
@@ -122,6 +197,17 @@ fn main() {
                 rows.push(Row::attempt(j, a));
             }
         }
+    }
+    if args.csv {
+        if !args.noheader {
+            let names: Vec<&str> = fields.iter().map(|(f, _)| f.name()).collect();
+            out!("{}\n", names.join(","));
+        }
+        for r in &rows {
+            let cells: Vec<String> = fields.iter().map(|(f, _)| csv_field(&r.get(*f))).collect();
+            out!("{}\n", cells.join(","));
+        }
+        return;
     }
     if args.parsable || args.parsable2 {
         let end = if args.parsable { "|" } else { "" };

@@ -4,8 +4,9 @@
 //! endpoint needs no credentials (bind it to the management network). Every label has a
 //! bounded set of values (states, reason kinds, roles); no per-job label.
 //!
-//! And the read API under `/api/v1/` (`jobs`, `jobs/{id}`, `nodes`): the same rows as
-//! the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`), the same callers (a `gctl token`
+//! And the read API under `/api/v1/` (`jobs`, `jobs/{id}`, `jobs/{id}/efficiency`,
+//! `nodes`): the same rows as the gRPC `ListJobs`/`ListNodes` (`gsched_types::api`, and
+//! `gsched_types::usage::Efficiency` made from a job's row), the same callers (a `gctl token`
 //! in `Authorization: Bearer`, else the socket's owner on a --dev-local cluster, else a
 //! MUNGE credential in `X-Gsched-Munge`) and the same rule on what others' jobs show.
 //!
@@ -86,13 +87,14 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
         .route("/api/v1/jobs", get(jobs).post(submit))
         .route("/api/v1/jobs/actions", post(act_on_jobs))
         .route("/api/v1/jobs/{id}", get(job))
+        .route("/api/v1/jobs/{id}/efficiency", get(efficiency))
         .route("/api/v1/jobs/{id}/{action}", post(act_on_job))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/nodes/{name}/{action}", post(node_action))
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
-                "gctld serves the dashboard at /, /metrics and /api/v1/{jobs,jobs/ID,jobs/actions,nodes} here\n",
+                "gctld serves the dashboard at /, /metrics and /api/v1/{jobs,jobs/ID,jobs/ID/efficiency,jobs/actions,nodes} here\n",
             )
         })
         .layer(axum::middleware::from_fn_with_state(
@@ -403,17 +405,38 @@ async fn job(
     Verified(who): Verified,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> ApiResult {
+    let row = detailed_row(&api, &who, &id).await?;
+    Ok((StatusCode::OK, axum::Json(row)).into_response())
+}
+
+/// `GET /api/v1/jobs/ID/efficiency`: the job's `gsched_types::usage::Efficiency`.
+async fn efficiency(
+    axum::extract::State(api): axum::extract::State<Api>,
+    Verified(who): Verified,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> ApiResult {
+    let row = detailed_row(&api, &who, &id).await?;
+    let report = row.efficiency(gsched_proto::clock::now_ms());
+    Ok((StatusCode::OK, axum::Json(report)).into_response())
+}
+
+/// One job's detailed row as `who` may see it.
+async fn detailed_row(
+    api: &Api,
+    who: &crate::auth::Caller,
+    id: &str,
+) -> Result<gsched_types::api::JobRow, ApiError> {
     let req = gsched_proto::pb::ListJobsRequest {
         include_finished: true,
         detail: true,
-        jobs: vec![id.clone()],
+        jobs: vec![id.to_string()],
         ..Default::default()
     };
-    let doc = api.jobs.jobs_for(&who, &req).await?;
-    match doc.jobs.into_iter().find(|j| j.display_id == id) {
-        Some(row) => Ok((StatusCode::OK, axum::Json(row)).into_response()),
-        None => Err(tonic::Status::not_found(format!("no job {id}")).into()),
-    }
+    let doc = api.jobs.jobs_for(who, &req).await?;
+    doc.jobs
+        .into_iter()
+        .find(|j| j.display_id == id)
+        .ok_or_else(|| tonic::Status::not_found(format!("no job {id}")).into())
 }
 
 async fn submit(

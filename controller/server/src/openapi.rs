@@ -4,6 +4,7 @@
 
 use gsched_types::api::{ActionSummary, JobActionRequest, JobList, JobRow, NodeList};
 use gsched_types::job::JobSpec;
+use gsched_types::usage::Efficiency;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
@@ -23,6 +24,8 @@ fn build() -> Value {
         serde_json::to_value(generator.subschema_for::<JobActionRequest>()).unwrap_or_default();
     let summary =
         serde_json::to_value(generator.subschema_for::<ActionSummary>()).unwrap_or_default();
+    let efficiency =
+        serde_json::to_value(generator.subschema_for::<Efficiency>()).unwrap_or_default();
     let schemas = generator.take_definitions(true);
     let mut example = JobSpec::simple("train", "alice", "#!/bin/bash\nhostname\n");
     example.gpus_per_node = 1;
@@ -78,6 +81,13 @@ fn build() -> Value {
                 "summary": "One job, detailed (others' jobs as summaries)",
                 "parameters": [id.clone()],
                 "responses": with(json!({"200": ok("the job", &job_row)}), errors(&["400", "401", "404"]))
+            }
+        },
+        "/api/v1/jobs/{id}/efficiency": {
+            "get": {
+                "summary": "The job's efficiency report, as gacct --eff --json: per GPU mean and max utilisation, memory, idle share and series; per node CPU and memory; advice",
+                "parameters": [id.clone()],
+                "responses": with(json!({"200": ok("the report", &efficiency)}), errors(&["400", "401", "404"]))
             }
         },
         "/api/v1/jobs/{id}/{action}": {

@@ -462,3 +462,140 @@ fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
         ("cancel 3", 10, &FailureKind::Cancelled)
     );
 }
+
+/// A node's summary with every GPU at `util`% for `secs` seconds (samples every 10 s,
+/// idle under 5%).
+fn usage_of(node: &str, gpus: u32, util: u8, secs: u64) -> gsched_types::usage::NodeUsage {
+    use gsched_types::usage::{GpuReading, GpuUsage, NodeUsage};
+    let gpus = (0..gpus)
+        .map(|g| {
+            let mut u = GpuUsage::new(g);
+            for _ in 0..secs / 10 {
+                u.add(
+                    GpuReading {
+                        util_pct: util,
+                        mem_used_mib: 100,
+                        power_w: None,
+                    },
+                    10,
+                    5,
+                );
+            }
+            u
+        })
+        .collect();
+    NodeUsage {
+        node: node.into(),
+        interval_s: 10,
+        sampled_s: secs,
+        gpus,
+        cpu_ms: 0,
+        cpus: 1,
+        mem_max_mib: 0,
+        mem_limit_mib: 0,
+    }
+}
+
+fn idle_policy(toml_json: serde_json::Value) -> gsched_state::idle::IdlePolicy {
+    serde_json::from_value(toml_json).expect("policy")
+}
+
+fn report(s: &mut ClusterState, job: JobId, usage: gsched_types::usage::NodeUsage, at: u64) {
+    let node = usage.node.clone();
+    let c = Command::RecordUsage(RecordUsage {
+        job,
+        attempt: 0,
+        node,
+        usage,
+    });
+    assert_eq!(apply(s, c, at), Outcome::Ok);
+}
+
+#[test]
+fn an_idle_job_is_warned_after_after_s_and_cancelled_after_the_grace_not_before() {
+    use gsched_state::idle::decide as idle;
+    let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+    let policy = idle_policy(serde_json::json!({
+        "threshold_pct": 5, "after_s": 600, "action": "cancel", "grace_s": 300
+    }));
+    let job = run(&mut s, gpu_job(1, None), 10);
+    let node = s.jobs[&job].node_names()[0].clone();
+    // No summary yet: nothing is known, nothing is done.
+    assert!(idle(&s, &policy, 20_000).is_empty());
+    report(&mut s, job, usage_of(&node, 2, 0, 590), 600_000);
+    assert!(idle(&s, &policy, 600_000).is_empty(), "under after_s");
+    report(&mut s, job, usage_of(&node, 2, 0, 600), 610_000);
+    let warn = idle(&s, &policy, 610_000);
+    let [Command::IdleGpus(w)] = warn.as_slice() else {
+        panic!("one warning expected: {warn:?}")
+    };
+    assert!(
+        !w.cancel && w.notice.cancel && w.notice.grace_s == 300,
+        "{w:?}"
+    );
+    assert!(w.notice.evidence.contains("gpu0 mean 0%"), "{w:?}");
+    assert_eq!(apply(&mut s, warn[0].clone(), 610_000), Outcome::Ok);
+    assert!(s.jobs[&job].idle.is_some());
+    // Warned: the same level gives no second warning, and no cancel before the grace.
+    report(&mut s, job, usage_of(&node, 2, 0, 890), 900_000);
+    assert!(idle(&s, &policy, 900_000).is_empty());
+    report(&mut s, job, usage_of(&node, 2, 0, 900), 910_000);
+    let cancel = idle(&s, &policy, 910_000);
+    let [Command::IdleGpus(c)] = cancel.as_slice() else {
+        panic!("one cancel expected: {cancel:?}")
+    };
+    assert!(c.cancel, "{c:?}");
+    assert_eq!(apply(&mut s, cancel[0].clone(), 910_000), Outcome::Ok);
+    let j = &s.jobs[&job];
+    // Stopping: it ends CANCELLED when its steps have exited.
+    assert_eq!(j.state, JobState::Completing);
+    assert_eq!(
+        j.failure.as_ref().map(|f| f.kind.clone()),
+        Some(FailureKind::IdleGpus)
+    );
+    assert!(
+        idle(&s, &policy, 920_000).is_empty(),
+        "an ended job is left alone"
+    );
+}
+
+#[test]
+fn busy_exempt_and_warn_only_jobs_are_not_cancelled_and_a_busy_gpu_withdraws_the_warning() {
+    use gsched_state::idle::decide as idle;
+    let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+    let policy = idle_policy(serde_json::json!({
+        "after_s": 60, "action": "warn", "exempt_users": ["bob"]
+    }));
+    let busy = run(&mut s, gpu_job(1, None), 10);
+    let busy_node = s.jobs[&busy].node_names()[0].clone();
+    let mut spec = gpu_job(1, None);
+    spec.user = "bob".into();
+    let exempt = run(&mut s, spec, 10);
+    let exempt_node = s.jobs[&exempt].node_names()[0].clone();
+    report(&mut s, busy, usage_of(&busy_node, 2, 80, 3600), 3_600_000);
+    report(
+        &mut s,
+        exempt,
+        usage_of(&exempt_node, 2, 0, 3600),
+        3_600_000,
+    );
+    assert!(idle(&s, &policy, 3_600_000).is_empty());
+
+    // One node idle, one GPU of it busy: not idle. All idle: a warning, never a cancel.
+    let mut half = usage_of(&busy_node, 2, 0, 3600);
+    half.gpus[1] = usage_of(&busy_node, 2, 50, 3600).gpus[1].clone();
+    report(&mut s, busy, half, 3_610_000);
+    assert!(idle(&s, &policy, 3_610_000).is_empty());
+    report(&mut s, busy, usage_of(&busy_node, 2, 0, 3600), 3_620_000);
+    let warn = idle(&s, &policy, 3_620_000);
+    assert_eq!(warn.len(), 1, "{warn:?}");
+    apply(&mut s, warn[0].clone(), 3_620_000);
+    assert!(
+        idle(&s, &policy, 99_000_000).is_empty(),
+        "warn never cancels"
+    );
+    // A summary with a GPU back above the threshold withdraws it.
+    report(&mut s, busy, usage_of(&busy_node, 2, 90, 3600), 3_700_000);
+    assert!(s.jobs[&busy].idle.is_none());
+    assert_eq!(s.jobs[&busy].state, JobState::Running);
+}

@@ -364,6 +364,27 @@ impl JobRow {
     pub fn node_names(&self) -> Vec<String> {
         crate::hostlist::expand(&self.node_list).unwrap_or_default()
     }
+
+    /// Seconds the current attempt has run: to its end, else to `now_ms`; 0 before it
+    /// starts.
+    pub fn elapsed_s(&self, now_ms: u64) -> u64 {
+        match self.start_ms {
+            Some(start) => self.end_ms.unwrap_or(now_ms).saturating_sub(start) / 1000,
+            None => 0,
+        }
+    }
+
+    /// The efficiency report of a detailed row (`gacct --eff`, `GET
+    /// /api/v1/jobs/ID/efficiency`).
+    pub fn efficiency(&self, now_ms: u64) -> crate::usage::Efficiency {
+        crate::usage::Efficiency::from_usage(
+            self.job_id,
+            &self.user,
+            self.state,
+            self.elapsed_s(now_ms),
+            &self.usage,
+        )
+    }
 }
 
 /// `Jobs.ListJobs`'s reply.

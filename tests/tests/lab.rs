@@ -1,0 +1,220 @@
+//! Running a shared lab, through real daemons and the CLI: per-job usage sampled by
+//! agents with scripted GPU utilisation (`gagentd --fake-gpu-util`), the efficiency
+//! report (`gacct --eff`, `seff`, `GET /api/v1/jobs/ID/efficiency`) and the `[idle_gpu]`
+//! policy warning about and cancelling an idle job while a busy one runs on.
+
+use gsched_tests::{Cluster, free_port, http, wait_for};
+use std::time::Duration;
+
+/// A cluster with one controller under `config` (gctld.toml text) and HTTP on `addr`,
+/// and two 8-GPU agents sampling every second: `idle` with every GPU at 0%, `busy` with
+/// every GPU at 95% and 20 GiB used.
+fn lab(config: &str, addr: &str) -> (Cluster, std::path::PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(&conf, config).unwrap();
+    let conf_arg = conf.to_string_lossy().into_owned();
+    let mut c = Cluster::controllers(1, &["--config", &conf_arg, "--http", addr]);
+    let idle_util = c.path("idle-util.json");
+    let busy_util = c.path("busy-util.json");
+    let all = |v: &str| {
+        let cells: Vec<String> = (0..8).map(|g| format!("\"{g}\": {v}")).collect();
+        format!("{{{}}}", cells.join(", "))
+    };
+    std::fs::write(&idle_util, all("0")).unwrap();
+    std::fs::write(&busy_util, all("{\"util\": 95, \"mem_mib\": 20480}")).unwrap();
+    for (name, file) in [("idle", &idle_util), ("busy", &busy_util)] {
+        c.add_agent(
+            name,
+            "rtx4090-8gpu.json",
+            &[
+                "--gpu-sample-interval",
+                "1",
+                "--fake-gpu-util",
+                &file.to_string_lossy(),
+            ],
+        );
+    }
+    c.wait_node_online("idle");
+    c.wait_node_online("busy");
+    (c, idle_util, dir)
+}
+
+fn show_job(c: &Cluster, id: u64) -> String {
+    c.ok("gctl", &["show", "job", &id.to_string()])
+}
+
+#[test]
+fn t10_an_idle_job_is_warned_then_cancelled_with_evidence_while_a_busy_one_runs_on() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let notified = tempfile::NamedTempFile::new().unwrap();
+    let config = format!(
+        "[idle_gpu]\nthreshold_pct = 5\nafter_s = 3\naction = \"cancel\"\ngrace_s = 3\nnotify = \"echo \\\"$GSCHED_IDLE_ACTION $GSCHED_IDLE_JOB $GSCHED_IDLE_USER\\\" >> {}\"\n",
+        notified.path().display()
+    );
+    let (c, _, _conf) = lab(&config, &addr);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let idle = c.submit(&["-w", "idle", "--gpus-per-node", "2", &script]);
+    let busy = c.submit(&["-w", "busy", "--gpus-per-node", "2", &script]);
+    c.wait_state(idle, &["RUNNING"], Duration::from_secs(30));
+    c.wait_state(busy, &["RUNNING"], Duration::from_secs(30));
+
+    // The warning first: gctl show job, gqueue -l and the JSON row carry it.
+    let shown = wait_for("the idle job's warning", Duration::from_secs(30), || {
+        let s = show_job(&c, idle);
+        s.contains("IdleWarning=").then_some(s)
+    });
+    assert!(
+        shown.contains("every GPU under 5% for 0:03")
+            && shown.contains("will be cancelled (IdleGPUs)")
+            && shown.contains("idle:gpu0 mean 0%"),
+        "{shown}"
+    );
+    let long = c.ok("gqueue", &["-l"]);
+    let line = long
+        .lines()
+        .find(|l| l.trim_start().starts_with(&idle.to_string()))
+        .unwrap_or_else(|| panic!("no row for {idle}:\n{long}"));
+    assert!(line.contains("IdleGPUs warning"), "{long}");
+
+    // Then the cancel, with reason IdleGPUs and the evidence per GPU.
+    let ended = c.wait_state(idle, &["CANCELLED"], Duration::from_secs(30));
+    assert_eq!(ended["reason"], "IdleGPUs", "{ended}");
+    let evidence = ended["failure"]["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("idle:gpu0 mean 0% max 0%") && evidence.contains("idle:gpu1"),
+        "{ended}"
+    );
+    let acct = c.ok(
+        "gacct",
+        &[
+            "-j",
+            &idle.to_string(),
+            "-X",
+            "-P",
+            "-o",
+            "JobID,State,Reason",
+        ],
+    );
+    assert!(
+        acct.contains(&format!("{idle}|CANCELLED|IdleGPUs")),
+        "{acct}"
+    );
+
+    // The busy job was never warned and still runs.
+    let b = c.job(busy).unwrap();
+    assert_eq!(b["state"], "RUNNING", "{b}");
+    assert!(b.get("idle").is_none_or(|v| v.is_null()), "{b}");
+    assert!(!show_job(&c, busy).contains("IdleWarning="));
+
+    // The notify command ran for the warning and for the cancel.
+    let user = c.job(idle).unwrap()["user"].as_str().unwrap().to_string();
+    let lines = wait_for("two notifications", Duration::from_secs(10), || {
+        let t = std::fs::read_to_string(notified.path()).unwrap_or_default();
+        (t.lines().count() >= 2).then_some(t)
+    });
+    assert!(lines.contains(&format!("warn {idle} {user}")), "{lines}");
+    assert!(lines.contains(&format!("cancel {idle} {user}")), "{lines}");
+    assert!(!lines.contains(&format!(" {busy} ")), "{lines}");
+
+    // Efficiency reports of both, as JSON from gacct, from seff and from the REST API.
+    let eff_idle = c.json("gacct", &["--eff", &idle.to_string()]);
+    assert_eq!(eff_idle["job_id"], idle);
+    let gpus = eff_idle["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2, "{eff_idle}");
+    for g in gpus {
+        assert_eq!(g["node"], "idle");
+        assert_eq!(g["util_mean_pct"], 0.0, "{g}");
+        assert_eq!(g["util_max_pct"], 0, "{g}");
+        assert_eq!(g["idle_fraction"], 1.0, "{g}");
+        assert!(g["samples"].as_u64().unwrap() >= 3, "{g}");
+    }
+    assert!(
+        eff_idle["advice"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("No GPU was used at all"),
+        "{eff_idle}"
+    );
+    let eff_busy = wait_for("the busy job's samples", Duration::from_secs(20), || {
+        let v = c.json("gacct", &["--eff", &busy.to_string()]);
+        let gpus = v["gpus"].as_array()?.clone();
+        (gpus.len() == 2 && gpus.iter().all(|g| g["samples"].as_u64() >= Some(3))).then_some(v)
+    });
+    for g in eff_busy["gpus"].as_array().unwrap() {
+        assert_eq!(g["node"], "busy");
+        assert_eq!(g["util_mean_pct"], 95.0, "{g}");
+        assert_eq!(g["util_max_pct"], 95, "{g}");
+        assert_eq!(g["idle_fraction"], 0.0, "{g}");
+        assert_eq!(g["mem_max_mib"], 20480, "{g}");
+    }
+    assert!(
+        eff_busy["advice"].as_array().is_none_or(|a| a
+            .iter()
+            .all(|s| !s.as_str().unwrap_or_default().contains("GPU"))),
+        "{eff_busy}"
+    );
+    let text = c.ok("gacct", &["--eff", &idle.to_string()]);
+    assert!(text.contains(&format!("Job ID: {idle}")), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains(" GPU ") && l.contains("[...."))
+            .count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("Advice:"), "{text}");
+    let links = c.slurm_links();
+    let seff = std::process::Command::new(format!("{links}/seff"))
+        .arg(busy.to_string())
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .output()
+        .unwrap();
+    let seff_text = String::from_utf8_lossy(&seff.stdout);
+    assert!(seff.status.success(), "{seff:?}");
+    assert!(
+        seff_text.contains(&format!("Job ID: {busy}")) && seff_text.contains(" 95.0%"),
+        "{seff_text}"
+    );
+    let rest = http::request(
+        &addr,
+        "GET",
+        &format!("/api/v1/jobs/{busy}/efficiency"),
+        "",
+        b"",
+    );
+    assert!(rest.starts_with("HTTP/1.1 200"), "{rest}");
+    let body: serde_json::Value =
+        serde_json::from_str(rest.split("\r\n\r\n").nth(1).unwrap_or_default()).unwrap();
+    assert_eq!(body["job_id"], busy);
+    assert_eq!(body["gpus"][0]["util_max_pct"], 95, "{body}");
+    let missing = http::request(&addr, "GET", "/api/v1/jobs/999999/efficiency", "", b"");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+}
+
+#[test]
+fn t11_a_warning_alone_never_cancels_and_is_withdrawn_when_a_gpu_gets_busy() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = "[idle_gpu]\nthreshold_pct = 10\nafter_s = 2\naction = \"warn\"\n";
+    let (c, idle_util, _conf) = lab(config, &addr);
+    let script = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let job = c.submit(&["-w", "idle", "--gpus-per-node", "1", &script]);
+    c.wait_state(job, &["RUNNING"], Duration::from_secs(30));
+    let shown = wait_for("the warning", Duration::from_secs(30), || {
+        let s = show_job(&c, job);
+        s.contains("IdleWarning=").then_some(s)
+    });
+    assert!(shown.contains("is reported to the admins"), "{shown}");
+    // A warning alone never cancels.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(c.job(job).unwrap()["state"], "RUNNING");
+    // The GPU gets to work: the next summary withdraws the warning.
+    let cells: Vec<String> = (0..8).map(|g| format!("\"{g}\": 60")).collect();
+    std::fs::write(&idle_util, format!("{{{}}}", cells.join(", "))).unwrap();
+    wait_for(
+        "the warning to be withdrawn",
+        Duration::from_secs(30),
+        || (!show_job(&c, job).contains("IdleWarning=")).then_some(()),
+    );
+    assert_eq!(c.job(job).unwrap()["state"], "RUNNING");
+}
