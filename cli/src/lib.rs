@@ -100,6 +100,8 @@ pub struct JobQuery {
     pub until_ms: u64,
     /// Only jobs with one of these names (`squeue -n`, `sacct --name`); filtered here.
     pub names: Vec<String>,
+    /// Ended jobs from the accounting archive too (`gacct`).
+    pub archive: bool,
 }
 
 impl JobQuery {
@@ -234,6 +236,7 @@ fn for_each_page<R>(
             since_ms: query.since_ms,
             until_ms: query.until_ms,
             view: view as i32,
+            archive: query.archive,
         };
         let reply = rt
             .block_on(client.call(|mut c| {

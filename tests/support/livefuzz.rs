@@ -227,6 +227,7 @@ impl Fuzzer {
                         limit: junk_number(rng).as_u64().unwrap_or(0) as u32,
                         after: job_id(rng),
                         stale_ok: rng.gen_bool(0.5),
+                        archive: rng.gen_bool(0.5),
                         since_ms: job_id(rng),
                         until_ms: job_id(rng),
                         view: rng.gen_range(-1..3),

@@ -218,3 +218,105 @@ fn t11_a_warning_alone_never_cancels_and_is_withdrawn_when_a_gpu_gets_busy() {
     );
     assert_eq!(c.job(job).unwrap()["state"], "RUNNING");
 }
+
+/// The `gacct -X -P -o JobID,State` rows one controller (`addr`) answers with.
+fn acct_rows(c: &Cluster, addr: &str) -> Vec<String> {
+    let out = c.ok(
+        "gacct",
+        &[
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "JobID,State,User",
+            "--controllers",
+            addr,
+        ],
+    );
+    out.lines().map(String::from).collect()
+}
+
+#[test]
+fn t20_the_archive_keeps_jobs_past_the_memory_window_across_a_leader_change_and_restarts() {
+    // Each controller keeps only 4 ended jobs in memory: the rest must come from its
+    // archive.
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(&conf, "[scheduler.limits]\nfinished_jobs_kept = 4\n").unwrap();
+    let mut c = Cluster::controllers(3, &["--config", &conf.to_string_lossy()]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let script = c.script("quick.sh", "#!/bin/sh\necho done\n");
+    let submit_all = |c: &Cluster, n: usize| -> Vec<u64> {
+        (0..n)
+            .map(|_| c.submit(&["--gpus-per-node", "1", &script]))
+            .collect()
+    };
+    let first = submit_all(&c, 10);
+    let expected = |ids: &[u64]| -> Vec<String> {
+        ids.iter()
+            .map(|id| format!("{id}|COMPLETED|root"))
+            .collect()
+    };
+    let all = c.controllers_arg();
+    wait_for(
+        "ten completed jobs in gacct",
+        Duration::from_secs(60),
+        || {
+            let got = acct_rows(&c, &all);
+            (got == expected(&first)).then_some(())
+        },
+    );
+    // Memory holds 4 of them: gqueue -t all sees only those.
+    let in_memory = c.json("gqueue", &["-t", "all"])["jobs"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(in_memory <= 4, "{in_memory} ended jobs in memory");
+    // Every replica wrote the same archive: each answers alone with all ten.
+    let addrs: Vec<String> = c.controllers.iter().map(|(_, a)| a.clone()).collect();
+    for a in &addrs {
+        wait_for(
+            &format!("controller {a}'s archive"),
+            Duration::from_secs(20),
+            || (acct_rows(&c, a) == expected(&first)).then_some(()),
+        );
+    }
+    // One job in detail (its failure-free row, allocation and steps) from the archive.
+    let old = c.json("gacct", &["-j", &first[0].to_string()]);
+    let row = &old["jobs"][0];
+    assert_eq!(row["job_id"], first[0], "{old}");
+    assert_eq!(row["state"], "COMPLETED", "{old}");
+    assert_eq!(row["node_list"], "n1", "{old}");
+    assert!(row["allocation"]["nodes"][0]["gpus"].is_array(), "{old}");
+    // CSV export of the same rows.
+    let csv = c.ok("gacct", &["-X", "--csv", "-o", "JobID,State,NodeList"]);
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("JobID,State,NodeList"), "{csv}");
+    assert_eq!(lines.count(), 10, "{csv}");
+
+    // The leader goes: the new one answers from its own archive, and archives more.
+    let leader = c.leader(Duration::from_secs(10));
+    c.kill_controller(leader as usize - 1);
+    c.leader(Duration::from_secs(20));
+    let second = submit_all(&c, 3);
+    let both: Vec<u64> = first.iter().chain(&second).copied().collect();
+    wait_for(
+        "thirteen jobs after the failover",
+        Duration::from_secs(60),
+        || (acct_rows(&c, &all) == expected(&both)).then_some(()),
+    );
+    // Every controller restarts (the one that was down catches up from the log or a
+    // snapshot): nothing acknowledged is lost.
+    c.start_controller(leader as usize - 1);
+    for i in 0..3 {
+        c.restart_controller(i);
+    }
+    c.leader(Duration::from_secs(30));
+    for a in &addrs {
+        wait_for(
+            &format!("controller {a} after restarts"),
+            Duration::from_secs(30),
+            || (acct_rows(&c, a) == expected(&both)).then_some(()),
+        );
+    }
+}

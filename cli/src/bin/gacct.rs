@@ -95,6 +95,7 @@ fn efficiency(args: &Args, job: &str) {
         include_finished: true,
         detail: true,
         jobs: vec![selector],
+        archive: true,
         ..Default::default()
     };
     let rt = gsched_cli::runtime();
@@ -149,6 +150,7 @@ fn main() {
         detail: args.json || args.attempts,
         since_ms,
         until_ms: when(&args.endtime).unwrap_or(0),
+        archive: true,
         users: args.user.iter().cloned().collect(),
         jobs: args
             .jobs

@@ -148,6 +148,9 @@ pub struct SubmitLimits {
     pub max_array_size: u32,
     /// Jobs that have not ended, in all (`MaxJobCount`, 10,000).
     pub max_job_count: u64,
+    /// Ended jobs each controller keeps in memory (20,000); older ones are in the
+    /// accounting archive only.
+    pub finished_jobs_kept: u64,
 }
 
 impl SchedConfig {
@@ -177,6 +180,7 @@ impl Default for SubmitLimits {
             max_env_bytes: 1 << 20,
             max_array_size: 1001,
             max_job_count: 10_000,
+            finished_jobs_kept: 20_000,
         }
     }
 }

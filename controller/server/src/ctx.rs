@@ -30,6 +30,8 @@ pub struct Ctx {
     pub telemetry: crate::telemetry::Telemetry,
     /// Which connections the gRPC listener keeps.
     pub admission: std::sync::Arc<crate::accept::Admission>,
+    /// The accounting archive of ended jobs (`None` when its file cannot be used).
+    pub archive: Option<std::sync::Arc<crate::archiver::Archiver>>,
 }
 
 impl Ctx {

@@ -430,6 +430,7 @@ async fn detailed_row(
         include_finished: true,
         detail: true,
         jobs: vec![id.to_string()],
+        archive: true,
         ..Default::default()
     };
     let doc = api.jobs.jobs_for(who, &req).await?;

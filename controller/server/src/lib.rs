@@ -12,6 +12,7 @@
 //! - [`leader`]: scheduling, dispatch and liveness loops of the leader.
 
 pub mod accept;
+pub mod archiver;
 pub mod auth;
 pub mod config;
 pub mod ctx;
@@ -178,6 +179,7 @@ pub async fn run(
         None => auth::token::TokenKey::random(),
     };
     let auth = Auth::new(mode, cfg.policy.clone(), tokens);
+    let archive = archiver::start(&cfg.data_dir, raft.replica.clone());
     let ctx = Arc::new(Ctx {
         cfg,
         auth,
@@ -189,6 +191,7 @@ pub async fn run(
         faults,
         telemetry: Default::default(),
         admission: accept::Admission::new(accept::Limits::default_for_process()),
+        archive,
     });
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));

@@ -522,11 +522,7 @@ impl ClusterState {
             self.queued.remove(&user);
         }
         self.finished.push_back(id);
-        while self.finished.len() > self.retain_finished {
-            if let Some(old) = self.finished.pop_front() {
-                self.jobs.remove(&old);
-            }
-        }
+        self.purge_finished();
     }
 
     pub(super) fn requeue_request(&mut self, c: &RequeueJob, at: u64) -> Outcome {

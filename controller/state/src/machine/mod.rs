@@ -103,6 +103,24 @@ pub struct ClusterState {
     /// Jobs not ended, in all and per user (for the queue limits).
     #[serde(skip)]
     queued: Queued,
+    /// Ended jobs dropped from memory, until the accounting archive takes them.
+    #[serde(skip)]
+    evicted: Evicted,
+}
+
+/// Records purged past the retention bound, oldest first, for the archive to take
+/// (`ClusterState::take_evicted`); at most `EVICTED_KEPT`, the oldest dropped beyond.
+/// Not replicated state: every replica fills its own as it applies the log.
+#[derive(Debug, Clone, Default)]
+pub struct Evicted(VecDeque<Box<JobRecord>>);
+
+/// Bound of the eviction buffer when nothing takes from it.
+pub const EVICTED_KEPT: usize = 10_000;
+
+impl PartialEq for Evicted {
+    fn eq(&self, _: &Evicted) -> bool {
+        true
+    }
 }
 
 /// Counts of jobs that have not ended (derived; rebuilt from the jobs).
@@ -151,6 +169,7 @@ impl Default for ClusterState {
             token_revocations: TokenRevocations::default(),
             node_usage: BTreeMap::new(),
             queued: Queued::default(),
+            evicted: Evicted::default(),
         }
     }
 }
@@ -178,6 +197,26 @@ impl ClusterState {
         };
         s.rebuild();
         Ok(s)
+    }
+
+    /// Drops the oldest ended jobs beyond the retention bound into the eviction buffer.
+    pub(super) fn purge_finished(&mut self) {
+        while self.finished.len() > self.retain_finished {
+            let Some(old) = self.finished.pop_front() else {
+                break;
+            };
+            if let Some(job) = self.jobs.remove(&old) {
+                if self.evicted.0.len() == EVICTED_KEPT {
+                    self.evicted.0.pop_front();
+                }
+                self.evicted.0.push_back(job);
+            }
+        }
+    }
+
+    /// The ended jobs purged from memory since the last call, oldest first.
+    pub fn take_evicted(&mut self) -> Vec<Box<JobRecord>> {
+        std::mem::take(&mut self.evicted.0).into()
     }
 
     fn rebuild(&mut self) {
@@ -345,6 +384,8 @@ impl ClusterState {
             Command::Preempt(c) => self.preempt(c, at),
             Command::SetConfig(c) => {
                 self.config = (*c.config).clone();
+                self.retain_finished = self.config.limits.finished_jobs_kept.max(1) as usize;
+                self.purge_finished();
                 Outcome::Ok
             }
             Command::TimeoutJob(c) => self.timeout_job(c, at),

@@ -28,16 +28,81 @@ impl JobsService {
         } else {
             JobDetail::Summary
         };
-        self.page(req, |state, estimates, j| {
-            let audience = if caller.may_see_details_of(&j.spec.user) {
-                Audience::Owner
-            } else {
-                Audience::Public
-            };
-            let row = job_row(state, j, estimates.get(&j.id).copied(), detail, audience);
-            (row.job_id, row)
-        })
-        .await
+        // Archived jobs first (no lock held), then the replica's, merged by id.
+        let archived = match self.archive_query(req)? {
+            Some((archive, q)) => Some(
+                tokio::task::spawn_blocking(move || archive.archive.query(&q))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(|e| Status::unavailable(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let mut list = self
+            .page(req, |state, estimates, j| {
+                let audience = if caller.may_see_details_of(&j.spec.user) {
+                    Audience::Owner
+                } else {
+                    Audience::Public
+                };
+                let row = job_row(state, j, estimates.get(&j.id).copied(), detail, audience);
+                (row.job_id, row)
+            })
+            .await?;
+        if let Some(page) = archived {
+            let filter = JobFilter::from_request(req)?;
+            let last = page.rows.last().map(|r| r.job_id);
+            let mut rows = page.rows;
+            {
+                let r = self.ctx.raft.replica.read();
+                rows.retain(|row| !r.state.jobs.contains_key(&row.job_id) && filter.keeps_row(row));
+            }
+            for row in &mut rows {
+                if !caller.may_see_details_of(&row.user) {
+                    row.redact_evidence();
+                }
+            }
+            let limit = page_limit(req);
+            merge_pages(&mut list, rows, page.more.then_some(last).flatten(), limit);
+        }
+        Ok(list)
+    }
+
+    /// The archive and the query for it, when `req` may select ended jobs.
+    fn archive_query(
+        &self,
+        req: &ListJobsRequest,
+    ) -> Result<
+        Option<(
+            std::sync::Arc<crate::archiver::Archiver>,
+            gsched_archive::Query,
+        )>,
+        Status,
+    > {
+        let Some(archive) = self.ctx.archive.clone().filter(|_| req.archive) else {
+            return Ok(None);
+        };
+        let filter = JobFilter::from_request(req)?;
+        let wants_ended = if filter.states.is_empty() {
+            filter.include_finished
+        } else {
+            filter.states.iter().any(|s| s.is_terminal())
+        };
+        if !wants_ended {
+            return Ok(None);
+        }
+        let q = gsched_archive::Query {
+            after: req.after,
+            limit: page_limit(req),
+            users: filter.users.clone(),
+            states: filter.states.clone(),
+            ids: filter.jobs.iter().map(|s| s.id).collect(),
+            partition: filter.partition.clone(),
+            since_ms: filter.window.0,
+            until_ms: filter.window.1,
+            detail: req.detail,
+        };
+        Ok(Some((archive, q)))
     }
 
     /// A page of the queue table's rows (`gqueue`).
@@ -69,10 +134,7 @@ impl JobsService {
         }
         let estimates = self.ctx.estimates.read();
         let r = self.ctx.raft.replica.read();
-        let limit = match req.limit as usize {
-            0 => PAGE_ROWS,
-            n => n.min(PAGE_ROWS),
-        };
+        let limit = page_limit(req);
         let mut matching = r
             .state
             .jobs
@@ -163,6 +225,40 @@ impl JobsService {
 }
 
 /// Which jobs a `ListJobs` request asks for.
+/// The most rows a reply to `req` carries.
+fn page_limit(req: &ListJobsRequest) -> usize {
+    match req.limit as usize {
+        0 => PAGE_ROWS,
+        n => n.min(PAGE_ROWS),
+    }
+}
+
+/// Merges archived rows (ids above the request's cursor, none of them in memory;
+/// `archive_last` set when the archive has more after it) into the replica's page: the
+/// page ends at the lower of the two sources' ends, so the next page misses none.
+fn merge_pages(
+    list: &mut JobList<JobRow>,
+    archived: Vec<JobRow>,
+    archive_last: Option<JobId>,
+    limit: usize,
+) {
+    let bound = match (list.next_after, archive_last) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    list.jobs.extend(archived);
+    list.jobs.sort_by_key(|j| j.job_id);
+    if let Some(b) = bound {
+        list.jobs.retain(|j| j.job_id <= b);
+    }
+    let mut next = bound;
+    if list.jobs.len() > limit {
+        list.jobs.truncate(limit);
+        next = list.jobs.last().map(|j| j.job_id);
+    }
+    list.next_after = next;
+}
+
 struct JobFilter {
     users: Vec<String>,
     states: Vec<JobState>,
@@ -199,6 +295,25 @@ impl JobFilter {
             partition: (!req.partition.is_empty()).then(|| req.partition.clone()),
             window: (req.since_ms, req.until_ms),
         })
+    }
+
+    /// `keeps` for an archived row (ended, its partition resolved when it was written).
+    fn keeps_row(&self, j: &JobRow) -> bool {
+        let array = j.array_job_id.zip(j.array_task_id);
+        let selected = |s: &JobSelector| match (s.task, array) {
+            (None, _) => j.job_id.0 == s.id || array.is_some_and(|(a, _)| a.0 == s.id),
+            (Some(task), Some((a, t))) => a.0 == s.id && t == task,
+            (Some(_), None) => false,
+        };
+        (if self.states.is_empty() {
+            self.include_finished
+        } else {
+            self.states.contains(&j.state)
+        }) && (self.users.is_empty() || self.users.contains(&j.user))
+            && (self.jobs.is_empty() || self.jobs.iter().any(selected))
+            && self.partition.as_ref().is_none_or(|p| *p == j.partition)
+            && (self.window.0 == 0 || j.end_ms.is_none_or(|e| e >= self.window.0))
+            && (self.window.1 == 0 || j.submit_ms <= self.window.1)
     }
 
     fn keeps(&self, j: &JobRecord, config: &gsched_scheduler::SchedConfig) -> bool {
