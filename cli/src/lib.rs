@@ -12,6 +12,7 @@ pub mod format;
 pub mod grun_job;
 pub mod probe;
 pub mod queue_format;
+pub mod report;
 pub mod sbatch;
 pub mod slurm;
 pub mod when;

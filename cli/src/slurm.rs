@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Slurm's name and the gsched tool that behaves as it.
-pub const NAMES: [(&str, &str); 9] = [
+pub const NAMES: [(&str, &str); 11] = [
     ("sbatch", "gsub"),
     ("srun", "grun"),
     ("salloc", "galloc"),
@@ -13,6 +13,8 @@ pub const NAMES: [(&str, &str); 9] = [
     ("scancel", "gcancel"),
     ("sacct", "gacct"),
     ("seff", "gacct"),
+    ("sreport", "greport"),
+    ("sshare", "gctl"),
     ("scontrol", "gctl"),
 ];
 

@@ -109,6 +109,8 @@ carries! {
     RevokeTokensRequest { json, request_id } => RevokeTokensRequest, "token revocation";
     RevokeTokensReply { json } => RevokeTokensReply, "token revocation reply";
     UpdateJobRequest { json, request_id } => UpdateJobRequest, "job update";
+    ReportRequest { json } => gsched_types::report::ReportRequest, "report request";
+    ReportReply { json } => gsched_types::report::ReportReply, "report";
     AgentEnvelope { json } => AgentToController, "agent message";
     ControllerEnvelope { json } => ControllerToAgent, "controller message";
 }

@@ -320,3 +320,98 @@ fn t20_the_archive_keeps_jobs_past_the_memory_window_across_a_leader_change_and_
         );
     }
 }
+
+#[test]
+fn t30_greport_and_gctl_share_count_known_workloads() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    // Two jobs of known size: 2 GPUs for ~3 s and 4 GPUs for ~3 s, both ended.
+    let script = c.script("three.sh", "#!/bin/sh\nsleep 3\n");
+    let a = c.submit(&["--gpus-per-node", "2", &script]);
+    let b = c.submit(&["--gpus-per-node", "4", &script]);
+    for id in [a, b] {
+        c.wait_state(id, &["COMPLETED"], Duration::from_secs(30));
+    }
+    // And one still running, counted up to now.
+    let long = c.script("long.sh", "#!/bin/sh\nexec sleep 600\n");
+    let running = c.submit(&["--gpus-per-node", "1", &long]);
+    c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let elapsed = |id: u64| -> f64 {
+        let j = c.json("gacct", &["-j", &id.to_string()]);
+        let row = &j["jobs"][0];
+        (row["end_ms"].as_u64().unwrap() - row["start_ms"].as_u64().unwrap()) as f64 / 1000.0
+    };
+    let ended_gpu_h = (2.0 * elapsed(a) + 4.0 * elapsed(b)) / 3600.0;
+
+    let report = c.json("greport", &["-S", "now-1hour"]);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    let row = &rows[0];
+    assert_eq!(row["user"], "root", "{report}");
+    assert_eq!(row["account"], "default", "{report}");
+    assert_eq!(row["jobs"], 3, "{report}");
+    let gpu_h = row["gpu_hours"].as_f64().unwrap();
+    // The ended jobs' time, plus a few seconds of the running one's GPU.
+    assert!(
+        gpu_h >= (ended_gpu_h * 100.0).floor() / 100.0 && gpu_h <= ended_gpu_h + 0.02,
+        "{gpu_h} vs {ended_gpu_h}: {report}"
+    );
+    assert_eq!(report["capacity_gpu_hours"], 8.0, "{report}");
+    let by_node = c.json("greport", &["-S", "now-1hour", "--by", "node"]);
+    assert_eq!(by_node["rows"][0]["node"], "n1", "{by_node}");
+    let text = c.ok("greport", &["-S", "now-1hour"]);
+    assert!(
+        text.contains("GPU-hours used:") && text.contains("of 8.00"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("root") && l.contains("default")),
+        "{text}"
+    );
+    let bad = c.cli("greport", &["--by", "planet"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown grouping 'planet'"));
+
+    // sreport's words through the Slurm name.
+    let links = c.slurm_links();
+    let sreport = std::process::Command::new(format!("{links}/sreport"))
+        .args([
+            "-P",
+            "-n",
+            "cluster",
+            "AccountUtilizationByUser",
+            "start=now-1hour",
+        ])
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&sreport.stdout);
+    assert!(sreport.status.success(), "{sreport:?}");
+    assert!(text.starts_with("root|default|3|"), "{text}");
+
+    // The fair-share table: the account's line, then its user's, with usage.
+    let share = c.json("gctl", &["share"]);
+    let rows = share["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["account"], "default", "{share}");
+    assert_eq!(rows[0]["user"], "", "{share}");
+    assert_eq!(rows[1]["user"], "root", "{share}");
+    assert!(
+        rows[1]["usage_gpu_hours"].as_f64().unwrap() > 0.0,
+        "{share}"
+    );
+    let f = rows[1]["fairshare"].as_f64().unwrap();
+    assert!(f > 0.0 && f < 1.0, "{share}");
+    let sshare = std::process::Command::new(format!("{links}/sshare"))
+        .args(["-P"])
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&sshare.stdout);
+    assert!(
+        text.starts_with("Account|User|RawShares|NormShares|GPU-hours|NormUsage|FairShare\n"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.contains("|root|")), "{text}");
+}

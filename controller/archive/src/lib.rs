@@ -11,7 +11,8 @@
 mod report;
 mod row;
 
-pub use report::{Group, Item, Totals, UsageRow};
+pub use gsched_types::report::{Group, UsageRow};
+pub use report::{Item, Totals};
 
 use gsched_types::api::JobRow;
 use gsched_types::job::JobState;

@@ -2,55 +2,8 @@
 //! and account, account, partition, node or GPU model. Archived jobs and the running
 //! ones the server adds go through the same `Totals`.
 
-use serde::{Deserialize, Serialize};
+use gsched_types::report::{Group, UsageRow};
 use std::collections::BTreeMap;
-
-/// What a report's rows are per.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Group {
-    /// Per user and account (sreport's AccountUtilizationByUser).
-    User,
-    Account,
-    Partition,
-    Node,
-    GpuModel,
-}
-
-impl Group {
-    pub fn parse(text: &str) -> Result<Group, String> {
-        Ok(match text.to_ascii_lowercase().as_str() {
-            "user" | "users" => Group::User,
-            "account" | "accounts" => Group::Account,
-            "partition" | "partitions" => Group::Partition,
-            "node" | "nodes" => Group::Node,
-            "gpu" | "gpu-model" | "gpu_model" | "model" => Group::GpuModel,
-            other => {
-                return Err(format!(
-                    "unknown grouping '{other}': use user, account, partition, node or gpu-model"
-                ));
-            }
-        })
-    }
-}
-
-/// One row of a report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct UsageRow {
-    /// Set when grouped by user (with its account).
-    pub user: Option<String>,
-    /// Set when grouped by user or account.
-    pub account: Option<String>,
-    pub partition: Option<String>,
-    pub node: Option<String>,
-    pub gpu_model: Option<String>,
-    /// Jobs that held GPUs or CPUs inside the window.
-    pub jobs: u64,
-    /// GPU-hours inside the window.
-    pub gpu_hours: f64,
-    /// This row's share of all GPU-hours in the report, in percent.
-    pub share_pct: f64,
-}
 
 /// A job as a report counts it.
 #[derive(Debug, Clone)]
@@ -119,6 +72,12 @@ impl Totals {
                 }
             }
         }
+    }
+
+    /// GPU-hours of every row together.
+    pub fn gpu_hours(&self) -> f64 {
+        let ms: u64 = self.sums.values().map(|v| v.1).sum();
+        (ms as f64 / 3_600_000.0 * 100.0).round() / 100.0
     }
 
     /// The rows, most GPU-hours first.

@@ -22,71 +22,15 @@ impl FairShare {
         pending: &[PendingJob],
         now_ms: u64,
     ) -> FairShare {
-        let mut per_user: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-        for u in usage {
-            *per_user
-                .entry((u.account.as_str(), u.user.as_str()))
-                .or_default() +=
-                decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
-        }
-        for r in running {
-            let secs = now_ms.saturating_sub(r.start_ms) as f64 / 1000.0;
-            *per_user
-                .entry((r.account.as_str(), r.user.as_str()))
-                .or_default() += secs * f64::from(r.gpus());
-        }
-        for p in pending {
-            per_user
-                .entry((p.account.as_str(), p.user.as_str()))
-                .or_default();
-        }
-        let total: f64 = per_user.values().sum();
-        let mut per_account: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
-        for ((account, _), u) in &per_user {
-            let e = per_account.entry(account).or_default();
-            e.0 += u;
-            e.1 += 1;
-        }
-        let shares_of = |a: &str| {
-            config
-                .accounts
-                .iter()
-                .find(|c| c.name == a)
-                .map(|c| c.shares)
-                .unwrap_or(1)
-                .max(1) as f64
-        };
-        let share_total: f64 = per_account
-            .keys()
-            .map(|a| shares_of(a))
-            .sum::<f64>()
-            .max(1.0);
-        let account_factor: BTreeMap<&str, f64> = per_account
-            .iter()
-            .map(|(account, (used, _))| {
-                let share = shares_of(account) / share_total;
-                let f = if total > 0.0 {
-                    pow2_neg((used / total) / share)
-                } else {
-                    1.0
-                };
-                (*account, f)
-            })
-            .collect();
         let mut fs = FairShare::default();
-        for ((account, user), used) in per_user {
-            let (acct_used, users) = per_account[account];
-            let share = 1.0 / f64::from(users.max(1));
-            let fu = if acct_used > 0.0 {
-                pow2_neg((used / acct_used) / share)
-            } else {
-                1.0
-            };
-            let fa = account_factor[account];
+        for line in share_lines(config, usage, running, pending, now_ms) {
             fs.factor
-                .entry(account.to_string())
+                .entry(line.account.to_string())
                 .or_default()
-                .insert(user.to_string(), fa * fu);
+                .insert(
+                    line.user.to_string(),
+                    line.account_factor * line.user_factor,
+                );
         }
         fs
     }
@@ -99,6 +43,107 @@ impl FairShare {
             .copied()
             .unwrap_or(1.0)
     }
+}
+
+/// One user's place in the fair-share tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShareLine<'a> {
+    pub account: &'a str,
+    pub user: &'a str,
+    /// The account's configured shares, and of all accounts' (0..1).
+    pub account_shares: f64,
+    pub account_norm_shares: f64,
+    /// Decayed GPU-seconds: the account's, its users', and this user's.
+    pub account_used: f64,
+    pub account_users: u32,
+    pub used: f64,
+    /// Of every account's decayed use (0..1).
+    pub account_norm_usage: f64,
+    pub account_factor: f64,
+    pub user_factor: f64,
+}
+
+/// Every (account, user) with usage, running or pending jobs: shares, decayed use and
+/// factors, as the scheduler weighs them (and `gctl share` shows them).
+pub fn share_lines<'a>(
+    config: &SchedConfig,
+    usage: &'a [UsageRecord],
+    running: &'a [RunningJob],
+    pending: &'a [PendingJob],
+    now_ms: u64,
+) -> Vec<ShareLine<'a>> {
+    let mut per_user: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    for u in usage {
+        *per_user
+            .entry((u.account.as_str(), u.user.as_str()))
+            .or_default() += decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
+    }
+    for r in running {
+        let secs = now_ms.saturating_sub(r.start_ms) as f64 / 1000.0;
+        *per_user
+            .entry((r.account.as_str(), r.user.as_str()))
+            .or_default() += secs * f64::from(r.gpus());
+    }
+    for p in pending {
+        per_user
+            .entry((p.account.as_str(), p.user.as_str()))
+            .or_default();
+    }
+    let total: f64 = per_user.values().sum();
+    let mut per_account: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
+    for ((account, _), u) in &per_user {
+        let e = per_account.entry(account).or_default();
+        e.0 += u;
+        e.1 += 1;
+    }
+    let shares_of = |a: &str| {
+        config
+            .accounts
+            .iter()
+            .find(|c| c.name == a)
+            .map(|c| c.shares)
+            .unwrap_or(1)
+            .max(1) as f64
+    };
+    let share_total: f64 = per_account
+        .keys()
+        .map(|a| shares_of(a))
+        .sum::<f64>()
+        .max(1.0);
+    per_user
+        .into_iter()
+        .map(|((account, user), used)| {
+            let (account_used, users) = per_account[account];
+            let share = shares_of(account) / share_total;
+            let account_factor = if total > 0.0 {
+                pow2_neg((account_used / total) / share)
+            } else {
+                1.0
+            };
+            let user_share = 1.0 / f64::from(users.max(1));
+            let user_factor = if account_used > 0.0 {
+                pow2_neg((used / account_used) / user_share)
+            } else {
+                1.0
+            };
+            ShareLine {
+                account,
+                user,
+                account_shares: shares_of(account),
+                account_norm_shares: share,
+                account_used,
+                account_users: users,
+                used,
+                account_norm_usage: if total > 0.0 {
+                    account_used / total
+                } else {
+                    0.0
+                },
+                account_factor,
+                user_factor,
+            }
+        })
+        .collect()
 }
 
 /// A job's priority under the configured policy.

@@ -16,6 +16,7 @@ pub mod job;
 pub mod launch;
 pub mod node;
 pub mod parse;
+pub mod report;
 pub mod resources;
 pub mod steps;
 pub mod topology;

@@ -91,6 +91,27 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The fair-share table (sshare): each account's and user's shares, GPU-hours decayed
+    /// by the configured half-life, and the fair-share factor the scheduler gives them.
+    Share {
+        /// Only these users (comma-separated), with their accounts' lines.
+        #[arg(short = 'u', long = "users", value_delimiter = ',')]
+        users: Vec<String>,
+        /// Only these accounts (comma-separated).
+        #[arg(short = 'A', long = "accounts", value_delimiter = ',')]
+        accounts: Vec<String>,
+        /// Every user (sshare's -a; shown anyway).
+        #[arg(short = 'a', long = "all")]
+        _all: bool,
+        /// Fields split by `|`.
+        #[arg(short = 'P', long = "parsable2")]
+        parsable: bool,
+        /// No header line.
+        #[arg(short = 'n', long = "noheader")]
+        noheader: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
     /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
     /// `--slurm-names DIR` so jobs find them too).
@@ -98,10 +119,14 @@ enum Cmd {
 }
 
 fn main() {
-    let args = if gsched_cli::invoked_as() == "scontrol" {
-        Args::parse_from(scontrol_args())
-    } else {
-        Args::parse()
+    let args = match gsched_cli::invoked_as().as_str() {
+        "scontrol" => Args::parse_from(scontrol_args()),
+        "sshare" => Args::parse_from(
+            ["sshare".to_string(), "share".into()]
+                .into_iter()
+                .chain(gsched_cli::text_args("sshare").into_iter().skip(1)),
+        ),
+        _ => Args::parse(),
     };
     let rt = gsched_cli::runtime();
     let addrs = controller_list(args.controllers.as_deref());
@@ -130,8 +155,54 @@ fn main() {
             lifetime,
             json,
         } => token::issue(rt, client, &lifetime, json),
+        Cmd::Share {
+            users,
+            accounts,
+            parsable,
+            noheader,
+            json,
+            ..
+        } => share(rt, client, &users, &accounts, parsable, noheader, json),
         Cmd::SlurmNames { dir } => slurm_names(&dir),
     }
+}
+
+/// `gctl share` (sshare).
+fn share(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    users: &[String],
+    accounts: &[String],
+    parsable: bool,
+    noheader: bool,
+    json: bool,
+) {
+    use gsched_cli::report::{Layout, fetch, render_share};
+    use gsched_types::report::{ReportReply, ReportRequest};
+    let ReportReply::Share { mut rows } = fetch(rt, client, &ReportRequest::Share, "gctl") else {
+        die("gctl", "the controller answered with another report");
+    };
+    let accounts_of_users: Vec<String> = rows
+        .iter()
+        .filter(|r| users.contains(&r.user))
+        .map(|r| r.account.clone())
+        .collect();
+    rows.retain(|r| {
+        (accounts.is_empty() || accounts.contains(&r.account))
+            && (users.is_empty()
+                || users.contains(&r.user)
+                || (r.user.is_empty() && accounts_of_users.contains(&r.account)))
+    });
+    if json {
+        gsched_cli::print_json(&serde_json::json!({ "rows": rows }));
+        return;
+    }
+    let layout = if parsable {
+        Layout::Parsable
+    } else {
+        Layout::Table
+    };
+    gsched_cli::out!("{}", render_share(&rows, layout, !noheader));
 }
 
 /// `gctl slurm-names DIR`: links Slurm's command names to the tools next to this one.

@@ -3,7 +3,7 @@
 //! accepted on any controller (raft-rs forwards proposals to the leader); reads answer
 //! from this replica's applied state after a read barrier. This file only takes each
 //! method's document out of its request and puts the answer into its reply; the work is
-//! in [`submit`], [`reads`], [`actions`], [`steps`] and [`admin`], on documents, so the
+//! in [`submit`], [`reads`], [`reports`], [`actions`], [`steps`] and [`admin`], on documents, so the
 //! REST API calls the same functions.
 
 mod actions;
@@ -11,6 +11,7 @@ mod admin;
 
 pub use admin::NodeAction;
 mod reads;
+mod reports;
 mod steps;
 mod submit;
 
@@ -258,6 +259,14 @@ impl Jobs for JobsService {
                 .revoke_tokens_as(&caller, &msg.request_id, body)
                 .await?,
         ))
+    }
+
+    async fn report(
+        &self,
+        req: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportReply>, Status> {
+        let (_caller, body, _) = caller_and(&self.ctx, req)?;
+        Ok(carry(&self.report_for(body).await?))
     }
 
     async fn update_job(
