@@ -124,7 +124,18 @@ fn t10_node_grid_job_placement_and_evidence_only_for_the_owner() {
     };
     let addr = format!("127.0.0.1:{}", free_port());
     let mut c = Cluster::controllers(1, &["--http", &addr]);
-    c.add_agent("n1", "ws-2gpu-nvlink.json", &[]);
+    let util = c.path("n1-util.json");
+    std::fs::write(&util, r#"{"0": 70, "1": 70}"#).unwrap();
+    c.add_agent(
+        "n1",
+        "ws-2gpu-nvlink.json",
+        &[
+            "--gpu-sample-interval",
+            "1",
+            "--fake-gpu-util",
+            &util.to_string_lossy(),
+        ],
+    );
     c.add_agent("n2", "ws-2gpu-nvlink.json", &[]);
     let home = c.user_dir(&alice);
     let sleep = home.join("sleep.sh");
@@ -197,7 +208,12 @@ fn t10_node_grid_job_placement_and_evidence_only_for_the_owner() {
     assert!(dom.contains(&format!("<tr data-job=\"{busy}\">")), "{dom}");
     as_alice.screenshot(&base, "overview.png");
 
-    // The job's page draws its placement: n1, its GPU highlighted.
+    // The job's page draws its placement: n1, its GPU highlighted; and its GPU's
+    // utilisation over time, once a few samples are in.
+    gsched_tests::wait_for("samples of the busy job", Duration::from_secs(20), || {
+        let v = c.json("gacct", &["--eff", &busy.to_string()]);
+        (v["gpus"][0]["samples"].as_u64() >= Some(3)).then_some(())
+    });
     let job_url = format!("{base}#/job/{busy}");
     let dom = as_alice.dom(&job_url);
     assert!(
@@ -205,6 +221,11 @@ fn t10_node_grid_job_placement_and_evidence_only_for_the_owner() {
         "{dom}"
     );
     assert!(dom.contains("gpubox mine"), "{dom}");
+    let eff = &dom[dom.find("class=\"eff\" data-gpu=\"n1:").expect(&dom)..];
+    assert!(
+        eff.contains("mean 70%") && eff.contains("<polyline"),
+        "{eff}"
+    );
     as_alice.screenshot(&job_url, "job.png");
 
     // A failed job: its evidence for its owner...

@@ -38,6 +38,34 @@ struct Detail {
     usage: Vec<NodeUsage>,
 }
 
+/// The LZ4 dictionary `detail` documents are compressed against: the keys and shapes a
+/// typical document repeats, so a small document does not pay for them. Rows are written
+/// with version byte [`DETAIL_V1`]; this text must never change (add a new version).
+const DETAIL_DICT: &[u8] = br#"{"failure":{"kind":"nccl_timeout","evidence":"","node":"n1","exit_code":1},"allocation":{"nodes":[{"node":"n1","gpus":[0,1,2,3,4,5,6,7],"cpus":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31],"mem_mb":65536,"nic":"","exclusive":false}],"master_addr":"","master_port":29500},"steps":[{"node":"n1","state":{"state":"exited","code":0,"signal":null},"started_ms":17,"ended_ms":17,"failure":null}],"attempts":[{"restart":0,"nodes":["n1"],"start_ms":17,"end_ms":17,"state":"COMPLETED","failure":null}],"grun_steps":[],"warnings":[],"usage":[{"node":"n1","interval_s":30,"sampled_s":3600,"gpus":[{"gpu":0,"samples":120,"util_sum":0,"util_max":0,"mem_max_mib":0,"idle_samples":0,"power_sum_w":0,"power_samples":120,"below_s":0,"series":[0,0,0,0,0,0,0,0,100,100,100,100,99,99,99,99,98,98,98,98,97,97,97,97],"series_step_s":30},{"gpu":1,"samples":120,"util_sum":0,"util_max":0,"mem_max_mib":0,"idle_samples":0,"power_sum_w":0,"power_samples":120,"below_s":0,"series":[],"series_step_s":30}],"cpu_ms":0,"cpus":4,"mem_max_mib":0,"mem_limit_mib":131072}]}"#;
+
+/// The first byte of a `detail` blob: LZ4 against [`DETAIL_DICT`], size prepended.
+const DETAIL_V1: u8 = 1;
+
+fn compress(json: &[u8]) -> Vec<u8> {
+    let mut blob = vec![DETAIL_V1];
+    blob.extend(lz4_flex::block::compress_prepend_size_with_dict(
+        json,
+        DETAIL_DICT,
+    ));
+    blob
+}
+
+fn decompress(blob: &[u8]) -> Result<Vec<u8>, String> {
+    match blob.split_first() {
+        Some((&DETAIL_V1, rest)) => {
+            lz4_flex::block::decompress_size_prepended_with_dict(rest, DETAIL_DICT)
+                .map_err(|e| e.to_string())
+        }
+        Some((v, _)) => Err(format!("detail version {v} is newer than this build")),
+        None => Err("empty detail".into()),
+    }
+}
+
 fn opt(v: Option<u64>) -> Option<i64> {
     v.map(|v| v as i64)
 }
@@ -63,7 +91,7 @@ pub fn upsert(
         usage: job.usage.clone(),
     };
     let json = serde_json::to_vec(&detail).expect("rows always serialise");
-    let blob = (json.len() > 2).then(|| lz4_flex::block::compress_prepend_size(&json));
+    let blob = (json.len() > 2).then(|| compress(&json));
     stmt.execute(rusqlite::params![
         job.job_id.0 as i64,
         job.array_job_id.map(|a| a.0 as i64),
@@ -108,8 +136,7 @@ pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
     let detail: Detail = match r.get::<_, Option<Vec<u8>>>(20)? {
         None => Detail::default(),
         Some(blob) => {
-            let json = lz4_flex::block::decompress_size_prepended(&blob)
-                .map_err(|e| bad(20, e.to_string()))?;
+            let json = decompress(&blob).map_err(|e| bad(20, e))?;
             serde_json::from_slice(&json).map_err(|e| bad(20, e.to_string()))?
         }
     };
