@@ -184,8 +184,13 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
+    // GSCHED_ARCHIVE_DIR keeps the file there (a controller's data directory, to time
+    // gacct against it); else a temporary directory.
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("accounting.sqlite");
+    let path = std::env::var_os("GSCHED_ARCHIVE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.path().to_path_buf())
+        .join("accounting.sqlite");
     let rss_start = rss_mib();
     let archive = Archive::open(&path).expect("open");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
