@@ -146,6 +146,7 @@ mod tests {
             JobState::Completed,
             300,
             &[node(&[90, 0])],
+            true,
         );
         let text = render(&e);
         assert!(text.contains("Job ID: 7"), "{text}");
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_job_without_samples_says_why_there_is_nothing() {
-        let e = Efficiency::from_usage(JobId(8), "bob", JobState::Pending, 0, &[]);
+        let e = Efficiency::from_usage(JobId(8), "bob", JobState::Pending, 0, &[], false);
         assert!(render(&e).contains("No usage was sampled"));
     }
 }

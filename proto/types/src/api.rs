@@ -375,14 +375,20 @@ impl JobRow {
     }
 
     /// The efficiency report of a detailed row (`gacct --eff`, `GET
-    /// /api/v1/jobs/ID/efficiency`).
+    /// /api/v1/jobs/ID/efficiency`); memory advice only where the row shows the request
+    /// named its memory.
     pub fn efficiency(&self, now_ms: u64) -> crate::usage::Efficiency {
+        let mem_asked = self
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.mem_mb.is_some() || s.mem_per_gpu_mb.is_some());
         crate::usage::Efficiency::from_usage(
             self.job_id,
             &self.user,
             self.state,
             self.elapsed_s(now_ms),
             &self.usage,
+            mem_asked,
         )
     }
 }

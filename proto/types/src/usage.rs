@@ -216,13 +216,16 @@ pub struct Efficiency {
 }
 
 impl Efficiency {
-    /// The report of a job from its nodes' summaries.
+    /// The report of a job from its nodes' summaries; `mem_asked`: the job named its
+    /// memory (`--mem`, `--mem-per-gpu`), so memory it left unused is worth advice (a
+    /// default share is not the user's choice).
     pub fn from_usage(
         job_id: crate::job::JobId,
         user: &str,
         state: crate::job::JobState,
         elapsed_s: u64,
         usage: &[NodeUsage],
+        mem_asked: bool,
     ) -> Efficiency {
         let gpus: Vec<GpuEfficiency> = usage
             .iter()
@@ -251,7 +254,7 @@ impl Efficiency {
                 mem_limit_mib: n.mem_limit_mib,
             })
             .collect();
-        let advice = advise(&gpus, &nodes, elapsed_s);
+        let advice = advise(&gpus, &nodes, elapsed_s, mem_asked);
         Efficiency {
             job_id,
             user: user.to_string(),
@@ -269,7 +272,12 @@ fn round1(v: f64) -> f64 {
 }
 
 /// Advice as jobstats gives it: idle GPUs, low utilisation, memory asked for and not used.
-fn advise(gpus: &[GpuEfficiency], nodes: &[NodeEfficiency], elapsed_s: u64) -> Vec<String> {
+fn advise(
+    gpus: &[GpuEfficiency],
+    nodes: &[NodeEfficiency],
+    elapsed_s: u64,
+    mem_asked: bool,
+) -> Vec<String> {
     let mut advice = Vec::new();
     let sampled: Vec<&GpuEfficiency> = gpus.iter().filter(|g| g.samples > 0).collect();
     if sampled.is_empty() {
@@ -299,7 +307,7 @@ fn advise(gpus: &[GpuEfficiency], nodes: &[NodeEfficiency], elapsed_s: u64) -> V
             "GPU utilisation {mean:.0}% over {over}: the GPUs mostly wait. Common causes: data loading on too few CPU workers (DataLoader num_workers), small batches, or time spent on the CPU between steps."
         ));
     }
-    for n in nodes {
+    for n in nodes.iter().filter(|_| mem_asked) {
         if n.mem_limit_mib >= 8192 && n.mem_max_mib * 5 < n.mem_limit_mib {
             advice.push(format!(
                 "{} used at most {} MiB of the {} MiB of memory it was given: ask for less (--mem) so others can run.",
@@ -441,6 +449,7 @@ mod tests {
                 crate::job::JobState::Running,
                 elapsed_s,
                 &usage(gpus),
+                true,
             )
         };
         let idle = report(1, 9 * 3600, vec![busy("n1", 0, 0), busy("n1", 1, 0)]);
