@@ -101,6 +101,18 @@ fn t10_an_idle_job_is_warned_then_cancelled_with_evidence_while_a_busy_one_runs_
         "{acct}"
     );
 
+    // Both were written into the job's output file, as Slurm writes its own lines.
+    let out = wait_for(
+        "the notices in the job's output",
+        Duration::from_secs(10),
+        || {
+            let t = std::fs::read_to_string(c.path(&format!("gsched-{idle}.out"))).ok()?;
+            t.contains("CANCELLED (IdleGPUs)").then_some(t)
+        },
+    );
+    assert!(out.contains("gsched: warning: job"), "{out}");
+    assert!(out.contains("every GPU under 5% for 0:03"), "{out}");
+
     // The busy job was never warned and still runs.
     let b = c.job(busy).unwrap();
     assert_eq!(b["state"], "RUNNING", "{b}");

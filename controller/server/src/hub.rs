@@ -116,6 +116,13 @@ impl AgentHub {
             .is_some_and(|c| c.capabilities.batched_kills)
     }
 
+    pub fn takes_notices(&self, node: &str) -> bool {
+        self.conns
+            .lock()
+            .get(node)
+            .is_some_and(|c| c.capabilities.output_notices)
+    }
+
     pub fn is_connected(&self, node: &str) -> bool {
         self.conns.lock().contains_key(node)
     }

@@ -264,14 +264,14 @@ fn notify_idle(ctx: &Ctx, policy: &gsched_state::idle::IdlePolicy, cmd: &Command
     let Command::IdleGpus(c) = cmd else {
         return;
     };
-    let user = ctx
+    let (user, batch_node) = ctx
         .raft
         .replica
         .read()
         .state
         .jobs
         .get(&c.job)
-        .map(|j| j.spec.user.clone())
+        .map(|j| (j.spec.user.clone(), j.node_names().into_iter().next()))
         .unwrap_or_default();
     let message = if c.cancel {
         format!("job {} cancelled (IdleGPUs): {}", c.job, c.notice.evidence)
@@ -279,6 +279,24 @@ fn notify_idle(ctx: &Ctx, policy: &gsched_state::idle::IdlePolicy, cmd: &Command
         format!("job {}: {}", c.job, c.notice.message())
     };
     tracing::warn!("idle-GPU policy: {message}");
+    if let Some(node) = batch_node.filter(|n| ctx.hub.takes_notices(n)) {
+        let text = if c.cancel {
+            format!(
+                "gsched: *** JOB {} CANCELLED (IdleGPUs): {} ***",
+                c.job, c.notice.evidence
+            )
+        } else {
+            format!("gsched: warning: {message}")
+        };
+        ctx.hub.send(
+            &node,
+            &gsched_types::agent::ControllerToAgent::Notice {
+                job: c.job,
+                attempt: c.attempt,
+                text,
+            },
+        );
+    }
     let Some(command) = &policy.notify else {
         return;
     };

@@ -165,6 +165,9 @@ enum Cmd {
     /// Internal: supervise one step (started by the agent).
     #[command(hide = true)]
     Supervise { dir: PathBuf },
+    /// Internal: append a line to a step's output file (started by the agent).
+    #[command(hide = true)]
+    Notice { dir: PathBuf, text: String },
 }
 
 /// `gagentd diagnose`: every file's findings, as a table or `{"findings":[...]}`.
@@ -223,6 +226,12 @@ fn main() {
     match args.command {
         Some(Cmd::Supervise { dir }) => {
             std::process::exit(gsched_agent::supervise::supervise(&dir))
+        }
+        Some(Cmd::Notice { dir, text }) => {
+            if let Err(e) = gsched_agent::supervise::append_notice(&dir, &text) {
+                eprintln!("gagentd notice: {e}");
+                std::process::exit(1);
+            }
         }
         Some(Cmd::Diagnose { files, json }) => diagnose(&files, json),
         Some(Cmd::Discover { source, json }) => {

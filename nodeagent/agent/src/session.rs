@@ -156,6 +156,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         known_steps: known,
         capabilities: AgentCapabilities {
             batched_kills: true,
+            output_notices: true,
         },
     })?;
     // A controller that accepts the connection but says nothing (frozen, or cut off after
@@ -240,6 +241,9 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     }
                     ControllerToAgent::Signal { job, attempt, signal, batch_only } => {
                         agent.steps.lock().signal(job, attempt, signal, batch_only);
+                    }
+                    ControllerToAgent::Notice { job, attempt, text } => {
+                        agent.steps.lock().notice(job, attempt, &text);
                     }
                     ControllerToAgent::Ack { seq } => {
                         agent.outbox.ack(seq);

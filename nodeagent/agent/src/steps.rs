@@ -617,6 +617,35 @@ impl StepManager {
 
     /// Sends `signal` to a running step (`gcancel --signal`): its process group, or the
     /// batch shell alone.
+    /// Appends `text` to a running step's output file, through `gagentd notice` (a
+    /// process of its own takes the job user's file-system identity to open it).
+    pub fn notice(&self, job: JobId, attempt: u32, text: &str) {
+        if !self.steps.contains_key(&(job, attempt)) {
+            tracing::warn!("a notice for job {job} attempt {attempt}, which is not running here");
+            return;
+        }
+        let spawned = std::process::Command::new(&self.settings.exe)
+            .arg("notice")
+            .arg(self.dir(job, attempt))
+            .arg(text)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(child) => {
+                std::thread::spawn(move || match child.wait_with_output() {
+                    Ok(out) if !out.status.success() => tracing::warn!(
+                        "job {job}: the notice was not written: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                    _ => {}
+                });
+            }
+            Err(e) => tracing::warn!("job {job}: cannot start gagentd notice: {e}"),
+        }
+    }
+
     pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
         let Some(step) = self.steps.get(&(job, attempt)) else {
             tracing::warn!(

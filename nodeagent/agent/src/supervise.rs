@@ -220,6 +220,27 @@ pub fn supervise(dir: &Path) -> i32 {
     }
 }
 
+/// `gagentd notice DIR TEXT`: appends a line to the output file of the step in `DIR` (its
+/// error file when it has one), opened with the job user's identity as the supervisor
+/// opens it, so a link the user planted cannot make root write elsewhere.
+pub fn append_notice(dir: &Path, text: &str) -> Result<(), String> {
+    let plan: Plan = std::fs::read(dir.join("plan.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| format!("cannot read the step plan in {}: {e}", dir.display()))?;
+    let owner = if crate::identity::is_root() {
+        plan.uid.zip(plan.gid)
+    } else {
+        None
+    };
+    let umask = plan.umask.map(|m| Mode::from_bits_truncate(m & 0o777));
+    let path = plan.stderr.as_deref().unwrap_or(&plan.stdout);
+    let mut f = open_as(path, owner, &plan.groups, umask)?;
+    let line = format!("{}\n", text.trim_end());
+    f.write_all(line.as_bytes())
+        .map_err(|e| format!("cannot write to {path}: {e}"))
+}
+
 /// The private copy of stderr when a plan keeps the streams apart (`Plan::split_capture`).
 pub const STDERR_CAPTURE: &str = "stderr.log";
 

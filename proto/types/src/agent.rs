@@ -77,6 +77,9 @@ pub struct AgentCapabilities {
     /// `ControllerToAgent::Kills`: several steps stopped by one message.
     #[serde(default)]
     pub batched_kills: bool,
+    /// `ControllerToAgent::Notice`: a line appended to a job's output file.
+    #[serde(default)]
+    pub output_notices: bool,
 }
 
 /// One step to stop, as in `ControllerToAgent::Kill`.
@@ -177,6 +180,14 @@ pub enum ControllerToAgent {
         signal: i32,
         #[serde(default)]
         batch_only: bool,
+    },
+    /// A line for the job's output file (the idle-GPU policy's warning), appended with
+    /// the job user's rights, as Slurm's own lines are. Sent only to agents that
+    /// announced `output_notices`, and only to the node that runs the batch script.
+    Notice {
+        job: JobId,
+        attempt: u32,
+        text: String,
     },
     /// Start this node's tasks of a `grun` step inside the running job.
     RunStep(Box<crate::steps::StepLaunch>),
