@@ -1,6 +1,6 @@
-//! The gsched command-line tools (`gsub`, `gqueue`, `ginfo`, `gcancel`, `gacct`, `gctl`):
-//! a shared controller client with failover, sbatch-compatible option parsing and
-//! Slurm-shaped output.
+//! The gsched command-line tools (`gsub`, `gqueue`, `ginfo`, `gcancel`, `gacct`,
+//! `greport`, `gctl`): a shared controller client with failover, sbatch-compatible option
+//! parsing and Slurm-shaped output.
 
 pub mod alloc;
 pub mod burnin;

@@ -112,9 +112,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Link Slurm's command names (sbatch, squeue, sinfo, scancel, sacct, scontrol) in DIR
-    /// to the gsched tools next to this one; put DIR on users' PATH (and give agents
-    /// `--slurm-names DIR` so jobs find them too).
+    /// Link Slurm's command names (sbatch, srun, salloc, squeue, sinfo, scancel, sacct,
+    /// seff, sreport, sshare, scontrol) in DIR to the gsched tools next to this one; put
+    /// DIR on users' PATH (and give agents `--slurm-names DIR` so jobs find them too).
     SlurmNames { dir: std::path::PathBuf },
 }
 
