@@ -599,3 +599,43 @@ fn busy_exempt_and_warn_only_jobs_are_not_cancelled_and_a_busy_gpu_withdraws_the
     assert!(s.jobs[&busy].idle.is_none());
     assert_eq!(s.jobs[&busy].state, JobState::Running);
 }
+
+#[test]
+fn a_requeued_jobs_usage_stays_with_the_attempt_it_measured() {
+    let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+    let job = run(&mut s, gpu_job(1, None), 10);
+    let node = s.jobs[&job].node_names()[0].clone();
+    let first = usage_of(&node, 2, 0, 600);
+    report(&mut s, job, first.clone(), 600_000);
+    let requeue = Command::RequeueJob(RequeueJob {
+        job,
+        by: "alice".into(),
+        admin: false,
+    });
+    assert_eq!(apply(&mut s, requeue, 610_000), Outcome::Ok);
+    let exited = Command::StepExited(StepExited {
+        job,
+        attempt: 0,
+        node: node.clone(),
+        code: None,
+        signal: Some(15),
+        failure: None,
+        usage: None,
+    });
+    apply(&mut s, exited, 611_000);
+    assert_eq!(
+        s.jobs[&job].state,
+        JobState::Pending,
+        "{:?}",
+        s.jobs[&job].state
+    );
+    let p = plan(&snapshot(&s, &mut ViewCache::default()), 612_000);
+    for cmd in decide::commands_for(p, &s) {
+        apply(&mut s, cmd, 612_000);
+    }
+    let j = &s.jobs[&job];
+    assert_eq!(j.state, JobState::Running);
+    assert!(j.usage.is_empty(), "the new attempt starts with no usage");
+    assert_eq!(j.attempts.len(), 1);
+    assert_eq!(j.attempts[0].usage, vec![first]);
+}

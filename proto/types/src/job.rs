@@ -584,6 +584,10 @@ pub struct Attempt {
     pub state: JobState,
     #[serde(default)]
     pub failure: Option<Failure>,
+    /// Each node's usage summary of this attempt, kept when the job was requeued (the
+    /// last attempt's stays in the job's own `usage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::usage::NodeUsage>,
 }
 
 /// The controller's record of a job.

@@ -273,7 +273,13 @@ impl ClusterState {
                         .collect();
                     job.failure = None;
                     job.ending_as = None;
-                    job.usage.clear();
+                    // A requeued job's usage goes with the attempt it measured.
+                    match job.attempts.last_mut() {
+                        Some(last) if last.usage.is_empty() => {
+                            last.usage = std::mem::take(&mut job.usage);
+                        }
+                        _ => job.usage.clear(),
+                    }
                     job.idle = None;
                     job.exit_code = None;
                     for na in &s.allocation.nodes {
@@ -440,6 +446,7 @@ impl ClusterState {
             end_ms: Some(at),
             state: final_state,
             failure: job.failure.clone(),
+            usage: Vec::new(),
         });
         let requeue = job.failure.as_ref().is_some_and(|f| {
             let max = job.spec.max_restarts.unwrap_or(max_restarts);
