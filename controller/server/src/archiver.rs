@@ -53,7 +53,12 @@ impl Archiver {
         let mut cursor = self.cursor.lock();
         // Jobs purged from memory since the last call (many ending at once, or a replay
         // after a restart) first: they are no longer in the window below.
-        let evicted = replica.write().state.take_evicted();
+        let (evicted, dropped) = replica.write().state.take_evicted();
+        if dropped > 0 {
+            tracing::error!(
+                "{dropped} ended jobs left memory before the accounting archive could take them: gacct on this controller lacks them (the other controllers' archives may hold them)"
+            );
+        }
         let mut written = 0;
         for chunk in evicted.chunks(BATCH) {
             let rows: Vec<(JobRow, Extra)> = {

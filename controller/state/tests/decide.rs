@@ -639,3 +639,33 @@ fn a_requeued_jobs_usage_stays_with_the_attempt_it_measured() {
     assert_eq!(j.attempts.len(), 1);
     assert_eq!(j.attempts[0].usage, vec![first]);
 }
+
+#[test]
+fn jobs_purged_past_the_memory_window_wait_for_the_archive_in_end_order() {
+    let mut config = SchedConfig::default();
+    config.limits.finished_jobs_kept = 2;
+    let mut s = cluster(&["n1", "n2"], config);
+    let mut ids = Vec::new();
+    for i in 0..5u64 {
+        let job = run(&mut s, gpu_job(1, None), 10 + i);
+        let node = s.jobs[&job].node_names()[0].clone();
+        let exited = Command::StepExited(StepExited {
+            job,
+            attempt: 0,
+            node,
+            code: Some(0),
+            signal: None,
+            failure: None,
+            usage: None,
+        });
+        apply(&mut s, exited, 100 + i);
+        assert_eq!(s.jobs[&job].state, JobState::Completed);
+        ids.push(job);
+    }
+    let (purged, dropped) = s.take_evicted();
+    let purged: Vec<JobId> = purged.iter().map(|j| j.id).collect();
+    assert_eq!(purged, ids[..3].to_vec());
+    assert_eq!(dropped, 0);
+    assert_eq!(s.jobs.len(), 2, "memory keeps the newest two");
+    assert!(s.take_evicted().0.is_empty(), "taken once");
+}

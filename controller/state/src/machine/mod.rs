@@ -112,7 +112,11 @@ pub struct ClusterState {
 /// (`ClusterState::take_evicted`); at most `EVICTED_KEPT`, the oldest dropped beyond.
 /// Not replicated state: every replica fills its own as it applies the log.
 #[derive(Debug, Clone, Default)]
-pub struct Evicted(VecDeque<Box<JobRecord>>);
+pub struct Evicted {
+    jobs: VecDeque<Box<JobRecord>>,
+    /// Records dropped because the buffer was full, since the last take.
+    dropped: u64,
+}
 
 /// Bound of the eviction buffer when nothing takes from it.
 pub const EVICTED_KEPT: usize = 10_000;
@@ -206,17 +210,20 @@ impl ClusterState {
                 break;
             };
             if let Some(job) = self.jobs.remove(&old) {
-                if self.evicted.0.len() == EVICTED_KEPT {
-                    self.evicted.0.pop_front();
+                if self.evicted.jobs.len() == EVICTED_KEPT {
+                    self.evicted.jobs.pop_front();
+                    self.evicted.dropped += 1;
                 }
-                self.evicted.0.push_back(job);
+                self.evicted.jobs.push_back(job);
             }
         }
     }
 
-    /// The ended jobs purged from memory since the last call, oldest first.
-    pub fn take_evicted(&mut self) -> Vec<Box<JobRecord>> {
-        std::mem::take(&mut self.evicted.0).into()
+    /// The ended jobs purged from memory since the last call, oldest first, and how many
+    /// more were dropped because nothing took them in time.
+    pub fn take_evicted(&mut self) -> (Vec<Box<JobRecord>>, u64) {
+        let e = std::mem::take(&mut self.evicted);
+        (e.jobs.into(), e.dropped)
     }
 
     fn rebuild(&mut self) {
