@@ -38,41 +38,46 @@ struct Args {
     controllers: Option<String>,
 }
 
+fn unsupported(word: &str) -> ! {
+    die(
+        "sreport",
+        format!(
+            "'{word}' is not supported: use 'cluster utilization', 'cluster AccountUtilizationByUser' or 'user TopUsage' with start=/end= (or greport --by ...)"
+        ),
+    )
+}
+
 /// sreport's words (`cluster AccountUtilizationByUser start=... end=... -t hours`) as
 /// greport's arguments.
 fn sreport_args(words: Vec<String>) -> Vec<String> {
     let mut out = vec!["greport".to_string()];
-    let mut it = words.into_iter().peekable();
+    let mut it = words.into_iter();
     while let Some(w) = it.next() {
         let lower = w.to_ascii_lowercase();
-        if let Some(v) = lower.strip_prefix("start=") {
-            out.extend(["-S".into(), v.to_string()]);
-        } else if let Some(v) = lower.strip_prefix("end=") {
-            out.extend(["-E".into(), v.to_string()]);
-        } else if let Some(v) = lower.strip_prefix("topcount=") {
-            out.extend(["--top".into(), v.to_string()]);
-        } else if lower == "-t" {
+        if let Some((key, value)) = lower.split_once('=') {
+            let flag = match key {
+                "start" => "-S",
+                "end" => "-E",
+                "topcount" => "--top",
+                _ => unsupported(&w),
+            };
+            out.extend([flag.to_string(), value.to_string()]);
+            continue;
+        }
+        match lower.as_str() {
             // Times are GPU-hours here, whatever unit is asked for.
-            it.next();
-        } else if lower.starts_with("-t") || lower == "cluster" || lower == "user" {
-        } else if lower == "utilization"
-            || lower == "accountutilizationbyuser"
-            || lower == "usertopusage"
-        {
-            out.extend(["--by".into(), "user".into()]);
-        } else if lower == "topusage" {
-            out.extend(["--by".into(), "user".into(), "--top".into(), "10".into()]);
-        } else if lower == "-p" || lower == "--parsable2" || lower == "--parsable" {
-            out.push("-P".into());
-        } else if lower == "-n" || lower == "--noheader" {
-            out.push("-n".into());
-        } else {
-            die(
-                "sreport",
-                format!(
-                    "'{w}' is not supported: use 'cluster utilization', 'cluster AccountUtilizationByUser' or 'user TopUsage' with start=/end= (or greport --by ...)"
-                ),
-            );
+            "-t" => {
+                it.next();
+            }
+            t if t.starts_with("-t") => {}
+            "cluster" | "user" => {}
+            "utilization" | "accountutilizationbyuser" | "usertopusage" => {
+                out.extend(["--by".into(), "user".into()]);
+            }
+            "topusage" => out.extend(["--by", "user", "--top", "10"].map(String::from)),
+            "-p" | "--parsable" | "--parsable2" => out.push("-P".into()),
+            "-n" | "--noheader" => out.push("-n".into()),
+            _ => unsupported(&w),
         }
     }
     out

@@ -27,14 +27,18 @@ pub struct Archiver {
 pub fn archived_row(state: &ClusterState, job: &JobRecord) -> (JobRow, Extra) {
     let mut row = job_row(state, job, None, JobDetail::Full, Audience::Owner);
     row.spec = None;
-    let gpu_model = job
-        .allocation
+    let gpu_model = gpu_model(state, job);
+    (row, Extra { gpu_model })
+}
+
+/// The model of the GPUs a job holds (its first GPU node's), for reports by model.
+pub fn gpu_model(state: &ClusterState, job: &JobRecord) -> Option<String> {
+    job.allocation
         .as_ref()
         .and_then(|a| a.nodes.iter().find(|n| !n.gpus.is_empty()))
         .and_then(|n| state.nodes.get(&n.node))
         .and_then(|n| n.topology.gpus.first())
-        .and_then(|g| g.model.clone());
-    (row, Extra { gpu_model })
+        .and_then(|g| g.model.clone())
 }
 
 impl Archiver {

@@ -67,9 +67,14 @@ impl JobSelector {
 
     /// Does it name job `id` (a task of `array`, if any)?
     pub fn matches(&self, id: JobId, array: Option<crate::job::ArrayTask>) -> bool {
-        match (array, self.task) {
-            (_, None) => id.0 == self.id || array.is_some_and(|t| t.array_job_id.0 == self.id),
-            (Some(t), Some(task)) => t.array_job_id.0 == self.id && t.task_id == task,
+        self.matches_task(id, array.map(|t| (t.array_job_id, t.task_id)))
+    }
+
+    /// `matches` with the array task as (array job id, task id), as rows carry it.
+    pub fn matches_task(&self, id: JobId, task: Option<(JobId, u32)>) -> bool {
+        match (task, self.task) {
+            (_, None) => id.0 == self.id || task.is_some_and(|(a, _)| a.0 == self.id),
+            (Some((a, t)), Some(want)) => a.0 == self.id && t == want,
             (None, Some(_)) => false,
         }
     }

@@ -28,8 +28,9 @@ impl JobsService {
         } else {
             JobDetail::Summary
         };
+        let filter = JobFilter::from_request(req)?;
         // Archived jobs first (no lock held), then the replica's, merged by id.
-        let archived = match self.archive_query(req)? {
+        let archived = match self.archive_query(req, &filter) {
             Some((archive, q)) => Some(
                 tokio::task::spawn_blocking(move || archive.archive.query(&q))
                     .await
@@ -39,7 +40,7 @@ impl JobsService {
             None => None,
         };
         let mut list = self
-            .page(req, |state, estimates, j| {
+            .page(req, &filter, |state, estimates, j| {
                 let audience = if caller.may_see_details_of(&j.spec.user) {
                     Audience::Owner
                 } else {
@@ -50,7 +51,6 @@ impl JobsService {
             })
             .await?;
         if let Some(page) = archived {
-            let filter = JobFilter::from_request(req)?;
             let last = page.rows.last().map(|r| r.job_id);
             let mut rows = page.rows;
             {
@@ -72,24 +72,19 @@ impl JobsService {
     fn archive_query(
         &self,
         req: &ListJobsRequest,
-    ) -> Result<
-        Option<(
-            std::sync::Arc<crate::archiver::Archiver>,
-            gsched_archive::Query,
-        )>,
-        Status,
-    > {
-        let Some(archive) = self.ctx.archive.clone().filter(|_| req.archive) else {
-            return Ok(None);
-        };
-        let filter = JobFilter::from_request(req)?;
+        filter: &JobFilter,
+    ) -> Option<(
+        std::sync::Arc<crate::archiver::Archiver>,
+        gsched_archive::Query,
+    )> {
+        let archive = self.ctx.archive.clone().filter(|_| req.archive)?;
         let wants_ended = if filter.states.is_empty() {
             filter.include_finished
         } else {
             filter.states.iter().any(|s| s.is_terminal())
         };
         if !wants_ended {
-            return Ok(None);
+            return None;
         }
         let q = gsched_archive::Query {
             after: req.after,
@@ -102,7 +97,7 @@ impl JobsService {
             until_ms: filter.window.1,
             detail: req.detail,
         };
-        Ok(Some((archive, q)))
+        Some((archive, q))
     }
 
     /// A page of the queue table's rows (`gqueue`).
@@ -111,9 +106,11 @@ impl JobsService {
         _caller: &Caller,
         req: &ListJobsRequest,
     ) -> Result<JobList<QueueRow>, Status> {
-        self.page(req, |state, estimates, j| {
-            (j.id, queue_row(state, j, estimates.get(&j.id).copied()))
-        })
+        self.page(
+            req,
+            &JobFilter::from_request(req)?,
+            |state, estimates, j| (j.id, queue_row(state, j, estimates.get(&j.id).copied())),
+        )
         .await
     }
 
@@ -122,13 +119,13 @@ impl JobsService {
     async fn page<R>(
         &self,
         req: &ListJobsRequest,
+        filter: &JobFilter,
         row: impl Fn(
             &gsched_state::ClusterState,
             &std::collections::HashMap<JobId, u64>,
             &JobRecord,
         ) -> (JobId, R),
     ) -> Result<JobList<R>, Status> {
-        let filter = JobFilter::from_request(req)?;
         if !req.stale_ok {
             self.ctx.read_barrier().await?;
         }
@@ -224,7 +221,6 @@ impl JobsService {
     }
 }
 
-/// Which jobs a `ListJobs` request asks for.
 /// The most rows a reply to `req` carries.
 fn page_limit(req: &ListJobsRequest) -> usize {
     match req.limit as usize {
@@ -259,6 +255,7 @@ fn merge_pages(
     list.next_after = next;
 }
 
+/// Which jobs a `ListJobs` request asks for.
 struct JobFilter {
     users: Vec<String>,
     states: Vec<JobState>,
@@ -297,39 +294,52 @@ impl JobFilter {
         })
     }
 
-    /// `keeps` for an archived row (ended, its partition resolved when it was written).
-    fn keeps_row(&self, j: &JobRow) -> bool {
-        let array = j.array_job_id.zip(j.array_task_id);
-        let selected = |s: &JobSelector| match (s.task, array) {
-            (None, _) => j.job_id.0 == s.id || array.is_some_and(|(a, _)| a.0 == s.id),
-            (Some(task), Some((a, t))) => a.0 == s.id && t == task,
-            (Some(_), None) => false,
-        };
-        (if self.states.is_empty() {
-            self.include_finished
+    /// Everything `keeps` checks but the partition (which memory resolves from the
+    /// configuration and archived rows carry).
+    fn keeps_facts(
+        &self,
+        id: JobId,
+        task: Option<(JobId, u32)>,
+        state: JobState,
+        user: &str,
+        end_ms: Option<u64>,
+        submit_ms: u64,
+    ) -> bool {
+        let state_ok = if self.states.is_empty() {
+            self.include_finished || !state.is_terminal()
         } else {
-            self.states.contains(&j.state)
-        }) && (self.users.is_empty() || self.users.contains(&j.user))
-            && (self.jobs.is_empty() || self.jobs.iter().any(selected))
-            && self.partition.as_ref().is_none_or(|p| *p == j.partition)
-            && (self.window.0 == 0 || j.end_ms.is_none_or(|e| e >= self.window.0))
-            && (self.window.1 == 0 || j.submit_ms <= self.window.1)
+            self.states.contains(&state)
+        };
+        state_ok
+            && (self.users.is_empty() || self.users.iter().any(|u| u == user))
+            && (self.jobs.is_empty() || self.jobs.iter().any(|s| s.matches_task(id, task)))
+            && (self.window.0 == 0 || end_ms.is_none_or(|e| e >= self.window.0))
+            && (self.window.1 == 0 || submit_ms <= self.window.1)
+    }
+
+    /// `keeps` for an archived row.
+    fn keeps_row(&self, j: &JobRow) -> bool {
+        self.keeps_facts(
+            j.job_id,
+            j.array_job_id.zip(j.array_task_id),
+            j.state,
+            &j.user,
+            j.end_ms,
+            j.submit_ms,
+        ) && self.partition.as_ref().is_none_or(|p| *p == j.partition)
     }
 
     fn keeps(&self, j: &JobRecord, config: &gsched_scheduler::SchedConfig) -> bool {
-        let state_ok = if self.states.is_empty() {
-            self.include_finished || !j.state.is_terminal()
-        } else {
-            self.states.contains(&j.state)
-        };
-        state_ok
-            && (self.users.is_empty() || self.users.contains(&j.spec.user))
-            && (self.jobs.is_empty() || self.jobs.iter().any(|s| s.matches(j.id, j.array_task)))
-            && self
-                .partition
-                .as_ref()
-                .is_none_or(|p| *p == config.partition_of(&j.spec))
-            && (self.window.0 == 0 || j.end_ms.is_none_or(|e| e >= self.window.0))
-            && (self.window.1 == 0 || j.submit_ms <= self.window.1)
+        self.keeps_facts(
+            j.id,
+            j.array_task.map(|t| (t.array_job_id, t.task_id)),
+            j.state,
+            &j.spec.user,
+            j.end_ms,
+            j.submit_ms,
+        ) && self
+            .partition
+            .as_ref()
+            .is_none_or(|p| *p == config.partition_of(&j.spec))
     }
 }

@@ -5,6 +5,7 @@ use super::JobsService;
 use gsched_archive::{Item, Totals};
 use gsched_proto::clock::now_ms;
 use gsched_state::ClusterState;
+use gsched_state::rows::{Audience, JobDetail, job_row};
 use gsched_types::job::{JobRecord, JobState};
 use gsched_types::report::{Group, ReportReply, ReportRequest, ShareRow, UsageReport};
 use tonic::Status;
@@ -95,7 +96,8 @@ fn add_job(totals: &mut Totals, state: &ClusterState, j: &JobRecord, now: u64) {
     let Some(start_ms) = j.start_ms else {
         return;
     };
-    let (row, extra) = crate::archiver::archived_row(state, j);
+    let row = job_row(state, j, None, JobDetail::Summary, Audience::Owner);
+    let model = crate::archiver::gpu_model(state, j);
     totals.add(&Item {
         user: &row.user,
         account: &row.account,
@@ -103,7 +105,7 @@ fn add_job(totals: &mut Totals, state: &ClusterState, j: &JobRecord, now: u64) {
         node_list: &row.node_list,
         gpus_per_node: row.gpus_per_node,
         gpus: row.gpus,
-        gpu_model: extra.gpu_model.as_deref(),
+        gpu_model: model.as_deref(),
         start_ms,
         end_ms: j.end_ms.unwrap_or(now),
     });
