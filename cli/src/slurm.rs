@@ -139,6 +139,31 @@ pub fn scontrol(
             v.extend(words[1..].iter().map(|w| w.trim_start_matches("JobId=")));
             gctl(v)
         }
+        ["create", "reservation" | "res", rest @ ..] => {
+            reservation("create", &words[2..2 + rest.len()])
+        }
+        ["update", "reservation" | "res", rest @ ..] => {
+            reservation("update", &words[2..2 + rest.len()])
+        }
+        ["update", first, ..] if first.starts_with("reservationname=") => {
+            reservation("update", &words[1..])
+        }
+        ["delete", "reservation" | "res", _] => gctl(vec![
+            "reservation",
+            "delete",
+            words[2].split_once('=').map_or(words[2], |(_, v)| v),
+        ]),
+        ["delete", first] if first.starts_with("reservationname=") => gctl(vec![
+            "reservation",
+            "delete",
+            words[1].split_once('=').map_or(words[1], |(_, v)| v),
+        ]),
+        ["show", "reservation" | "reservations" | "res"] => gctl(vec!["reservation", "show"]),
+        ["show", "reservation" | "reservations" | "res", _, ..] => gctl(vec![
+            "reservation",
+            "show",
+            words[2].split_once('=').map_or(words[2], |(_, v)| v),
+        ]),
         ["update", ..] => update(&words[1..]),
         ["ping"] => gctl(vec!["status"]),
         ["token", rest @ ..] => {
@@ -151,10 +176,72 @@ pub fn scontrol(
             gctl(v)
         }
         _ => Err(format!(
-            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., ping, token (see gctl --help)",
+            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node|reservation, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., create|update|delete reservation, ping, token (see gctl --help)",
             words.join(" ")
         )),
     }
+}
+
+/// `scontrol create|update reservation KEY=VALUE...` as `gctl reservation VERB NAME ...`.
+fn reservation(verb: &str, pairs: &[&str]) -> Result<Scontrol, String> {
+    let mut name = None;
+    let mut out: Vec<String> = Vec::new();
+    for p in pairs {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| format!("scontrol {verb} reservation: '{p}' is not KEY=VALUE"))?;
+        let flag = match k.to_ascii_lowercase().as_str() {
+            "reservationname" | "reservation" | "name" => {
+                name = Some(v.to_string());
+                continue;
+            }
+            "starttime" => "--start",
+            "endtime" => "--end",
+            "duration" => "--duration",
+            "users" | "user" => "--users",
+            "accounts" | "account" => "--accounts",
+            "nodes" | "nodelist" => "--nodes",
+            "nodecnt" | "nodecount" => "--node-count",
+            "flags" => "--flags",
+            "tres" | "tresperjob" => {
+                out.extend(["--gpus".into(), tres_gpus(v)?]);
+                continue;
+            }
+            "partitionname" | "partition" => continue,
+            other => {
+                return Err(format!(
+                    "scontrol {verb} reservation: {other} is not supported (gsched takes ReservationName, StartTime, EndTime, Duration, Users, Accounts, Nodes, NodeCnt, TRES=gres/gpu=N, Flags)"
+                ));
+            }
+        };
+        out.extend([flag.to_string(), v.to_string()]);
+    }
+    let name = name.ok_or(format!(
+        "scontrol {verb} reservation: give ReservationName="
+    ))?;
+    let mut argv = vec!["reservation".to_string(), verb.to_string(), name];
+    argv.extend(out);
+    Ok(Scontrol::Gctl(argv))
+}
+
+/// The GPU count of a `TRES=` list (`gres/gpu=4`, `gres/gpu:a100=4`); other TRES refused.
+fn tres_gpus(list: &str) -> Result<String, String> {
+    let mut gpus = None;
+    for item in list.split(',') {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("TRES={list}: '{item}' is not NAME=COUNT"))?;
+        if k.to_ascii_lowercase().starts_with("gres/gpu") {
+            v.parse::<u32>()
+                .map_err(|_| format!("TRES={list}: '{v}' is not a GPU count"))?;
+            gpus = Some(v.to_string());
+        } else if !k.eq_ignore_ascii_case("cpu") {
+            return Err(format!(
+                "TRES={list}: gsched reserves GPUs (gres/gpu=N) or whole nodes (Nodes=, NodeCnt=)"
+            ));
+        }
+    }
+    gpus.ok_or_else(|| format!("TRES={list}: name gres/gpu=N"))
 }
 
 /// `scontrol update KEY=VALUE...`: node drain and resume.
@@ -214,6 +301,49 @@ mod tests {
     fn run(line: &str) -> Result<Scontrol, String> {
         let args: Vec<String> = line.split_whitespace().map(String::from).collect();
         scontrol(&args, Some("gpu[01-02],cpu7"), Some("42"))
+    }
+
+    #[test]
+    fn reservation_lines_become_gctl_reservation() {
+        let g = |line: &str| match run(line).unwrap() {
+            Scontrol::Gctl(v) => v.join(" "),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            g(
+                "create reservation ReservationName=maint StartTime=now+1hour Duration=120 Users=root Nodes=n[1-2] Flags=MAINT,IGNORE_JOBS"
+            ),
+            "reservation create maint --start now+1hour --duration 120 --users root --nodes n[1-2] --flags MAINT,IGNORE_JOBS"
+        );
+        assert_eq!(
+            g(
+                "create res reservationname=dl starttime=2026-12-24T08:00 endtime=2026-12-25T08:00 accounts=nlp TRES=gres/gpu=4"
+            ),
+            "reservation create dl --start 2026-12-24T08:00 --end 2026-12-25T08:00 --accounts nlp --gpus 4"
+        );
+        assert_eq!(
+            g("update ReservationName=dl Users=alice,bob"),
+            "reservation update dl --users alice,bob"
+        );
+        assert_eq!(g("delete ReservationName=dl"), "reservation delete dl");
+        assert_eq!(g("delete reservation dl"), "reservation delete dl");
+        assert_eq!(g("show reservation"), "reservation show");
+        assert_eq!(g("show res dl"), "reservation show dl");
+        assert!(
+            run("create reservation Duration=10 Users=root NodeCnt=1")
+                .unwrap_err()
+                .contains("ReservationName")
+        );
+        assert!(
+            run("create reservation ReservationName=x Licenses=a:1")
+                .unwrap_err()
+                .contains("licenses")
+        );
+        assert!(
+            run("create reservation ReservationName=x TRES=cpu=4,mem=1G")
+                .unwrap_err()
+                .contains("gres/gpu")
+        );
     }
 
     #[test]

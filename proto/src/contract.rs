@@ -111,6 +111,8 @@ carries! {
     UpdateJobRequest { json, request_id } => UpdateJobRequest, "job update";
     ReportRequest { json } => gsched_types::report::ReportRequest, "report request";
     ReportReply { json } => gsched_types::report::ReportReply, "report";
+    ReservationsRequest { json, request_id } => gsched_types::reservation::ReservationRequest, "reservation request";
+    ReservationsReply { json } => gsched_types::reservation::ReservationReply, "reservation reply";
     AgentEnvelope { json } => AgentToController, "agent message";
     ControllerEnvelope { json } => ControllerToAgent, "controller message";
 }
@@ -135,7 +137,8 @@ idempotent!(
     SubmitRequest,
     ActOnJobsRequest,
     RevokeTokensRequest,
-    UpdateJobRequest
+    UpdateJobRequest,
+    ReservationsRequest
 );
 
 /// One page of `ListJobs`, in the shape the request's `view` asked for.

@@ -17,6 +17,7 @@ mod lab;
 mod launch;
 mod livefuzz;
 mod metrics;
+mod reservations;
 mod slurm;
 mod slurm_scripts;
 mod slurmdiff;

@@ -132,11 +132,13 @@ pub struct SubArgs {
     #[arg(long)]
     pub signal: Option<String>,
 
+    /// Run inside this reservation (`gctl reservation show` lists them).
+    #[arg(long)]
+    pub reservation: Option<String>,
+
     // sbatch options accepted and ignored (with a warning).
     #[arg(long, hide = true)]
     pub hint: Option<String>,
-    #[arg(long, hide = true)]
-    pub reservation: Option<String>,
     #[arg(long = "mail-type", hide = true)]
     pub mail_type: Option<String>,
     #[arg(long = "mail-user", hide = true)]
@@ -256,7 +258,7 @@ impl SubArgs {
         macro_rules! ign {
             ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
         }
-        ign!(hint => "--hint", reservation => "--reservation", mail_type => "--mail-type", mail_user => "--mail-user",
+        ign!(hint => "--hint", mail_type => "--mail-type", mail_user => "--mail-user",
             comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline",
             get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
             distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_freq => "--gpu-freq",

@@ -175,8 +175,8 @@ mod tests {
         assert_eq!(a.error.as_deref(), Some("e.log"));
         assert_eq!(a.job_name.as_deref(), Some("j"));
         assert!(SubArgs::try_parse_from(["gsub", "--frobnicate", "x.sh"]).is_err());
-        let a = parse_args(&["--hint=nomultithread", "--reservation=r", "x.sh"]);
-        assert_eq!(a.ignored(), vec!["--hint", "--reservation"]);
+        let a = parse_args(&["--hint=nomultithread", "--mail-type=END", "x.sh"]);
+        assert_eq!(a.ignored(), vec!["--hint", "--mail-type"]);
     }
 
     #[test]

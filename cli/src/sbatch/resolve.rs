@@ -118,6 +118,7 @@ pub fn resolve(
         account: args.account.clone(),
         partition: args.partition.clone(),
         qos: args.qos.clone(),
+        reservation: args.reservation.clone(),
         nodes: tasks.nodes,
         gpus_per_node: gpus.per_node,
         gpu_type: gpus.gpu_type,

@@ -5,6 +5,7 @@
 use crate::config::SchedConfig;
 use crate::topo::TopoModel;
 use gsched_types::job::{Dependency, JobId, JobState};
+use gsched_types::reservation::Reservation;
 use gsched_types::resources::{NodeAlloc, NodeCapacity, NodeUsage};
 use gsched_types::topology::{LinkClass, NicKind};
 use std::collections::BTreeMap;
@@ -201,6 +202,8 @@ pub struct PendingJob {
     pub eligible_ms: u64,
     /// (array job id, throttle) for array tasks.
     pub array: Option<(JobId, Option<u32>)>,
+    /// `--reservation`: only inside this one.
+    pub reservation: Option<String>,
 }
 
 impl PendingJob {
@@ -232,6 +235,7 @@ impl PendingJob {
             nice: 0,
             eligible_ms,
             array: None,
+            reservation: None,
         }
     }
 
@@ -294,4 +298,6 @@ pub struct Snapshot {
     /// States of jobs named in dependencies.
     pub dependencies: BTreeMap<JobId, DepView>,
     pub usage: Vec<UsageRecord>,
+    /// Admin reservations that have not ended.
+    pub reservations: Vec<Reservation>,
 }

@@ -18,6 +18,7 @@ pub mod place;
 pub mod plan;
 pub mod priority;
 pub mod topo;
+pub mod windows;
 
 pub use config::{Policy, SchedConfig};
 pub use input::{DepView, NicView, NodeView, PendingJob, RunningJob, Snapshot, UsageRecord};

@@ -58,6 +58,10 @@ pub enum Blocked {
     Busy,
 }
 
+/// A reserved-GPU mask that closes the node to the job altogether (CPU-only jobs too):
+/// a whole node is set aside, or has no MASTER_PORT left.
+pub const CLOSED: u64 = u64::MAX;
+
 /// The static part of a job that decides which nodes could ever host it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShapeKey {
@@ -74,6 +78,7 @@ pub struct ShapeKey {
     nodelist: Vec<String>,
     exclude: Vec<String>,
     avoid: Vec<String>,
+    reservation: Option<String>,
 }
 
 impl ShapeKey {
@@ -92,6 +97,7 @@ impl ShapeKey {
             nodelist: job.nodelist.clone(),
             exclude: job.exclude.clone(),
             avoid: job.avoid.clone(),
+            reservation: job.reservation.clone(),
         }
     }
 }
@@ -372,6 +378,9 @@ impl<'a> Placer<'a> {
         usage: &NodeUsage,
         reserved: u64,
     ) -> Option<Eval> {
+        if reserved == CLOSED {
+            return None;
+        }
         let node = &self.snap.nodes[ni];
         let free = free_mask(node, usage) & !reserved;
         let k = job.gpus_per_node;

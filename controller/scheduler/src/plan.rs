@@ -6,12 +6,17 @@
 //! placement frees up if running jobs end at their time limits. A lower job may start in
 //! a hole only if it cannot delay a reservation: it ends before the reservation starts, or
 //! it uses none of the reserved GPUs.
+//!
+//! Admin reservations ([`Windows`]) hold their GPUs over their own window: a job outside
+//! one may use them only if it ends before the window starts; a job inside one uses its
+//! GPUs only, once it has started.
 
 use crate::config::Policy;
 use crate::deps::{self, DepStatus};
 use crate::input::{PendingJob, RunningJob, Snapshot};
-use crate::place::{Blocked, NodePick, Placer, ShapeKey};
+use crate::place::{Blocked, CLOSED, NodePick, Placer, ShapeKey};
 use crate::priority::{FairShare, priority};
+use crate::windows::Windows;
 use gsched_types::job::{DependencyKind, JobId, PendingReason};
 use gsched_types::resources::{Allocation, NodeAlloc, NodeUsage};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -100,12 +105,14 @@ struct Pass<'a> {
     /// Release events: (end bound, node index, allocation), sorted by time.
     releases: Vec<(u64, usize, NodeAlloc)>,
     reservations: Vec<Reservation>,
+    windows: Windows,
     /// Each shape seen this pass, by a small id: the memos below are keyed by it, so a
     /// queue of 20,000 jobs hashes and copies a shape once, not per lookup and rehash.
     shape_ids: HashMap<ShapeKey, u32>,
-    /// Shapes that cannot be placed this pass even ignoring reservations (resources only
-    /// shrink during a pass), with the reason.
-    busy_shapes: HashMap<u32, PendingReason>,
+    /// Shapes that cannot be placed this pass even ignoring backfill reservations
+    /// (resources only shrink during a pass), with the reason; with admin windows the
+    /// time limit is part of the key, as it decides which windows a job overlaps.
+    busy_shapes: HashMap<(u32, Option<u64>), PendingReason>,
     /// Shapes (with time limit) kept out only by reservations.
     failed_shapes: HashMap<(u32, Option<u64>), PendingReason>,
     fifo_blocked: bool,
@@ -141,6 +148,7 @@ impl<'a> Pass<'a> {
             usage: snap.nodes.iter().map(|n| n.usage.clone()).collect(),
             releases: Vec::new(),
             reservations: Vec::new(),
+            windows: Windows::new(snap, &node_index, now_ms),
             shape_ids: HashMap::default(),
             busy_shapes: HashMap::default(),
             failed_shapes: HashMap::default(),
@@ -207,6 +215,13 @@ impl<'a> Pass<'a> {
         }
         if job.begin_ms.is_some_and(|b| b > self.now_ms) {
             return Some(PendingReason::BeginTime);
+        }
+        if let Some(name) = &job.reservation {
+            match self.windows.get(name) {
+                None => return Some(PendingReason::ReservationDeleted),
+                Some(w) if w.start_ms > self.now_ms => return Some(PendingReason::Reservation),
+                Some(_) => {}
+            }
         }
         for dep in &job.dependency {
             if dep.kind == DependencyKind::Singleton {
@@ -294,6 +309,11 @@ impl<'a> Pass<'a> {
 
     fn consider(&mut self, job: &PendingJob) -> Result<PlannedStart, PendingReason> {
         if let Some(reason) = self.static_blocker(job) {
+            if reason == PendingReason::Reservation
+                && let Some(w) = job.reservation.as_deref().and_then(|r| self.windows.get(r))
+            {
+                self.estimates.push((job.id, w.start_ms));
+            }
             return Err(reason);
         }
         let policy = self.snap.config.policy;
@@ -302,13 +322,18 @@ impl<'a> Pass<'a> {
         }
         let next_id = self.shape_ids.len() as u32;
         let shape = *self.shape_ids.entry(ShapeKey::of(job)).or_insert(next_id);
-        if let Some(reason) = self.busy_shapes.get(&shape) {
+        let memo_key = (shape, job.time_limit_s);
+        let busy_key = if self.windows.is_empty() {
+            (shape, None)
+        } else {
+            memo_key
+        };
+        if let Some(reason) = self.busy_shapes.get(&busy_key) {
             if policy == Policy::Fifo {
                 self.fifo_blocked = true;
             }
             return Err(reason.clone());
         }
-        let memo_key = (shape, job.time_limit_s);
         if let Some(reason) = self.failed_shapes.get(&memo_key) {
             if policy == Policy::Fifo {
                 self.fifo_blocked = true;
@@ -319,9 +344,15 @@ impl<'a> Pass<'a> {
         let reservations_exist = !self.reservations.is_empty();
         let reservations = &self.reservations;
         let no_port = &self.no_port;
+        let windows = &self.windows;
+        let own = job.reservation.as_deref();
+        let now_ms = self.now_ms;
+        let unusable = |ni: usize| {
+            let closed = if no_port[ni] { CLOSED } else { 0 };
+            closed | windows.mask(own, ni, now_ms, end_ms)
+        };
         let result = self.placer.place(job, &self.usage, &|ni| {
-            let unusable = if no_port[ni] { u64::MAX } else { 0 };
-            reserved_mask(reservations, ni, end_ms) | unusable
+            reserved_mask(reservations, ni, end_ms) | unusable(ni)
         });
         match result {
             Ok(picks) => {
@@ -333,12 +364,12 @@ impl<'a> Pass<'a> {
             }
             Err(Blocked::Never(why)) => {
                 let r = PendingReason::BadConstraints(why);
-                self.busy_shapes.insert(memo_key.0, r.clone());
+                self.busy_shapes.insert(busy_key, r.clone());
                 Err(r)
             }
             Err(Blocked::Unavailable(nodes)) => {
                 let r = PendingReason::ReqNodeNotAvail(nodes);
-                self.busy_shapes.insert(memo_key.0, r.clone());
+                self.busy_shapes.insert(busy_key, r.clone());
                 if policy == Policy::Fifo {
                     self.fifo_blocked = true;
                 }
@@ -346,13 +377,21 @@ impl<'a> Pass<'a> {
             }
             Err(Blocked::Busy) => {
                 let blocked_by_reservation =
-                    reservations_exist && self.placer.place(job, &self.usage, &|_| 0).is_ok();
+                    reservations_exist && self.placer.place(job, &self.usage, &unusable).is_ok();
+                let blocked_by_window = !blocked_by_reservation
+                    && own.is_none()
+                    && !windows.is_empty()
+                    && self.placer.place(job, &self.usage, &|_| 0).is_ok();
                 let reason = if blocked_by_reservation {
                     PendingReason::Priority
+                } else if blocked_by_window && windows.maint_in_the_way(own, now_ms, end_ms) {
+                    PendingReason::ReservedForMaintenance
+                } else if blocked_by_window {
+                    PendingReason::ReservedForOther
                 } else {
                     PendingReason::Resources
                 };
-                if !blocked_by_reservation {
+                if !blocked_by_reservation && !blocked_by_window {
                     self.try_preempt(job);
                 }
                 let wants_reservation = policy != Policy::Fifo
@@ -388,7 +427,7 @@ impl<'a> Pass<'a> {
                 if blocked_by_reservation {
                     self.failed_shapes.insert(memo_key, reason.clone());
                 } else {
-                    self.busy_shapes.insert(memo_key.0, reason.clone());
+                    self.busy_shapes.insert(busy_key, reason.clone());
                 }
                 Err(reason)
             }
@@ -442,8 +481,9 @@ impl<'a> Pass<'a> {
         })
     }
 
-    /// Earliest time the job fits if running jobs end at their time limits. With
-    /// `respect_reservations`, earlier reservations keep their GPUs.
+    /// Earliest time the job fits if running jobs end at their time limits and admin
+    /// windows end when they say. With `respect_reservations`, earlier backfill
+    /// reservations keep their GPUs.
     fn shadow(
         &mut self,
         job: &PendingJob,
@@ -458,19 +498,51 @@ impl<'a> Pass<'a> {
         } else {
             HashMap::default()
         };
-        let mask = |ni: usize| reserved.get(&ni).copied().unwrap_or(0);
-        // Nodes that fit the job on their own; only nodes a release touches can change.
+        let windows = &self.windows;
+        let own = job.reservation.as_deref();
+        let run_ms = job.time_limit_s.map(|t| t * 1000);
+        let now_ms = self.now_ms;
+        let mask = |ni: usize, t: u64| {
+            let t = t.max(now_ms);
+            reserved.get(&ni).copied().unwrap_or(0)
+                | windows.mask(own, ni, t, run_ms.map(|d| t + d))
+        };
+        let window_ends = windows.ends_after(now_ms);
+        // Nodes that fit the job on their own; only nodes a release or a window touches
+        // can change.
         let mut fitting: BTreeSet<usize> = BTreeSet::new();
-        let mut i = 0;
+        if job.nodes > 1 {
+            // A gang may combine nodes free now with nodes a release frees later.
+            for (ni, usage) in future.iter().enumerate() {
+                if self.snap.nodes[ni].available
+                    && self
+                        .placer
+                        .pick_on_node(job, ni, usage, mask(ni, now_ms))
+                        .is_some()
+                {
+                    fitting.insert(ni);
+                }
+            }
+        }
+        let (mut i, mut e) = (0, 0);
         let releases = &self.releases;
-        while i < releases.len() {
-            let t = releases[i].0;
-            let mut touched: Vec<usize> = Vec::new();
+        loop {
+            let t = match (releases.get(i), window_ends.get(e)) {
+                (None, None) => return None,
+                (Some(r), None) => r.0,
+                (None, Some(w)) => w.0,
+                (Some(r), Some(w)) => r.0.min(w.0),
+            };
+            let mut touched: Vec<usize> = windows.nodes().iter().copied().collect();
             while i < releases.len() && releases[i].0 == t {
                 let (_, ni, alloc) = &releases[i];
                 future[*ni].remove(alloc);
                 touched.push(*ni);
                 i += 1;
+            }
+            while e < window_ends.len() && window_ends[e].0 == t {
+                touched.extend(&window_ends[e].1);
+                e += 1;
             }
             touched.sort_unstable();
             touched.dedup();
@@ -478,7 +550,7 @@ impl<'a> Pass<'a> {
                 if self.snap.nodes[ni].available
                     && self
                         .placer
-                        .pick_on_node(job, ni, &future[ni], mask(ni))
+                        .pick_on_node(job, ni, &future[ni], mask(ni, t))
                         .is_some()
                 {
                     fitting.insert(ni);
@@ -487,12 +559,13 @@ impl<'a> Pass<'a> {
                 }
             }
             if fitting.len() as u32 >= job.nodes
-                && let Ok(picks) = self.placer.place_on(job, &future, &mask, &fitting)
+                && let Ok(picks) = self
+                    .placer
+                    .place_on(job, &future, &|ni| mask(ni, t), &fitting)
             {
-                return Some((t.max(self.now_ms), picks));
+                return Some((t.max(now_ms), picks));
             }
         }
-        None
     }
 
     /// With preemption on, requeue enough lower-QOS running jobs for `job` to fit.

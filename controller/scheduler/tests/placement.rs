@@ -40,6 +40,7 @@ fn snapshot(nodes: Vec<NodeView>, pending: Vec<PendingJob>, running: Vec<Running
         running,
         dependencies: Default::default(),
         usage: Vec::new(),
+        reservations: Vec::new(),
     }
 }
 

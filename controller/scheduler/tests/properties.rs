@@ -134,6 +134,7 @@ fn build(c: &Case) -> Snapshot {
         running,
         dependencies: Default::default(),
         usage: Vec::new(),
+        reservations: Vec::new(),
     }
 }
 

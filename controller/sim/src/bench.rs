@@ -115,6 +115,7 @@ pub fn snapshot(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Snap
         running,
         dependencies: Default::default(),
         usage: Vec::new(),
+        reservations: Vec::new(),
     }
 }
 

@@ -35,6 +35,9 @@ pub struct SimOptions {
     pub pass_interval_s: u64,
     /// Priority weights for the gsched policy (default: the scheduler's defaults).
     pub weights: Option<gsched_scheduler::config::PriorityWeights>,
+    /// Admin reservations over the replay (times in trace milliseconds). No trace job
+    /// runs inside one: they only take GPUs away over their windows.
+    pub reservations: Vec<gsched_types::reservation::Reservation>,
 }
 
 impl SimOptions {
@@ -47,6 +50,7 @@ impl SimOptions {
             cross_switch_penalty: 0.5,
             pass_interval_s: 0,
             weights: None,
+            reservations: Vec::new(),
         }
     }
 }
@@ -73,6 +77,9 @@ pub struct SimResult {
     /// Allocated share of GPUs per simulated day.
     pub allocation_by_day: Vec<f64>,
     pub passes: u64,
+    /// Jobs started whose time limit reached into a reservation on their nodes (the
+    /// scheduler must keep this at 0).
+    pub reservation_overlaps: u64,
     pub wall_s: f64,
 }
 
@@ -140,6 +147,7 @@ struct Engine<'a> {
     slowdowns: Vec<f64>,
     multi_jobs: u64,
     best_placed: u64,
+    reservation_overlaps: u64,
     allocated_gpus: u32,
     busy_gpu_s: f64,
     frag_gpu_s: f64,
@@ -207,6 +215,7 @@ impl<'a> Engine<'a> {
             slowdowns: Vec::new(),
             multi_jobs: 0,
             best_placed: 0,
+            reservation_overlaps: 0,
             allocated_gpus: 0,
             busy_gpu_s: 0.0,
             frag_gpu_s: 0.0,
@@ -227,8 +236,23 @@ impl<'a> Engine<'a> {
         let t_done = self.completions.peek().map(|Reverse((t, _))| *t);
         let t_tick = (self.opts.pass_interval_s > 0 && self.pass_due)
             .then_some(self.last_pass + self.opts.pass_interval_s);
-        let t = [t_arr, t_done, t_tick].into_iter().flatten().min()?;
-        Some((t, t_tick))
+        // A window's end frees its GPUs: pass then, as the controller would within a second.
+        let t_window = (!self.pending.is_empty())
+            .then(|| {
+                self.opts
+                    .reservations
+                    .iter()
+                    .map(|r| r.end_ms.div_ceil(1000))
+                    .filter(|e| *e > self.last_t)
+                    .min()
+            })
+            .flatten();
+        let t = [t_arr, t_done, t_tick, t_window]
+            .into_iter()
+            .flatten()
+            .min()?;
+        let tick = if t_window == Some(t) { Some(t) } else { t_tick };
+        Some((t, tick))
     }
 
     /// Busy and fragmented GPU time, and the allocation per day, over [last_t, t).
@@ -333,6 +357,13 @@ impl<'a> Engine<'a> {
             running: self.running.values().map(|r| r.job.clone()).collect(),
             dependencies: Default::default(),
             usage: self.usage.values().cloned().collect(),
+            reservations: self
+                .opts
+                .reservations
+                .iter()
+                .filter(|r| r.end_ms > t * 1000)
+                .cloned()
+                .collect(),
         };
         let p = plan(&snap, t * 1000);
         // The head of the queue (highest priority) waiting for resources means the free
@@ -360,6 +391,19 @@ impl<'a> Engine<'a> {
             return;
         };
         let trace_job = &self.trace[(job.id.0 - 1) as usize];
+        let limit_end_ms = job.time_limit_s.map(|l| (t + l) * 1000);
+        let overlaps = self.opts.reservations.iter().any(|r| {
+            r.end_ms > t * 1000
+                && r.start_ms < limit_end_ms.unwrap_or(u64::MAX)
+                && s.allocation.nodes.iter().any(|a| {
+                    r.nodes.iter().any(|n| {
+                        n.node == a.node && (n.whole || a.gpus.iter().any(|g| n.gpus.contains(g)))
+                    })
+                })
+        });
+        if overlaps {
+            self.reservation_overlaps += 1;
+        }
         let mut worst_tier = 0u8;
         let mut switches: Vec<Option<String>> = Vec::new();
         for a in &s.allocation.nodes {
@@ -491,6 +535,7 @@ impl<'a> Engine<'a> {
                 .map(|b| b / (f64::from(self.total_gpus) * 86_400.0))
                 .collect(),
             passes: self.passes,
+            reservation_overlaps: self.reservation_overlaps,
             wall_s,
         }
     }

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 /// `act_on_jobs`. 3: adds `update_job`. 4: adds `grun_step_started` and `grun_step_ended`.
 /// 5: adds `job_warning`, and an optional `finding` in health events. 7: adds
 /// `record_usage` and `idle_gpus`, and an optional `usage` in `step_exited`.
-pub const FORMAT_VERSION: u16 = 7;
+/// 8: adds `create_reservation`, `update_reservation`, `delete_reservation`, and
+/// `reservation` in job specs.
+pub const FORMAT_VERSION: u16 = 8;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -286,6 +288,31 @@ pub struct SetControllerAddress {
     pub address: Option<String>,
 }
 
+/// `gctl reservation create` / `scontrol create reservation`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateReservation {
+    pub spec: gsched_types::reservation::ReservationSpec,
+    /// Who asked (verified by the controller that proposed the command).
+    pub by: String,
+    /// Whether `by` is an operator or admin.
+    pub admin: bool,
+}
+
+/// `gctl reservation update`: the fields the spec carries replace the reservation's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateReservation {
+    pub spec: gsched_types::reservation::ReservationSpec,
+    pub by: String,
+    pub admin: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeleteReservation {
+    pub name: String,
+    pub by: String,
+    pub admin: bool,
+}
+
 /// Every state change gsched makes. Each variant carries its own payload type, so the
 /// handler of a command takes exactly what the command says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -325,6 +352,9 @@ pub enum Command {
     RevokeTokens(RevokeTokens),
     RecordUsage(RecordUsage),
     IdleGpus(IdleGpus),
+    CreateReservation(CreateReservation),
+    UpdateReservation(UpdateReservation),
+    DeleteReservation(DeleteReservation),
 }
 
 impl Command {
@@ -360,6 +390,9 @@ impl Command {
             Command::RevokeTokens(_) => "revoke_tokens",
             Command::RecordUsage(_) => "record_usage",
             Command::IdleGpus(_) => "idle_gpus",
+            Command::CreateReservation(_) => "create_reservation",
+            Command::UpdateReservation(_) => "update_reservation",
+            Command::DeleteReservation(_) => "delete_reservation",
         }
     }
 }

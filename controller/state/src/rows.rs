@@ -69,8 +69,8 @@ pub fn job_row(
     row
 }
 
-/// Every node's row; `with_topology` adds the wiring.
-pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
+/// Every node's row at `now_ms`; `with_topology` adds the wiring.
+pub fn node_rows(state: &ClusterState, with_topology: bool, now_ms: u64) -> Vec<NodeRow> {
     let mut jobs_on: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
     let mut gpu_jobs_on: BTreeMap<&str, Vec<GpuJob>> = BTreeMap::new();
     for j in state
@@ -98,9 +98,19 @@ pub fn node_rows(state: &ClusterState, with_topology: bool) -> Vec<NodeRow> {
             gpu_jobs.sort_by_key(|g| g.gpu);
             let total = n.topology.gpus.len() as u32;
             let idle_bad = n.bad_gpus.iter().filter(|g| !gpus_used.contains(g)).count() as u32;
+            let open = state
+                .reservations
+                .values()
+                .filter(|r| r.active(now_ms))
+                .find(|r| r.nodes.iter().any(|h| h.node == n.name));
+            let mut node_state = NodeState::of(n, gpus_used.len(), jobs.len());
+            if let Some(r) = open.filter(|r| r.holds_whole(&n.name)) {
+                node_state = node_state.reserved(r.flags.maint);
+            }
             NodeRow {
                 name: n.name.clone(),
-                state: NodeState::of(n, gpus_used.len(), jobs.len()),
+                state: node_state,
+                reservation: open.map(|r| r.name.clone()),
                 online: n.online,
                 responding: n.responding,
                 fencing: n.fencing.clone(),

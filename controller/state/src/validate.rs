@@ -105,6 +105,7 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
         ("--account", &spec.account),
         ("--partition", &spec.partition),
         ("--qos", &spec.qos),
+        ("--reservation", &spec.reservation),
         ("the GPU type", &spec.gpu_type),
         ("--constraint", &spec.constraint),
         ("--output", &spec.output),

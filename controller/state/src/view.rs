@@ -74,6 +74,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         nice: spec.nice,
         eligible_ms: job.eligible_ms,
         array: job.array_task.map(|t| (t.array_job_id, spec.array_limit)),
+        reservation: spec.reservation.clone(),
     }
 }
 
@@ -87,6 +88,7 @@ pub fn nodes_only(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
         running: Vec::new(),
         dependencies: BTreeMap::new(),
         usage: Vec::new(),
+        reservations: Vec::new(),
     }
 }
 
@@ -157,5 +159,6 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
         running,
         dependencies,
         usage,
+        reservations: state.reservations.values().cloned().collect(),
     }
 }

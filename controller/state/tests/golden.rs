@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v7.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl` to `golden/v8.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -12,6 +12,7 @@ const V4: &str = include_str!("golden/v4.jsonl");
 const V5: &str = include_str!("golden/v5.jsonl");
 const V6: &str = include_str!("golden/v6.jsonl");
 const V7: &str = include_str!("golden/v7.jsonl");
+const V8: &str = include_str!("golden/v8.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -24,6 +25,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V5.lines())
         .chain(V6.lines())
         .chain(V7.lines())
+        .chain(V8.lines())
         .enumerate()
     {
         let env =
@@ -88,6 +90,9 @@ variants! {
     Command::JobWarning(_) => "job_warning",
     Command::RecordUsage(_) => "record_usage",
     Command::IdleGpus(_) => "idle_gpus",
+    Command::CreateReservation(_) => "create_reservation",
+    Command::UpdateReservation(_) => "update_reservation",
+    Command::DeleteReservation(_) => "delete_reservation",
 }
 
 #[test]

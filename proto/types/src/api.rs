@@ -540,6 +540,12 @@ pub enum NodeState {
     Down,
     #[serde(rename = "down+drain")]
     DownDrained,
+    /// Idle, held whole by a maintenance reservation that is open.
+    #[serde(rename = "maint")]
+    Maint,
+    /// Idle, held whole by a reservation that is open.
+    #[serde(rename = "resv")]
+    Reserved,
 }
 
 impl NodeState {
@@ -559,6 +565,16 @@ impl NodeState {
         }
     }
 
+    /// The state with an open reservation holding the whole node: an idle node shows
+    /// `maint` or `resv`, as sinfo does.
+    pub fn reserved(self, maint: bool) -> NodeState {
+        match (self, maint) {
+            (NodeState::Idle, true) => NodeState::Maint,
+            (NodeState::Idle, false) => NodeState::Reserved,
+            (other, _) => other,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             NodeState::Idle => "idle",
@@ -568,6 +584,8 @@ impl NodeState {
             NodeState::Draining => "drng",
             NodeState::Down => "down",
             NodeState::DownDrained => "down+drain",
+            NodeState::Maint => "maint",
+            NodeState::Reserved => "resv",
         }
     }
 }
@@ -592,6 +610,9 @@ pub struct NodeRow {
     pub admin: NodeAdminState,
     #[serde(default)]
     pub drain_reason: Option<String>,
+    /// The open reservation holding this node's GPUs (or the whole node), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     /// Management address.
     pub address: String,
     pub training_addr: String,

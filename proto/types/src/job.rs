@@ -153,6 +153,9 @@ pub struct JobSpec {
     pub partition: Option<String>,
     #[serde(default)]
     pub qos: Option<String>,
+    /// `--reservation`: run only inside this reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     pub nodes: u32,
     pub gpus_per_node: u32,
     #[serde(default)]
@@ -265,6 +268,7 @@ impl JobSpec {
             account: None,
             partition: None,
             qos: None,
+            reservation: None,
             nodes: 1,
             gpus_per_node: 0,
             gpu_type: None,
@@ -501,6 +505,14 @@ pub enum PendingReason {
     BadConstraints(String),
     /// Requeued after a failure; waiting for a new placement.
     Requeued,
+    /// Its reservation has not started yet.
+    Reservation,
+    /// Its reservation is gone (deleted or ended).
+    ReservationDeleted,
+    /// Every node it could use is in a maintenance reservation it would overlap.
+    ReservedForMaintenance,
+    /// The GPUs it could use are set aside by a reservation it would overlap.
+    ReservedForOther,
 }
 
 impl fmt::Display for PendingReason {
@@ -533,6 +545,14 @@ impl fmt::Display for PendingReason {
             PendingReason::PartitionDown => f.write_str("PartitionDown"),
             PendingReason::BadConstraints(why) => write!(f, "BadConstraints ({why})"),
             PendingReason::Requeued => f.write_str("Requeued"),
+            PendingReason::Reservation => f.write_str("Reservation"),
+            PendingReason::ReservationDeleted => f.write_str("ReservationDeleted"),
+            PendingReason::ReservedForMaintenance => {
+                f.write_str("ReqNodeNotAvail, Reserved for maintenance")
+            }
+            PendingReason::ReservedForOther => {
+                f.write_str("ReqNodeNotAvail, May be reserved for other job")
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod launch;
 pub mod node;
 pub mod parse;
 pub mod report;
+pub mod reservation;
 pub mod resources;
 pub mod steps;
 pub mod topology;

@@ -7,6 +7,7 @@ mod admin;
 mod certs;
 mod checks;
 mod jobs;
+mod reservation;
 mod show;
 mod status;
 mod token;
@@ -36,6 +37,13 @@ enum Cmd {
     Show {
         #[command(subcommand)]
         what: show::Show,
+    },
+    /// Admin reservations: GPUs or nodes set aside for some users over a window, or a
+    /// maintenance window (scontrol create|update|delete|show reservation).
+    #[command(alias = "reservations")]
+    Reservation {
+        #[command(subcommand)]
+        action: reservation::Resv,
     },
     /// Drain or resume a node.
     Node {
@@ -137,6 +145,7 @@ fn main() {
         Cmd::Status { json } => rt.block_on(status::status(client, addrs, json)),
         Cmd::Show { what } => show::run(rt, client, what),
         Cmd::Node { action } => admin::node(rt, client, action),
+        Cmd::Reservation { action } => reservation::run(rt, client, action),
         Cmd::Controllers { action } => admin::controllers(rt, client, action),
         Cmd::Requeue { jobs, nodes } => jobs::act(rt, client, JobAction::Requeue, &jobs, nodes),
         Cmd::Certs { action } => certs::run(action),

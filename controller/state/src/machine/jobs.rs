@@ -69,6 +69,9 @@ impl ClusterState {
     /// state (partition names, queue limits, dependencies).
     fn validate_submit(&self, spec: &gsched_types::JobSpec) -> Result<(), String> {
         crate::validate::job_spec(spec, &self.config.limits)?;
+        if let Some(message) = self.reservation_refuses(spec) {
+            return Err(message);
+        }
         if let Some(p) = &spec.partition
             && !self.config.partitions.is_empty()
             && self.config.partition(p).is_none()

@@ -6,6 +6,7 @@
 //! hold, requeue, placement, the end of a job and its accounting), [`steps`] (what agents
 //! report about a node's part of a job), [`grun`] (`grun` steps recorded in their job) and
 //! [`nodes`] (registration, loss, health, drain);
+//! [`reservations`] (admin reservations and their windows);
 //! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
 //! applied request ids.
 
@@ -15,6 +16,7 @@ mod grun;
 mod jobs;
 mod nodes;
 pub mod payload;
+mod reservations;
 mod steps;
 
 pub use dedup::DEDUP_CAPACITY;
@@ -24,6 +26,7 @@ use dedup::Dedup;
 use gsched_scheduler::SchedConfig;
 use gsched_types::job::{JobId, JobRecord, JobState};
 use gsched_types::node::NodeRecord;
+use gsched_types::reservation::Reservation;
 use gsched_types::resources::{NodeCapacity, NodeUsage};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -98,6 +101,9 @@ pub struct ClusterState {
     /// Which `gctl token` tokens no longer count.
     #[serde(default, skip_serializing_if = "TokenRevocations::is_empty")]
     pub token_revocations: TokenRevocations,
+    /// Admin reservations by name; each is dropped once its window has ended.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reservations: BTreeMap<String, Reservation>,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
     /// Jobs not ended, in all and per user (for the queue limits).
@@ -171,6 +177,7 @@ impl Default for ClusterState {
             payloads: BTreeMap::new(),
             blobs: payload::Blobs::default(),
             token_revocations: TokenRevocations::default(),
+            reservations: BTreeMap::new(),
             node_usage: BTreeMap::new(),
             queued: Queued::default(),
             evicted: Evicted::default(),
@@ -361,6 +368,7 @@ impl ClusterState {
             return done.clone();
         }
         self.clock_ms = self.clock_ms.max(env.at_ms);
+        self.expire_reservations(self.clock_ms);
         let at = env.at_ms;
         let outcome = match &env.cmd {
             Command::SubmitJob(c) => self.submit(c, at),
@@ -372,6 +380,9 @@ impl ClusterState {
             Command::JobWarning(c) => self.job_warning(c),
             Command::RecordUsage(c) => self.record_usage(c),
             Command::IdleGpus(c) => self.idle_gpus(c, at),
+            Command::CreateReservation(c) => self.create_reservation(c, at),
+            Command::UpdateReservation(c) => self.update_reservation(c, at),
+            Command::DeleteReservation(c) => self.delete_reservation(c),
             Command::RevokeTokens(c) => {
                 self.token_revocations.revoke(c.uid, at);
                 Outcome::Ok

@@ -3,7 +3,7 @@
 //! accepted on any controller (raft-rs forwards proposals to the leader); reads answer
 //! from this replica's applied state after a read barrier. This file only takes each
 //! method's document out of its request and puts the answer into its reply; the work is
-//! in [`submit`], [`reads`], [`reports`], [`actions`], [`steps`] and [`admin`], on documents, so the
+//! in [`submit`], [`reads`], [`reports`], [`reservations`], [`actions`], [`steps`] and [`admin`], on documents, so the
 //! REST API calls the same functions.
 
 mod actions;
@@ -12,6 +12,7 @@ mod admin;
 pub use admin::NodeAction;
 mod reads;
 mod reports;
+pub mod reservations;
 mod steps;
 mod submit;
 
@@ -267,6 +268,16 @@ impl Jobs for JobsService {
     ) -> Result<Response<pb::ReportReply>, Status> {
         let (_caller, body, _) = caller_and(&self.ctx, req)?;
         Ok(carry(&self.report_for(body).await?))
+    }
+
+    async fn reservations(
+        &self,
+        req: Request<pb::ReservationsRequest>,
+    ) -> Result<Response<pb::ReservationsReply>, Status> {
+        let (caller, body, msg) = caller_and(&self.ctx, req)?;
+        Ok(carry(
+            &self.reservations_as(&caller, &msg.request_id, body).await?,
+        ))
     }
 
     async fn update_job(

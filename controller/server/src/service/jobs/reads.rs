@@ -163,7 +163,7 @@ impl JobsService {
         self.ctx.read_barrier().await?;
         let r = self.ctx.raft.replica.read();
         Ok(NodeList {
-            nodes: node_rows(&r.state, detail),
+            nodes: node_rows(&r.state, detail, gsched_proto::clock::now_ms()),
             applied_index: r.applied,
             consistent: true,
             now_ms: now_ms(),
