@@ -8,6 +8,7 @@ use gsched_proto::LEADER_HINT;
 use gsched_proto::clock::now_ms;
 use gsched_proto::tls::Dialer;
 use gsched_raft::{ProposeError, RaftHandle};
+use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::{Command, Envelope, Outcome};
 use gsched_types::job::JobId;
 use parking_lot::RwLock;
@@ -23,8 +24,11 @@ pub struct Ctx {
     pub raft: RaftHandle,
     pub book: AddressBook,
     pub hub: AgentHub,
-    /// Expected start times from the leader's last scheduling pass (not replicated).
+    /// Expected start times (not replicated): the leader's from its last scheduling pass;
+    /// a follower's from the same pure plan run on its replica when a read asks for them.
     pub estimates: RwLock<HashMap<JobId, u64>>,
+    /// What a follower last planned its estimates from, and the view cache it plans with.
+    pub follower_estimates: tokio::sync::Mutex<FollowerEstimates>,
     pub faults: Faults,
     /// Scheduler, queue-wait and proposal figures for `/metrics`.
     pub telemetry: crate::telemetry::Telemetry,
@@ -32,6 +36,14 @@ pub struct Ctx {
     pub admission: std::sync::Arc<crate::accept::Admission>,
     /// The accounting archive of ended jobs (`None` when its file cannot be used).
     pub archive: Option<std::sync::Arc<crate::archiver::Archiver>>,
+}
+
+/// A follower's record of its last estimate pass.
+#[derive(Default)]
+pub struct FollowerEstimates {
+    /// When it ran and the applied index it planned from.
+    at: Option<(std::time::Instant, u64)>,
+    cache: ViewCache,
 }
 
 impl Ctx {
@@ -45,6 +57,35 @@ impl Ctx {
             return Some(self.cfg.advertise.clone());
         }
         self.book.read().get(&leader).cloned()
+    }
+
+    /// Makes `estimates` current on a follower (planned from its latest applied state, at
+    /// most a second ago) by running the
+    /// scheduler's pure plan on this replica's state, as the leader does; the leader's own
+    /// loop keeps its estimates current.
+    pub async fn refresh_estimates(&self) {
+        if self.raft.status.borrow().leader_id == self.cfg.id {
+            return;
+        }
+        let mut planned = self.follower_estimates.lock().await;
+        let snap = {
+            let r = self.raft.replica.read();
+            let fresh = planned.at.is_some_and(|(t, applied)| {
+                applied == r.applied && t.elapsed() < std::time::Duration::from_secs(1)
+            });
+            if fresh {
+                return;
+            }
+            planned.at = Some((std::time::Instant::now(), r.applied));
+            snapshot(&r.state, &mut planned.cache)
+        };
+        let now = now_ms();
+        let Ok(estimates) =
+            tokio::task::spawn_blocking(move || gsched_scheduler::plan(&snap, now).estimates).await
+        else {
+            return;
+        };
+        *self.estimates.write() = estimates.into_iter().collect();
     }
 
     /// A gRPC `Unavailable` that carries the leader's address so clients can follow it.

@@ -188,6 +188,7 @@ pub async fn run(
         book,
         hub: Default::default(),
         estimates: Default::default(),
+        follower_estimates: Default::default(),
         faults,
         telemetry: Default::default(),
         admission: accept::Admission::new(accept::Limits::default_for_process()),

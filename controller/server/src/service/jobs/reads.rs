@@ -129,6 +129,7 @@ impl JobsService {
         if !req.stale_ok {
             self.ctx.read_barrier().await?;
         }
+        self.ctx.refresh_estimates().await;
         let estimates = self.ctx.estimates.read();
         let r = self.ctx.raft.replica.read();
         let limit = page_limit(req);
