@@ -1,10 +1,11 @@
 //! Slurm's command names: which gsched tool answers to which Slurm name, the links
-//! `gctl slurm-names DIR` makes, and `scontrol`'s commands translated to `gctl`'s.
+//! `gctl slurm-names DIR` makes, and `scontrol`'s and `sacctmgr`'s commands translated
+//! to `gctl`'s.
 
 use std::path::{Path, PathBuf};
 
 /// Slurm's name and the gsched tool that behaves as it.
-pub const NAMES: [(&str, &str); 11] = [
+pub const NAMES: [(&str, &str); 12] = [
     ("sbatch", "gsub"),
     ("srun", "grun"),
     ("salloc", "galloc"),
@@ -16,6 +17,7 @@ pub const NAMES: [(&str, &str); 11] = [
     ("sreport", "greport"),
     ("sshare", "gctl"),
     ("scontrol", "gctl"),
+    ("sacctmgr", "gctl"),
 ];
 
 /// The name this process was started under (the last part of argv[0]).
@@ -294,6 +296,153 @@ fn update(pairs: &[&str]) -> Result<Scontrol, String> {
     Ok(Scontrol::Gctl(v))
 }
 
+/// Translates sacctmgr's arguments (after the program name) into `gctl`'s:
+/// `add|modify|delete|show account|user|qos NAME [where K=V...] [set] K=V...`.
+pub fn sacctmgr(args: &[String]) -> Result<Vec<String>, String> {
+    let words: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| {
+            !matches!(
+                *a,
+                "-i" | "--immediate"
+                    | "-n"
+                    | "--noheader"
+                    | "-P"
+                    | "--parsable2"
+                    | "-p"
+                    | "--parsable"
+            )
+        })
+        .collect();
+    let usage =
+        "sacctmgr: gsched takes add|modify|delete|show account|user|qos (and add coordinator)";
+    let (verb, entity, rest) = match words.as_slice() {
+        [v, e, rest @ ..] => (v.to_ascii_lowercase(), e.to_ascii_lowercase(), rest),
+        _ => return Err(usage.into()),
+    };
+    let verb = match verb.as_str() {
+        "add" | "create" => "add",
+        "modify" | "update" => "modify",
+        "delete" | "remove" => "delete",
+        "show" | "list" => "show",
+        _ => return Err(usage.into()),
+    };
+    let entity = match entity.trim_end_matches('s') {
+        "account" => "account",
+        "user" => "user",
+        "qo" => "qos",
+        "association" | "assoc" if verb == "show" => "user",
+        "coordinator" if verb == "add" => return coordinator(rest),
+        _ => return Err(usage.into()),
+    };
+    if verb == "show" {
+        let json = rest.iter().any(|w| w.eq_ignore_ascii_case("--json"));
+        let mut argv = vec![entity.to_string(), "show".into()];
+        if json {
+            argv.push("--json".into());
+        }
+        return Ok(argv);
+    }
+    let mut name = None;
+    let mut account = None;
+    let mut out: Vec<String> = Vec::new();
+    for w in rest {
+        if w.eq_ignore_ascii_case("where") || w.eq_ignore_ascii_case("set") {
+            continue;
+        }
+        let Some((k, v)) = w.split_once('=') else {
+            name = Some(w.to_string());
+            continue;
+        };
+        let key = k.to_ascii_lowercase();
+        let flag = match key.as_str() {
+            "name" | "names" | "user" | "users" => {
+                name = Some(v.to_string());
+                continue;
+            }
+            "account" | "accounts" if entity == "user" && verb == "delete" => {
+                account = Some(v.to_string());
+                continue;
+            }
+            "account" | "accounts" if entity == "user" && verb == "add" => "--account",
+            "account" | "accounts" if entity == "account" => {
+                name = Some(v.to_string());
+                continue;
+            }
+            "account" | "accounts" | "cluster" | "clusters" | "description" | "organization"
+            | "partition" | "flags" => continue,
+            "parent" => "--parent",
+            "fairshare" | "shares" => "--fairshare",
+            "grptres" => {
+                out.extend(["--grp-gpus".into(), tres_limit(v)?]);
+                continue;
+            }
+            "maxtresperuser" | "maxtrespu" => {
+                out.extend(["--max-gpus-per-user".into(), tres_limit(v)?]);
+                continue;
+            }
+            "maxjobs" | "maxjobsperuser" | "maxjobspu" => "--max-jobs",
+            "maxsubmitjobs" | "maxsubmit" | "maxsubmitjobsperuser" | "maxsubmitpu" => {
+                "--max-submit-jobs"
+            }
+            "maxwall" | "maxwalldurationperjob" => "--max-wall",
+            "defaultaccount" => "--default-account",
+            "priority" => "--priority",
+            "preempt" => "--preempt",
+            other => {
+                return Err(format!(
+                    "sacctmgr: {other} is not supported (gsched takes Name, Parent, Fairshare, GrpTRES=gres/gpu=N, MaxTRESPerUser=gres/gpu=N, MaxJobs, MaxSubmitJobs, MaxWall, Account, DefaultAccount, Priority, Preempt)"
+                ));
+            }
+        };
+        out.extend([flag.to_string(), v.to_string()]);
+    }
+    let name = name.ok_or(format!("sacctmgr {verb} {entity}: name one"))?;
+    let mut argv = vec![entity.to_string(), verb.to_string(), name];
+    if let Some(a) = account {
+        argv.extend(["--account".into(), a]);
+    }
+    argv.extend(out);
+    Ok(argv)
+}
+
+/// `sacctmgr add coordinator account=A names=u,v`: the account's coordinators become these.
+fn coordinator(pairs: &[&str]) -> Result<Vec<String>, String> {
+    let mut account = None;
+    let mut names = None;
+    for p in pairs {
+        match p.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v)) {
+            Some((k, v)) if k.starts_with("account") => account = Some(v.to_string()),
+            Some((k, v)) if k.starts_with("name") || k.starts_with("user") => {
+                names = Some(v.to_string())
+            }
+            _ => {}
+        }
+    }
+    match (account, names) {
+        (Some(a), Some(n)) => Ok(vec![
+            "account".into(),
+            "modify".into(),
+            a,
+            "--coordinators".into(),
+            n,
+        ]),
+        _ => Err("sacctmgr add coordinator: give Account=A Names=USER,...".into()),
+    }
+}
+
+/// A GPU limit in a TRES list (`gres/gpu=8`, `gres/gpu=-1` to clear).
+fn tres_limit(list: &str) -> Result<String, String> {
+    if list
+        .split(',')
+        .any(|i| i.to_ascii_lowercase().starts_with("gres/gpu") && i.ends_with("=-1"))
+    {
+        return Ok("-1".into());
+    }
+    tres_gpus(list)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,6 +493,49 @@ mod tests {
                 .unwrap_err()
                 .contains("gres/gpu")
         );
+    }
+
+    #[test]
+    fn sacctmgr_lines_become_gctl_account_user_qos() {
+        let g = |line: &str| {
+            let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+            sacctmgr(&args).map(|v| v.join(" "))
+        };
+        assert_eq!(
+            g("-i add account nlp Parent=lab Fairshare=10 GrpTRES=gres/gpu=8 Description=x")
+                .unwrap(),
+            "account add nlp --parent lab --fairshare 10 --grp-gpus 8"
+        );
+        assert_eq!(
+            g("add user alice Account=nlp DefaultAccount=nlp MaxJobs=2").unwrap(),
+            "user add alice --account nlp --default-account nlp --max-jobs 2"
+        );
+        assert_eq!(
+            g("modify account where name=nlp set GrpTRES=gres/gpu=-1 MaxWall=1-00:00:00").unwrap(),
+            "account modify nlp --grp-gpus -1 --max-wall 1-00:00:00"
+        );
+        assert_eq!(
+            g("-i modify qos normal set MaxTRESPerUser=gres/gpu=4 MaxSubmitJobsPerUser=10 Priority=5").unwrap(),
+            "qos modify normal --max-gpus-per-user 4 --max-submit-jobs 10 --priority 5"
+        );
+        assert_eq!(
+            g("delete user where name=alice account=nlp").unwrap(),
+            "user delete alice --account nlp"
+        );
+        assert_eq!(g("remove account nlp").unwrap(), "account delete nlp");
+        assert_eq!(g("show assoc").unwrap(), "user show");
+        assert_eq!(g("list qos").unwrap(), "qos show");
+        assert_eq!(
+            g("add coordinator account=nlp names=carol").unwrap(),
+            "account modify nlp --coordinators carol"
+        );
+        assert!(
+            g("add account x GrpTRESMins=gres/gpu=10")
+                .unwrap_err()
+                .contains("not supported")
+        );
+        assert!(g("add cluster c").unwrap_err().contains("account|user|qos"));
+        assert!(g("add user").unwrap_err().contains("name one"));
     }
 
     #[test]

@@ -113,6 +113,8 @@ carries! {
     ReportReply { json } => gsched_types::report::ReportReply, "report";
     ReservationsRequest { json, request_id } => gsched_types::reservation::ReservationRequest, "reservation request";
     ReservationsReply { json } => gsched_types::reservation::ReservationReply, "reservation reply";
+    AssociationsRequest { json, request_id } => gsched_types::assoc::AssocRequest, "association request";
+    AssociationsReply { json } => gsched_types::assoc::AssocReply, "association reply";
     AgentEnvelope { json } => AgentToController, "agent message";
     ControllerEnvelope { json } => ControllerToAgent, "controller message";
 }
@@ -138,7 +140,8 @@ idempotent!(
     ActOnJobsRequest,
     RevokeTokensRequest,
     UpdateJobRequest,
-    ReservationsRequest
+    ReservationsRequest,
+    AssociationsRequest
 );
 
 /// One page of `ListJobs`, in the shape the request's `view` asked for.

@@ -3,6 +3,7 @@
 //! all, `... --test integration trust::` one area's, `... --test integration t90` one test.
 //! Each area is a module of its own file here.
 
+mod associations;
 mod bulk;
 mod dashboard;
 mod diagnose;

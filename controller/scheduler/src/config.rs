@@ -86,36 +86,7 @@ pub struct PartitionConfig {
     pub max_nodes: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QosConfig {
-    pub name: String,
-    #[serde(default)]
-    pub priority: u32,
-    #[serde(default)]
-    pub max_gpus_per_user: Option<u32>,
-    #[serde(default)]
-    pub max_jobs_per_user: Option<u32>,
-    #[serde(default)]
-    pub max_time_s: Option<u64>,
-    /// QOS names whose running jobs this QOS may preempt (by requeue) when preemption is on.
-    #[serde(default)]
-    pub preempt: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AccountConfig {
-    pub name: String,
-    #[serde(default = "one")]
-    pub shares: u32,
-    #[serde(default)]
-    pub max_gpus: Option<u32>,
-}
-
-fn one() -> u32 {
-    1
-}
+pub use gsched_types::assoc::{AccountConfig, QosConfig, UserConfig};
 
 /// Limits that apply to every user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -217,6 +188,10 @@ pub struct SchedConfig {
     pub partitions: Vec<PartitionConfig>,
     pub qos: Vec<QosConfig>,
     pub accounts: Vec<AccountConfig>,
+    /// Users' associations. While there are none, anyone may charge any account; once
+    /// there is one, every user but root needs one (Slurm's `AccountingStorageEnforce`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserConfig>,
     pub user_limits: UserLimits,
     /// What a submission may carry and how many jobs the queue holds (left out of the
     /// log and snapshots while at its defaults).
@@ -254,6 +229,7 @@ impl Default for SchedConfig {
             partitions: Vec::new(),
             qos: Vec::new(),
             accounts: Vec::new(),
+            users: Vec::new(),
             user_limits: UserLimits::default(),
             limits: SubmitLimits::default(),
             switches: Vec::new(),

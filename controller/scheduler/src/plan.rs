@@ -17,6 +17,7 @@ use crate::input::{PendingJob, RunningJob, Snapshot};
 use crate::place::{Blocked, CLOSED, NodePick, Placer, ShapeKey};
 use crate::priority::{FairShare, priority};
 use crate::windows::Windows;
+use gsched_types::assoc::{ancestors, lineage};
 use gsched_types::job::{DependencyKind, JobId, PendingReason};
 use gsched_types::resources::{Allocation, NodeAlloc, NodeUsage};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -118,7 +119,10 @@ struct Pass<'a> {
     fifo_blocked: bool,
     user_gpus: HashMap<String, u32>,
     user_jobs: HashMap<String, u32>,
+    /// GPUs running per account, its sub-accounts' included.
     account_gpus: HashMap<String, u32>,
+    /// Running jobs per (user, account).
+    assoc_jobs: HashMap<(String, String), u32>,
     array_running: HashMap<JobId, u32>,
     singletons: HashSet<(String, String)>,
     /// MASTER_PORTs in use per training address: agents that split one machine, or a
@@ -156,6 +160,7 @@ impl<'a> Pass<'a> {
             user_gpus: HashMap::default(),
             user_jobs: HashMap::default(),
             account_gpus: HashMap::default(),
+            assoc_jobs: HashMap::default(),
             array_running: HashMap::default(),
             singletons: HashSet::default(),
             ports: HashMap::default(),
@@ -202,6 +207,13 @@ impl<'a> Pass<'a> {
         *self.user_gpus.entry(user.to_string()).or_default() += gpus;
         *self.user_jobs.entry(user.to_string()).or_default() += 1;
         *self.account_gpus.entry(account.to_string()).or_default() += gpus;
+        for above in ancestors(&self.snap.config.accounts, account) {
+            *self.account_gpus.entry(above.to_string()).or_default() += gpus;
+        }
+        *self
+            .assoc_jobs
+            .entry((user.to_string(), account.to_string()))
+            .or_default() += 1;
         if let Some(a) = array {
             *self.array_running.entry(a).or_default() += 1;
         }
@@ -276,14 +288,43 @@ impl<'a> Pass<'a> {
         if max_jobs.is_some_and(|m| self.user_jobs.get(&job.user).copied().unwrap_or(0) >= m) {
             return Some(PendingReason::QosMaxJobsPerUser);
         }
-        if let Some(max) = config
-            .accounts
-            .iter()
-            .find(|a| a.name == job.account)
-            .and_then(|a| a.max_gpus)
-            && self.account_gpus.get(&job.account).copied().unwrap_or(0) + job.total_gpus() > max
+        if let (Some(max), Some(t)) = (qos.and_then(|q| q.max_time_s), job.time_limit_s)
+            && t > max
         {
+            return Some(PendingReason::QosMaxWall);
+        }
+        self.association_blocker(job)
+    }
+
+    /// The limits of the job's account and the accounts above it (nearest first), and of
+    /// the user's own association.
+    fn association_blocker(&self, job: &PendingJob) -> Option<PendingReason> {
+        let config = &self.snap.config;
+        let over_grp = lineage(&config.accounts, &job.account).any(|a| {
+            a.max_gpus.is_some_and(|max| {
+                self.account_gpus.get(&a.name).copied().unwrap_or(0) + job.total_gpus() > max
+            })
+        });
+        if over_grp && job.total_gpus() > 0 {
             return Some(PendingReason::AssocGrpGpuLimit);
+        }
+        let user = config.users.iter().find(|u| u.name == job.user);
+        let max_jobs = user
+            .and_then(|u| u.max_jobs)
+            .or_else(|| lineage(&config.accounts, &job.account).find_map(|a| a.max_jobs));
+        let running = self
+            .assoc_jobs
+            .get(&(job.user.clone(), job.account.clone()))
+            .copied()
+            .unwrap_or(0);
+        if max_jobs.is_some_and(|m| running >= m) {
+            return Some(PendingReason::AssocMaxJobs);
+        }
+        let max_wall = lineage(&config.accounts, &job.account).find_map(|a| a.max_wall_s);
+        if let (Some(max), Some(t)) = (max_wall, job.time_limit_s)
+            && t > max
+        {
+            return Some(PendingReason::AssocMaxWall);
         }
         None
     }

@@ -60,7 +60,7 @@ async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
             .into_iter()
             .filter(|(id, addr)| r.state.controllers.get(id) != Some(addr))
             .collect();
-        (r.state.config != ctx.cfg.scheduler, missing)
+        (r.state.config_differs_from(&ctx.cfg.scheduler), missing)
     };
     if config_differs {
         tracing::info!("committing this controller's scheduler configuration");

@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 /// 5: adds `job_warning`, and an optional `finding` in health events. 7: adds
 /// `record_usage` and `idle_gpus`, and an optional `usage` in `step_exited`.
 /// 8: adds `create_reservation`, `update_reservation`, `delete_reservation`, and
-/// `reservation` in job specs.
-pub const FORMAT_VERSION: u16 = 8;
+/// `reservation` in job specs. 9: adds `edit_associations`, and users, account
+/// parents, coordinators and limits in the configuration.
+pub const FORMAT_VERSION: u16 = 9;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -313,6 +314,17 @@ pub struct DeleteReservation {
     pub admin: bool,
 }
 
+/// `gctl account|user|qos add|modify|delete`, `sacctmgr`: one change to the
+/// associations. Once one is applied, the configuration file no longer sets them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EditAssociations {
+    pub edit: gsched_types::assoc::AssocEdit,
+    /// Who asked (verified by the controller that proposed the command).
+    pub by: String,
+    /// Whether `by` is an admin.
+    pub admin: bool,
+}
+
 /// Every state change gsched makes. Each variant carries its own payload type, so the
 /// handler of a command takes exactly what the command says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -355,6 +367,7 @@ pub enum Command {
     CreateReservation(CreateReservation),
     UpdateReservation(UpdateReservation),
     DeleteReservation(DeleteReservation),
+    EditAssociations(EditAssociations),
 }
 
 impl Command {
@@ -393,6 +406,7 @@ impl Command {
             Command::CreateReservation(_) => "create_reservation",
             Command::UpdateReservation(_) => "update_reservation",
             Command::DeleteReservation(_) => "delete_reservation",
+            Command::EditAssociations(_) => "edit_associations",
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v8.jsonl`) still decodes and encodes back to the
+//! wrote it (`golden/v1.jsonl` to `golden/v9.jsonl`) still decodes and encodes back to the
 //! same bytes, so a replica running this build replays an old log.
 
 use gsched_state::{Command, Envelope};
@@ -13,6 +13,7 @@ const V5: &str = include_str!("golden/v5.jsonl");
 const V6: &str = include_str!("golden/v6.jsonl");
 const V7: &str = include_str!("golden/v7.jsonl");
 const V8: &str = include_str!("golden/v8.jsonl");
+const V9: &str = include_str!("golden/v9.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -26,6 +27,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V6.lines())
         .chain(V7.lines())
         .chain(V8.lines())
+        .chain(V9.lines())
         .enumerate()
     {
         let env =
@@ -93,6 +95,7 @@ variants! {
     Command::CreateReservation(_) => "create_reservation",
     Command::UpdateReservation(_) => "update_reservation",
     Command::DeleteReservation(_) => "delete_reservation",
+    Command::EditAssociations(_) => "edit_associations",
 }
 
 #[test]

@@ -609,6 +609,7 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
             max_jobs_per_user: None,
             max_time_s: None,
             preempt: vec![],
+            max_submit_jobs_per_user: None,
         },
         gsched_scheduler::config::QosConfig {
             name: "high".into(),
@@ -617,6 +618,7 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
             max_jobs_per_user: None,
             max_time_s: None,
             preempt: vec!["normal".into()],
+            max_submit_jobs_per_user: None,
         },
     ];
     s.apply(&env(

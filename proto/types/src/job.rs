@@ -487,6 +487,12 @@ pub enum PendingReason {
     AssocGrpGpuLimit,
     /// The user already runs the most jobs allowed.
     QosMaxJobsPerUser,
+    /// The time limit is above the QOS's `MaxWall`.
+    QosMaxWall,
+    /// The user already runs the most jobs their association allows (`MaxJobs`).
+    AssocMaxJobs,
+    /// The time limit is above the account's `MaxWall`.
+    AssocMaxWall,
     /// The time limit is above the partition's maximum.
     PartitionTimeLimit,
     /// Nodes the job requires are drained, down or offline.
@@ -524,7 +530,10 @@ impl fmt::Display for PendingReason {
             PendingReason::Dependency => f.write_str("Dependency"),
             PendingReason::BeginTime => f.write_str("BeginTime"),
             PendingReason::DependencyNeverSatisfied => f.write_str("DependencyNeverSatisfied"),
-            PendingReason::QosMaxGpusPerUser => f.write_str("QOSMaxGpusPerUser"),
+            PendingReason::QosMaxGpusPerUser => f.write_str("QOSMaxGRESPerUser"),
+            PendingReason::QosMaxWall => f.write_str("QOSMaxWallDurationPerJobLimit"),
+            PendingReason::AssocMaxJobs => f.write_str("AssocMaxJobsLimit"),
+            PendingReason::AssocMaxWall => f.write_str("AssocMaxWallDurationPerJobLimit"),
             PendingReason::AssocGrpGpuLimit => f.write_str("AssocGrpGRES"),
             PendingReason::QosMaxJobsPerUser => f.write_str("QOSMaxJobsPerUserLimit"),
             PendingReason::PartitionTimeLimit => f.write_str("PartitionTimeLimit"),

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod assoc;
 pub mod cpulist;
 pub mod failure;
 pub mod findings;

@@ -4,6 +4,7 @@
 //! parses the command line and hands each subcommand to its module.
 
 mod admin;
+mod assoc;
 mod certs;
 mod checks;
 mod jobs;
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::outln;
 use gsched_types::api::JobAction;
+use gsched_types::assoc::AssocEntity;
 
 #[derive(Parser, Debug)]
 #[command(name = "gctl", version, about = "gsched administration")]
@@ -44,6 +46,21 @@ enum Cmd {
     Reservation {
         #[command(subcommand)]
         action: reservation::Resv,
+    },
+    /// Accounts: a tree (Parent) with fair-share weights and limits (sacctmgr ... account).
+    Account {
+        #[command(subcommand)]
+        action: assoc::Assoc,
+    },
+    /// Users' accounts and limits (sacctmgr ... user).
+    User {
+        #[command(subcommand)]
+        action: assoc::Assoc,
+    },
+    /// QOS: priority, per-user limits, preemption (sacctmgr ... qos).
+    Qos {
+        #[command(subcommand)]
+        action: assoc::Assoc,
     },
     /// Drain or resume a node.
     Node {
@@ -121,7 +138,7 @@ enum Cmd {
         json: bool,
     },
     /// Link Slurm's command names (sbatch, srun, salloc, squeue, sinfo, scancel, sacct,
-    /// seff, sreport, sshare, scontrol) in DIR to the gsched tools next to this one; put
+    /// seff, sreport, sshare, scontrol, sacctmgr) in DIR to the gsched tools next to this one; put
     /// DIR on users' PATH (and give agents `--slurm-names DIR` so jobs find them too).
     SlurmNames { dir: std::path::PathBuf },
 }
@@ -129,6 +146,16 @@ enum Cmd {
 fn main() {
     let args = match gsched_cli::invoked_as().as_str() {
         "scontrol" => Args::parse_from(scontrol_args()),
+        "sacctmgr" => Args::parse_from(
+            std::iter::once("sacctmgr".to_string()).chain(
+                gsched_cli::slurm::sacctmgr(
+                    gsched_cli::text_args("sacctmgr")
+                        .get(1..)
+                        .unwrap_or_default(),
+                )
+                .unwrap_or_else(|e| die("sacctmgr", e)),
+            ),
+        ),
         "sshare" => Args::parse_from(
             ["sshare".to_string(), "share".into()]
                 .into_iter()
@@ -146,6 +173,9 @@ fn main() {
         Cmd::Show { what } => show::run(rt, client, what),
         Cmd::Node { action } => admin::node(rt, client, action),
         Cmd::Reservation { action } => reservation::run(rt, client, action),
+        Cmd::Account { action } => assoc::run(rt, client, AssocEntity::Account, action),
+        Cmd::User { action } => assoc::run(rt, client, AssocEntity::User, action),
+        Cmd::Qos { action } => assoc::run(rt, client, AssocEntity::Qos, action),
         Cmd::Controllers { action } => admin::controllers(rt, client, action),
         Cmd::Requeue { jobs, nodes } => jobs::act(rt, client, JobAction::Requeue, &jobs, nodes),
         Cmd::Certs { action } => certs::run(action),

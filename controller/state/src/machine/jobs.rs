@@ -25,12 +25,15 @@ pub(super) fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> Strin
 
 impl ClusterState {
     pub(super) fn submit(&mut self, c: &SubmitJob, at: u64) -> Outcome {
-        if let Err(message) = self.validate_submit(&c.spec) {
-            return Outcome::Rejected { message };
-        }
         // Every job of the submission shares one copy of the script, environment and
         // task list: the records hold only what differs.
         let mut spec = c.spec.clone();
+        if spec.account.is_none() {
+            spec.account = self.default_account(&spec.user);
+        }
+        if let Err(message) = self.validate_submit(&spec) {
+            return Outcome::Rejected { message };
+        }
         // The partition is decided at submission: a later change of the default
         // partition must not move jobs already queued (as in Slurm). Without configured
         // partitions there is only the implicit one, which stays implicit.
@@ -70,6 +73,9 @@ impl ClusterState {
     fn validate_submit(&self, spec: &gsched_types::JobSpec) -> Result<(), String> {
         crate::validate::job_spec(spec, &self.config.limits)?;
         if let Some(message) = self.reservation_refuses(spec) {
+            return Err(message);
+        }
+        if let Some(message) = self.association_refuses(spec) {
             return Err(message);
         }
         if let Some(p) = &spec.partition

@@ -10,6 +10,7 @@
 //! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
 //! applied request ids.
 
+pub mod associations;
 mod bulk;
 mod dedup;
 mod grun;
@@ -104,6 +105,10 @@ pub struct ClusterState {
     /// Admin reservations by name; each is dropped once its window has ended.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reservations: BTreeMap<String, Reservation>,
+    /// Accounts, users and QOS have been edited at run time: the configuration file no
+    /// longer sets them ([`ClusterState::seeds_associations`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub associations_edited: bool,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
     /// Jobs not ended, in all and per user (for the queue limits).
@@ -178,6 +183,7 @@ impl Default for ClusterState {
             blobs: payload::Blobs::default(),
             token_revocations: TokenRevocations::default(),
             reservations: BTreeMap::new(),
+            associations_edited: false,
             node_usage: BTreeMap::new(),
             queued: Queued::default(),
             evicted: Evicted::default(),
@@ -400,8 +406,13 @@ impl ClusterState {
             Command::RequeueJob(c) => self.requeue_request(c, at),
             Command::HoldJob(c) => self.hold(c),
             Command::Preempt(c) => self.preempt(c, at),
+            Command::EditAssociations(c) => self.edit_associations(c),
             Command::SetConfig(c) => {
+                let kept = self.associations_edited.then(|| self.take_associations());
                 self.config = (*c.config).clone();
+                if let Some(kept) = kept {
+                    self.put_associations(kept);
+                }
                 self.retain_finished = self.config.limits.finished_jobs_kept.max(1) as usize;
                 self.purge_finished();
                 Outcome::Ok

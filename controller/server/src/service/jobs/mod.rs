@@ -3,11 +3,12 @@
 //! accepted on any controller (raft-rs forwards proposals to the leader); reads answer
 //! from this replica's applied state after a read barrier. This file only takes each
 //! method's document out of its request and puts the answer into its reply; the work is
-//! in [`submit`], [`reads`], [`reports`], [`reservations`], [`actions`], [`steps`] and [`admin`], on documents, so the
+//! in [`submit`], [`reads`], [`reports`], [`reservations`], [`associations`], [`actions`], [`steps`] and [`admin`], on documents, so the
 //! REST API calls the same functions.
 
 mod actions;
 mod admin;
+mod associations;
 
 pub use admin::NodeAction;
 mod reads;
@@ -277,6 +278,16 @@ impl Jobs for JobsService {
         let (caller, body, msg) = caller_and(&self.ctx, req)?;
         Ok(carry(
             &self.reservations_as(&caller, &msg.request_id, body).await?,
+        ))
+    }
+
+    async fn associations(
+        &self,
+        req: Request<pb::AssociationsRequest>,
+    ) -> Result<Response<pb::AssociationsReply>, Status> {
+        let (caller, body, msg) = caller_and(&self.ctx, req)?;
+        Ok(carry(
+            &self.associations_as(&caller, &msg.request_id, body).await?,
         ))
     }
 

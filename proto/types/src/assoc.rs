@@ -1,0 +1,697 @@
+//! Accounts, users and QOS (Slurm's associations): the records the scheduler enforces,
+//! the edits `gctl account|user|qos` and `sacctmgr` make to them at run time, and the
+//! pure function that applies one edit or says why it cannot.
+
+use serde::{Deserialize, Serialize};
+
+/// A QOS: priority, per-user limits and whom it may preempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    /// GPUs one user's running jobs may hold (`MaxTRESPerUser=gres/gpu=N`).
+    #[serde(default)]
+    pub max_gpus_per_user: Option<u32>,
+    /// Running jobs per user (`MaxJobsPerUser`).
+    #[serde(default)]
+    pub max_jobs_per_user: Option<u32>,
+    /// Longest time limit a job may have (`MaxWall`).
+    #[serde(default)]
+    pub max_time_s: Option<u64>,
+    /// QOS names whose running jobs this QOS may preempt (by requeue) when preemption is on.
+    #[serde(default)]
+    pub preempt: Vec<String>,
+    /// Jobs per user queued or running (`MaxSubmitJobsPerUser`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs_per_user: Option<u32>,
+}
+
+/// An account: its fair-share weight, its place in the tree and its limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    pub name: String,
+    #[serde(default = "one")]
+    pub shares: u32,
+    /// GPUs the account's running jobs may hold together, its sub-accounts' included
+    /// (`GrpTRES=gres/gpu=N`).
+    #[serde(default)]
+    pub max_gpus: Option<u32>,
+    /// The account above this one (`Parent`); none: directly under root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Users who may add and remove this account's users (`Coordinator`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coordinators: Vec<String>,
+    /// Running jobs per user in this account (`MaxJobs`, inherited by sub-accounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    /// Jobs per user queued or running in this account (`MaxSubmitJobs`, inherited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs: Option<u32>,
+    /// Longest time limit of a job in this account (`MaxWall`, inherited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_s: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A user's associations: the accounts they may charge and their own limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    /// The account of their jobs that name none (`DefaultAccount`).
+    pub default_account: String,
+    /// Every account they may use, the default one included.
+    pub accounts: Vec<String>,
+    /// Running jobs (`MaxJobs`), over the account's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    /// Jobs queued or running (`MaxSubmitJobs`), over the account's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs: Option<u32>,
+}
+
+/// What an edit is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AssocEntity {
+    Account,
+    User,
+    Qos,
+}
+
+impl AssocEntity {
+    pub fn name(self) -> &'static str {
+        match self {
+            AssocEntity::Account => "account",
+            AssocEntity::User => "user",
+            AssocEntity::Qos => "QOS",
+        }
+    }
+}
+
+/// A limit an edit sets: a value, or cleared (sacctmgr's `-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Set(u64),
+    Clear,
+}
+
+impl Limit {
+    /// sacctmgr's spelling: a number, `-1` to clear.
+    pub fn parse(s: &str) -> Result<Limit, String> {
+        let s = s.trim();
+        if s == "-1" {
+            return Ok(Limit::Clear);
+        }
+        s.parse()
+            .map(Limit::Set)
+            .map_err(|_| format!("'{s}' is not a number (or -1 to clear the limit)"))
+    }
+
+    fn to_u32(self) -> Result<Option<u32>, AssocError> {
+        match self {
+            Limit::Clear => Ok(None),
+            Limit::Set(v) => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| AssocError::Invalid(format!("{v} is too large for this limit"))),
+        }
+    }
+
+    fn to_u64(self) -> Option<u64> {
+        match self {
+            Limit::Clear => None,
+            Limit::Set(v) => Some(v),
+        }
+    }
+}
+
+/// The fields an add or modify sets; what is absent is left as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AssocFields {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairshare: Option<u32>,
+    /// `GrpTRES=gres/gpu=N` (account).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grp_gpus: Option<Limit>,
+    /// `MaxTRESPerUser=gres/gpu=N` (QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_gpus_per_user: Option<Limit>,
+    /// `MaxJobs` (account, user) or `MaxJobsPerUser` (QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<Limit>,
+    /// `MaxSubmitJobs` (account, user) or `MaxSubmitJobsPerUser` (QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs: Option<Limit>,
+    /// `MaxWall` in seconds (account, QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wall_s: Option<Limit>,
+    /// `Priority` (QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    /// `Preempt` (QOS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preempt: Option<Vec<String>>,
+    /// `Account`: the accounts a user is added to (user).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounts: Option<Vec<String>>,
+    /// `DefaultAccount` (user).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_account: Option<String>,
+    /// `Coordinator` (account).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordinators: Option<Vec<String>>,
+}
+
+impl AssocFields {
+    /// The Slurm field names set here that `entity` does not have.
+    fn foreign_to(&self, entity: AssocEntity) -> Vec<&'static str> {
+        let set = [
+            ("Parent", self.parent.is_some(), [true, false, false]),
+            ("Fairshare", self.fairshare.is_some(), [true, false, false]),
+            ("GrpTRES", self.grp_gpus.is_some(), [true, false, false]),
+            (
+                "MaxTRESPerUser",
+                self.max_gpus_per_user.is_some(),
+                [false, false, true],
+            ),
+            ("MaxJobs", self.max_jobs.is_some(), [true, true, true]),
+            (
+                "MaxSubmitJobs",
+                self.max_submit_jobs.is_some(),
+                [true, true, true],
+            ),
+            ("MaxWall", self.max_wall_s.is_some(), [true, false, true]),
+            ("Priority", self.priority.is_some(), [false, false, true]),
+            ("Preempt", self.preempt.is_some(), [false, false, true]),
+            ("Account", self.accounts.is_some(), [false, true, false]),
+            (
+                "DefaultAccount",
+                self.default_account.is_some(),
+                [false, true, false],
+            ),
+            (
+                "Coordinator",
+                self.coordinators.is_some(),
+                [true, false, false],
+            ),
+        ];
+        let column = entity as usize;
+        set.iter()
+            .filter(|(_, given, applies)| *given && !applies[column])
+            .map(|(name, _, _)| *name)
+            .collect()
+    }
+}
+
+/// One change to the associations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AssocEdit {
+    Add {
+        entity: AssocEntity,
+        name: String,
+        fields: AssocFields,
+    },
+    Modify {
+        entity: AssocEntity,
+        name: String,
+        fields: AssocFields,
+    },
+    /// Deletes the record; for a user with `account`, only that association.
+    Delete {
+        entity: AssocEntity,
+        name: String,
+        #[serde(default)]
+        account: Option<String>,
+    },
+}
+
+impl AssocEdit {
+    pub fn entity(&self) -> AssocEntity {
+        match self {
+            AssocEdit::Add { entity, .. }
+            | AssocEdit::Modify { entity, .. }
+            | AssocEdit::Delete { entity, .. } => *entity,
+        }
+    }
+
+    /// The accounts whose coordinators may make this edit: only edits of users'
+    /// memberships, and only of the accounts they name.
+    pub fn coordinated_accounts(&self) -> Option<Vec<String>> {
+        match self {
+            AssocEdit::Add {
+                entity: AssocEntity::User,
+                fields,
+                ..
+            } => {
+                let only_accounts = AssocFields {
+                    accounts: None,
+                    default_account: None,
+                    ..fields.clone()
+                } == AssocFields::default();
+                only_accounts.then(|| {
+                    let mut named = fields.accounts.clone().unwrap_or_default();
+                    named.extend(fields.default_account.clone());
+                    named
+                })
+            }
+            AssocEdit::Delete {
+                entity: AssocEntity::User,
+                account: Some(a),
+                ..
+            } => Some(vec![a.clone()]),
+            _ => None,
+        }
+    }
+}
+
+/// The records an edit changes: the replicated configuration's three lists.
+pub struct Associations<'a> {
+    pub accounts: &'a mut Vec<AccountConfig>,
+    pub users: &'a mut Vec<UserConfig>,
+    pub qos: &'a mut Vec<QosConfig>,
+}
+
+/// Why an edit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssocError {
+    #[error("{entity} '{1}' already exists (use modify to change it)", entity = .0.name())]
+    Exists(AssocEntity, String),
+    #[error("{entity} '{1}' does not exist ({show} lists them)", entity = .0.name(), show = show_command(*.0))]
+    Missing(AssocEntity, String),
+    #[error("{fields} cannot be set on a {entity}", fields = .1.join(", "), entity = .0.name())]
+    Foreign(AssocEntity, Vec<&'static str>),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn show_command(entity: AssocEntity) -> &'static str {
+    match entity {
+        AssocEntity::Account => "gctl account show",
+        AssocEntity::User => "gctl user show",
+        AssocEntity::Qos => "gctl qos show",
+    }
+}
+
+impl Associations<'_> {
+    /// Applies `edit`, or changes nothing and says why; the message says what was done.
+    pub fn apply(&mut self, edit: &AssocEdit) -> Result<String, AssocError> {
+        let entity = edit.entity();
+        if let AssocEdit::Add { fields, .. } | AssocEdit::Modify { fields, .. } = edit {
+            let foreign = fields.foreign_to(entity);
+            if !foreign.is_empty() {
+                return Err(AssocError::Foreign(entity, foreign));
+            }
+        }
+        match edit {
+            AssocEdit::Add { name, fields, .. } => self.add(entity, name, fields),
+            AssocEdit::Modify { name, fields, .. } => self.modify(entity, name, fields),
+            AssocEdit::Delete { name, account, .. } => {
+                self.delete(entity, name, account.as_deref())
+            }
+        }
+    }
+
+    fn add(
+        &mut self,
+        entity: AssocEntity,
+        name: &str,
+        f: &AssocFields,
+    ) -> Result<String, AssocError> {
+        check_name(name)?;
+        match entity {
+            AssocEntity::Account => {
+                if name == "root" || self.account(name).is_some() {
+                    return Err(AssocError::Exists(entity, name.into()));
+                }
+                let mut a = AccountConfig {
+                    name: name.into(),
+                    shares: 1,
+                    max_gpus: None,
+                    parent: None,
+                    coordinators: Vec::new(),
+                    max_jobs: None,
+                    max_submit_jobs: None,
+                    max_wall_s: None,
+                };
+                self.set_account(&mut a, f)?;
+                self.accounts.push(a);
+                Ok(format!("Added account {name}"))
+            }
+            AssocEntity::User => {
+                let accounts = f.accounts.clone().unwrap_or_default();
+                let default = f.default_account.clone().or(accounts.first().cloned());
+                let Some(default) = default else {
+                    return Err(AssocError::Invalid(format!(
+                        "a user needs an account: gctl user add {name} --account ACCOUNT"
+                    )));
+                };
+                let mut wanted = accounts;
+                if !wanted.contains(&default) {
+                    wanted.push(default.clone());
+                }
+                for a in &wanted {
+                    if self.account(a).is_none() {
+                        return Err(AssocError::Missing(AssocEntity::Account, a.clone()));
+                    }
+                }
+                match self.users.iter_mut().find(|u| u.name == name) {
+                    Some(u) => {
+                        let new: Vec<String> = wanted
+                            .into_iter()
+                            .filter(|a| !u.accounts.contains(a))
+                            .collect();
+                        if new.is_empty() && f.default_account.is_none() {
+                            return Err(AssocError::Exists(entity, name.into()));
+                        }
+                        u.accounts.extend(new);
+                        if let Some(d) = &f.default_account {
+                            u.default_account = d.clone();
+                        }
+                        set_user_limits(u, f)?;
+                    }
+                    None => {
+                        let mut u = UserConfig {
+                            name: name.into(),
+                            default_account: default,
+                            accounts: wanted,
+                            max_jobs: None,
+                            max_submit_jobs: None,
+                        };
+                        set_user_limits(&mut u, f)?;
+                        self.users.push(u);
+                    }
+                }
+                Ok(format!("Added user {name}"))
+            }
+            AssocEntity::Qos => {
+                if self.qos.iter().any(|q| q.name == name) {
+                    return Err(AssocError::Exists(entity, name.into()));
+                }
+                let mut q = QosConfig {
+                    name: name.into(),
+                    priority: 0,
+                    max_gpus_per_user: None,
+                    max_jobs_per_user: None,
+                    max_time_s: None,
+                    preempt: Vec::new(),
+                    max_submit_jobs_per_user: None,
+                };
+                self.set_qos(&mut q, f)?;
+                self.qos.push(q);
+                Ok(format!("Added QOS {name}"))
+            }
+        }
+    }
+
+    fn modify(
+        &mut self,
+        entity: AssocEntity,
+        name: &str,
+        f: &AssocFields,
+    ) -> Result<String, AssocError> {
+        let missing = || AssocError::Missing(entity, name.into());
+        match entity {
+            AssocEntity::Account => {
+                let mut a = self.account(name).cloned().ok_or_else(missing)?;
+                self.set_account(&mut a, f)?;
+                if let Some(slot) = self.accounts.iter_mut().find(|x| x.name == name) {
+                    *slot = a;
+                }
+            }
+            AssocEntity::User => {
+                if let Some(d) = &f.default_account {
+                    let u = self
+                        .users
+                        .iter()
+                        .find(|u| u.name == name)
+                        .ok_or_else(missing)?;
+                    if !u.accounts.contains(d) {
+                        return Err(AssocError::Invalid(format!(
+                            "user {name} is not in account {d}: gctl user add {name} --account {d} first"
+                        )));
+                    }
+                }
+                if f.accounts.is_some() {
+                    return Err(AssocError::Invalid(
+                        "accounts are added with gctl user add and removed with gctl user delete --account".into(),
+                    ));
+                }
+                let u = self
+                    .users
+                    .iter_mut()
+                    .find(|u| u.name == name)
+                    .ok_or_else(missing)?;
+                if let Some(d) = &f.default_account {
+                    u.default_account = d.clone();
+                }
+                set_user_limits(u, f)?;
+            }
+            AssocEntity::Qos => {
+                let mut q = self
+                    .qos
+                    .iter()
+                    .find(|q| q.name == name)
+                    .cloned()
+                    .ok_or_else(missing)?;
+                self.set_qos(&mut q, f)?;
+                if let Some(slot) = self.qos.iter_mut().find(|x| x.name == name) {
+                    *slot = q;
+                }
+            }
+        }
+        Ok(format!("Modified {} {name}", entity.name()))
+    }
+
+    fn delete(
+        &mut self,
+        entity: AssocEntity,
+        name: &str,
+        account: Option<&str>,
+    ) -> Result<String, AssocError> {
+        let missing = || AssocError::Missing(entity, name.into());
+        match entity {
+            AssocEntity::Account => {
+                self.account(name).ok_or_else(missing)?;
+                if let Some(child) = self
+                    .accounts
+                    .iter()
+                    .find(|a| a.parent.as_deref() == Some(name))
+                {
+                    return Err(AssocError::Invalid(format!(
+                        "account {name} has sub-account {}: delete or move it first",
+                        child.name
+                    )));
+                }
+                if let Some(u) = self
+                    .users
+                    .iter()
+                    .find(|u| u.accounts.iter().any(|a| a == name))
+                {
+                    return Err(AssocError::Invalid(format!(
+                        "account {name} still has user {}: gctl user delete {} --account {name} first",
+                        u.name, u.name
+                    )));
+                }
+                self.accounts.retain(|a| a.name != name);
+            }
+            AssocEntity::User => {
+                let pos = self
+                    .users
+                    .iter()
+                    .position(|u| u.name == name)
+                    .ok_or_else(missing)?;
+                let u = &mut self.users[pos];
+                match account {
+                    Some(a) if u.accounts.len() > 1 => {
+                        if !u.accounts.iter().any(|x| x == a) {
+                            return Err(AssocError::Invalid(format!(
+                                "user {name} is not in account {a}"
+                            )));
+                        }
+                        u.accounts.retain(|x| x != a);
+                        if u.default_account == a {
+                            u.default_account = u.accounts[0].clone();
+                        }
+                        return Ok(format!("Deleted user {name} from account {a}"));
+                    }
+                    Some(a) if u.accounts.iter().all(|x| x != a) => {
+                        return Err(AssocError::Invalid(format!(
+                            "user {name} is not in account {a}"
+                        )));
+                    }
+                    _ => {
+                        self.users.remove(pos);
+                    }
+                }
+            }
+            AssocEntity::Qos => {
+                if !self.qos.iter().any(|q| q.name == name) {
+                    return Err(missing());
+                }
+                self.qos.retain(|q| q.name != name);
+            }
+        }
+        Ok(format!("Deleted {} {name}", entity.name()))
+    }
+
+    fn account(&self, name: &str) -> Option<&AccountConfig> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+
+    fn set_account(&self, a: &mut AccountConfig, f: &AssocFields) -> Result<(), AssocError> {
+        if let Some(p) = &f.parent {
+            if p == "root" {
+                a.parent = None;
+            } else {
+                if self.account(p).is_none() {
+                    return Err(AssocError::Missing(AssocEntity::Account, p.clone()));
+                }
+                if self.ancestors(p).any(|x| x == a.name) {
+                    return Err(AssocError::Invalid(format!(
+                        "account {p} is under {}: a parent cannot be its own descendant",
+                        a.name
+                    )));
+                }
+                a.parent = Some(p.clone());
+            }
+        }
+        if let Some(s) = f.fairshare {
+            if s == 0 {
+                return Err(AssocError::Invalid("Fairshare must be at least 1".into()));
+            }
+            a.shares = s;
+        }
+        if let Some(l) = f.grp_gpus {
+            a.max_gpus = l.to_u32()?;
+        }
+        if let Some(l) = f.max_jobs {
+            a.max_jobs = l.to_u32()?;
+        }
+        if let Some(l) = f.max_submit_jobs {
+            a.max_submit_jobs = l.to_u32()?;
+        }
+        if let Some(l) = f.max_wall_s {
+            a.max_wall_s = l.to_u64();
+        }
+        if let Some(c) = &f.coordinators {
+            a.coordinators = c.clone();
+        }
+        Ok(())
+    }
+
+    fn set_qos(&self, q: &mut QosConfig, f: &AssocFields) -> Result<(), AssocError> {
+        if let Some(p) = f.priority {
+            q.priority = p;
+        }
+        if let Some(l) = f.max_gpus_per_user {
+            q.max_gpus_per_user = l.to_u32()?;
+        }
+        if let Some(l) = f.max_jobs {
+            q.max_jobs_per_user = l.to_u32()?;
+        }
+        if let Some(l) = f.max_submit_jobs {
+            q.max_submit_jobs_per_user = l.to_u32()?;
+        }
+        if let Some(l) = f.max_wall_s {
+            q.max_time_s = l.to_u64();
+        }
+        if let Some(p) = &f.preempt {
+            if let Some(unknown) = p.iter().find(|n| !self.qos.iter().any(|x| &x.name == *n)) {
+                return Err(AssocError::Missing(AssocEntity::Qos, unknown.clone()));
+            }
+            q.preempt = p.clone();
+        }
+        Ok(())
+    }
+
+    /// `name`'s parent, its parent's parent and so on (not `name` itself).
+    fn ancestors<'s>(&'s self, name: &str) -> impl Iterator<Item = &'s str> {
+        ancestors(self.accounts, name)
+    }
+}
+
+/// The accounts above `name`, nearest first (at most as many as there are accounts, so a
+/// cycle written into a configuration file by hand cannot loop).
+pub fn ancestors<'a>(accounts: &'a [AccountConfig], name: &str) -> impl Iterator<Item = &'a str> {
+    let mut at = accounts
+        .iter()
+        .find(|a| a.name == name)
+        .and_then(|a| a.parent.as_deref());
+    std::iter::from_fn(move || {
+        let here = at?;
+        at = accounts
+            .iter()
+            .find(|a| a.name == here)
+            .and_then(|a| a.parent.as_deref());
+        Some(here)
+    })
+    .take(accounts.len())
+}
+
+/// `name` and the accounts above it, nearest first.
+pub fn lineage<'a>(
+    accounts: &'a [AccountConfig],
+    name: &'a str,
+) -> impl Iterator<Item = &'a AccountConfig> {
+    std::iter::once(name)
+        .chain(ancestors(accounts, name))
+        .filter_map(|n| accounts.iter().find(|a| a.name == n))
+}
+
+fn set_user_limits(u: &mut UserConfig, f: &AssocFields) -> Result<(), AssocError> {
+    if let Some(l) = f.max_jobs {
+        u.max_jobs = l.to_u32()?;
+    }
+    if let Some(l) = f.max_submit_jobs {
+        u.max_submit_jobs = l.to_u32()?;
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), AssocError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(AssocError::Invalid(format!(
+            "'{name}' is not a valid name: use up to 64 letters, digits, '_', '-' or '.'"
+        )))
+    }
+}
+
+/// What `gctl account|user|qos` asks the `Associations` RPC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AssocRequest {
+    Show { entity: AssocEntity },
+    Edit { edit: Box<AssocEdit> },
+}
+
+/// The reply: what was done, or the records `Show` asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AssocReply {
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub accounts: Vec<AccountConfig>,
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    #[serde(default)]
+    pub qos: Vec<QosConfig>,
+}
