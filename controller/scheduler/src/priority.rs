@@ -4,6 +4,7 @@
 use crate::config::{Policy, SchedConfig};
 use crate::decay::{decay, pow2_neg};
 use crate::input::{PendingJob, RunningJob, UsageRecord};
+use gsched_types::assoc::ancestors;
 use std::collections::BTreeMap;
 
 /// Per-pass fair-share factors, computed once from usage and running jobs; looked up by
@@ -105,16 +106,12 @@ pub fn share_lines<'a>(
             .unwrap_or(1)
             .max(1) as f64
     };
-    let share_total: f64 = per_account
-        .keys()
-        .map(|a| shares_of(a))
-        .sum::<f64>()
-        .max(1.0);
+    let norm_shares = normalized_shares(config, per_account.keys().copied(), &shares_of);
     per_user
         .into_iter()
         .map(|((account, user), used)| {
             let (account_used, users) = per_account[account];
-            let share = shares_of(account) / share_total;
+            let share = norm_shares[account];
             let account_factor = if total > 0.0 {
                 pow2_neg((account_used / total) / share)
             } else {
@@ -142,6 +139,47 @@ pub fn share_lines<'a>(
                 account_factor,
                 user_factor,
             }
+        })
+        .collect()
+}
+
+/// Each active account's share of the cluster through the account tree (Slurm's
+/// normalised shares): at every level, its shares over those of its siblings that have
+/// activity below them, multiplied from the account up to the root. Without parents this
+/// is its shares over all active accounts' shares.
+fn normalized_shares<'a>(
+    config: &SchedConfig,
+    active: impl Iterator<Item = &'a str>,
+    shares_of: &impl Fn(&str) -> f64,
+) -> BTreeMap<&'a str, f64> {
+    let parent_of = |a: &str| {
+        config
+            .accounts
+            .iter()
+            .find(|c| c.name == a)
+            .and_then(|c| c.parent.clone())
+    };
+    let active: Vec<&str> = active.collect();
+    let mut live: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for a in &active {
+        live.insert(a.to_string());
+        live.extend(ancestors(&config.accounts, a).map(str::to_string));
+    }
+    let siblings_total = |parent: &Option<String>| {
+        live.iter()
+            .filter(|x| parent_of(x) == *parent)
+            .map(|x| shares_of(x))
+            .sum::<f64>()
+            .max(1.0)
+    };
+    active
+        .into_iter()
+        .map(|a| {
+            let mut share = 1.0;
+            for level in std::iter::once(a).chain(ancestors(&config.accounts, a)) {
+                share *= shares_of(level) / siblings_total(&parent_of(level));
+            }
+            (a, share)
         })
         .collect()
 }
@@ -225,5 +263,53 @@ mod tests {
         let fs = FairShare::compute(&cfg, &usage, &[], &[], 0);
         assert!(fs.factor("a", "heavy") < fs.factor("a", "light"));
         assert_eq!(fs.factor("b", "nobody"), 1.0);
+    }
+
+    #[test]
+    fn shares_divide_down_the_account_tree() {
+        use gsched_types::assoc::AccountConfig;
+        let account = |name: &str, parent: Option<&str>, shares: u32| AccountConfig {
+            name: name.into(),
+            shares,
+            max_gpus: None,
+            parent: parent.map(str::to_string),
+            coordinators: Vec::new(),
+            max_jobs: None,
+            max_submit_jobs: None,
+            max_wall_s: None,
+        };
+        let cfg = SchedConfig {
+            accounts: vec![
+                account("lab", None, 1),
+                account("nlp", Some("lab"), 3),
+                account("vision", Some("lab"), 1),
+                account("other", None, 1),
+                account("idle", Some("lab"), 100),
+            ],
+            ..SchedConfig::default()
+        };
+        let used = |account: &str| UsageRecord {
+            account: account.into(),
+            user: format!("{account}-user"),
+            gpu_seconds: 100.0,
+            at_ms: 0,
+        };
+        let usage = vec![used("nlp"), used("vision"), used("other")];
+        let lines = share_lines(&cfg, &usage, &[], &[], 0);
+        let share = |a: &str| {
+            lines
+                .iter()
+                .find(|l| l.account == a)
+                .map(|l| l.account_norm_shares)
+                .unwrap()
+        };
+        // lab and other split the cluster; nlp and vision split lab 3:1; idle has no
+        // activity and takes nothing from its siblings.
+        assert_eq!(share("other"), 0.5);
+        assert_eq!(share("nlp"), 0.375);
+        assert_eq!(share("vision"), 0.125);
+        let fs = FairShare::compute(&cfg, &usage, &[], &[], 0);
+        assert!(fs.factor("vision", "vision-user") < fs.factor("nlp", "nlp-user"));
+        assert!(fs.factor("nlp", "nlp-user") < fs.factor("other", "other-user"));
     }
 }

@@ -55,6 +55,11 @@ struct Replay {
     /// Virtual seconds between scheduling passes (0: after every event).
     #[arg(long, default_value_t = 0)]
     pass_interval: u64,
+    /// Reservations over the replay: a JSON list of {"name", "start_s", "duration_s",
+    /// "nodes": "HOSTLIST", "maint": bool} (seconds from the trace's start; no trace job
+    /// may use them, so every other job must plan around them).
+    #[arg(long)]
+    reservations: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -79,6 +84,59 @@ enum Cmd {
 fn die(msg: impl std::fmt::Display) -> ! {
     eprintln!("gsim: error: {msg}");
     std::process::exit(1)
+}
+
+/// One window of `--reservations`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimReservation {
+    name: String,
+    start_s: u64,
+    duration_s: u64,
+    nodes: String,
+    #[serde(default)]
+    maint: bool,
+}
+
+fn load_reservations(
+    path: &std::path::Path,
+) -> Result<Vec<gsched_types::reservation::Reservation>, String> {
+    use gsched_types::reservation::{Reservation, ResvFlags, ResvNode, ResvResources};
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let list: Vec<SimReservation> = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: {e} (a list of {{name, start_s, duration_s, nodes, maint}})",
+            path.display()
+        )
+    })?;
+    list.into_iter()
+        .map(|r| {
+            let nodes = gsched_types::hostlist::expand(&r.nodes)
+                .map_err(|e| format!("{}: reservation {}: {e}", path.display(), r.name))?;
+            Ok(Reservation {
+                start_ms: r.start_s * 1000,
+                end_ms: (r.start_s + r.duration_s) * 1000,
+                users: Vec::new(),
+                accounts: Vec::new(),
+                request: ResvResources::Nodes(nodes.clone()),
+                nodes: nodes
+                    .into_iter()
+                    .map(|node| ResvNode {
+                        node,
+                        whole: true,
+                        gpus: Vec::new(),
+                    })
+                    .collect(),
+                flags: ResvFlags {
+                    maint: r.maint,
+                    ..ResvFlags::default()
+                },
+                by: "gsim".into(),
+                name: r.name,
+            })
+        })
+        .collect()
 }
 
 fn main() {
@@ -150,12 +208,18 @@ fn main() {
         "both" => vec![true, false],
         other => die(format!("--comm-model {other}: use on, off or both")),
     };
+    let reservations = a
+        .reservations
+        .as_ref()
+        .map(|p| load_reservations(p).unwrap_or_else(|e| die(e)))
+        .unwrap_or_default();
     let mut doc = serde_json::Map::new();
     for model in models {
         let mut results = Vec::new();
         for p in &policies {
             let mut opts = engine::SimOptions::new(*p, model);
             opts.pass_interval_s = a.pass_interval;
+            opts.reservations = reservations.clone();
             if let Some(w) = &a.weights {
                 let v: Vec<f64> = w
                     .split(',')
@@ -236,6 +300,14 @@ fn main() {
                     r.avg_fragmented_gpus,
                     r.avg_slowdown
                 );
+            }
+            if !reservations.is_empty() {
+                for r in &results {
+                    println!(
+                        "{}: {} job starts overlapped a reservation",
+                        r.policy, r.reservation_overlaps
+                    );
+                }
             }
         }
     }

@@ -145,3 +145,60 @@ fn a_pass_on_a_big_cluster_is_not_capped_by_one_port_range() {
     let plan = gsched_scheduler::plan(&snap, 90_000_000);
     assert!(plan.starts.len() > 500, "{} starts", plan.starts.len());
 }
+
+#[test]
+fn replays_plan_around_reservations() {
+    use gsched_types::reservation::{Reservation, ResvFlags, ResvNode, ResvResources};
+    let spec = cluster::uniform(4, 8, None);
+    let window = |name: &str, nodes: &[&str], maint: bool| Reservation {
+        name: name.into(),
+        start_ms: 1_800_000,
+        end_ms: 7_200_000,
+        users: Vec::new(),
+        accounts: Vec::new(),
+        request: ResvResources::Nodes(nodes.iter().map(|n| n.to_string()).collect()),
+        nodes: nodes
+            .iter()
+            .map(|n| ResvNode {
+                node: n.to_string(),
+                whole: true,
+                gpus: Vec::new(),
+            })
+            .collect(),
+        flags: ResvFlags {
+            maint,
+            ..ResvFlags::default()
+        },
+        by: "test".into(),
+    };
+    for seed in 1..=3 {
+        let mut trace = jobs(200, seed);
+        trace.sort_by_key(|j| j.submit_s);
+        let free = run(&spec, &trace, &SimOptions::new(Policy::Gsched, true));
+        for policy in [Policy::Gsched, Policy::FifoBackfill] {
+            let mut opts = SimOptions::new(policy, true);
+            opts.reservations = vec![
+                window("maint", &["n-0000"], true),
+                window("course", &["n-0001", "n-0002"], false),
+            ];
+            let r = run(&spec, &trace, &opts);
+            assert_eq!(
+                r.jobs,
+                trace.len(),
+                "{policy:?} seed {seed}: every job still runs"
+            );
+            assert_eq!(
+                r.reservation_overlaps, 0,
+                "{policy:?} seed {seed}: no trace job may use a reserved node in its window"
+            );
+            if policy == Policy::Gsched {
+                assert!(
+                    r.avg_queue_s > free.avg_queue_s,
+                    "seed {seed}: three of four nodes set aside for 1.5 h must cost waiting ({} vs {})",
+                    r.avg_queue_s,
+                    free.avg_queue_s
+                );
+            }
+        }
+    }
+}
