@@ -543,6 +543,20 @@ impl Cluster {
         links
     }
 
+    /// Runs Slurm's name `name` from the links in `links` (`slurm_links`), with those
+    /// links first on PATH, in this cluster's directory.
+    pub fn slurm_name(&self, links: &str, name: &str, args: &[&str]) -> Output {
+        let path = format!("{links}:{}", std::env::var("PATH").unwrap_or_default());
+        Command::new(format!("{links}/{name}"))
+            .args(args)
+            .env("PATH", path)
+            .current_dir(self.path(""))
+            .env("GSCHED_CONTROLLERS", self.controllers_arg())
+            .env("GSCHED_RETRY_S", "20")
+            .output()
+            .unwrap()
+    }
+
     /// Runs a CLI tool as `user`, in their directory of this cluster.
     pub fn cli_as(&self, user: &TestUser, tool: &str, args: &[&str]) -> Output {
         let home = self.user_dir(user);

@@ -6,19 +6,11 @@
 //! account's coordinators change them.
 
 use gsched_tests::{Cluster, success_stdout, test_users, wait_for};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 fn slurm(c: &Cluster, links: &str, name: &str, args: &[&str]) -> Output {
-    let path = format!("{links}:{}", std::env::var("PATH").unwrap_or_default());
-    Command::new(format!("{links}/{name}"))
-        .args(args)
-        .env("PATH", path)
-        .current_dir(c.path(""))
-        .env("GSCHED_CONTROLLERS", c.controllers_arg())
-        .env("GSCHED_RETRY_S", "20")
-        .output()
-        .unwrap()
+    c.slurm_name(links, name, args)
 }
 
 fn stderr(o: &Output) -> String {

@@ -4,7 +4,6 @@
 //! with a script that checkpoints and requeues itself, `sbatch --wait`.
 
 use gsched_tests::{Cluster, success_stdout, wait_for};
-use std::process::Command;
 use std::time::Duration;
 
 /// A cluster of two fake 8-GPU nodes whose jobs find the Slurm names on their PATH.
@@ -31,15 +30,7 @@ fn slurm_cluster() -> (Cluster, String) {
 /// Runs `name` (a Slurm name) from the links directory against the cluster, with the
 /// links first on PATH (as the README tells admins to set up).
 fn slurm(c: &Cluster, links: &str, name: &str, args: &[&str]) -> std::process::Output {
-    let path = format!("{links}:{}", std::env::var("PATH").unwrap_or_default());
-    Command::new(format!("{links}/{name}"))
-        .args(args)
-        .env("PATH", path)
-        .current_dir(c.path(""))
-        .env("GSCHED_CONTROLLERS", c.controllers_arg())
-        .env("GSCHED_RETRY_S", "20")
-        .output()
-        .unwrap()
+    c.slurm_name(links, name, args)
 }
 
 fn stdout(o: &std::process::Output) -> String {

@@ -312,12 +312,13 @@ impl<'a> Pass<'a> {
         let max_jobs = user
             .and_then(|u| u.max_jobs)
             .or_else(|| lineage(&config.accounts, &job.account).find_map(|a| a.max_jobs));
-        let running = self
-            .assoc_jobs
-            .get(&(job.user.clone(), job.account.clone()))
-            .copied()
-            .unwrap_or(0);
-        if max_jobs.is_some_and(|m| running >= m) {
+        let running = || {
+            self.assoc_jobs
+                .get(&(job.user.clone(), job.account.clone()))
+                .copied()
+                .unwrap_or(0)
+        };
+        if max_jobs.is_some_and(|m| running() >= m) {
             return Some(PendingReason::AssocMaxJobs);
         }
         let max_wall = lineage(&config.accounts, &job.account).find_map(|a| a.max_wall_s);

@@ -2,40 +2,19 @@
 //! configuration file no longer overrides the edits, and the limits a submission and a
 //! scheduling pass then enforce, with Slurm's reasons.
 
+mod common;
+
 use gsched_scheduler::{SchedConfig, plan};
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::*;
 use gsched_types::assoc::{AssocEdit, AssocEntity, AssocFields, Limit};
 use gsched_types::job::{JobId, JobSpec, PendingReason};
-use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use gsched_types::topology::Topology;
 
 const T0: u64 = 1_000 * 3_600_000;
 
 fn topo(gpus: u32) -> Topology {
-    let mut t = Topology::empty("test");
-    for i in 0..gpus {
-        t.gpus.push(Gpu::new(i));
-    }
-    t.gpu_links = (0..gpus)
-        .map(|i| {
-            (0..gpus)
-                .map(|j| {
-                    if i == j {
-                        LinkClass::SameDevice
-                    } else {
-                        LinkClass::NvLink(4)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    t.numa_nodes = vec![NumaNode {
-        id: 0,
-        cpus: "0-31".into(),
-        memory_mib: Some(65536),
-    }];
-    t.memory_mib = Some(65536);
-    t
+    common::nvlinked(gpus, "0-31")
 }
 
 fn env(cmd: Command) -> Envelope {

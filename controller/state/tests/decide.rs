@@ -3,6 +3,8 @@
 //! which time limit applies (a job's own, its partition's default, none) and when a node
 //! counts as lost.
 
+mod common;
+
 use gsched_scheduler::config::PartitionConfig;
 use gsched_scheduler::{SchedConfig, plan};
 use gsched_state::decide::{self, DispatchConfig, DispatchMemo, KillOrder, Liveness};
@@ -11,35 +13,12 @@ use gsched_state::*;
 use gsched_types::agent::{ControllerToAgent, StepRef};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobSpec, JobState};
-use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use gsched_types::topology::Topology;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn topo(gpus: u32) -> Topology {
-    let mut t = Topology::empty("test");
-    for i in 0..gpus {
-        t.gpus.push(Gpu::new(i));
-    }
-    t.gpu_links = (0..gpus)
-        .map(|i| {
-            (0..gpus)
-                .map(|j| {
-                    if i == j {
-                        LinkClass::SameDevice
-                    } else {
-                        LinkClass::NvLink(4)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    t.numa_nodes = vec![NumaNode {
-        id: 0,
-        cpus: "0-15".into(),
-        memory_mib: Some(65536),
-    }];
-    t.memory_mib = Some(65536);
-    t
+    common::nvlinked(gpus, "0-15")
 }
 
 fn apply(s: &mut ClusterState, cmd: Command, at: u64) -> Outcome {

@@ -1,40 +1,19 @@
 //! Job and node life cycles through `apply`, and the properties every replica relies on:
 //! determinism, exactly-once submission, forward-only states, no double-booked GPU.
 
+mod common;
+
 use gsched_scheduler::plan;
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::*;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobSpec, JobState};
 use gsched_types::node::{HealthEvent, HealthSeverity};
-use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use gsched_types::topology::Topology;
 use proptest::prelude::*;
 
 fn topo(gpus: u32) -> Topology {
-    let mut t = Topology::empty("test");
-    for i in 0..gpus {
-        t.gpus.push(Gpu::new(i));
-    }
-    t.gpu_links = (0..gpus)
-        .map(|i| {
-            (0..gpus)
-                .map(|j| {
-                    if i == j {
-                        LinkClass::SameDevice
-                    } else {
-                        LinkClass::NvLink(4)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    t.numa_nodes = vec![NumaNode {
-        id: 0,
-        cpus: "0-15".into(),
-        memory_mib: Some(65536),
-    }];
-    t.memory_mib = Some(65536);
-    t
+    common::nvlinked(gpus, "0-15")
 }
 
 fn env(cmd: Command, at: u64) -> Envelope {

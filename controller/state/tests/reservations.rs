@@ -1,41 +1,20 @@
 //! Admin reservations through `apply`: what a create chooses and refuses, who may use
 //! one, and that a reservation in use cannot be deleted and an ended one goes away.
 
+mod common;
+
 use gsched_scheduler::plan;
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::*;
 use gsched_types::job::{JobId, JobSpec};
 use gsched_types::reservation::{ReservationSpec, ResvFlags, ResvResources};
-use gsched_types::topology::{Gpu, LinkClass, NumaNode, Topology};
+use gsched_types::topology::Topology;
 
 const HOUR: u64 = 3_600_000;
 const T0: u64 = 1_000 * HOUR;
 
 fn topo(gpus: u32) -> Topology {
-    let mut t = Topology::empty("test");
-    for i in 0..gpus {
-        t.gpus.push(Gpu::new(i));
-    }
-    t.gpu_links = (0..gpus)
-        .map(|i| {
-            (0..gpus)
-                .map(|j| {
-                    if i == j {
-                        LinkClass::SameDevice
-                    } else {
-                        LinkClass::NvLink(4)
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    t.numa_nodes = vec![NumaNode {
-        id: 0,
-        cpus: "0-15".into(),
-        memory_mib: Some(65536),
-    }];
-    t.memory_mib = Some(65536);
-    t
+    common::nvlinked(gpus, "0-15")
 }
 
 fn env(cmd: Command, at: u64) -> Envelope {

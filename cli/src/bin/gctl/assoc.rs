@@ -107,46 +107,23 @@ impl Fields {
 
 pub fn run(rt: &tokio::runtime::Runtime, client: &mut Client, entity: AssocEntity, what: Assoc) {
     let fields = |f: &Fields| f.fields().unwrap_or_else(|e| die("gctl", e));
+    let edit = |e: AssocEdit| (AssocRequest::Edit { edit: Box::new(e) }, false);
     let (req, json) = match what {
-        Assoc::Add(f) => {
-            let edit = AssocEdit::Add {
-                entity,
-                fields: fields(&f),
-                name: f.name,
-            };
-            (
-                AssocRequest::Edit {
-                    edit: Box::new(edit),
-                },
-                false,
-            )
-        }
-        Assoc::Modify(f) => {
-            let edit = AssocEdit::Modify {
-                entity,
-                fields: fields(&f),
-                name: f.name,
-            };
-            (
-                AssocRequest::Edit {
-                    edit: Box::new(edit),
-                },
-                false,
-            )
-        }
-        Assoc::Delete { name, account } => {
-            let edit = AssocEdit::Delete {
-                entity,
-                name,
-                account,
-            };
-            (
-                AssocRequest::Edit {
-                    edit: Box::new(edit),
-                },
-                false,
-            )
-        }
+        Assoc::Add(f) => edit(AssocEdit::Add {
+            entity,
+            fields: fields(&f),
+            name: f.name,
+        }),
+        Assoc::Modify(f) => edit(AssocEdit::Modify {
+            entity,
+            fields: fields(&f),
+            name: f.name,
+        }),
+        Assoc::Delete { name, account } => edit(AssocEdit::Delete {
+            entity,
+            name,
+            account,
+        }),
         Assoc::Show { json } => (AssocRequest::Show { entity }, json),
     };
     let reply = call(rt, client, &req);
