@@ -378,6 +378,17 @@ impl Cluster {
         self.ctl_procs[i] = Some(p);
     }
 
+    /// SIGKILLs the controller that leads now (found within 10 s).
+    pub fn kill_leader(&mut self) {
+        let leader = self.leader(Duration::from_secs(10));
+        let i = self
+            .controllers
+            .iter()
+            .position(|(id, _)| *id == leader)
+            .expect("the leader is one of this cluster's controllers");
+        self.kill_controller(i);
+    }
+
     pub fn kill_controller(&mut self, i: usize) {
         if let Some(mut p) = self.ctl_procs[i].take() {
             p.kill9();

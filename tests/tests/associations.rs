@@ -128,13 +128,7 @@ fn t10_limits_change_on_a_running_cluster_and_survive_a_leader_change() {
     );
 
     // A new leader commits its own configuration file; the cap is kept.
-    let leader = c.leader(Duration::from_secs(10));
-    let i = c
-        .controllers
-        .iter()
-        .position(|(id, _)| *id == leader)
-        .unwrap();
-    c.kill_controller(i);
+    c.kill_leader();
     let after = wait_for(
         "the accounts through a new leader",
         Duration::from_secs(30),

@@ -151,13 +151,7 @@ fn t10_a_future_reservation_while_the_queue_is_full() {
     assert_eq!(c.node("n2").unwrap()["reservation"], "deadline");
 
     // A new leader knows the reservation and refuses to delete it while it is used.
-    let leader = c.leader(Duration::from_secs(10));
-    let i = c
-        .controllers
-        .iter()
-        .position(|(id, _)| *id == leader)
-        .unwrap();
-    c.kill_controller(i);
+    c.kill_leader();
     let after = wait_for(
         "the reservation through a new leader",
         Duration::from_secs(30),

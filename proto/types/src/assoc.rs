@@ -661,12 +661,7 @@ fn set_user_limits(u: &mut UserConfig, f: &AssocFields) -> Result<(), AssocError
 }
 
 fn check_name(name: &str) -> Result<(), AssocError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
+    if crate::parse::is_plain_name(name) {
         Ok(())
     } else {
         Err(AssocError::Invalid(format!(

@@ -382,6 +382,16 @@ pub fn warn_signal(text: &str) -> Result<WarnSignal, String> {
     })
 }
 
+/// A name gsched stores for admins' objects (reservations, accounts, QOS): 1-64 letters,
+/// digits, `_`, `-` or `.`.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

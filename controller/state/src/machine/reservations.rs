@@ -372,12 +372,7 @@ fn overlap(a: &ResvNode, b: &ResvNode) -> bool {
 }
 
 fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if ok {
+    if gsched_types::parse::is_plain_name(name) {
         Ok(())
     } else {
         Err(format!(
