@@ -102,10 +102,25 @@ pub fn success_stdout(out: &Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, never handed out twice by this process and below the
+/// kernel's ephemeral range (32768 up), so that neither another test's `free_port` nor a
+/// client socket can take it between this call and the daemon's bind. (Ports from
+/// `bind(0)` are ephemeral ones: an outgoing connection anywhere on the host could hold
+/// one by the time the daemon binds it, and the daemon would exit refusing to start.)
+/// Ports 20000 up are the clusters' MASTER_PORT ranges; these come from 10000-19999.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 10_000;
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let offset = (std::process::id() * 397) % COUNT;
+    for _ in 0..COUNT {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (FIRST + (offset + n) % COUNT) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + COUNT);
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics after `timeout` with `what`.
@@ -1008,10 +1023,29 @@ pub fn pid_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
 
+impl Cluster {
+    /// The last lines of each daemon's log, for a failing test's output (which cargo
+    /// shows only for failures).
+    fn print_log_tails(&self) {
+        for p in self.ctl_procs.iter().chain(self.agents.iter()).flatten() {
+            let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            eprintln!("--- last lines of {} ({}) ---", p.name, p.log.display());
+            for l in tail {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
 impl Drop for Cluster {
     /// A failing test leaves its cluster directory (logs, state) behind when
     /// `GSCHED_TEST_KEEP` is set, and says where.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_log_tails();
+        }
         if std::thread::panicking() && std::env::var_os("GSCHED_TEST_KEEP").is_some() {
             for p in self.ctl_procs.iter_mut().chain(self.agents.iter_mut()) {
                 if let Some(mut p) = p.take() {
