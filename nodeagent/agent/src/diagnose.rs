@@ -6,9 +6,12 @@
 
 use crate::findings::{Attribution, corrected_flood, device_handle_lost, kernel_finding};
 use gsched_launch::transport::{TransportLog, missing_library};
-use gsched_launch::watch::{classify_line, first_cause};
+use gsched_launch::watch::{
+    best_cause, classify_line, first_cause, is_fatal, is_nccl_warn, nccl_cause,
+};
 use gsched_topology::xid::{AerSeverity, KernelEvent, parse_log};
 use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
+use gsched_types::failure::FailureKind;
 use gsched_types::findings::{Component, Finding, Severity};
 
 /// What a file holds, as told from its text.
@@ -28,6 +31,10 @@ pub enum Kind {
     SmiList,
     /// `nvidia-smi --query-gpu=... --format=csv`.
     SmiCsv,
+    /// `show_gids` (Mellanox OFED): the RoCE GID table.
+    ShowGids,
+    /// An InfiniBand tool that found no RDMA device at all.
+    NoRdmaDevices,
     JobLog,
     Unknown,
 }
@@ -37,7 +44,20 @@ pub fn kind_of(text: &str) -> Kind {
     let has = |s: &str| text.contains(s);
     if has("==============NVSMI LOG==============") {
         Kind::SmiQuery
-    } else if (has("NVIDIA-SMI ") && has("|")) || has("Unable to determine the device handle") {
+    } else if text.lines().any(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.starts_with(&["DEV", "PORT", "INDEX", "GID"])
+    }) {
+        Kind::ShowGids
+    } else if has("sys files not found (/sys/class/infiniband")
+        || has("No IB devices found")
+        || has("No such file or directory (/sys/class/infiniband")
+    {
+        Kind::NoRdmaDevices
+    } else if (has("NVIDIA-SMI ") && has("|"))
+        || has("Unable to determine the device handle")
+        || text.lines().any(|l| l.trim() == "No devices were found")
+    {
         Kind::SmiTable
     } else if has("Infiniband device '") {
         Kind::Ibstatus
@@ -88,6 +108,11 @@ pub fn diagnose(name: &str, text: &str) -> Vec<Finding> {
     if kind != Kind::SmiQuery && clean.contains("Remapped Rows") {
         out.extend(smi_query(&clean));
     }
+    // And kernel lines under another tool's output ("nvidia-smi says no devices; dmesg
+    // says why").
+    if !matches!(kind, Kind::KernelLog | Kind::JobLog) && clean.contains("NVRM") {
+        out.extend(kernel(&clean));
+    }
     out
 }
 
@@ -105,6 +130,18 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
         Kind::SmiList => smi_list(clean),
         Kind::SmiCsv => smi_csv(clean),
         Kind::JobLog => job_log(clean),
+        Kind::ShowGids => show_gids(clean),
+        Kind::NoRdmaDevices => vec![Finding::new(
+            Severity::Warn,
+            Component::Ib,
+            "ib-no-devices",
+            clean
+                .lines()
+                .find(|l| l.contains("found"))
+                .unwrap_or("")
+                .trim(),
+            "no RDMA device is visible: load the HCA's driver (mlx5_ib), check its firmware (dmesg | grep mlx), and in a container pass /dev/infiniband",
+        )],
         Kind::Unknown => vec![Finding::new(
             Severity::Info,
             Component::Input,
@@ -115,7 +152,60 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
     }
 }
 
+/// `show_gids`: a RoCE port needs a RoCE v2 GID with an IPv4 address for NCCL's default
+/// GID choice to work across subnets; none at all means RDMA cannot be used here.
+fn show_gids(text: &str) -> Vec<Finding> {
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() >= 5 && w[0].contains('_') && w[1].chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    if rows.is_empty() || text.contains("n_gids_found=0") {
+        return vec![Finding::new(
+            Severity::Warn,
+            Component::Nic,
+            "roce-no-gid",
+            text.lines()
+                .find(|l| l.contains("n_gids_found"))
+                .unwrap_or("show_gids lists no GID")
+                .trim(),
+            "the RDMA device has no usable GID (in a pod: its network namespace has no address on the RoCE interface): NCCL cannot use RoCE here; give the interface an address or attach the RDMA device to the pod's network",
+        )];
+    }
+    let v2_ipv4 = rows
+        .iter()
+        .find(|w| w.contains(&"v2") && w.iter().any(|c| c.matches('.').count() == 3));
+    match v2_ipv4 {
+        Some(w) => vec![Finding::new(
+            Severity::Info,
+            Component::Nic,
+            "roce-gid-index",
+            &w.join(" "),
+            format!(
+                "NCCL_IB_GID_INDEX={} is this port's RoCE v2 GID with an IPv4 address",
+                w[2]
+            ),
+        )],
+        None => vec![Finding::new(
+            Severity::Warn,
+            Component::Nic,
+            "roce-no-v2-gid",
+            &rows[0].join(" "),
+            "no RoCE v2 GID with an IPv4 address: RoCE traffic cannot be routed between subnets; give the RoCE interface an IPv4 address (the v2 GID appears with it)",
+        )],
+    }
+}
+
 fn smi_table(text: &str) -> Vec<Finding> {
+    if text.lines().any(|l| l.trim() == "No devices were found") {
+        return vec![Finding::new(
+            Severity::Drain,
+            Component::Driver,
+            "no-gpus",
+            "nvidia-smi: No devices were found",
+            "the driver sees no GPU it can use: see the kernel log (dmesg | grep NVRM: RmInitAdapter, fallen off the bus), check lspci and that nouveau is not bound",
+        )];
+    }
     let t = smi::parse_table(text);
     let mut out = Vec::new();
     for bus in &t.failed {
@@ -227,22 +317,67 @@ fn topo(text: &str) -> Vec<Finding> {
     }
 }
 
+/// A saved kernel log: every event once per device and kind (a GPU that fails to
+/// initialise at every retry is one finding; so is each device's unrecognised messages,
+/// with their count), corrected AER errors counted per link.
 fn kernel(text: &str) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let mut corrected: std::collections::BTreeMap<String, (u32, String)> = Default::default();
-    for ev in parse_log(text) {
-        if let KernelEvent::PcieAer {
-            pci,
-            severity: AerSeverity::Corrected,
-            detail,
-        } = &ev
-        {
-            let e = corrected.entry(pci.clone()).or_default();
-            e.0 += 1;
-            e.1 = detail.clone();
-        } else if let Some(noted) = kernel_finding(&ev, Attribution::Unknown) {
-            out.push(noted.finding);
+    let events = parse_log(text);
+    // A failure that names no GPU is one of those the log names.
+    let named_init_failure = events.iter().any(|e| match e {
+        KernelEvent::GpuInitFailed { pci, .. } | KernelEvent::FallenOffBus { pci } => {
+            !pci.is_empty()
         }
+        KernelEvent::Xid(x) => x.code == 79,
+        _ => false,
+    });
+    let mut out = Vec::new();
+    let mut seen: std::collections::BTreeSet<(String, String)> = Default::default();
+    let mut corrected: std::collections::BTreeMap<String, (u32, String)> = Default::default();
+    let mut unrecognised: std::collections::BTreeMap<String, (u32, Finding)> = Default::default();
+    for ev in &events {
+        match ev {
+            KernelEvent::PcieAer {
+                pci,
+                severity: AerSeverity::Corrected,
+                detail,
+            } => {
+                let e = corrected.entry(pci.clone()).or_default();
+                e.0 += 1;
+                e.1 = detail.clone();
+                continue;
+            }
+            KernelEvent::GpuInitFailed { pci, .. } if pci.is_empty() && named_init_failure => {
+                continue;
+            }
+            _ => {}
+        }
+        let Some(noted) = kernel_finding(ev, Attribution::Unknown) else {
+            continue;
+        };
+        let f = noted.finding;
+        if let KernelEvent::Unrecognised { device, .. } = ev {
+            unrecognised.entry(device.clone()).or_insert((0, f)).0 += 1;
+            continue;
+        }
+        let once = matches!(
+            ev,
+            KernelEvent::GpuInitFailed { .. }
+                | KernelEvent::NoGpus { .. }
+                | KernelEvent::GpuAerUnrecoverable { .. }
+        );
+        if once && !seen.insert((f.kind.clone(), f.pci_bus_id.clone().unwrap_or_default())) {
+            continue;
+        }
+        out.push(f);
+    }
+    for (_, (n, mut f)) in unrecognised {
+        if n > 1 {
+            f.evidence = gsched_types::findings::clip(
+                &format!("{} (and {} more like it)", f.evidence, n - 1),
+                gsched_types::findings::MAX_EVIDENCE_CHARS,
+            );
+        }
+        out.push(f);
     }
     for (pci, (n, detail)) in corrected {
         let mut f = corrected_flood(&pci, None, n, None, &detail).finding;
@@ -525,39 +660,80 @@ fn job_log(text: &str) -> Vec<Finding> {
     // A saved log does not say what its node has: the interface names are the guide.
     let mut out = transport.judge(None);
     let findings: Vec<_> = text.lines().filter_map(classify_line).collect();
-    let Some((i, fatal)) = findings.iter().enumerate().find(|(_, f)| f.fatal) else {
-        out.extend(findings.iter().take(1).map(|f| {
+    let fatal = (0..findings.len()).find(|&i| is_fatal(&findings[..i], &findings[i]));
+    let Some(i) = fatal else {
+        out.extend(findings.iter().find(|f| is_nccl_warn(&f.line)).map(|f| {
             Finding::new(
                 Severity::Warn,
                 Component::Nccl,
                 "nccl-warning",
                 &f.line,
-                "not fatal by itself; look at what follows it",
+                "not fatal by itself: NCCL went on after it",
             )
         }));
         return out;
     };
-    let evidence = first_cause(&findings[..i], fatal);
+    let fatal = &findings[i];
     let missing = findings[..i]
         .iter()
         .find_map(|f| missing_library(&f.line).filter(|l| *l != "libibverbs"));
-    out.push(match missing {
-        Some(lib) => Finding::new(
+    if let Some(lib) = missing {
+        out.push(Finding::new(
             Severity::FailJob,
             Component::Driver,
             format!("missing-{lib}"),
-            &evidence,
+            &first_cause(&findings[..i], fatal),
             format!(
                 "{lib} is not loadable in the job's environment: install the NVIDIA driver's user-space libraries there (in a container: run it with the NVIDIA container runtime, --gpus/--nv), or point LD_LIBRARY_PATH at them"
             ),
+        ));
+        return out;
+    }
+    // A saved log holds every rank's lines: the most specific NCCL cause anywhere in it
+    // explains the failure better than whichever rank noticed first.
+    let cause = best_cause(findings.iter())
+        .and_then(|f| nccl_cause(&f.line).map(|c| (f, c)))
+        .filter(|(_, c)| c.rank() > 1 || fatal.kind == FailureKind::NcclError);
+    out.push(match cause {
+        Some((f, c)) => Finding::new(
+            Severity::FailJob,
+            Component::Nccl,
+            c.kind(&f.line),
+            &if f.line == fatal.line {
+                f.line.clone()
+            } else {
+                format!("{} (then: {})", f.line, fatal.line)
+            },
+            c.advice(),
         ),
         None => Finding::new(
             Severity::FailJob,
-            Component::Nccl,
-            format!("{:?}", fatal.kind).to_lowercase(),
-            &evidence,
+            component_of(&fatal.kind),
+            kind_name(&fatal.kind),
+            &first_cause(&findings[..i], fatal),
             "the job cannot go on: the evidence is the first cause found in the log",
         ),
     });
     out
+}
+
+fn component_of(kind: &FailureKind) -> Component {
+    match kind {
+        FailureKind::NcclError | FailureKind::NcclTimeout => Component::Nccl,
+        FailureKind::CudaError | FailureKind::Oom => Component::Gpu,
+        _ => Component::Host,
+    }
+}
+
+/// A failure kind as a finding's kind: `nccl-timeout`, `cuda-oom`, `exit-1`, `signal-9`.
+fn kind_name(kind: &FailureKind) -> String {
+    match kind {
+        FailureKind::NcclTimeout => "nccl-timeout".into(),
+        FailureKind::NcclError => "nccl-error".into(),
+        FailureKind::Oom => "cuda-oom".into(),
+        FailureKind::CudaError => "cuda-error".into(),
+        FailureKind::ExitCode { code } => format!("exit-{code}"),
+        FailureKind::Signal { signal } => format!("signal-{signal}"),
+        other => other.reason_name().to_ascii_lowercase(),
+    }
 }

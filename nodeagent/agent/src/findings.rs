@@ -244,6 +244,72 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
                 headline,
             })
         }
+        KernelEvent::GpuInitFailed { pci, line } => {
+            let gpu = gpu_of(pci);
+            let which = if pci.is_empty() { "a GPU".to_string() } else { format!("GPU {pci}") };
+            Some(Noted {
+                health: HealthKind::GpuLost,
+                xid: None,
+                headline: format!("the driver could not initialise {which}"),
+                finding: finding(
+                    Severity::Drain,
+                    Component::Gpu,
+                    "gpu-init-failed".into(),
+                    gpu,
+                    pci,
+                    line,
+                    "the GPU is unusable until fixed: check Above 4G Decoding and Resizable BAR in the BIOS, its seating and PCIe power, and that the driver supports it (the RmInitAdapter code goes in an nvidia-bug-report); reboot after the fix".into(),
+                ),
+            })
+        }
+        KernelEvent::NoGpus { line } => Some(Noted {
+            health: HealthKind::GpuCount,
+            xid: None,
+            headline: "the NVIDIA driver found no GPU it can use".into(),
+            finding: finding(
+                Severity::Drain,
+                Component::Driver,
+                "no-gpus".into(),
+                None,
+                "",
+                line,
+                "check that lspci lists the GPUs, that nouveau is blacklisted (it takes the GPUs first), and that this driver supports them".into(),
+            ),
+        }),
+        KernelEvent::GpuAerUnrecoverable { pci, line } => {
+            let gpu = gpu_of(pci);
+            Some(Noted {
+                health: HealthKind::GpuLost,
+                xid: None,
+                headline: format!("the GPU at {pci} cannot recover from a fatal PCIe error"),
+                finding: finding(
+                    Severity::FailJob,
+                    Component::Pcie,
+                    "pcie-fatal".into(),
+                    gpu,
+                    pci,
+                    line,
+                    "the GPU is off the bus until the node reboots: check its riser, cable, slot and PCIe power".into(),
+                ),
+            })
+        }
+        KernelEvent::Unrecognised { device, line } => {
+            let on = if device.is_empty() { "the driver".to_string() } else { device.clone() };
+            Some(Noted {
+                health: HealthKind::Driver,
+                xid: None,
+                headline: format!("unrecognised NVRM message on {on}"),
+                finding: finding(
+                    Severity::Info,
+                    Component::Driver,
+                    "nvrm-unrecognised".into(),
+                    gpu_of(device),
+                    if device.contains(':') { device } else { "" },
+                    &format!("unrecognised NVRM message on {on}: {line}"),
+                    "gsched does not know this message: if a job fails with it or it repeats, keep the kernel log and an nvidia-bug-report".into(),
+                ),
+            })
+        }
         KernelEvent::GpuIdentity { .. } => None,
     }
 }

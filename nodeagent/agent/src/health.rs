@@ -46,15 +46,33 @@ const ECC_FAMILY: [u32; 5] = [48, 63, 64, 94, 95];
 #[derive(Default)]
 pub struct XidIncidents {
     open: std::collections::HashMap<String, (u32, HealthSeverity, std::time::Instant)>,
+    bursts: std::collections::HashMap<String, std::time::Instant>,
 }
 
 const INCIDENT_WINDOW: Duration = Duration::from_secs(60);
 
 impl XidIncidents {
     pub fn fold(&mut self, pci: &str, mut ev: HealthEvent, now: std::time::Instant) -> HealthEvent {
-        let Some(code) = ev.xid.filter(|c| ECC_FAMILY.contains(c)) else {
+        let Some(code) = ev.xid else {
             return ev;
         };
+        // The same Xid again on the same GPU within a burst: the lines of one fault.
+        let key = format!("{pci}/{code}");
+        if let Some(at) = self.bursts.get(&key)
+            && now.duration_since(*at).as_secs_f64() <= gsched_topology::xid::BURST_S
+        {
+            ev.severity = HealthSeverity::Info;
+            ev.stops_node_jobs = false;
+            ev.message = format!(
+                "{} (the same fault as the Xid {code} just before)",
+                ev.message
+            );
+            return ev;
+        }
+        self.bursts.insert(key, now);
+        if !ECC_FAMILY.contains(&code) {
+            return ev;
+        }
         match self.open.get(pci) {
             Some(&(first, severity, at))
                 if now.duration_since(at) <= INCIDENT_WINDOW
@@ -73,6 +91,71 @@ impl XidIncidents {
             }
         }
         ev
+    }
+}
+
+/// What the live monitor makes of the kernel log, line by line: multi-line records joined
+/// ([`KernelLog`]), corrected AER errors counted into floods, the Xids of one fault folded
+/// into one incident, and an unrecognised NVRM message reported once per device per
+/// [`UNRECOGNISED_QUIET`].
+#[derive(Default)]
+pub struct KernelWatch {
+    log: KernelLog,
+    corrected: CorrectedErrors,
+    incidents: XidIncidents,
+    unrecognised: std::collections::HashMap<String, std::time::Instant>,
+}
+
+const UNRECOGNISED_QUIET: Duration = Duration::from_secs(600);
+
+impl KernelWatch {
+    /// The health events one kernel log line completes on a node with `topo`;
+    /// `behind(pci)` names the GPU below a PCIe port.
+    pub fn line(
+        &mut self,
+        line: &str,
+        topo: &Topology,
+        behind: &dyn Fn(&str) -> Option<u32>,
+        now: std::time::Instant,
+    ) -> Vec<HealthEvent> {
+        self.log
+            .push(line)
+            .into_iter()
+            .filter_map(|ev| self.event(&ev, topo, behind, now))
+            .collect()
+    }
+
+    fn event(
+        &mut self,
+        ev: &KernelEvent,
+        topo: &Topology,
+        behind: &dyn Fn(&str) -> Option<u32>,
+        now: std::time::Instant,
+    ) -> Option<HealthEvent> {
+        match ev {
+            KernelEvent::PcieAer {
+                pci,
+                severity: AerSeverity::Corrected,
+                ..
+            } => {
+                let gpu = kernel_event_gpu(topo, pci).or_else(|| behind(pci));
+                self.corrected.count(pci, gpu, now)
+            }
+            KernelEvent::Xid(x) => kernel_event_to_health(ev, topo, behind)
+                .map(|h| self.incidents.fold(&x.pci, h, now)),
+            KernelEvent::Unrecognised { device, .. } => {
+                let quiet = self
+                    .unrecognised
+                    .get(device)
+                    .is_some_and(|at| now.duration_since(*at) < UNRECOGNISED_QUIET);
+                if quiet {
+                    return None;
+                }
+                self.unrecognised.insert(device.clone(), now);
+                kernel_event_to_health(ev, topo, behind)
+            }
+            _ => kernel_event_to_health(ev, topo, behind),
+        }
     }
 }
 
@@ -360,35 +443,18 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
         let _ = reader.seek(SeekFrom::End(0));
     }
     let mut line = String::new();
-    let mut log = KernelLog::new();
-    let mut corrected = CorrectedErrors::default();
-    let mut incidents = XidIncidents::default();
+    let mut watch = KernelWatch::default();
     let sysfs = std::path::Path::new("/");
     loop {
         line.clear();
         match reader.read_line(&mut line) {
             Ok(0) => std::thread::sleep(Duration::from_millis(100)),
             Ok(_) => {
-                let Some(ev) = log.push(&line) else {
-                    continue;
-                };
                 let t = topo.read().clone();
                 let behind = |pci: &str| gpu_behind_port(sysfs, &t, pci);
-                let health = match &ev {
-                    KernelEvent::PcieAer {
-                        pci,
-                        severity: AerSeverity::Corrected,
-                        ..
-                    } => {
-                        let gpu = kernel_event_gpu(&t, pci).or_else(|| behind(pci));
-                        corrected.count(pci, gpu, std::time::Instant::now())
-                    }
-                    KernelEvent::Xid(x) => kernel_event_to_health(&ev, &t, &behind)
-                        .map(|h| incidents.fold(&x.pci, h, std::time::Instant::now())),
-                    _ => kernel_event_to_health(&ev, &t, &behind),
-                };
-                if let Some(h) = health {
-                    report(outbox, vec![h]);
+                let events = watch.line(&line, &t, &behind, std::time::Instant::now());
+                if !events.is_empty() {
+                    report(outbox, events);
                 }
             }
             // /dev/kmsg: a record overwritten before it was read (EPIPE) or a partial one.

@@ -3,7 +3,7 @@
 //! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the step ended. The
 //! step manager (`steps.rs`) observes (files, processes) and carries out the actions.
 
-use gsched_launch::watch::{LogFinding, classify_exit, first_cause};
+use gsched_launch::watch::{LogFinding, classify_exit, first_cause, is_echo, is_fatal, unwinds};
 use gsched_proto::agent::StepEvent;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::findings::Finding;
@@ -194,9 +194,11 @@ pub fn round(
     }
     // A round's warnings first: they are the causes its fatal lines echo, even when they
     // sit in another file (NCCL's debug file) than the fatal line.
-    seen.findings.sort_by_key(|f| f.fatal);
+    // Of its fatal lines, one that names a cause goes before one that only echoes it.
+    seen.findings.sort_by_key(|f| (f.fatal, is_echo(&f.line)));
     for finding in seen.findings {
-        if finding.fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
+        let fatal = is_fatal(&watch.findings, &finding);
+        if fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
             let evidence = first_cause(&watch.findings, &finding);
             let failure = cx.failure(finding.kind.clone(), evidence, now_ms);
             watch.fatal_reported = Some(failure.clone());
@@ -205,6 +207,11 @@ pub fn round(
                 attempt,
                 failure,
             }));
+        }
+        // NCCL's unwinding lines explain nothing; kept, they would push the WARN that
+        // does out of the window.
+        if unwinds(&finding.line) {
+            continue;
         }
         watch.findings.push(finding);
         if watch.findings.len() > FINDINGS_KEPT {
@@ -467,8 +474,10 @@ mod tests {
         let fatal = line(
             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
         );
-        assert!(fatal.fatal && !cause.fatal);
-        // Read in the other order (the fatal line's file first): the warning still counts.
+        // A refused bootstrap connection is fatal by itself (NCCL gives the communicator
+        // up after it), and it names the cause the other line only echoes.
+        assert!(fatal.fatal && cause.fatal);
+        // Read in the other order (the fatal line's file first): the cause still wins.
         let seen = Observed {
             findings: vec![fatal.clone(), cause],
             ..Default::default()

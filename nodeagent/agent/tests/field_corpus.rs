@@ -187,10 +187,7 @@ fn misread(a: &Artifact, findings: &[Finding]) -> Option<String> {
                 if let Some(ev) = evidence
                     && !matching.iter().any(|f| f.evidence.contains(ev.as_str()))
                 {
-                    return Some(format!(
-                        "evidence lacks {ev:?}: {:?}",
-                        matching[0].evidence
-                    ));
+                    return Some(format!("evidence lacks {ev:?}: {:?}", matching[0].evidence));
                 }
             }
         }
@@ -224,8 +221,11 @@ fn score(split: &str, read: impl Fn(&Artifact) -> Vec<Finding>) -> Score {
                     .iter()
                     .map(|f| format!("{:?} {}", f.severity, f.kind))
                     .collect();
-                s.misses
-                    .push(format!("{}: {why} (found: {})", name.display(), seen.join(", ")));
+                s.misses.push(format!(
+                    "{}: {why} (found: {})",
+                    name.display(),
+                    seen.join(", ")
+                ));
             }
         }
     }
@@ -238,7 +238,7 @@ fn offline(a: &Artifact) -> Vec<Finding> {
 
 /// The lowest accuracy each split may fall to (right, of total): the figures measured
 /// when the rules last changed, so that a change that reads fewer artifacts right fails.
-const FLOORS: [(&str, usize); 2] = [("train", 0), ("heldout", 0)];
+const FLOORS: [(&str, usize); 2] = [("train", 30), ("heldout", 17)];
 
 #[test]
 fn the_corpus_is_read_as_its_expectations_say() {
@@ -266,7 +266,10 @@ fn the_corpus_is_read_as_its_expectations_say() {
 fn every_artifact_names_its_source_and_a_third_is_held_out() {
     let all = artifacts();
     let held = all.iter().filter(|a| a.split == "heldout").count();
-    assert!(all.iter().all(|a| a.split == "train" || a.split == "heldout"));
+    assert!(
+        all.iter()
+            .all(|a| a.split == "train" || a.split == "heldout")
+    );
     assert!(
         held * 4 >= all.len() && held * 2 <= all.len(),
         "{held} of {} held out",

@@ -58,6 +58,10 @@ pub struct TransportLog {
     /// The most nodes a communicator spanned (`nNodes` of NCCL's init line).
     nodes: Option<u32>,
     judged: bool,
+    /// NCCL's "Bootstrap : Using [0]IFACE:ADDR" line, when its first choice is one other
+    /// hosts cannot reach.
+    bootstrap_unreachable: Option<String>,
+    bootstrap_judged: bool,
 }
 
 /// The library a line says could not be loaded (`libibverbs`, `libnvidia-ml`, `libcuda`).
@@ -87,6 +91,29 @@ fn socket_ifaces(rest: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the first interface of "[0]ip6tnl0:fe80::e866:19ff:fe1e:a688%ip6tnl0<0> ..." is
+/// one other hosts cannot reach: loopback, IPv4 or IPv6 link-local, a tunnel, a container
+/// bridge or a veth.
+fn unreachable_from_other_hosts(rest: &str) -> bool {
+    let Some(first) = rest
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.strip_prefix("[0]"))
+    else {
+        return false;
+    };
+    let (name, addr) = first.split_once(':').unwrap_or((first, ""));
+    let addr = addr.split('<').next().unwrap_or("");
+    [
+        "lo", "docker", "veth", "virbr", "ip6tnl", "tunl", "sit", "cni", "flannel",
+    ]
+    .iter()
+    .any(|p| name == *p || (name.starts_with(p) && *p != "lo"))
+        || addr.starts_with("127.")
+        || addr.starts_with("169.254.")
+        || addr.to_ascii_lowercase().starts_with("fe80:")
+}
+
 impl TransportLog {
     /// Takes one line of a job's output or NCCL debug file.
     pub fn line(&mut self, line: &str) {
@@ -94,7 +121,12 @@ impl TransportLog {
             return;
         }
         let t = line.trim();
-        if let Some(pos) = t.find("NET/Socket : Using ") {
+        if let Some(pos) = t.find("Bootstrap : Using ") {
+            if self.bootstrap_unreachable.is_none() && unreachable_from_other_hosts(&t[pos + 18..])
+            {
+                self.bootstrap_unreachable = Some(t.to_string());
+            }
+        } else if let Some(pos) = t.find("NET/Socket : Using ") {
             let ifaces = socket_ifaces(&t[pos + 19..]);
             if !ifaces.is_empty() {
                 self.socket_ifaces = ifaces;
@@ -173,9 +205,30 @@ impl TransportLog {
     /// A log whose communicators all stayed on one node says nothing: NCCL names a
     /// network there too, but never sends over it.
     pub fn judge(&mut self, node: Option<&NodeNet>) -> Vec<Finding> {
-        if self.judged || self.nodes == Some(1) {
+        if self.nodes == Some(1) {
             return Vec::new();
         }
+        let mut out = Vec::new();
+        if !self.bootstrap_judged
+            && let Some(l) = &self.bootstrap_unreachable
+        {
+            self.bootstrap_judged = true;
+            out.push(Finding::new(
+                Severity::Warn,
+                Component::Nccl,
+                "nccl-bootstrap-interface",
+                l,
+                "NCCL's bootstrap picked an interface other hosts cannot reach (loopback, a link-local address, a tunnel, a container bridge or veth): set NCCL_SOCKET_IFNAME to the training interface, or exclude these (NCCL_SOCKET_IFNAME=^lo,docker,veth)",
+            ));
+        }
+        if self.judged {
+            return out;
+        }
+        out.extend(self.judge_network(node));
+        out
+    }
+
+    fn judge_network(&mut self, node: Option<&NodeNet>) -> Vec<Finding> {
         let Some((network, chosen)) = self.network.clone() else {
             return Vec::new();
         };

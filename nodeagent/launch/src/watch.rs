@@ -97,7 +97,9 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
         ("CUDA out of memory", FailureKind::Oom, true),
         ("OutOfMemoryError", FailureKind::Oom, true),
         ("CUDA error: out of memory", FailureKind::Oom, true),
-        ("NCCL WARN", FailureKind::NcclError, false),
+        // A CUDA call failed (an illegal address, a launch failure): the process's CUDA
+        // context is gone, so its rank is.
+        ("CUDA error: ", FailureKind::CudaError, true),
     ];
     for (needle, kind, fatal) in rules {
         if line.contains(needle) {
@@ -108,8 +110,17 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             });
         }
     }
-    // NCCL 2.0-2.2 WARN lines have no "NCCL" token: "include/socket.h:185 WARN ...".
-    if old_nccl_warn(line) {
+    if is_nccl_warn(line) {
+        // A WARN that names a failure NCCL never recovers from is fatal by itself; any
+        // other becomes fatal when NCCL returns an error after it (`unwinds`).
+        let fatal = nccl_cause(line).is_some_and(NcclCause::fatal_alone);
+        return Some(LogFinding {
+            kind: FailureKind::NcclError,
+            line: evidence(line),
+            fatal,
+        });
+    }
+    if unwinds(line) {
         return Some(LogFinding {
             kind: FailureKind::NcclError,
             line: evidence(line),
@@ -146,6 +157,133 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
     None
 }
 
+/// An NCCL WARN line, of any version (NCCL 2.0-2.2's have no "NCCL" token:
+/// "include/socket.h:185 WARN ...").
+pub fn is_nccl_warn(line: &str) -> bool {
+    line.contains("NCCL WARN") || old_nccl_warn(line)
+}
+
+/// NCCL returning an error up its stack: "NCCL INFO transport/net.cc:1302 -> 6" (a
+/// non-zero `ncclResult_t`). After a WARN it means the WARN was not recovered from.
+pub fn unwinds(line: &str) -> bool {
+    let Some(pos) = line.find(" -> ") else {
+        return false;
+    };
+    line[..pos].contains("NCCL INFO")
+        && line[pos + 4..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// Whether `f` means the job cannot go on, given the findings before it: a fatal line,
+/// or NCCL unwinding an error after a WARN.
+pub fn is_fatal(earlier: &[LogFinding], f: &LogFinding) -> bool {
+    f.fatal || (unwinds(&f.line) && earlier.iter().any(|e| is_nccl_warn(&e.line)))
+}
+
+/// What an NCCL WARN line says went wrong, when it says so specifically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NcclCause {
+    /// A CUDA call failed inside NCCL.
+    Cuda,
+    /// An RDMA work completion with an error status: the link to a peer failed.
+    RdmaCompletion,
+    /// Setting up a queue pair failed (timed out, unreachable): the peer's HCA cannot be
+    /// reached over this path.
+    QpSetup,
+    /// Bootstrap or socket connection set-up failed (refused, aborted, no interface).
+    Bootstrap,
+    /// The peer went away (reset, closed, broken pipe): an effect of its failure.
+    PeerGone,
+}
+
+/// The cause a WARN line names, if it names one.
+pub fn nccl_cause(line: &str) -> Option<NcclCause> {
+    if !is_nccl_warn(line) {
+        return None;
+    }
+    let has = |w: &str| line.contains(w);
+    Some(
+        if has("Cuda failure") || has("CUDA failure") || has("Cuda error") {
+            NcclCause::Cuda
+        } else if has("Got completion from peer")
+            || (has("NET/IB") && has("completion") && has("error"))
+        {
+            NcclCause::RdmaCompletion
+        } else if has("ibv_modify_qp failed") || has("ibv_create_qp failed") {
+            NcclCause::QpSetup
+        } else if has("Connection reset by peer")
+            || has("Connection closed by remote peer")
+            || has("Broken pipe")
+            || (has("Call to recv") && has("failed"))
+        {
+            NcclCause::PeerGone
+        } else if has("Bootstrap")
+            || has("bootstrap")
+            || has("socketStartConnect")
+            || has("Call to connect")
+            || (has("Connect to") && has("failed"))
+            || has("no socket interface found")
+            || has("Connection refused")
+        {
+            NcclCause::Bootstrap
+        } else {
+            return None;
+        },
+    )
+}
+
+impl NcclCause {
+    /// The finding's kind in `gagentd diagnose`.
+    pub fn kind(self, line: &str) -> &'static str {
+        match self {
+            NcclCause::Cuda => "nccl-cuda",
+            NcclCause::RdmaCompletion => "nccl-rdma-completion",
+            NcclCause::QpSetup if line.contains("timed out") => "nccl-qp-timeout",
+            NcclCause::QpSetup => "nccl-qp-setup",
+            NcclCause::Bootstrap => "nccl-bootstrap",
+            NcclCause::PeerGone => "nccl-peer-gone",
+        }
+    }
+
+    pub fn advice(self) -> &'static str {
+        match self {
+            NcclCause::Cuda => {
+                "a CUDA call failed inside NCCL: look for an Xid on that GPU in the node's kernel log; an illegal address with no Xid is usually the application's (or a kernel's) bug"
+            }
+            NcclCause::RdmaCompletion => {
+                "an RDMA transfer to the peer named failed (retries exhausted or the QP broke): check both ends' ports (ibstat), cables and switch ports; raising NCCL_IB_TIMEOUT or NCCL_IB_RETRY_CNT only hides a bad link"
+            }
+            NcclCause::QpSetup => {
+                "a queue pair to the peer could not be connected: on a rail-optimised fabric set NCCL_CROSS_NIC=0; on RoCE check NCCL_IB_GID_INDEX (a RoCE v2 GID with an IPv4 address, show_gids) and that the peer's HCA is reachable"
+            }
+            NcclCause::Bootstrap => {
+                "the ranks could not connect to each other: set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (not lo, docker or a link-local address), and check MASTER_ADDR and firewalls"
+            }
+            NcclCause::PeerGone => {
+                "the peer went away: its own log (or node) has the first failure"
+            }
+        }
+    }
+
+    /// How much a cause explains: a specific fault beats the peers' reactions to it.
+    pub fn rank(self) -> u8 {
+        match self {
+            NcclCause::Cuda => 5,
+            NcclCause::RdmaCompletion | NcclCause::QpSetup => 4,
+            NcclCause::Bootstrap => 3,
+            NcclCause::PeerGone => 1,
+        }
+    }
+
+    /// NCCL never recovers from these: the WARN alone means the communicator is broken.
+    pub fn fatal_alone(self) -> bool {
+        !matches!(self, NcclCause::PeerGone)
+    }
+}
+
 /// A WARN line of an early NCCL: a `path/file.ext:LINE WARN` source position before it.
 fn old_nccl_warn(line: &str) -> bool {
     let Some(pos) = line.find(" WARN ") else {
@@ -165,18 +303,20 @@ fn old_nccl_warn(line: &str) -> bool {
 /// Lines that only echo a failure seen first elsewhere in the same log: a rank's own
 /// "unhandled system error" after the WARN that says why, a peer hanging up after a
 /// connect failed.
-fn is_echo(line: &str) -> bool {
-    [
-        "unhandled system error",
-        "Connection closed by remote peer",
-        "remote process exited or there was a network error",
-        "ncclSystemError",
-        "ncclInternalError",
-        "ncclRemoteError",
-        "NCCL communicator was aborted",
-    ]
-    .iter()
-    .any(|n| line.contains(n))
+pub fn is_echo(line: &str) -> bool {
+    unwinds(line)
+        || nccl_cause(line) == Some(NcclCause::PeerGone)
+        || [
+            "unhandled system error",
+            "Connection closed by remote peer",
+            "remote process exited or there was a network error",
+            "ncclSystemError",
+            "ncclInternalError",
+            "ncclRemoteError",
+            "NCCL communicator was aborted",
+        ]
+        .iter()
+        .any(|n| line.contains(n))
 }
 
 /// The evidence for a fatal finding: the line itself, or, when it only echoes an earlier
@@ -190,7 +330,8 @@ pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
     }
     let candidates = || {
         earlier.iter().filter(|f| {
-            !f.fatal
+            (!f.fatal || is_nccl_warn(&f.line))
+                && !is_echo(&f.line)
                 && f.kind == FailureKind::NcclError
                 && f.line != fatal.line
                 && missing_library(&f.line) != Some("libibverbs")
@@ -203,10 +344,22 @@ pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
             cause.line, fatal.line
         ));
     }
-    match candidates().next() {
+    match best_cause(candidates()) {
         Some(cause) => evidence(&format!("{} (then: {})", cause.line, fatal.line)),
         None => fatal.line.clone(),
     }
+}
+
+/// The WARN that explains most among `findings` (the first of the most specific).
+pub fn best_cause<'a>(findings: impl Iterator<Item = &'a LogFinding>) -> Option<&'a LogFinding> {
+    let mut best: Option<(&LogFinding, u8)> = None;
+    for f in findings.filter(|f| is_nccl_warn(&f.line)) {
+        let rank = nccl_cause(&f.line).map_or(2, NcclCause::rank);
+        if best.is_none_or(|(_, r)| rank > r) {
+            best = Some((f, rank));
+        }
+    }
+    best.map(|(f, _)| f)
 }
 
 /// The message torchrun's `@record` wrote to `TORCHELASTIC_ERROR_FILE`, in either of its

@@ -159,11 +159,23 @@ fn an_ib_port_error_stops_the_job_at_once() {
 #[test]
 fn the_first_cause_is_the_evidence_not_its_echo() {
     use gsched_launch::watch::first_cause;
-    // NCCL 2.0: a WARN without the NCCL token, then 'unhandled system error'.
+    // NCCL 2.0: a WARN without the NCCL token, then 'unhandled system error'. A refused
+    // connect is one NCCL never recovers from: the WARN itself is the first fatal line,
+    // and its own evidence.
     let all = findings("nccl20-socket-warn-without-nccl-token-unhandled-system-error.txt");
     let (i, fatal) = all.iter().enumerate().find(|(_, f)| f.fatal).unwrap();
     assert_eq!(fatal.kind, FailureKind::NcclError);
-    let why = first_cause(&all[..i], fatal);
+    assert_eq!(
+        first_cause(&all[..i], fatal),
+        "*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused"
+    );
+    // The echo that follows it names it as its cause.
+    let (j, echo) = all
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.line.contains("unhandled system error"))
+        .unwrap();
+    let why = first_cause(&all[..j], echo);
     assert!(
         why.starts_with("*server name* [0] include/socket.h:185 WARN Call to connect failed : Connection refused (then: NCCL failure"),
         "{why}"
@@ -171,8 +183,18 @@ fn the_first_cause_is_the_evidence_not_its_echo() {
     // A failed connect first; "closed by remote peer" later is its echo.
     let all = findings("socket-connect-failed-then-closed-by-remote-peer-nccl-tests.txt");
     let (i, fatal) = all.iter().enumerate().find(|(_, f)| f.fatal).unwrap();
-    assert!(fatal.line.contains("Connection closed by remote peer"));
-    let why = first_cause(&all[..i], fatal);
+    assert!(
+        fatal.line.contains("socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort"),
+        "{}",
+        fatal.line
+    );
+    let (j, echo) = all
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.line.contains("Connection closed by remote peer"))
+        .unwrap();
+    assert!(j > i);
+    let why = first_cause(&all[..j], echo);
     assert!(
         why.contains("socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort (then:"),
         "{why}"

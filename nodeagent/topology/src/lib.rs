@@ -14,6 +14,7 @@ pub mod render;
 pub mod smi;
 pub mod topo_matrix;
 pub mod xid;
+pub mod xid_catalog;
 
 pub use fake::parse_topology_file;
 pub use topo_matrix::parse_topo_matrix;

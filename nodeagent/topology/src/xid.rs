@@ -37,6 +37,30 @@ pub enum KernelEvent {
         pci: String,
         uuid: String,
     },
+    /// The driver could not bring a GPU up (RmInitAdapter failed, its GSP firmware would
+    /// not boot, it could not be mapped, the probe failed): the GPU is unusable. `pci` is
+    /// empty when the line names no address.
+    GpuInitFailed {
+        pci: String,
+        line: String,
+    },
+    /// The driver found no GPU it could use ("No NVIDIA graphics adapter found", another
+    /// driver holds them).
+    NoGpus {
+        line: String,
+    },
+    /// The GPU's own driver cannot recover from a PCIe error the port above it reported
+    /// ("nvidia 0000:03:00.0: AER: can't recover"): the GPU is off the bus.
+    GpuAerUnrecoverable {
+        pci: String,
+        line: String,
+    },
+    /// An NVRM message none of the above explains, about `device` (a PCI address, a
+    /// `GPUn` name, or empty): reported as such, never dropped.
+    Unrecognised {
+        device: String,
+        line: String,
+    },
 }
 
 /// How bad an AER error is, in the kernel's words.
@@ -100,35 +124,32 @@ pub fn classify_event(x: &XidEvent) -> (XidAction, HealthSeverity) {
             return (XidAction::Ignore, HealthSeverity::Warning);
         }
     }
+    // "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)".
+    if code == 154 {
+        let to = x.message.rsplit(" to ").next().unwrap_or("");
+        if to.contains("GPU Reset Required") || to.contains("Reset") && !to.contains("Reboot") {
+            return (XidAction::ResetGpu, HealthSeverity::Critical);
+        }
+        if to.contains("(None)") {
+            return (XidAction::Ignore, HealthSeverity::Info);
+        }
+    }
     classify(code)
 }
 
-/// Classifies an Xid code (use [`XidEvent::effective_code`] for Xid 45).
+/// Classifies an Xid code (use [`XidEvent::effective_code`] for Xid 45) by NVIDIA's
+/// catalogue ([`crate::xid_catalog`]), with two readings of our own: Xid 63 on GPUs with
+/// row remapping means a remap is pending (reset when idle), and Xid 154 without its
+/// message asks for a reboot (its message, when there, is read by [`classify_event`]).
+/// A code the catalogue does not list needs a look: a warning.
 pub fn classify(code: u32) -> (XidAction, HealthSeverity) {
-    use HealthSeverity::*;
-    use XidAction::*;
     match code {
-        13 | 31 | 43 | 45 | 68 | 69 | 94 => (RestartApp, Warning),
-        63 => (ResetWhenIdle, Warning),
-        92 => (Ignore, Info),
-        79 | 160 | 154 => (RebootNode, Critical),
-        48
-        | 61
-        | 62
-        | 64
-        | 74
-        | 95
-        | 109
-        | 119
-        | 120
-        | 136
-        | 140
-        | 143
-        | 144..=150
-        | 155
-        | 156
-        | 158 => (ResetGpu, Critical),
-        _ => (ResetGpu, Warning),
+        63 => (XidAction::ResetWhenIdle, HealthSeverity::Warning),
+        154 => (XidAction::RebootNode, HealthSeverity::Critical),
+        _ => match crate::xid_catalog::catalogue().get(&code) {
+            Some(entry) => crate::xid_catalog::meaning(entry),
+            None => (XidAction::ResetGpu, HealthSeverity::Warning),
+        },
     }
 }
 
@@ -193,6 +214,7 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 /// Parses one kernel log line; `None` if it is not an NVIDIA driver event we use.
 pub fn parse_line(line: &str) -> Option<KernelEvent> {
     let (timestamp, msg) = split_prefix(line);
+    let timestamp = timestamp.or_else(|| journal_stamp(line));
     if let Some(pos) = msg.find("SXid (") {
         let after = &msg[pos + 6..];
         let close = after.find(')')?;
@@ -282,7 +304,105 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
             detail,
         });
     }
-    None
+    if let Some(pci) = gpu_aer_unrecoverable(msg) {
+        return Some(KernelEvent::GpuAerUnrecoverable {
+            pci,
+            line: line.trim().to_string(),
+        });
+    }
+    if msg.contains("probe with driver nvidia failed") {
+        return Some(KernelEvent::GpuInitFailed {
+            pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
+            line: line.trim().to_string(),
+        });
+    }
+    if !msg.contains("NVRM") {
+        return None;
+    }
+    let has = |words: &[&str]| words.iter().any(|w| msg.contains(w));
+    if has(NO_GPUS) {
+        return Some(KernelEvent::NoGpus {
+            line: line.trim().to_string(),
+        });
+    }
+    if has(INIT_FAILED) {
+        return Some(KernelEvent::GpuInitFailed {
+            pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
+            line: line.trim().to_string(),
+        });
+    }
+    if has(BENIGN) {
+        return None;
+    }
+    Some(KernelEvent::Unrecognised {
+        device: device_of(msg),
+        line: line.trim().to_string(),
+    })
+}
+
+/// The driver's words for finding no GPU it can use, old and new.
+const NO_GPUS: &[&str] = &[
+    "No NVIDIA graphics adapter found",
+    "No NVIDIA graphics adapter probed",
+    "No NVIDIA GPU found",
+    "NVIDIA init module failed",
+    "probe routine was not called for",
+];
+
+/// The driver's words for a GPU it could not bring up, old and new drivers.
+const INIT_FAILED: &[&str] = &[
+    "RmInitAdapter failed",
+    "rm_init_adapter failed",
+    "Cannot initialize GSP firmware",
+    "osInitNvMapping failed",
+    "Cannot attach gpu",
+    "failed to copy vbios",
+    "probe routine failed",
+    "cannot proceed with booting GSP",
+    "GPU is lost",
+];
+
+/// NVRM lines that carry no news: the module loading, board details, the crash-dump
+/// notice and the driver's own explanations printed under another message.
+const BENIGN: &[&str] = &[
+    "loading NVIDIA UNIX",
+    "NVRM version",
+    "GPU Board Serial Number",
+    "GPU is on Board",
+    "A GPU crash dump has been created",
+    "nvidia-bug-report.sh",
+    "kernel module is unloaded",
+    "This can occur when a driver such as",
+    "nouveau, rivafb",
+    "was loaded and obtained ownership",
+    "Try unloading the conflicting",
+    "reconfigure your kernel",
+    "then try loading the NVIDIA kernel module",
+    "NVRM: again.",
+    // The driver's own calls failing on a GPU it has just reported off the bus.
+    "[NV_ERR_GPU_IS_LOST]",
+];
+
+/// "nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)".
+fn gpu_aer_unrecoverable(msg: &str) -> Option<String> {
+    if !msg.contains("AER:") || !msg.contains("can't recover") {
+        return None;
+    }
+    let words: Vec<&str> = msg.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "nvidia")?;
+    let pci = first_pci(words.get(at + 1)?)?;
+    Some(normalize_pci(pci))
+}
+
+/// What an NVRM message is about: its PCI address, else a `GPUn` name, else nothing.
+fn device_of(msg: &str) -> String {
+    if let Some(pci) = first_pci(msg) {
+        return normalize_pci(pci);
+    }
+    msg.split_whitespace()
+        .find(|w| w.len() > 3 && w.starts_with("GPU") && w[3..].chars().all(|c| c.is_ascii_digit()))
+        .unwrap_or("")
+        .to_string()
 }
 
 /// The first PCI address in a message (`0000:b3:00.0`, `00000000:B3:00.0`, `PCI:0000:b3:00`).
@@ -319,29 +439,47 @@ impl KernelLog {
         KernelLog::default()
     }
 
-    /// Feeds one line; returns the event its record makes, the first time it makes one.
-    pub fn push(&mut self, line: &str) -> Option<KernelEvent> {
+    /// Feeds one line; returns the events it completes: the event its record makes, the
+    /// first time it makes one, and, when it starts a new record, the previous record if
+    /// that one was an NVRM message nothing explains.
+    pub fn push(&mut self, line: &str) -> Vec<KernelEvent> {
         let line = line.trim_end().replace("\\x0a", " ");
         // A line that is an event by itself starts a record, however it is indented (the
         // open driver's last "fallen off the bus" line names no GPU: it is not one).
-        let alone = parse_line(&line)
-            .filter(|e| !matches!(e, KernelEvent::FallenOffBus { pci } if pci.is_empty()));
+        let alone = parse_line(&line).filter(|e| {
+            !matches!(e, KernelEvent::FallenOffBus { pci } if pci.is_empty())
+                && !matches!(e, KernelEvent::Unrecognised { .. })
+        });
         if alone.is_none() && is_continuation(&line) && !self.record.is_empty() {
             if self.record.len() + line.len() < MAX_RECORD {
                 self.record.push(' ');
                 self.record.push_str(line.trim());
             }
-        } else {
-            self.record = line;
-            self.parsed = alone.is_some();
-            return alone;
+            if self.parsed {
+                return Vec::new();
+            }
+            return match parse_line(&self.record) {
+                None | Some(KernelEvent::Unrecognised { .. }) => Vec::new(),
+                Some(ev) => {
+                    self.parsed = true;
+                    vec![ev]
+                }
+            };
         }
-        if self.parsed {
+        let mut out: Vec<KernelEvent> = self.finish().into_iter().collect();
+        self.record = line;
+        self.parsed = alone.is_some();
+        out.extend(alone);
+        out
+    }
+
+    /// Ends the record being read: an NVRM message nothing explained, if it was one.
+    pub fn finish(&mut self) -> Option<KernelEvent> {
+        let record = std::mem::take(&mut self.record);
+        if self.parsed || record.is_empty() {
             return None;
         }
-        let ev = parse_line(&self.record)?;
-        self.parsed = true;
-        Some(ev)
+        parse_line(&record).filter(|e| matches!(e, KernelEvent::Unrecognised { .. }))
     }
 }
 
@@ -357,28 +495,30 @@ fn is_continuation(line: &str) -> bool {
         || line.contains("kernel: NVRM: fallen off the bus")
 }
 
-/// Parses a whole log and merges the multi-line reports of one fault (same GPU, same Xid,
-/// same timestamp) into one event.
+/// Parses a whole log and merges the reports of one fault: the lines of one multi-line
+/// report, and a burst of the same Xid on the same GPU within [`BURST_S`] (one event,
+/// the first line, as one incident).
 pub fn parse_log(text: &str) -> Vec<KernelEvent> {
     let mut out: Vec<KernelEvent> = Vec::new();
     let mut log = KernelLog::new();
+    let mut events: Vec<(KernelEvent, bool)> = Vec::new();
     for line in text.lines() {
-        let Some(ev) = log.push(line) else { continue };
-        let duplicate = match (&ev, out.last()) {
-            (KernelEvent::Xid(a), Some(KernelEvent::Xid(b))) => {
-                a.pci == b.pci
-                    && a.code == b.code
-                    && a.timestamp == b.timestamp
-                    && a.timestamp.is_some()
+        let labelled = line.contains("Non-fatal") || line.contains("Fatal");
+        events.extend(log.push(line).into_iter().map(|e| (e, labelled)));
+    }
+    events.extend(log.finish().map(|e| (e, false)));
+    for (ev, labelled) in events {
+        let duplicate = match &ev {
+            KernelEvent::Xid(a) => out.iter().rev().any(|e| match e {
+                KernelEvent::Xid(b) => a.pci == b.pci && a.code == b.code && same_burst(a, b),
+                _ => false,
+            }),
+            KernelEvent::SXid {
+                pci: a, code: ca, ..
+            } => {
+                !labelled
+                    && matches!(out.last(), Some(KernelEvent::SXid { pci: b, code: cb, .. }) if a == b && ca == cb)
             }
-            (
-                KernelEvent::SXid {
-                    pci: a, code: ca, ..
-                },
-                Some(KernelEvent::SXid {
-                    pci: b, code: cb, ..
-                }),
-            ) => a == b && ca == cb && !line.contains("Non-fatal") && !line.contains("Fatal"),
             _ => false,
         };
         if !duplicate {
@@ -386,6 +526,37 @@ pub fn parse_log(text: &str) -> Vec<KernelEvent> {
         }
     }
     out
+}
+
+/// Xids of one burst are at most this far apart.
+pub const BURST_S: f64 = 2.0;
+
+/// Whether two Xids' timestamps are within one burst: monotonic seconds close enough,
+/// the same wall-clock text, or no timestamps at all (then only their order is known).
+fn same_burst(a: &XidEvent, b: &XidEvent) -> bool {
+    let secs = |t: &Option<String>| t.as_deref().and_then(|t| t.trim().parse::<f64>().ok());
+    match (secs(&a.timestamp), secs(&b.timestamp)) {
+        (Some(x), Some(y)) => (x - y).abs() <= BURST_S,
+        (None, None) if a.timestamp.is_none() && b.timestamp.is_none() => false,
+        _ => a.timestamp == b.timestamp,
+    }
+}
+
+/// The timestamp of a line whose own prefix is a journal's or syslog's: the dmesg stamp
+/// after `kernel: `, else the wall-clock prefix (`Feb 15 17:37:45`, RFC 3339).
+fn journal_stamp(line: &str) -> Option<String> {
+    if let Some(pos) = line.find("kernel: [") {
+        let rest = &line[pos + 9..];
+        return rest.find(']').map(|end| rest[..end].trim().to_string());
+    }
+    let pos = line.find(" kernel:")?;
+    let head = &line[..pos];
+    let first = head.split_whitespace().next()?;
+    if first.contains('T') && first.contains(':') {
+        return Some(first.to_string());
+    }
+    let words: Vec<&str> = head.split_whitespace().collect();
+    (words.len() >= 3 && words[2].matches(':').count() == 2).then(|| words[..3].join(" "))
 }
 
 #[cfg(test)]

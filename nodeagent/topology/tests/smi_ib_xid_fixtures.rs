@@ -363,29 +363,48 @@ fn aer(ev: &KernelEvent) -> Option<(&str, AerSeverity)> {
 #[test]
 fn gpus_falling_off_the_bus_in_every_drivers_words() {
     // The open driver's three-line message, with no Xid.
+    // The probe routine failing after it names no GPU: the lost one, re-probed.
     let ev = xids_and_more("xid/fallen-off-bus-open-driver-multiline-no-xid.txt");
     assert_eq!(
         ev,
-        vec![KernelEvent::FallenOffBus {
-            pci: "0000:b3:00".into()
-        }]
+        vec![
+            KernelEvent::FallenOffBus {
+                pci: "0000:b3:00".into()
+            },
+            KernelEvent::GpuInitFailed {
+                pci: String::new(),
+                line: "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s)."
+                    .into()
+            }
+        ]
     );
     // The same message as /dev/kmsg gives it (newlines escaped) is one record too.
     let mut log = KernelLog::new();
     let kmsg = "3,1843,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:26b5) installed in this system has\\x0aNVRM: fallen off the bus and is not responding to commands.";
     assert_eq!(
         log.push(kmsg),
-        Some(KernelEvent::FallenOffBus {
+        vec![KernelEvent::FallenOffBus {
             pci: "0000:b3:00".into()
-        })
+        }]
     );
     // 2014's "GPU at ... has fallen off the bus", twice.
+    // Its "os_pci_init_handle: invalid context!" lines are no known fault: reported as
+    // unrecognised, not dropped.
     let ev = xids_and_more("xid/fallen-off-bus-gpu-at-form-2014.txt");
-    assert_eq!(ev.len(), 2);
-    assert!(ev.iter().all(|e| *e
+    let (lost, other): (Vec<_>, Vec<_>) = ev
+        .into_iter()
+        .partition(|e| matches!(e, KernelEvent::FallenOffBus { .. }));
+    assert_eq!(lost.len(), 2);
+    assert!(lost.iter().all(|e| *e
         == KernelEvent::FallenOffBus {
             pci: "0000:01:00".into()
         }));
+    assert_eq!(other.len(), 4);
+    assert!(
+        other
+            .iter()
+            .all(|e| matches!(e, KernelEvent::Unrecognised { line, .. } if line.contains("os_pci_init_handle")))
+    );
 }
 
 #[test]

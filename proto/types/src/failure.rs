@@ -21,6 +21,9 @@ pub enum FailureKind {
     NodeLost,
     /// Out of memory: host (cgroup OOM kill) or device (CUDA out of memory).
     Oom,
+    /// A CUDA call failed in the job (an illegal address, a launch failure): the
+    /// application's bug, or its GPU's if the node logged an Xid.
+    CudaError,
     /// The job ran past its time limit.
     Timeout,
     /// The process exited with a non-zero status.
@@ -91,6 +94,7 @@ impl FailureKind {
             FailureKind::NcclError => "NcclError".into(),
             FailureKind::NodeLost => "NodeLost".into(),
             FailureKind::Oom => "OutOfMemory".into(),
+            FailureKind::CudaError => "CudaError".into(),
             FailureKind::Timeout => "TimeLimit".into(),
             FailureKind::ExitCode { code } => format!("NonZeroExitCode:{code}"),
             FailureKind::Signal { signal } => format!("Signal:{signal}"),
@@ -118,6 +122,8 @@ impl FailureKind {
             | FailureKind::Preempted
             | FailureKind::DependencyNeverSatisfied => 6,
             FailureKind::NcclTimeout => 5,
+            // A rank's CUDA context failing explains its peers' NCCL errors.
+            FailureKind::CudaError => 5,
             // A rank killed or crashed (SIGKILL, SIGSEGV, SIGBUS...) is the cause; its peers'
             // "connection closed by remote peer" is the symptom, and often arrives first.
             // SIGABRT is what NCCL's own error handling raises, so it stays below NCCL errors.

@@ -66,6 +66,8 @@ pub enum HealthKind {
     Ecc,
     /// Rows are waiting to be remapped (needs a GPU reset).
     RemapPending,
+    /// A driver message that names no known fault (an NVRM line gsched does not know).
+    Driver,
 }
 
 impl HealthKind {
@@ -81,6 +83,7 @@ impl HealthKind {
             HealthKind::MtuMismatch => "mtu_mismatch",
             HealthKind::Ecc => "ecc",
             HealthKind::RemapPending => "remap_pending",
+            HealthKind::Driver => "driver",
         }
     }
 

@@ -1,0 +1,145 @@
+//! NVIDIA's Xid catalogue as data (`catalog/xid.csv`: every Xid with its mnemonic, the
+//! catalogue's immediate action and whether NVIDIA calls it fatal; the file names its
+//! source and version), and what each action means for a node and its jobs.
+
+use crate::xid::XidAction;
+use gsched_types::node::HealthSeverity;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// The catalogue's "immediate action" column (its resolution bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    RestartApp,
+    Ignore,
+    ResetGpu,
+    /// Reboot the bare-metal host (`RESTART_BM`).
+    RestartHost,
+    RestartVm,
+    /// `UNEXPECTED_ERR_REPORT_ISSUE`: not expected in the field; report it.
+    ReportIssue,
+    /// `WORKFLOW_XID_48`: a double-bit ECC error; reset, then follow the memory workflow.
+    EccWorkflow,
+    /// `WORKFLOW_XID_45`: classified by the Xid that caused it.
+    ByCause,
+    /// `WORKFLOW_NVLINK_ERR`, `WORKFLOW_NVLINK5_ERR`.
+    NvlinkWorkflow,
+    CheckMechanicals,
+    UpdateSoftware,
+    CheckUvm,
+    /// Xid 154: "follow guidance as it applies to another Xid": read from its message.
+    FollowMessage,
+}
+
+impl Bucket {
+    fn parse(text: &str) -> Option<Bucket> {
+        Some(match text.trim() {
+            "RESTART_APP" => Bucket::RestartApp,
+            "IGNORE" => Bucket::Ignore,
+            "RESET_GPU" => Bucket::ResetGpu,
+            "RESTART_BM" => Bucket::RestartHost,
+            "RESTART_VM" => Bucket::RestartVm,
+            "UNEXPECTED_ERR_REPORT_ISSUE" => Bucket::ReportIssue,
+            "WORKFLOW_XID_48" => Bucket::EccWorkflow,
+            "WORKFLOW_XID_45" => Bucket::ByCause,
+            "WORKFLOW_NVLINK_ERR" | "WORKFLOW_NVLINK5_ERR" => Bucket::NvlinkWorkflow,
+            "CHECK_MECHANICALS" => Bucket::CheckMechanicals,
+            "UPDATE_SWFW" => Bucket::UpdateSoftware,
+            "CHECK_UVM" => Bucket::CheckUvm,
+            t if t.starts_with("Follow guidance") => Bucket::FollowMessage,
+            _ => return None,
+        })
+    }
+}
+
+/// One row of the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidEntry {
+    pub code: u32,
+    /// NVIDIA's name for it (`GSP_RPC_TIMEOUT`); empty where the catalogue has none.
+    pub mnemonic: String,
+    pub bucket: Bucket,
+    pub fatal: bool,
+}
+
+const CSV: &str = include_str!("../catalog/xid.csv");
+
+/// Every Xid the catalogue lists, by code.
+pub fn catalogue() -> &'static BTreeMap<u32, XidEntry> {
+    static TABLE: OnceLock<BTreeMap<u32, XidEntry>> = OnceLock::new();
+    TABLE.get_or_init(|| parse(CSV))
+}
+
+fn parse(csv: &str) -> BTreeMap<u32, XidEntry> {
+    csv.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            let [code, mnemonic, bucket, fatal] = cells.as_slice() else {
+                return None;
+            };
+            let code: u32 = code.trim().parse().ok()?;
+            Some((
+                code,
+                XidEntry {
+                    code,
+                    mnemonic: mnemonic.trim().to_string(),
+                    bucket: Bucket::parse(bucket)?,
+                    fatal: fatal.trim() == "FATAL",
+                },
+            ))
+        })
+        .collect()
+}
+
+/// What the catalogue's action means here: what to do, and how bad it is for the job on
+/// the GPU (critical: the job cannot go on and the GPU needs attention; warning: the
+/// application hit it or it needs a look; info: nothing to do).
+pub fn meaning(entry: &XidEntry) -> (XidAction, HealthSeverity) {
+    use HealthSeverity::*;
+    match entry.bucket {
+        Bucket::RestartApp | Bucket::ByCause => (XidAction::RestartApp, Warning),
+        Bucket::Ignore => (XidAction::Ignore, Info),
+        Bucket::ResetGpu | Bucket::EccWorkflow | Bucket::NvlinkWorkflow => {
+            (XidAction::ResetGpu, Critical)
+        }
+        Bucket::RestartHost | Bucket::RestartVm => (XidAction::RebootNode, Critical),
+        Bucket::ReportIssue if entry.fatal => (XidAction::ResetGpu, Critical),
+        Bucket::ReportIssue
+        | Bucket::CheckMechanicals
+        | Bucket::UpdateSoftware
+        | Bucket::CheckUvm
+        | Bucket::FollowMessage => (XidAction::ResetGpu, Warning),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_of_the_catalogue_is_read() {
+        let rows = CSV
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .count();
+        assert_eq!(catalogue().len(), rows, "a row did not parse");
+        assert_eq!(rows, 162);
+        let gsp = &catalogue()[&119];
+        assert_eq!(
+            (gsp.mnemonic.as_str(), gsp.bucket, gsp.fatal),
+            ("GSP_RPC_TIMEOUT", Bucket::ResetGpu, true)
+        );
+        assert_eq!(catalogue()[&154].bucket, Bucket::FollowMessage);
+    }
+
+    #[test]
+    fn actions_map_to_what_a_node_does() {
+        let m = |c: u32| meaning(&catalogue()[&c]);
+        assert_eq!(m(13), (XidAction::RestartApp, HealthSeverity::Warning));
+        assert_eq!(m(44), (XidAction::Ignore, HealthSeverity::Info));
+        assert_eq!(m(79), (XidAction::RebootNode, HealthSeverity::Critical));
+        assert_eq!(m(48), (XidAction::ResetGpu, HealthSeverity::Critical));
+        assert_eq!(m(61), (XidAction::ResetGpu, HealthSeverity::Critical));
+    }
+}
