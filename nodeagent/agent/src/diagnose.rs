@@ -72,6 +72,7 @@ pub fn kind_of(text: &str) -> Kind {
         Kind::Ibdev2netdev
     } else if text.lines().any(|l| {
         (l.contains(": flags=") && l.contains("mtu"))
+            || (!l.starts_with(char::is_whitespace) && l.contains("Link encap:"))
             || (l.split(": ").count() >= 3 && l.contains(": <") && l.contains(" mtu "))
     }) {
         Kind::Interfaces
@@ -81,7 +82,11 @@ pub fn kind_of(text: &str) -> Kind {
     }) && has(" X ")
     {
         Kind::TopoMatrix
-    } else if has("NCCL") || has("ProcessGroupNCCL") || has("torchrun") || has("torch.distributed")
+    } else if has("NCCL")
+        || has("ProcessGroupNCCL")
+        || has("torchrun")
+        || has("torch.distributed")
+        || text.lines().any(|l| classify_line(l).is_some())
     {
         Kind::JobLog
     } else if has("NVRM") || has("pcieport") || has("PCIe Bus Error") || has("SXid") {
@@ -659,7 +664,10 @@ fn job_log(text: &str) -> Vec<Finding> {
     text.lines().for_each(|l| transport.line(l));
     // A saved log does not say what its node has: the interface names are the guide.
     let mut out = transport.judge(None);
-    let findings: Vec<_> = text.lines().filter_map(classify_line).collect();
+    let findings: Vec<_> = last_errors_joined(text)
+        .iter()
+        .filter_map(|l| classify_line(l))
+        .collect();
     let fatal = (0..findings.len()).find(|&i| is_fatal(&findings[..i], &findings[i]));
     let Some(i) = fatal else {
         out.extend(findings.iter().find(|f| is_nccl_warn(&f.line)).map(|f| {
@@ -714,6 +722,27 @@ fn job_log(text: &str) -> Vec<Finding> {
             "the job cannot go on: the evidence is the first cause found in the log",
         ),
     });
+    out
+}
+
+/// The log's lines, each "Last error:" that PyTorch prints alone joined with the line
+/// after it (NCCL's own account of what failed).
+fn last_errors_joined(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut pending = false;
+    for l in text.lines() {
+        match out.last_mut() {
+            Some(prev) if pending => {
+                prev.push(' ');
+                prev.push_str(l.trim());
+                pending = false;
+            }
+            _ => {
+                pending = l.trim_end().ends_with("Last error:");
+                out.push(l.to_string());
+            }
+        }
+    }
     out
 }
 

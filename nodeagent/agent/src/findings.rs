@@ -178,22 +178,25 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
             fatal,
             message,
         } => {
+            // The line says Fatal or Non-fatal on most drivers; NVIDIA's catalogue says
+            // for the lines that do not.
+            let entry = gsched_topology::xid_catalog::sxid_catalogue().get(code);
+            let fatal = fatal.or(entry.map(|e| e.fatal)).unwrap_or(false);
             let headline = format!("NVSwitch {pci} SXid {code}: {message}");
+            let action = entry
+                .map(|e| gsched_topology::xid_catalog::sxid_advice(&e.action))
+                .unwrap_or("NVSwitch fabric error: see the fabric manager log");
             Some(Noted {
                 health: HealthKind::NvswitchSxid,
                 xid: None,
                 finding: finding(
-                    if *fatal == Some(true) {
-                        Severity::Drain
-                    } else {
-                        Severity::Info
-                    },
+                    if fatal { Severity::Drain } else { Severity::Info },
                     Component::Nvswitch,
                     format!("sxid-{code}"),
                     None,
                     pci,
                     &headline,
-                    "NVSwitch fabric error: see the fabric manager log".into(),
+                    action.into(),
                 ),
                 headline,
             })
@@ -293,6 +296,20 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
                 ),
             })
         }
+        KernelEvent::NvlinkFailure { device, line } => Some(Noted {
+            health: HealthKind::Driver,
+            xid: None,
+            headline: format!("an NVLink of {} failed to come up", if device.is_empty() { "a GPU" } else { device }),
+            finding: finding(
+                Severity::Warn,
+                Component::Nvlink,
+                "nvlink-failed".into(),
+                gpu_of(device),
+                if device.contains(':') { device } else { "" },
+                line,
+                "jobs on this GPU fall back to PCIe (slower) or hang in NVLink collectives: check the NVLink bridge or baseboard, nvidia-smi nvlink -s, and the fabric manager on NVSwitch systems".into(),
+            ),
+        }),
         KernelEvent::Unrecognised { device, line } => {
             let on = if device.is_empty() { "the driver".to_string() } else { device.clone() };
             Some(Noted {

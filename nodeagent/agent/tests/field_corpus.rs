@@ -245,7 +245,7 @@ fn offline(a: &Artifact) -> Vec<Finding> {
 
 /// The lowest accuracy each split may fall to (right, of total): the figures measured
 /// when the rules last changed, so that a change that reads fewer artifacts right fails.
-const FLOORS: [(&str, usize); 2] = [("train", 30), ("heldout", 17)];
+const FLOORS: [(&str, usize); 2] = [("train", 62), ("heldout", 22)];
 
 fn percent(s: &Score) -> f64 {
     100.0 * s.right as f64 / s.total.max(1) as f64

@@ -160,7 +160,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
 /// An NCCL WARN line, of any version (NCCL 2.0-2.2's have no "NCCL" token:
 /// "include/socket.h:185 WARN ...").
 pub fn is_nccl_warn(line: &str) -> bool {
-    line.contains("NCCL WARN") || old_nccl_warn(line)
+    line.contains("NCCL WARN") || old_nccl_warn(line) || line.contains("Last error:")
 }
 
 /// NCCL returning an error up its stack: "NCCL INFO transport/net.cc:1302 -> 6" (a
@@ -227,6 +227,10 @@ pub fn nccl_cause(line: &str) -> Option<NcclCause> {
             || (has("Connect to") && has("failed"))
             || has("no socket interface found")
             || has("Connection refused")
+            || has("Socket creation failed")
+            || has("Address family not supported")
+            || has("ncclSocketInit")
+            || has("neither AF_INET")
         {
             NcclCause::Bootstrap
         } else {

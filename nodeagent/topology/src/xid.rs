@@ -55,6 +55,11 @@ pub enum KernelEvent {
         pci: String,
         line: String,
     },
+    /// The driver reports an NVLink that failed to train or be discovered, with no Xid.
+    NvlinkFailure {
+        device: String,
+        line: String,
+    },
     /// An NVRM message none of the above explains, about `device` (a PCI address, a
     /// `GPUn` name, or empty): reported as such, never dropped.
     Unrecognised {
@@ -333,6 +338,13 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
     }
     if has(BENIGN) {
         return None;
+    }
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("nvlink") && (lower.contains("fail") || lower.contains("fatal")) {
+        return Some(KernelEvent::NvlinkFailure {
+            device: device_of(msg),
+            line: line.trim().to_string(),
+        });
     }
     Some(KernelEvent::Unrecognised {
         device: device_of(msg),

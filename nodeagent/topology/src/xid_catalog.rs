@@ -1,5 +1,6 @@
-//! NVIDIA's Xid catalogue as data (`catalog/xid.csv`: every Xid with its mnemonic, the
-//! catalogue's immediate action and whether NVIDIA calls it fatal; the file names its
+//! NVIDIA's Xid and NVSwitch SXid catalogues as data (`catalog/xid.csv`: every Xid with
+//! its mnemonic, the catalogue's immediate action and whether NVIDIA calls it fatal;
+//! `catalog/sxid.csv`: every SXid with its action and severity; each file names its
 //! source and version), and what each action means for a node and its jobs.
 
 use crate::xid::XidAction;
@@ -113,6 +114,66 @@ pub fn meaning(entry: &XidEntry) -> (XidAction, HealthSeverity) {
     }
 }
 
+/// One row of the SXid catalogue: NVIDIA's immediate action (`RESET_FABRIC`,
+/// `INVESTIGATE_LINK_SI`...) and whether it is fatal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SxidEntry {
+    pub code: u32,
+    pub action: String,
+    pub fatal: bool,
+}
+
+const SXID_CSV: &str = include_str!("../catalog/sxid.csv");
+
+/// Every NVSwitch SXid the catalogue lists, by code.
+pub fn sxid_catalogue() -> &'static BTreeMap<u32, SxidEntry> {
+    static TABLE: OnceLock<BTreeMap<u32, SxidEntry>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        SXID_CSV
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let mut c = l.split(',');
+                let code: u32 = c.next()?.trim().parse().ok()?;
+                let action = c.next()?.trim().to_string();
+                let fatal = c.next()?.trim() == "FATAL";
+                Some((
+                    code,
+                    SxidEntry {
+                        code,
+                        action,
+                        fatal,
+                    },
+                ))
+            })
+            .collect()
+    })
+}
+
+/// What to do about an SXid, in the catalogue's action's words.
+pub fn sxid_advice(action: &str) -> &'static str {
+    match action {
+        "RESET_FABRIC" => {
+            "reset the NVSwitch fabric: stop the jobs, restart nvidia-fabricmanager (or reboot the node)"
+        }
+        "RESET_GPU" => {
+            "reset the GPUs on this NVSwitch (nvidia-smi -r) before they run another job"
+        }
+        "INVESTIGATE_LINK_SI" | "CHECK_LINK_MECHANICAL_CONNECTIONS" => {
+            "an NVLink's signal is bad: reseat the baseboard connectors and cables; run field diagnostics if it recurs"
+        }
+        "RUN_FIELDDIAG" => "run NVIDIA's field diagnostics on this baseboard before trusting it",
+        "CHECK_THERMALS" => "the NVSwitch or its transceiver is too hot: check the chassis cooling",
+        "CHECK_FM_CONFIG" => {
+            "the fabric manager's configuration does not match the fabric: check its config and partitions"
+        }
+        "IGNORE" => "informational: nothing to do unless it repeats",
+        _ => {
+            "an NVSwitch fabric error NVIDIA asks to be reported: keep the fabric manager log and an nvidia-bug-report"
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +192,19 @@ mod tests {
             ("GSP_RPC_TIMEOUT", Bucket::ResetGpu, true)
         );
         assert_eq!(catalogue()[&154].bucket, Bucket::FollowMessage);
+    }
+
+    #[test]
+    fn every_row_of_the_sxid_catalogue_is_read() {
+        let rows = SXID_CSV
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .count();
+        assert_eq!(sxid_catalogue().len(), rows);
+        assert_eq!(rows, 398);
+        assert!(sxid_catalogue()[&12028].fatal);
+        assert!(!sxid_catalogue()[&22013].fatal);
+        assert_eq!(sxid_catalogue()[&19084].action, "RESET_FABRIC");
     }
 
     #[test]
