@@ -684,45 +684,53 @@ fn job_log(text: &str) -> Vec<Finding> {
     let fatal = &findings[i];
     let missing = findings[..i]
         .iter()
-        .find_map(|f| missing_library(&f.line).filter(|l| *l != "libibverbs"));
-    if let Some(lib) = missing {
-        out.push(Finding::new(
+        .any(|f| missing_library(&f.line).is_some_and(|l| l != "libibverbs"));
+    // A saved log holds every rank's lines: the most specific NCCL cause anywhere in it
+    // explains the failure better than whichever rank noticed first.
+    let cause = best_cause(findings.iter()).filter(|f| {
+        nccl_cause(&f.line).is_some_and(|c| c.rank() > 1) || fatal.kind == FailureKind::NcclError
+    });
+    let evidence = match cause {
+        Some(f) if !missing && f.line == fatal.line => f.line.clone(),
+        Some(f) if !missing => format!("{} (then: {})", f.line, fatal.line),
+        _ => first_cause(&findings[..i], fatal),
+    };
+    out.push(failure_finding(&fatal.kind, &evidence));
+    out
+}
+
+/// A job's failure as a finding, whether the live agent reported it or a saved log
+/// shows it: a library NCCL could not load, the NCCL cause its evidence names (a WARN
+/// line first, then what it led to), or else its kind.
+pub fn failure_finding(kind: &FailureKind, evidence: &str) -> Finding {
+    if let Some(lib) = missing_library(evidence).filter(|l| *l != "libibverbs") {
+        return Finding::new(
             Severity::FailJob,
             Component::Driver,
             format!("missing-{lib}"),
-            &first_cause(&findings[..i], fatal),
+            evidence,
             format!(
                 "{lib} is not loadable in the job's environment: install the NVIDIA driver's user-space libraries there (in a container: run it with the NVIDIA container runtime, --gpus/--nv), or point LD_LIBRARY_PATH at them"
             ),
-        ));
-        return out;
+        );
     }
-    // A saved log holds every rank's lines: the most specific NCCL cause anywhere in it
-    // explains the failure better than whichever rank noticed first.
-    let cause = best_cause(findings.iter())
-        .and_then(|f| nccl_cause(&f.line).map(|c| (f, c)))
-        .filter(|(_, c)| c.rank() > 1 || fatal.kind == FailureKind::NcclError);
-    out.push(match cause {
-        Some((f, c)) => Finding::new(
+    let head = evidence.split(" (then: ").next().unwrap_or(evidence);
+    match nccl_cause(head).filter(|c| c.rank() > 1 || *kind == FailureKind::NcclError) {
+        Some(c) => Finding::new(
             Severity::FailJob,
             Component::Nccl,
-            c.kind(&f.line),
-            &if f.line == fatal.line {
-                f.line.clone()
-            } else {
-                format!("{} (then: {})", f.line, fatal.line)
-            },
+            c.kind(head),
+            evidence,
             c.advice(),
         ),
         None => Finding::new(
             Severity::FailJob,
-            component_of(&fatal.kind),
-            kind_name(&fatal.kind),
-            &first_cause(&findings[..i], fatal),
+            component_of(kind),
+            kind_name(kind),
+            evidence,
             "the job cannot go on: the evidence is the first cause found in the log",
         ),
-    });
-    out
+    }
 }
 
 /// The log's lines, each "Last error:" that PyTorch prints alone joined with the line

@@ -62,6 +62,9 @@ impl XidIncidents {
             && now.duration_since(*at).as_secs_f64() <= gsched_topology::xid::BURST_S
         {
             ev.severity = HealthSeverity::Info;
+            if let Some(f) = ev.finding.as_mut() {
+                f.severity = gsched_types::findings::Severity::Info;
+            }
             ev.stops_node_jobs = false;
             ev.message = format!(
                 "{} (the same fault as the Xid {code} just before)",
@@ -80,6 +83,9 @@ impl XidIncidents {
                     && ev.severity <= severity =>
             {
                 ev.severity = HealthSeverity::Info;
+                if let Some(f) = ev.finding.as_mut() {
+                    f.severity = gsched_types::findings::Severity::Info;
+                }
                 ev.stops_node_jobs = false;
                 ev.message = format!(
                     "{} (part of the Xid {first} incident on this GPU: one memory fault; reset the GPU)",

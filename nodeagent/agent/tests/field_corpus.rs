@@ -12,9 +12,17 @@
 //! finding is more severe than the most severe one expected. The test prints the accuracy
 //! of each split and every miss, and fails below the floors it states.
 
-use gsched_agent::diagnose::diagnose;
+use gsched_agent::diagnose::{Kind, diagnose, failure_finding, kind_of};
+use gsched_agent::health::KernelWatch;
+use gsched_agent::monitor::{Action, Context, Limits, Observed, Watch, round};
+use gsched_launch::transport::TransportLog;
+use gsched_launch::watch::classify_line;
+use gsched_topology::xid::{KernelEvent, parse_log};
+use gsched_types::agent::StepEvent;
 use gsched_types::findings::{Finding, Severity};
+use gsched_types::topology::Topology;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 enum Expect {
@@ -243,6 +251,109 @@ fn offline(a: &Artifact) -> Vec<Finding> {
     diagnose(&a.path.to_string_lossy(), &a.text)
 }
 
+fn body(a: &Artifact) -> &str {
+    gsched_topology::strip_fixture_header(&a.text)
+}
+
+/// Which artifacts the live agent reads as they are: kernel logs (its kernel-log watch)
+/// and job output (its step monitor). nvidia-smi, InfiniBand and network tools' text it
+/// does not read (it asks NVML and sysfs instead).
+fn live_reads(a: &Artifact) -> bool {
+    matches!(
+        kind_of(&gsched_topology::strip_ansi(body(a))),
+        Kind::KernelLog | Kind::JobLog
+    )
+}
+
+/// A node whose GPUs are the ones the log names (the live agent knows its GPUs; a saved
+/// log names them by PCI address).
+fn node_of(text: &str) -> Topology {
+    let mut pcis: Vec<String> = parse_log(text)
+        .into_iter()
+        .filter_map(|e| match e {
+            KernelEvent::Xid(x) => Some(x.pci),
+            KernelEvent::FallenOffBus { pci }
+            | KernelEvent::GpuInitFailed { pci, .. }
+            | KernelEvent::GpuAerUnrecoverable { pci, .. } => Some(pci),
+            _ => None,
+        })
+        .filter(|p| p.contains(':') && !p.ends_with(":00:00"))
+        .collect();
+    pcis.sort();
+    pcis.dedup();
+    let gpus: Vec<serde_json::Value> = pcis
+        .iter()
+        .enumerate()
+        .map(|(i, p)| serde_json::json!({"index": i, "pci_bus_id": format!("{p}.0")}))
+        .collect();
+    serde_json::from_value(serde_json::json!({"gpus": gpus, "gpu_links": []})).expect("topology")
+}
+
+/// What the live agent reports from the artifact, line by line as it would read it.
+fn live(a: &Artifact) -> Vec<Finding> {
+    let text = body(a);
+    match kind_of(&gsched_topology::strip_ansi(text)) {
+        Kind::KernelLog => {
+            let topo = node_of(text);
+            let mut watch = KernelWatch::default();
+            let t0 = Instant::now();
+            // Lines a few milliseconds apart, as a burst arrives.
+            text.lines()
+                .enumerate()
+                .flat_map(|(i, l)| {
+                    watch.line(
+                        l,
+                        &topo,
+                        &|_| None,
+                        t0 + Duration::from_millis(i as u64 * 5),
+                    )
+                })
+                .filter_map(|e| e.finding)
+                .collect()
+        }
+        Kind::JobLog => live_step(text),
+        _ => Vec::new(),
+    }
+}
+
+fn live_step(text: &str) -> Vec<Finding> {
+    let limits = Limits {
+        started_ms: 0,
+        time_limit_s: None,
+        signal: None,
+        kill_grace: Duration::from_secs(30),
+    };
+    let cx = Context {
+        job: gsched_types::job::JobId(1),
+        attempt: 0,
+        node: "n1",
+        limits: &limits,
+    };
+    let mut watch = Watch::default();
+    let mut transport = TransportLog::default();
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    for (i, line) in text.lines().enumerate() {
+        transport.line(line);
+        let seen = Observed {
+            pgid: Some(1),
+            findings: classify_line(line).into_iter().collect(),
+            transport: transport.judge(None),
+            ..Default::default()
+        };
+        for action in round(&mut watch, &cx, seen, t0, i as u64) {
+            match action {
+                Action::Report(StepEvent::Failed { failure, .. }) => {
+                    out.push(failure_finding(&failure.kind, &failure.evidence))
+                }
+                Action::Report(StepEvent::Warning { finding, .. }) => out.push(finding),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 /// The lowest accuracy each split may fall to (right, of total): the figures measured
 /// when the rules last changed, so that a change that reads fewer artifacts right fails.
 const FLOORS: [(&str, usize); 2] = [("train", 62), ("heldout", 22)];
@@ -282,6 +393,58 @@ fn the_corpus_is_read_as_its_expectations_say() {
             "{split}: {} right, below the floor of {floor}",
             s.right
         );
+    }
+}
+
+/// The live agent's reading of the same artifacts, scored by the same expectations.
+const LIVE_FLOORS: [(&str, usize); 2] = [("train", 42), ("heldout", 16)];
+
+#[test]
+fn the_live_agent_reads_kernel_logs_and_job_output_as_diagnose_does() {
+    for (split, floor) in LIVE_FLOORS {
+        let s = score(|a| a.split == split && live_reads(a), live);
+        println!(
+            "live agent, {split}: {} of {} right ({:.0}%)",
+            s.right,
+            s.total,
+            percent(&s)
+        );
+        for m in &s.misses {
+            println!("  miss {m}");
+        }
+        assert!(
+            s.right >= floor,
+            "{split}: {} right, below {floor}",
+            s.right
+        );
+    }
+    // Where they differ, say how: the live agent decides on what it has read so far.
+    for a in artifacts().iter().filter(|a| live_reads(a)) {
+        let kinds = |f: Vec<Finding>| {
+            let mut k: Vec<String> = f
+                .into_iter()
+                .filter(|f| f.severity >= Severity::Warn)
+                .map(|f| format!("{:?} {}", f.severity, f.kind))
+                .collect();
+            k.sort();
+            k.dedup();
+            k
+        };
+        let worst = |f: &[Finding]| f.iter().map(|f| f.severity).max();
+        let (off_all, on_all) = (offline(a), live(a));
+        assert_eq!(
+            worst(&off_all).filter(|s| *s >= Severity::Drain),
+            worst(&on_all).filter(|s| *s >= Severity::Drain),
+            "{}: diagnose and the live agent disagree on whether it stops a job or drains",
+            a.path.display()
+        );
+        let (off, on) = (kinds(off_all), kinds(on_all));
+        if off != on {
+            println!(
+                "  differs {}: diagnose {off:?}, live {on:?}",
+                a.path.display()
+            );
+        }
     }
 }
 
