@@ -7,7 +7,7 @@
 use crate::findings::{Attribution, corrected_flood, device_handle_lost, kernel_finding};
 use gsched_launch::transport::{TransportLog, missing_library};
 use gsched_launch::watch::{
-    best_cause, classify_line, first_cause, is_fatal, is_nccl_warn, nccl_cause,
+    LineReader, best_cause, classify_line, first_cause, is_fatal, is_nccl_warn, nccl_cause,
 };
 use gsched_topology::xid::{AerSeverity, KernelEvent, parse_log};
 use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
@@ -44,6 +44,9 @@ pub fn kind_of(text: &str) -> Kind {
     let has = |s: &str| text.contains(s);
     if has("==============NVSMI LOG==============") {
         Kind::SmiQuery
+    } else if has("Failed to initialize NVML") || has("couldn't communicate with the NVIDIA driver")
+    {
+        Kind::SmiTable
     } else if text.lines().any(|l| {
         let w: Vec<&str> = l.split_whitespace().collect();
         w.starts_with(&["DEV", "PORT", "INDEX", "GID"])
@@ -202,6 +205,41 @@ fn show_gids(text: &str) -> Vec<Finding> {
 }
 
 fn smi_table(text: &str) -> Vec<Finding> {
+    if let Some(l) = text
+        .lines()
+        .find(|l| l.contains("Failed to initialize NVML"))
+    {
+        let (kind, action) = if l.contains("version mismatch") {
+            (
+                "driver-mismatch",
+                "the driver's user-space libraries were upgraded under the loaded kernel module (unattended-upgrades?): drain, reboot (or reload the nvidia modules) when idle, and pin the driver packages",
+            )
+        } else {
+            (
+                "nvml-failed",
+                "NVML cannot reach the driver: check the kernel log (dmesg | grep NVRM) and, in a container, that the NVIDIA device nodes are passed in",
+            )
+        };
+        return vec![Finding::new(
+            Severity::Drain,
+            Component::Driver,
+            kind,
+            l.trim(),
+            action,
+        )];
+    }
+    if let Some(l) = text
+        .lines()
+        .find(|l| l.contains("couldn't communicate with the NVIDIA driver"))
+    {
+        return vec![Finding::new(
+            Severity::Drain,
+            Component::Driver,
+            "driver-not-loaded",
+            l.trim(),
+            "the NVIDIA kernel module is not loaded: see dmesg (a failed DKMS build after a kernel update, nouveau holding the GPUs), reinstall the driver for the running kernel",
+        )];
+    }
     if text.lines().any(|l| l.trim() == "No devices were found") {
         return vec![Finding::new(
             Severity::Drain,
@@ -664,10 +702,8 @@ fn job_log(text: &str) -> Vec<Finding> {
     text.lines().for_each(|l| transport.line(l));
     // A saved log does not say what its node has: the interface names are the guide.
     let mut out = transport.judge(None);
-    let findings: Vec<_> = last_errors_joined(text)
-        .iter()
-        .filter_map(|l| classify_line(l))
-        .collect();
+    let mut reader = LineReader::default();
+    let findings: Vec<_> = text.lines().filter_map(|l| reader.line(l)).collect();
     let fatal = (0..findings.len()).find(|&i| is_fatal(&findings[..i], &findings[i]));
     let Some(i) = fatal else {
         out.extend(findings.iter().find(|f| is_nccl_warn(&f.line)).map(|f| {
@@ -731,27 +767,6 @@ pub fn failure_finding(kind: &FailureKind, evidence: &str) -> Finding {
             "the job cannot go on: the evidence is the first cause found in the log",
         ),
     }
-}
-
-/// The log's lines, each "Last error:" that PyTorch prints alone joined with the line
-/// after it (NCCL's own account of what failed).
-fn last_errors_joined(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut pending = false;
-    for l in text.lines() {
-        match out.last_mut() {
-            Some(prev) if pending => {
-                prev.push(' ');
-                prev.push_str(l.trim());
-                pending = false;
-            }
-            _ => {
-                pending = l.trim_end().ends_with("Last error:");
-                out.push(l.to_string());
-            }
-        }
-    }
-    out
 }
 
 fn component_of(kind: &FailureKind) -> Component {

@@ -3,7 +3,10 @@
 //! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the step ended. The
 //! step manager (`steps.rs`) observes (files, processes) and carries out the actions.
 
-use gsched_launch::watch::{LogFinding, classify_exit, first_cause, is_echo, is_fatal, unwinds};
+use gsched_launch::transport::missing_library;
+use gsched_launch::watch::{
+    LogFinding, classify_exit, first_cause, is_echo, is_fatal, nccl_cause, unwinds,
+};
 use gsched_proto::agent::StepEvent;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::findings::Finding;
@@ -48,7 +51,14 @@ pub struct Watch {
     pub stop: Option<Stop>,
     /// The `--signal` warning has been sent.
     pub warned: bool,
+    /// A fatal line that only echoes a failure elsewhere ("connection closed by remote
+    /// peer", "unhandled cuda error"), kept up to [`ECHO_WAIT`] for the line that says
+    /// why, which often follows within a second.
+    pub held: Option<(Failure, Instant)>,
 }
+
+/// How long an echoing fatal line waits for its cause before it is reported as it is.
+pub const ECHO_WAIT: Duration = Duration::from_secs(2);
 
 pub const FINDINGS_KEPT: usize = 64;
 
@@ -201,12 +211,17 @@ pub fn round(
         if fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
             let evidence = first_cause(&watch.findings, &finding);
             let failure = cx.failure(finding.kind.clone(), evidence, now_ms);
-            watch.fatal_reported = Some(failure.clone());
-            out.push(Action::Report(StepEvent::Failed {
-                job,
-                attempt,
-                failure,
-            }));
+            if !explains(&finding, &failure.evidence) {
+                watch.held.get_or_insert((failure, now));
+            } else {
+                watch.held = None;
+                watch.fatal_reported = Some(failure.clone());
+                out.push(Action::Report(StepEvent::Failed {
+                    job,
+                    attempt,
+                    failure,
+                }));
+            }
         }
         // NCCL's unwinding lines explain nothing; kept, they would push the WARN that
         // does out of the window.
@@ -216,6 +231,19 @@ pub fn round(
         watch.findings.push(finding);
         if watch.findings.len() > FINDINGS_KEPT {
             watch.findings.remove(0);
+        }
+    }
+    let ending = seen.exit.is_some() || seen.supervisor_lost;
+    if let Some((failure, since)) = watch.held.take() {
+        if ending || now.saturating_duration_since(since) >= ECHO_WAIT {
+            watch.fatal_reported = Some(failure.clone());
+            out.push(Action::Report(StepEvent::Failed {
+                job,
+                attempt,
+                failure,
+            }));
+        } else {
+            watch.held = Some((failure, since));
         }
     }
     if !watch.warned && watch.stop.is_none() && warning_due(cx.limits, now_ms) {
@@ -284,6 +312,16 @@ pub fn round(
         out.push(Action::Finish);
     }
     out
+}
+
+/// Whether a fatal line's evidence says why: not when the line only echoes a failure
+/// elsewhere and nothing before it names a cause other than a peer going away.
+fn explains(finding: &LogFinding, evidence: &str) -> bool {
+    if !is_echo(&finding.line) || missing_library(evidence).is_some() {
+        return true;
+    }
+    let head = evidence.split(" (then: ").next().unwrap_or(evidence);
+    nccl_cause(head).is_some_and(|c| c.rank() > 1)
 }
 
 /// Why an ended step failed, if it did: what the supervisor recorded, else the fatal line

@@ -13,7 +13,7 @@ use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
 use gsched_launch::transport::{NodeNet, TransportLog};
-use gsched_launch::watch::{LogFinding, classify_line, parse_error_file};
+use gsched_launch::watch::{LineReader, LogFinding, parse_error_file};
 use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
 use gsched_proto::clock::now_ms;
 use gsched_types::agent::StepUsage;
@@ -70,6 +70,8 @@ struct Step {
     limits: Limits,
     /// NCCL's network lines: which transport it chose, and why.
     transport: TransportLog,
+    /// Reads the step's output a line at a time ("Last error:" with the line after it).
+    lines: LineReader,
     tails: HashMap<PathBuf, (u64, String)>,
     cgroup: Option<PathBuf>,
     devices: Vec<String>,
@@ -122,6 +124,7 @@ impl Step {
             watch,
             limits,
             transport: TransportLog::default(),
+            lines: LineReader::default(),
             tails: HashMap::new(),
             supervisor,
             supervisor_pid,
@@ -942,7 +945,7 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
         while let Some(pos) = partial.find('\n') {
             let line: String = partial.drain(..=pos).collect();
             step.transport.line(&line);
-            if let Some(finding) = classify_line(&line) {
+            if let Some(finding) = step.lines.line(&line) {
                 out.push(finding);
             }
         }

@@ -14,9 +14,9 @@
 
 use gsched_agent::diagnose::{Kind, diagnose, failure_finding, kind_of};
 use gsched_agent::health::KernelWatch;
-use gsched_agent::monitor::{Action, Context, Limits, Observed, Watch, round};
+use gsched_agent::monitor::{Action, Context, ECHO_WAIT, Limits, Observed, Watch, round};
 use gsched_launch::transport::TransportLog;
-use gsched_launch::watch::classify_line;
+use gsched_launch::watch::LineReader;
 use gsched_topology::xid::{KernelEvent, parse_log};
 use gsched_types::agent::StepEvent;
 use gsched_types::findings::{Finding, Severity};
@@ -331,17 +331,11 @@ fn live_step(text: &str) -> Vec<Finding> {
     };
     let mut watch = Watch::default();
     let mut transport = TransportLog::default();
+    let mut reader = LineReader::default();
     let mut out = Vec::new();
     let t0 = Instant::now();
-    for (i, line) in text.lines().enumerate() {
-        transport.line(line);
-        let seen = Observed {
-            pgid: Some(1),
-            findings: classify_line(line).into_iter().collect(),
-            transport: transport.judge(None),
-            ..Default::default()
-        };
-        for action in round(&mut watch, &cx, seen, t0, i as u64) {
+    let take = |actions: Vec<Action>, out: &mut Vec<Finding>| {
+        for action in actions {
             match action {
                 Action::Report(StepEvent::Failed { failure, .. }) => {
                     out.push(failure_finding(&failure.kind, &failure.evidence))
@@ -350,13 +344,39 @@ fn live_step(text: &str) -> Vec<Finding> {
                 _ => {}
             }
         }
+    };
+    // One round per line, 10 ms apart, as a burst of output arrives; then the agent's
+    // rounds go on while the job hangs.
+    let n = text.lines().count() as u64;
+    for (i, line) in text.lines().enumerate() {
+        transport.line(line);
+        let seen = Observed {
+            pgid: Some(1),
+            findings: reader.line(line).into_iter().collect(),
+            transport: transport.judge(None),
+            ..Default::default()
+        };
+        let at = Duration::from_millis(i as u64 * 10);
+        take(
+            round(&mut watch, &cx, seen, t0 + at, at.as_millis() as u64),
+            &mut out,
+        );
     }
+    let later = Duration::from_millis(n * 10) + ECHO_WAIT;
+    let idle = Observed {
+        pgid: Some(1),
+        ..Default::default()
+    };
+    take(
+        round(&mut watch, &cx, idle, t0 + later, later.as_millis() as u64),
+        &mut out,
+    );
     out
 }
 
 /// The lowest accuracy each split may fall to (right, of total): the figures measured
 /// when the rules last changed, so that a change that reads fewer artifacts right fails.
-const FLOORS: [(&str, usize); 2] = [("train", 62), ("heldout", 22)];
+const FLOORS: [(&str, usize); 2] = [("train", 80), ("heldout", 28)];
 
 fn percent(s: &Score) -> f64 {
     100.0 * s.right as f64 / s.total.max(1) as f64
@@ -397,7 +417,7 @@ fn the_corpus_is_read_as_its_expectations_say() {
 }
 
 /// The live agent's reading of the same artifacts, scored by the same expectations.
-const LIVE_FLOORS: [(&str, usize); 2] = [("train", 42), ("heldout", 16)];
+const LIVE_FLOORS: [(&str, usize); 2] = [("train", 55), ("heldout", 22)];
 
 #[test]
 fn the_live_agent_reads_kernel_logs_and_job_output_as_diagnose_does() {

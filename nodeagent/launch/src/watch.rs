@@ -69,6 +69,8 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             true,
         ),
         ("unhandled system error", FailureKind::NcclError, true),
+        ("unhandled cuda error", FailureKind::NcclError, true),
+        ("ncclUnhandledCudaError", FailureKind::NcclError, true),
         (
             "NCCL communicator was aborted",
             FailureKind::NcclError,
@@ -145,6 +147,23 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             });
         }
     }
+    // torchrun's failure summary: "exitcode  : -9 (pid: 14750)", "traceback : Signal 9
+    // (SIGKILL) received by PID 14750". A rank killed (SIGKILL, SIGSEGV, SIGBUS...) died
+    // of the signal: that is the cause, not the launcher's ChildFailedError traceback
+    // around it. SIGABRT and SIGTERM summaries only echo an error the log shows earlier
+    // (NCCL aborting, the launcher stopping the others): they explain the exit instead.
+    if let Some(signal) = summary_signal(line).filter(|s| !matches!(s, 1 | 2 | 6 | 15)) {
+        let named = if line.contains("SIG") {
+            line.to_string()
+        } else {
+            format!("{} (signal {signal}: {})", line.trim(), signal_name(signal))
+        };
+        return Some(LogFinding {
+            kind: FailureKind::Signal { signal },
+            line: evidence(&named),
+            fatal: true,
+        });
+    }
     if line.contains("ChildFailedError")
         || (line.contains("received by PID") && line.contains("Signal"))
     {
@@ -155,6 +174,42 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
         });
     }
     None
+}
+
+/// Reads a job's output line by line: each "Last error:" that PyTorch prints alone is
+/// read together with the line after it (NCCL's own account of what failed), so that
+/// NCCL's explanation counts as the WARN it is.
+#[derive(Debug, Default)]
+pub struct LineReader {
+    last_error: Option<String>,
+}
+
+impl LineReader {
+    pub fn line(&mut self, line: &str) -> Option<LogFinding> {
+        if let Some(head) = self.last_error.take() {
+            return classify_line(&format!("{} {}", head.trim_end(), line.trim()));
+        }
+        if line.trim_end().ends_with("Last error:") {
+            self.last_error = Some(line.to_string());
+            return None;
+        }
+        classify_line(line)
+    }
+}
+
+/// The signal of a torchrun failure summary's "exitcode : -N" or "Signal N (...) received
+/// by PID" line.
+fn summary_signal(line: &str) -> Option<i32> {
+    let lower = line.to_ascii_lowercase();
+    if let Some(pos) = lower.find("signal ")
+        && lower.contains("received by pid")
+    {
+        return lower[pos + 7..].split_whitespace().next()?.parse().ok();
+    }
+    let pos = lower.find("exitcode")?;
+    let rest = lower[pos + 8..].trim_start().strip_prefix(':')?;
+    let code: i32 = rest.split_whitespace().next()?.parse().ok()?;
+    (code < 0 && rest.contains("pid")).then_some(-code)
 }
 
 /// An NCCL WARN line, of any version (NCCL 2.0-2.2's have no "NCCL" token:
@@ -195,6 +250,8 @@ pub enum NcclCause {
     QpSetup,
     /// Bootstrap or socket connection set-up failed (refused, aborted, no interface).
     Bootstrap,
+    /// A shared-memory segment could not be created or attached (/dev/shm).
+    Shm,
     /// The peer went away (reset, closed, broken pipe): an effect of its failure.
     PeerGone,
 }
@@ -208,6 +265,13 @@ pub fn nccl_cause(line: &str) -> Option<NcclCause> {
     Some(
         if has("Cuda failure") || has("CUDA failure") || has("Cuda error") {
             NcclCause::Cuda
+        } else if has("shared memory segment")
+            || has("/dev/shm")
+            || has("posix_fallocate")
+            || has("shmutils")
+            || has("include/shm.h")
+        {
+            NcclCause::Shm
         } else if has("Got completion from peer")
             || (has("NET/IB") && has("completion") && has("error"))
         {
@@ -248,6 +312,7 @@ impl NcclCause {
             NcclCause::QpSetup if line.contains("timed out") => "nccl-qp-timeout",
             NcclCause::QpSetup => "nccl-qp-setup",
             NcclCause::Bootstrap => "nccl-bootstrap",
+            NcclCause::Shm => "nccl-shm",
             NcclCause::PeerGone => "nccl-peer-gone",
         }
     }
@@ -266,6 +331,9 @@ impl NcclCause {
             NcclCause::Bootstrap => {
                 "the ranks could not connect to each other: set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (not lo, docker or a link-local address), and check MASTER_ADDR and firewalls"
             }
+            NcclCause::Shm => {
+                "NCCL could not create its shared-memory segments: /dev/shm is too small or not shared (a container's default is 64 MB): run it with --ipc=host or --shm-size, mount an in-memory emptyDir on /dev/shm in Kubernetes, or set NCCL_SHM_DISABLE=1 (slower)"
+            }
             NcclCause::PeerGone => {
                 "the peer went away: its own log (or node) has the first failure"
             }
@@ -276,7 +344,7 @@ impl NcclCause {
     pub fn rank(self) -> u8 {
         match self {
             NcclCause::Cuda => 5,
-            NcclCause::RdmaCompletion | NcclCause::QpSetup => 4,
+            NcclCause::RdmaCompletion | NcclCause::QpSetup | NcclCause::Shm => 4,
             NcclCause::Bootstrap => 3,
             NcclCause::PeerGone => 1,
         }
@@ -317,6 +385,8 @@ pub fn is_echo(line: &str) -> bool {
             "ncclSystemError",
             "ncclInternalError",
             "ncclRemoteError",
+            "unhandled cuda error",
+            "ncclUnhandledCudaError",
             "NCCL communicator was aborted",
         ]
         .iter()
