@@ -371,37 +371,8 @@ pub fn parse_ip(text: &str) -> Vec<IfConfig> {
             });
             continue;
         }
-        // net-tools before 2.0: "eth0      Link encap:Ethernet  HWaddr ..." and, indented,
-        // "UP BROADCAST RUNNING MULTICAST  MTU:1500  Metric:1".
-        if !l.starts_with(char::is_whitespace) && l.contains("Link encap:") {
-            let encap = l.split("Link encap:").nth(1).unwrap_or("");
-            out.push(IfConfig {
-                name: l.split_whitespace().next().unwrap_or("").to_string(),
-                link: encap
-                    .starts_with("Local Loopback")
-                    .then(|| "loop".to_string()),
-                ..IfConfig::default()
-            });
-            continue;
-        }
         if let Some(cur) = out.last_mut() {
-            let t = l.trim();
-            if t.contains("MTU:")
-                && t.split_whitespace()
-                    .any(|w| w == "UP" || w == "BROADCAST" || w == "LOOPBACK" || w == "MULTICAST")
-            {
-                cur.up = t.split_whitespace().any(|w| w == "UP");
-                cur.running = t.split_whitespace().any(|w| w == "RUNNING");
-                cur.mtu = t
-                    .split("MTU:")
-                    .nth(1)
-                    .and_then(|m| m.split_whitespace().next())
-                    .and_then(|m| m.parse().ok());
-            } else if let Some(addr) = t.strip_prefix("inet addr:") {
-                cur.ipv4 = addr.split_whitespace().next().map(str::to_string);
-            } else {
-                interface_detail(cur, l);
-            }
+            interface_detail(cur, l);
         }
     }
     out
