@@ -61,16 +61,7 @@ impl XidIncidents {
         if let Some(at) = self.bursts.get(&key)
             && now.duration_since(*at).as_secs_f64() <= gsched_topology::xid::BURST_S
         {
-            ev.severity = HealthSeverity::Info;
-            if let Some(f) = ev.finding.as_mut() {
-                f.severity = gsched_types::findings::Severity::Info;
-            }
-            ev.stops_node_jobs = false;
-            ev.message = format!(
-                "{} (the same fault as the Xid {code} just before)",
-                ev.message
-            );
-            return ev;
+            return part_of(ev, &format!("the same fault as the Xid {code} just before"));
         }
         self.bursts.insert(key, now);
         if !ECC_FAMILY.contains(&code) {
@@ -82,14 +73,11 @@ impl XidIncidents {
                     && first != code
                     && ev.severity <= severity =>
             {
-                ev.severity = HealthSeverity::Info;
-                if let Some(f) = ev.finding.as_mut() {
-                    f.severity = gsched_types::findings::Severity::Info;
-                }
-                ev.stops_node_jobs = false;
-                ev.message = format!(
-                    "{} (part of the Xid {first} incident on this GPU: one memory fault; reset the GPU)",
-                    ev.message
+                ev = part_of(
+                    ev,
+                    &format!(
+                        "part of the Xid {first} incident on this GPU: one memory fault; reset the GPU"
+                    ),
                 );
             }
             _ => {
@@ -163,6 +151,17 @@ impl KernelWatch {
             _ => kernel_event_to_health(ev, topo, behind),
         }
     }
+}
+
+/// An event folded into an incident already reported: informational, saying which.
+fn part_of(mut ev: HealthEvent, which: &str) -> HealthEvent {
+    ev.severity = HealthSeverity::Info;
+    if let Some(f) = ev.finding.as_mut() {
+        f.severity = gsched_types::findings::Severity::Info;
+    }
+    ev.stops_node_jobs = false;
+    ev.message = format!("{} ({which})", ev.message);
+    ev
 }
 
 /// The GPU of `topo` at `pci`.
@@ -456,7 +455,7 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
         match reader.read_line(&mut line) {
             Ok(0) => std::thread::sleep(Duration::from_millis(100)),
             Ok(_) => {
-                let t = topo.read().clone();
+                let t = topo.read();
                 let behind = |pci: &str| gpu_behind_port(sysfs, &t, pci);
                 let events = watch.line(&line, &t, &behind, std::time::Instant::now());
                 if !events.is_empty() {

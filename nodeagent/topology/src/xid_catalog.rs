@@ -71,11 +71,16 @@ pub fn catalogue() -> &'static BTreeMap<u32, XidEntry> {
     TABLE.get_or_init(|| parse(CSV))
 }
 
-fn parse(csv: &str) -> BTreeMap<u32, XidEntry> {
+/// A catalogue file's rows as their cells: not its `#` header, not blank lines.
+fn rows(csv: &str) -> impl Iterator<Item = Vec<&str>> {
     csv.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split(',').collect();
+        .map(|l| l.split(',').collect())
+}
+
+fn parse(csv: &str) -> BTreeMap<u32, XidEntry> {
+    rows(csv)
+        .filter_map(|cells| {
             let [code, mnemonic, bucket, fatal] = cells.as_slice() else {
                 return None;
             };
@@ -129,14 +134,14 @@ const SXID_CSV: &str = include_str!("../catalog/sxid.csv");
 pub fn sxid_catalogue() -> &'static BTreeMap<u32, SxidEntry> {
     static TABLE: OnceLock<BTreeMap<u32, SxidEntry>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        SXID_CSV
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .filter_map(|l| {
-                let mut c = l.split(',');
-                let code: u32 = c.next()?.trim().parse().ok()?;
-                let action = c.next()?.trim().to_string();
-                let fatal = c.next()?.trim() == "FATAL";
+        rows(SXID_CSV)
+            .filter_map(|cells| {
+                let [code, action, fatal] = cells.as_slice() else {
+                    return None;
+                };
+                let code: u32 = code.trim().parse().ok()?;
+                let action = action.trim().to_string();
+                let fatal = fatal.trim() == "FATAL";
                 Some((
                     code,
                     SxidEntry {
@@ -180,10 +185,7 @@ mod tests {
 
     #[test]
     fn every_row_of_the_catalogue_is_read() {
-        let rows = CSV
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .count();
+        let rows = rows(CSV).count();
         assert_eq!(catalogue().len(), rows, "a row did not parse");
         assert_eq!(rows, 162);
         let gsp = &catalogue()[&119];
@@ -196,10 +198,7 @@ mod tests {
 
     #[test]
     fn every_row_of_the_sxid_catalogue_is_read() {
-        let rows = SXID_CSV
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .count();
+        let rows = rows(SXID_CSV).count();
         assert_eq!(sxid_catalogue().len(), rows);
         assert_eq!(rows, 398);
         assert!(sxid_catalogue()[&12028].fatal);
