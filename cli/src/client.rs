@@ -88,7 +88,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for WithCredential {
             );
             let cred = munge
                 .encode(&payload, credential.decoder)
-                .map_err(Status::unauthenticated)?;
+                .map_err(|e| Status::unauthenticated(e.to_string()))?;
             let value = http::HeaderValue::from_str(&cred).map_err(|_| {
                 Status::unauthenticated("munge made a credential that is not ASCII")
             })?;
@@ -112,10 +112,21 @@ pub struct Security {
     pub credential: Credential,
 }
 
+/// Why a client cannot set up its credentials for a TLS cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    #[error("cannot prove who you are: {0}")]
+    Munge(#[from] gsched_proto::munge::MungeError),
+    #[error(transparent)]
+    Cert(#[from] gsched_proto::tls::CertError),
+    #[error("GSCHED_DAEMON_USER={0} is no user of this host")]
+    DaemonUser(String),
+}
+
 impl Security {
     /// From `GSCHED_TLS_CA` (or `/etc/gsched/tls/ca.pem` when it exists) and
     /// `GSCHED_MUNGE_SOCKET`.
-    pub fn from_env() -> Result<Security, String> {
+    pub fn from_env() -> Result<Security, SecurityError> {
         let ca = std::env::var_os("GSCHED_TLS_CA")
             .map(PathBuf::from)
             .or_else(|| {
@@ -126,14 +137,15 @@ impl Security {
             return Ok(Security::default());
         };
         let socket = std::env::var_os("GSCHED_MUNGE_SOCKET").map(PathBuf::from);
-        let munge =
-            Munge::load(socket.as_deref()).map_err(|e| format!("cannot prove who you are: {e}"))?;
-        let pem = std::fs::read(&ca)
-            .map_err(|e| format!("cannot read the cluster CA {}: {e}", ca.display()))?;
+        let munge = Munge::load(socket.as_deref())?;
+        let pem = std::fs::read(&ca).map_err(|source| gsched_proto::tls::CertError::Read {
+            path: ca.display().to_string(),
+            source,
+        })?;
         let decoder = match std::env::var("GSCHED_DAEMON_USER") {
             Ok(u) => Some(
                 gsched_proto::peer::uid_of(u.trim())
-                    .ok_or_else(|| format!("GSCHED_DAEMON_USER={u} is no user of this host"))?,
+                    .ok_or_else(|| SecurityError::DaemonUser(u.clone()))?,
             ),
             Err(_) => Some(0),
         };
@@ -235,7 +247,7 @@ impl Client {
 
     fn security(&mut self) -> Result<&Security, Status> {
         if self.security.is_none() {
-            self.security = Some(Security::from_env().map_err(Status::unauthenticated)?);
+            self.security = Some(Security::from_env().map_err(|e| Status::unauthenticated(e.to_string()))?);
         }
         Ok(self.security.as_ref().expect("just set"))
     }

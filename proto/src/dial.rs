@@ -66,9 +66,11 @@ pub struct Dialer {
 
 impl Dialer {
     /// A user's client: TLS with the CA at `ca`, no client certificate.
-    pub fn user(ca: &std::path::Path) -> Result<Dialer, String> {
-        let pem = std::fs::read(ca)
-            .map_err(|e| format!("cannot read the cluster CA {}: {e}", ca.display()))?;
+    pub fn user(ca: &std::path::Path) -> Result<Dialer, crate::tls::CertError> {
+        let pem = std::fs::read(ca).map_err(|source| crate::tls::CertError::Read {
+            path: ca.display().to_string(),
+            source,
+        })?;
         Ok(Dialer {
             tls: Some(
                 ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(pem)),

@@ -158,14 +158,37 @@ impl Drop for Ctx<'_> {
     }
 }
 
+/// Why MUNGE could not make or check a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum MungeError {
+    #[error("cannot load libmunge.so.2 ({0}); install munge (Debian: apt install munge)")]
+    Library(libloading::Error),
+    #[error("libmunge.so.2 lacks a symbol gsched needs: {0}")]
+    Symbol(libloading::Error),
+    #[error("the munge socket path contains a NUL byte")]
+    SocketPath,
+    #[error("munge_ctx_create failed (out of memory)")]
+    OutOfMemory,
+    #[error("cannot point munge at {socket}: {why}")]
+    Socket { socket: String, why: String },
+    #[error("cannot restrict the credential to uid {uid}: {why}")]
+    Restrict { uid: u32, why: String },
+    #[error("payload too large")]
+    PayloadTooLarge,
+    #[error("munge could not make a credential: {0} (is munged running?)")]
+    Encode(String),
+    #[error("the credential contains a NUL byte")]
+    CredentialNul,
+    #[error("invalid MUNGE credential: {0}")]
+    Invalid(String),
+}
+
 impl Munge {
     /// Loads libmunge. `socket`: munged's socket when it is not the default
     /// (`/run/munge/munge.socket.2`).
-    pub fn load(socket: Option<&Path>) -> Result<Munge, String> {
+    pub fn load(socket: Option<&Path>) -> Result<Munge, MungeError> {
         // SAFETY: loading libmunge runs its (trivial) initialisers; it is a plain C library.
-        let lib = unsafe { Library::new("libmunge.so.2") }.map_err(|e| {
-            format!("cannot load libmunge.so.2 ({e}); install munge (Debian: apt install munge)")
-        })?;
+        let lib = unsafe { Library::new("libmunge.so.2") }.map_err(MungeError::Library)?;
         // SAFETY: the symbol types match munge.h's declarations of these functions.
         let munge = unsafe {
             Munge {
@@ -178,18 +201,18 @@ impl Munge {
                 socket: socket
                     .map(|p| CString::new(p.as_os_str().as_encoded_bytes()))
                     .transpose()
-                    .map_err(|_| "the munge socket path contains a NUL byte".to_string())?,
+                    .map_err(|_| MungeError::SocketPath)?,
                 _lib: lib,
             }
         };
         Ok(munge)
     }
 
-    fn ctx(&self) -> Result<Ctx<'_>, String> {
+    fn ctx(&self) -> Result<Ctx<'_>, MungeError> {
         // SAFETY: munge_ctx_create takes no arguments and returns a new context or NULL.
         let ptr = unsafe { (self.ctx_create)() };
         if ptr.is_null() {
-            return Err("munge_ctx_create failed (out of memory)".into());
+            return Err(MungeError::OutOfMemory);
         }
         let ctx = Ctx { munge: self, ptr };
         if let Some(s) = &self.socket {
@@ -197,7 +220,10 @@ impl Munge {
             // (libmunge copies the string).
             let e = unsafe { (self.ctx_set)(ctx.ptr, MUNGE_OPT_SOCKET, s.as_ptr()) };
             if e != 0 {
-                return Err(format!("cannot point munge at {s:?}: {}", self.error(e)));
+                return Err(MungeError::Socket {
+                    socket: format!("{s:?}"),
+                    why: self.error(e),
+                });
             }
         }
         Ok(ctx)
@@ -215,29 +241,26 @@ impl Munge {
 
     /// A credential for the calling process, carrying `payload`; with `decoder`, only
     /// that uid may decode it (the controllers' user).
-    pub fn encode(&self, payload: &[u8], decoder: Option<u32>) -> Result<String, String> {
+    pub fn encode(&self, payload: &[u8], decoder: Option<u32>) -> Result<String, MungeError> {
         let ctx = self.ctx()?;
         if let Some(uid) = decoder {
             // SAFETY: MUNGE_OPT_UID_RESTRICTION takes one uid_t, passed by value.
             let e =
                 unsafe { (self.ctx_set)(ctx.ptr, MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t) };
             if e != 0 {
-                return Err(format!(
-                    "cannot restrict the credential to uid {uid}: {}",
-                    self.error(e)
-                ));
+                return Err(MungeError::Restrict {
+                    uid,
+                    why: self.error(e),
+                });
             }
         }
         let mut cred: *mut c_char = std::ptr::null_mut();
-        let len = c_int::try_from(payload.len()).map_err(|_| "payload too large")?;
+        let len = c_int::try_from(payload.len()).map_err(|_| MungeError::PayloadTooLarge)?;
         // SAFETY: `cred` receives a malloc'd NUL-terminated string we free below;
         // `payload` is valid for `len` bytes.
         let e = unsafe { (self.encode)(&mut cred, ctx.ptr, payload.as_ptr().cast(), len) };
         if e != 0 || cred.is_null() {
-            return Err(format!(
-                "munge could not make a credential: {} (is munged running?)",
-                self.error(e)
-            ));
+            return Err(MungeError::Encode(self.error(e)));
         }
         // SAFETY: `cred` is a valid NUL-terminated string from libmunge.
         let text = unsafe { CStr::from_ptr(cred) }
@@ -249,9 +272,9 @@ impl Munge {
     }
 
     /// Checks a credential with munged and returns who made it.
-    pub fn decode(&self, cred: &str) -> Result<Verified, String> {
+    pub fn decode(&self, cred: &str) -> Result<Verified, MungeError> {
         let ctx = self.ctx()?;
-        let c = CString::new(cred).map_err(|_| "the credential contains a NUL byte")?;
+        let c = CString::new(cred).map_err(|_| MungeError::CredentialNul)?;
         let mut buf: *mut c_void = std::ptr::null_mut();
         let mut len: c_int = 0;
         let (mut uid, mut gid): (libc::uid_t, libc::gid_t) = (0, 0);
@@ -270,14 +293,14 @@ impl Munge {
             v
         };
         if e != 0 {
-            return Err(format!("invalid MUNGE credential: {}", self.error(e)));
+            return Err(MungeError::Invalid(self.error(e)));
         }
         Ok(Verified { uid, gid, payload })
     }
 }
 
-fn sym(e: libloading::Error) -> String {
-    format!("libmunge.so.2 lacks a symbol gsched needs: {e}")
+fn sym(e: libloading::Error) -> MungeError {
+    MungeError::Symbol(e)
 }
 
 #[cfg(test)]

@@ -62,6 +62,20 @@ pub fn peer_identity(der: &[u8]) -> Option<PeerIdentity> {
     })
 }
 
+/// Why a cluster certificate could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error(
+        "cannot read {path}: {source} (make the cluster's certificates with `gctl certs init` and `gctl certs issue`)"
+    )]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the cluster CA is not a PEM certificate: {0}")]
+    NotPem(String),
+}
+
 /// A cluster certificate directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertDir(pub PathBuf);
@@ -79,25 +93,23 @@ impl CertDir {
         self.0.join(format!("{}.key", who.file_stem()))
     }
 
-    fn read(path: &Path) -> Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| {
-            format!(
-                "cannot read {}: {e} (make the cluster's certificates with `gctl certs init` and `gctl certs issue`)",
-                path.display()
-            )
+    fn read(path: &Path) -> Result<Vec<u8>, CertError> {
+        std::fs::read(path).map_err(|source| CertError::Read {
+            path: path.display().to_string(),
+            source,
         })
     }
 
     /// The cluster's name in MUNGE payloads: its CA's fingerprint.
-    pub fn cluster_id(&self) -> Result<String, String> {
+    pub fn cluster_id(&self) -> Result<String, CertError> {
         cluster_id(&Self::read(&self.ca())?)
     }
 
-    pub fn ca_certificate(&self) -> Result<Certificate, String> {
+    pub fn ca_certificate(&self) -> Result<Certificate, CertError> {
         Ok(Certificate::from_pem(Self::read(&self.ca())?))
     }
 
-    pub fn identity(&self, who: &PeerIdentity) -> Result<Identity, String> {
+    pub fn identity(&self, who: &PeerIdentity) -> Result<Identity, CertError> {
         Ok(Identity::from_pem(
             Self::read(&self.cert(who))?,
             Self::read(&self.key(who))?,
@@ -107,7 +119,7 @@ impl CertDir {
     /// A controller's server side: its own certificate; clients are verified against
     /// the cluster CA when they present a certificate (daemons must; users need not,
     /// they authenticate with MUNGE).
-    pub fn server(&self, controller: u64) -> Result<ServerTlsConfig, String> {
+    pub fn server(&self, controller: u64) -> Result<ServerTlsConfig, CertError> {
         Ok(ServerTlsConfig::new()
             .identity(self.identity(&PeerIdentity::Controller(controller))?)
             .client_ca_root(self.ca_certificate()?)
@@ -118,7 +130,7 @@ impl CertDir {
 
     /// A daemon dialing a controller: verifies the controller against the cluster CA and
     /// presents `who`'s certificate.
-    pub fn client(&self, who: &PeerIdentity) -> Result<ClientTlsConfig, String> {
+    pub fn client(&self, who: &PeerIdentity) -> Result<ClientTlsConfig, CertError> {
         Ok(ClientTlsConfig::new()
             .ca_certificate(self.ca_certificate()?)
             .identity(self.identity(who)?))
@@ -127,10 +139,10 @@ impl CertDir {
 
 /// A CA certificate's fingerprint (SHA-256 of its DER, first 16 hex digits): how a
 /// cluster is named in MUNGE payloads, known to every host that has `ca.pem`.
-pub fn cluster_id(ca_pem: &[u8]) -> Result<String, String> {
+pub fn cluster_id(ca_pem: &[u8]) -> Result<String, CertError> {
     use sha2::Digest;
     let (_, pem) = x509_parser::pem::parse_x509_pem(ca_pem)
-        .map_err(|e| format!("the cluster CA is not a PEM certificate: {e}"))?;
+        .map_err(|e| CertError::NotPem(e.to_string()))?;
     let digest = sha2::Sha256::digest(&pem.contents);
     Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }

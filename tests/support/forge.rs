@@ -90,10 +90,14 @@ fn request<T: prost::Message>(
     if req["munge_socket"].is_string() {
         let cred = match (req["replay"].as_bool(), last.clone()) {
             (Some(true), Some(c)) => c,
-            _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))?.encode(
-                &payload(req, &digest),
-                req["restrict_uid"].as_u64().map(|u| u as u32),
-            )?,
+            _ => Munge::load(Some(std::path::Path::new(&text(req, "munge_socket"))))
+                .and_then(|m| {
+                    m.encode(
+                        &payload(req, &digest),
+                        req["restrict_uid"].as_u64().map(|u| u as u32),
+                    )
+                })
+                .map_err(|e| e.to_string())?,
         };
         *last = Some(cred.clone());
         r.metadata_mut().insert(

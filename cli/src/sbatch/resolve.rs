@@ -47,7 +47,7 @@ impl SubmitContext {
 }
 
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
-    v.as_deref().map(|s| parse::count(s, flag)).transpose()
+    Ok(v.as_deref().map(|s| parse::count(s, flag)).transpose()?)
 }
 
 /// Resolves options and script into a job spec, as sbatch would: tasks, GPUs, memory,

@@ -50,8 +50,8 @@ pub struct JobSelector {
 }
 
 impl JobSelector {
-    pub fn parse(text: &str) -> Result<JobSelector, String> {
-        let bad = || format!("invalid job id '{text}': use a number like 123 or 120_3");
+    pub fn parse(text: &str) -> Result<JobSelector, crate::error::InputError> {
+        let bad = || crate::error::InputError::JobId(text.to_string());
         let text = text.trim();
         match text.split_once('_') {
             Some((a, t)) => Ok(JobSelector {

@@ -106,14 +106,14 @@ pub enum Limit {
 
 impl Limit {
     /// sacctmgr's spelling: a number, `-1` to clear.
-    pub fn parse(s: &str) -> Result<Limit, String> {
+    pub fn parse(s: &str) -> Result<Limit, crate::error::InputError> {
         let s = s.trim();
         if s == "-1" {
             return Ok(Limit::Clear);
         }
         s.parse()
             .map(Limit::Set)
-            .map_err(|_| format!("'{s}' is not a number (or -1 to clear the limit)"))
+            .map_err(|_| crate::error::InputError::Limit(s.to_string()))
     }
 
     fn to_u32(self) -> Result<Option<u32>, AssocError> {

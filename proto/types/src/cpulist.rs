@@ -1,10 +1,11 @@
 //! Linux CPU-list strings ("0-31,64-95") to sorted CPU ids and back.
 
+use crate::error::CpuListError;
 use std::fmt::Write;
 
 /// Parses a Linux cpulist such as `0-3,8,10-11`. Whitespace is ignored; an empty string is
 /// the empty set.
-pub fn parse(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse(text: &str) -> Result<Vec<u32>, CpuListError> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',') {
         let part = part.trim();
@@ -16,20 +17,20 @@ pub fn parse(text: &str) -> Result<Vec<u32>, String> {
                 let lo: u32 = lo
                     .trim()
                     .parse()
-                    .map_err(|_| format!("bad CPU range '{part}'"))?;
+                    .map_err(|_| CpuListError::Range(part.to_string()))?;
                 let hi: u32 = hi
                     .trim()
                     .parse()
-                    .map_err(|_| format!("bad CPU range '{part}'"))?;
+                    .map_err(|_| CpuListError::Range(part.to_string()))?;
                 if hi < lo || hi - lo > 65_536 {
-                    return Err(format!("bad CPU range '{part}'"));
+                    return Err(CpuListError::Range(part.to_string()));
                 }
                 cpus.extend(lo..=hi);
                 if cpus.len() > 1 << 20 {
-                    return Err(format!("cpulist '{}' names too many CPUs", text.trim()));
+                    return Err(CpuListError::TooMany(text.trim().to_string()));
                 }
             }
-            None => cpus.push(part.parse().map_err(|_| format!("bad CPU id '{part}'"))?),
+            None => cpus.push(part.parse().map_err(|_| CpuListError::Id(part.to_string()))?),
         }
     }
     cpus.sort_unstable();
@@ -66,7 +67,7 @@ pub fn format(cpus: &[u32]) -> String {
 
 /// Parses a hexadecimal affinity mask as printed by NVML or sysfs `cpumap`
 /// (`ffffffff` or comma-grouped `00000000,0000ffff`) into CPU ids.
-pub fn parse_mask(mask: &str) -> Result<Vec<u32>, String> {
+pub fn parse_mask(mask: &str) -> Result<Vec<u32>, CpuListError> {
     let digits: String = mask
         .trim()
         .trim_start_matches("0x")
@@ -74,7 +75,7 @@ pub fn parse_mask(mask: &str) -> Result<Vec<u32>, String> {
         .filter(|c| *c != ',')
         .collect();
     if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(format!("bad CPU mask '{mask}'"));
+        return Err(CpuListError::Mask(mask.to_string()));
     }
     let mut cpus = Vec::new();
     for (nibble_index, c) in digits.chars().rev().enumerate() {

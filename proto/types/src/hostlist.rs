@@ -1,11 +1,13 @@
 //! Slurm hostlist expressions: `node[01-04,07],login1` to names and back.
 
+use crate::error::HostlistError;
+
 /// No hostlist gsched accepts names more hosts than this (the product of several bracket
 /// groups grows fast; found by fuzzing).
 pub const MAX_HOSTS: usize = 65_536;
 
 /// Expands a hostlist expression into host names, in the order written.
-pub fn expand(expr: &str) -> Result<Vec<String>, String> {
+pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
     let mut hosts = Vec::new();
     for item in split_top_level(expr.trim())? {
         if item.is_empty() {
@@ -13,13 +15,13 @@ pub fn expand(expr: &str) -> Result<Vec<String>, String> {
         }
         expand_item(&item, &mut hosts)?;
         if hosts.len() > MAX_HOSTS {
-            return Err(format!("hostlist names more than {MAX_HOSTS} hosts"));
+            return Err(HostlistError::TooMany(expr.trim().to_string()));
         }
     }
     Ok(hosts)
 }
 
-fn split_top_level(expr: &str) -> Result<Vec<String>, String> {
+fn split_top_level(expr: &str) -> Result<Vec<String>, HostlistError> {
     let mut items = Vec::new();
     let mut depth = 0usize;
     let mut current = String::new();
@@ -31,7 +33,7 @@ fn split_top_level(expr: &str) -> Result<Vec<String>, String> {
             }
             ']' => {
                 if depth == 0 {
-                    return Err(format!("unbalanced ']' in hostlist '{expr}'"));
+                    return Err(HostlistError::UnbalancedClose(expr.to_string()));
                 }
                 depth -= 1;
                 current.push(c);
@@ -41,13 +43,13 @@ fn split_top_level(expr: &str) -> Result<Vec<String>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!("unbalanced '[' in hostlist '{expr}'"));
+        return Err(HostlistError::UnbalancedOpen(expr.to_string()));
     }
     items.push(current);
     Ok(items)
 }
 
-fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
+fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), HostlistError> {
     let Some(open) = item.find('[') else {
         out.push(item.to_string());
         return Ok(());
@@ -55,7 +57,7 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
     let close = item[open..]
         .find(']')
         .map(|i| i + open)
-        .ok_or_else(|| format!("unbalanced '[' in '{item}'"))?;
+        .ok_or_else(|| HostlistError::UnbalancedOpen(item.to_string()))?;
     let prefix = &item[..open];
     let ranges = &item[open + 1..close];
     let suffix = &item[close + 1..];
@@ -67,18 +69,16 @@ fn expand_item(item: &str, out: &mut Vec<String>) -> Result<(), String> {
         let width = lo.len();
         let lo_n: u64 = lo
             .parse()
-            .map_err(|_| format!("bad range '{range}' in hostlist"))?;
+            .map_err(|_| HostlistError::Range(range.to_string()))?;
         let hi_n: u64 = hi
             .parse()
-            .map_err(|_| format!("bad range '{range}' in hostlist"))?;
+            .map_err(|_| HostlistError::Range(range.to_string()))?;
         if hi_n < lo_n || hi_n - lo_n > 100_000 {
-            return Err(format!("bad range '{range}' in hostlist"));
+            return Err(HostlistError::Range(range.to_string()));
         }
         let adds = (hi_n - lo_n + 1).saturating_mul(expanded_suffix.len() as u64);
         if out.len() as u64 + adds > MAX_HOSTS as u64 {
-            return Err(format!(
-                "hostlist '{item}' names more than {MAX_HOSTS} hosts"
-            ));
+            return Err(HostlistError::TooMany(item.to_string()));
         }
         for n in lo_n..=hi_n {
             for s in &expanded_suffix {
@@ -167,7 +167,8 @@ mod tests {
     fn huge_products_are_refused_not_expanded() {
         // Found by cargo fuzz (sbatch_values): two bracket groups multiply to 41 million.
         let err = expand("de[0-20710]x[0-2010]").unwrap_err();
-        assert!(err.contains("more than 65536 hosts"), "{err}");
+        assert!(matches!(err, HostlistError::TooMany(_)), "{err}");
+        assert!(err.to_string().contains("more than 65536 hosts"), "{err}");
         let many = (0..100)
             .map(|i| format!("r{i}n[0-999]"))
             .collect::<Vec<_>>()

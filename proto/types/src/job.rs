@@ -109,11 +109,11 @@ pub enum OpenMode {
 }
 
 impl OpenMode {
-    pub fn parse(text: &str) -> Result<OpenMode, String> {
+    pub fn parse(text: &str) -> Result<OpenMode, crate::error::InputError> {
         match text {
             "append" | "a" => Ok(OpenMode::Append),
             "truncate" | "t" => Ok(OpenMode::Truncate),
-            _ => Err(format!("--open-mode={text}: use append or truncate")),
+            _ => Err(crate::error::InputError::OpenMode(text.to_string())),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod api;
 pub mod assoc;
 pub mod cpulist;
+pub mod error;
 pub mod failure;
 pub mod findings;
 pub mod gpubind;

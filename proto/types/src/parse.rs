@@ -2,26 +2,23 @@
 //! of sbatch's forms, memory sizes, `--gres`, `--array`, `--dependency` and `--signal`
 //! expressions.
 
+use crate::error::InputError;
 use crate::job::{Dependency, DependencyKind, WarnSignal};
 
 /// Parses a Slurm time limit: `minutes`, `minutes:seconds`, `hours:minutes:seconds`,
 /// `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`. Returns seconds; `0`,
 /// `INFINITE` and `UNLIMITED` give `Some(0)`, which means no limit (capped by the
 /// partition's maximum).
-pub fn time_limit(text: &str) -> Result<Option<u64>, String> {
+pub fn time_limit(text: &str) -> Result<Option<u64>, InputError> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("infinite") || t.eq_ignore_ascii_case("unlimited") {
         return Ok(Some(0));
     }
-    let bad = || {
-        format!(
-            "invalid time limit '{text}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-        )
-    };
+    let bad = || InputError::TimeLimit(text.to_string());
     if t.is_empty() {
         return Err(bad());
     }
-    let num = |s: &str| -> Result<u64, String> {
+    let num = |s: &str| -> Result<u64, InputError> {
         if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 9 {
             return Err(bad());
         }
@@ -93,13 +90,9 @@ pub fn format_duration(secs: u64) -> String {
 
 /// Parses a memory size as sbatch does: a number with an optional K/M/G/T suffix, megabytes
 /// by default. Returns megabytes; `0` keeps its special meaning (the whole node).
-pub fn mem_mb(text: &str) -> Result<u64, String> {
+pub fn mem_mb(text: &str) -> Result<u64, InputError> {
     let t = text.trim();
-    let bad = || {
-        format!(
-            "invalid memory size '{text}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G"
-        )
-    };
+    let bad = || InputError::MemorySize(text.to_string());
     if t.is_empty() {
         return Err(bad());
     }
@@ -131,7 +124,7 @@ pub struct GpuRequest {
 
 /// Parses `--gres`. Only the `gpu` resource is known; several comma-separated entries are
 /// allowed but only one GPU entry.
-pub fn gres(text: &str) -> Result<GpuRequest, String> {
+pub fn gres(text: &str) -> Result<GpuRequest, InputError> {
     let mut found: Option<GpuRequest> = None;
     for entry in text.split(',') {
         let entry = entry.trim();
@@ -140,10 +133,10 @@ pub fn gres(text: &str) -> Result<GpuRequest, String> {
         }
         let parts: Vec<&str> = entry.split(':').collect();
         if parts[0] != "gpu" {
-            return Err(format!(
-                "unknown generic resource '{}' in --gres={text}: only 'gpu' is supported",
-                parts[0]
-            ));
+            return Err(InputError::UnknownGres {
+                resource: parts[0].to_string(),
+                text: text.to_string(),
+            });
         }
         let req = match parts.as_slice() {
             ["gpu"] => GpuRequest {
@@ -163,20 +156,18 @@ pub fn gres(text: &str) -> Result<GpuRequest, String> {
                 count: count(n, "--gres")?,
             },
             _ => {
-                return Err(format!(
-                    "invalid --gres '{text}': use gpu[:type]:count, e.g. gpu:a100:8"
-                ));
+                return Err(InputError::Gres(text.to_string()));
             }
         };
         if found.replace(req).is_some() {
-            return Err(format!("--gres={text} names gpu twice"));
+            return Err(InputError::GresTwice(text.to_string()));
         }
     }
-    found.ok_or_else(|| format!("invalid --gres '{text}': use gpu[:type]:count"))
+    found.ok_or_else(|| InputError::Gres(text.to_string()))
 }
 
 /// Parses `--gpus-per-node` / `--gpus-per-task` values: `N` or `type:N`.
-pub fn gpus(text: &str, flag: &str) -> Result<GpuRequest, String> {
+pub fn gpus(text: &str, flag: &str) -> Result<GpuRequest, InputError> {
     match text.rsplit_once(':') {
         Some((t, n)) => Ok(GpuRequest {
             gpu_type: Some(t.to_string()),
@@ -190,19 +181,25 @@ pub fn gpus(text: &str, flag: &str) -> Result<GpuRequest, String> {
 }
 
 /// Parses a non-negative count for `flag`, with a message that names the flag.
-pub fn count(text: &str, flag: &str) -> Result<u32, String> {
+pub fn count(text: &str, flag: &str) -> Result<u32, InputError> {
     let t = text.trim();
     if t.starts_with('-') {
-        return Err(format!("{flag} must not be negative (got '{text}')"));
+        return Err(InputError::Negative {
+            flag: flag.to_string(),
+            text: text.to_string(),
+        });
     }
     t.parse::<u32>()
-        .map_err(|_| format!("{flag} needs a whole number (got '{text}')"))
+        .map_err(|_| InputError::NotWholeNumber {
+            flag: flag.to_string(),
+            text: text.to_string(),
+        })
 }
 
 /// Parses sbatch's `--array` spec (`0-15%4`, `1,3,5`, `0-20:5`) into task ids and the
 /// optional limit of tasks running at once.
-pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
-    let bad = || format!("invalid --array '{text}': use e.g. 0-15, 1,3,5, 0-20:5 or 0-15%4");
+pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), InputError> {
+    let bad = || InputError::Array(text.to_string());
     let (spec, limit) = match text.split_once('%') {
         Some((s, l)) => (s, Some(l.trim().parse::<u32>().map_err(|_| bad())?)),
         None => (text, None),
@@ -235,18 +232,16 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
         }
         ids.extend((lo..=hi).step_by(step as usize));
         if ids.len() > 1_000_000 {
-            return Err(format!(
-                "--array '{text}' asks for too many tasks; at most 10000 are allowed"
-            ));
+            return Err(InputError::ArrayFarTooLarge(text.to_string()));
         }
     }
     ids.sort_unstable();
     ids.dedup();
     if ids.len() > 10_000 {
-        return Err(format!(
-            "--array '{text}' asks for {} tasks; at most 10000 are allowed",
-            ids.len()
-        ));
+        return Err(InputError::ArrayTooLarge {
+            text: text.to_string(),
+            tasks: ids.len(),
+        });
     }
     if limit == Some(0) {
         return Err(bad());
@@ -256,16 +251,10 @@ pub fn array(text: &str) -> Result<(Vec<u32>, Option<u32>), String> {
 
 /// Parses `--dependency` (`afterok:12:13,afterany:14`, `singleton`; `?` separators, which
 /// mean "any of", are refused since we only implement "all of").
-pub fn dependency(text: &str) -> Result<Vec<Dependency>, String> {
-    let bad = || {
-        format!(
-            "invalid --dependency '{text}': use afterok:ID[:ID...], afterany:ID, afternotok:ID, after:ID or singleton"
-        )
-    };
+pub fn dependency(text: &str) -> Result<Vec<Dependency>, InputError> {
+    let bad = || InputError::Dependency(text.to_string());
     if text.contains('?') {
-        return Err(format!(
-            "--dependency '{text}': '?' (any-of) dependencies are not supported; use ',' (all-of)"
-        ));
+        return Err(InputError::DependencyAnyOf(text.to_string()));
     }
     let mut deps = Vec::new();
     for part in text.split(',') {
@@ -327,13 +316,13 @@ const SIGNALS: [(&str, i32); 20] = [
 ];
 
 /// A signal by name (`USR1`, `SIGUSR1`, any case) or number (1-64).
-pub fn signal(text: &str) -> Result<i32, String> {
+pub fn signal(text: &str) -> Result<i32, InputError> {
     let t = text.trim();
     if let Ok(n) = t.parse::<i32>() {
         return if (1..=64).contains(&n) {
             Ok(n)
         } else {
-            Err(format!("signal {n} is not a signal number (1-64)"))
+            Err(InputError::SignalNumber(n))
         };
     }
     let upper = t.to_ascii_uppercase();
@@ -342,12 +331,12 @@ pub fn signal(text: &str) -> Result<i32, String> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, v)| *v)
-        .ok_or_else(|| format!("unknown signal '{t}' (use a name such as USR1 or a number)"))
+        .ok_or_else(|| InputError::SignalName(t.to_string()))
 }
 
 /// Parses sbatch's `--signal=[{R|B}:]SIG[@SECONDS]` (default 60 s before the time limit;
 /// `R:` is accepted and means nothing here, as there are no reservations).
-pub fn warn_signal(text: &str) -> Result<WarnSignal, String> {
+pub fn warn_signal(text: &str) -> Result<WarnSignal, InputError> {
     let mut rest = text.trim();
     let mut batch_only = false;
     loop {
@@ -371,12 +360,13 @@ pub fn warn_signal(text: &str) -> Result<WarnSignal, String> {
             .parse::<u32>()
             .ok()
             .filter(|s| *s <= 65_535)
-            .ok_or_else(|| {
-                format!("--signal={text}: the time after @ must be seconds (0-65535)")
-            })?,
+            .ok_or_else(|| InputError::WarnSignalTime(text.to_string()))?,
     };
     Ok(WarnSignal {
-        signal: signal(sig).map_err(|e| format!("--signal={text}: {e}"))?,
+        signal: signal(sig).map_err(|e| InputError::WarnSignal {
+            text: text.to_string(),
+            source: Box::new(e),
+        })?,
         before_s,
         batch_only,
     })
@@ -485,11 +475,10 @@ mod tests {
                 count: 4
             }
         );
-        assert!(
-            gpus("-1", "--gpus-per-node")
-                .unwrap_err()
-                .contains("negative")
-        );
+        assert!(matches!(
+            gpus("-1", "--gpus-per-node"),
+            Err(InputError::Negative { flag, .. }) if flag == "--gpus-per-node"
+        ));
     }
 
     #[test]

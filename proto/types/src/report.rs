@@ -16,7 +16,7 @@ pub enum Group {
 }
 
 impl Group {
-    pub fn parse(text: &str) -> Result<Group, String> {
+    pub fn parse(text: &str) -> Result<Group, crate::error::InputError> {
         Ok(match text.to_ascii_lowercase().as_str() {
             "user" | "users" => Group::User,
             "account" | "accounts" => Group::Account,
@@ -24,9 +24,7 @@ impl Group {
             "node" | "nodes" => Group::Node,
             "gpu" | "gpu-model" | "gpu_model" | "model" => Group::GpuModel,
             other => {
-                return Err(format!(
-                    "unknown grouping '{other}': use user, account, partition, node or gpu-model"
-                ));
+                return Err(crate::error::InputError::ReportGroup(other.to_string()));
             }
         })
     }

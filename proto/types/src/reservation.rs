@@ -21,7 +21,7 @@ pub struct ResvFlags {
 
 impl ResvFlags {
     /// Parses Slurm's `Flags=` list (`MAINT,IGNORE_JOBS`, any case).
-    pub fn parse(text: &str) -> Result<ResvFlags, String> {
+    pub fn parse(text: &str) -> Result<ResvFlags, crate::error::InputError> {
         let mut flags = ResvFlags::default();
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word.to_ascii_uppercase().as_str() {
@@ -29,9 +29,7 @@ impl ResvFlags {
                 "IGNORE_JOBS" => flags.ignore_jobs = true,
                 "SPEC_NODES" => {}
                 other => {
-                    return Err(format!(
-                        "reservation flag '{other}' is not supported (gsched knows MAINT and IGNORE_JOBS)"
-                    ));
+                    return Err(crate::error::InputError::ReservationFlag(other.to_string()));
                 }
             }
         }
@@ -204,7 +202,7 @@ mod tests {
         assert_eq!(f.words(), "MAINT,IGNORE_JOBS");
         assert_eq!(ResvFlags::parse("").unwrap(), ResvFlags::default());
         let err = ResvFlags::parse("MAINT,FLEX").unwrap_err();
-        assert!(err.contains("FLEX"), "{err}");
+        assert_eq!(err, crate::error::InputError::ReservationFlag("FLEX".into()));
     }
 
     #[test]

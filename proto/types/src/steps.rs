@@ -150,13 +150,14 @@ pub fn block_counts(ntasks: u32, nodes: u32) -> Vec<u32> {
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
     /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
-    pub fn layout(&self, job_nodes: &[String]) -> Result<StepLayout, String> {
+    pub fn layout(&self, job_nodes: &[String]) -> Result<StepLayout, crate::error::StepLayoutError> {
+        use crate::error::StepLayoutError;
         for n in &self.nodelist {
             if !job_nodes.contains(n) {
-                return Err(format!(
-                    "node {n} is not one of the job's nodes ({})",
-                    crate::hostlist::compress(job_nodes)
-                ));
+                return Err(StepLayoutError::ForeignNode {
+                    node: n.clone(),
+                    job_nodes: crate::hostlist::compress(job_nodes),
+                });
             }
         }
         let mut nodes: Vec<String> = if self.nodelist.is_empty() {
@@ -170,20 +171,18 @@ impl StepRequest {
         };
         if self.nodes > 0 {
             if self.nodes as usize > nodes.len() {
-                return Err(format!(
-                    "-N {} asks for more nodes than the {} available to this step",
-                    self.nodes,
-                    nodes.len()
-                ));
+                return Err(StepLayoutError::TooManyNodes {
+                    asked: self.nodes,
+                    available: nodes.len(),
+                });
             }
             nodes.truncate(self.nodes as usize);
         }
         if nodes.is_empty() {
-            return Err("the step has no node to run on".into());
+            return Err(StepLayoutError::NoNode);
         }
         let per_node = self.ntasks_per_node.max(1);
-        let too_many =
-            |n: String| format!("{n} tasks is more than a step may start ({MAX_STEP_TASKS})");
+        let too_many = StepLayoutError::TooManyTasks;
         let ntasks = if self.ntasks > 0 {
             self.ntasks
         } else {
@@ -320,7 +319,10 @@ mod tests {
         // 2^31 per node on two nodes once wrapped to 0 tasks and divided by zero.
         for (n, per) in [(0, 1u32 << 31), (0, u32::MAX), (u32::MAX, 0)] {
             let e = req(0, n, per, &[]).layout(&job).unwrap_err();
-            assert!(e.contains("more than a step may start"), "{e}");
+            assert!(
+                matches!(e, crate::error::StepLayoutError::TooManyTasks(_)),
+                "{e}"
+            );
         }
         assert_eq!(req(0, 0, 2048, &[]).layout(&job).unwrap().ntasks, 4096);
     }
@@ -345,12 +347,10 @@ mod tests {
         );
         let l = req(0, 0, 4, &[]).layout(&job).unwrap();
         assert_eq!(l.ntasks, 12);
-        assert!(
-            req(0, 0, 0, &["n9"])
-                .layout(&job)
-                .unwrap_err()
-                .contains("not one of")
-        );
+        assert!(matches!(
+            req(0, 0, 0, &["n9"]).layout(&job),
+            Err(crate::error::StepLayoutError::ForeignNode { node, .. }) if node == "n9"
+        ));
         assert!(req(4, 0, 0, &[]).layout(&job).is_err());
         assert!(req(0, 100_000, 0, &[]).layout(&job).is_err());
     }
