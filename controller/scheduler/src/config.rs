@@ -311,32 +311,57 @@ impl SchedConfig {
     }
 
     /// Checks names and ranges; the message says what to fix.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SchedConfigError> {
         if self.master_port_min == 0 || self.master_port_min > self.master_port_max {
-            return Err(format!(
-                "master_port_min..master_port_max ({}..{}) is not a valid port range",
-                self.master_port_min, self.master_port_max
-            ));
+            return Err(SchedConfigError::PortRange {
+                min: self.master_port_min,
+                max: self.master_port_max,
+            });
         }
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.partitions {
             if !seen.insert(&p.name) {
-                return Err(format!("partition '{}' is defined twice", p.name));
+                return Err(SchedConfigError::PartitionTwice(p.name.clone()));
             }
             if let Some(nodes) = &p.nodes {
                 gsched_types::hostlist::expand(nodes)
-                    .map_err(|e| format!("partition '{}': {e}", p.name))?;
+                    .map_err(|e| SchedConfigError::Nodes {
+                        what: "partition",
+                        name: p.name.clone(),
+                        why: e,
+                    })?;
             }
         }
         if self.partitions.iter().filter(|p| p.default).count() > 1 {
-            return Err("more than one partition has default = true".into());
+            return Err(SchedConfigError::TwoDefaults);
         }
         for s in &self.switches {
             if let Some(nodes) = &s.nodes {
                 gsched_types::hostlist::expand(nodes)
-                    .map_err(|e| format!("switch '{}': {e}", s.name))?;
+                    .map_err(|e| SchedConfigError::Nodes {
+                        what: "switch",
+                        name: s.name.clone(),
+                        why: e,
+                    })?;
             }
         }
         Ok(())
     }
+}
+
+/// A scheduler setting that cannot be used; the message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedConfigError {
+    #[error("master_port_min..master_port_max ({min}..{max}) is not a valid port range")]
+    PortRange { min: u16, max: u16 },
+    #[error("partition '{0}' is defined twice")]
+    PartitionTwice(String),
+    #[error("{what} '{name}': {why}")]
+    Nodes {
+        what: &'static str,
+        name: String,
+        why: gsched_types::error::HostlistError,
+    },
+    #[error("more than one partition has default = true")]
+    TwoDefaults,
 }

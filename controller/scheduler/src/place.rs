@@ -51,7 +51,7 @@ impl Eval {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocked {
     /// No set of registered nodes could ever satisfy the request.
-    Never(String),
+    Never(NeverFits),
     /// Enough nodes exist but some it needs are drained, down or offline.
     Unavailable(Vec<String>),
     /// Suitable nodes exist but their resources are in use.
@@ -102,6 +102,61 @@ impl ShapeKey {
     }
 }
 
+/// Why one node can never host a job (static facts only).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ineligible {
+    NotInPartition(String),
+    Excluded,
+    NotInNodelist,
+    GpuModel(String),
+    LacksFeature(String),
+    Gpus { usable: u32, wanted: u32 },
+    Cpus { has: usize, wanted: u32 },
+    Memory { has_mb: u64, wanted_mb: u64 },
+}
+
+impl std::fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ineligible::NotInPartition(p) => write!(f, "not in partition {p}"),
+            Ineligible::Excluded => write!(f, "excluded"),
+            Ineligible::NotInNodelist => write!(f, "not in --nodelist"),
+            Ineligible::GpuModel(t) => write!(f, "GPU model is not {t}"),
+            Ineligible::LacksFeature(x) => write!(f, "lacks feature {x}"),
+            Ineligible::Gpus { usable, wanted } => {
+                write!(f, "has {usable} usable GPUs, {wanted} wanted")
+            }
+            Ineligible::Cpus { has, wanted } => write!(f, "has {has} CPUs, {wanted} wanted"),
+            Ineligible::Memory { has_mb, wanted_mb } => {
+                write!(f, "has {has_mb} MB memory, {wanted_mb} MB wanted")
+            }
+        }
+    }
+}
+
+/// Why a job can never run on the registered nodes: the most common reasons nodes
+/// were ruled out, with their counts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NeverFits {
+    #[error("no nodes are registered")]
+    NoNodes,
+    #[error("{wanted} node(s) wanted, {could} could ever fit ({})", top_reasons(.reasons))]
+    TooFew {
+        wanted: u32,
+        could: usize,
+        /// At most three, the most frequent first.
+        reasons: Vec<(Ineligible, u32)>,
+    },
+}
+
+fn top_reasons(reasons: &[(Ineligible, u32)]) -> String {
+    reasons
+        .iter()
+        .map(|(w, n)| format!("{n} node(s) {w}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Nodes that could ever host a shape, and why the others cannot.
 #[derive(Debug, Clone)]
 struct Eligibility {
@@ -111,7 +166,7 @@ struct Eligibility {
     unavailable: Arc<Vec<String>>,
     /// `nodes` as a lookup table by node index.
     member: Arc<Vec<bool>>,
-    never: Option<String>,
+    never: Option<NeverFits>,
 }
 
 /// Nodes grouped by (wiring, free GPUs): every node of a class offers the same GPU sets.
@@ -182,19 +237,19 @@ impl<'a> Placer<'a> {
     }
 
     /// Why `node` can never host `job` (static facts only), or `None` if it could.
-    fn ineligible(&self, job: &PendingJob, ni: usize) -> Option<String> {
+    fn ineligible(&self, job: &PendingJob, ni: usize) -> Option<Ineligible> {
         let node = &self.snap.nodes[ni];
         if !self.partitions[ni].iter().any(|p| p == &job.partition) {
-            return Some(format!("not in partition {}", job.partition));
+            return Some(Ineligible::NotInPartition(job.partition.clone()));
         }
         if job.exclude.iter().any(|x| x == &node.name) {
-            return Some("excluded".into());
+            return Some(Ineligible::Excluded);
         }
         if !job.nodelist.is_empty()
             && job.nodelist.len() as u32 >= job.nodes
             && !job.nodelist.iter().any(|x| x == &node.name)
         {
-            return Some("not in --nodelist".into());
+            return Some(Ineligible::NotInNodelist);
         }
         if let Some(t) = &job.gpu_type
             && !node
@@ -202,7 +257,7 @@ impl<'a> Placer<'a> {
                 .as_deref()
                 .is_some_and(|m| model_matches(m, t))
         {
-            return Some(format!("GPU model is not {t}"));
+            return Some(Ineligible::GpuModel(t.clone()));
         }
         if let Some(f) = job.constraint.iter().find(|f| {
             !node.features.iter().any(|nf| nf == *f)
@@ -211,28 +266,26 @@ impl<'a> Placer<'a> {
                     .as_deref()
                     .is_some_and(|m| model_matches(m, f))
         }) {
-            return Some(format!("lacks feature {f}"));
+            return Some(Ineligible::LacksFeature(f.clone()));
         }
         if job.gpus_per_node > node.healthy_gpus() {
-            return Some(format!(
-                "has {} usable GPUs, {} wanted",
-                node.healthy_gpus(),
-                job.gpus_per_node
-            ));
+            return Some(Ineligible::Gpus {
+                usable: node.healthy_gpus(),
+                wanted: job.gpus_per_node,
+            });
         }
         if job.cpus_per_node as usize > node.capacity.cpus.len() {
-            return Some(format!(
-                "has {} CPUs, {} wanted",
-                node.capacity.cpus.len(),
-                job.cpus_per_node
-            ));
+            return Some(Ineligible::Cpus {
+                has: node.capacity.cpus.len(),
+                wanted: job.cpus_per_node,
+            });
         }
         let mem = mem_for(job, node, job.gpus_per_node);
         if mem > node.capacity.mem_mb {
-            return Some(format!(
-                "has {} MB memory, {mem} MB wanted",
-                node.capacity.mem_mb
-            ));
+            return Some(Ineligible::Memory {
+                has_mb: node.capacity.mem_mb,
+                wanted_mb: mem,
+            });
         }
         None
     }
@@ -243,7 +296,7 @@ impl<'a> Placer<'a> {
             return e.clone();
         }
         let mut nodes = Vec::new();
-        let mut why: FxHashMap<String, u32> = FxHashMap::default();
+        let mut why: FxHashMap<Ineligible, u32> = FxHashMap::default();
         for ni in 0..self.snap.nodes.len() {
             match self.ineligible(job, ni) {
                 None => nodes.push(ni),
@@ -261,22 +314,20 @@ impl<'a> Placer<'a> {
             }
         }
         let never = if (nodes.len() as u32) < job.nodes {
-            let mut reasons: Vec<(String, u32)> = why.into_iter().collect();
-            reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let detail = reasons
-                .iter()
-                .take(3)
-                .map(|(w, n)| format!("{n} node(s) {w}"))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let mut reasons: Vec<(Ineligible, u32)> = why.into_iter().collect();
+            reasons.sort_by(|a, b| {
+                b.1.cmp(&a.1)
+                    .then_with(|| a.0.to_string().cmp(&b.0.to_string()))
+            });
+            reasons.truncate(3);
             Some(if self.snap.nodes.is_empty() {
-                "no nodes are registered".to_string()
+                NeverFits::NoNodes
             } else {
-                format!(
-                    "{} node(s) wanted, {} could ever fit ({detail})",
-                    job.nodes,
-                    nodes.len()
-                )
+                NeverFits::TooFew {
+                    wanted: job.nodes,
+                    could: nodes.len(),
+                    reasons,
+                }
             })
         } else {
             None
@@ -306,7 +357,7 @@ impl<'a> Placer<'a> {
     }
 
     /// Would the job ever fit on the registered nodes? `Err` says why not.
-    pub fn check_ever_fits(&mut self, job: &PendingJob) -> Result<(), String> {
+    pub fn check_ever_fits(&mut self, job: &PendingJob) -> Result<(), NeverFits> {
         match self.eligibility(job).never {
             Some(why) => Err(why),
             None => Ok(()),

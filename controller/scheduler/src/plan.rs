@@ -405,7 +405,7 @@ impl<'a> Pass<'a> {
                 }
             }
             Err(Blocked::Never(why)) => {
-                let r = PendingReason::BadConstraints(why);
+                let r = PendingReason::BadConstraints(why.to_string());
                 self.busy_shapes.insert(busy_key, r.clone());
                 Err(r)
             }

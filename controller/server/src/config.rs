@@ -121,19 +121,63 @@ pub struct ConfigFile {
     pub idle_gpu: Option<gsched_state::idle::IdlePolicy>,
 }
 
+/// Why the controller's configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Syntax {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("{path}: [scheduler] {source}")]
+    Scheduler {
+        path: String,
+        source: gsched_scheduler::config::SchedConfigError,
+    },
+    #[error("{path}: {source}")]
+    IdlePolicy {
+        path: String,
+        source: gsched_state::idle::IdlePolicyError,
+    },
+    #[error("invalid peer '{0}': use ID=HOST:PORT")]
+    Peer(String),
+    #[error("invalid peer id in '{0}': use a positive number")]
+    PeerId(String),
+    #[error("controller ids start at 1")]
+    PeerIdZero,
+    #[error("invalid peer address '{0}': use HOST:PORT")]
+    PeerAddress(String),
+    #[error("controller id {0} is listed twice in --peers")]
+    PeerTwice(u64),
+}
+
 impl ConfigFile {
-    pub fn load(path: &std::path::Path) -> Result<ConfigFile, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file: ConfigFile =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &std::path::Path) -> Result<ConfigFile, ConfigError> {
+        let shown = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown(),
+            source,
+        })?;
+        let file: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
+            path: shown(),
+            source: Box::new(e),
+        })?;
         if let Some(s) = &file.scheduler {
-            s.validate()
-                .map_err(|e| format!("{}: [scheduler] {e}", path.display()))?;
+            s.validate().map_err(|source| ConfigError::Scheduler {
+                path: shown(),
+                source,
+            })?;
         }
         if let Some(p) = &file.idle_gpu {
-            p.validate()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            p.validate().map_err(|source| ConfigError::IdlePolicy {
+                path: shown(),
+                source,
+            })?;
         }
         Ok(file)
     }
@@ -176,24 +220,24 @@ impl ConfigFile {
 }
 
 /// Parses `--peers 1=host:port,2=host:port`.
-pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
     let mut out = BTreeMap::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part
             .split_once('=')
-            .ok_or_else(|| format!("invalid peer '{part}': use ID=HOST:PORT"))?;
+            .ok_or_else(|| ConfigError::Peer(part.to_string()))?;
         let id: u64 = id
             .trim()
             .parse()
-            .map_err(|_| format!("invalid peer id in '{part}': use a positive number"))?;
+            .map_err(|_| ConfigError::PeerId(part.to_string()))?;
         if id == 0 {
-            return Err("controller ids start at 1".into());
+            return Err(ConfigError::PeerIdZero);
         }
         if !addr.contains(':') {
-            return Err(format!("invalid peer address '{addr}': use HOST:PORT"));
+            return Err(ConfigError::PeerAddress(addr.to_string()));
         }
         if out.insert(id, addr.trim().to_string()).is_some() {
-            return Err(format!("controller id {id} is listed twice in --peers"));
+            return Err(ConfigError::PeerTwice(id));
         }
     }
     Ok(out)

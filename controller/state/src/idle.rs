@@ -88,17 +88,28 @@ pub struct IdleRule {
     pub grace_s: u64,
 }
 
+/// A setting of `[idle_gpu]` that serde accepts but the policy cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdlePolicyError {
+    #[error("{section}threshold_pct must be 1 to 100 (a GPU under it counts as idle)")]
+    Threshold { section: String },
+    #[error("{section}after_s must be at least 1")]
+    After { section: String },
+}
+
 impl IdlePolicy {
     /// Checks what serde cannot.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), IdlePolicyError> {
         let check = |where_: &str, t: Option<u8>, after: Option<u64>| {
             if t.is_some_and(|t| t == 0 || t > 100) {
-                return Err(format!(
-                    "{where_}threshold_pct must be 1 to 100 (a GPU under it counts as idle)"
-                ));
+                return Err(IdlePolicyError::Threshold {
+                    section: where_.to_string(),
+                });
             }
             if after == Some(0) {
-                return Err(format!("{where_}after_s must be at least 1"));
+                return Err(IdlePolicyError::After {
+                    section: where_.to_string(),
+                });
             }
             Ok(())
         };

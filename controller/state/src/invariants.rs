@@ -2,11 +2,40 @@
 
 use crate::machine::ClusterState;
 use gsched_types::job::JobState;
+use gsched_types::JobId;
 use std::collections::BTreeMap;
+
+/// A safety property the state breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("job {job} is {state} but allocation presence is {allocated}")]
+    Allocation {
+        job: JobId,
+        state: JobState,
+        allocated: bool,
+    },
+    #[error("pending job {0} holds an allocation")]
+    PendingHoldsAllocation(JobId),
+    #[error("GPU {gpu} on {node} is held by jobs {first} and {second}")]
+    GpuHeldTwice {
+        gpu: u32,
+        node: String,
+        first: u64,
+        second: JobId,
+    },
+    #[error("usage says GPU {gpu} on {node} is busy but no live job holds it")]
+    UsageWithoutJob { gpu: u32, node: String },
+    #[error("usage on {node} counts {counted} GPUs, jobs hold {held}")]
+    UsageCount {
+        node: String,
+        counted: u32,
+        held: u32,
+    },
+}
 
 /// Checks that no GPU (or CPU) is held by two live jobs and that the derived usage matches
 /// the allocations. Returns the first violation found.
-pub fn check(state: &ClusterState) -> Result<(), String> {
+pub fn check(state: &ClusterState) -> Result<(), Violation> {
     let mut gpu_owner: BTreeMap<(String, u32), u64> = BTreeMap::new();
     for job in state.jobs.values() {
         let live = matches!(job.state, JobState::Running | JobState::Completing);
@@ -14,15 +43,14 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
             && job.state != JobState::Pending
             && !job.state.is_terminal()
         {
-            return Err(format!(
-                "job {} is {} but allocation presence is {}",
-                job.id,
-                job.state,
-                job.allocation.is_some()
-            ));
+            return Err(Violation::Allocation {
+                job: job.id,
+                state: job.state,
+                allocated: job.allocation.is_some(),
+            });
         }
         if job.state == JobState::Pending && job.allocation.is_some() {
-            return Err(format!("pending job {} holds an allocation", job.id));
+            return Err(Violation::PendingHoldsAllocation(job.id));
         }
         if !live {
             continue;
@@ -30,10 +58,12 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
         for na in &job.allocation.as_ref().expect("live").nodes {
             for g in &na.gpus {
                 if let Some(other) = gpu_owner.insert((na.node.clone(), *g), job.id.0) {
-                    return Err(format!(
-                        "GPU {g} on {} is held by jobs {other} and {}",
-                        na.node, job.id
-                    ));
+                    return Err(Violation::GpuHeldTwice {
+                        gpu: *g,
+                        node: na.node.clone(),
+                        first: other,
+                        second: job.id,
+                    });
                 }
             }
         }
@@ -42,17 +72,19 @@ pub fn check(state: &ClusterState) -> Result<(), String> {
         let usage = state.usage_of(node);
         for g in usage.gpus.iter() {
             if !gpu_owner.contains_key(&(node.clone(), g)) {
-                return Err(format!(
-                    "usage says GPU {g} on {node} is busy but no live job holds it"
-                ));
+                return Err(Violation::UsageWithoutJob {
+                    gpu: g,
+                    node: node.clone(),
+                });
             }
         }
         let held = gpu_owner.keys().filter(|(n, _)| n == node).count() as u32;
         if held != usage.gpus.len() {
-            return Err(format!(
-                "usage on {node} counts {} GPUs, jobs hold {held}",
-                usage.gpus.len()
-            ));
+            return Err(Violation::UsageCount {
+                node: node.clone(),
+                counted: usage.gpus.len(),
+                held,
+            });
         }
     }
     Ok(())

@@ -20,39 +20,103 @@ const MAX_LIST: usize = 4096;
 /// Ten years: a time limit beyond it is a typo.
 pub const MAX_TIME_S: u64 = 10 * 365 * 86_400;
 
+/// Why a job spec or a bulk selection was refused; each message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("{what} is {len} bytes long; the limit is {max}")]
+    TooLong { what: String, len: usize, max: u64 },
+    #[error("{what} contains a control character ({found:?}); use printable text")]
+    ControlCharacter { what: String, found: char },
+    #[error("{what} names {count} entries; at most {MAX_LIST} are allowed")]
+    TooManyEntries { what: String, count: usize },
+    #[error("{what} must be between {lo} and {hi} (got {got})")]
+    OutOfRange {
+        what: &'static str,
+        lo: u32,
+        hi: u32,
+        got: u32,
+    },
+    #[error("--ntasks={ntasks} does not fit --nodes={nodes} x --ntasks-per-node={per_node}")]
+    TasksDoNotFit { ntasks: u32, nodes: u32, per_node: u32 },
+    #[error("--cpus-per-gpu and --gpus-per-task must be sensible counts")]
+    GpuCounts,
+    #[error("the time limit is over ten years; use --time=UNLIMITED for none")]
+    TimeLimit,
+    #[error("--signal needs a signal 1-64 and at most 65535 seconds")]
+    Signal,
+    #[error("--nice must be between -10000 and 10000")]
+    Nice,
+    #[error("the job has no user")]
+    NoUser,
+    #[error("working directory '{0}' must be absolute")]
+    RelativeWorkdir(String),
+    #[error("--dependency names more than {MAX_LIST} jobs")]
+    TooManyDependencies,
+    #[error("the batch script is empty")]
+    EmptyScript,
+    #[error(
+        "the batch script is {len} bytes; the limit is {max} (put data in files the script reads)"
+    )]
+    ScriptTooLarge { len: usize, max: u64 },
+    #[error("environment variable {0:?} is not a NAME=VALUE pair a process can receive")]
+    Environment(String),
+    #[error("an argument contains a NUL byte")]
+    NulInArgument,
+    #[error(
+        "the environment and arguments take {bytes} bytes; the limit is {max} (use --export=NONE or fewer variables)"
+    )]
+    EnvironmentTooLarge { bytes: u64, max: u64 },
+    #[error("--array names no task")]
+    ArrayEmpty,
+    #[error(
+        "--array task {task} is over the cluster's limit: task ids must be below {max} (MaxArraySize)"
+    )]
+    ArrayTaskTooHigh { task: u32, max: u32 },
+    #[error("--array asks for {tasks} tasks; at most {max} (MaxArraySize)")]
+    ArrayTooLarge { tasks: usize, max: u32 },
+    #[error("--array's %N must be at least 1")]
+    ArrayLimitZero,
+    #[error("--max-restarts is over 1000")]
+    MaxRestarts,
+    #[error("{0} jobs named; at most {MAX_NAMED_JOBS} in one request")]
+    TooManyJobsNamed(usize),
+}
+
 /// Refuses text with control characters (newlines, tabs, NUL, escapes) or over `max`
 /// bytes.
-fn text(what: &str, value: &str, max: u64) -> Result<(), String> {
+fn text(what: &str, value: &str, max: u64) -> Result<(), SpecError> {
     if value.len() as u64 > max {
-        return Err(format!(
-            "{what} is {} bytes long; the limit is {max}",
-            value.len()
-        ));
+        return Err(SpecError::TooLong {
+            what: what.to_string(),
+            len: value.len(),
+            max,
+        });
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "{what} contains a control character ({c:?}); use printable text"
-        ));
+        return Err(SpecError::ControlCharacter {
+            what: what.to_string(),
+            found: c,
+        });
     }
     Ok(())
 }
 
-fn optional(what: &str, value: &Option<String>, max: u64) -> Result<(), String> {
+fn optional(what: &str, value: &Option<String>, max: u64) -> Result<(), SpecError> {
     value.as_deref().map_or(Ok(()), |v| text(what, v, max))
 }
 
-fn list(what: &str, values: &[String], max: u64) -> Result<(), String> {
+fn list(what: &str, values: &[String], max: u64) -> Result<(), SpecError> {
     if values.len() > MAX_LIST {
-        return Err(format!(
-            "{what} names {} entries; at most {MAX_LIST} are allowed",
-            values.len()
-        ));
+        return Err(SpecError::TooManyEntries {
+            what: what.to_string(),
+            count: values.len(),
+        });
     }
     values.iter().try_for_each(|v| text(what, v, max))
 }
 
 /// Checks `spec` against `limits` and against values no node could satisfy.
-pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
+pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     let counts = [
         ("--nodes", spec.nodes, 1, MAX_NODES),
         (
@@ -66,40 +130,46 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
     ];
     for (what, v, lo, hi) in counts {
         if v < lo || v > hi {
-            return Err(format!("{what} must be between {lo} and {hi} (got {v})"));
+            return Err(SpecError::OutOfRange {
+                what,
+                lo,
+                hi,
+                got: v,
+            });
         }
     }
     if spec.ntasks == 0 || spec.ntasks > spec.nodes * spec.ntasks_per_node {
-        return Err(format!(
-            "--ntasks={} does not fit --nodes={} x --ntasks-per-node={}",
-            spec.ntasks, spec.nodes, spec.ntasks_per_node
-        ));
+        return Err(SpecError::TasksDoNotFit {
+            ntasks: spec.ntasks,
+            nodes: spec.nodes,
+            per_node: spec.ntasks_per_node,
+        });
     }
     if spec
         .cpus_per_gpu
         .is_some_and(|c| c == 0 || c > MAX_CPUS_PER_TASK)
         || spec.gpus_per_task.is_some_and(|g| g > MAX_GPUS_PER_NODE)
     {
-        return Err("--cpus-per-gpu and --gpus-per-task must be sensible counts".into());
+        return Err(SpecError::GpuCounts);
     }
     if spec.time_limit_s.is_some_and(|t| t > MAX_TIME_S) {
-        return Err("the time limit is over ten years; use --time=UNLIMITED for none".into());
+        return Err(SpecError::TimeLimit);
     }
     if spec
         .signal
         .as_ref()
         .is_some_and(|w| !(1..=64).contains(&w.signal) || w.before_s > 65_535)
     {
-        return Err("--signal needs a signal 1-64 and at most 65535 seconds".into());
+        return Err(SpecError::Signal);
     }
     if !(-10_000..=10_000).contains(&spec.nice) {
-        return Err("--nice must be between -10000 and 10000".into());
+        return Err(SpecError::Nice);
     }
     text("the job name", &spec.name, limits.max_name_bytes)?;
     let field = limits.max_field_bytes;
     text("the user", &spec.user, field)?;
     if spec.user.is_empty() {
-        return Err("the job has no user".into());
+        return Err(SpecError::NoUser);
     }
     for (what, v) in [
         ("--account", &spec.account),
@@ -116,32 +186,26 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
     text("the working directory", &spec.workdir, field)?;
     text("the submit directory", &spec.submit_dir, field)?;
     if !spec.workdir.starts_with('/') {
-        return Err(format!(
-            "working directory '{}' must be absolute",
-            spec.workdir
-        ));
+        return Err(SpecError::RelativeWorkdir(spec.workdir.clone()));
     }
     list("--nodelist", &spec.nodelist, field)?;
     list("--exclude", &spec.exclude, field)?;
     if spec.dependency.len() > MAX_LIST {
-        return Err(format!("--dependency names more than {MAX_LIST} jobs"));
+        return Err(SpecError::TooManyDependencies);
     }
     if spec.script.is_empty() && spec.torchrun.is_none() {
-        return Err("the batch script is empty".into());
+        return Err(SpecError::EmptyScript);
     }
     if spec.script.len() as u64 > limits.max_script_bytes {
-        return Err(format!(
-            "the batch script is {} bytes; the limit is {} (put data in files the script reads)",
-            spec.script.len(),
-            limits.max_script_bytes
-        ));
+        return Err(SpecError::ScriptTooLarge {
+            len: spec.script.len(),
+            max: limits.max_script_bytes,
+        });
     }
     let mut env_bytes: u64 = 0;
     for (k, v) in spec.env.iter().chain(spec.env_overrides.iter()) {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-            return Err(format!(
-                "environment variable {k:?} is not a NAME=VALUE pair a process can receive"
-            ));
+            return Err(SpecError::Environment(k.clone()));
         }
         env_bytes += (k.len() + v.len()) as u64;
     }
@@ -152,49 +216,47 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), String> {
     }
     for a in args {
         if a.contains('\0') {
-            return Err("an argument contains a NUL byte".into());
+            return Err(SpecError::NulInArgument);
         }
         env_bytes += a.len() as u64;
     }
     if env_bytes > limits.max_env_bytes {
-        return Err(format!(
-            "the environment and arguments take {env_bytes} bytes; the limit is {} (use --export=NONE or fewer variables)",
-            limits.max_env_bytes
-        ));
+        return Err(SpecError::EnvironmentTooLarge {
+            bytes: env_bytes,
+            max: limits.max_env_bytes,
+        });
     }
     if let Some(ids) = &spec.array {
         let max = limits.max_array_size;
         if ids.is_empty() {
-            return Err("--array names no task".into());
+            return Err(SpecError::ArrayEmpty);
         }
         if let Some(too_big) = ids.iter().find(|i| **i >= max) {
-            return Err(format!(
-                "--array task {too_big} is over the cluster's limit: task ids must be below {max} (MaxArraySize)"
-            ));
+            return Err(SpecError::ArrayTaskTooHigh {
+                task: *too_big,
+                max,
+            });
         }
         if ids.len() > max as usize {
-            return Err(format!(
-                "--array asks for {} tasks; at most {max} (MaxArraySize)",
-                ids.len()
-            ));
+            return Err(SpecError::ArrayTooLarge {
+                tasks: ids.len(),
+                max,
+            });
         }
         if spec.array_limit == Some(0) {
-            return Err("--array's %N must be at least 1".into());
+            return Err(SpecError::ArrayLimitZero);
         }
     }
     if spec.max_restarts.is_some_and(|m| m > 1000) {
-        return Err("--max-restarts is over 1000".into());
+        return Err(SpecError::MaxRestarts);
     }
     Ok(())
 }
 
 /// Checks a bulk action's selection: sizes only (what it matches is the state's business).
-pub fn job_selection(select: &JobSelection, limits: &SubmitLimits) -> Result<(), String> {
+pub fn job_selection(select: &JobSelection, limits: &SubmitLimits) -> Result<(), SpecError> {
     if select.jobs.len() > MAX_NAMED_JOBS {
-        return Err(format!(
-            "{} jobs named; at most {MAX_NAMED_JOBS} in one request",
-            select.jobs.len()
-        ));
+        return Err(SpecError::TooManyJobsNamed(select.jobs.len()));
     }
     list("user", &select.users, limits.max_field_bytes)?;
     list("node", &select.nodes, limits.max_field_bytes)?;
@@ -255,7 +317,7 @@ mod tests {
             let mut s = ok.clone();
             change(&mut s);
             let err = job_spec(&s, &limits).unwrap_err();
-            assert!(err.contains(needle), "{needle}: {err}");
+            assert!(err.to_string().contains(needle), "{needle}: {err}");
         }
     }
 }

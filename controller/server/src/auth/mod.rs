@@ -142,7 +142,10 @@ impl Auth {
         now_ms: u64,
         revoked_before: impl Fn(u32) -> u64,
     ) -> Result<Caller, Status> {
-        let claims = self.tokens.verify(token, now_ms).map_err(unauthenticated)?;
+        let claims = self
+            .tokens
+            .verify(token, now_ms)
+            .map_err(|e| unauthenticated(e.to_string()))?;
         if claims.issued_ms < revoked_before(claims.uid) {
             return Err(unauthenticated(
                 "this token was revoked (gctl token revoke): get a new one with gctl token",

@@ -14,17 +14,38 @@ const MIN_KEY_BYTES: usize = 32;
 
 pub struct TokenKey(Vec<u8>);
 
+/// Why a token key cannot be loaded or a token is not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read the token key {path}: {source}")]
+    ReadKey {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the token key {path} has {len} bytes; it needs {MIN_KEY_BYTES} or more (head -c 32 /dev/urandom > FILE, the same file on every controller)"
+    )]
+    ShortKey { path: String, len: usize },
+    #[error("not a gsched token (get one with gctl token)")]
+    Malformed,
+    #[error("this token was not issued by this cluster's controllers (or was altered)")]
+    Forged,
+    #[error("this token has expired: get a new one with gctl token")]
+    Expired,
+}
+
 impl TokenKey {
     /// The key in `path` (at least 32 bytes; `head -c 32 /dev/urandom > FILE` makes one).
-    pub fn from_file(path: &std::path::Path) -> Result<TokenKey, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read the token key {}: {e}", path.display()))?;
+    pub fn from_file(path: &std::path::Path) -> Result<TokenKey, TokenError> {
+        let bytes = std::fs::read(path).map_err(|source| TokenError::ReadKey {
+            path: path.display().to_string(),
+            source,
+        })?;
         if bytes.len() < MIN_KEY_BYTES {
-            return Err(format!(
-                "the token key {} has {} bytes; it needs {MIN_KEY_BYTES} or more (head -c 32 /dev/urandom > FILE, the same file on every controller)",
-                path.display(),
-                bytes.len()
-            ));
+            return Err(TokenError::ShortKey {
+                path: path.display().to_string(),
+                len: bytes.len(),
+            });
         }
         Ok(TokenKey(bytes))
     }
@@ -62,8 +83,8 @@ impl TokenKey {
     /// What a token vouches for, if this cluster's key signed it and it has not expired.
     /// Tokens of the first format (`gst1`, no issue time) count as issued at 0, so any
     /// revocation covers them.
-    pub fn verify(&self, token: &str, now_ms: u64) -> Result<Claims, String> {
-        let bad = || "not a gsched token (get one with gctl token)".to_string();
+    pub fn verify(&self, token: &str, now_ms: u64) -> Result<Claims, TokenError> {
+        let bad = || TokenError::Malformed;
         let (body, tag) = token.trim().rsplit_once('.').ok_or_else(bad)?;
         let parts: Vec<&str> = body.split('.').collect();
         let (uid, gid, issued, expires) = match parts[..] {
@@ -79,12 +100,12 @@ impl TokenKey {
             })
             .collect::<Option<_>>()
             .ok_or_else(bad)?;
-        self.mac(body).verify_slice(&tag).map_err(|_| {
-            "this token was not issued by this cluster's controllers (or was altered)".to_string()
-        })?;
+        self.mac(body)
+            .verify_slice(&tag)
+            .map_err(|_| TokenError::Forged)?;
         let expires: u64 = expires.parse().map_err(|_| bad())?;
         if expires <= now_ms {
-            return Err("this token has expired: get a new one with gctl token".into());
+            return Err(TokenError::Expired);
         }
         Ok(Claims {
             uid: uid.parse().map_err(|_| bad())?,
@@ -115,14 +136,14 @@ mod tests {
             gid: 1001,
             issued_ms: 1_000,
         };
-        assert_eq!(k.verify(&t, 4_999), Ok(claims));
-        assert!(k.verify(&t, 5_000).unwrap_err().contains("expired"));
+        assert_eq!(k.verify(&t, 4_999).unwrap(), claims);
+        assert!(matches!(k.verify(&t, 5_000), Err(TokenError::Expired)));
         let forged = t.replacen("gst2.1001", "gst2.0", 1);
-        assert!(k.verify(&forged, 0).unwrap_err().contains("not issued"));
+        assert!(matches!(k.verify(&forged, 0), Err(TokenError::Forged)));
         let later = t.replacen(".1000.", ".9000.", 1);
-        assert!(k.verify(&later, 0).unwrap_err().contains("not issued"));
+        assert!(matches!(k.verify(&later, 0), Err(TokenError::Forged)));
         let other = TokenKey(vec![8; 32]);
-        assert!(other.verify(&t, 0).unwrap_err().contains("not issued"));
+        assert!(matches!(other.verify(&t, 0), Err(TokenError::Forged)));
         for junk in [
             "",
             "gst2",

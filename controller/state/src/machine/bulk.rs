@@ -16,7 +16,9 @@ impl ClusterState {
     pub(super) fn act_on_jobs(&mut self, c: &ActOnJobs, at: u64) -> Outcome {
         let select = &c.select;
         if let Err(message) = crate::validate::job_selection(select, &self.config.limits) {
-            return Outcome::Rejected { message };
+            return Outcome::Rejected {
+                message: message.to_string(),
+            };
         }
         if select.is_empty() {
             return Outcome::Rejected {

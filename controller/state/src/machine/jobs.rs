@@ -14,7 +14,34 @@ use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{ArrayTask, Attempt, JobId, JobRecord, JobState, PendingReason};
 use gsched_types::job::{StepState, StepStatus};
 use gsched_types::parse::format_duration;
-use gsched_types::resources::fits;
+use gsched_types::resources::{FitError, fits};
+
+/// Why the committed state refuses a planned start (the plan was made on an older view).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartRefused {
+    #[error("job no longer exists")]
+    JobGone,
+    #[error("job is {0}, not pending")]
+    NotPending(JobState),
+    #[error("allocation has the wrong node count")]
+    NodeCount,
+    #[error("node {0} appears twice")]
+    NodeTwice(String),
+    #[error("node {0} is unknown")]
+    UnknownNode(String),
+    #[error("node {0} is not schedulable")]
+    NotSchedulable(String),
+    #[error("node {node} gets {given} GPUs, job wants {wanted}")]
+    GpuCount {
+        node: String,
+        given: usize,
+        wanted: u32,
+    },
+    #[error("node {node}: {why}")]
+    DoesNotFit { node: String, why: FitError },
+    #[error("port {port} on {node} is in use")]
+    PortInUse { port: u16, node: String },
+}
 
 /// The refusal of an action on someone else's job, naming the rule.
 pub(super) fn not_yours(job: &str, owner: &str, by: &str, action: &str) -> String {
@@ -71,7 +98,7 @@ impl ClusterState {
     /// The spec's own checks (`crate::validate`) and those that depend on replicated
     /// state (partition names, queue limits, dependencies).
     fn validate_submit(&self, spec: &gsched_types::JobSpec) -> Result<(), String> {
-        crate::validate::job_spec(spec, &self.config.limits)?;
+        crate::validate::job_spec(spec, &self.config.limits).map_err(|e| e.to_string())?;
         if let Some(message) = self.reservation_refuses(spec) {
             return Err(message);
         }
@@ -296,7 +323,7 @@ impl ClusterState {
                     }
                     started.push(s.job);
                 }
-                Err(why) => stale.push((s.job, why)),
+                Err(why) => stale.push((s.job, why.to_string())),
             }
         }
         Outcome::Started { started, stale }
@@ -304,36 +331,38 @@ impl ClusterState {
 
     /// The leader-side re-check of a planned start against committed state: the same
     /// `fits` the scheduler used, so a stale plan can never double-book.
-    pub fn check_start(&self, s: &StartJob) -> Result<(), String> {
-        let job = self.jobs.get(&s.job).ok_or("job no longer exists")?;
+    pub fn check_start(&self, s: &StartJob) -> Result<(), StartRefused> {
+        let job = self.jobs.get(&s.job).ok_or(StartRefused::JobGone)?;
         if job.state != JobState::Pending || job.held {
-            return Err(format!("job is {}, not pending", job.state));
+            return Err(StartRefused::NotPending(job.state));
         }
         if s.allocation.nodes.len() != job.spec.nodes as usize {
-            return Err("allocation has the wrong node count".into());
+            return Err(StartRefused::NodeCount);
         }
         let mut seen = std::collections::BTreeSet::new();
         for na in &s.allocation.nodes {
             if !seen.insert(&na.node) {
-                return Err(format!("node {} appears twice", na.node));
+                return Err(StartRefused::NodeTwice(na.node.clone()));
             }
             let node = self
                 .nodes
                 .get(&na.node)
-                .ok_or_else(|| format!("node {} is unknown", na.node))?;
+                .ok_or_else(|| StartRefused::UnknownNode(na.node.clone()))?;
             if !node.is_schedulable() {
-                return Err(format!("node {} is not schedulable", na.node));
+                return Err(StartRefused::NotSchedulable(na.node.clone()));
             }
             if na.gpus.len() as u32 != job.spec.gpus_per_node {
-                return Err(format!(
-                    "node {} gets {} GPUs, job wants {}",
-                    na.node,
-                    na.gpus.len(),
-                    job.spec.gpus_per_node
-                ));
+                return Err(StartRefused::GpuCount {
+                    node: na.node.clone(),
+                    given: na.gpus.len(),
+                    wanted: job.spec.gpus_per_node,
+                });
             }
             fits(&Self::capacity_of(node), &self.usage_of(&na.node), na)
-                .map_err(|e| format!("node {}: {e}", na.node))?;
+                .map_err(|e| StartRefused::DoesNotFit {
+                    node: na.node.clone(),
+                    why: e,
+                })?;
         }
         let first = &s.allocation.nodes[0].node;
         let port_taken = self.jobs.values().any(|j| {
@@ -344,10 +373,10 @@ impl ClusterState {
                 })
         });
         if port_taken {
-            return Err(format!(
-                "port {} on {first} is in use",
-                s.allocation.master_port
-            ));
+            return Err(StartRefused::PortInUse {
+                port: s.allocation.master_port,
+                node: first.clone(),
+            });
         }
         Ok(())
     }

@@ -75,7 +75,7 @@ impl JobsService {
         body: JobActionRequest,
     ) -> Result<ActionSummary, Status> {
         let limits = self.ctx.raft.replica.read().state.config.limits.clone();
-        validate::job_selection(&body.select, &limits).map_err(Status::invalid_argument)?;
+        validate::job_selection(&body.select, &limits).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let cmd = Command::ActOnJobs(ActOnJobs {
             action: body.action,
             select: body.select,
@@ -136,7 +136,7 @@ impl JobsService {
         let (targets, mut errors) = {
             let r = self.ctx.raft.replica.read();
             validate::job_selection(&body.select, &r.state.config.limits)
-                .map_err(Status::invalid_argument)?;
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
             let (selected, refused) = r.state.select_jobs(
                 &body.select,
                 &caller.user,
