@@ -27,9 +27,8 @@ pub fn encode_message(m: &raft::eraftpb::Message) -> Vec<u8> {
 }
 
 /// Decodes a raft message received from a peer.
-pub fn decode_message(bytes: &[u8]) -> Result<raft::eraftpb::Message, String> {
+pub fn decode_message(bytes: &[u8]) -> Result<raft::eraftpb::Message, protobuf::ProtobufError> {
     <raft::eraftpb::Message as protobuf::Message>::parse_from_bytes(bytes)
-        .map_err(|e| e.to_string())
 }
 
 pub use raft::eraftpb::Message as RaftMessage;

@@ -183,6 +183,7 @@ fn main() {
                     .map_err(|e| format!("cannot read topology file {}: {e}", p.display()))
                     .and_then(|t| {
                         gsched_topology::parse_topology_file(&t, &p.display().to_string())
+                            .map_err(|e| e.to_string())
                     })
                     .unwrap_or_else(|e| die(e))
             });

@@ -14,22 +14,43 @@ pub struct TraceJob {
     pub group: String,
 }
 
-pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> {
+/// Why a trace file cannot be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read trace {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("empty trace")]
+    Empty,
+    #[error("trace has no {0} column")]
+    MissingColumn(&'static str),
+    #[error("line {line}: bad num_gpus '{value}'")]
+    Gpus { line: usize, value: String },
+    #[error("line {0}: bad submit time")]
+    SubmitTime(usize),
+}
+
+pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, TraceError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read trace {}: {e}", path.display()))?;
+        .map_err(|source| TraceError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines
         .next()
-        .ok_or("empty trace")?
+        .ok_or(TraceError::Empty)?
         .split(',')
         .map(str::trim)
         .collect();
     let col = |name: &str| header.iter().position(|h| *h == name);
     let (id, submit, gpus, dur) = (
         col("job_id"),
-        col("submit_time_s").ok_or("trace has no submit_time_s column")?,
-        col("num_gpus").ok_or("trace has no num_gpus column")?,
-        col("duration_s").ok_or("trace has no duration_s column")?,
+        col("submit_time_s").ok_or(TraceError::MissingColumn("submit_time_s"))?,
+        col("num_gpus").ok_or(TraceError::MissingColumn("num_gpus"))?,
+        col("duration_s").ok_or(TraceError::MissingColumn("duration_s"))?,
     );
     let group = col("vc");
     let mut out = Vec::new();
@@ -44,7 +65,10 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> 
         };
         let g: u32 = get(gpus)
             .parse()
-            .map_err(|_| format!("line {}: bad num_gpus '{}'", n + 2, get(gpus)))?;
+            .map_err(|_| TraceError::Gpus {
+                line: n + 2,
+                value: get(gpus).to_string(),
+            })?;
         if g == 0 {
             continue;
         }
@@ -54,7 +78,7 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, String> 
                 .unwrap_or_else(|| format!("job{n}")),
             submit_s: get(submit)
                 .parse::<f64>()
-                .map_err(|_| format!("line {}: bad submit time", n + 2))?
+                .map_err(|_| TraceError::SubmitTime(n + 2))?
                 as u64,
             gpus: g,
             duration_s: duration_s.max(1.0) as u64,

@@ -18,19 +18,45 @@ pub enum Source {
     SmiTopo(PathBuf),
 }
 
-pub fn discover(source: &Source) -> Result<Topology, String> {
+/// Why a node's topology could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("cannot read topology file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Fake(#[from] gsched_topology::fake::FakeTopologyError),
+    #[error("{path}: {source}")]
+    Matrix {
+        path: String,
+        source: gsched_topology::topo_matrix::TopoParseError,
+    },
+    #[error("GPU {gpu} does not exist ({found} GPUs found)")]
+    NoSuchGpu { gpu: u32, found: usize },
+}
+
+pub fn discover(source: &Source) -> Result<Topology, DiscoverError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| DiscoverError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    };
     match source {
-        Source::Fake(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read topology file {}: {e}", path.display()))
-            .and_then(|text| {
-                gsched_topology::parse_topology_file(&text, &path.display().to_string())
-            }),
+        Source::Fake(path) => Ok(gsched_topology::parse_topology_file(
+            &read(path)?,
+            &path.display().to_string(),
+        )?),
         Source::SmiTopo(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = read(path)?;
             let mut t =
                 gsched_topology::parse_topo_matrix(gsched_topology::strip_fixture_header(&text))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    .map_err(|source| DiscoverError::Matrix {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
             t.source = format!("nvidia-smi topo -m ({})", path.display());
             Ok(t)
         }
@@ -223,15 +249,15 @@ fn restrict_cpus(topo: &mut Topology, keep: &[usize]) {
 
 /// Keeps only the GPUs with these device indices, renumbered 0.. in the given order's PCI
 /// order; returns each kept GPU's device index (what `CUDA_VISIBLE_DEVICES` must name).
-pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, String> {
+pub fn keep_gpus(topo: &mut Topology, devices: &[u32]) -> Result<Vec<u32>, DiscoverError> {
     let mut keep: Vec<u32> = devices.to_vec();
     keep.sort_unstable();
     keep.dedup();
     if let Some(bad) = keep.iter().find(|d| **d as usize >= topo.gpus.len()) {
-        return Err(format!(
-            "GPU {bad} does not exist ({} GPUs found)",
-            topo.gpus.len()
-        ));
+        return Err(DiscoverError::NoSuchGpu {
+            gpu: *bad,
+            found: topo.gpus.len(),
+        });
     }
     let idx: Vec<usize> = keep.iter().map(|d| *d as usize).collect();
     restrict_cpus(topo, &idx);

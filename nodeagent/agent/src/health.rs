@@ -477,7 +477,7 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
 /// Re-reads the topology source every `every` and reports GPUs that disappeared and NIC
 /// problems.
 pub async fn watch_topology(
-    reload: Arc<dyn Fn() -> Result<Topology, String> + Send + Sync>,
+    reload: Arc<dyn Fn() -> Result<Topology, crate::discover::DiscoverError> + Send + Sync>,
     topo: Arc<RwLock<Topology>>,
     policy: NicPolicy,
     outbox: Arc<Outbox>,

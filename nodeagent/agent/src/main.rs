@@ -490,7 +490,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         ));
         let src = source.clone();
         let keep = args.gpus.clone();
-        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, String> + Send + Sync> =
+        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync> =
             Arc::new(move || {
                 let mut t = discover::discover(&src)?;
                 if !keep.is_empty() {

@@ -3,29 +3,50 @@
 //! node without GPUs pretends to have them, and how a real node's discovery is replayed
 //! anywhere.
 
-use gsched_types::topology::Topology;
+use gsched_types::topology::{Topology, TopologyError};
+
+/// Why a topology file or text cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeTopologyError {
+    #[error("topology file {origin}: {source}")]
+    File {
+        origin: String,
+        source: Box<FakeTopologyError>,
+    },
+    #[error("invalid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("invalid TOML: {0}")]
+    Toml(#[from] toml::de::Error),
+    #[error(transparent)]
+    Matrix(#[from] crate::topo_matrix::TopoParseError),
+    #[error(transparent)]
+    Invalid(#[from] TopologyError),
+}
 
 /// Parses and validates the text of a topology file named `origin` (its source becomes
 /// `fake:ORIGIN`). The format is chosen by content: a JSON object, `nvidia-smi topo -m`
 /// text (a header with `GPU0`), or TOML.
-pub fn parse_topology_file(text: &str, origin: &str) -> Result<Topology, String> {
-    let mut topo = parse_topology_text(text).map_err(|e| format!("topology file {origin}: {e}"))?;
+pub fn parse_topology_file(text: &str, origin: &str) -> Result<Topology, FakeTopologyError> {
+    let mut topo = parse_topology_text(text).map_err(|e| FakeTopologyError::File {
+        origin: origin.to_string(),
+        source: Box::new(e),
+    })?;
     topo.source = format!("fake:{origin}");
     Ok(topo)
 }
 
 /// Parses topology text in any accepted format and validates it.
-pub fn parse_topology_text(text: &str) -> Result<Topology, String> {
+pub fn parse_topology_text(text: &str) -> Result<Topology, FakeTopologyError> {
     let body = crate::strip_fixture_header(text);
     let trimmed = body.trim_start();
     let topo: Topology = if trimmed.starts_with('{') {
-        serde_json::from_str(trimmed).map_err(|e| format!("invalid JSON: {e}"))?
+        serde_json::from_str(trimmed)?
     } else if body.contains("GPU0") && !trimmed.starts_with('[') && !body.contains("gpu_links") {
-        crate::parse_topo_matrix(body).map_err(|e| e.to_string())?
+        crate::parse_topo_matrix(body)?
     } else {
-        toml::from_str(body).map_err(|e| format!("invalid TOML: {e}"))?
+        toml::from_str(body)?
     };
-    topo.validate().map_err(|e| e.to_string())?;
+    topo.validate()?;
     Ok(topo)
 }
 
@@ -37,9 +58,10 @@ mod tests {
     fn rejects_bad_shapes_with_a_message() {
         let err =
             parse_topology_text(r#"{"gpus":[{"index":0}],"gpu_links":[["X","NV4"]]}"#).unwrap_err();
-        assert!(err.contains("1x1"), "{err}");
+        assert!(matches!(err, FakeTopologyError::Invalid(_)), "{err}");
+        assert!(err.to_string().contains("1x1"), "{err}");
         let err = parse_topology_text("{not json").unwrap_err();
-        assert!(err.contains("JSON"), "{err}");
+        assert!(matches!(err, FakeTopologyError::Json(_)), "{err}");
     }
 
     #[test]
