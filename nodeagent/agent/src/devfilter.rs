@@ -118,8 +118,25 @@ fn put_u64(buf: &mut [u8], at: usize, v: u64) {
     buf[at..at + 8].copy_from_slice(&v.to_ne_bytes());
 }
 
+/// Why the GPU device filter could not be loaded or attached.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceFilterError {
+    #[error("the kernel refused the BPF device program: {0}")]
+    Load(std::io::Error),
+    #[error("cannot open cgroup {path}: {source}")]
+    OpenCgroup {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot attach the GPU device filter to {path}: {source}")]
+    Attach {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
 /// Loads the program; returns its file descriptor.
-fn load(insns: &[Insn]) -> Result<OwnedFd, String> {
+fn load(insns: &[Insn]) -> Result<OwnedFd, DeviceFilterError> {
     let license = c"Apache-2.0";
     // The BPF_PROG_LOAD part of union bpf_attr, up to expected_attach_type.
     let mut attr = [0u8; 72];
@@ -130,14 +147,14 @@ fn load(insns: &[Insn]) -> Result<OwnedFd, String> {
     attr[48..48 + 14].copy_from_slice(b"gsched_gpu_dev");
     put_u32(&mut attr, 68, BPF_CGROUP_DEVICE);
     let fd = bpf(BPF_PROG_LOAD, &mut attr)
-        .map_err(|e| format!("the kernel refused the BPF device program: {e}"))?;
+        .map_err(DeviceFilterError::Load)?;
     // SAFETY: a successful BPF_PROG_LOAD returns a new file descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Whether this kernel loads cgroup device programs (asked once at start-up, so the
 /// agent can say what GPU privacy rests on).
-pub fn probe() -> Result<(), String> {
+pub fn probe() -> Result<(), DeviceFilterError> {
     load(&program(&[NVIDIA_MAJOR], &[])).map(drop)
 }
 
@@ -158,7 +175,7 @@ pub fn char_device(path: &Path) -> Option<(u32, u32)> {
 /// Attaches a filter to `cgroup` that lets its processes open only `gpus` (device nodes)
 /// among NVIDIA GPUs. GPU paths that are not character devices (fake topologies) are
 /// skipped; with none left there is nothing to filter.
-pub fn attach(cgroup: &Path, gpus: &[String]) -> Result<bool, String> {
+pub fn attach(cgroup: &Path, gpus: &[String]) -> Result<bool, DeviceFilterError> {
     let mut allow: Vec<(u32, u32)> = gpus
         .iter()
         .filter_map(|g| char_device(Path::new(g)))
@@ -169,18 +186,19 @@ pub fn attach(cgroup: &Path, gpus: &[String]) -> Result<bool, String> {
     allow.extend(CONTROL_MINORS.iter().map(|m| (NVIDIA_MAJOR, *m)));
     let prog = load(&program(&[NVIDIA_MAJOR], &allow))?;
     let dir = std::fs::File::open(cgroup)
-        .map_err(|e| format!("cannot open cgroup {}: {e}", cgroup.display()))?;
+        .map_err(|source| DeviceFilterError::OpenCgroup {
+            path: cgroup.display().to_string(),
+            source,
+        })?;
     // The BPF_PROG_ATTACH part of union bpf_attr.
     let mut attr = [0u8; 20];
     put_u32(&mut attr, 0, dir.as_raw_fd() as u32);
     put_u32(&mut attr, 4, prog.as_raw_fd() as u32);
     put_u32(&mut attr, 8, BPF_CGROUP_DEVICE);
     put_u32(&mut attr, 12, BPF_F_ALLOW_MULTI);
-    bpf(BPF_PROG_ATTACH, &mut attr).map_err(|e| {
-        format!(
-            "cannot attach the GPU device filter to {}: {e}",
-            cgroup.display()
-        )
+    bpf(BPF_PROG_ATTACH, &mut attr).map_err(|source| DeviceFilterError::Attach {
+        path: cgroup.display().to_string(),
+        source,
     })?;
     Ok(true)
 }

@@ -88,7 +88,7 @@ fn local(root: &Path) -> Topology {
         }
         Err(e) => {
             tracing::warn!("{e}");
-            topo.note = Some(e);
+            topo.note = Some(e.to_string());
         }
     }
     let gpu_paths: Vec<(Option<pci::PciPath>, Option<u32>)> = topo

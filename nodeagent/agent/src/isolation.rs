@@ -31,12 +31,26 @@ pub fn cgroup_name(agent: &str) -> String {
     }
 }
 
+/// Why the agent cannot put steps into cgroups.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup v2 hierarchy found (cgroup.controllers missing)")]
+    NoHierarchy,
+    #[error("cgroups need the agent to run as root")]
+    NotRoot,
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
 impl Cgroups {
     /// Finds a usable cgroup v2 hierarchy (`root`, or the usual mount points) and prepares
     /// `gsched/AGENT/` under it (agents splitting one machine get one each, so their
     /// steps' cgroups never share a name). Returns `None` (and says why) where there is
     /// none.
-    pub fn detect(root: Option<&Path>, agent: &str) -> Result<Cgroups, String> {
+    pub fn detect(root: Option<&Path>, agent: &str) -> Result<Cgroups, CgroupError> {
         let candidates: Vec<PathBuf> = match root {
             Some(r) => vec![r.to_path_buf()],
             None => vec![
@@ -47,15 +61,18 @@ impl Cgroups {
         let root = candidates
             .into_iter()
             .find(|p| p.join("cgroup.controllers").exists())
-            .ok_or("no cgroup v2 hierarchy found (cgroup.controllers missing)")?;
+            .ok_or(CgroupError::NoHierarchy)?;
         if !crate::identity::is_root() {
-            return Err("cgroups need the agent to run as root".into());
+            return Err(CgroupError::NotRoot);
         }
         let available =
             std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
         let base = root.join("gsched").join(cgroup_name(agent));
         std::fs::create_dir_all(&base)
-            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+            .map_err(|source| CgroupError::Create {
+                path: base.display().to_string(),
+                source,
+            })?;
         let wanted: Vec<&str> = ["cpuset", "memory", "pids"]
             .into_iter()
             .filter(|c| available.split_whitespace().any(|a| a == *c))

@@ -119,6 +119,22 @@ impl Scratch {
 #[derive(Debug, Clone)]
 pub struct JobRoot(pub PathBuf);
 
+/// Why the agent's job root cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JobRootError {
+    #[error(
+        "the job root {path} exists but is not a directory of uid {uid} (someone else made it?); remove it or pass --job-root"
+    )]
+    Taken { path: String, uid: u32 },
+    #[error("cannot create the job root {path}: {source}")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot set the job root's mode: {0}")]
+    Mode(std::io::Error),
+}
+
 impl JobRoot {
     /// The default: `/tmp/gsched-jobs` for a root agent, `/tmp/gsched-jobs-UID` otherwise.
     pub fn default_path() -> PathBuf {
@@ -132,26 +148,29 @@ impl JobRoot {
 
     /// Makes (or checks) the job root: owned by this agent's user, 0711 (root) or 0700,
     /// writable by nobody else. One someone else made first is refused, not used.
-    pub fn prepare(path: PathBuf) -> Result<JobRoot, String> {
+    pub fn prepare(path: PathBuf) -> Result<JobRoot, JobRootError> {
         let uid = nix::unistd::getuid();
         let mode = if uid.is_root() { 0o711 } else { 0o700 };
         match std::fs::symlink_metadata(&path) {
             Ok(m) => {
                 if !m.is_dir() || m.uid() != uid.as_raw() {
-                    return Err(format!(
-                        "the job root {} exists but is not a directory of uid {uid} (someone else made it?); remove it or pass --job-root",
-                        path.display()
-                    ));
+                    return Err(JobRootError::Taken {
+                        path: path.display().to_string(),
+                        uid: uid.as_raw(),
+                    });
                 }
             }
             Err(_) => DirBuilder::new()
                 .recursive(true)
                 .mode(mode)
                 .create(&path)
-                .map_err(|e| format!("cannot create the job root {}: {e}", path.display()))?,
+                .map_err(|source| JobRootError::Create {
+                    path: path.display().to_string(),
+                    source,
+                })?,
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("cannot set the job root's mode: {e}"))?;
+            .map_err(JobRootError::Mode)?;
         Ok(JobRoot(path))
     }
 

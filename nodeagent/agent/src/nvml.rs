@@ -48,22 +48,36 @@ pub struct NvmlGpus {
 
 const MAX_NVLINKS: u32 = 18;
 
+/// Why NVML could not list this node's GPUs.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlProbeError {
+    #[error("NVML not available ({0}); no GPUs will be offered")]
+    Unavailable(nvml_wrapper::error::NvmlError),
+    #[error("NVML device count: {0}")]
+    DeviceCount(nvml_wrapper::error::NvmlError),
+    #[error("GPU {index}: {source}")]
+    Device {
+        index: u32,
+        source: nvml_wrapper::error::NvmlError,
+    },
+}
+
 impl NvmlProbe {
-    pub fn init() -> Result<NvmlProbe, String> {
+    pub fn init() -> Result<NvmlProbe, NvmlProbeError> {
         Nvml::init()
             .map(|nvml| NvmlProbe { nvml })
-            .map_err(|e| format!("NVML not available ({e}); no GPUs will be offered"))
+            .map_err(NvmlProbeError::Unavailable)
     }
 
     pub fn nvml(&self) -> &Nvml {
         &self.nvml
     }
 
-    pub fn discover(&self, sysfs_root: &Path) -> Result<NvmlGpus, String> {
+    pub fn discover(&self, sysfs_root: &Path) -> Result<NvmlGpus, NvmlProbeError> {
         let n = self
             .nvml
             .device_count()
-            .map_err(|e| format!("NVML device count: {e}"))?;
+            .map_err(NvmlProbeError::DeviceCount)?;
         let driver = self.nvml.sys_driver_version().ok();
         let mut gpus = Vec::new();
         let mut ends: Vec<Vec<LinkEnd>> = Vec::new();
@@ -71,7 +85,7 @@ impl NvmlProbe {
             let d = self
                 .nvml
                 .device_by_index(i)
-                .map_err(|e| format!("GPU {i}: {e}"))?;
+                .map_err(|source| NvmlProbeError::Device { index: i, source })?;
             let mut g = Gpu::new(i);
             g.uuid = d.uuid().ok();
             g.pci_bus_id = d

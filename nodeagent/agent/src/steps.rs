@@ -496,7 +496,7 @@ impl StepManager {
         let spec = &l.spec;
         let root = identity::is_root();
         let owner = if root {
-            identity::resolve(&spec.user, spec.uid)?
+            identity::resolve(&spec.user, spec.uid).map_err(|e| e.to_string())?
         } else {
             identity::current()
         };
@@ -539,7 +539,7 @@ impl StepManager {
             if self.settings.device_filter {
                 match devfilter::attach(&dir, &step_plan::gpu_devices(l, &topo)) {
                     Ok(attached) => devices_filtered = attached,
-                    Err(e) => notes.push(e),
+                    Err(e) => notes.push(e.to_string()),
                 }
             }
             dir.to_string_lossy().into_owned()
