@@ -247,7 +247,8 @@ impl Client {
 
     fn security(&mut self) -> Result<&Security, Status> {
         if self.security.is_none() {
-            self.security = Some(Security::from_env().map_err(|e| Status::unauthenticated(e.to_string()))?);
+            self.security =
+                Some(Security::from_env().map_err(|e| Status::unauthenticated(e.to_string()))?);
         }
         Ok(self.security.as_ref().expect("just set"))
     }

@@ -4,15 +4,18 @@
 
 use chrono::{Duration, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone};
 
+/// A time that none of the accepted forms reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot read the time '{0}': use now, now+N[units], now-N[units], today, midnight, tomorrow, HH:MM[:SS] or YYYY-MM-DD[THH:MM[:SS]] (units: seconds, minutes, hours, days, weeks)"
+)]
+pub struct WhenError(pub String);
+
 /// Milliseconds since the epoch for `text`, read at `now` (local time).
-pub fn parse_at(text: &str, now: chrono::DateTime<Local>) -> Result<u64, String> {
+pub fn parse_at(text: &str, now: chrono::DateTime<Local>) -> Result<u64, WhenError> {
     let t = text.trim();
-    let bad = || {
-        format!(
-            "cannot read the time '{text}': use now, now+N[units], now-N[units], today, midnight, tomorrow, HH:MM[:SS] or YYYY-MM-DD[THH:MM[:SS]] (units: seconds, minutes, hours, days, weeks)"
-        )
-    };
-    let midnight = |d: NaiveDate| -> Result<u64, String> {
+    let bad = || WhenError(text.to_string());
+    let midnight = |d: NaiveDate| -> Result<u64, WhenError> {
         local_ms(d.and_time(NaiveTime::MIN)).ok_or_else(bad)
     };
     let lower = t.to_ascii_lowercase();
@@ -64,7 +67,7 @@ pub fn parse_at(text: &str, now: chrono::DateTime<Local>) -> Result<u64, String>
 }
 
 /// [`parse_at`] at the current time.
-pub fn parse(text: &str) -> Result<u64, String> {
+pub fn parse(text: &str) -> Result<u64, WhenError> {
     parse_at(text, Local::now())
 }
 

@@ -141,8 +141,8 @@ impl CertDir {
 /// cluster is named in MUNGE payloads, known to every host that has `ca.pem`.
 pub fn cluster_id(ca_pem: &[u8]) -> Result<String, CertError> {
     use sha2::Digest;
-    let (_, pem) = x509_parser::pem::parse_x509_pem(ca_pem)
-        .map_err(|e| CertError::NotPem(e.to_string()))?;
+    let (_, pem) =
+        x509_parser::pem::parse_x509_pem(ca_pem).map_err(|e| CertError::NotPem(e.to_string()))?;
     let digest = sha2::Sha256::digest(&pem.contents);
     Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }

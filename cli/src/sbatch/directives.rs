@@ -3,7 +3,29 @@
 
 /// Splits a directive line into words with shell-like quoting; a word starting with `#`
 /// ends the directive (a trailing comment).
-pub fn split_words(line: &str) -> Result<Vec<String>, String> {
+/// A `#SBATCH` line (or quoted option text) that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectiveError {
+    #[error("unbalanced quote in directive: {0}")]
+    UnbalancedQuote(String),
+    #[error("line {line}: {source}")]
+    Line {
+        line: usize,
+        source: Box<DirectiveError>,
+    },
+    #[error(
+        "line {line}: heterogeneous jobs (#SBATCH {word}) are not supported; submit each component as its own job (tie them with --dependency=after:JOBID)"
+    )]
+    Heterogeneous { line: usize, word: String },
+}
+
+impl From<DirectiveError> for String {
+    fn from(e: DirectiveError) -> String {
+        e.to_string()
+    }
+}
+
+pub fn split_words(line: &str) -> Result<Vec<String>, DirectiveError> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut in_word = false;
@@ -42,7 +64,7 @@ pub fn split_words(line: &str) -> Result<Vec<String>, String> {
         }
     }
     if quote.is_some() {
-        return Err(format!("unbalanced quote in directive: {line}"));
+        return Err(DirectiveError::UnbalancedQuote(line.to_string()));
     }
     if in_word {
         words.push(cur);
@@ -72,7 +94,7 @@ pub fn has_sbatch_lines(script: &str) -> bool {
     false
 }
 
-pub fn directives(script: &str) -> Result<Vec<String>, String> {
+pub fn directives(script: &str) -> Result<Vec<String>, DirectiveError> {
     let mut out = Vec::new();
     for (n, line) in script.lines().enumerate() {
         let t = line.trim();
@@ -89,16 +111,18 @@ pub fn directives(script: &str) -> Result<Vec<String>, String> {
             if let Some(rest) = t.strip_prefix(prefix)
                 && (rest.starts_with(char::is_whitespace) || rest.is_empty())
             {
-                let words = split_words(rest).map_err(|e| format!("line {}: {e}", n + 1))?;
+                let words = split_words(rest).map_err(|e| DirectiveError::Line {
+                    line: n + 1,
+                    source: Box::new(e),
+                })?;
                 if matches!(
                     words.first().map(String::as_str),
                     Some("hetjob" | "packjob")
                 ) {
-                    return Err(format!(
-                        "line {}: heterogeneous jobs (#SBATCH {}) are not supported; submit each component as its own job (tie them with --dependency=after:JOBID)",
-                        n + 1,
-                        words[0]
-                    ));
+                    return Err(DirectiveError::Heterogeneous {
+                        line: n + 1,
+                        word: words[0].clone(),
+                    });
                 }
                 out.extend(words);
             }

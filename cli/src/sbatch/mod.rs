@@ -9,9 +9,9 @@ pub mod directives;
 pub mod flags;
 pub mod resolve;
 
-pub use directives::{directives, split_words};
+pub use directives::{DirectiveError, directives, split_words};
 pub use flags::SubArgs;
-pub use resolve::{SubmitContext, dry_run_json, resolve};
+pub use resolve::{ResolveError, SubmitContext, dry_run_json, resolve};
 
 #[cfg(test)]
 mod tests {
@@ -78,10 +78,15 @@ mod tests {
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
         assert_eq!((s.gpus_per_node, s.gpu_type.as_deref()), (8, Some("a100")));
         let a = parse_args(&["--gres=gpu:8", "--gpus-per-node=4", "x.sh"]);
-        assert!(
-            resolve(&a, Some("true".into()), Some("x.sh"), &ctx())
-                .unwrap_err()
-                .contains("asks for")
+        let e = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err();
+        assert_eq!(
+            e,
+            ResolveError::GpuFlagsDisagree {
+                flag: "--gres",
+                count: 8,
+                other: "--gpus-per-node",
+                earlier: 4
+            }
         );
     }
 
@@ -125,7 +130,13 @@ mod tests {
         let s = spec(slurm).unwrap();
         assert_eq!((s.ntasks, s.ntasks_per_node), (3, 2));
         let e = spec("#!/bin/sh\nhostname\n").unwrap_err();
-        assert!(e.contains("multiple of --nodes=2"), "{e}");
+        assert_eq!(
+            e,
+            ResolveError::UnevenEachNode {
+                ntasks: 3,
+                nodes: 2
+            }
+        );
     }
 
     #[test]
@@ -194,7 +205,9 @@ mod tests {
         ] {
             let a = SubArgs::try_parse_from(std::iter::once("gsub").chain(argv.iter().copied()));
             let err = match a {
-                Ok(a) => resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err(),
+                Ok(a) => resolve(&a, Some("true".into()), Some("x.sh"), &ctx())
+                    .unwrap_err()
+                    .to_string(),
                 Err(e) => e.to_string(),
             };
             assert!(err.contains(needle), "{argv:?}: {err}");

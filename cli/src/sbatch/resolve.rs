@@ -4,6 +4,7 @@
 
 use super::directives::split_words;
 use super::flags::SubArgs;
+use gsched_types::error::InputError;
 use gsched_types::gpubind::GpuBind;
 use gsched_types::hostlist;
 use gsched_types::job::{JobSpec, LaunchMode, TorchrunSpec};
@@ -46,7 +47,80 @@ impl SubmitContext {
     }
 }
 
-fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, String> {
+/// Why `gsub`'s (or `#SBATCH`'s) options do not describe a job; each message names the
+/// flag to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Value(#[from] InputError),
+    #[error("--time: {0}")]
+    Time(InputError),
+    #[error("--begin: {0}")]
+    Begin(crate::when::WhenError),
+    #[error("{0}")]
+    GpuBind(String),
+    #[error("--nodes must be at least 1")]
+    NoNodes,
+    #[error("task counts must be at least 1")]
+    NoTasks,
+    #[error("--ntasks={ntasks} does not fit --nodes={nodes} x --ntasks-per-node={per_node}")]
+    TasksDoNotFit {
+        ntasks: u32,
+        nodes: u32,
+        per_node: u32,
+    },
+    #[error(
+        "--ntasks={ntasks} must be a multiple of --nodes={nodes} for a job that runs on every node (gsched starts the same number of tasks on each); a script with #SBATCH lines (or --launch=batch) may spread them unevenly through srun"
+    )]
+    UnevenEachNode { ntasks: u32, nodes: u32 },
+    #[error("--cpus-per-task must be at least 1")]
+    NoCpus,
+    #[error("{flag} asks for {count} GPUs per node but {other} asks for {earlier}")]
+    GpuFlagsDisagree {
+        flag: &'static str,
+        count: u32,
+        other: &'static str,
+        earlier: u32,
+    },
+    #[error("--gpus={gpus} cannot be spread evenly over {nodes} nodes")]
+    GpusUneven { gpus: u32, nodes: u32 },
+    #[error("--ntasks-per-gpu must be at least 1")]
+    NoTasksPerGpu,
+    #[error("--ntasks-per-gpu and --ntasks-per-node are mutually exclusive (as on Slurm)")]
+    TasksPerGpuAndPerNode,
+    #[error("--ntasks-per-gpu needs GPUs: add --gpus, --gpus-per-node or --gres=gpu:N")]
+    TasksPerGpuWithoutGpus,
+    #[error("--mem, --mem-per-gpu and --mem-per-cpu are mutually exclusive")]
+    MemoryFlags,
+    #[error("--nice={0}: give a number from -10000 to 10000")]
+    Nice(String),
+    #[error("--torchrun starts torchrun on every node; --launch=batch does not apply")]
+    TorchrunBatch,
+    #[error("--nodelist names {named} nodes but --nodes is {nodes}")]
+    NodelistTooLong { named: usize, nodes: u32 },
+    #[error("node {0} is both required (--nodelist) and excluded (--exclude)")]
+    RequiredAndExcluded(String),
+    #[error("--exclusive={0}: use --exclusive or --exclusive=user")]
+    Exclusive(String),
+    #[error("--torchrun needs the training program: gsub --torchrun train.py [args]")]
+    TorchrunProgram,
+    #[error("no batch script given")]
+    NoScript,
+    #[error("the batch script is empty")]
+    EmptyScript,
+    #[error("--export item '{0}' has no name")]
+    ExportName(String),
+    #[error("--torchrun-args: {0}")]
+    TorchrunArgs(super::directives::DirectiveError),
+}
+
+impl From<ResolveError> for String {
+    fn from(e: ResolveError) -> String {
+        e.to_string()
+    }
+}
+
+fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, ResolveError> {
     Ok(v.as_deref().map(|s| parse::count(s, flag)).transpose()?)
 }
 
@@ -57,7 +131,7 @@ pub fn resolve(
     script_text: Option<String>,
     script_name: Option<&str>,
     ctx: &SubmitContext,
-) -> Result<JobSpec, String> {
+) -> Result<JobSpec, ResolveError> {
     let mut tasks = tasks(args)?;
     let gpus = gpus(args, &tasks)?;
     let ntasks_per_gpu = tasks_per_gpu(args, &mut tasks, &gpus)?;
@@ -66,16 +140,16 @@ pub fn resolve(
         .as_deref()
         .map(GpuBind::parse)
         .transpose()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ResolveError::GpuBind(e.to_string()))?;
     let memory = memory(args, &tasks, &gpus)?;
     let when = timing(args, ctx)?;
     let place = placement(args, tasks.nodes)?;
     let launch = launch_mode(args, script_text.as_deref())?;
     if launch == LaunchMode::EachNode && tasks.ntasks != tasks.nodes * tasks.per_node {
-        return Err(format!(
-            "--ntasks={} must be a multiple of --nodes={} for a job that runs on every node (gsched starts the same number of tasks on each); a script with #SBATCH lines (or --launch=batch) may spread them unevenly through srun",
-            tasks.ntasks, tasks.nodes
-        ));
+        return Err(ResolveError::UnevenEachNode {
+            ntasks: tasks.ntasks,
+            nodes: tasks.nodes,
+        });
     }
     let program = program(args, script_text, script_name)?;
     let (array, array_limit) = match &args.array {
@@ -181,7 +255,7 @@ struct Tasks {
     cpus_per_task: u32,
 }
 
-fn tasks(args: &SubArgs) -> Result<Tasks, String> {
+fn tasks(args: &SubArgs) -> Result<Tasks, ResolveError> {
     let nodes = match args.nodes.as_deref() {
         None => 1,
         Some(s) => {
@@ -193,7 +267,7 @@ fn tasks(args: &SubArgs) -> Result<Tasks, String> {
             };
             let n = parse::count(first, "--nodes")?;
             if n == 0 {
-                return Err("--nodes must be at least 1".into());
+                return Err(ResolveError::NoNodes);
             }
             n
         }
@@ -201,13 +275,15 @@ fn tasks(args: &SubArgs) -> Result<Tasks, String> {
     let mut ntasks = count(&args.ntasks, "--ntasks")?;
     let mut per_node = count(&args.ntasks_per_node, "--ntasks-per-node")?;
     if ntasks == Some(0) || per_node == Some(0) {
-        return Err("task counts must be at least 1".into());
+        return Err(ResolveError::NoTasks);
     }
     match (ntasks, per_node) {
         (Some(n), Some(m)) if n != nodes * m && n > nodes * m => {
-            return Err(format!(
-                "--ntasks={n} does not fit --nodes={nodes} x --ntasks-per-node={m}"
-            ));
+            return Err(ResolveError::TasksDoNotFit {
+                ntasks: n,
+                nodes,
+                per_node: m,
+            });
         }
         // Uneven counts (-n 3 -N 2) are a batch job's alone: its steps lay tasks out in
         // blocks (2+1) as srun does; `resolve` refuses them for each-node jobs.
@@ -219,7 +295,7 @@ fn tasks(args: &SubArgs) -> Result<Tasks, String> {
     let ntasks = ntasks.unwrap_or(nodes * per_node);
     let cpus_per_task = count(&args.cpus_per_task, "--cpus-per-task")?.unwrap_or(1);
     if cpus_per_task == 0 {
-        return Err("--cpus-per-task must be at least 1".into());
+        return Err(ResolveError::NoCpus);
     }
 
     Ok(Tasks {
@@ -237,24 +313,30 @@ struct Gpus {
     per_task: Option<u32>,
 }
 
-fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, String> {
+fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, ResolveError> {
     let (nodes, per_node) = (tasks.nodes, tasks.per_node);
-    let mut gpu: Option<(u32, Option<String>, &str)> = None;
-    let mut agree = |count: u32, ty: Option<String>, flag: &'static str| -> Result<(), String> {
-        match &gpu {
-            Some((c, t, other)) if *c != count || (ty.is_some() && t.is_some() && *t != ty) => Err(
-                format!("{flag} asks for {count} GPUs per node but {other} asks for {c}"),
-            ),
-            Some((_, t, other)) => {
-                gpu = Some((count, ty.or(t.clone()), other));
-                Ok(())
+    let mut gpu: Option<(u32, Option<String>, &'static str)> = None;
+    let mut agree =
+        |count: u32, ty: Option<String>, flag: &'static str| -> Result<(), ResolveError> {
+            match &gpu {
+                Some((c, t, other)) if *c != count || (ty.is_some() && t.is_some() && *t != ty) => {
+                    Err(ResolveError::GpuFlagsDisagree {
+                        flag,
+                        count,
+                        other,
+                        earlier: *c,
+                    })
+                }
+                Some((_, t, other)) => {
+                    gpu = Some((count, ty.or(t.clone()), other));
+                    Ok(())
+                }
+                None => {
+                    gpu = Some((count, ty, flag));
+                    Ok(())
+                }
             }
-            None => {
-                gpu = Some((count, ty, flag));
-                Ok(())
-            }
-        }
-    };
+        };
     if let Some(g) = &args.gpus_per_node {
         let r = parse::gpus(g, "--gpus-per-node")?;
         agree(r.count, r.gpu_type, "--gpus-per-node")?;
@@ -274,10 +356,10 @@ fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, String> {
     if let Some(g) = &args.gpus {
         let r = parse::gpus(g, "--gpus")?;
         if r.count % nodes != 0 {
-            return Err(format!(
-                "--gpus={} cannot be spread evenly over {nodes} nodes",
-                r.count
-            ));
+            return Err(ResolveError::GpusUneven {
+                gpus: r.count,
+                nodes,
+            });
         }
         agree(r.count / nodes, r.gpu_type, "--gpus")?;
     }
@@ -292,22 +374,22 @@ fn gpus(args: &SubArgs, tasks: &Tasks) -> Result<Gpus, String> {
 
 /// `--ntasks-per-gpu=N`: N tasks for each GPU of a node, as Slurm counts them (it may
 /// not be given with a task count per node).
-fn tasks_per_gpu(args: &SubArgs, tasks: &mut Tasks, gpus: &Gpus) -> Result<Option<u32>, String> {
+fn tasks_per_gpu(
+    args: &SubArgs,
+    tasks: &mut Tasks,
+    gpus: &Gpus,
+) -> Result<Option<u32>, ResolveError> {
     let Some(n) = count(&args.ntasks_per_gpu, "--ntasks-per-gpu")? else {
         return Ok(None);
     };
     if n == 0 {
-        return Err("--ntasks-per-gpu must be at least 1".into());
+        return Err(ResolveError::NoTasksPerGpu);
     }
     if args.ntasks_per_node.is_some() {
-        return Err(
-            "--ntasks-per-gpu and --ntasks-per-node are mutually exclusive (as on Slurm)".into(),
-        );
+        return Err(ResolveError::TasksPerGpuAndPerNode);
     }
     if gpus.per_node == 0 {
-        return Err(
-            "--ntasks-per-gpu needs GPUs: add --gpus, --gpus-per-node or --gres=gpu:N".into(),
-        );
+        return Err(ResolveError::TasksPerGpuWithoutGpus);
     }
     if args.ntasks.is_none() {
         tasks.per_node = n * gpus.per_node;
@@ -324,7 +406,7 @@ struct Memory {
     gpu_share_cpus: bool,
 }
 
-fn memory(args: &SubArgs, tasks: &Tasks, gpus: &Gpus) -> Result<Memory, String> {
+fn memory(args: &SubArgs, tasks: &Tasks, gpus: &Gpus) -> Result<Memory, ResolveError> {
     let (gpus_per_node, per_node, cpus_per_task) =
         (gpus.per_node, tasks.per_node, tasks.cpus_per_task);
     // With no CPU count given, a GPU job gets its GPUs' share of each node's CPUs (decided
@@ -342,7 +424,7 @@ fn memory(args: &SubArgs, tasks: &Tasks, gpus: &Gpus) -> Result<Memory, String> 
     .filter(|x| **x)
     .count();
     if mem_flags > 1 {
-        return Err("--mem, --mem-per-gpu and --mem-per-cpu are mutually exclusive".into());
+        return Err(ResolveError::MemoryFlags);
     }
     let mut mem_mb = args.mem.as_deref().map(parse::mem_mb).transpose()?;
     let mem_per_gpu_mb = args.mem_per_gpu.as_deref().map(parse::mem_mb).transpose()?;
@@ -369,15 +451,15 @@ struct Timing {
     signal: Option<gsched_types::job::WarnSignal>,
 }
 
-fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, String> {
+fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, ResolveError> {
     let time_limit_s = match &args.time {
-        Some(t) => parse::time_limit(t).map_err(|e| format!("--time: {e}"))?,
+        Some(t) => parse::time_limit(t).map_err(ResolveError::Time)?,
         None => None,
     };
     let begin_ms = args
         .begin
         .as_deref()
-        .map(|b| crate::when::parse_at(b, ctx.now).map_err(|e| format!("--begin: {e}")))
+        .map(|b| crate::when::parse_at(b, ctx.now).map_err(ResolveError::Begin))
         .transpose()?
         .filter(|b| *b > ctx.now.timestamp_millis().max(0) as u64);
     let nice = match args.nice.as_deref() {
@@ -387,7 +469,7 @@ fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, String> {
             .parse::<i32>()
             .ok()
             .filter(|n| (-10_000..=10_000).contains(n))
-            .ok_or_else(|| format!("--nice={n}: give a number from -10000 to 10000"))?,
+            .ok_or_else(|| ResolveError::Nice(n.to_string()))?,
     };
     let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
     Ok(Timing {
@@ -398,12 +480,10 @@ fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, String> {
     })
 }
 
-fn launch_mode(args: &SubArgs, script_text: Option<&str>) -> Result<LaunchMode, String> {
+fn launch_mode(args: &SubArgs, script_text: Option<&str>) -> Result<LaunchMode, ResolveError> {
     Ok(match args.launch.as_deref() {
         Some("batch") if args.torchrun => {
-            return Err(
-                "--torchrun starts torchrun on every node; --launch=batch does not apply".into(),
-            );
+            return Err(ResolveError::TorchrunBatch);
         }
         Some("batch") => LaunchMode::Batch,
         Some(_) => LaunchMode::EachNode,
@@ -421,37 +501,35 @@ struct Placement {
     exclusive: bool,
 }
 
-fn placement(args: &SubArgs, nodes: u32) -> Result<Placement, String> {
+fn placement(args: &SubArgs, nodes: u32) -> Result<Placement, ResolveError> {
     let nodelist = args
         .nodelist
         .as_deref()
         .map(hostlist::expand)
-        .transpose()?
+        .transpose()
+        .map_err(InputError::from)?
         .unwrap_or_default();
     let exclude = args
         .exclude
         .as_deref()
         .map(hostlist::expand)
-        .transpose()?
+        .transpose()
+        .map_err(InputError::from)?
         .unwrap_or_default();
     if nodelist.len() as u32 > nodes {
-        return Err(format!(
-            "--nodelist names {} nodes but --nodes is {nodes}",
-            nodelist.len()
-        ));
+        return Err(ResolveError::NodelistTooLong {
+            named: nodelist.len(),
+            nodes,
+        });
     }
     if let Some(n) = nodelist.iter().find(|n| exclude.contains(n)) {
-        return Err(format!(
-            "node {n} is both required (--nodelist) and excluded (--exclude)"
-        ));
+        return Err(ResolveError::RequiredAndExcluded(n.clone()));
     }
     let exclusive = match args.exclusive.as_deref() {
         None => false,
         Some("node" | "" | "user" | "mcs" | "topo") => true,
         Some(other) => {
-            return Err(format!(
-                "--exclusive={other}: use --exclusive or --exclusive=user"
-            ));
+            return Err(ResolveError::Exclusive(other.to_string()));
         }
     };
     Ok(Placement {
@@ -473,18 +551,17 @@ fn program(
     args: &SubArgs,
     script_text: Option<String>,
     script_name: Option<&str>,
-) -> Result<Program, String> {
+) -> Result<Program, ResolveError> {
     let (script, script_args, torchrun, default_name) = if args.torchrun {
         let Some((program, rest)) = args.script.split_first() else {
-            return Err(
-                "--torchrun needs the training program: gsub --torchrun train.py [args]".into(),
-            );
+            return Err(ResolveError::TorchrunProgram);
         };
         let extra = args
             .torchrun_args
             .as_deref()
             .map(split_words)
-            .transpose()?
+            .transpose()
+            .map_err(ResolveError::TorchrunArgs)?
             .unwrap_or_default();
         (
             String::new(),
@@ -504,9 +581,9 @@ fn program(
             "wrap".to_string(),
         )
     } else {
-        let text = script_text.ok_or("no batch script given")?;
+        let text = script_text.ok_or(ResolveError::NoScript)?;
         if text.trim().is_empty() {
-            return Err("the batch script is empty".into());
+            return Err(ResolveError::EmptyScript);
         }
         let args_rest = args.script.iter().skip(1).cloned().collect();
         (
@@ -535,7 +612,10 @@ struct Exported {
 }
 
 /// `--export`: ALL (default), NONE, or NAME[=VALUE] items (with or without ALL).
-fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<Exported, String> {
+fn export(
+    spec: Option<&str>,
+    current: &BTreeMap<String, String>,
+) -> Result<Exported, ResolveError> {
     let spec = spec.unwrap_or("ALL");
     let mut env = BTreeMap::new();
     let mut overrides = BTreeMap::new();
@@ -547,7 +627,7 @@ fn export(spec: Option<&str>, current: &BTreeMap<String, String>) -> Result<Expo
             _ => match item.split_once('=') {
                 Some((k, v)) => {
                     if k.is_empty() {
-                        return Err(format!("--export item '{item}' has no name"));
+                        return Err(ResolveError::ExportName(item.to_string()));
                     }
                     overrides.insert(k.to_string(), v.to_string());
                 }

@@ -324,12 +324,11 @@ impl SchedConfig {
                 return Err(SchedConfigError::PartitionTwice(p.name.clone()));
             }
             if let Some(nodes) = &p.nodes {
-                gsched_types::hostlist::expand(nodes)
-                    .map_err(|e| SchedConfigError::Nodes {
-                        what: "partition",
-                        name: p.name.clone(),
-                        why: e,
-                    })?;
+                gsched_types::hostlist::expand(nodes).map_err(|e| SchedConfigError::Nodes {
+                    what: "partition",
+                    name: p.name.clone(),
+                    why: e,
+                })?;
             }
         }
         if self.partitions.iter().filter(|p| p.default).count() > 1 {
@@ -337,12 +336,11 @@ impl SchedConfig {
         }
         for s in &self.switches {
             if let Some(nodes) = &s.nodes {
-                gsched_types::hostlist::expand(nodes)
-                    .map_err(|e| SchedConfigError::Nodes {
-                        what: "switch",
-                        name: s.name.clone(),
-                        why: e,
-                    })?;
+                gsched_types::hostlist::expand(nodes).map_err(|e| SchedConfigError::Nodes {
+                    what: "switch",
+                    name: s.name.clone(),
+                    why: e,
+                })?;
             }
         }
         Ok(())

@@ -33,11 +33,10 @@ pub enum TraceError {
 }
 
 pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, TraceError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| TraceError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines
         .next()
@@ -63,12 +62,10 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, TraceErr
         let Ok(duration_s) = get(dur).parse::<f64>() else {
             continue;
         };
-        let g: u32 = get(gpus)
-            .parse()
-            .map_err(|_| TraceError::Gpus {
-                line: n + 2,
-                value: get(gpus).to_string(),
-            })?;
+        let g: u32 = get(gpus).parse().map_err(|_| TraceError::Gpus {
+            line: n + 2,
+            value: get(gpus).to_string(),
+        })?;
         if g == 0 {
             continue;
         }
@@ -78,8 +75,7 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<TraceJob>, TraceErr
                 .unwrap_or_else(|| format!("job{n}")),
             submit_s: get(submit)
                 .parse::<f64>()
-                .map_err(|_| TraceError::SubmitTime(n + 2))?
-                as u64,
+                .map_err(|_| TraceError::SubmitTime(n + 2))? as u64,
             gpus: g,
             duration_s: duration_s.max(1.0) as u64,
             group: group

@@ -1,8 +1,8 @@
 //! Safety properties of the cluster state, checked by unit, property and chaos tests.
 
 use crate::machine::ClusterState;
-use gsched_types::job::JobState;
 use gsched_types::JobId;
+use gsched_types::job::JobState;
 use std::collections::BTreeMap;
 
 /// A safety property the state breaks.

@@ -37,7 +37,11 @@ pub enum SpecError {
         got: u32,
     },
     #[error("--ntasks={ntasks} does not fit --nodes={nodes} x --ntasks-per-node={per_node}")]
-    TasksDoNotFit { ntasks: u32, nodes: u32, per_node: u32 },
+    TasksDoNotFit {
+        ntasks: u32,
+        nodes: u32,
+        per_node: u32,
+    },
     #[error("--cpus-per-gpu and --gpus-per-task must be sensible counts")]
     GpuCounts,
     #[error("the time limit is over ten years; use --time=UNLIMITED for none")]

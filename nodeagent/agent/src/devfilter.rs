@@ -146,8 +146,7 @@ fn load(insns: &[Insn]) -> Result<OwnedFd, DeviceFilterError> {
     put_u64(&mut attr, 16, license.as_ptr() as u64);
     attr[48..48 + 14].copy_from_slice(b"gsched_gpu_dev");
     put_u32(&mut attr, 68, BPF_CGROUP_DEVICE);
-    let fd = bpf(BPF_PROG_LOAD, &mut attr)
-        .map_err(DeviceFilterError::Load)?;
+    let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(DeviceFilterError::Load)?;
     // SAFETY: a successful BPF_PROG_LOAD returns a new file descriptor we now own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
@@ -185,11 +184,10 @@ pub fn attach(cgroup: &Path, gpus: &[String]) -> Result<bool, DeviceFilterError>
     }
     allow.extend(CONTROL_MINORS.iter().map(|m| (NVIDIA_MAJOR, *m)));
     let prog = load(&program(&[NVIDIA_MAJOR], &allow))?;
-    let dir = std::fs::File::open(cgroup)
-        .map_err(|source| DeviceFilterError::OpenCgroup {
-            path: cgroup.display().to_string(),
-            source,
-        })?;
+    let dir = std::fs::File::open(cgroup).map_err(|source| DeviceFilterError::OpenCgroup {
+        path: cgroup.display().to_string(),
+        source,
+    })?;
     // The BPF_PROG_ATTACH part of union bpf_attr.
     let mut attr = [0u8; 20];
     put_u32(&mut attr, 0, dir.as_raw_fd() as u32);

@@ -68,11 +68,10 @@ impl Cgroups {
         let available =
             std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
         let base = root.join("gsched").join(cgroup_name(agent));
-        std::fs::create_dir_all(&base)
-            .map_err(|source| CgroupError::Create {
-                path: base.display().to_string(),
-                source,
-            })?;
+        std::fs::create_dir_all(&base).map_err(|source| CgroupError::Create {
+            path: base.display().to_string(),
+            source,
+        })?;
         let wanted: Vec<&str> = ["cpuset", "memory", "pids"]
             .into_iter()
             .filter(|c| available.split_whitespace().any(|a| a == *c))

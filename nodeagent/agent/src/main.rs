@@ -490,14 +490,15 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         ));
         let src = source.clone();
         let keep = args.gpus.clone();
-        let reload: Arc<dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync> =
-            Arc::new(move || {
-                let mut t = discover::discover(&src)?;
-                if !keep.is_empty() {
-                    discover::keep_gpus(&mut t, &keep)?;
-                }
-                Ok(t)
-            });
+        let reload: Arc<
+            dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync,
+        > = Arc::new(move || {
+            let mut t = discover::discover(&src)?;
+            if !keep.is_empty() {
+                discover::keep_gpus(&mut t, &keep)?;
+            }
+            Ok(t)
+        });
         let nic_policy = health::NicPolicy {
             training_iface: nic_iface.clone(),
             expected_mtu: args.training_mtu,

@@ -30,7 +30,10 @@ pub fn parse(text: &str) -> Result<Vec<u32>, CpuListError> {
                     return Err(CpuListError::TooMany(text.trim().to_string()));
                 }
             }
-            None => cpus.push(part.parse().map_err(|_| CpuListError::Id(part.to_string()))?),
+            None => cpus.push(
+                part.parse()
+                    .map_err(|_| CpuListError::Id(part.to_string()))?,
+            ),
         }
     }
     cpus.sort_unstable();

@@ -5,13 +5,9 @@ use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum InputError {
-    #[error(
-        "invalid time limit '{0}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
-    )]
+    #[error("invalid time limit '{0}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
     TimeLimit(String),
-    #[error(
-        "invalid memory size '{0}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G"
-    )]
+    #[error("invalid memory size '{0}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G")]
     MemorySize(String),
     #[error("unknown generic resource '{resource}' in --gres={text}: only 'gpu' is supported")]
     UnknownGres { resource: String, text: String },
@@ -33,9 +29,7 @@ pub enum InputError {
         "invalid --dependency '{0}': use afterok:ID[:ID...], afterany:ID, afternotok:ID, after:ID or singleton"
     )]
     Dependency(String),
-    #[error(
-        "--dependency '{0}': '?' (any-of) dependencies are not supported; use ',' (all-of)"
-    )]
+    #[error("--dependency '{0}': '?' (any-of) dependencies are not supported; use ',' (all-of)")]
     DependencyAnyOf(String),
     #[error("signal {0} is not a signal number (1-64)")]
     SignalNumber(i32),

@@ -189,11 +189,10 @@ pub fn count(text: &str, flag: &str) -> Result<u32, InputError> {
             text: text.to_string(),
         });
     }
-    t.parse::<u32>()
-        .map_err(|_| InputError::NotWholeNumber {
-            flag: flag.to_string(),
-            text: text.to_string(),
-        })
+    t.parse::<u32>().map_err(|_| InputError::NotWholeNumber {
+        flag: flag.to_string(),
+        text: text.to_string(),
+    })
 }
 
 /// Parses sbatch's `--array` spec (`0-15%4`, `1,3,5`, `0-20:5`) into task ids and the

@@ -202,7 +202,10 @@ mod tests {
         assert_eq!(f.words(), "MAINT,IGNORE_JOBS");
         assert_eq!(ResvFlags::parse("").unwrap(), ResvFlags::default());
         let err = ResvFlags::parse("MAINT,FLEX").unwrap_err();
-        assert_eq!(err, crate::error::InputError::ReservationFlag("FLEX".into()));
+        assert_eq!(
+            err,
+            crate::error::InputError::ReservationFlag("FLEX".into())
+        );
     }
 
     #[test]

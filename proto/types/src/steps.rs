@@ -150,7 +150,10 @@ pub fn block_counts(ntasks: u32, nodes: u32) -> Vec<u32> {
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
     /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
-    pub fn layout(&self, job_nodes: &[String]) -> Result<StepLayout, crate::error::StepLayoutError> {
+    pub fn layout(
+        &self,
+        job_nodes: &[String],
+    ) -> Result<StepLayout, crate::error::StepLayoutError> {
         use crate::error::StepLayoutError;
         for n in &self.nodelist {
             if !job_nodes.contains(n) {

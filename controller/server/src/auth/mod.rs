@@ -261,7 +261,9 @@ impl Auth {
                             "no MUNGE credential: run gsched's tools on a host of the cluster with munged running (and the cluster's munge key)",
                         )
                     })?;
-                let verified = munge.decode(cred).map_err(|e| unauthenticated(e.to_string()))?;
+                let verified = munge
+                    .decode(cred)
+                    .map_err(|e| unauthenticated(e.to_string()))?;
                 gsched_proto::munge::check_payload(&verified.payload, cluster, addresses, body)
                     .map_err(|e| unauthenticated(e.to_string()))?;
                 let mut seen = self.seen.lock();

@@ -358,11 +358,12 @@ impl ClusterState {
                     wanted: job.spec.gpus_per_node,
                 });
             }
-            fits(&Self::capacity_of(node), &self.usage_of(&na.node), na)
-                .map_err(|e| StartRefused::DoesNotFit {
+            fits(&Self::capacity_of(node), &self.usage_of(&na.node), na).map_err(|e| {
+                StartRefused::DoesNotFit {
                     node: na.node.clone(),
                     why: e,
-                })?;
+                }
+            })?;
         }
         let first = &s.allocation.nodes[0].node;
         let port_taken = self.jobs.values().any(|j| {

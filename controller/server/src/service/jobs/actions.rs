@@ -75,7 +75,8 @@ impl JobsService {
         body: JobActionRequest,
     ) -> Result<ActionSummary, Status> {
         let limits = self.ctx.raft.replica.read().state.config.limits.clone();
-        validate::job_selection(&body.select, &limits).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        validate::job_selection(&body.select, &limits)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let cmd = Command::ActOnJobs(ActOnJobs {
             action: body.action,
             select: body.select,
