@@ -12,6 +12,25 @@ use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector};
 use gsched_types::job::{JobState, LaunchMode};
 use std::time::Duration;
 
+/// Why an allocation was not given.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocError {
+    #[error("{0}")]
+    Options(String),
+    #[error("{0} takes a command, not --wrap or --torchrun")]
+    NotACommand(String),
+    #[error(transparent)]
+    Resolve(#[from] crate::sbatch::ResolveError),
+    #[error("{0}")]
+    Controller(String),
+    #[error("the controller returned no job id")]
+    NoJobId,
+    #[error("interrupted; job allocation {0} cancelled")]
+    Interrupted(u64),
+    #[error("job allocation {id} ended {state} before it ran")]
+    Ended { id: u64, state: &'static str },
+}
+
 /// What an allocation's script does: nothing, until the allocation is given back
 /// (SIGUSR1 ends it with status 0).
 const HOLD: &str =
@@ -19,19 +38,21 @@ const HOLD: &str =
 
 /// Reads `TOOL [sbatch options] [command [args]]`: the options describe the allocation,
 /// the rest is what to run in it.
-pub fn parse(tool: &str, raw: &[String]) -> Result<(SubArgs, Vec<String>), String> {
+pub fn parse(tool: &str, raw: &[String]) -> Result<(SubArgs, Vec<String>), AllocError> {
     let mut args =
         SubArgs::try_parse_from(std::iter::once(tool.to_string()).chain(raw.iter().cloned()))
             .map_err(|e| {
-                e.to_string()
-                    .trim_start_matches("error: ")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .to_string()
+                AllocError::Options(
+                    e.to_string()
+                        .trim_start_matches("error: ")
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                )
             })?;
     if args.wrap.is_some() || args.torchrun {
-        return Err(format!("{tool} takes a command, not --wrap or --torchrun"));
+        return Err(AllocError::NotACommand(tool.to_string()));
     }
     let command = std::mem::take(&mut args.script);
     args.wrap = Some(HOLD.to_string());
@@ -45,7 +66,7 @@ pub fn allocate(
     client: &mut Client,
     args: &SubArgs,
     tool: &str,
-) -> Result<JobRow, String> {
+) -> Result<JobRow, AllocError> {
     let ctx = SubmitContext::here();
     let mut spec = resolve(args, None, None, &ctx)?;
     spec.launch = LaunchMode::Batch;
@@ -60,11 +81,11 @@ pub fn allocate(
             let req = req.clone();
             async move { c.submit(req).await }
         }))
-        .map_err(|s| describe(&s))?
+        .map_err(|s| AllocError::Controller(describe(&s)))?
         .job_ids
         .first()
         .copied()
-        .ok_or("the controller returned no job id")?;
+        .ok_or(AllocError::NoJobId)?;
     eprintln!("{tool}: Pending job allocation {id}");
     let query = crate::JobQuery {
         include_finished: true,
@@ -81,7 +102,7 @@ pub fn allocate(
         });
         if interrupted {
             release(rt, client, id);
-            return Err(format!("interrupted; job allocation {id} cancelled"));
+            return Err(AllocError::Interrupted(id));
         }
         let jobs = crate::fetch_jobs(rt, client, &query, tool).jobs;
         let Some(job) = jobs.into_iter().find(|j| j.job_id.0 == id) else {
@@ -105,10 +126,10 @@ pub fn allocate(
                 }
             }
             other => {
-                return Err(format!(
-                    "job allocation {id} ended {} before it ran",
-                    other.name()
-                ));
+                return Err(AllocError::Ended {
+                    id,
+                    state: other.name(),
+                });
             }
         }
     }

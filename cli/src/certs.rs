@@ -24,34 +24,56 @@ fn validity(params: &mut CertificateParams) {
     params.not_after = rcgen::date_time_ymd(y as i32, m as u8, d as u8);
 }
 
+/// Why a certificate or key could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CertMakeError {
+    #[error("{0} already exists; remove it first if you mean to replace it")]
+    Exists(String),
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source} (run `gctl certs init` first)")]
+    NoCa {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot make the certificate: {0}")]
+    Rcgen(#[from] rcgen::Error),
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CertMakeError {
+    let path = path.display().to_string();
+    move |source| CertMakeError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
 /// Writes `contents` to a new file (never over an existing one) with `mode`.
-fn write_new(path: &Path, contents: &str, mode: u32) -> Result<(), String> {
+fn write_new(path: &Path, contents: &str, mode: u32) -> Result<(), CertMakeError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(path)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => format!(
-                "{} already exists; remove it first if you mean to replace it",
-                path.display()
-            ),
-            _ => format!("cannot create {}: {e}", path.display()),
+            std::io::ErrorKind::AlreadyExists => CertMakeError::Exists(path.display().to_string()),
+            _ => io_error("create", path)(e),
         })?;
     f.write_all(contents.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-fn rcgen_error(e: rcgen::Error) -> String {
-    format!("cannot make the certificate: {e}")
+        .map_err(io_error("write", path))
 }
 
 /// Makes a new cluster CA in `dir`: `ca.pem` (give it to every host) and `ca.key` (keep
 /// it on the admin's machine, 0600).
-pub fn init(dir: &Path, cluster: &str) -> Result<Vec<String>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let key = KeyPair::generate().map_err(rcgen_error)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
+pub fn init(dir: &Path, cluster: &str) -> Result<Vec<String>, CertMakeError> {
+    std::fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
     params
         .distinguished_name
         .push(DnType::CommonName, format!("gsched cluster CA ({cluster})"));
@@ -62,7 +84,7 @@ pub fn init(dir: &Path, cluster: &str) -> Result<Vec<String>, String> {
         KeyUsagePurpose::DigitalSignature,
     ];
     validity(&mut params);
-    let cert = params.self_signed(&key).map_err(rcgen_error)?;
+    let cert = params.self_signed(&key)?;
     let certs = CertDir(dir.to_path_buf());
     let key_path = dir.join("ca.key");
     write_new(&key_path, &key.serialize_pem(), 0o600)?;
@@ -75,27 +97,29 @@ pub fn init(dir: &Path, cluster: &str) -> Result<Vec<String>, String> {
 
 /// Issues `who`'s certificate and key into `dir`, signed by the CA there. `hosts`: the
 /// names and addresses the holder is dialed by (controllers).
-pub fn issue(dir: &Path, who: &PeerIdentity, hosts: &[String]) -> Result<Vec<String>, String> {
+pub fn issue(
+    dir: &Path,
+    who: &PeerIdentity,
+    hosts: &[String],
+) -> Result<Vec<String>, CertMakeError> {
     let certs = CertDir(dir.to_path_buf());
-    let ca_pem = std::fs::read_to_string(certs.ca()).map_err(|e| {
-        format!(
-            "cannot read {}: {e} (run `gctl certs init` first)",
-            certs.ca().display()
-        )
+    let ca_pem = std::fs::read_to_string(certs.ca()).map_err(|source| CertMakeError::NoCa {
+        path: certs.ca().display().to_string(),
+        source,
     })?;
     let ca_key_path = dir.join("ca.key");
-    let ca_key = std::fs::read_to_string(&ca_key_path)
-        .map_err(|e| format!("cannot read the CA key {}: {e}", ca_key_path.display()))?;
-    let ca_key = KeyPair::from_pem(&ca_key).map_err(rcgen_error)?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(rcgen_error)?;
-    let key = KeyPair::generate().map_err(rcgen_error)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(rcgen_error)?;
+    let ca_key =
+        std::fs::read_to_string(&ca_key_path).map_err(io_error("read the CA key", &ca_key_path))?;
+    let ca_key = KeyPair::from_pem(&ca_key)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
     params
         .distinguished_name
         .push(DnType::CommonName, who.to_string());
     params
         .subject_alt_names
-        .push(SanType::URI(who.uri().try_into().map_err(rcgen_error)?));
+        .push(SanType::URI(who.uri().try_into()?));
     let mut hosts = hosts.to_vec();
     if matches!(who, PeerIdentity::Controller(_)) {
         hosts.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
@@ -105,7 +129,7 @@ pub fn issue(dir: &Path, who: &PeerIdentity, hosts: &[String]) -> Result<Vec<Str
     for h in &hosts {
         let san = match h.parse::<std::net::IpAddr>() {
             Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName(h.as_str().try_into().map_err(rcgen_error)?),
+            Err(_) => SanType::DnsName(h.as_str().try_into()?),
         };
         params.subject_alt_names.push(san);
     }
@@ -123,7 +147,7 @@ pub fn issue(dir: &Path, who: &PeerIdentity, hosts: &[String]) -> Result<Vec<Str
         PeerIdentity::Node(_) => vec![ExtendedKeyUsagePurpose::ClientAuth],
     };
     validity(&mut params);
-    let cert = params.signed_by(&key, &issuer).map_err(rcgen_error)?;
+    let cert = params.signed_by(&key, &issuer)?;
     write_new(&certs.key(who), &key.serialize_pem(), 0o600)?;
     write_new(&certs.cert(who), &cert.pem(), 0o644)?;
     Ok(vec![
@@ -140,11 +164,10 @@ mod tests {
     fn issued_certificates_name_their_holder() {
         let dir = tempfile::tempdir().unwrap();
         init(dir.path(), "test").unwrap();
-        assert!(
-            init(dir.path(), "test")
-                .unwrap_err()
-                .contains("already exists")
-        );
+        assert!(matches!(
+            init(dir.path(), "test"),
+            Err(CertMakeError::Exists(_))
+        ));
         let node = PeerIdentity::Node("gpu-01".into());
         issue(dir.path(), &node, &[]).unwrap();
         let ctl = PeerIdentity::Controller(2);

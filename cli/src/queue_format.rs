@@ -60,9 +60,24 @@ const LONG_NAMES: [(&str, char); 15] = [
     ("EndTime", 'e'),
 ];
 
+/// A `gqueue -o`/`-O` format that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("--format '{0}' ends in the middle of a field")]
+    Unfinished(String),
+    #[error("--format: %{letter} is not supported (gsched knows %{known})")]
+    UnknownLetter { letter: char, known: String },
+    #[error("--Format: '{0}' has a bad width")]
+    Width(String),
+    #[error("--Format: {name} is not supported (gsched knows {known})")]
+    UnknownName { name: String, known: String },
+    #[error("--Format: name at least one field")]
+    Empty,
+}
+
 impl QueueFormat {
     /// Parses `%[.][width]letter` fields and literal text (`%%` is a percent sign).
-    pub fn parse(text: &str) -> Result<QueueFormat, String> {
+    pub fn parse(text: &str) -> Result<QueueFormat, FormatError> {
         let mut pieces = Vec::new();
         let mut literal = String::new();
         let mut chars = text.chars().peekable();
@@ -83,17 +98,17 @@ impl QueueFormat {
             }
             let letter = chars
                 .next()
-                .ok_or_else(|| format!("--format '{text}' ends in the middle of a field"))?;
+                .ok_or_else(|| FormatError::Unfinished(text.to_string()))?;
             if !LETTERS.iter().any(|(l, _)| *l == letter) {
                 let known: String = LETTERS.iter().map(|(l, _)| *l).collect();
-                return Err(format!(
-                    "--format: %{letter} is not supported (gsched knows %{})",
-                    known
+                return Err(FormatError::UnknownLetter {
+                    letter,
+                    known: known
                         .chars()
                         .map(String::from)
                         .collect::<Vec<_>>()
-                        .join(" %")
-                ));
+                        .join(" %"),
+                });
             }
             if !literal.is_empty() {
                 pieces.push(Piece::Text(std::mem::take(&mut literal)));
@@ -113,7 +128,7 @@ impl QueueFormat {
     /// Parses squeue's `-O/--Format` list (`JobID,Name:30,State,Reason`): field names,
     /// each with an optional `:width` (20 by default, as squeue's), left-aligned and
     /// padded to their width, one after the other.
-    pub fn parse_long(text: &str) -> Result<QueueFormat, String> {
+    pub fn parse_long(text: &str) -> Result<QueueFormat, FormatError> {
         let mut pieces = Vec::new();
         for item in text.split(',').filter(|s| !s.is_empty()) {
             let (name, width) = match item.split_once(':') {
@@ -121,7 +136,7 @@ impl QueueFormat {
                     n,
                     w.trim_start_matches('.')
                         .parse::<usize>()
-                        .map_err(|_| format!("--Format: '{item}' has a bad width"))?,
+                        .map_err(|_| FormatError::Width(item.to_string()))?,
                 ),
                 None => (item, 20),
             };
@@ -131,10 +146,10 @@ impl QueueFormat {
                 .map(|(_, l)| *l)
                 .ok_or_else(|| {
                     let known: Vec<&str> = LONG_NAMES.iter().map(|(n, _)| *n).collect();
-                    format!(
-                        "--Format: {name} is not supported (gsched knows {})",
-                        known.join(", ")
-                    )
+                    FormatError::UnknownName {
+                        name: name.to_string(),
+                        known: known.join(", "),
+                    }
                 })?;
             pieces.push(Piece::Field {
                 letter,
@@ -143,7 +158,7 @@ impl QueueFormat {
             });
         }
         if pieces.is_empty() {
-            return Err("--Format: name at least one field".into());
+            return Err(FormatError::Empty);
         }
         Ok(QueueFormat(pieces))
     }
@@ -288,18 +303,23 @@ mod tests {
         pending.start_ms = None;
         assert_eq!(f.line(&pending, 62_000), "42|PD|0:00|1:00:00||Priority");
         assert_eq!(QueueFormat::parse("100%%").unwrap().header(), "100%");
-        assert!(QueueFormat::parse("%Z").unwrap_err().contains("%Z"));
-        assert!(QueueFormat::parse("%.5").is_err());
+        assert!(matches!(
+            QueueFormat::parse("%Z"),
+            Err(FormatError::UnknownLetter { letter: 'Z', .. })
+        ));
+        assert!(matches!(
+            QueueFormat::parse("%.5"),
+            Err(FormatError::Unfinished(_))
+        ));
         let f = QueueFormat::parse_long("JobID:6,State:9,reason").unwrap();
         assert_eq!(f.header(), "JOBID STATE    REASON              ");
         assert_eq!(
             f.line(&pending, 62_000),
             "42    PENDING  Priority            "
         );
-        assert!(
-            QueueFormat::parse_long("JobID,Colour")
-                .unwrap_err()
-                .contains("Colour")
-        );
+        assert!(matches!(
+            QueueFormat::parse_long("JobID,Colour"),
+            Err(FormatError::UnknownName { name, .. }) if name == "Colour"
+        ));
     }
 }

@@ -29,11 +29,39 @@ pub fn invoked_as() -> String {
         .unwrap_or_default()
 }
 
+/// Why the Slurm-named links could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0} exists and is not a link (is Slurm installed there?); choose another directory")]
+    NotALink(String),
+    #[error("no gsched tool found in {0}")]
+    NoTools(String),
+}
+
+/// A Slurm command line gsched cannot translate; the message is its usage.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Untranslatable(pub String);
+
 /// Makes `dir/sbatch -> BIN/gsub` and the others, for the tools found in `bin` (a tool
 /// that is not there gets no link, and is named in the second list); replaces links of
 /// those names already there, never other files. Returns the links made.
-pub fn make_links(dir: &Path, bin: &Path) -> Result<(Vec<PathBuf>, Vec<&'static str>), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn make_links(dir: &Path, bin: &Path) -> Result<(Vec<PathBuf>, Vec<&'static str>), LinkError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.display().to_string();
+        move |source| LinkError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
     let mut made = Vec::new();
     let mut missing = Vec::new();
     for (slurm, tool) in NAMES {
@@ -44,22 +72,19 @@ pub fn make_links(dir: &Path, bin: &Path) -> Result<(Vec<PathBuf>, Vec<&'static 
         }
         let link = dir.join(slurm);
         match std::fs::symlink_metadata(&link) {
-            Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(&link)
-                .map_err(|e| format!("cannot replace {}: {e}", link.display()))?,
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::remove_file(&link).map_err(io("replace", &link))?
+            }
             Ok(_) => {
-                return Err(format!(
-                    "{} exists and is not a link (is Slurm installed there?); choose another directory",
-                    link.display()
-                ));
+                return Err(LinkError::NotALink(link.display().to_string()));
             }
             Err(_) => {}
         }
-        std::os::unix::fs::symlink(&target, &link)
-            .map_err(|e| format!("cannot link {}: {e}", link.display()))?;
+        std::os::unix::fs::symlink(&target, &link).map_err(io("link", &link))?;
         made.push(link);
     }
     if made.is_empty() {
-        return Err(format!("no gsched tool found in {}", bin.display()));
+        return Err(LinkError::NoTools(bin.display().to_string()));
     }
     Ok((made, missing))
 }
@@ -76,6 +101,14 @@ pub enum Scontrol {
 /// Translates scontrol's arguments (after the program name). `nodelist` and `job` are
 /// `SLURM_JOB_NODELIST` and `SLURM_JOB_ID`, the defaults inside a job.
 pub fn scontrol(
+    args: &[String],
+    nodelist: Option<&str>,
+    job: Option<&str>,
+) -> Result<Scontrol, Untranslatable> {
+    translate_scontrol(args, nodelist, job).map_err(Untranslatable)
+}
+
+fn translate_scontrol(
     args: &[String],
     nodelist: Option<&str>,
     job: Option<&str>,
@@ -298,7 +331,11 @@ fn update(pairs: &[&str]) -> Result<Scontrol, String> {
 
 /// Translates sacctmgr's arguments (after the program name) into `gctl`'s:
 /// `add|modify|delete|show account|user|qos NAME [where K=V...] [set] K=V...`.
-pub fn sacctmgr(args: &[String]) -> Result<Vec<String>, String> {
+pub fn sacctmgr(args: &[String]) -> Result<Vec<String>, Untranslatable> {
+    translate_sacctmgr(args).map_err(Untranslatable)
+}
+
+fn translate_sacctmgr(args: &[String]) -> Result<Vec<String>, String> {
     let words: Vec<&str> = args
         .iter()
         .map(String::as_str)
@@ -447,7 +484,7 @@ fn tres_limit(list: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn run(line: &str) -> Result<Scontrol, String> {
+    fn run(line: &str) -> Result<Scontrol, Untranslatable> {
         let args: Vec<String> = line.split_whitespace().map(String::from).collect();
         scontrol(&args, Some("gpu[01-02],cpu7"), Some("42"))
     }
@@ -481,16 +518,19 @@ mod tests {
         assert!(
             run("create reservation Duration=10 Users=root NodeCnt=1")
                 .unwrap_err()
+                .0
                 .contains("ReservationName")
         );
         assert!(
             run("create reservation ReservationName=x Licenses=a:1")
                 .unwrap_err()
+                .0
                 .contains("licenses")
         );
         assert!(
             run("create reservation ReservationName=x TRES=cpu=4,mem=1G")
                 .unwrap_err()
+                .0
                 .contains("gres/gpu")
         );
     }
@@ -532,10 +572,16 @@ mod tests {
         assert!(
             g("add account x GrpTRESMins=gres/gpu=10")
                 .unwrap_err()
+                .0
                 .contains("not supported")
         );
-        assert!(g("add cluster c").unwrap_err().contains("account|user|qos"));
-        assert!(g("add user").unwrap_err().contains("name one"));
+        assert!(
+            g("add cluster c")
+                .unwrap_err()
+                .0
+                .contains("account|user|qos")
+        );
+        assert!(g("add user").unwrap_err().0.contains("name one"));
     }
 
     #[test]
