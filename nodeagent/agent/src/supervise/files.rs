@@ -1,0 +1,67 @@
+//! The step's files: pipes, and output files opened with the job owner's identity.
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::{Gid, Uid};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+
+pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| format!("cannot create a pipe for the step's output: {e}"))
+}
+
+/// Opens (creating, appending) an output file with the job owner's file-system identity
+/// and umask, so permissions are checked, and the file is created, as that user.
+pub(super) fn open_as(
+    path: &str,
+    owner: Option<(u32, u32)>,
+    groups: &[u32],
+    umask: Option<Mode>,
+) -> Result<File, String> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    };
+    let saved_umask = umask.map(nix::sys::stat::umask);
+    let result = match owner {
+        None => open(),
+        Some((uid, gid)) => as_owner(uid, gid, groups, open),
+    };
+    if let Some(old) = saved_umask {
+        nix::sys::stat::umask(old);
+    }
+    result.map_err(|e| super::policy::open_error(e.raw_os_error(), &e.to_string(), path))
+}
+
+/// Runs `f` with the file-system identity (fsuid, fsgid, groups) of `uid`/`gid`, and
+/// restores root's afterwards. The supervisor is single-threaded while it does this.
+fn as_owner(
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    f: impl FnOnce() -> std::io::Result<File>,
+) -> std::io::Result<File> {
+    let saved = nix::unistd::getgroups()?;
+    let wanted: Vec<Gid> = groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    nix::unistd::setgroups(&wanted)?;
+    // setfsuid/setfsgid report the previous value, not errors: asking again tells
+    // whether the change took.
+    nix::unistd::setfsgid(Gid::from_raw(gid));
+    nix::unistd::setfsuid(Uid::from_raw(uid));
+    let took = nix::unistd::setfsuid(Uid::from_raw(uid)) == Uid::from_raw(uid)
+        && nix::unistd::setfsgid(Gid::from_raw(gid)) == Gid::from_raw(gid);
+    let result = if took {
+        f()
+    } else {
+        Err(std::io::Error::other(format!(
+            "could not take the file-system identity of uid {uid}"
+        )))
+    };
+    nix::unistd::setfsuid(Uid::from_raw(0));
+    nix::unistd::setfsgid(Gid::from_raw(0));
+    nix::unistd::setgroups(&saved)?;
+    result
+}
