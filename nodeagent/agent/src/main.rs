@@ -272,60 +272,11 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             "no controllers given: use --controllers HOST:PORT,... or GSCHED_CONTROLLERS"
         );
     }
-    let name = args.name.clone().unwrap_or_else(|| {
-        nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "node".into())
-    });
-    let dialer = match (&args.tls_dir, args.dev_local) {
-        (Some(dir), _) => Dialer {
-            tls: Some(
-                CertDir(dir.clone())
-                    .client(&PeerIdentity::Node(name.clone()))
-                    .map_err(|e| anyhow::anyhow!(e))?,
-            ),
-        },
-        (None, true) => {
-            if let Some(c) = args.controllers.iter().find(|c| !is_loopback(c)) {
-                anyhow::bail!(
-                    "--dev-local reaches loopback controllers only, but {c} is not one; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
-                );
-            }
-            Dialer::default()
-        }
-        (None, false) => anyhow::bail!(
-            "no security settings: give --tls-dir with this node's certificate (`gctl certs issue --node {name}`), or --dev-local for a single-host development cluster"
-        ),
-    };
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
-    layout::private_dir(&state_dir)
-        .and_then(|_| layout::private_dir(&state_dir.join("steps")))
-        .map_err(|e| {
-            anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display())
-        })?;
-    let job_root = layout::JobRoot::prepare(
-        args.job_root
-            .clone()
-            .unwrap_or_else(layout::JobRoot::default_path),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
+    let name = node_name(&args);
+    let dialer = dialer(&args, &name)?;
+    let (state_dir, job_root) = prepare_dirs(&args)?;
     let source = args.source.source();
-    let mut topo = discover::discover(&source).map_err(|e| anyhow::anyhow!(e))?;
-    let gpu_map = if args.gpus.is_empty() {
-        Vec::new()
-    } else {
-        discover::keep_gpus(&mut topo, &args.gpus).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?
-    };
-    tracing::info!(
-        "{} GPUs, {} NICs, {} NUMA nodes ({})",
-        topo.gpus.len(),
-        topo.nics.len(),
-        topo.numa_nodes.len(),
-        topo.source
-    );
+    let (topo, gpu_map) = discover_node(&args, &source)?;
     let training_addr = args
         .training_addr
         .clone()
@@ -335,67 +286,11 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         .training_iface
         .clone()
         .or_else(|| discover::interface_of(&training_addr));
-    let nic_iface = training_iface.clone();
-    let root = gsched_agent::identity::is_root();
-    let private_gpus = root && !args.share_gpu_devices;
+    let isolation = Isolation::set_up(&args, &name);
     let gpu_devices = GpuDevices::from_topology(&topo);
-    if private_gpus && gpu_devices.paths.is_empty() && !topo.gpus.is_empty() {
+    if isolation.private_gpus && gpu_devices.paths.is_empty() && !topo.gpus.is_empty() {
         tracing::warn!(
             "the GPUs' device nodes are unknown (no NVML, or a fake topology without device_path): jobs are kept apart by CUDA_VISIBLE_DEVICES only"
-        );
-    }
-    let cgroups = match args.cgroup_root.as_deref() {
-        Some("off") => None,
-        root => match isolation::Cgroups::detect(root.map(std::path::Path::new), &name) {
-            Ok(c) => {
-                tracing::info!("per-step cgroups under {}", c.base.display());
-                Some(c)
-            }
-            Err(e) => {
-                tracing::warn!("per-step cgroups disabled: {e}");
-                None
-            }
-        },
-    };
-    let mut agent_env = BTreeMap::new();
-    for kv in &args.job_env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))?;
-        agent_env.insert(k.to_string(), v.to_string());
-    }
-    let device_filter = match (&cgroups, private_gpus) {
-        (Some(_), true) => match devfilter::probe() {
-            Ok(()) => {
-                tracing::info!(
-                    "GPU device filter: on (a BPF device program on every step's cgroup)"
-                );
-                true
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "GPU device filter unavailable ({e}); GPU privacy rests on device-node ownership alone"
-                );
-                false
-            }
-        },
-        (None, true) => {
-            tracing::warn!(
-                "GPU device filter off: no usable cgroup v2 hierarchy; GPU privacy rests on device-node ownership alone"
-            );
-            false
-        }
-        (_, false) => false,
-    };
-    let params = std::fs::read_to_string("/proc/driver/nvidia/params").unwrap_or_default();
-    if private_gpus && devices::driver_resets_device_modes(&params) == Some(true) {
-        tracing::warn!(
-            "the NVIDIA driver re-creates /dev/nvidia* with its own mode whenever CUDA starts (NVreg_ModifyDeviceFiles=1), undoing device-node ownership; {} set `options nvidia NVreg_ModifyDeviceFiles=0` in /etc/modprobe.d to make ownership hold",
-            if device_filter {
-                "the BPF device filter still keeps jobs to their GPUs;"
-            } else {
-                "with no BPF device filter either, jobs are kept apart by CUDA_VISIBLE_DEVICES only:"
-            }
         );
     }
     let topology = Arc::new(RwLock::new(topo));
@@ -404,11 +299,11 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         node: name.clone(),
         state_dir: state_dir.clone(),
         topology: topology.clone(),
-        training_iface,
-        agent_env,
-        cgroups,
-        private_gpus,
-        device_filter,
+        training_iface: training_iface.clone(),
+        agent_env: job_env(&args)?,
+        cgroups: isolation.cgroups,
+        private_gpus: isolation.private_gpus,
+        device_filter: isolation.device_filter,
         job_root,
         exe: std::env::current_exe()?,
         gpu_map: gpu_map.clone(),
@@ -417,7 +312,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         min_uid: args.min_uid,
     };
     let steps = StepManager::new(settings, outbox.clone());
-    if private_gpus {
+    if isolation.private_gpus {
         // Every GPU no re-adopted step holds is root's while idle.
         for note in gpu_devices.lock_idle(&steps.devices_in_use()) {
             tracing::warn!("cannot make a GPU device node private: {note}");
@@ -438,7 +333,6 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         });
         (addr, sources)
     });
-    let flush = Arc::new(tokio::sync::Notify::new());
     let agent = Arc::new(Agent {
         registration: Registration {
             name,
@@ -451,7 +345,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         topology: topology.clone(),
         steps,
         outbox: outbox.clone(),
-        flush: flush.clone(),
+        flush: Arc::new(tokio::sync::Notify::new()),
         contact: Arc::new(gsched_agent::contact::Contact::open(&state_dir)),
         heartbeat: Duration::from_secs_f64(args.heartbeat.max(0.1)),
     });
@@ -468,63 +362,16 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             tokio::spawn(gsched_agent::metrics::serve(sources, listener));
         }
         health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone());
-        let usage_source = match (&args.fake_gpu_util, &source) {
-            (Some(f), _) => {
-                gsched_agent::usage::Source::Fake(gsched_agent::usage::FakeReader::new(f.clone()))
-            }
-            (None, Source::Local { .. }) => match gsched_agent::nvml::NvmlProbe::init() {
-                Ok(p) => {
-                    gsched_agent::usage::Source::Nvml(Box::new(gsched_agent::usage::NvmlReader(p)))
-                }
-                Err(e) => {
-                    tracing::warn!("job GPU usage is not sampled: {e}");
-                    gsched_agent::usage::Source::None
-                }
-            },
-            _ => gsched_agent::usage::Source::None,
-        };
         tokio::spawn(sample_usage(
             agent.steps.clone(),
-            usage_source,
+            usage_source(&args, &source),
             args.gpu_sample_interval,
         ));
-        let src = source.clone();
-        let keep = args.gpus.clone();
-        let reload: Arc<
-            dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync,
-        > = Arc::new(move || {
-            let mut t = discover::discover(&src)?;
-            if !keep.is_empty() {
-                discover::keep_gpus(&mut t, &keep)?;
-            }
-            Ok(t)
-        });
         let nic_policy = health::NicPolicy {
-            training_iface: nic_iface.clone(),
+            training_iface,
             expected_mtu: args.training_mtu,
         };
-        if matches!(source, Source::Fake(_)) {
-            tokio::spawn(health::watch_topology(
-                reload,
-                topology.clone(),
-                nic_policy,
-                outbox.clone(),
-                Duration::from_millis(500),
-            ));
-        } else if let Source::Local { .. } = source {
-            tokio::spawn(health::watch_nics(
-                topology.clone(),
-                nic_policy,
-                outbox.clone(),
-                Duration::from_secs(5),
-            ));
-            tokio::spawn(health::watch_nvml(
-                topology.clone(),
-                gpu_map.clone(),
-                outbox.clone(),
-                Duration::from_secs(5),
-            ));
-        }
+        spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             _ = gsched_agent::session::run(agent) => {}
@@ -534,6 +381,221 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("agent stopping; running steps keep running and will be re-adopted");
         anyhow::Ok(())
     })
+}
+
+fn node_name(args: &RunArgs) -> String {
+    args.name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "node".into())
+    })
+}
+
+/// How the agent reaches its controllers: TLS with this node's certificate, or
+/// plaintext to loopback controllers only (`--dev-local`).
+fn dialer(args: &RunArgs, name: &str) -> anyhow::Result<Dialer> {
+    match (&args.tls_dir, args.dev_local) {
+        (Some(dir), _) => Ok(Dialer {
+            tls: Some(CertDir(dir.clone()).client(&PeerIdentity::Node(name.to_string()))?),
+        }),
+        (None, true) => {
+            if let Some(c) = args.controllers.iter().find(|c| !is_loopback(c)) {
+                anyhow::bail!(
+                    "--dev-local reaches loopback controllers only, but {c} is not one; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
+                );
+            }
+            Ok(Dialer::default())
+        }
+        (None, false) => anyhow::bail!(
+            "no security settings: give --tls-dir with this node's certificate (`gctl certs issue --node {name}`), or --dev-local for a single-host development cluster"
+        ),
+    }
+}
+
+/// The agent's private state directory and the job root, made or checked.
+fn prepare_dirs(args: &RunArgs) -> anyhow::Result<(PathBuf, layout::JobRoot)> {
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/lib/gsched/agent"));
+    layout::private_dir(&state_dir)
+        .and_then(|_| layout::private_dir(&state_dir.join("steps")))
+        .map_err(|e| {
+            anyhow::anyhow!("cannot create state directory {}: {e}", state_dir.display())
+        })?;
+    let job_root = layout::JobRoot::prepare(
+        args.job_root
+            .clone()
+            .unwrap_or_else(layout::JobRoot::default_path),
+    )?;
+    Ok((state_dir, job_root))
+}
+
+/// This node's topology, restricted to `--gpus` when given (with each kept GPU's device
+/// index).
+fn discover_node(
+    args: &RunArgs,
+    source: &Source,
+) -> anyhow::Result<(gsched_types::Topology, Vec<u32>)> {
+    let mut topo = discover::discover(source)?;
+    let gpu_map = if args.gpus.is_empty() {
+        Vec::new()
+    } else {
+        discover::keep_gpus(&mut topo, &args.gpus).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?
+    };
+    tracing::info!(
+        "{} GPUs, {} NICs, {} NUMA nodes ({})",
+        topo.gpus.len(),
+        topo.nics.len(),
+        topo.numa_nodes.len(),
+        topo.source
+    );
+    Ok((topo, gpu_map))
+}
+
+/// How steps are kept apart on this node: cgroups, private GPU device nodes, the BPF
+/// device filter; each missing piece is logged with what it costs.
+struct Isolation {
+    cgroups: Option<isolation::Cgroups>,
+    private_gpus: bool,
+    device_filter: bool,
+}
+
+impl Isolation {
+    fn set_up(args: &RunArgs, name: &str) -> Isolation {
+        let private_gpus = gsched_agent::identity::is_root() && !args.share_gpu_devices;
+        let cgroups = match args.cgroup_root.as_deref() {
+            Some("off") => None,
+            root => match isolation::Cgroups::detect(root.map(std::path::Path::new), name) {
+                Ok(c) => {
+                    tracing::info!("per-step cgroups under {}", c.base.display());
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("per-step cgroups disabled: {e}");
+                    None
+                }
+            },
+        };
+        let device_filter = match (&cgroups, private_gpus) {
+            (Some(_), true) => match devfilter::probe() {
+                Ok(()) => {
+                    tracing::info!(
+                        "GPU device filter: on (a BPF device program on every step's cgroup)"
+                    );
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "GPU device filter unavailable ({e}); GPU privacy rests on device-node ownership alone"
+                    );
+                    false
+                }
+            },
+            (None, true) => {
+                tracing::warn!(
+                    "GPU device filter off: no usable cgroup v2 hierarchy; GPU privacy rests on device-node ownership alone"
+                );
+                false
+            }
+            (_, false) => false,
+        };
+        let params = std::fs::read_to_string("/proc/driver/nvidia/params").unwrap_or_default();
+        if private_gpus && devices::driver_resets_device_modes(&params) == Some(true) {
+            tracing::warn!(
+                "the NVIDIA driver re-creates /dev/nvidia* with its own mode whenever CUDA starts (NVreg_ModifyDeviceFiles=1), undoing device-node ownership; {} set `options nvidia NVreg_ModifyDeviceFiles=0` in /etc/modprobe.d to make ownership hold",
+                if device_filter {
+                    "the BPF device filter still keeps jobs to their GPUs;"
+                } else {
+                    "with no BPF device filter either, jobs are kept apart by CUDA_VISIBLE_DEVICES only:"
+                }
+            );
+        }
+        Isolation {
+            cgroups,
+            private_gpus,
+            device_filter,
+        }
+    }
+}
+
+/// `--job-env NAME=VALUE`: variables every job on this node gets.
+fn job_env(args: &RunArgs) -> anyhow::Result<BTreeMap<String, String>> {
+    args.job_env
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow::anyhow!("--job-env {kv}: use NAME=VALUE"))
+        })
+        .collect()
+}
+
+/// Where job GPU usage is read: NVML on a real node, a file with `--fake-gpu-util`.
+fn usage_source(args: &RunArgs, source: &Source) -> gsched_agent::usage::Source {
+    match (&args.fake_gpu_util, source) {
+        (Some(f), _) => {
+            gsched_agent::usage::Source::Fake(gsched_agent::usage::FakeReader::new(f.clone()))
+        }
+        (None, Source::Local { .. }) => match gsched_agent::nvml::NvmlProbe::init() {
+            Ok(p) => {
+                gsched_agent::usage::Source::Nvml(Box::new(gsched_agent::usage::NvmlReader(p)))
+            }
+            Err(e) => {
+                tracing::warn!("job GPU usage is not sampled: {e}");
+                gsched_agent::usage::Source::None
+            }
+        },
+        _ => gsched_agent::usage::Source::None,
+    }
+}
+
+/// The node's health watches: a fake topology file is re-read (tests and `gsim` change
+/// it); a real node watches its NICs and NVML.
+fn spawn_health_watches(
+    args: &RunArgs,
+    source: &Source,
+    topology: Arc<RwLock<gsched_types::Topology>>,
+    nic_policy: health::NicPolicy,
+    gpu_map: Vec<u32>,
+    outbox: Arc<outbox::Outbox>,
+) {
+    match source {
+        Source::Fake(_) => {
+            let (src, keep) = (source.clone(), args.gpus.clone());
+            let reload: Arc<
+                dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync,
+            > = Arc::new(move || {
+                let mut t = discover::discover(&src)?;
+                if !keep.is_empty() {
+                    discover::keep_gpus(&mut t, &keep)?;
+                }
+                Ok(t)
+            });
+            tokio::spawn(health::watch_topology(
+                reload,
+                topology,
+                nic_policy,
+                outbox,
+                Duration::from_millis(500),
+            ));
+        }
+        Source::Local { .. } => {
+            tokio::spawn(health::watch_nics(
+                topology.clone(),
+                nic_policy,
+                outbox.clone(),
+                Duration::from_secs(5),
+            ));
+            tokio::spawn(health::watch_nvml(
+                topology,
+                gpu_map,
+                outbox,
+                Duration::from_secs(5),
+            ));
+        }
+        Source::SmiTopo(_) => {}
+    }
 }
 
 /// Samples every running step's usage each `interval_s` (on a blocking thread: NVML and

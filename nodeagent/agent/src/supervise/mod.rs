@@ -160,8 +160,8 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let setup = child_setup(plan, &wiring, &streams)?;
     let spawned = spawn_tasks(plan, &wiring, setup);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
-    let (sources, terminal) = streams.into_sources()?;
-    let copying = Copying::start(dir, plan, outputs, sources, terminal, spawned.pgid);
+    let sources = streams.into_sources()?;
+    let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
     if let Some(e) = spawned.error {
         if let Some(g) = spawned.pgid {
             let _ = signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
@@ -266,6 +266,14 @@ impl Outputs {
     }
 }
 
+/// What the copiers read once the tasks hold the write ends: stdout (the terminal for a
+/// task on one), stderr's pipe, the terminal's master.
+struct Sources {
+    stdout: OwnedFd,
+    stderr: Option<OwnedFd>,
+    terminal: Option<OwnedFd>,
+}
+
 /// The tasks' stdout and stderr pipes, or their terminal.
 struct Streams {
     out: (OwnedFd, OwnedFd),
@@ -296,7 +304,7 @@ impl Streams {
     /// Closes the ends the tasks write to (once they are spawned) and returns what the
     /// copiers read: stdout's source (the terminal for a task on one), stderr's pipe,
     /// and the terminal's master.
-    fn into_sources(self) -> Result<((OwnedFd, Option<OwnedFd>), Option<OwnedFd>), String> {
+    fn into_sources(self) -> Result<Sources, String> {
         let (out_r, out_w) = self.out;
         drop(out_w);
         let err_r = self.err.map(|(r, w)| {
@@ -313,7 +321,11 @@ impl Streams {
                 .map_err(|e| format!("cannot read the task's terminal: {e}"))?,
             None => out_r,
         };
-        Ok(((stdout_source, err_r), terminal))
+        Ok(Sources {
+            stdout: stdout_source,
+            stderr: err_r,
+            terminal,
+        })
     }
 }
 
@@ -396,13 +408,17 @@ impl Copying {
         dir: &Path,
         plan: &Plan,
         outputs: Outputs,
-        (stdout_source, err_source): (OwnedFd, Option<OwnedFd>),
-        terminal: Option<OwnedFd>,
+        sources: Sources,
         pgid: Option<i32>,
     ) -> Copying {
         let (done_tx, finished) = std::sync::mpsc::channel();
         let output_error = std::sync::Arc::new(parking_lot::Mutex::new(None));
         let err_path = plan.stderr.clone().unwrap_or_else(|| plan.stdout.clone());
+        let Sources {
+            stdout: stdout_source,
+            stderr: err_source,
+            terminal,
+        } = sources;
         let stdout = (
             stdout_source,
             outputs.user_out,
