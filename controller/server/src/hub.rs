@@ -11,10 +11,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{self, error::TrySendError};
 use tonic::Status;
 
-pub type AgentTx = UnboundedSender<Result<ControllerEnvelope, Status>>;
+pub type AgentTx = mpsc::Sender<Result<ControllerEnvelope, Status>>;
+
+/// How many messages wait for one agent at most. An agent that falls this far behind
+/// (frozen, or its link stalled) has its session closed instead of the leader's memory
+/// growing; it registers again and is told what it missed.
+pub const AGENT_BACKLOG: usize = 4096;
 
 pub struct AgentConn {
     pub conn_id: u64,
@@ -128,10 +133,20 @@ impl AgentHub {
     }
 
     pub fn send(&self, node: &str, msg: &ControllerToAgent) -> bool {
-        let conns = self.conns.lock();
-        match conns.get(node) {
-            Some(c) => c.tx.send(Ok(ControllerEnvelope::carrying(msg))).is_ok(),
-            None => false,
+        let mut conns = self.conns.lock();
+        let Some(c) = conns.get(node) else {
+            return false;
+        };
+        match c.tx.try_send(Ok(ControllerEnvelope::carrying(msg))) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!(
+                    "agent {node} is {AGENT_BACKLOG} messages behind: its session is closed; it will register again"
+                );
+                conns.remove(node);
+                false
+            }
+            Err(TrySendError::Closed(_)) => false,
         }
     }
 
@@ -200,5 +215,32 @@ impl AgentHub {
             s.lagging.store(true, Ordering::Relaxed);
             steps.remove(&key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_that_stops_reading_is_dropped_not_queued_for() {
+        let hub = AgentHub::default();
+        let (tx, mut rx) = mpsc::channel(2);
+        hub.attach("n1", tx, AgentCapabilities::default());
+        let msg = ControllerToAgent::Alive { lease_ms: 1 };
+        assert!(hub.send("n1", &msg));
+        assert!(hub.send("n1", &msg));
+        assert!(
+            !hub.send("n1", &msg),
+            "the third message finds the queue full"
+        );
+        assert!(!hub.is_connected("n1"));
+        assert!(!hub.send("n1", &msg));
+        // What was queued still reaches the agent, then its stream ends.
+        assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok());
+        assert!(matches!(
+            rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Disconnected)
+        ));
     }
 }

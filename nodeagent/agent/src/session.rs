@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 
 /// What the agent says about itself when it registers.
 #[derive(Debug, Clone)]
@@ -141,8 +141,15 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
     let mut client = AgentClient::new(channel)
         .max_decoding_message_size(64 * 1024 * 1024)
         .max_encoding_message_size(64 * 1024 * 1024);
-    let (tx, rx) = mpsc::unbounded_channel::<AgentEnvelope>();
-    let send = |msg: &AgentToController| tx.send(AgentEnvelope::carrying(msg));
+    let (tx, rx) = mpsc::channel::<AgentEnvelope>(OUTBOUND_BACKLOG);
+    // Queues a message: `false` when the queue is full (the controller is not keeping up;
+    // the outbox and the next heartbeat carry what waits), an error once the session is
+    // gone.
+    let send = |msg: &AgentToController| match tx.try_send(AgentEnvelope::carrying(msg)) {
+        Ok(()) => Ok(true),
+        Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(anyhow::anyhow!("the session closed")),
+    };
     let known = agent.steps.lock().known();
     let reg = &agent.registration;
     let topology = agent.topology.read().clone();
@@ -163,10 +170,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
     // the handshake) is given up on, so the next one is tried.
     let silence_limit = (agent.heartbeat * 10).max(Duration::from_secs(10));
     let registered = async {
-        let mut inbound = client
-            .session(UnboundedReceiverStream::new(rx))
-            .await?
-            .into_inner();
+        let mut inbound = client.session(ReceiverStream::new(rx)).await?.into_inner();
         let first = inbound
             .message()
             .await?
@@ -273,24 +277,39 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 if !usage.is_empty() {
                     send(&AgentToController::Usage { steps: usage })?;
                 }
+                relay_task_io(agent, &tx, &send)?;
                 flush(agent, &send, &mut sent, true)?;
             }
             _ = agent.outbox.pushed.notified() => flush(agent, &send, &mut sent, false)?,
             _ = agent.flush.notified() => {
-                for io in agent.steps.lock().take_task_io() {
-                    send(&AgentToController::TaskIo { io })?;
-                }
+                relay_task_io(agent, &tx, &send)?;
                 flush(agent, &send, &mut sent, false)?
             }
         }
     }
 }
 
+/// Messages waiting for the controller on one session at most.
+const OUTBOUND_BACKLOG: usize = 1024;
+
+/// Sends the `grun` steps' output gathered so far, as much as the session's queue has
+/// room for; the rest waits in the step manager for the next turn.
+fn relay_task_io(
+    agent: &Agent,
+    tx: &mpsc::Sender<AgentEnvelope>,
+    send: &impl Fn(&AgentToController) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    for io in agent.steps.lock().take_task_io(tx.capacity()) {
+        send(&AgentToController::TaskIo { io })?;
+    }
+    Ok(())
+}
+
 /// Sends outbox events not sent on this session yet (and, on `retry`, those sent over two
 /// seconds ago without an acknowledgement).
 fn flush<E>(
     agent: &Agent,
-    send: &impl Fn(&AgentToController) -> Result<(), E>,
+    send: &impl Fn(&AgentToController) -> Result<bool, E>,
     sent: &mut HashMap<u64, Instant>,
     retry: bool,
 ) -> Result<(), E> {
@@ -301,7 +320,9 @@ fn flush<E>(
             Some(t) => retry && t.elapsed() > Duration::from_secs(2),
         };
         if due {
-            send(&ev)?;
+            if !send(&ev)? {
+                break;
+            }
             sent.insert(seq, Instant::now());
         }
     }

@@ -614,8 +614,8 @@ impl StepManager {
     }
 
     /// `grun` output and exits to send now.
-    pub fn take_task_io(&mut self) -> Vec<TaskIo> {
-        self.grun.take_io()
+    pub fn take_task_io(&mut self, max: usize) -> Vec<TaskIo> {
+        self.grun.take_io(max)
     }
 
     /// Sends `signal` to a running step (`gcancel --signal`): its process group, or the

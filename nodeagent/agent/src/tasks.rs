@@ -278,9 +278,10 @@ impl GrunTasks {
         }
     }
 
-    /// The reports gathered since the last call, to send now.
-    pub fn take_io(&mut self) -> Vec<TaskIo> {
-        std::mem::take(&mut self.io)
+    /// Up to `max` of the reports gathered, oldest first, to send now.
+    pub fn take_io(&mut self, max: usize) -> Vec<TaskIo> {
+        let n = max.min(self.io.len());
+        self.io.drain(..n).collect()
     }
 
     /// A report that a step cannot start here at all.

@@ -18,7 +18,7 @@ use gsched_state::{
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -45,13 +45,13 @@ impl Agent for AgentService {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let mut inbound = req.into_inner();
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(crate::hub::AGENT_BACKLOG);
         if !self.ctx.raft.is_leader() {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+            let _ = tx.try_send(envelope(&ControllerToAgent::NotLeader {
                 leader: self.ctx.leader_address(),
             }));
             drop(tx);
-            return Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))));
+            return Ok(Response::new(Box::pin(ReceiverStream::new(rx))));
         }
         let ctx = self.ctx.clone();
         tokio::spawn(async move {
@@ -59,7 +59,7 @@ impl Agent for AgentService {
                 tracing::debug!("agent session ended: {e}");
             }
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 
@@ -92,7 +92,7 @@ async fn serve(
     };
     if let Err(refused) = Auth::check_node(&daemon, &name) {
         tracing::warn!("agent registration refused: {}", refused.message());
-        let _ = tx.send(Err(refused.clone()));
+        let _ = tx.try_send(Err(refused.clone()));
         return Err(refused);
     }
     let address = if address.is_empty() { peer } else { address };
@@ -120,13 +120,13 @@ async fn serve(
     match outcome {
         Ok(gsched_state::Outcome::Ok) => {}
         Ok(other) => {
-            let _ = tx.send(Err(Status::invalid_argument(format!(
+            let _ = tx.try_send(Err(Status::invalid_argument(format!(
                 "registration refused: {other:?}"
             ))));
             return Ok(());
         }
         Err(status) => {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+            let _ = tx.try_send(envelope(&ControllerToAgent::NotLeader {
                 leader: ctx.leader_address(),
             }));
             return Err(status);
@@ -147,7 +147,7 @@ async fn serve(
     if !kill.is_empty() {
         tracing::warn!("agent {name} returned with steps of ended jobs; fencing: {kill:?}");
     }
-    let _ = tx.send(envelope(&ControllerToAgent::Registered {
+    let _ = tx.try_send(envelope(&ControllerToAgent::Registered {
         node: name.clone(),
         kill,
         lease_ms: ctx.cfg.liveness.lease().as_millis() as u64,
@@ -177,6 +177,17 @@ fn confine(mut event: StepEvent, node: &str) -> StepEvent {
     event
 }
 
+/// Answers the agent; a session whose agent has stopped reading is ended here.
+fn reply(tx: &crate::hub::AgentTx, msg: &ControllerToAgent) -> Result<(), Status> {
+    tx.try_send(envelope(msg)).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => Status::resource_exhausted(format!(
+            "the agent is {} messages behind: session closed",
+            crate::hub::AGENT_BACKLOG
+        )),
+        mpsc::error::TrySendError::Closed(_) => Status::cancelled("the agent's session closed"),
+    })
+}
+
 async fn pump(
     ctx: &Arc<Ctx>,
     node: &str,
@@ -189,7 +200,7 @@ async fn pump(
             AgentToController::Heartbeat { running } => {
                 ctx.hub.heartbeat(node, running);
                 let lease_ms = ctx.cfg.liveness.lease().as_millis() as u64;
-                let _ = tx.send(envelope(&ControllerToAgent::Alive { lease_ms }));
+                reply(tx, &ControllerToAgent::Alive { lease_ms })?;
             }
             AgentToController::Step { seq, event } => {
                 let (job, attempt) = event.step();
@@ -204,7 +215,7 @@ async fn pump(
                     tracing::warn!(
                         "agent {node} reported on job {job} attempt {attempt}, which has no step on {node}: ignored"
                     );
-                    let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
+                    reply(tx, &ControllerToAgent::Ack { seq })?;
                     continue;
                 }
                 let cmd = match confine(event, node) {
@@ -253,7 +264,7 @@ async fn pump(
                 };
                 // Transient errors leave the event unacknowledged; the agent resends it.
                 if ctx.propose(cmd, None).await.is_ok() {
-                    let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
+                    reply(tx, &ControllerToAgent::Ack { seq })?;
                     ctx.hub.changed.notify_one();
                 }
             }
@@ -269,7 +280,7 @@ async fn pump(
                     .await
                     .is_ok()
                 {
-                    let _ = tx.send(envelope(&ControllerToAgent::Ack { seq }));
+                    reply(tx, &ControllerToAgent::Ack { seq })?;
                 }
             }
             AgentToController::TaskIo { mut io } => {
@@ -320,7 +331,7 @@ async fn pump(
             }
         }
         if !ctx.raft.is_leader() {
-            let _ = tx.send(envelope(&ControllerToAgent::NotLeader {
+            let _ = tx.try_send(envelope(&ControllerToAgent::NotLeader {
                 leader: ctx.leader_address(),
             }));
             return Ok(());
