@@ -174,6 +174,18 @@ impl ClusterSpec {
         out
     }
 
+    /// The wiring of the node `node_views` names `name`.
+    pub fn topology_of(&self, name: &str) -> Option<&Topology> {
+        self.classes.iter().find_map(|c| {
+            let index: u32 = name
+                .strip_prefix(&c.name)?
+                .strip_prefix('-')?
+                .parse()
+                .ok()?;
+            (index < c.count).then_some(&c.topology)
+        })
+    }
+
     pub fn total_gpus(&self) -> u32 {
         self.classes
             .iter()

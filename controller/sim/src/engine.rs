@@ -12,17 +12,21 @@
 
 use crate::cluster::ClusterSpec;
 use crate::trace::{TraceJob, estimate_limit, shape};
-use gsched_scheduler::decay::decay;
-use gsched_scheduler::{
-    NodeView, PendingJob, Policy, RunningJob, SchedConfig, Snapshot, UsageRecord, plan,
+use gsched_scheduler::config::SwitchConfig;
+use gsched_scheduler::{NodeView, Policy, SchedConfig, plan};
+use gsched_state::decide::commands_for;
+use gsched_state::view::{ViewCache, snapshot};
+use gsched_state::{
+    ClusterState, Command, CreateReservation, Envelope, Outcome, RegisterNode, SetConfig,
+    StepExited, StepStarted, SubmitJob,
 };
+use gsched_types::JobSpec;
 use gsched_types::job::{JobId, PendingReason};
-use gsched_types::resources::NodeAlloc;
+use gsched_types::reservation::{ReservationSpec, ResvFlags};
 use gsched_types::topology::LinkClass;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub struct SimOptions {
@@ -95,11 +99,6 @@ fn tier_class(tier: u8) -> LinkClass {
     }
 }
 
-struct Running {
-    job: RunningJob,
-    gpus: u32,
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -122,25 +121,29 @@ pub fn run(spec: &ClusterSpec, trace: &[TraceJob], opts: &SimOptions) -> SimResu
     sim.result(wall.elapsed().as_secs_f64())
 }
 
-/// One replay's clock, cluster, queue and running jobs, and what it measured so far.
+/// One replay: the virtual clock, the cluster's books kept by the production state
+/// machine (`ClusterState`, fed the commands the controller would commit), the hardware
+/// the communication model reads, and what the replay measured so far.
 struct Engine<'a> {
     spec: &'a ClusterSpec,
     trace: &'a [TraceJob],
     opts: &'a SimOptions,
-    config: Arc<SchedConfig>,
-    nodes: Vec<NodeView>,
-    node_index: BTreeMap<String, usize>,
+    state: ClusterState,
+    views: ViewCache,
+    /// The simulated nodes' wiring and leaf switches (for placement quality), by name.
+    hardware: BTreeMap<String, NodeView>,
     max_per_node: u32,
     total_gpus: u32,
     /// Best achievable worst-link tier for a single-node job of g GPUs.
     best_tier: Vec<Option<u8>>,
     start_s: u64,
     next_arrival: usize,
-    pending: BTreeMap<JobId, PendingJob>,
-    running: BTreeMap<JobId, Running>,
+    /// Trace index of each submitted job.
+    trace_of: BTreeMap<JobId, usize>,
+    pending: usize,
+    /// GPUs each running job holds.
+    running: BTreeMap<JobId, u32>,
     completions: BinaryHeap<Reverse<(u64, JobId)>>,
-    /// Decayed usage per (account, user), as the controller keeps it (`ClusterState::usage`).
-    usage: BTreeMap<(String, String), UsageRecord>,
     queue_delays: Vec<f64>,
     group_delays: BTreeMap<String, (f64, u64)>,
     jcts: Vec<f64>,
@@ -160,24 +163,45 @@ struct Engine<'a> {
     pass_due: bool,
 }
 
+/// The scheduler configuration of a replay: the policy and weights asked for, fair share
+/// and age on a day's scale, no pass cap, no queue limits, and the spec's leaf switches.
+fn sim_config(spec: &ClusterSpec, nodes: &[NodeView], opts: &SimOptions) -> SchedConfig {
+    let mut config = SchedConfig {
+        policy: opts.policy,
+        ..SchedConfig::default()
+    };
+    if let Some(w) = &opts.weights {
+        config.weights = w.clone();
+    }
+    config.fairshare_half_life_s = 86_400;
+    config.max_age_s = 86_400;
+    config.max_jobs_per_pass = 100_000;
+    config.limits.max_job_count = u64::MAX / 2;
+    config.limits.finished_jobs_kept = 1_000;
+    let mut by_switch: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in nodes {
+        if let Some(sw) = &n.switch {
+            by_switch
+                .entry(sw.clone())
+                .or_default()
+                .push(n.name.clone());
+        }
+    }
+    config.switches = by_switch
+        .into_iter()
+        .map(|(name, members)| SwitchConfig {
+            name,
+            nodes: Some(members.join(",")),
+            switches: Vec::new(),
+            link_gbps: Some(spec.network_gbps * 8.0),
+        })
+        .collect();
+    config
+}
+
 impl<'a> Engine<'a> {
     fn new(spec: &'a ClusterSpec, trace: &'a [TraceJob], opts: &'a SimOptions) -> Engine<'a> {
-        let mut config = SchedConfig {
-            policy: opts.policy,
-            ..SchedConfig::default()
-        };
-        if let Some(w) = &opts.weights {
-            config.weights = w.clone();
-        }
-        config.fairshare_half_life_s = 86_400;
-        config.max_age_s = 86_400;
-        config.max_jobs_per_pass = 100_000;
         let nodes = spec.node_views();
-        let node_index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
         let max_per_node = spec.max_gpus_per_node();
         let best_tier: Vec<Option<u8>> = (0..=max_per_node)
             .map(|g| {
@@ -193,22 +217,68 @@ impl<'a> Engine<'a> {
             })
             .collect();
         let start_s = trace.first().map(|j| j.submit_s).unwrap_or(0);
+        let mut state = ClusterState::default();
+        let at = start_s * 1000;
+        let mut commit = |cmd| state.apply(&Envelope::new(cmd, at, None));
+        commit(Command::SetConfig(SetConfig {
+            config: Box::new(sim_config(spec, &nodes, opts)),
+        }));
+        for n in &nodes {
+            let topology = spec
+                .topology_of(&n.name)
+                .expect("every simulated node has a class")
+                .clone();
+            let outcome = commit(Command::RegisterNode(RegisterNode {
+                name: n.name.clone(),
+                address: String::new(),
+                training_addr: n.training_addr.clone(),
+                topology,
+                features: Vec::new(),
+                agent_version: "gsim".into(),
+                known_steps: Vec::new(),
+            }));
+            assert_eq!(outcome, Outcome::Ok, "simulated node {} registers", n.name);
+        }
+        for r in &opts.reservations {
+            let outcome = commit(Command::CreateReservation(CreateReservation {
+                spec: ReservationSpec {
+                    name: r.name.clone(),
+                    start_ms: Some(r.start_ms),
+                    end_ms: Some(r.end_ms),
+                    duration_s: None,
+                    users: Some(vec!["gsim-admin".into()]),
+                    accounts: None,
+                    resources: Some(r.request.clone()),
+                    flags: Some(ResvFlags {
+                        ignore_jobs: true,
+                        ..r.flags
+                    }),
+                },
+                by: "gsim".into(),
+                admin: true,
+            }));
+            assert!(
+                matches!(outcome, Outcome::Ok | Outcome::Acted(_)),
+                "reservation {}: {outcome:?}",
+                r.name
+            );
+        }
         Engine {
             spec,
             trace,
             opts,
-            config: Arc::new(config),
-            nodes,
-            node_index,
+            state,
+            views: ViewCache::default(),
+            hardware: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
             max_per_node,
             total_gpus: spec.total_gpus(),
             best_tier,
             start_s,
             next_arrival: 0,
-            pending: BTreeMap::new(),
+            trace_of: BTreeMap::new(),
+            pending: 0,
             running: BTreeMap::new(),
             completions: BinaryHeap::new(),
-            usage: BTreeMap::new(),
             queue_delays: Vec::with_capacity(trace.len()),
             group_delays: BTreeMap::new(),
             jcts: Vec::with_capacity(trace.len()),
@@ -229,6 +299,11 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Applies a command at virtual time `t` (seconds) as a committed log entry.
+    fn commit(&mut self, t: u64, cmd: Command) -> Outcome {
+        self.state.apply(&Envelope::new(cmd, t * 1000, None))
+    }
+
     /// The next moment something happens (an arrival, a completion, a pass tick), and the
     /// tick's time if passes are spaced.
     fn next_event(&self) -> Option<(u64, Option<u64>)> {
@@ -237,7 +312,7 @@ impl<'a> Engine<'a> {
         let t_tick = (self.opts.pass_interval_s > 0 && self.pass_due)
             .then_some(self.last_pass + self.opts.pass_interval_s);
         // A window's end frees its GPUs: pass then, as the controller would within a second.
-        let t_window = (!self.pending.is_empty())
+        let t_window = (self.pending > 0)
             .then(|| {
                 self.opts
                     .reservations
@@ -276,7 +351,8 @@ impl<'a> Engine<'a> {
         self.last_t = t;
     }
 
-    /// Jobs that end by `t` give their GPUs back and are charged to their user's usage.
+    /// Jobs that end by `t`: each of their nodes reports its step's exit, as an agent
+    /// would, and the state machine frees the GPUs and charges the usage.
     fn complete_until(&mut self, t: u64) {
         while self
             .completions
@@ -284,32 +360,41 @@ impl<'a> Engine<'a> {
             .is_some_and(|Reverse((tc, _))| *tc <= t)
         {
             let Reverse((tc, id)) = self.completions.pop().expect("peeked");
-            if let Some(r) = self.running.remove(&id) {
-                for a in &r.job.allocation {
-                    self.nodes[self.node_index[&a.node]].usage.remove(a);
+            if let Some(gpus) = self.running.remove(&id) {
+                let (attempt, nodes) = self.placement_of(id);
+                for node in nodes {
+                    self.commit(
+                        tc,
+                        Command::StepExited(StepExited {
+                            job: id,
+                            attempt,
+                            node,
+                            code: Some(0),
+                            signal: None,
+                            failure: None,
+                            usage: None,
+                        }),
+                    );
                 }
-                self.allocated_gpus -= r.gpus;
-                let key = (r.job.account.clone(), r.job.user.clone());
-                let u = self.usage.entry(key).or_insert(UsageRecord {
-                    account: r.job.account.clone(),
-                    user: r.job.user.clone(),
-                    gpu_seconds: 0.0,
-                    at_ms: tc * 1000,
-                });
-                u.gpu_seconds = decay(
-                    u.gpu_seconds,
-                    u.at_ms,
-                    tc * 1000,
-                    self.config.fairshare_half_life_s,
-                ) + f64::from(r.gpus) * (tc - r.job.start_ms / 1000) as f64;
-                u.at_ms = tc * 1000;
+                self.allocated_gpus -= gpus;
                 self.last_end = self.last_end.max(tc);
             }
             self.pass_due = true;
         }
     }
 
-    /// Jobs submitted by `t` join the queue.
+    /// The attempt a running job is on (its restarts so far) and the nodes it runs on.
+    fn placement_of(&self, id: JobId) -> (u32, Vec<String>) {
+        let job = &self.state.jobs[&id];
+        let nodes = job
+            .allocation
+            .as_ref()
+            .map(|a| a.nodes.iter().map(|n| n.node.clone()).collect())
+            .unwrap_or_default();
+        (job.restarts, nodes)
+    }
+
+    /// Jobs submitted by `t` are submitted as `gsub` would.
     fn arrive_until(&mut self, t: u64) {
         while self
             .trace
@@ -317,20 +402,25 @@ impl<'a> Engine<'a> {
             .is_some_and(|j| j.submit_s <= t)
         {
             let j = &self.trace[self.next_arrival];
-            let (n, g) = shape(j.gpus, self.max_per_node);
-            let mut p = PendingJob::simple(
-                self.next_arrival as u64 + 1,
-                g,
-                Some(estimate_limit(j.duration_s)),
-                j.submit_s * 1000,
-            );
-            p.nodes = n;
-            p.account = j.group.clone();
-            p.user = j.group.clone();
-            p.name = j.id.clone();
-            p.cpus_per_node = 1;
-            p.mem_mb = Some(1);
-            self.pending.insert(p.id, p);
+            let (nodes, gpus) = shape(j.gpus, self.max_per_node);
+            let mut spec = JobSpec::simple(&j.id, &j.group, "#!/bin/sh\ntrue\n");
+            spec.account = Some(j.group.clone());
+            spec.nodes = nodes;
+            spec.ntasks = nodes;
+            spec.gpus_per_node = gpus;
+            spec.time_limit_s = Some(estimate_limit(j.duration_s));
+            spec.mem_mb = Some(1);
+            spec.workdir = "/".into();
+            spec.submit_dir = "/".into();
+            match self.commit(j.submit_s, Command::SubmitJob(SubmitJob { spec })) {
+                Outcome::Submitted { jobs } => {
+                    for id in jobs {
+                        self.trace_of.insert(id, self.next_arrival);
+                        self.pending += 1;
+                    }
+                }
+                other => panic!("trace job {} was refused: {other:?}", j.id),
+            }
             self.next_arrival += 1;
             self.pass_due = true;
         }
@@ -341,30 +431,18 @@ impl<'a> Engine<'a> {
         self.pass_due && !(interval > 0 && t < self.last_pass + interval && tick != Some(t))
     }
 
-    /// One scheduling pass at `t` through the real `plan()`; its starts begin running.
+    /// One scheduling pass at `t`, as the leader runs it: the production snapshot of the
+    /// committed state, `plan()`, and the commands the plan becomes, committed; the jobs
+    /// that start begin running.
     fn pass(&mut self, t: u64) {
         self.pass_due = false;
         self.last_pass = t;
         self.passes += 1;
-        if self.pending.is_empty() {
+        if self.pending == 0 {
             self.head_blocked = false;
             return;
         }
-        let snap = Snapshot {
-            config: self.config.clone(),
-            nodes: self.nodes.clone(),
-            pending: self.pending.values().cloned().collect(),
-            running: self.running.values().map(|r| r.job.clone()).collect(),
-            dependencies: Default::default(),
-            usage: self.usage.values().cloned().collect(),
-            reservations: self
-                .opts
-                .reservations
-                .iter()
-                .filter(|r| r.end_ms > t * 1000)
-                .cloned()
-                .collect(),
-        };
+        let snap = snapshot(&self.state, &mut self.views);
         let p = plan(&snap, t * 1000);
         // The head of the queue (highest priority) waiting for resources means the free
         // GPUs are fragmented for it.
@@ -379,23 +457,35 @@ impl<'a> Engine<'a> {
                 .iter()
                 .any(|(id, r)| *id == h && *r == PendingReason::Resources)
         });
-        for s in p.starts {
-            self.start(t, s);
+        for cmd in commands_for(p, &self.state) {
+            if let Outcome::Started { started, .. } = self.commit(t, cmd) {
+                for id in started {
+                    self.start(t, id);
+                }
+            }
         }
     }
 
-    /// A planned start at `t`: the job takes its GPUs, runs for its trace duration (slowed
-    /// by the communication model), and its placement quality is recorded.
-    fn start(&mut self, t: u64, s: gsched_scheduler::PlannedStart) {
-        let Some(job) = self.pending.remove(&s.job) else {
+    /// A committed start at `t`: each node reports its step running, the job runs for its
+    /// trace duration (slowed by the communication model), and its placement quality is
+    /// recorded.
+    fn start(&mut self, t: u64, id: JobId) {
+        let Some(&index) = self.trace_of.get(&id) else {
             return;
         };
-        let trace_job = &self.trace[(job.id.0 - 1) as usize];
-        let limit_end_ms = job.time_limit_s.map(|l| (t + l) * 1000);
+        self.pending -= 1;
+        let trace_job = &self.trace[index];
+        let job = &self.state.jobs[&id];
+        let alloc = job
+            .allocation
+            .clone()
+            .expect("a started job has an allocation");
+        let (job_nodes, gpus_per_node) = (job.spec.nodes, job.spec.gpus_per_node);
+        let limit_end_ms = job.spec.time_limit_s.map(|l| (t + l) * 1000);
         let overlaps = self.opts.reservations.iter().any(|r| {
             r.end_ms > t * 1000
                 && r.start_ms < limit_end_ms.unwrap_or(u64::MAX)
-                && s.allocation.nodes.iter().any(|a| {
+                && alloc.nodes.iter().any(|a| {
                     r.nodes.iter().any(|n| {
                         n.node == a.node && (n.whole || a.gpus.iter().any(|g| n.gpus.contains(g)))
                     })
@@ -404,49 +494,56 @@ impl<'a> Engine<'a> {
         if overlaps {
             self.reservation_overlaps += 1;
         }
+        let (attempt, nodes) = self.placement_of(id);
+        for node in nodes {
+            self.commit(
+                t,
+                Command::StepStarted(StepStarted {
+                    job: id,
+                    attempt,
+                    node,
+                    pid: None,
+                }),
+            );
+        }
         let mut worst_tier = 0u8;
         let mut switches: Vec<Option<String>> = Vec::new();
-        for a in &s.allocation.nodes {
-            let n = &mut self.nodes[self.node_index[&a.node]];
-            n.usage.add(a);
+        for a in &alloc.nodes {
+            let n = &self.hardware[&a.node];
             let mask = a.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
             worst_tier = worst_tier.max(n.topo.quality(mask).worst_tier);
             switches.push(n.switch.clone());
         }
         switches.sort();
         switches.dedup();
-        let gpus = job.total_gpus();
+        let gpus = job_nodes * gpus_per_node;
         let min_nodes = gpus.div_ceil(self.max_per_node);
-        let best = if job.nodes == 1 {
-            self.best_tier
-                .get(job.gpus_per_node as usize)
-                .copied()
-                .flatten()
-                .unwrap_or(worst_tier)
+        let best_single = self
+            .best_tier
+            .get(gpus_per_node as usize)
+            .copied()
+            .flatten()
+            .unwrap_or(worst_tier);
+        let best = if job_nodes == 1 {
+            best_single
         } else {
-            worst_tier.min(
-                self.best_tier
-                    .get(job.gpus_per_node as usize)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(worst_tier),
-            )
+            worst_tier.min(best_single)
         };
         if gpus > 1 {
             self.multi_jobs += 1;
-            if worst_tier <= best && job.nodes == min_nodes && switches.len() <= 1 {
+            if worst_tier <= best && job_nodes == min_nodes && switches.len() <= 1 {
                 self.best_placed += 1;
             }
         }
         let slowdown = if self.opts.comm_model && gpus > 1 {
-            let c = if job.nodes > 1 {
+            let c = if job_nodes > 1 {
                 self.opts.comm_multi_node
             } else {
                 self.opts.comm_single_node
             };
             let mut bw = tier_class(worst_tier).nominal_gbps();
             let mut best_bw = tier_class(best).nominal_gbps();
-            if job.nodes > 1 {
+            if job_nodes > 1 {
                 let net = self.spec.network_gbps
                     * if switches.len() > 1 {
                         self.opts.cross_switch_penalty
@@ -463,7 +560,7 @@ impl<'a> Engine<'a> {
         self.slowdowns.push(slowdown);
         let run_s = ((trace_job.duration_s as f64) * slowdown).ceil() as u64;
         let end = t + run_s.max(1);
-        self.completions.push(Reverse((end, job.id)));
+        self.completions.push(Reverse((end, id)));
         self.queue_delays.push((t - trace_job.submit_s) as f64);
         let g = self
             .group_delays
@@ -473,26 +570,7 @@ impl<'a> Engine<'a> {
         g.1 += 1;
         self.jcts.push((end - trace_job.submit_s) as f64);
         self.allocated_gpus += gpus;
-        let nodes_alloc: Vec<NodeAlloc> = s.allocation.nodes;
-        self.running.insert(
-            job.id,
-            Running {
-                job: RunningJob {
-                    id: job.id,
-                    name: job.name.clone(),
-                    user: job.user.clone(),
-                    account: job.account.clone(),
-                    qos: None,
-                    start_ms: t * 1000,
-                    time_limit_s: job.time_limit_s,
-                    allocation: nodes_alloc,
-                    master_port: s.allocation.master_port,
-                    array_job: None,
-                    ending: false,
-                },
-                gpus,
-            },
-        );
+        self.running.insert(id, gpus);
     }
 
     fn result(self, wall_s: f64) -> SimResult {

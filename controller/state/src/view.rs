@@ -8,13 +8,24 @@ use gsched_types::job::{DependencyKind, JobRecord, JobState};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Per-node views keyed by (name, registration time).
+/// Per-node views keyed by (name, registration time), with each node's leaf switch as
+/// of the switch configuration they were made under.
 #[derive(Default)]
 pub struct ViewCache {
     nodes: BTreeMap<String, (u64, NodeView)>,
+    switches: Vec<gsched_scheduler::config::SwitchConfig>,
 }
 
 impl ViewCache {
+    /// Forgets the views when the switch configuration changed (a node's leaf switch is
+    /// worked out from hostlists, too dear to do for every node in every pass).
+    fn follow_switches(&mut self, state: &ClusterState) {
+        if self.switches != state.config.switches {
+            self.switches = state.config.switches.clone();
+            self.nodes.clear();
+        }
+    }
+
     fn node(&mut self, state: &ClusterState, name: &str) -> NodeView {
         let record = &state.nodes[name];
         let fresh = self
@@ -24,14 +35,16 @@ impl ViewCache {
         if fresh {
             let mut view = NodeView::from_topology(name, &record.topology, &record.training_addr);
             view.features = record.features.clone();
+            view.switch = state.config.leaf_switch_of(name);
+            // The CPU list is parsed from the topology's cpulists: once per registration.
+            view.capacity = ClusterState::capacity_of(record);
             self.nodes
                 .insert(name.to_string(), (record.registered_ms, view));
         }
         let mut view = self.nodes[name].1.clone();
-        view.capacity = ClusterState::capacity_of(record);
+        view.capacity.bad_gpus = gsched_types::resources::IdSet::from_ids(&record.bad_gpus);
         view.usage = state.usage_of(name);
         view.available = record.is_schedulable();
-        view.switch = state.config.leaf_switch_of(name);
         view
     }
 }
@@ -81,6 +94,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
 /// The nodes alone (no jobs, no usage history): enough to ask whether a job could ever
 /// run here, which every submission asks, without copying the queue.
 pub fn nodes_only(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
+    cache.follow_switches(state);
     Snapshot {
         config: Arc::new(state.config.clone()),
         nodes: state.nodes.keys().map(|n| cache.node(state, n)).collect(),
@@ -94,6 +108,7 @@ pub fn nodes_only(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
 
 /// A snapshot of everything the scheduler needs.
 pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
+    cache.follow_switches(state);
     let nodes = state.nodes.keys().map(|n| cache.node(state, n)).collect();
     let mut pending = Vec::new();
     let mut running = Vec::new();
