@@ -25,6 +25,8 @@ pub enum Violation {
     },
     #[error("usage says GPU {gpu} on {node} is busy but no live job holds it")]
     UsageWithoutJob { gpu: u32, node: String },
+    #[error("the port index says {0} but the running jobs disagree")]
+    PortIndex(String),
     #[error("usage on {node} counts {counted} GPUs, jobs hold {held}")]
     UsageCount {
         node: String,
@@ -37,6 +39,7 @@ pub enum Violation {
 /// the allocations. Returns the first violation found.
 pub fn check(state: &ClusterState) -> Result<(), Violation> {
     let mut gpu_owner: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut ports = std::collections::BTreeSet::new();
     for job in state.jobs.values() {
         let live = matches!(job.state, JobState::Running | JobState::Completing);
         if live != job.allocation.is_some()
@@ -55,7 +58,17 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
         if !live {
             continue;
         }
-        for na in &job.allocation.as_ref().expect("live").nodes {
+        let alloc = job.allocation.as_ref().expect("live");
+        if let Some(first) = alloc.nodes.first() {
+            ports.insert((first.node.clone(), alloc.master_port));
+            if !state.port_in_use(&first.node, alloc.master_port) {
+                return Err(Violation::PortIndex(format!(
+                    "{}:{} is free while job {} holds it",
+                    first.node, alloc.master_port, job.id
+                )));
+            }
+        }
+        for na in &alloc.nodes {
             for g in &na.gpus {
                 if let Some(other) = gpu_owner.insert((na.node.clone(), *g), job.id.0) {
                     return Err(Violation::GpuHeldTwice {
@@ -67,6 +80,13 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
                 }
             }
         }
+    }
+    if state.ports_held() != ports.len() {
+        return Err(Violation::PortIndex(format!(
+            "{} ports are marked in use, running jobs hold {}",
+            state.ports_held(),
+            ports.len()
+        )));
     }
     for (node, _) in state.nodes.iter() {
         let usage = state.usage_of(node);

@@ -308,6 +308,52 @@ fn retried_submission_is_applied_once() {
 }
 
 #[test]
+fn a_master_port_held_on_a_first_node_is_refused_until_its_job_ends() {
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let a = submit(&mut s, 1, 1, false, 2);
+    let b = submit(&mut s, 1, 1, false, 2);
+    assert_eq!(schedule(&mut s, 3), vec![a, b]);
+    let port_a = s.jobs[&a].allocation.as_ref().unwrap().master_port;
+    let c = submit(&mut s, 1, 1, false, 4);
+    let mut on_a = plan(&snapshot(&s, &mut ViewCache::default()), 5).starts[0]
+        .allocation
+        .clone();
+    on_a.master_port = port_a;
+    let start_c = |s: &mut ClusterState, at| {
+        s.apply(&env(
+            Command::StartJobs(StartJobs {
+                starts: vec![StartJob {
+                    job: c,
+                    allocation: on_a.clone(),
+                }],
+            }),
+            at,
+        ))
+    };
+    match start_c(&mut s, 5) {
+        Outcome::Started { started, stale } => {
+            assert!(started.is_empty());
+            assert!(stale[0].1.contains("is in use"), "{stale:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The index is rebuilt from the records after a snapshot round trip.
+    let mut restored = ClusterState::from_snapshot(&s.to_snapshot()).unwrap();
+    assert!(restored.port_in_use("n1", port_a));
+    invariants::check(&restored).unwrap();
+    exited(&mut s, a, "n1", 0, 6);
+    assert!(!s.port_in_use("n1", port_a));
+    match start_c(&mut s, 7) {
+        Outcome::Started { started, .. } => assert_eq!(started, vec![c]),
+        other => panic!("{other:?}"),
+    }
+    invariants::check(&s).unwrap();
+    exited(&mut restored, a, "n1", 0, 6);
+    assert!(!restored.port_in_use("n1", port_a));
+}
+
+#[test]
 fn stale_plans_never_double_book() {
     let mut s = ClusterState::default();
     register(&mut s, "n1", 1);

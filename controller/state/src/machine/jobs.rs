@@ -321,6 +321,10 @@ impl ClusterState {
                     for na in &s.allocation.nodes {
                         self.node_usage.entry(na.node.clone()).or_default().add(na);
                     }
+                    if let Some(first) = s.allocation.nodes.first() {
+                        self.ports_in_use
+                            .insert((first.node.clone(), s.allocation.master_port));
+                    }
                     started.push(s.job);
                 }
                 Err(why) => stale.push((s.job, why.to_string())),
@@ -366,14 +370,7 @@ impl ClusterState {
             })?;
         }
         let first = &s.allocation.nodes[0].node;
-        let port_taken = self.jobs.values().any(|j| {
-            matches!(j.state, JobState::Running | JobState::Completing)
-                && j.allocation.as_ref().is_some_and(|a| {
-                    a.master_port == s.allocation.master_port
-                        && a.nodes.first().is_some_and(|n| &n.node == first)
-                })
-        });
-        if port_taken {
+        if self.port_in_use(first, s.allocation.master_port) {
             return Err(StartRefused::PortInUse {
                 port: s.allocation.master_port,
                 node: first.clone(),
@@ -530,6 +527,10 @@ impl ClusterState {
                 if let Some(u) = self.node_usage.get_mut(&na.node) {
                     u.remove(na);
                 }
+            }
+            if let Some(first) = a.nodes.first() {
+                self.ports_in_use
+                    .remove(&(first.node.clone(), a.master_port));
             }
         }
         self.charge(

@@ -111,6 +111,10 @@ pub struct ClusterState {
     pub associations_edited: bool,
     #[serde(skip)]
     node_usage: BTreeMap<String, NodeUsage>,
+    /// (first node, MASTER_PORT) of every running job, kept with `node_usage`: a start
+    /// re-check looks its port up here instead of walking every job.
+    #[serde(skip)]
+    ports_in_use: std::collections::BTreeSet<(String, u16)>,
     /// Jobs not ended, in all and per user (for the queue limits).
     #[serde(skip)]
     queued: Queued,
@@ -185,6 +189,7 @@ impl Default for ClusterState {
             reservations: BTreeMap::new(),
             associations_edited: false,
             node_usage: BTreeMap::new(),
+            ports_in_use: Default::default(),
             queued: Queued::default(),
             evicted: Evicted::default(),
         }
@@ -241,6 +246,7 @@ impl ClusterState {
 
     fn rebuild(&mut self) {
         self.node_usage.clear();
+        self.ports_in_use.clear();
         self.queued = Queued::default();
         // Snapshots from before payloads kept scripts in the records: move them out.
         for job in self.jobs.values_mut() {
@@ -275,8 +281,22 @@ impl ClusterState {
                 for na in &a.nodes {
                     self.node_usage.entry(na.node.clone()).or_default().add(na);
                 }
+                if let Some(first) = a.nodes.first() {
+                    self.ports_in_use
+                        .insert((first.node.clone(), a.master_port));
+                }
             }
         }
+    }
+
+    /// How many (first node, port) pairs the port index holds (for the invariants).
+    pub fn ports_held(&self) -> usize {
+        self.ports_in_use.len()
+    }
+
+    /// Whether a running job whose first node is `node` holds MASTER_PORT `port`.
+    pub fn port_in_use(&self, node: &str, port: u16) -> bool {
+        self.ports_in_use.contains(&(node.to_string(), port))
     }
 
     /// A SHA-256 of the canonical serialisation: equal on replicas with equal state.

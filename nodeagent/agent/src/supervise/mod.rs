@@ -58,6 +58,16 @@ pub struct ExitRecord {
     pub output_error: Option<String>,
 }
 
+impl ExitRecord {
+    /// A step none of whose tasks could be started, and why.
+    fn not_started(why: String) -> ExitRecord {
+        ExitRecord {
+            launch_error: Some(why),
+            ..ExitRecord::default()
+        }
+    }
+}
+
 fn record(dir: &Path, rec: &ExitRecord) {
     let _ = write_private(
         &dir.join("exit.json"),
@@ -72,43 +82,15 @@ pub fn supervise(dir: &Path) -> i32 {
         // SAFETY: SIG_IGN installs no handler; this runs before any thread is started.
         let _ = unsafe { signal::signal(sig, SigHandler::SigIgn) };
     }
-    let plan = match read_plan(dir) {
-        Ok(p) => p,
-        Err(e) => {
-            record(
-                dir,
-                &ExitRecord {
-                    code: None,
-                    signal: None,
-                    launch_error: Some(format!("cannot read the step plan: {e}")),
-                    tasks: vec![],
-                    lease_expired: None,
-                    output_error: None,
-                },
-            );
-            return 1;
-        }
+    let outcome = read_plan(dir)
+        .map_err(|e| format!("cannot read the step plan: {e}"))
+        .and_then(|plan| run(dir, &plan));
+    let (rec, status) = match outcome {
+        Ok(rec) => (rec, 0),
+        Err(e) => (ExitRecord::not_started(e), 1),
     };
-    match run(dir, &plan) {
-        Ok(rec) => {
-            record(dir, &rec);
-            0
-        }
-        Err(e) => {
-            record(
-                dir,
-                &ExitRecord {
-                    code: None,
-                    signal: None,
-                    launch_error: Some(e),
-                    tasks: vec![],
-                    lease_expired: None,
-                    output_error: None,
-                },
-            );
-            1
-        }
-    }
+    record(dir, &rec);
+    status
 }
 
 /// `gagentd notice DIR TEXT`: appends a line to the output file of the step in `DIR` (its
