@@ -376,30 +376,49 @@ impl HttpListener {
     }
 }
 
+/// Why the HTTPS listener cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpsError {
+    #[error("cannot read {path}: {why}")]
+    Read { path: String, why: String },
+    #[error("the HTTPS certificate {path}: {why}")]
+    Certificate { path: String, why: String },
+}
+
 /// The TLS settings of the HTTP port of a controller with certificates: its own
 /// certificate (the one its gRPC port presents), so clients check it with `ca.pem`.
 pub fn https(
     certs: &gsched_proto::tls::CertDir,
     id: u64,
-) -> Result<tokio_rustls::TlsAcceptor, String> {
+) -> Result<tokio_rustls::TlsAcceptor, HttpsError> {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let who = gsched_proto::tls::PeerIdentity::Controller(id);
     let (cert, key) = (certs.cert(&who), certs.key(&who));
+    let read = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |e: rustls::pki_types::pem::Error| HttpsError::Read {
+            path,
+            why: e.to_string(),
+        }
+    };
     let chain = CertificateDer::pem_file_iter(&cert)
         .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read {}: {e}", cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(&key)
-        .map_err(|e| format!("cannot read {}: {e}", key.display()))?;
+        .map_err(read(&cert))?;
+    let key = PrivateKeyDer::from_pem_file(&key).map_err(read(&key))?;
+    let refused = |e: rustls::Error| HttpsError::Certificate {
+        path: cert.display().to_string(),
+        why: e.to_string(),
+    };
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .map_err(refused)?
     .with_no_client_auth()
     .with_single_cert(chain, key)
-    .map_err(|e| format!("the HTTPS certificate {}: {e}", cert.display()))?;
+    .map_err(refused)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }

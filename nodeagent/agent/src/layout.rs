@@ -133,6 +133,12 @@ pub enum JobRootError {
     },
     #[error("cannot set the job root's mode: {0}")]
     Mode(std::io::Error),
+    #[error("cannot hand {path} to uid {uid}: {source}")]
+    HandOver {
+        path: String,
+        uid: u32,
+        source: nix::Error,
+    },
 }
 
 impl JobRoot {
@@ -182,7 +188,7 @@ impl JobRoot {
         job: u64,
         attempt: u32,
         owner: Option<(u32, u32)>,
-    ) -> Result<Scratch, String> {
+    ) -> Result<Scratch, JobRootError> {
         let name = format!(
             "{node}-{job}.{attempt}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -192,11 +198,19 @@ impl JobRoot {
             .mode(0o700)
             .create(&dir.0)
             .and_then(|_| DirBuilder::new().mode(0o700).create(dir.logs()));
-        made.map_err(|e| format!("cannot create {}: {e}", dir.0.display()))?;
+        made.map_err(|source| JobRootError::Create {
+            path: dir.0.display().to_string(),
+            source,
+        })?;
         if let Some((uid, gid)) = owner {
             for p in [&dir.0, &dir.logs()] {
-                nix::unistd::chown(p, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
-                    .map_err(|e| format!("cannot hand {} to uid {uid}: {e}", p.display()))?;
+                nix::unistd::chown(p, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid))).map_err(
+                    |source| JobRootError::HandOver {
+                        path: p.display().to_string(),
+                        uid,
+                        source,
+                    },
+                )?;
             }
         }
         Ok(dir)

@@ -507,12 +507,16 @@ impl StepManager {
             ));
         }
         let topo = self.settings.topology.read().clone();
-        let scratch = self.settings.job_root.scratch(
-            &self.settings.node,
-            l.job.0,
-            l.attempt,
-            root.then_some((owner.uid, owner.gid)),
-        )?;
+        let scratch = self
+            .settings
+            .job_root
+            .scratch(
+                &self.settings.node,
+                l.job.0,
+                l.attempt,
+                root.then_some((owner.uid, owner.gid)),
+            )
+            .map_err(|e| e.to_string())?;
         let script = step_plan::script(l);
         write_script(
             &scratch.script(),

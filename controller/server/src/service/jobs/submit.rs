@@ -121,7 +121,8 @@ impl JobsService {
     }
 
     fn check_fits(&self, state: &ClusterState, spec: &JobSpec) -> Result<(), Status> {
-        check_fits(state, spec, &mut self.views.lock()).map_err(Status::invalid_argument)
+        check_fits(state, spec, &mut self.views.lock())
+            .map_err(|why| Status::invalid_argument(format!("this job can never run here: {why}")))
     }
 }
 
@@ -139,7 +140,7 @@ pub fn check_fits(
     state: &ClusterState,
     spec: &JobSpec,
     cache: &mut ViewCache,
-) -> Result<(), String> {
+) -> Result<(), gsched_scheduler::place::NeverFits> {
     if state.nodes.is_empty() {
         return Ok(());
     }
@@ -147,7 +148,5 @@ pub fn check_fits(
     let view = pending_view(&record, state);
     let snap = nodes_only(state, cache);
     let mut placer = Placer::new(&snap);
-    placer
-        .check_ever_fits(&view)
-        .map_err(|why| format!("this job can never run here: {why}"))
+    placer.check_ever_fits(&view)
 }
