@@ -10,7 +10,7 @@
 # The Slurm baseline (sbatch one after another and from 8 shells, squeue) comes from the
 # real Slurm in ../shared/peers/slurm when that directory exists (it installs and starts
 # Slurm on 127.0.0.1; set GSCHED_HISTORY_SLURM=0 to skip it). GSCHED_HISTORY_TRACE=0 skips
-# the Philly replay (about 3 minutes), GSCHED_HISTORY_HA=0 the HA bench. The HA bench's
+# the Philly replay (about 6 minutes), GSCHED_HISTORY_HA=0 the HA bench. The HA bench's
 # own settings apply (GSCHED_BENCH_DISK_JOBS defaults to 5000 here, GSCHED_BENCH_TRIALS 20).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
