@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
+/// Raft messages waiting for one peer at most (a batch's worth); beyond that they are
+/// reported lost and raft-rs resends.
+const PEER_BACKLOG: usize = 4096;
+
 /// Peer id -> client address, learned from flags, replicated state and incoming traffic.
 pub type AddressBook = Arc<RwLock<HashMap<u64, String>>>;
 
@@ -66,7 +70,7 @@ pub struct GrpcTransport {
     book: AddressBook,
     mailbox: Sender<Msg>,
     runtime: tokio::runtime::Handle,
-    queues: Mutex<HashMap<u64, mpsc::UnboundedSender<RaftMessage>>>,
+    queues: Mutex<HashMap<u64, mpsc::Sender<RaftMessage>>>,
     faults: Faults,
     /// How peers are dialed (TLS with this controller's certificate on a real cluster).
     dialer: Dialer,
@@ -99,12 +103,12 @@ impl GrpcTransport {
         }
     }
 
-    fn queue(&self, to: u64) -> mpsc::UnboundedSender<RaftMessage> {
+    fn queue(&self, to: u64) -> mpsc::Sender<RaftMessage> {
         let mut queues = self.queues.lock();
         if let Some(q) = queues.get(&to).filter(|q| !q.is_closed()) {
             return q.clone();
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(PEER_BACKLOG);
         queues.insert(to, tx.clone());
         let worker = PeerWorker {
             from: self.id,
@@ -127,7 +131,14 @@ impl Transport for GrpcTransport {
                 continue;
             }
             let to = m.to;
-            let _ = self.queue(to).send(m);
+            if let Err(mpsc::error::TrySendError::Full(m)) = self.queue(to).try_send(m) {
+                // The peer's link is that far behind: report the message lost, as a
+                // failed send is, and raft-rs sends what the peer lacks again later.
+                let _ = self.mailbox.send(Msg::Unreachable(to));
+                if gsched_raft::node::is_snapshot(&m) {
+                    let _ = self.mailbox.send(Msg::SnapshotDone { to, ok: false });
+                }
+            }
         }
     }
 }
@@ -166,7 +177,7 @@ async fn connect(dialer: &Dialer, addr: &str) -> Option<PeerClient<Channel>> {
 }
 
 impl PeerWorker {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<RaftMessage>) {
+    async fn run(self, mut rx: mpsc::Receiver<RaftMessage>) {
         let mut client: Option<PeerClient<Channel>> = None;
         let mut backoff_until = Instant::now();
         while let Some(first) = rx.recv().await {
