@@ -19,12 +19,6 @@ pub enum DirectiveError {
     Heterogeneous { line: usize, word: String },
 }
 
-impl From<DirectiveError> for String {
-    fn from(e: DirectiveError) -> String {
-        e.to_string()
-    }
-}
-
 pub fn split_words(line: &str) -> Result<Vec<String>, DirectiveError> {
     let mut words = Vec::new();
     let mut cur = String::new();

@@ -114,12 +114,6 @@ pub enum ResolveError {
     TorchrunArgs(super::directives::DirectiveError),
 }
 
-impl From<ResolveError> for String {
-    fn from(e: ResolveError) -> String {
-        e.to_string()
-    }
-}
-
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, ResolveError> {
     Ok(v.as_deref().map(|s| parse::count(s, flag)).transpose()?)
 }

@@ -164,8 +164,8 @@ struct Engine<'a> {
 }
 
 /// The scheduler configuration of a replay: the policy and weights asked for, fair share
-/// and age on a day's scale, no pass cap, no queue limits, and the spec's leaf switches.
-fn sim_config(spec: &ClusterSpec, nodes: &[NodeView], opts: &SimOptions) -> SchedConfig {
+/// and age on a day's scale, no pass cap, no queue limits, and the nodes' leaf switches.
+fn sim_config(nodes: &[NodeView], opts: &SimOptions) -> SchedConfig {
     let mut config = SchedConfig {
         policy: opts.policy,
         ..SchedConfig::default()
@@ -193,7 +193,7 @@ fn sim_config(spec: &ClusterSpec, nodes: &[NodeView], opts: &SimOptions) -> Sche
             name,
             nodes: Some(members.join(",")),
             switches: Vec::new(),
-            link_gbps: Some(spec.network_gbps * 8.0),
+            link_gbps: None,
         })
         .collect();
     config
@@ -221,7 +221,7 @@ impl<'a> Engine<'a> {
         let at = start_s * 1000;
         let mut commit = |cmd| state.apply(&Envelope::new(cmd, at, None));
         commit(Command::SetConfig(SetConfig {
-            config: Box::new(sim_config(spec, &nodes, opts)),
+            config: Box::new(sim_config(&nodes, opts)),
         }));
         for n in &nodes {
             let topology = spec
@@ -617,9 +617,4 @@ impl<'a> Engine<'a> {
             wall_s,
         }
     }
-}
-
-/// A node view helper for tests: total free GPUs.
-pub fn free_gpus(nodes: &[NodeView]) -> u32 {
-    nodes.iter().map(|n| n.free_gpu_mask().count_ones()).sum()
 }

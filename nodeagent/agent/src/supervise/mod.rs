@@ -138,7 +138,7 @@ pub const STDERR_CAPTURE: &str = "stderr.log";
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let wiring = Wiring::of(plan, crate::identity::is_root());
     let outputs = Outputs::open(dir, plan, &wiring)?;
-    let streams = Streams::open(&wiring, outputs.user_err.is_some())?;
+    let streams = Streams::open(&wiring)?;
     let setup = child_setup(plan, &wiring, &streams)?;
     let spawned = spawn_tasks(plan, &wiring, setup);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
@@ -264,7 +264,7 @@ struct Streams {
 }
 
 impl Streams {
-    fn open(wiring: &Wiring, separate_stderr: bool) -> Result<Streams, String> {
+    fn open(wiring: &Wiring) -> Result<Streams, String> {
         let pty = match wiring.stdin {
             Stdin::Terminal { rows, cols } => {
                 let p = nix::pty::openpty(&winsize(rows, cols), None)
@@ -278,7 +278,11 @@ impl Streams {
         };
         Ok(Streams {
             out: pipe()?,
-            err: if separate_stderr { Some(pipe()?) } else { None },
+            err: if wiring.separate_stderr {
+                Some(pipe()?)
+            } else {
+                None
+            },
             pty,
         })
     }
