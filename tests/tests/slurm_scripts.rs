@@ -243,3 +243,78 @@ echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID lr=${lrs[$SLURM_ARRAY_TAS
         assert_eq!(text, format!("task {task} of {array} lr={lr}\n"));
     }
 }
+
+/// A sweep inside one allocation, as people run it (`srun --exact --gres=gpu:1 ... &` per
+/// run, then `wait`): each run gets a GPU of its own, a step wanting more GPUs than are
+/// free waits for them as srun does, an `--overlap` step sees them all at once, and one
+/// asking for more than the job has is refused with a message.
+#[test]
+fn t50_concurrent_steps_each_take_their_own_gpus() {
+    let (c, links) = cluster();
+    let script = c.script(
+        "sweep-steps.sbatch",
+        r#"#!/bin/bash
+#SBATCH -N 1
+#SBATCH -n 4
+#SBATCH --gres=gpu:4
+echo "job gpus $SLURM_JOB_GPUS"
+for i in 0 1 2 3; do
+    srun --exact -n1 --gres=gpu:1 bash -c "echo \$CUDA_VISIBLE_DEVICES > run$i.gpu; sleep 3; date +%s.%N > run$i.end" &
+done
+sleep 1.5
+srun --exact -n1 --gres=gpu:2 bash -c 'echo $CUDA_VISIBLE_DEVICES > pair.gpu; date +%s.%N > pair.start' 2> pair.err &
+srun --overlap -n1 bash -c 'echo $CUDA_VISIBLE_DEVICES > overlap.gpu; date +%s.%N > overlap.start'
+srun -n1 --gres=gpu:5 true 2> five.err; echo "five exit $?"
+wait
+"#,
+    );
+    let id = sbatch(&c, &links, &[&script]);
+    let j = c.wait_state(
+        id,
+        &["COMPLETED", "FAILED", "CANCELLED"],
+        Duration::from_secs(90),
+    );
+    assert_eq!(j["state"], "COMPLETED", "{j}\n{}", output(&c, id));
+    let read = |f: &str| std::fs::read_to_string(c.path(f)).unwrap_or_default();
+    let num = |f: &str| read(f).trim().parse::<f64>().unwrap_or(f64::NAN);
+    let job_gpus = output(&c, id)
+        .lines()
+        .find_map(|l| l.strip_prefix("job gpus "))
+        .unwrap_or_default()
+        .to_string();
+    let mut runs: Vec<String> = (0..4)
+        .map(|i| read(&format!("run{i}.gpu")).trim().into())
+        .collect();
+    runs.sort();
+    let mut all: Vec<String> = job_gpus.split(',').map(String::from).collect();
+    all.sort();
+    assert_eq!(runs, all, "each run its own GPU; job has {job_gpus}");
+    // The pair waited for two runs to end, and said so as srun does.
+    let last_run_end = (0..4)
+        .map(|i| num(&format!("run{i}.end")))
+        .fold(f64::MIN, f64::max);
+    let first_run_end = (0..4)
+        .map(|i| num(&format!("run{i}.end")))
+        .fold(f64::MAX, f64::min);
+    assert!(
+        num("pair.start") >= first_run_end,
+        "pair started before any run ended"
+    );
+    assert!(
+        read("pair.err")
+            .contains("step creation temporarily disabled, retrying (Requested nodes are busy)"),
+        "{}",
+        read("pair.err")
+    );
+    assert_eq!(read("pair.gpu").trim().split(',').count(), 2);
+    // The overlapping step did not wait, and saw every GPU of the job.
+    assert!(num("overlap.start") < first_run_end, "overlap waited");
+    assert_eq!(read("overlap.gpu").trim(), job_gpus);
+    assert!(last_run_end.is_finite());
+    assert!(output(&c, id).contains("five exit 1"), "{}", output(&c, id));
+    assert!(
+        read("five.err").contains("at most 4"),
+        "{}",
+        read("five.err")
+    );
+}

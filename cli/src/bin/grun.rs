@@ -370,6 +370,7 @@ fn step_gpus(args: &Args, nodes: u32) -> Result<StepGpus, String> {
         "--ntasks-per-gpu",
     )?;
     let per_node = match (&args.gres, &args.gpus_per_node, &args.gpus) {
+        (Some(g), _, _) if g == "none" => Some(0),
         (Some(g), _, _) => Some(parse::gres(g)?.count),
         (None, Some(g), _) => Some(parse::gpus(g, "--gpus-per-node")?.count),
         (None, None, Some(g)) => {
@@ -382,6 +383,45 @@ fn step_gpus(args: &Args, nodes: u32) -> Result<StepGpus, String> {
         per_node,
         bind: GpuBind::implied(explicit, per_task, per_gpu),
     })
+}
+
+/// Starts the step, waiting as srun does while the job's other steps hold the GPUs it
+/// wants (the leader answers `ResourceExhausted` then).
+fn start_step(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    req: &RunStepRequest,
+    job: u64,
+) -> tonic::Streaming<gsched_proto::pb::RunStepReply> {
+    let tool = gsched_cli::invoked_as();
+    let mut waited = 0u32;
+    let mut pause = std::time::Duration::from_millis(200);
+    loop {
+        let tried = rt.block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.run_step(req).await }
+        }));
+        match tried {
+            Ok(stream) => {
+                if waited > 0 {
+                    eprintln!("{tool}: Step created for job {job}");
+                }
+                return stream;
+            }
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                let how = if waited == 0 { "temporarily" } else { "still" };
+                if waited == 0 || waited.is_power_of_two() {
+                    eprintln!(
+                        "{tool}: Job {job} step creation {how} disabled, retrying (Requested nodes are busy)"
+                    );
+                }
+                waited += 1;
+                std::thread::sleep(pause);
+                pause = (pause * 3 / 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(s) => die("grun", describe(&s)),
+        }
+    }
 }
 
 /// Runs the step in `job`; returns the exit status for grun.
@@ -432,14 +472,10 @@ fn run(rt: &tokio::runtime::Runtime, client: &mut Client, args: &Args, job: u64)
             .unwrap_or_else(|_| "/".into()),
         pty: args.pty.then(terminal_size),
         gpus: step_gpus(args, nodes).unwrap_or_else(|e| die("grun", e)),
+        overlap: args.overlap,
     };
     let req = RunStepRequest::carrying(&request);
-    let mut stream = rt
-        .block_on(client.call(|mut c| {
-            let req = req.clone();
-            async move { c.run_step(req).await }
-        }))
-        .unwrap_or_else(|s| die("grun", describe(&s)));
+    let mut stream = start_step(rt, client, &req, job);
     let mut out = sink(args.output.as_deref(), false);
     let mut err = sink(args.error.as_deref(), true);
     // Partial lines per (rank, stream), so labels go at line starts.

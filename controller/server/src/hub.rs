@@ -14,6 +14,9 @@ use std::time::Instant;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tonic::Status;
 
+/// The GPUs a step holds: per node, positions in the job's GPU list there.
+pub type GpuHolds = Vec<(String, Vec<u32>)>;
+
 pub type AgentTx = mpsc::Sender<Result<ControllerEnvelope, Status>>;
 
 /// How many messages wait for one agent at most. An agent that falls this far behind
@@ -46,6 +49,7 @@ struct OpenStep {
     owner: String,
     /// The node of its task 0, where input goes.
     first_node: String,
+    gpus: GpuHolds,
 }
 
 #[derive(Default)]
@@ -158,15 +162,31 @@ impl AgentHub {
     }
 
     /// A new step of `job` (owned by `owner`, task 0 on `first_node`) whose updates go to
-    /// `tx`; returns its id (0, 1, ... per job).
-    pub fn open_step(
+    /// `tx`: `claim` is given the GPUs the job's open steps hold on a node and returns
+    /// those the new step holds per node, or why it cannot start (then nothing is opened).
+    /// Returns its id (0, 1, ... per job).
+    pub fn open_step<E>(
         &self,
         job: JobId,
         tx: StepTx,
         lagging: Arc<AtomicBool>,
         owner: &str,
         first_node: &str,
-    ) -> u32 {
+        claim: impl FnOnce(&dyn Fn(&str) -> Vec<u32>) -> Result<GpuHolds, E>,
+    ) -> Result<u32, E> {
+        let mut steps = self.steps.lock();
+        let gpus = {
+            let held = |node: &str| -> Vec<u32> {
+                steps
+                    .iter()
+                    .filter(|((j, _), _)| *j == job)
+                    .flat_map(|(_, s)| s.gpus.iter())
+                    .filter(|(n, _)| n == node)
+                    .flat_map(|(_, g)| g.iter().copied())
+                    .collect()
+            };
+            claim(&held)?
+        };
         let step = {
             let mut ids = self.step_ids.lock();
             let next = ids.entry(job).or_insert(0);
@@ -174,16 +194,17 @@ impl AgentHub {
             *next += 1;
             step
         };
-        self.steps.lock().insert(
+        steps.insert(
             (job, step),
             OpenStep {
                 tx,
                 lagging,
                 owner: owner.to_string(),
                 first_node: first_node.to_string(),
+                gpus,
             },
         );
-        step
+        Ok(step)
     }
 
     /// The owner of a running step and the node of its task 0.

@@ -428,6 +428,11 @@ pub fn set_gpu_vars(
         return;
     }
     env.insert("SLURM_JOB_GPUS".into(), list(on_node, |g| g.device));
+    if bound.is_some_and(|b| b.is_empty()) {
+        // A step that takes none of the job's GPUs (`srun --gres=none`): as without GPUs.
+        env.insert("CUDA_VISIBLE_DEVICES".into(), String::new());
+        return;
+    }
     if let Some(b) = bound {
         env.insert("CUDA_VISIBLE_DEVICES".into(), list(b, |g| g.cuda));
         env.insert("GPU_DEVICE_ORDINAL".into(), list(b, |g| g.cuda));

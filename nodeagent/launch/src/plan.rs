@@ -5,7 +5,6 @@
 
 use crate::env::{NodeGpu, bind_task, compress_counts, node_gpus, set_gpu_vars};
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
-use gsched_types::gpubind::GpuBind;
 use gsched_types::launch::LaunchSpec;
 use gsched_types::steps::StepLaunch;
 use gsched_types::topology::Topology;
@@ -281,7 +280,14 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
     ] {
         env.insert(k.to_string(), v);
     }
-    step_gpu_vars(&mut env, &job.gpus, &step.gpus, local, here as u32);
+    step_gpu_vars(
+        &mut env,
+        &job.gpus,
+        &step.gpus,
+        step.gpu_slots.as_deref(),
+        local,
+        here as u32,
+    );
     Plan {
         argv: step.argv.clone(),
         tasks: vec![env.into_iter().collect()],
@@ -308,28 +314,39 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
     }
 }
 
-/// A step task's GPUs: the step's share of the job's GPUs on the node (its first
-/// `per_node`, or `--gpus-per-task` for each of its `tasks_here`, as Slurm takes a step's
-/// GPUs in order), bound to the task.
+/// A step task's GPUs: the step's share of the job's GPUs on the node (the `slots` the
+/// leader gave it, which no other running step holds; from an older leader, its first
+/// `per_node` or `--gpus-per-task` for each of its `tasks_here`), bound to the task.
 fn step_gpu_vars(
     env: &mut BTreeMap<String, String>,
     job_gpus: &[NodeGpu],
     gpus: &gsched_types::steps::StepGpus,
+    slots: Option<&[u32]>,
     local: u32,
     tasks_here: u32,
 ) {
     if job_gpus.is_empty() {
         return;
     }
-    let wanted = match (gpus.per_node, &gpus.bind) {
-        (Some(n), _) => n as usize,
-        (None, GpuBind::PerTask(g)) => (*g as usize) * tasks_here as usize,
-        (None, _) => job_gpus.len(),
+    let share: Vec<NodeGpu> = match slots {
+        Some(slots) => slots
+            .iter()
+            .filter_map(|p| job_gpus.get(*p as usize).copied())
+            .collect(),
+        None => {
+            let wanted = gpus
+                .wanted(tasks_here)
+                .map_or(job_gpus.len(), |n| n as usize);
+            job_gpus[..wanted.min(job_gpus.len())].to_vec()
+        }
     };
-    let share = &job_gpus[..wanted.min(job_gpus.len())];
-    let bound = bind_task(share, &gpus.bind, local);
+    let bound = bind_task(&share, &gpus.bind, local);
     set_gpu_vars(env, job_gpus, bound.as_deref(), true);
-    env.insert("SLURM_GPUS_ON_NODE".into(), share.len().to_string());
+    if share.is_empty() {
+        env.remove("SLURM_GPUS_ON_NODE");
+    } else {
+        env.insert("SLURM_GPUS_ON_NODE".into(), share.len().to_string());
+    }
 }
 
 /// The step's cgroup: its CPUs, the memory nodes of those CPUs, its memory (when the
@@ -370,6 +387,7 @@ pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gsched_types::gpubind::GpuBind;
     use gsched_types::job::JobId;
     use gsched_types::steps::{StepGpus, StepLayout};
 
@@ -418,6 +436,7 @@ mod tests {
             cwd: "/".into(),
             pty: None,
             gpus,
+            gpu_slots: None,
         }
     }
 
@@ -458,5 +477,44 @@ mod tests {
         let t = step_task(&job, &step(none, 2), 0, 0);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES"), None);
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
+    }
+
+    #[test]
+    fn a_step_uses_the_gpus_the_leader_gave_it_not_the_first_ones() {
+        let job = job_plan(&[(4, 0), (5, 1), (6, 2), (7, 3)]);
+        let one = StepGpus {
+            per_node: Some(1),
+            bind: GpuBind::All,
+        };
+        // Positions 0 and 1 are held by other steps: the leader gave this one position 2.
+        let mut s = step(one, 1);
+        s.gpu_slots = Some(vec![2]);
+        let t = step_task(&job, &s, 0, 0);
+        assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some("2"));
+        assert_eq!(var(&t, "SLURM_STEP_GPUS").as_deref(), Some("6"));
+        assert_eq!(var(&t, "SLURM_GPUS_ON_NODE").as_deref(), Some("1"));
+        // Two tasks with --gpus-per-task=1 on positions 1 and 3.
+        let per_task = StepGpus {
+            per_node: None,
+            bind: GpuBind::PerTask(1),
+        };
+        let mut s = step(per_task, 2);
+        s.gpu_slots = Some(vec![1, 3]);
+        let t1 = step_task(&job, &s, 1, 1);
+        assert_eq!(var(&t1, "CUDA_VISIBLE_DEVICES").as_deref(), Some("3"));
+        assert_eq!(var(&t1, "SLURM_STEP_GPUS").as_deref(), Some("7"));
+        // --gres=none: no GPU.
+        let mut s = step(
+            StepGpus {
+                per_node: Some(0),
+                bind: GpuBind::All,
+            },
+            1,
+        );
+        s.gpu_slots = Some(vec![]);
+        let t = step_task(&job, &s, 0, 0);
+        assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some(""));
+        assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
+        assert_eq!(var(&t, "SLURM_GPUS_ON_NODE"), None);
     }
 }

@@ -35,6 +35,10 @@ pub struct StepRequest {
     /// Which of the job's GPUs the step's tasks use.
     #[serde(default, skip_serializing_if = "StepGpus::is_default")]
     pub gpus: StepGpus,
+    /// Share the GPUs other steps hold, and hold none (`srun --overlap`); a step in a
+    /// terminal (`--pty`) shares them too, as Slurm's interactive step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlap: bool,
 }
 
 /// A terminal's size in characters.
@@ -52,6 +56,70 @@ impl StepGpus {
     pub fn is_default(&self) -> bool {
         *self == StepGpus::default()
     }
+
+    /// How many of the job's GPUs on a node the step takes, for `tasks_here` of its
+    /// tasks there; `None`: all of them (a step that names no GPUs, as Slurm's).
+    pub fn wanted(&self, tasks_here: u32) -> Option<u32> {
+        match (self.per_node, &self.bind) {
+            (Some(n), _) => Some(n),
+            (None, GpuBind::PerTask(g)) => Some(g.saturating_mul(tasks_here)),
+            _ => None,
+        }
+    }
+}
+
+/// Why a step cannot have its GPUs on a node now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepGpuError {
+    /// Other running steps of the job hold them: the step may start once they end.
+    #[error(
+        "step creation temporarily disabled, retrying (Requested nodes are busy): the step \
+         wants {wanted} of the job's GPUs on {node}, {free} of them are not held by its other \
+         steps (srun --overlap shares them)"
+    )]
+    Busy {
+        node: String,
+        wanted: u32,
+        free: u32,
+    },
+    /// More than the job has there: it never can.
+    #[error(
+        "the step asks for {wanted} GPUs on {node}, where the job has {job}: ask for at most \
+         {job} (--gres=gpu:N, --gpus-per-node, --gpus-per-task)"
+    )]
+    MoreThanTheJob { node: String, wanted: u32, job: u32 },
+}
+
+/// The GPUs a step takes on one node, as positions in the job's GPU list there
+/// (allocation order): the first `wanted` (all, for `None`) that the job's other running
+/// steps do not hold (`held`, positions), as Slurm gives a step free GPUs in order. An
+/// overlapping step (`srun --overlap`) takes the first `wanted` whether held or not.
+pub fn claim_gpus(
+    node: &str,
+    job_gpus: u32,
+    held: &[u32],
+    wanted: Option<u32>,
+    overlap: bool,
+) -> Result<Vec<u32>, StepGpuError> {
+    let wanted = wanted.unwrap_or(job_gpus);
+    if wanted > job_gpus {
+        return Err(StepGpuError::MoreThanTheJob {
+            node: node.to_string(),
+            wanted,
+            job: job_gpus,
+        });
+    }
+    let free: Vec<u32> = (0..job_gpus)
+        .filter(|p| overlap || !held.contains(p))
+        .collect();
+    if (free.len() as u32) < wanted {
+        return Err(StepGpuError::Busy {
+            node: node.to_string(),
+            wanted,
+            free: free.len() as u32,
+        });
+    }
+    Ok(free.into_iter().take(wanted as usize).collect())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -237,6 +305,10 @@ pub struct StepLaunch {
     /// Which of the job's GPUs the step's tasks use.
     #[serde(default, skip_serializing_if = "StepGpus::is_default")]
     pub gpus: StepGpus,
+    /// The GPUs the leader gave the step on this node, as positions in the job's GPU
+    /// list there; absent from a leader that does not hand them out (then: the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_slots: Option<Vec<u32>>,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -301,6 +373,70 @@ pub enum StepUpdate {
 mod tests {
     use super::*;
 
+    // Slurm 22.05 (tests/slurmdiff's peer), a 4-GPU job on one node: three concurrent
+    // `srun --exact -n1 --gres=gpu:1` steps got GPUs 0, 1, 2; a `--gres=gpu:3` step after one
+    // of gpu:1 got 1,2,3; a step naming no GPUs waited until all four were free; one
+    // of `--gres=gpu:2` waited while only one was free; `--overlap` saw all four at once.
+    #[test]
+    fn steps_take_free_gpus_in_order_and_wait_for_held_ones() {
+        assert_eq!(claim_gpus("n1", 4, &[], Some(1), false), Ok(vec![0]));
+        assert_eq!(claim_gpus("n1", 4, &[0], Some(1), false), Ok(vec![1]));
+        assert_eq!(claim_gpus("n1", 4, &[0], Some(3), false), Ok(vec![1, 2, 3]));
+        assert_eq!(claim_gpus("n1", 4, &[1, 0, 2], Some(1), false), Ok(vec![3]));
+        assert!(matches!(
+            claim_gpus("n1", 4, &[0, 1, 2], Some(2), false),
+            Err(StepGpuError::Busy {
+                wanted: 2,
+                free: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            claim_gpus("n1", 4, &[2], None, false),
+            Err(StepGpuError::Busy {
+                wanted: 4,
+                free: 3,
+                ..
+            })
+        ));
+        assert_eq!(claim_gpus("n1", 4, &[], None, false), Ok(vec![0, 1, 2, 3]));
+        assert_eq!(
+            claim_gpus("n1", 4, &[0, 1, 2, 3], None, true),
+            Ok(vec![0, 1, 2, 3])
+        );
+        assert_eq!(claim_gpus("n1", 4, &[0, 1], Some(1), true), Ok(vec![0]));
+        assert_eq!(
+            claim_gpus("n1", 4, &[0, 1, 2, 3], Some(0), false),
+            Ok(vec![])
+        );
+        assert_eq!(claim_gpus("n1", 0, &[], None, false), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_step_asking_more_gpus_than_the_job_has_is_refused_not_left_waiting() {
+        let e = claim_gpus("n2", 2, &[], Some(3), false).unwrap_err();
+        assert_eq!(
+            e,
+            StepGpuError::MoreThanTheJob {
+                node: "n2".into(),
+                wanted: 3,
+                job: 2
+            }
+        );
+        assert!(e.to_string().contains("at most 2"));
+        let per_task = StepGpus {
+            per_node: None,
+            bind: GpuBind::PerTask(1),
+        };
+        assert_eq!(per_task.wanted(3), Some(3));
+        assert_eq!(StepGpus::default().wanted(3), None);
+        let gres = StepGpus {
+            per_node: Some(2),
+            bind: GpuBind::PerTask(1),
+        };
+        assert_eq!(gres.wanted(3), Some(2));
+    }
+
     fn req(nodes: u32, ntasks: u32, per_node: u32, nodelist: &[&str]) -> StepRequest {
         StepRequest {
             job: JobId(1),
@@ -313,6 +449,7 @@ mod tests {
             cwd: "/".into(),
             pty: None,
             gpus: StepGpus::default(),
+            overlap: false,
         }
     }
 

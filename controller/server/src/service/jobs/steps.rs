@@ -11,7 +11,8 @@ use gsched_proto::pb::RunStepReply;
 use gsched_state::{Command, GrunStepEnded, GrunStepStarted};
 use gsched_types::job::JobState;
 use gsched_types::steps::{
-    INPUT_CHUNK, InputEvent, StepInput, StepLaunch, StepRequest, StepState, StepUpdate, TaskIo,
+    INPUT_CHUNK, InputEvent, StepGpuError, StepInput, StepLaunch, StepRequest, StepState,
+    StepUpdate, TaskIo, claim_gpus,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +43,7 @@ impl JobsService {
             return Err(self.ctx.unavailable("steps go through the leader".into()));
         }
         self.ctx.read_barrier().await?;
-        let (attempt, layout, owner) = {
+        let (attempt, layout, owner, job_gpus) = {
             let r = self.ctx.raft.replica.read();
             let job = r
                 .state
@@ -71,17 +72,51 @@ impl JobsService {
                     layout.ntasks
                 )));
             }
-            (job.restarts, layout, job.spec.user.clone())
+            let job_gpus: Vec<u32> = layout
+                .nodes
+                .iter()
+                .map(|n| {
+                    job.allocation
+                        .as_ref()
+                        .and_then(|a| a.nodes.iter().find(|x| &x.node == n))
+                        .map_or(0, |x| x.gpus.len() as u32)
+                })
+                .collect();
+            (job.restarts, layout, job.spec.user.clone(), job_gpus)
         };
         let (updates_tx, mut updates) = tokio::sync::mpsc::channel(STEP_BACKLOG);
         let lagging = Arc::new(AtomicBool::new(false));
-        let step = self.ctx.hub.open_step(
+        // The GPUs the step sees per node; it holds them unless it overlaps.
+        let overlap = body.overlap || body.pty.is_some();
+        let mut given: Vec<Vec<u32>> = Vec::new();
+        let opened = self.ctx.hub.open_step(
             body.job,
             updates_tx,
             lagging.clone(),
             &owner,
             &layout.nodes[0],
+            |held| {
+                given = layout
+                    .nodes
+                    .iter()
+                    .zip(&layout.ranks)
+                    .zip(&job_gpus)
+                    .map(|((node, ranks), gpus)| {
+                        let wanted = body.gpus.wanted(ranks.len() as u32);
+                        claim_gpus(node, *gpus, &held(node), wanted, overlap)
+                    })
+                    .collect::<Result<_, StepGpuError>>()?;
+                let holds = layout.nodes.iter().cloned().zip(given.iter().cloned());
+                Ok(if overlap { Vec::new() } else { holds.collect() })
+            },
         );
+        let step = match opened {
+            Ok(step) => step,
+            Err(e @ StepGpuError::Busy { .. }) => {
+                return Err(Status::resource_exhausted(e.to_string()));
+            }
+            Err(e) => return Err(Status::invalid_argument(e.to_string())),
+        };
         let name = body.argv[0]
             .rsplit('/')
             .next()
@@ -122,6 +157,7 @@ impl JobsService {
                 cwd: body.cwd.clone(),
                 pty: body.pty,
                 gpus: body.gpus.clone(),
+                gpu_slots: given.get(i).cloned(),
             };
             if !self
                 .ctx
