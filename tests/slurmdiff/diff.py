@@ -51,6 +51,7 @@ PROGRAMS = [
     "eval.py",
     "probe.py",
     "run_train.py",
+    "run.py",
 ]
 
 COMPARED_VARS = [
@@ -61,7 +62,7 @@ COMPARED_VARS = [
     "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_GPUS_ON_NODE",
     "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE",
     "SLURM_GPU_BIND", "SLURM_NTASKS_PER_GPU", "SLURM_CPUS_PER_GPU", "SLURM_MEM_PER_NODE",
-    "SLURM_MEM_PER_GPU", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS",
+    "SLURM_MEM_PER_GPU", "SLURM_MEM_PER_CPU", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS",
     "SLURM_STEP_NUM_NODES", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
     "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP",
@@ -97,6 +98,14 @@ DESIGN = [
      lambda k, a, b: k.startswith(("submit[", "jobs.state", "file ")),
      "heterogeneous jobs are refused at submission with a message naming the way out",
      True),
+    ("output-dir-missing",
+     lambda k, a, b: (k == "jobs.state" and (a or "").startswith("FAILED")
+                      and (b or "").startswith("FAILED"))
+     or (k.startswith("submit[") and k.endswith(".stderr") and not a
+         and "does not exist here" in (b or "")),
+     "an --output/--error directory missing where the job is submitted is warned about "
+     "at submission; the job fails on both, but Slurm's ExitCode 0:53 is its internal "
+     "error number and gsched's is 0:0, the reason naming the file", True),
     ("tasks-from-cpus",
      lambda k, a, b: k.endswith(("SLURM_TASKS_PER_NODE", "SLURM_GTIDS")),
      "with no task count given, gsched counts one task per node; Slurm counts one per "
@@ -313,6 +322,9 @@ def id_map(obs):
     return m
 
 
+JOB_DIR = re.compile(r"/[^\s'\"]*/spool/n\d+/job\d+|/tmp/gsched-jobs/[\w.-]+")
+
+
 def normaliser(obs):
     ids = id_map(obs)
     run = obs["run"]
@@ -321,6 +333,8 @@ def normaliser(obs):
 
     def norm(s):
         s = s.replace(run, "<RUN>")
+        # Where each keeps its private copy of the batch script (both named slurm_script).
+        s = JOB_DIR.sub("<JOBDIR>", s)
         return pat.sub(lambda m: ids[int(m.group(1))], s) if pat else s
     return norm
 
@@ -454,7 +468,13 @@ def main():
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     print(f"# {len(rows)} scripts in {time.time() - started:.0f} s: {summary}")
     if args.table:
+        # What the file says above its table (how it was made, what it means) stays.
+        try:
+            intro = Path(args.table).read_text().split("| script | verdict |")[0]
+        except OSError:
+            intro = ""
         with open(args.table, "w") as t:
+            t.write(intro)
             t.write("| script | verdict | notes |\n|---|---|---|\n")
             for name, v, notes in rows:
                 t.write(f"| {name} | {v} | {'; '.join(notes)} |\n")

@@ -30,7 +30,7 @@ struct Args {
     /// Tasks in all (default: one per node).
     #[arg(short = 'n', long = "ntasks")]
     ntasks: Option<u32>,
-    #[arg(long = "ntasks-per-node")]
+    #[arg(long = "ntasks-per-node", alias = "tasks-per-node")]
     ntasks_per_node: Option<u32>,
     /// Only these nodes of the job (a host list).
     #[arg(short = 'w', long = "nodelist")]

@@ -31,7 +31,7 @@ pub struct SubArgs {
     /// Number of tasks.
     #[arg(short = 'n', long = "ntasks")]
     pub ntasks: Option<String>,
-    #[arg(long = "ntasks-per-node")]
+    #[arg(long = "ntasks-per-node", alias = "tasks-per-node")]
     pub ntasks_per_node: Option<String>,
     #[arg(short = 'c', long = "cpus-per-task")]
     pub cpus_per_task: Option<String>,

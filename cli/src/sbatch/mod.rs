@@ -90,6 +90,27 @@ mod tests {
         );
     }
 
+    // Held-out public scripts (tests/slurmdiff 49, 54): sbatch's --tasks-per-node alias,
+    // and what was given (`-c 1`, --mem-per-cpu) kept for the variables Slurm sets.
+    #[test]
+    fn tasks_per_node_is_an_alias_and_given_cpu_and_memory_flags_are_kept() {
+        let a = parse_args(&[
+            "--tasks-per-node=2",
+            "-c",
+            "1",
+            "--mem-per-cpu=512M",
+            "x.sh",
+        ]);
+        let s = resolve(&a, Some("#!/bin/sh\ntrue".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.ntasks_per_node, s.cpus_per_task), (2, 1));
+        assert!(s.given.ntasks_per_node && s.given.cpus_per_task);
+        assert_eq!(s.given.mem_per_cpu_mb, Some(512));
+        assert_eq!(s.mem_mb, Some(1024));
+        let plain = parse_args(&["x.sh"]);
+        let s = resolve(&plain, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert!(!s.given.cpus_per_task && s.given.mem_per_cpu_mb.is_none());
+    }
+
     #[test]
     fn sbatch_scripts_run_once_and_the_rest_on_every_node() {
         use gsched_types::job::LaunchMode;

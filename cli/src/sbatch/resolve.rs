@@ -210,6 +210,12 @@ pub fn resolve(
                 || ntasks_per_gpu.is_some(),
             ntasks_per_node: args.ntasks_per_node.is_some(),
             export: args.export.clone(),
+            cpus_per_task: args.cpus_per_task.is_some(),
+            mem_per_cpu_mb: args
+                .mem_per_cpu
+                .as_deref()
+                .map(gsched_types::parse::mem_mb)
+                .transpose()?,
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,

@@ -108,7 +108,7 @@ pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn script(&self) -> PathBuf {
-        self.0.join("script")
+        self.0.join("slurm_script")
     }
     pub fn logs(&self) -> PathBuf {
         self.0.join("logs")

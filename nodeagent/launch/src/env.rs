@@ -458,7 +458,8 @@ fn slurm_request_vars(
     set("SLURM_SUBMIT_HOST", spec.submit_host.clone());
     set(
         "SLURM_CPUS_PER_TASK",
-        (spec.cpus_per_task > 1).then(|| spec.cpus_per_task.to_string()),
+        (spec.cpus_per_task > 1 || spec.given.cpus_per_task)
+            .then(|| spec.cpus_per_task.to_string()),
     );
     set(
         "SLURM_CPUS_PER_GPU",
@@ -476,9 +477,13 @@ fn slurm_request_vars(
         "SLURM_GPU_BIND",
         spec.gpu_bind.as_ref().map(|b| b.to_string()),
     );
+    let per_cpu = spec.given.mem_per_cpu_mb;
+    set("SLURM_MEM_PER_CPU", per_cpu.map(|m| m.to_string()));
     set(
         "SLURM_MEM_PER_NODE",
-        spec.mem_mb.filter(|m| *m > 0).map(|_| mem_mb.to_string()),
+        spec.mem_mb
+            .filter(|m| *m > 0 && per_cpu.is_none())
+            .map(|_| mem_mb.to_string()),
     );
     set(
         "SLURM_MEM_PER_GPU",
@@ -815,6 +820,17 @@ mod tests {
         let uneven = env_of(&l, "n1", 0, &[], false);
         assert_eq!(uneven["SLURM_TASKS_PER_NODE"], "2,1");
         assert_eq!(uneven["SLURM_NTASKS"], "3");
+        // Slurm 22.05 (tests/slurmdiff 49): `-c 1` given sets SLURM_CPUS_PER_TASK=1, and
+        // --mem-per-cpu sets SLURM_MEM_PER_CPU, not SLURM_MEM_PER_NODE.
+        l.spec.given.cpus_per_task = true;
+        l.spec.mem_mb = Some(2048);
+        l.spec.given.mem_per_cpu_mb = Some(512);
+        let given = env_of(&l, "n1", 0, &[], false);
+        assert_eq!(given["SLURM_CPUS_PER_TASK"], "1");
+        assert_eq!(given["SLURM_MEM_PER_CPU"], "512");
+        assert!(!given.contains_key("SLURM_MEM_PER_NODE"));
+        l.spec.given.mem_per_cpu_mb = None;
+        assert!(env_of(&l, "n1", 0, &[], false).contains_key("SLURM_MEM_PER_NODE"));
         // An agent managing devices 2 and 3 of a machine as its GPUs 0 and 1.
         let mut l = launch(vec![0, 1]);
         l.spec.ntasks_per_node = 1;

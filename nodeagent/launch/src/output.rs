@@ -52,7 +52,9 @@ pub fn expand_with(pattern: &str, v: &PatternValues<'_>) -> String {
         let letter = chars.next();
         let kept = |l: char| format!("%{width}{l}");
         let value = match letter {
-            Some('j') => v.job.to_string(),
+            // %J is "jobid.stepid"; the batch step's output, all that patterns name, is
+            // the job id alone (sbatch's job.%J.out is job.1000.out).
+            Some('j' | 'J') => v.job.to_string(),
             Some('x') => v.name.to_string(),
             Some('N') => v.node.map_or_else(|| kept('N'), str::to_string),
             Some('u') => v.user.to_string(),
@@ -149,6 +151,8 @@ mod tests {
             "train-42.n1.alice.1.out"
         );
         assert_eq!(expand("%5j%%", &l, "n1", 0), "00042%");
+        // Slurm 22.05 (tests/slurmdiff 58): --output=job.%J.out wrote job.<id>.out.
+        assert_eq!(expand("job.%J.out", &l, "n1", 0), "job.42.out");
         // Seen from outside any node (scontrol show job): node and task letters stay.
         let outside = PatternValues {
             job: l.job,

@@ -130,6 +130,13 @@ pub struct Given {
     /// `--export` as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<String>,
+    /// `-c`/`--cpus-per-task`, even of 1 (Slurm then sets `SLURM_CPUS_PER_TASK=1`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cpus_per_task: bool,
+    /// `--mem-per-cpu`, in MB (the job's memory is counted from it; Slurm then sets
+    /// `SLURM_MEM_PER_CPU` instead of `SLURM_MEM_PER_NODE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_cpu_mb: Option<u64>,
 }
 
 impl Given {
