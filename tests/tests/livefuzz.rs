@@ -8,7 +8,7 @@
 //! `GSCHED_FUZZ_SECS=600 cargo test --release -p gsched-tests --test integration livefuzz:: -- --nocapture`,
 //! which prints the figures the README quotes.
 
-use gsched_tests::{Cluster, test_users, topology, wait_for};
+use gsched_tests::{Cluster, test_users, topology};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -103,13 +103,23 @@ fn t10_random_and_malformed_requests_leave_the_cluster_whole() {
     c.ok("gctl", &["node", "resume", "n1"]);
     let script = c.script("ok.sh", "#!/bin/sh\necho fine\n");
     let id = c.submit(&["-w", "n1", "-t", "5", &script]);
-    let job = wait_for("the job after the fuzz", Duration::from_secs(60), || {
-        c.job(id).filter(|j| {
-            ["COMPLETED", "FAILED", "CANCELLED"]
-                .iter()
-                .any(|s| j["state"] == *s)
-        })
-    });
+    let ended = |j: &serde_json::Value| {
+        ["COMPLETED", "FAILED", "CANCELLED"]
+            .iter()
+            .any(|s| j["state"] == *s)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        match c.job(id) {
+            Some(j) if ended(&j) => break j,
+            j if std::time::Instant::now() > deadline => panic!(
+                "the job after the fuzz did not end in 60 s: {j:?}\nnodes: {}\n{}",
+                c.ok("ginfo", &["--json"]),
+                c.logs()
+            ),
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
     assert_eq!(job["state"], "COMPLETED", "{job}");
     c.check_replicas_agree(3);
 }

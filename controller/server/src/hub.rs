@@ -84,6 +84,15 @@ impl AgentHub {
         id
     }
 
+    /// Whether `conn_id` is still `node`'s session here: not once this controller stopped
+    /// leading (even if it leads again), nor after the agent fell too far behind.
+    pub fn holds(&self, node: &str, conn_id: u64) -> bool {
+        self.conns
+            .lock()
+            .get(node)
+            .is_some_and(|c| c.conn_id == conn_id)
+    }
+
     pub fn detach(&self, node: &str, conn_id: u64) {
         let mut conns = self.conns.lock();
         if conns.get(node).is_some_and(|c| c.conn_id == conn_id) {
@@ -263,5 +272,21 @@ mod tests {
             rx.try_recv(),
             Err(mpsc::error::TryRecvError::Disconnected)
         ));
+    }
+
+    // CI saw it (livefuzz t10): the leader stepped down and led again within a second;
+    // the agent's stream stayed open, its heartbeats kept the node responding, and no
+    // job reached it, since `clear` had dropped its connection. The session now asks
+    // `holds` before each message and ends when it no longer does.
+    #[test]
+    fn a_session_from_before_a_leadership_change_is_no_longer_held() {
+        let hub = AgentHub::default();
+        let (tx, _rx) = mpsc::channel(2);
+        let first = hub.attach("n1", tx.clone(), AgentCapabilities::default());
+        assert!(hub.holds("n1", first));
+        hub.clear();
+        assert!(!hub.holds("n1", first), "dropped when leadership was lost");
+        let second = hub.attach("n1", tx, AgentCapabilities::default());
+        assert!(hub.holds("n1", second) && !hub.holds("n1", first));
     }
 }

@@ -154,7 +154,7 @@ async fn serve(
     }));
     tracing::info!("agent {name} registered");
     ctx.hub.changed.notify_one();
-    let result = pump(&ctx, &name, inbound, &tx).await;
+    let result = pump(&ctx, &name, conn, inbound, &tx).await;
     ctx.hub.detach(&name, conn);
     tracing::info!("agent {name} disconnected");
     result
@@ -191,10 +191,18 @@ fn reply(tx: &crate::hub::AgentTx, msg: &ControllerToAgent) -> Result<(), Status
 async fn pump(
     ctx: &Arc<Ctx>,
     node: &str,
+    conn: u64,
     inbound: &mut Streaming<AgentEnvelope>,
     tx: &crate::hub::AgentTx,
 ) -> Result<(), Status> {
     while let Some(item) = inbound.next().await {
+        if !ctx.hub.holds(node, conn) {
+            // Dropped here (leadership lost, if only for a moment, or a full backlog):
+            // ending the stream makes the agent register again; what it had not had
+            // acknowledged it sends again then.
+            tracing::info!("agent {node}'s session was dropped here: it is to register again");
+            return Ok(());
+        }
         let msg: AgentToController = item?.document()?;
         match msg {
             AgentToController::Heartbeat { running } => {
