@@ -5,14 +5,15 @@ use crate::config::{Policy, SchedConfig};
 use crate::decay::{decay, pow2_neg};
 use crate::input::{PendingJob, RunningJob, UsageRecord};
 use gsched_types::assoc::ancestors;
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// Per-pass fair-share factors, computed once from usage and running jobs; looked up by
 /// borrowed names, so a pass over 20,000 jobs allocates nothing per job here.
 #[derive(Debug, Default)]
 pub struct FairShare {
-    /// account -> user -> factor.
-    factor: BTreeMap<String, BTreeMap<String, f64>>,
+    /// account -> user -> factor (hashed: only looked up, never walked in order).
+    factor: FxHashMap<String, FxHashMap<String, f64>>,
 }
 
 impl FairShare {
@@ -73,23 +74,26 @@ pub fn share_lines<'a>(
     pending: &'a [PendingJob],
     now_ms: u64,
 ) -> Vec<ShareLine<'a>> {
-    let mut per_user: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    // Summed in a hash map (one lookup per record and per pending job), then walked in
+    // key order, so every float is summed in the same order on every replica.
+    let mut summed: FxHashMap<(&str, &str), f64> = FxHashMap::default();
     for u in usage {
-        *per_user
+        *summed
             .entry((u.account.as_str(), u.user.as_str()))
             .or_default() += decay(u.gpu_seconds, u.at_ms, now_ms, config.fairshare_half_life_s);
     }
     for r in running {
         let secs = now_ms.saturating_sub(r.start_ms) as f64 / 1000.0;
-        *per_user
+        *summed
             .entry((r.account.as_str(), r.user.as_str()))
             .or_default() += secs * f64::from(r.gpus());
     }
     for p in pending {
-        per_user
+        summed
             .entry((p.account.as_str(), p.user.as_str()))
             .or_default();
     }
+    let per_user: BTreeMap<(&str, &str), f64> = summed.into_iter().collect();
     let total: f64 = per_user.values().sum();
     let mut per_account: BTreeMap<&str, (f64, u32)> = BTreeMap::new();
     for ((account, _), u) in &per_user {
