@@ -16,8 +16,10 @@ use crate::input::{NodeView, PendingJob, Snapshot};
 use crate::topo::{Choice, SetQuality, mask_to_ids};
 use gsched_types::resources::{NodeAlloc, NodeUsage};
 use gsched_types::topology::{NicKind, model_matches};
-use rustc_hash::FxHashMap;
+use hashbrown::Equivalent;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// One node's share of a placement.
@@ -63,7 +65,7 @@ pub enum Blocked {
 pub const CLOSED: u64 = u64::MAX;
 
 /// The static part of a job that decides which nodes could ever host it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct ShapeKey {
     partition: String,
     nodes: u32,
@@ -100,7 +102,102 @@ impl ShapeKey {
             reservation: job.reservation.clone(),
         }
     }
+
+    fn fields(&self) -> ShapeFields<'_> {
+        (
+            (
+                &self.partition,
+                self.nodes,
+                self.gpus_per_node,
+                self.gpu_type.as_deref(),
+                self.cpus_per_node,
+                self.gpu_share_cpus,
+                self.mem_mb,
+            ),
+            (
+                self.mem_per_gpu_mb,
+                self.exclusive,
+                &self.constraint,
+                &self.nodelist,
+                &self.exclude,
+                &self.avoid,
+                self.reservation.as_deref(),
+            ),
+        )
+    }
 }
+
+/// A [`ShapeKey`] field by field, borrowed: the one definition of its hash and equality.
+type ShapeFields<'r> = (
+    (&'r str, u32, u32, Option<&'r str>, u32, bool, Option<u64>),
+    (
+        Option<u64>,
+        bool,
+        &'r [String],
+        &'r [String],
+        &'r [String],
+        &'r [String],
+        Option<&'r str>,
+    ),
+);
+
+impl PartialEq for ShapeKey {
+    fn eq(&self, other: &ShapeKey) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for ShapeKey {}
+
+impl Hash for ShapeKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+/// A job seen as its [`ShapeKey`] without copying it: looks shapes up in a [`ShapeMap`].
+pub struct ShapeOf<'j>(pub &'j PendingJob);
+
+impl ShapeOf<'_> {
+    fn fields(&self) -> ShapeFields<'_> {
+        let j = self.0;
+        (
+            (
+                &j.partition,
+                j.nodes,
+                j.gpus_per_node,
+                j.gpu_type.as_deref(),
+                j.cpus_per_node,
+                j.gpu_share_cpus,
+                j.mem_mb,
+            ),
+            (
+                j.mem_per_gpu_mb,
+                j.exclusive,
+                &j.constraint,
+                &j.nodelist,
+                &j.exclude,
+                &j.avoid,
+                j.reservation.as_deref(),
+            ),
+        )
+    }
+}
+
+impl Hash for ShapeOf<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+impl Equivalent<ShapeKey> for ShapeOf<'_> {
+    fn equivalent(&self, key: &ShapeKey) -> bool {
+        self.fields() == key.fields()
+    }
+}
+
+/// A map keyed by job shape, looked up by [`ShapeOf`] (no copy of the job's strings).
+pub type ShapeMap<V> = hashbrown::HashMap<ShapeKey, V, FxBuildHasher>;
 
 /// Why one node can never host a job (static facts only).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -181,7 +278,7 @@ pub struct Placer<'a> {
     snap: &'a Snapshot,
     policy: Policy,
     partitions: Vec<Vec<String>>,
-    eligibility: FxHashMap<ShapeKey, Eligibility>,
+    eligibility: ShapeMap<Eligibility>,
     classes: Option<ClassIndex>,
     /// Each node's best NIC as (not RDMA, -speed): a tie-breaker for gangs.
     nic_rank: Vec<(bool, u64)>,
@@ -226,7 +323,7 @@ impl<'a> Placer<'a> {
             snap,
             policy: config.policy,
             partitions,
-            eligibility: FxHashMap::default(),
+            eligibility: ShapeMap::default(),
             classes: None,
             nic_rank,
         }
@@ -291,8 +388,7 @@ impl<'a> Placer<'a> {
     }
 
     fn eligibility(&mut self, job: &PendingJob) -> Eligibility {
-        let key = ShapeKey::of(job);
-        if let Some(e) = self.eligibility.get(&key) {
+        if let Some(e) = self.eligibility.get(&ShapeOf(job)) {
             return e.clone();
         }
         let mut nodes = Vec::new();
@@ -352,7 +448,7 @@ impl<'a> Placer<'a> {
             member: Arc::new(member),
             never,
         };
-        self.eligibility.insert(key, e.clone());
+        self.eligibility.insert(ShapeKey::of(job), e.clone());
         e
     }
 
@@ -944,4 +1040,42 @@ fn choose_by_switch(
         }
     }
     if must.len() < n { None } else { Some(must) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    fn job(id: u64) -> PendingJob {
+        let mut j = PendingJob::simple(id, 2, Some(3600), 0);
+        j.constraint = vec!["a100".into()];
+        j.gpu_type = Some("a100".into());
+        j
+    }
+
+    #[test]
+    fn a_job_finds_its_shape_without_a_copy_and_only_its_shape() {
+        let mut map: ShapeMap<u32> = ShapeMap::default();
+        map.insert(ShapeKey::of(&job(1)), 7);
+        let same = job(2);
+        assert_eq!(
+            FxBuildHasher.hash_one(ShapeOf(&same)),
+            FxBuildHasher.hash_one(ShapeKey::of(&same))
+        );
+        assert_eq!(map.get(&ShapeOf(&same)), Some(&7));
+        let mut other = job(3);
+        other.exclude = vec!["n1".into()];
+        assert_eq!(map.get(&ShapeOf(&other)), None);
+        let mut other = job(4);
+        other.gpu_type = None;
+        assert_eq!(map.get(&ShapeOf(&other)), None);
+        let mut other = job(5);
+        other.time_limit_s = Some(60);
+        assert_eq!(
+            map.get(&ShapeOf(&other)),
+            Some(&7),
+            "time limit is not shape"
+        );
+    }
 }

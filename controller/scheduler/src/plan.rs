@@ -14,7 +14,7 @@
 use crate::config::Policy;
 use crate::deps::{self, DepStatus};
 use crate::input::{PendingJob, RunningJob, Snapshot};
-use crate::place::{Blocked, CLOSED, NodePick, Placer, ShapeKey};
+use crate::place::{Blocked, CLOSED, NodePick, Placer, ShapeKey, ShapeMap, ShapeOf};
 use crate::priority::{FairShare, priority};
 use crate::windows::Windows;
 use gsched_types::assoc::{ancestors, lineage};
@@ -57,6 +57,16 @@ struct Reservation {
     start_ms: u64,
     gpus: HashMap<usize, u64>,
     whole_nodes: HashSet<usize>,
+}
+
+/// A shape kept out only by backfill reservations. Every job of the shape whose time
+/// limit is at least `limit_s` is kept out by them too: reservations and usage only grow
+/// during a pass, and a longer job overlaps more of each reservation. While `started` is
+/// still the pass's count of starts, the shape still fits once reservations are ignored.
+#[derive(Debug, Clone, Copy)]
+struct ReservationBlock {
+    limit_s: u64,
+    started: u64,
 }
 
 /// How many blocked jobs beyond the reservations get a start estimate per pass.
@@ -103,31 +113,34 @@ struct Pass<'a> {
     now_ms: u64,
     placer: Placer<'a>,
     usage: Vec<NodeUsage>,
-    /// Release events: (end bound, node index, allocation), sorted by time.
+    /// Release events: (end bound, node index, allocation); starts append, and
+    /// [`Pass::shadow`] sorts them by time (a stable sort keeps equal times in order).
     releases: Vec<(u64, usize, NodeAlloc)>,
     reservations: Vec<Reservation>,
     windows: Windows,
     /// Each shape seen this pass, by a small id: the memos below are keyed by it, so a
     /// queue of 20,000 jobs hashes and copies a shape once, not per lookup and rehash.
-    shape_ids: HashMap<ShapeKey, u32>,
+    shape_ids: ShapeMap<u32>,
     /// Shapes that cannot be placed this pass even ignoring backfill reservations
     /// (resources only shrink during a pass), with the reason; with admin windows the
     /// time limit is part of the key, as it decides which windows a job overlaps.
     busy_shapes: HashMap<(u32, Option<u64>), PendingReason>,
-    /// Shapes (with time limit) kept out only by reservations.
-    failed_shapes: HashMap<(u32, Option<u64>), PendingReason>,
+    /// Shapes kept out only by backfill reservations, keyed like `busy_shapes`.
+    reservation_blocked: HashMap<(u32, Option<u64>), ReservationBlock>,
+    /// Jobs started so far this pass: free resources change only when it grows.
+    started: u64,
     fifo_blocked: bool,
-    user_gpus: HashMap<String, u32>,
-    user_jobs: HashMap<String, u32>,
+    user_gpus: HashMap<&'a str, u32>,
+    user_jobs: HashMap<&'a str, u32>,
     /// GPUs running per account, its sub-accounts' included.
-    account_gpus: HashMap<String, u32>,
+    account_gpus: HashMap<&'a str, u32>,
     /// Running jobs per (user, account).
-    assoc_jobs: HashMap<(String, String), u32>,
+    assoc_jobs: HashMap<(&'a str, &'a str), u32>,
     array_running: HashMap<JobId, u32>,
-    singletons: HashSet<(String, String)>,
+    singletons: HashSet<(&'a str, &'a str)>,
     /// MASTER_PORTs in use per training address: agents that split one machine, or a
     /// local test cluster, share the address and so its ports.
-    ports: HashMap<String, BTreeSet<u16>>,
+    ports: HashMap<&'a str, BTreeSet<u16>>,
     /// Nodes whose training address has no MASTER_PORT left: passed over by placement
     /// (a job placed there could not start, and the rest of the queue would wait).
     no_port: Vec<bool>,
@@ -153,9 +166,10 @@ impl<'a> Pass<'a> {
             releases: Vec::new(),
             reservations: Vec::new(),
             windows: Windows::new(snap, &node_index, now_ms),
-            shape_ids: HashMap::default(),
+            shape_ids: ShapeMap::default(),
             busy_shapes: HashMap::default(),
-            failed_shapes: HashMap::default(),
+            reservation_blocked: HashMap::default(),
+            started: 0,
             fifo_blocked: false,
             user_gpus: HashMap::default(),
             user_jobs: HashMap::default(),
@@ -172,13 +186,13 @@ impl<'a> Pass<'a> {
         };
         for r in &snap.running {
             pass.account_running(r.user.as_str(), r.account.as_str(), r.gpus(), r.array_job);
-            pass.singletons.insert((r.user.clone(), r.name.clone()));
+            pass.singletons.insert((r.user.as_str(), r.name.as_str()));
             if let Some(first) = r
                 .allocation
                 .first()
                 .and_then(|a| pass.node_index.get(a.node.as_str()))
             {
-                let addr = pass.snap.nodes[*first].training_addr.clone();
+                let addr = pass.snap.nodes[*first].training_addr.as_str();
                 pass.ports.entry(addr).or_default().insert(r.master_port);
             }
             if let Some(end) = r.end_bound_ms() {
@@ -190,30 +204,33 @@ impl<'a> Pass<'a> {
             }
         }
         pass.releases.sort_by_key(|(t, ni, _)| (*t, *ni));
-        let full: Vec<String> = pass
+        let full: Vec<&str> = pass
             .ports
             .iter()
             .filter(|(_, used)| used.len() >= pass.port_range())
-            .map(|(addr, _)| addr.clone())
+            .map(|(addr, _)| *addr)
             .collect();
         for addr in full {
-            pass.mark_no_port(&addr);
+            pass.mark_no_port(addr);
         }
         pass.placer.index_classes(&pass.usage);
         pass
     }
 
-    fn account_running(&mut self, user: &str, account: &str, gpus: u32, array: Option<JobId>) {
-        *self.user_gpus.entry(user.to_string()).or_default() += gpus;
-        *self.user_jobs.entry(user.to_string()).or_default() += 1;
-        *self.account_gpus.entry(account.to_string()).or_default() += gpus;
+    fn account_running(
+        &mut self,
+        user: &'a str,
+        account: &'a str,
+        gpus: u32,
+        array: Option<JobId>,
+    ) {
+        *self.user_gpus.entry(user).or_default() += gpus;
+        *self.user_jobs.entry(user).or_default() += 1;
+        *self.account_gpus.entry(account).or_default() += gpus;
         for above in ancestors(&self.snap.config.accounts, account) {
-            *self.account_gpus.entry(above.to_string()).or_default() += gpus;
+            *self.account_gpus.entry(above).or_default() += gpus;
         }
-        *self
-            .assoc_jobs
-            .entry((user.to_string(), account.to_string()))
-            .or_default() += 1;
+        *self.assoc_jobs.entry((user, account)).or_default() += 1;
         if let Some(a) = array {
             *self.array_running.entry(a).or_default() += 1;
         }
@@ -244,7 +261,7 @@ impl<'a> Pass<'a> {
                     .any(|p| p.id < job.id && p.user == job.user && p.name == job.name);
                 if self
                     .singletons
-                    .contains(&(job.user.clone(), job.name.clone()))
+                    .contains(&(job.user.as_str(), job.name.as_str()))
                     || other_pending
                 {
                     return Some(PendingReason::Dependency);
@@ -271,13 +288,13 @@ impl<'a> Pass<'a> {
             return Some(PendingReason::PartitionTimeLimit);
         }
         let qos = config.qos(job.qos.as_deref());
-        let user_gpus = self.user_gpus.get(&job.user).copied().unwrap_or(0);
+        let user_gpus = || self.user_gpus.get(job.user.as_str()).copied().unwrap_or(0);
         let max_gpus = qos
             .and_then(|q| q.max_gpus_per_user)
             .into_iter()
             .chain(config.user_limits.max_gpus)
             .min();
-        if max_gpus.is_some_and(|m| user_gpus + job.total_gpus() > m) && job.total_gpus() > 0 {
+        if max_gpus.is_some_and(|m| user_gpus() + job.total_gpus() > m) && job.total_gpus() > 0 {
             return Some(PendingReason::QosMaxGpusPerUser);
         }
         let max_jobs = qos
@@ -285,7 +302,9 @@ impl<'a> Pass<'a> {
             .into_iter()
             .chain(config.user_limits.max_running_jobs)
             .min();
-        if max_jobs.is_some_and(|m| self.user_jobs.get(&job.user).copied().unwrap_or(0) >= m) {
+        if max_jobs
+            .is_some_and(|m| self.user_jobs.get(job.user.as_str()).copied().unwrap_or(0) >= m)
+        {
             return Some(PendingReason::QosMaxJobsPerUser);
         }
         if let (Some(max), Some(t)) = (qos.and_then(|q| q.max_time_s), job.time_limit_s)
@@ -302,7 +321,8 @@ impl<'a> Pass<'a> {
         let config = &self.snap.config;
         let over_grp = lineage(&config.accounts, &job.account).any(|a| {
             a.max_gpus.is_some_and(|max| {
-                self.account_gpus.get(&a.name).copied().unwrap_or(0) + job.total_gpus() > max
+                self.account_gpus.get(a.name.as_str()).copied().unwrap_or(0) + job.total_gpus()
+                    > max
             })
         });
         if over_grp && job.total_gpus() > 0 {
@@ -314,7 +334,7 @@ impl<'a> Pass<'a> {
             .or_else(|| lineage(&config.accounts, &job.account).find_map(|a| a.max_jobs));
         let running = || {
             self.assoc_jobs
-                .get(&(job.user.clone(), job.account.clone()))
+                .get(&(job.user.as_str(), job.account.as_str()))
                 .copied()
                 .unwrap_or(0)
         };
@@ -349,7 +369,7 @@ impl<'a> Pass<'a> {
         reserved_mask(&self.reservations, ni, end_ms)
     }
 
-    fn consider(&mut self, job: &PendingJob) -> Result<PlannedStart, PendingReason> {
+    fn consider(&mut self, job: &'a PendingJob) -> Result<PlannedStart, PendingReason> {
         if let Some(reason) = self.static_blocker(job) {
             if reason == PendingReason::Reservation
                 && let Some(w) = job.reservation.as_deref().and_then(|r| self.windows.get(r))
@@ -362,13 +382,18 @@ impl<'a> Pass<'a> {
         if self.fifo_blocked {
             return Err(PendingReason::Priority);
         }
-        let next_id = self.shape_ids.len() as u32;
-        let shape = *self.shape_ids.entry(ShapeKey::of(job)).or_insert(next_id);
-        let memo_key = (shape, job.time_limit_s);
+        let shape = match self.shape_ids.get(&ShapeOf(job)) {
+            Some(id) => *id,
+            None => {
+                let id = self.shape_ids.len() as u32;
+                self.shape_ids.insert(ShapeKey::of(job), id);
+                id
+            }
+        };
         let busy_key = if self.windows.is_empty() {
             (shape, None)
         } else {
-            memo_key
+            (shape, job.time_limit_s)
         };
         if let Some(reason) = self.busy_shapes.get(&busy_key) {
             if policy == Policy::Fifo {
@@ -376,12 +401,12 @@ impl<'a> Pass<'a> {
             }
             return Err(reason.clone());
         }
-        if let Some(reason) = self.failed_shapes.get(&memo_key) {
-            if policy == Policy::Fifo {
-                self.fifo_blocked = true;
-            }
-            return Err(reason.clone());
-        }
+        let limit_s = job.time_limit_s.unwrap_or(u64::MAX);
+        let known_reserved = self
+            .reservation_blocked
+            .get(&busy_key)
+            .filter(|b| limit_s >= b.limit_s)
+            .map(|b| b.started);
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let reservations_exist = !self.reservations.is_empty();
         let reservations = &self.reservations;
@@ -393,9 +418,13 @@ impl<'a> Pass<'a> {
             let closed = if no_port[ni] { CLOSED } else { 0 };
             closed | windows.mask(own, ni, now_ms, end_ms)
         };
-        let result = self.placer.place(job, &self.usage, &|ni| {
-            reserved_mask(reservations, ni, end_ms) | unusable(ni)
-        });
+        let result = if known_reserved.is_some() {
+            Err(Blocked::Busy)
+        } else {
+            self.placer.place(job, &self.usage, &|ni| {
+                reserved_mask(reservations, ni, end_ms) | unusable(ni)
+            })
+        };
         match result {
             Ok(picks) => {
                 let backfilled = reservations_exist;
@@ -418,8 +447,9 @@ impl<'a> Pass<'a> {
                 Err(r)
             }
             Err(Blocked::Busy) => {
-                let blocked_by_reservation =
-                    reservations_exist && self.placer.place(job, &self.usage, &unusable).is_ok();
+                let blocked_by_reservation = reservations_exist
+                    && (known_reserved == Some(self.started)
+                        || self.placer.place(job, &self.usage, &unusable).is_ok());
                 let blocked_by_window = !blocked_by_reservation
                     && own.is_none()
                     && !windows.is_empty()
@@ -467,7 +497,15 @@ impl<'a> Pass<'a> {
                     self.fifo_blocked = true;
                 }
                 if blocked_by_reservation {
-                    self.failed_shapes.insert(memo_key, reason.clone());
+                    let block =
+                        self.reservation_blocked
+                            .entry(busy_key)
+                            .or_insert(ReservationBlock {
+                                limit_s,
+                                started: self.started,
+                            });
+                    block.limit_s = block.limit_s.min(limit_s);
+                    block.started = self.started;
                 } else {
                     self.busy_shapes.insert(busy_key, reason.clone());
                 }
@@ -479,18 +517,18 @@ impl<'a> Pass<'a> {
     /// Commits a placement to the pass's free state and builds the start.
     fn start(
         &mut self,
-        job: &PendingJob,
+        job: &'a PendingJob,
         picks: Vec<NodePick>,
         backfilled: bool,
     ) -> Option<PlannedStart> {
         let first = picks.first()?.node;
-        let master_addr = self.snap.nodes[first].training_addr.clone();
-        let used = self.ports.entry(master_addr.clone()).or_default();
+        let master_addr = self.snap.nodes[first].training_addr.as_str();
+        let used = self.ports.entry(master_addr).or_default();
         let config = &self.snap.config;
         let port = (config.master_port_min..=config.master_port_max).find(|p| !used.contains(p))?;
         used.insert(port);
         if used.len() >= self.port_range() {
-            self.mark_no_port(&master_addr);
+            self.mark_no_port(master_addr);
         }
         let end = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let mut nodes = Vec::with_capacity(picks.len());
@@ -498,10 +536,7 @@ impl<'a> Pass<'a> {
             self.usage[p.node].add(&p.alloc);
             self.placer.note_usage(p.node, &self.usage[p.node]);
             if let Some(end) = end {
-                let pos = self
-                    .releases
-                    .partition_point(|(t, ni, _)| (*t, *ni) <= (end, p.node));
-                self.releases.insert(pos, (end, p.node, p.alloc.clone()));
+                self.releases.push((end, p.node, p.alloc.clone()));
             }
             nodes.push(p.alloc);
         }
@@ -511,12 +546,14 @@ impl<'a> Pass<'a> {
             job.total_gpus(),
             job.array.map(|a| a.0),
         );
-        self.singletons.insert((job.user.clone(), job.name.clone()));
+        self.singletons
+            .insert((job.user.as_str(), job.name.as_str()));
+        self.started += 1;
         Some(PlannedStart {
             job: job.id,
             allocation: Allocation {
                 nodes,
-                master_addr,
+                master_addr: master_addr.to_string(),
                 master_port: port,
             },
             backfilled,
@@ -567,6 +604,7 @@ impl<'a> Pass<'a> {
             }
         }
         let (mut i, mut e) = (0, 0);
+        self.releases.sort_by_key(|(t, ni, _)| (*t, *ni));
         let releases = &self.releases;
         loop {
             let t = match (releases.get(i), window_ends.get(e)) {

@@ -461,6 +461,50 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
 }
 
 #[test]
+fn jobs_kept_out_by_a_reservation_are_each_judged_by_their_own_limit_and_the_free_gpus_now() {
+    // As above, with more 4-GPU jobs of one shape: a longer one than the first kept out is
+    // kept out too, a shorter one still backfills, and once it has taken the last four
+    // GPUs the next one waits for resources, not for the reservation.
+    let topo = shipped("dgx-a100-8gpu.json");
+    let busy = running(9, "n1", &[0, 1, 2, 3]);
+    let node = with_usage(
+        NodeView::from_topology("n1", &topo, "10.0.0.1"),
+        std::slice::from_ref(&busy),
+    );
+    let four = |id: u64, limit_s: u64, eligible_ms: u64| {
+        let mut j = job(id, 1, 4);
+        j.time_limit_s = Some(limit_s);
+        j.eligible_ms = eligible_ms;
+        j
+    };
+    let queue = vec![
+        job(1, 1, 8),
+        four(3, 7200, 1),
+        four(5, 9000, 2),
+        four(2, 1800, 3),
+        four(4, 10_800, 4),
+    ];
+    let mut snap = snapshot(vec![node], queue, vec![busy]);
+    let mut config = SchedConfig::default();
+    config.weights.short_job = 0.0;
+    snap.config = Arc::new(config);
+    let p = plan(&snap, 10);
+    let started: Vec<JobId> = p.starts.iter().map(|s| s.job).collect();
+    assert_eq!(started, vec![JobId(2)]);
+    let mut reasons = p.reasons.clone();
+    reasons.sort_by_key(|(j, _)| *j);
+    assert_eq!(
+        reasons,
+        vec![
+            (JobId(1), PendingReason::Resources),
+            (JobId(3), PendingReason::Priority),
+            (JobId(4), PendingReason::Resources),
+            (JobId(5), PendingReason::Priority),
+        ]
+    );
+}
+
+#[test]
 fn a_node_whose_address_has_no_master_port_left_is_passed_over_not_chosen_and_dropped() {
     // Two ports per training address: n1 (preferred: fewer free GPUs, packing) can host
     // two more jobs, then the queue must go on to n2 rather than stop there.
