@@ -42,6 +42,11 @@ py() { /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); $2"
 row pass_ms_p50_1000x8_20000 "$(py "$OUT/pass.json" 'print(round(d["pass_ms_p50"],1))')" ms \
     fifo_backfill_pass_ms_p50 "$(py "$OUT/pass.json" 'print(round(d["baseline_fifo_backfill_ms_p50"],1))')"
 row pass_starts_1000x8_20000 "$(py "$OUT/pass.json" 'print(d["started_per_pass"])')" jobs
+# The large cluster of the same shape (issue 28: <=250 ms); FIFO+backfill takes ~5 s a pass.
+./target/release/gsim bench-pass --nodes 10000 --pending 200000 --runs 3 --json >"$OUT/pass-large.json"
+row pass_ms_p50_10000x8_200000 "$(py "$OUT/pass-large.json" 'print(round(d["pass_ms_p50"],1))')" ms \
+    fifo_backfill_pass_ms_p50 "$(py "$OUT/pass-large.json" 'print(round(d["baseline_fifo_backfill_ms_p50"],1))')"
+row pass_starts_10000x8_200000 "$(py "$OUT/pass-large.json" 'print(d["started_per_pass"])')" jobs
 
 # 2. The Philly trace on the 760-GPU cluster: queueing against FIFO+backfill, placement.
 if [ "${GSCHED_HISTORY_TRACE:-1}" != 0 ] && [ -f ../shared/traces/philly_2017_pollux.csv ]; then

@@ -205,6 +205,7 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
     let c = cluster_with_two_nodes();
     let good = c.script("good.sh", "#!/bin/bash\ntrue\n");
     let bad_time = c.script("badtime.sh", "#!/bin/bash\n#SBATCH --time=1:2:3:4\ntrue\n");
+    let bad_flag = c.script("badflag.sh", "#!/bin/bash\n#SBATCH --frobnicate=1\ntrue\n");
     let bad_utf8 = c.path("binary.sh");
     std::fs::write(&bad_utf8, b"#!/bin/bash\n\xff\xfe echo\n").unwrap();
     let bad_utf8 = bad_utf8.to_string_lossy().into_owned();
@@ -214,6 +215,7 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
         (vec!["--gpus-per-node", "many", &good], "--gpus-per-node"),
         (vec!["--gpus-per-node", "16", &good], "can never run"),
         (vec![&bad_time], "time"),
+        (vec!["-N", "1", &bad_flag], "invalid #SBATCH directive"),
         (vec![&bad_utf8], "UTF-8"),
         (vec!["-p", "nosuchpartition", &good], "partition"),
     ];

@@ -63,31 +63,11 @@ fn main() {
         }
         None => Vec::new(),
     };
-    if let Err(e) =
-        SubArgs::try_parse_from(std::iter::once("gsub".to_string()).chain(dirs.iter().cloned()))
-    {
-        die(
-            "gsub",
-            format!(
-                "invalid #SBATCH directive: {}",
-                e.to_string()
-                    .trim_start_matches("error: ")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-            ),
-        );
-    }
-    let merged: Vec<String> = std::iter::once("gsub".to_string())
-        .chain(dirs)
-        .chain(raw.into_iter().skip(1))
-        .collect();
-    let args = SubArgs::try_parse_from(merged).unwrap_or_else(|e| {
-        die(
-            "gsub",
-            e.to_string().trim_start_matches("error: ").trim_end(),
-        )
-    });
+    let args = if dirs.is_empty() {
+        first
+    } else {
+        parse_with_directives(raw, dirs)
+    };
     let ignored = args.ignored();
     if !ignored.is_empty() {
         eprintln!(
@@ -347,4 +327,34 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
         out.insert(na.node.clone(), serde_json::Value::Object(shown));
     }
     Some(serde_json::Value::Object(out))
+}
+
+/// The options of the script's `#SBATCH` lines, then the command line's (which win):
+/// the directives are checked on their own first, so that a bad one is named as such.
+fn parse_with_directives(raw: Vec<String>, dirs: Vec<String>) -> SubArgs {
+    if let Err(e) =
+        SubArgs::try_parse_from(std::iter::once("gsub".to_string()).chain(dirs.iter().cloned()))
+    {
+        die(
+            "gsub",
+            format!(
+                "invalid #SBATCH directive: {}",
+                e.to_string()
+                    .trim_start_matches("error: ")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            ),
+        );
+    }
+    let merged: Vec<String> = std::iter::once("gsub".to_string())
+        .chain(dirs)
+        .chain(raw.into_iter().skip(1))
+        .collect();
+    SubArgs::try_parse_from(merged).unwrap_or_else(|e| {
+        die(
+            "gsub",
+            e.to_string().trim_start_matches("error: ").trim_end(),
+        )
+    })
 }

@@ -39,8 +39,9 @@ pub struct BenchResult {
     pub pass_ms_min: f64,
     pub pass_ms_max: f64,
     pub started_per_pass: usize,
-    pub baseline_fifo_backfill_ms_p50: f64,
-    pub ratio_to_baseline: f64,
+    /// None when `GSIM_SKIP_BASELINE` is set.
+    pub baseline_fifo_backfill_ms_p50: Option<f64>,
+    pub ratio_to_baseline: Option<f64>,
 }
 
 /// Builds the synthetic snapshot: about 70% of GPUs busy with 1-8 GPU jobs, a queue of
@@ -141,13 +142,13 @@ pub fn bench_pass(nodes: u32, gpus_per_node: u32, pending: u32, runs: u32) -> Be
         policy: Policy::FifoBackfill,
         ..SchedConfig::default()
     });
-    let (base_times, _) = if std::env::var_os("GSIM_SKIP_BASELINE").is_some() {
-        (vec![1.0], 0)
+    let b50 = if std::env::var_os("GSIM_SKIP_BASELINE").is_some() {
+        None
     } else {
-        time_pass(&base, runs)
+        let (base_times, _) = time_pass(&base, runs);
+        Some(base_times[base_times.len() / 2])
     };
     let p50 = times[times.len() / 2];
-    let b50 = base_times[base_times.len() / 2];
     BenchResult {
         nodes,
         gpus_per_node,
@@ -160,6 +161,6 @@ pub fn bench_pass(nodes: u32, gpus_per_node: u32, pending: u32, runs: u32) -> Be
         pass_ms_max: *times.last().unwrap_or(&0.0),
         started_per_pass: started,
         baseline_fifo_backfill_ms_p50: b50,
-        ratio_to_baseline: p50 / b50.max(1e-9),
+        ratio_to_baseline: b50.map(|b| p50 / b.max(1e-9)),
     }
 }

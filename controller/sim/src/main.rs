@@ -153,16 +153,20 @@ fn main() {
         if json {
             println!("{}", serde_json::to_string_pretty(&r).expect("json"));
         } else {
+            let baseline = match (r.baseline_fifo_backfill_ms_p50, r.ratio_to_baseline) {
+                (Some(b), Some(ratio)) => {
+                    format!("fifo-backfill baseline p50 {b:.1} ms (ratio {ratio:.2})")
+                }
+                _ => "fifo-backfill baseline skipped (GSIM_SKIP_BASELINE)".to_string(),
+            };
             println!(
-                "one pass, {nodes} nodes x {gpus_per_node} GPUs ({:.0}% busy, {} running), {pending} pending: p50 {:.1} ms (min {:.1}, max {:.1}), {} starts; fifo-backfill baseline p50 {:.1} ms (ratio {:.2})",
+                "one pass, {nodes} nodes x {gpus_per_node} GPUs ({:.0}% busy, {} running), {pending} pending: p50 {:.1} ms (min {:.1}, max {:.1}), {} starts; {baseline}",
                 r.busy_gpu_share * 100.0,
                 r.running,
                 r.pass_ms_p50,
                 r.pass_ms_min,
                 r.pass_ms_max,
                 r.started_per_pass,
-                r.baseline_fifo_backfill_ms_p50,
-                r.ratio_to_baseline
             );
         }
         return;
