@@ -210,14 +210,29 @@ fn a6000_two_gpu_job_gets_the_nv4_pair() {
     assert_eq!(p.starts[0].allocation.nodes[0].gpus, vec![2]);
 }
 
-#[test]
-fn cpus_and_nic_follow_the_gpus() {
-    let topo = shipped("rtx4090-8gpu.json");
-    let busy = running(9, "box", &[0, 1, 2, 3]);
+/// An 8-GPU node of the shipped topology `file` with GPUs 0-3 taken by running job 9 for
+/// an hour.
+fn half_busy(file: &str, name: &str) -> (NodeView, RunningJob) {
+    let topo = shipped(file);
+    let busy = running(9, name, &[0, 1, 2, 3]);
     let node = with_usage(
-        NodeView::from_topology("box", &topo, "10.0.0.1"),
+        NodeView::from_topology(name, &topo, "10.0.0.1"),
         std::slice::from_ref(&busy),
     );
+    (node, busy)
+}
+
+/// Plans `snap` with jobs ordered by age alone (no short-job boost), at t=10 ms.
+fn plan_by_age(mut snap: Snapshot) -> gsched_scheduler::Plan {
+    let mut config = SchedConfig::default();
+    config.weights.short_job = 0.0;
+    snap.config = Arc::new(config);
+    plan(&snap, 10)
+}
+
+#[test]
+fn cpus_and_nic_follow_the_gpus() {
+    let (node, busy) = half_busy("rtx4090-8gpu.json", "box");
     let mut j = job(1, 1, 2);
     j.cpus_per_node = 8;
     let p = plan(&snapshot(vec![node], vec![j], vec![busy]), 0);
@@ -421,12 +436,7 @@ fn drained_required_node_is_req_node_not_avail() {
 fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
     // One 8-GPU node with 4 GPUs busy for an hour. Top job wants 8 GPUs (reserved at
     // t=1h). A 4-GPU 30-minute job backfills; a 4-GPU 2-hour job would delay the top job.
-    let topo = shipped("dgx-a100-8gpu.json");
-    let busy = running(9, "n1", &[0, 1, 2, 3]);
-    let node = with_usage(
-        NodeView::from_topology("n1", &topo, "10.0.0.1"),
-        std::slice::from_ref(&busy),
-    );
+    let (node, busy) = half_busy("dgx-a100-8gpu.json", "n1");
     let top = job(1, 1, 8);
     let mut short = job(2, 1, 4);
     short.time_limit_s = Some(1800);
@@ -435,11 +445,7 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
     long.time_limit_s = Some(7200);
     long.eligible_ms = 1;
     // Order by age alone so the 8-GPU job is the top of the queue.
-    let mut snap = snapshot(vec![node], vec![top, long, short], vec![busy]);
-    let mut config = SchedConfig::default();
-    config.weights.short_job = 0.0;
-    snap.config = Arc::new(config);
-    let p = plan(&snap, 10);
+    let p = plan_by_age(snapshot(vec![node], vec![top, long, short], vec![busy]));
     let started: Vec<JobId> = p.starts.iter().map(|s| s.job).collect();
     assert_eq!(started, vec![JobId(2)]);
     assert!(p.starts[0].backfilled);
@@ -465,12 +471,7 @@ fn jobs_kept_out_by_a_reservation_are_each_judged_by_their_own_limit_and_the_fre
     // As above, with more 4-GPU jobs of one shape: a longer one than the first kept out is
     // kept out too, a shorter one still backfills, and once it has taken the last four
     // GPUs the next one waits for resources, not for the reservation.
-    let topo = shipped("dgx-a100-8gpu.json");
-    let busy = running(9, "n1", &[0, 1, 2, 3]);
-    let node = with_usage(
-        NodeView::from_topology("n1", &topo, "10.0.0.1"),
-        std::slice::from_ref(&busy),
-    );
+    let (node, busy) = half_busy("dgx-a100-8gpu.json", "n1");
     let four = |id: u64, limit_s: u64, eligible_ms: u64| {
         let mut j = job(id, 1, 4);
         j.time_limit_s = Some(limit_s);
@@ -484,11 +485,7 @@ fn jobs_kept_out_by_a_reservation_are_each_judged_by_their_own_limit_and_the_fre
         four(2, 1800, 3),
         four(4, 10_800, 4),
     ];
-    let mut snap = snapshot(vec![node], queue, vec![busy]);
-    let mut config = SchedConfig::default();
-    config.weights.short_job = 0.0;
-    snap.config = Arc::new(config);
-    let p = plan(&snap, 10);
+    let p = plan_by_age(snapshot(vec![node], queue, vec![busy]));
     let started: Vec<JobId> = p.starts.iter().map(|s| s.job).collect();
     assert_eq!(started, vec![JobId(2)]);
     let mut reasons = p.reasons.clone();
