@@ -80,6 +80,8 @@ if [ "${GSCHED_HISTORY_HA:-1}" != 0 ]; then
     row grpc_submit_per_s_64_clients "$(num "$OUT/ha.txt" '64 gRPC clients:')" jobs/s
     row gsub_per_s_sequential "$(num "$OUT/ha.txt" 'sequential: ')" jobs/s \
         ${slurm_seq:+sbatch_per_s_sequential "$slurm_seq"}
+    row gsub_per_s_8_shells "$(num "$OUT/ha.txt" 'submissions/s, 8 shells:')" jobs/s \
+        ${slurm_par:+sbatch_per_s_8_shells "$slurm_par"}
     row gqueue_ms "$(num "$OUT/ha.txt" 'reads/s, sequential: +[0-9.]+ +\(')" ms
     row failover_p50_s "$(num "$OUT/ha.txt" ' p50')" s
     row failover_p99_s "$(num "$OUT/ha.txt" ' p99')" s
