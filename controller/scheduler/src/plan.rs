@@ -497,15 +497,13 @@ impl<'a> Pass<'a> {
                     self.fifo_blocked = true;
                 }
                 if blocked_by_reservation {
-                    let block =
-                        self.reservation_blocked
-                            .entry(busy_key)
-                            .or_insert(ReservationBlock {
-                                limit_s,
-                                started: self.started,
-                            });
-                    block.limit_s = block.limit_s.min(limit_s);
-                    block.started = self.started;
+                    let limit_s = self
+                        .reservation_blocked
+                        .get(&busy_key)
+                        .map_or(limit_s, |b| b.limit_s.min(limit_s));
+                    let started = self.started;
+                    self.reservation_blocked
+                        .insert(busy_key, ReservationBlock { limit_s, started });
                 } else {
                     self.busy_shapes.insert(busy_key, reason.clone());
                 }
