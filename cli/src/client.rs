@@ -288,6 +288,7 @@ impl Client {
     {
         let start = Instant::now();
         let mut delay = Duration::from_millis(50);
+        let mut hops = 0;
         loop {
             let result = match self.channel().await {
                 Ok((ch, addr)) => f(self.api(ch, &addr)?).await.map(|r| r.into_inner()),
@@ -301,18 +302,25 @@ impl Client {
                         .get(LEADER_HINT)
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
-                    match hint.and_then(|h| {
+                    let hinted = hint.and_then(|h| {
                         self.addrs.iter().position(|a| *a == h).or_else(|| {
                             self.addrs.push(h);
                             Some(self.addrs.len() - 1)
                         })
-                    }) {
+                    });
+                    self.channel = None;
+                    match hinted {
                         Some(i) if i != self.current % self.addrs.len() => self.current = i,
                         _ => self.current += 1,
                     }
-                    self.channel = None;
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(500));
+                    // The first hops (a dead leader, then the one a survivor names) are
+                    // tried at once; after a whole round the call backs off.
+                    if hops < self.addrs.len() + 1 {
+                        hops += 1;
+                    } else {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_millis(500));
+                    }
                 }
                 Err(s) => return Err(s),
             }

@@ -33,6 +33,10 @@ use tokio::sync::{oneshot, watch};
 pub struct NodeConfig {
     pub id: u64,
     pub tick: Duration,
+    /// A follower that heard from its leader within this many ticks refuses votes (the
+    /// leader's lease); it campaigns itself after a random `election_ticks + 1` to
+    /// `election_ticks + 2` ticks of silence, so when it does, the other followers (silent as
+    /// long, within a tick) are already out of the lease and grant the vote at once.
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
     /// Take a state snapshot (and compact the log) every this many applied entries.
@@ -49,8 +53,8 @@ impl NodeConfig {
         NodeConfig {
             id,
             tick: Duration::from_millis(50),
-            election_ticks: 10,
-            heartbeat_ticks: 2,
+            election_ticks: 5,
+            heartbeat_ticks: 1,
             snapshot_every: 5_000,
             keep_tail: 1_000,
             proposal_timeout: Duration::from_secs(4),
@@ -85,6 +89,14 @@ pub enum ProposeError {
     Storage(String),
     #[error("invalid membership change: {0}")]
     BadConfChange(String),
+}
+
+impl ProposeError {
+    /// Whether the entry was certainly not appended to any log, so proposing it again
+    /// cannot apply it twice.
+    pub fn never_appended(&self) -> bool {
+        matches!(self, ProposeError::NoLeader | ProposeError::Dropped)
+    }
 }
 
 /// A membership change request.
@@ -165,6 +177,17 @@ impl RaftHandle {
             })
             .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+
+    /// Waits until this replica knows a leader, at most `timeout`; whether it does.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> bool {
+        let mut status = self.status.clone();
+        tokio::time::timeout(
+            timeout,
+            status.wait_for(|s| s.leader_id != raft::INVALID_ID),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
     }
 
     pub async fn change_membership(&self, change: Membership) -> Result<Outcome, ProposeError> {
@@ -408,6 +431,8 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             let raft_cfg = raft::Config {
                 id: cfg.id,
                 election_tick: cfg.election_ticks,
+                min_election_tick: cfg.election_ticks + 1,
+                max_election_tick: cfg.election_ticks + 3,
                 heartbeat_tick: cfg.heartbeat_ticks,
                 applied: snap_index,
                 max_size_per_msg: 1024 * 1024,

@@ -76,7 +76,7 @@ impl ControllerConfig {
             },
             dispatch: DispatchConfig::default(),
             raft_tick: Duration::from_millis(50),
-            election_ticks: 10,
+            election_ticks: 5,
             snapshot_every: 5_000,
             store_cache_bytes: gsched_raft::sled_store::DEFAULT_CACHE_BYTES,
             http: None,

@@ -15,6 +15,10 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use tonic::Status;
 
+/// How long a proposal waits through an election for a new leader before the client is
+/// told to try elsewhere (an election takes 0.3-0.4 s with the default tick).
+const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub struct Ctx {
     pub cfg: ControllerConfig,
     /// Who callers are and what they may do.
@@ -126,14 +130,37 @@ impl Ctx {
         let env = Envelope::new(cmd, now_ms(), request_id);
         let began = std::time::Instant::now();
         let r = self
-            .raft
-            .propose(&env)
+            .propose_through_election(&env)
             .await
             .map_err(|e| self.propose_error(e));
         self.telemetry
             .proposal_seconds
             .observe(began.elapsed().as_secs_f64());
         r
+    }
+
+    /// Proposes `env`; when no leader is known (an election is on), waits for one and
+    /// proposes again instead of sending the client away empty-handed. An entry that may
+    /// already be in a log is proposed again only under a request id, which the state
+    /// machine applies once.
+    async fn propose_through_election(&self, env: &Envelope) -> Result<Outcome, ProposeError> {
+        let deadline = std::time::Instant::now() + ELECTION_WAIT;
+        loop {
+            let err = match self.raft.propose(env).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(e) => e,
+            };
+            let again = err.never_appended()
+                || (env.request_id.is_some() && err == ProposeError::LeadershipChanged);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !again || left.is_zero() || !self.raft.wait_for_leader(left).await {
+                return Err(err);
+            }
+            if matches!(err, ProposeError::NoLeader | ProposeError::Dropped) {
+                // The status may still name the old leader for a moment after the term moved.
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
     }
 
     pub fn propose_error(&self, e: ProposeError) -> Status {
