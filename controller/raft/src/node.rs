@@ -54,7 +54,7 @@ impl NodeConfig {
             id,
             tick: Duration::from_millis(50),
             election_ticks: 5,
-            heartbeat_ticks: 1,
+            heartbeat_ticks: 2,
             snapshot_every: 5_000,
             keep_tail: 1_000,
             proposal_timeout: Duration::from_secs(4),

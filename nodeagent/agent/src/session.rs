@@ -68,9 +68,11 @@ pub async fn run(agent: Arc<Agent>) {
             })
             .ok();
         loop {
-            let steps = monitor.steps.clone();
-            let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
-            monitor.flush.notify_one();
+            if !monitor.steps.lock().is_idle() {
+                let steps = monitor.steps.clone();
+                let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
+                monitor.flush.notify_one();
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = async {

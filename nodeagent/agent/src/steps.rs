@@ -729,6 +729,11 @@ impl StepManager {
         }
     }
 
+    /// Whether no step and no `grun` task runs here: a monitoring round has nothing to do.
+    pub fn is_idle(&self) -> bool {
+        self.steps.is_empty() && self.grun.is_empty()
+    }
+
     /// One monitoring round: observe each step, let `monitor::round` decide, carry it out.
     pub fn tick(&mut self) {
         self.grun.tick();

@@ -220,6 +220,11 @@ impl GrunTasks {
         }
     }
 
+    /// No task runs and no output or exit waits to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.io.is_empty()
+    }
+
     /// Sends on new output, escalates stops, reaps ended tasks.
     pub fn tick(&mut self) {
         let mut ended = Vec::new();
