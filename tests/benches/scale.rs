@@ -2,10 +2,13 @@
 //!
 //!   cargo bench -p gsched-tests --bench scale          # builds and uses release binaries
 //!   GSCHED_BENCH_WAVE_ONLY=1 cargo bench -p gsched-tests --bench scale   # issue 15's table
+//!   GSCHED_BENCH_MEMORY_ONLY=1 GSCHED_BENCH_SIZES=10000 cargo bench ...  # memory, idle CPU
 //!
 //! On a local 3-replica cluster (sled, 127.0.0.1) with 4 fake 8-GPU agents, for each queue
 //! size (GSCHED_BENCH_SIZES, default "10000,100000") of held 1-GPU jobs:
 //!   - resident memory (VmRSS) and disk per replica;
+//!   - idle CPU: CPU milliseconds per 10 s that the 3 controllers and 4 agents use
+//!     with the queue held (GSCHED_BENCH_IDLE_S, default 30 s measured);
 //!   - `gqueue` (table) and `gqueue --json`: wall time (median of 5) and client peak RSS;
 //!   - `gqueue` served by a follower with `--stale-ok`;
 //!   - `gcancel -u USER` of the whole queue, then `gacct` over the cancelled jobs.
@@ -189,6 +192,17 @@ fn gsched(
             fig(format!("rss_{n}_replica{}", i + 1), *rss as f64, "MiB");
             fig(format!("disk_{n}_replica{}", i + 1), *disk, "MB");
         }
+        let (controllers, agents) = c.daemon_pids();
+        let all: Vec<u32> = controllers.iter().chain(&agents).copied().collect();
+        let used = idle_cpu(&all);
+        let (ctl, agt) = used.split_at(controllers.len());
+        fig(format!("idle_cpu_{n}_per_10s"), used.iter().sum(), "CPU-ms");
+        fig(
+            format!("idle_cpu_{n}_controllers"),
+            ctl.iter().sum(),
+            "CPU-ms",
+        );
+        fig(format!("idle_cpu_{n}_agents"), agt.iter().sum(), "CPU-ms");
         if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_some() {
             continue;
         }
@@ -648,6 +662,27 @@ fn slurmctld_pid() -> Option<u32> {
         .ok()
 }
 
+fn slurmd_pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/tmp/slurmpeer/run") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("slurmd-"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+        .collect()
+}
+
+/// CPU milliseconds per 10 s each of the daemons `pids` uses with the queue just filled
+/// and nothing running: GSCHED_BENCH_IDLE_S seconds (default 30) after 10 s to settle.
+fn idle_cpu(pids: &[u32]) -> Vec<f64> {
+    let secs = std::env::var("GSCHED_BENCH_IDLE_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    std::thread::sleep(Duration::from_secs(10));
+    gsched_tests::cpu_ms_per_10s(pids, Duration::from_secs(secs))
+}
+
 fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
     let mut figures = Vec::new();
     let mut fig = |name: String, v: f64, unit: &'static str| {
@@ -679,6 +714,16 @@ fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
     );
     std::thread::sleep(Duration::from_secs(2));
     fig(format!("rss_{n}"), rss_mib(pid).unwrap_or(0) as f64, "MiB");
+    let mut daemons = vec![pid];
+    daemons.extend(slurmd_pids());
+    let used = idle_cpu(&daemons);
+    fig(format!("idle_cpu_{n}_per_10s"), used.iter().sum(), "CPU-ms");
+    fig(format!("idle_cpu_{n}_controllers"), used[0], "CPU-ms");
+    fig(
+        format!("idle_cpu_{n}_agents"),
+        used[1..].iter().sum(),
+        "CPU-ms",
+    );
     let (t, m) = median_of(5, || slurm_cmd("squeue", &[]));
     fig(format!("gqueue_{n}_ms"), t, "ms");
     fig(format!("gqueue_{n}_client_rss"), m, "MiB");
@@ -703,7 +748,9 @@ fn slurm(n: u64) -> Vec<(String, f64, &'static str)> {
     );
     let (t, _) = median_of(5, || slurm_cmd("sinfo", &[]));
     fig("ginfo_4_nodes_ms".into(), t, "ms");
-    figures.extend(slurm_issue15(n));
+    if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_none() {
+        figures.extend(slurm_issue15(n));
+    }
     figures
 }
 
@@ -854,9 +901,11 @@ fn main() {
     } else {
         gsched(&c, &sizes, &rt)
     };
-    for (name, v, unit) in failure_figures(&rt, &mut c, 10_000, &me) {
-        println!("gsched {name} {v:.1} {unit}");
-        ours.push((name, v, unit));
+    if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_none() {
+        for (name, v, unit) in failure_figures(&rt, &mut c, 10_000, &me) {
+            println!("gsched {name} {v:.1} {unit}");
+            ours.push((name, v, unit));
+        }
     }
     drop(c);
     let slurm_ready = std::env::var("GSCHED_BENCH_SLURM").as_deref() != Ok("0")

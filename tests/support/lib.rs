@@ -787,6 +787,12 @@ impl Cluster {
     }
 
     /// Resident memory of controller `i` in MiB (`None` once it has exited).
+    /// The pids of the controllers and of the agents now running.
+    pub fn daemon_pids(&self) -> (Vec<u32>, Vec<u32>) {
+        let pids = |procs: &[Option<Proc>]| procs.iter().flatten().map(Proc::pid).collect();
+        (pids(&self.ctl_procs), pids(&self.agents))
+    }
+
     pub fn controller_rss_mib(&self, i: usize) -> Option<u64> {
         let pid = self.ctl_procs[i].as_ref()?.pid();
         rss_mib(pid)
@@ -827,6 +833,36 @@ pub fn rss_mib(pid: u32) -> Option<u64> {
         .parse()
         .ok()?;
     Some(kb / 1024)
+}
+
+/// CPU time (user + system, all threads) a process has used so far, in seconds, from
+/// `/proc/PID/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; the fields after it do not.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100);
+    Some(ticks as f64 / hz as f64)
+}
+
+/// CPU milliseconds each of `pids` uses while `window` passes, scaled to 10 s.
+pub fn cpu_ms_per_10s(pids: &[u32], window: Duration) -> Vec<f64> {
+    let before: Vec<f64> = pids
+        .iter()
+        .map(|p| cpu_seconds(*p).unwrap_or(0.0))
+        .collect();
+    let start = Instant::now();
+    std::thread::sleep(window);
+    let scale = 10_000.0 / start.elapsed().as_secs_f64();
+    pids.iter()
+        .zip(before)
+        .map(|(p, b)| (cpu_seconds(*p).unwrap_or(b) - b) * scale)
+        .collect()
 }
 
 /// An ordinary Unix user the multi-user tests act as.
