@@ -929,8 +929,12 @@ fn main() {
         } else {
             name
         };
-        if let Some((_, o, _)) = ours.iter().find(|(n, _, _)| n == ours_name) {
-            println!("  {name}: {o:.1} / {v:.1} {unit} = {:.2}", o / v.max(1e-9));
+        match ours.iter().find(|(n, _, _)| n == ours_name) {
+            Some((_, o, _)) if *v > 0.0 => {
+                println!("  {name}: {o:.1} / {v:.1} {unit} = {:.2}", o / v)
+            }
+            Some((_, o, _)) => println!("  {name}: {o:.1} / 0 {unit} (no ratio)"),
+            None => {}
         }
     }
 }
