@@ -786,13 +786,13 @@ impl Cluster {
         );
     }
 
-    /// Resident memory of controller `i` in MiB (`None` once it has exited).
     /// The pids of the controllers and of the agents now running.
     pub fn daemon_pids(&self) -> (Vec<u32>, Vec<u32>) {
         let pids = |procs: &[Option<Proc>]| procs.iter().flatten().map(Proc::pid).collect();
         (pids(&self.ctl_procs), pids(&self.agents))
     }
 
+    /// Resident memory of controller `i` in MiB (`None` once it has exited).
     pub fn controller_rss_mib(&self, i: usize) -> Option<u64> {
         let pid = self.ctl_procs[i].as_ref()?.pid();
         rss_mib(pid)
@@ -1092,5 +1092,24 @@ impl Drop for Cluster {
                 std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir")).keep();
             eprintln!("cluster directory kept: {}", kept.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_seconds_counts_the_time_a_process_spends_computing() {
+        let me = std::process::id();
+        let before = super::cpu_seconds(me).expect("own /proc/PID/stat");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let used = super::cpu_seconds(me).unwrap() - before;
+        assert!(
+            (0.15..1.0).contains(&used),
+            "300 ms of spinning read as {used} s"
+        );
     }
 }

@@ -666,3 +666,38 @@ fn t40_a_new_controller_joins_catches_up_from_a_snapshot_and_is_removed() {
     let _ = c.submit(&["--wrap", "true", "-J", "after-remove"]);
     c.check_replicas_agree(3);
 }
+
+#[test]
+fn t50_a_write_sent_once_to_a_follower_during_an_election_is_accepted_and_applied_once() {
+    let rt = runtime();
+    let mut c = Cluster::controllers(3, &[]);
+    let leader = c.leader(Duration::from_secs(30));
+    let follower = c
+        .controllers
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .map(|(_, a)| a.clone())
+        .unwrap();
+    let json = serde_json::to_vec(&spec(&c, "mid-election", 1, "#!/bin/sh\ntrue\n")).unwrap();
+    let request_id = uuid::Uuid::new_v4().to_string();
+    c.kill_controller(index_of(&c, leader));
+    // One call, no client retry: the follower has to carry the write through the election.
+    let mut one = Client::new(Vec::new());
+    let reply = rt
+        .block_on(one.call_on(&follower, |mut j| {
+            let req = SubmitRequest {
+                request_id: request_id.clone(),
+                json: json.clone(),
+            };
+            async move { j.submit(req).await }
+        }))
+        .expect("the follower accepts a write while a new leader is elected");
+    assert_eq!(reply.job_ids.len(), 1, "the reply names one job: {reply:?}");
+    let jobs = list_jobs(&rt, &c);
+    let named: Vec<u64> = jobs
+        .iter()
+        .filter(|j| j.name == "mid-election")
+        .map(|j| j.job_id.0)
+        .collect();
+    assert_eq!(named, reply.job_ids, "the write is applied once");
+}

@@ -68,7 +68,8 @@ pub async fn run(agent: Arc<Agent>) {
             })
             .ok();
         loop {
-            if !monitor.steps.lock().is_idle() {
+            // Never wait for the lock here: whoever holds it is busy with a step.
+            if !monitor.steps.try_lock().is_some_and(|s| s.is_idle()) {
                 let steps = monitor.steps.clone();
                 let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
                 monitor.flush.notify_one();
