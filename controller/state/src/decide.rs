@@ -227,11 +227,7 @@ pub fn dispatch(
     now: Instant,
 ) -> Dispatch {
     let mut out = Dispatch::default();
-    for job in state
-        .jobs
-        .values()
-        .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
-    {
+    for job in state.allocated_jobs() {
         let Some(alloc) = &job.allocation else {
             continue;
         };
@@ -415,8 +411,7 @@ pub fn liveness(
 /// stopped them: the controller's backstop).
 pub fn overdue_jobs(state: &ClusterState, now_ms: u64, slack_s: u64) -> Vec<TimeoutJob> {
     state
-        .jobs
-        .values()
+        .allocated_jobs()
         .filter(|j| j.state == JobState::Running)
         .filter_map(|j| {
             let limit = state.config.time_limit_for(&j.spec)?;

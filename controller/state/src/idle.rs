@@ -168,7 +168,7 @@ pub fn idle_for_s(job: &JobRecord) -> Option<u64> {
 /// The warnings and cancels the policy calls for now (`now_ms`: the leader's clock).
 pub fn decide(state: &ClusterState, policy: &IdlePolicy, now_ms: u64) -> Vec<Command> {
     let mut out = Vec::new();
-    for job in state.jobs.values() {
+    for job in state.allocated_jobs() {
         if job.state != JobState::Running || job.spec.total_gpus() == 0 {
             continue;
         }

@@ -27,6 +27,8 @@ pub enum Violation {
     UsageWithoutJob { gpu: u32, node: String },
     #[error("the port index says {0} but the running jobs disagree")]
     PortIndex(String),
+    #[error("the allocation index lists {indexed} jobs, {held} running jobs hold an allocation")]
+    AllocatedIndex { indexed: usize, held: usize },
     #[error("usage on {node} counts {counted} GPUs, jobs hold {held}")]
     UsageCount {
         node: String,
@@ -40,6 +42,7 @@ pub enum Violation {
 pub fn check(state: &ClusterState) -> Result<(), Violation> {
     let mut gpu_owner: BTreeMap<(String, u32), u64> = BTreeMap::new();
     let mut ports = std::collections::BTreeSet::new();
+    let mut allocated = 0;
     for job in state.jobs.values() {
         let live = matches!(job.state, JobState::Running | JobState::Completing);
         if live != job.allocation.is_some()
@@ -59,6 +62,7 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
             continue;
         }
         let alloc = job.allocation.as_ref().expect("live");
+        allocated += 1;
         if let Some(first) = alloc.nodes.first() {
             ports.insert((first.node.clone(), alloc.master_port));
             if !state.port_in_use(&first.node, alloc.master_port) {
@@ -80,6 +84,17 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
                 }
             }
         }
+    }
+    if state.allocated_count() != allocated
+        || state.allocated_jobs().count() != allocated
+        || state
+            .allocated_jobs()
+            .any(|j| !matches!(j.state, JobState::Running | JobState::Completing))
+    {
+        return Err(Violation::AllocatedIndex {
+            indexed: state.allocated_count(),
+            held: allocated,
+        });
     }
     if state.ports_held() != ports.len() {
         return Err(Violation::PortIndex(format!(

@@ -73,11 +73,7 @@ pub fn job_row(
 pub fn node_rows(state: &ClusterState, with_topology: bool, now_ms: u64) -> Vec<NodeRow> {
     let mut jobs_on: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
     let mut gpu_jobs_on: BTreeMap<&str, Vec<GpuJob>> = BTreeMap::new();
-    for j in state
-        .jobs
-        .values()
-        .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
-    {
+    for j in state.allocated_jobs() {
         for na in j.allocation.iter().flat_map(|a| &a.nodes) {
             jobs_on.entry(na.node.as_str()).or_default().push(j.id);
             gpu_jobs_on

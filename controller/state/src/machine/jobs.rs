@@ -321,6 +321,7 @@ impl ClusterState {
                     for na in &s.allocation.nodes {
                         self.node_usage.entry(na.node.clone()).or_default().add(na);
                     }
+                    self.allocated.insert(s.job);
                     if let Some(first) = s.allocation.nodes.first() {
                         self.ports_in_use
                             .insert((first.node.clone(), s.allocation.master_port));
@@ -523,6 +524,7 @@ impl ClusterState {
             job.ending_as = None;
         }
         if let Some(a) = allocation {
+            self.allocated.remove(&id);
             for na in &a.nodes {
                 if let Some(u) = self.node_usage.get_mut(&na.node) {
                     u.remove(na);

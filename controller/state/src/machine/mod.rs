@@ -115,6 +115,10 @@ pub struct ClusterState {
     /// re-check looks its port up here instead of walking every job.
     #[serde(skip)]
     ports_in_use: std::collections::BTreeSet<(String, u16)>,
+    /// Jobs holding an allocation (running or completing), kept with `node_usage`: the
+    /// leader's rounds walk these instead of every job the state remembers.
+    #[serde(skip)]
+    allocated: std::collections::BTreeSet<JobId>,
     /// Jobs not ended, in all and per user (for the queue limits).
     #[serde(skip)]
     queued: Queued,
@@ -190,6 +194,7 @@ impl Default for ClusterState {
             associations_edited: false,
             node_usage: BTreeMap::new(),
             ports_in_use: Default::default(),
+            allocated: Default::default(),
             queued: Queued::default(),
             evicted: Evicted::default(),
         }
@@ -247,6 +252,7 @@ impl ClusterState {
     fn rebuild(&mut self) {
         self.node_usage.clear();
         self.ports_in_use.clear();
+        self.allocated.clear();
         self.queued = Queued::default();
         // Snapshots from before payloads kept scripts in the records: move them out.
         for job in self.jobs.values_mut() {
@@ -281,12 +287,25 @@ impl ClusterState {
                 for na in &a.nodes {
                     self.node_usage.entry(na.node.clone()).or_default().add(na);
                 }
+                self.allocated.insert(job.id);
                 if let Some(first) = a.nodes.first() {
                     self.ports_in_use
                         .insert((first.node.clone(), a.master_port));
                 }
             }
         }
+    }
+
+    /// Jobs that hold an allocation (running or completing), in id order.
+    pub fn allocated_jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.allocated
+            .iter()
+            .filter_map(|id| self.jobs.get(id).map(|j| &**j))
+    }
+
+    /// How many jobs the allocation index holds (for the invariants).
+    pub fn allocated_count(&self) -> usize {
+        self.allocated.len()
     }
 
     /// How many (first node, port) pairs the port index holds (for the invariants).

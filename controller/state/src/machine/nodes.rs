@@ -86,9 +86,7 @@ impl ClusterState {
         }
         // Steps the controller thinks run here but the agent does not know: lost.
         let lost: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+            .allocated_jobs()
             .filter(|j| {
                 j.steps
                     .iter()
@@ -143,12 +141,8 @@ impl ClusterState {
         }
         record.online = false;
         let affected: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| {
-                matches!(j.state, JobState::Running | JobState::Completing)
-                    && j.steps.iter().any(|s| s.node == node && !s.state.is_done())
-            })
+            .allocated_jobs()
+            .filter(|j| j.steps.iter().any(|s| s.node == node && !s.state.is_done()))
             .map(|j| j.id)
             .collect();
         for id in affected {
@@ -224,9 +218,7 @@ impl ClusterState {
         record.health.drain(..excess);
         for (gpu, failure) in failures {
             let victims: Vec<(JobId, u32)> = self
-                .jobs
-                .values()
-                .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+                .allocated_jobs()
                 .filter(|j| {
                     j.allocation.as_ref().is_some_and(|a| {
                         a.nodes

@@ -5,7 +5,7 @@
 use super::ClusterState;
 use crate::command::{CreateReservation, DeleteReservation, Outcome, UpdateReservation};
 use gsched_types::JobSpec;
-use gsched_types::job::{JobId, JobState};
+use gsched_types::job::JobId;
 use gsched_types::reservation::{Reservation, ReservationSpec, ResvNode, ResvResources};
 use std::collections::BTreeSet;
 
@@ -317,9 +317,7 @@ impl ClusterState {
             return None;
         }
         let busy: BTreeSet<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| matches!(j.state, JobState::Running | JobState::Completing))
+            .allocated_jobs()
             .filter(|j| j.spec.reservation.as_deref() != Some(&r.name))
             .filter(|j| self.job_end_bound(j).is_none_or(|end| end > r.start_ms))
             .filter(|j| {
