@@ -272,6 +272,7 @@ impl Client {
                 Timeouts {
                     connect: Duration::from_millis(800),
                     request: Some(Duration::from_secs(15)),
+                    keepalive: None,
                 },
             )
             .await
@@ -350,6 +351,7 @@ impl Client {
                 Timeouts {
                     connect: Duration::from_millis(800),
                     request: Some(Duration::from_secs(5)),
+                    keepalive: None,
                 },
             )
             .await

@@ -50,11 +50,14 @@ pub enum DialError {
     Unreachable { addr: String, why: String },
 }
 
-/// How long to wait for a connection, and for each request on it.
+/// How long to wait for a connection, and for each request on it; and how often to ping
+/// the server (also while idle), closing the connection when a ping goes unanswered that
+/// long (for long-lived streams, which a request timeout would cut).
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub connect: Duration,
     pub request: Option<Duration>,
+    pub keepalive: Option<Duration>,
 }
 
 /// How a process dials controllers: plaintext on this host, or TLS with the cluster CA
@@ -91,6 +94,13 @@ impl Dialer {
         };
         let with_timeouts = |ep: Endpoint| {
             let ep = ep.connect_timeout(t.connect).tcp_nodelay(true);
+            let ep = match t.keepalive {
+                Some(k) => ep
+                    .http2_keep_alive_interval(k)
+                    .keep_alive_timeout(k)
+                    .keep_alive_while_idle(true),
+                None => ep,
+            };
             match t.request {
                 Some(r) => ep.timeout(r),
                 None => ep,
@@ -305,6 +315,7 @@ mod tests {
         let t = Timeouts {
             connect: Duration::from_secs(2),
             request: None,
+            keepalive: None,
         };
         // The listener never answers HTTP/2, but the connection and the uid check
         // succeed (the HTTP/2 handshake does not wait for the server's reply).

@@ -308,7 +308,24 @@ async fn peer_append(ch: tonic::transport::Channel, req: &Value) -> Value {
         from_address: String::new(),
         messages: vec![gsched_raft::encode_message(&msg)],
     };
-    outcome(PeerClient::new(ch).send(batch).await)
+    if req["stream"] != true {
+        return outcome(PeerClient::new(ch).send(batch).await);
+    }
+    // On `Peer.Stream`, optionally after an empty batch that claims `lead_from`.
+    let mut batches = Vec::new();
+    if req.get("lead_from").is_some() {
+        batches.push(RaftBatch {
+            from: num(req, "lead_from"),
+            from_address: String::new(),
+            messages: vec![],
+        });
+    }
+    batches.push(batch);
+    outcome(
+        PeerClient::new(ch)
+            .stream(tokio_stream::iter(batches))
+            .await,
+    )
 }
 
 fn main() {

@@ -363,6 +363,43 @@ fn t30_daemon_services_accept_only_daemons() {
         json!({"call": "peer_append", "from": 2, "to": 7, "term": term + 5, "index": 99, "data": ""}),
     );
     refused(&v, "PermissionDenied", "from controller 2 to 7");
+    // The long-lived `Peer.Stream` checks every batch the same way.
+    let stream = |mut v: Value| {
+        v["call"] = json!("peer_append");
+        v["stream"] = json!(true);
+        v
+    };
+    let v = forge(
+        &c,
+        Some(&bob),
+        stream(json!({"from": 2, "to": 1, "term": term + 5, "index": 99, "data": "{}"})),
+    );
+    refused(&v, "PermissionDenied", "only processes of uid 0");
+    let v = forge(
+        &c,
+        None,
+        stream(json!({"from": 2, "to": 1, "term": term + 5, "index": 99, "data": "not json"})),
+    );
+    refused(&v, "InvalidArgument", "not a gsched command");
+    let v = forge(
+        &c,
+        None,
+        stream(json!({"from": 2, "to": 7, "term": term + 5, "index": 99, "data": ""})),
+    );
+    refused(&v, "PermissionDenied", "from controller 2 to 7");
+    // A stream speaks for one controller: the first batch says which.
+    let v = forge(
+        &c,
+        None,
+        stream(
+            json!({"lead_from": 2, "from": 3, "to": 1, "term": term + 5, "index": 99, "data": "{}"}),
+        ),
+    );
+    refused(
+        &v,
+        "PermissionDenied",
+        "a stream opened by controller 2 carried a batch from controller 3",
+    );
     let after = &c.status()[0];
     assert_eq!(
         after["term"].as_u64(),
@@ -496,6 +533,12 @@ fn t40_a_cluster_with_certificates_checks_them_and_munge_credentials() {
         &c,
         None,
         json!({"call": "peer_append", "from": 3, "to": 1, "term": 1, "index": 1, "data": "", "tls": tls(Some("controller-2"))}),
+    );
+    refused(&v, "PermissionDenied", "cannot speak for controller 3");
+    let v = forge(
+        &c,
+        None,
+        json!({"call": "peer_append", "stream": true, "from": 3, "to": 1, "term": 1, "index": 1, "data": "", "tls": tls(Some("controller-2"))}),
     );
     refused(&v, "PermissionDenied", "cannot speak for controller 3");
     // A client without the cluster's CA is told why it cannot talk.

@@ -35,6 +35,7 @@ pub async fn verify_new_member(ctx: &Ctx, id: u64, address: &str) -> Result<(), 
             gsched_proto::dial::Timeouts {
                 connect: Duration::from_secs(2),
                 request: Some(Duration::from_secs(5)),
+                keepalive: None,
             },
         )
         .await

@@ -1,6 +1,7 @@
 //! Raft messages between controllers over gRPC. One sender task per peer batches whatever
-//! is queued into a single `Peer.Send`; snapshots are streamed in 1 MiB chunks on their
-//! own task. Unreachable peers are reported to raft-rs, which retries.
+//! is queued and puts each batch on one long-lived `Peer.Stream` (unary `Peer.Send` for a
+//! peer that does not serve it); snapshots are streamed in 1 MiB chunks as their own call.
+//! Unreachable peers are reported to raft-rs, which retries.
 //!
 //! For fault-injection tests, `GSCHED_FAULTS_FILE` may name a file listing peer ids
 //! (comma or space separated) whose traffic this controller drops in both directions.
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 /// Raft messages waiting for one peer at most (a batch's worth); beyond that they are
@@ -153,10 +155,22 @@ struct PeerWorker {
     dialer: Dialer,
 }
 
+/// How long a unary call or a snapshot may take (the channel has no request timeout,
+/// which would cut the long-lived stream).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Pings on the peer's connection; one unanswered this long closes it, which ends the
+/// stream on a peer that stopped answering.
+const KEEPALIVE: Duration = Duration::from_secs(2);
+
+/// Batches waiting on a peer's stream; beyond that they are reported lost.
+const STREAM_BUFFER: usize = 64;
+
 async fn connect(dialer: &Dialer, addr: &str) -> Option<PeerClient<Channel>> {
     let timeouts = gsched_proto::dial::Timeouts {
         connect: Duration::from_millis(300),
-        request: Some(Duration::from_secs(5)),
+        request: None,
+        keepalive: Some(KEEPALIVE),
     };
     let channel = match dialer.connect(addr, timeouts).await {
         Ok(c) => Some(c),
@@ -176,9 +190,89 @@ async fn connect(dialer: &Dialer, addr: &str) -> Option<PeerClient<Channel>> {
     })
 }
 
+/// An open `Peer.Stream` call: batches go in through `tx`; `call` ends with the peer's
+/// answer when the stream breaks or the peer refuses a batch.
+struct Link {
+    tx: mpsc::Sender<RaftBatch>,
+    call: JoinHandle<Result<(), tonic::Status>>,
+}
+
+/// How batches reach one peer: on a stream (opened when first needed, again after it
+/// broke), or one unary `Peer.Send` each for a peer that does not serve `Stream`.
+enum Route {
+    Stream(Option<Link>),
+    Unary,
+}
+
+/// Why a batch did not go out.
+enum Undelivered {
+    /// The connection broke or the peer refused the batch.
+    LinkDown,
+    /// The stream's buffer is full: the peer reads slower than batches come.
+    Behind,
+    /// The peer does not serve `Peer.Stream` (an older controller); the batch comes back.
+    NoStream(RaftBatch),
+}
+
+impl Route {
+    async fn push(
+        &mut self,
+        client: &mut PeerClient<Channel>,
+        batch: RaftBatch,
+    ) -> Result<(), Undelivered> {
+        let link = match self {
+            Route::Unary => {
+                return match tokio::time::timeout(REQUEST_TIMEOUT, client.send(batch)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    _ => Err(Undelivered::LinkDown),
+                };
+            }
+            Route::Stream(link) => link,
+        };
+        let open = link.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+            let mut c = client.clone();
+            let call = tokio::spawn(async move {
+                c.stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await
+                    .map(|_| ())
+            });
+            Link { tx, call }
+        });
+        let batch = match open.tx.try_send(batch) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => return Err(Undelivered::Behind),
+            Err(mpsc::error::TrySendError::Closed(batch)) => batch,
+        };
+        let ended = link.take().expect("the link was just used");
+        match ended.call.await {
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                Err(Undelivered::NoStream(batch))
+            }
+            Ok(Err(status)) => {
+                tracing::debug!("raft stream to a peer ended: {status}");
+                Err(Undelivered::LinkDown)
+            }
+            _ => Err(Undelivered::LinkDown),
+        }
+    }
+}
+
 impl PeerWorker {
+    /// Tells raft-rs the peer was not reached, and that the snapshots in `snaps` failed.
+    fn lost(&self, snaps: &[RaftMessage]) {
+        let _ = self.mailbox.send(Msg::Unreachable(self.to));
+        for _ in snaps {
+            let _ = self.mailbox.send(Msg::SnapshotDone {
+                to: self.to,
+                ok: false,
+            });
+        }
+    }
+
     async fn run(self, mut rx: mpsc::Receiver<RaftMessage>) {
         let mut client: Option<PeerClient<Channel>> = None;
+        let mut route = Route::Stream(None);
         let mut backoff_until = Instant::now();
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
@@ -191,13 +285,7 @@ impl PeerWorker {
             let (snaps, normal): (Vec<RaftMessage>, Vec<RaftMessage>) =
                 batch.into_iter().partition(gsched_raft::node::is_snapshot);
             if Instant::now() < backoff_until {
-                let _ = self.mailbox.send(Msg::Unreachable(self.to));
-                for s in snaps {
-                    let _ = self.mailbox.send(Msg::SnapshotDone {
-                        to: s.to,
-                        ok: false,
-                    });
-                }
+                self.lost(&snaps);
                 continue;
             }
             if client.is_none() {
@@ -206,16 +294,11 @@ impl PeerWorker {
                     Some(a) => connect(&self.dialer, &a).await,
                     None => None,
                 };
+                route = Route::Stream(None);
             }
             let Some(c) = client.as_mut() else {
                 backoff_until = Instant::now() + Duration::from_millis(200);
-                let _ = self.mailbox.send(Msg::Unreachable(self.to));
-                for s in snaps {
-                    let _ = self.mailbox.send(Msg::SnapshotDone {
-                        to: s.to,
-                        ok: false,
-                    });
-                }
+                self.lost(&snaps);
                 continue;
             };
             if !normal.is_empty() {
@@ -224,9 +307,27 @@ impl PeerWorker {
                     from_address: self.advertise.clone(),
                     messages: normal.iter().map(encode_message).collect(),
                 };
-                if c.send(req).await.is_err() {
-                    client = None;
-                    let _ = self.mailbox.send(Msg::Unreachable(self.to));
+                let sent = match route.push(c, req).await {
+                    Err(Undelivered::NoStream(req)) => {
+                        tracing::info!(
+                            "controller {} does not serve Peer.Stream; sending it one call per batch",
+                            self.to
+                        );
+                        route = Route::Unary;
+                        route.push(c, req).await
+                    }
+                    other => other,
+                };
+                match sent {
+                    Ok(()) => {}
+                    // Dropped; raft-rs resends what the peer lacks.
+                    Err(Undelivered::Behind) => {
+                        let _ = self.mailbox.send(Msg::Unreachable(self.to));
+                    }
+                    Err(_) => {
+                        client = None;
+                        let _ = self.mailbox.send(Msg::Unreachable(self.to));
+                    }
                 }
             }
             for snap in snaps {
@@ -269,7 +370,17 @@ async fn send_snapshot(
         });
     }
     let size = data.len();
-    match client.send_snapshot(tokio_stream::iter(chunks)).await {
+    let sent = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        client.send_snapshot(tokio_stream::iter(chunks)),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(tonic::Status::deadline_exceeded(
+            "the snapshot took too long",
+        ))
+    });
+    match sent {
         Ok(_) => {
             tracing::info!(
                 "sent a {size}-byte snapshot to controller {} in chunks of {CHUNK}",
@@ -281,5 +392,138 @@ async fn send_snapshot(
             tracing::warn!("snapshot to controller {} failed: {e}", msg.to);
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gsched_proto::pb::peer_server::{Peer, PeerServer};
+    use gsched_proto::pb::{Empty, HelloReply, HelloRequest};
+    use raft::eraftpb::MessageType;
+    use tokio_stream::StreamExt;
+    use tonic::{Request, Response, Status};
+
+    /// A peer that counts what arrives on each call; `streams: false` answers `Stream`
+    /// as a controller built before it existed does.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        streams: bool,
+        stream_calls: Arc<Mutex<usize>>,
+        unary_calls: Arc<Mutex<usize>>,
+        messages: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl Recorder {
+        fn record(&self, batch: &RaftBatch) {
+            for m in &batch.messages {
+                let msg = gsched_raft::decode_message(m).unwrap();
+                self.messages.lock().push(msg.index);
+            }
+        }
+    }
+
+    #[tonic::async_trait]
+    impl Peer for Recorder {
+        async fn send(&self, req: Request<RaftBatch>) -> Result<Response<Empty>, Status> {
+            *self.unary_calls.lock() += 1;
+            self.record(req.get_ref());
+            Ok(Response::new(Empty {}))
+        }
+
+        async fn stream(
+            &self,
+            req: Request<tonic::Streaming<RaftBatch>>,
+        ) -> Result<Response<Empty>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("Peer.Stream"));
+            }
+            *self.stream_calls.lock() += 1;
+            let mut batches = req.into_inner();
+            while let Some(b) = batches.next().await {
+                self.record(&b?);
+            }
+            Ok(Response::new(Empty {}))
+        }
+
+        async fn send_snapshot(
+            &self,
+            _req: Request<tonic::Streaming<SnapshotChunk>>,
+        ) -> Result<Response<Empty>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
+        async fn hello(&self, _req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+    }
+
+    /// Sends 30 heartbeats to a `Recorder` one at a time, as raft-rs hands them over, and
+    /// returns the recorder once the last arrived.
+    async fn deliver_to(peer: Recorder) -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = PeerServer::new(peer.clone());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(server)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let book: AddressBook = Arc::new(RwLock::new(HashMap::from([(2, addr)])));
+        let (mailbox, _events) = std::sync::mpsc::channel();
+        let transport = GrpcTransport::new(
+            TransportSetup {
+                id: 1,
+                advertise: "127.0.0.1:1".into(),
+                book,
+                dialer: Dialer::default(),
+                faults: Faults::default(),
+            },
+            mailbox,
+            tokio::runtime::Handle::current(),
+        );
+        for index in 1..=30 {
+            let mut m = RaftMessage {
+                from: 1,
+                to: 2,
+                index,
+                ..Default::default()
+            };
+            m.set_msg_type(MessageType::MsgHeartbeat);
+            transport.send(vec![m]);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while peer.messages.lock().last() != Some(&30) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peer
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_to_a_peer_share_one_stream_in_order() {
+        let peer = deliver_to(Recorder {
+            streams: true,
+            ..Default::default()
+        })
+        .await;
+        assert_eq!(*peer.messages.lock(), (1..=30).collect::<Vec<u64>>());
+        assert_eq!(*peer.stream_calls.lock(), 1, "one stream for every batch");
+        assert_eq!(*peer.unary_calls.lock(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_without_the_stream_gets_every_batch_by_unary_calls() {
+        let peer = deliver_to(Recorder::default()).await;
+        // What went on the stream before the peer's refusal came back is lost, as on a
+        // broken link (raft-rs resends); everything after arrives, in order.
+        let got = peer.messages.lock().clone();
+        assert!(got.len() >= 27, "{got:?}");
+        assert_eq!(
+            got[..],
+            (31 - got.len() as u64..=30).collect::<Vec<u64>>()[..]
+        );
+        assert_eq!(*peer.stream_calls.lock(), 0);
+        assert!(*peer.unary_calls.lock() >= 2, "batches went one call each");
     }
 }

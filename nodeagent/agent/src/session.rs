@@ -138,6 +138,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
             gsched_proto::dial::Timeouts {
                 connect: Duration::from_millis(500),
                 request: None,
+                keepalive: None,
             },
         )
         .await?;

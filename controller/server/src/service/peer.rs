@@ -37,6 +37,28 @@ impl PeerService {
         Ok(())
     }
 
+    /// Checks a batch from controller `from` (whose identity the caller has verified) and
+    /// steps its messages, all or none.
+    fn deliver(&self, from: u64, batch: RaftBatch) -> Result<(), Status> {
+        self.refuse_blocked(from)?;
+        let msgs = batch
+            .messages
+            .iter()
+            .map(|bytes| {
+                decode_message(bytes)
+                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for m in &msgs {
+            self.check(from, m)?;
+        }
+        self.learn(from, &batch.from_address);
+        for m in msgs {
+            self.ctx.raft.step(m);
+        }
+        Ok(())
+    }
+
     /// Refuses a message that does not come from `from` to this controller, or whose
     /// entries are not what a gsched log holds.
     fn check(&self, from: u64, msg: &RaftMessage) -> Result<(), Status> {
@@ -78,22 +100,28 @@ impl Peer for PeerService {
     async fn send(&self, req: Request<RaftBatch>) -> Result<Response<Empty>, Status> {
         let from = req.get_ref().from;
         self.ctx.auth.require_controller(&req, from)?;
-        let batch = req.into_inner();
-        self.refuse_blocked(from)?;
-        let msgs = batch
-            .messages
-            .iter()
-            .map(|bytes| {
-                decode_message(bytes)
-                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for m in &msgs {
-            self.check(from, m)?;
-        }
-        self.learn(from, &batch.from_address);
-        for m in msgs {
-            self.ctx.raft.step(m);
+        self.deliver(from, req.into_inner())?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn stream(
+        &self,
+        req: Request<tonic::Streaming<RaftBatch>>,
+    ) -> Result<Response<Empty>, Status> {
+        let daemon = self.ctx.auth.daemon(&req)?;
+        let mut batches = req.into_inner();
+        let mut sender = None;
+        while let Some(batch) = batches.next().await {
+            let batch = batch?;
+            let from = *sender.get_or_insert(batch.from);
+            if batch.from != from {
+                return Err(Status::permission_denied(format!(
+                    "a stream opened by controller {from} carried a batch from controller {}",
+                    batch.from
+                )));
+            }
+            crate::auth::Auth::check_controller(&daemon, from)?;
+            self.deliver(from, batch)?;
         }
         Ok(Response::new(Empty {}))
     }
