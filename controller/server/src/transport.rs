@@ -318,16 +318,12 @@ impl PeerWorker {
                     }
                     other => other,
                 };
-                match sent {
-                    Ok(()) => {}
-                    // Dropped; raft-rs resends what the peer lacks.
-                    Err(Undelivered::Behind) => {
-                        let _ = self.mailbox.send(Msg::Unreachable(self.to));
-                    }
-                    Err(_) => {
+                if let Err(why) = sent {
+                    // A batch left behind keeps the connection; raft-rs resends either way.
+                    if !matches!(why, Undelivered::Behind) {
                         client = None;
-                        let _ = self.mailbox.send(Msg::Unreachable(self.to));
                     }
+                    let _ = self.mailbox.send(Msg::Unreachable(self.to));
                 }
             }
             for snap in snaps {

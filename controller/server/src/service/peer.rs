@@ -113,14 +113,19 @@ impl Peer for PeerService {
         let mut sender = None;
         while let Some(batch) = batches.next().await {
             let batch = batch?;
-            let from = *sender.get_or_insert(batch.from);
-            if batch.from != from {
-                return Err(Status::permission_denied(format!(
-                    "a stream opened by controller {from} carried a batch from controller {}",
-                    batch.from
-                )));
-            }
-            crate::auth::Auth::check_controller(&daemon, from)?;
+            let from = match sender {
+                None => {
+                    crate::auth::Auth::check_controller(&daemon, batch.from)?;
+                    *sender.insert(batch.from)
+                }
+                Some(from) if from == batch.from => from,
+                Some(from) => {
+                    return Err(Status::permission_denied(format!(
+                        "a stream opened by controller {from} carried a batch from controller {}",
+                        batch.from
+                    )));
+                }
+            };
             self.deliver(from, batch)?;
         }
         Ok(Response::new(Empty {}))
