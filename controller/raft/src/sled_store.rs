@@ -1,6 +1,12 @@
-//! [`LogStore`] on sled: entries in the `log` tree keyed by big-endian index, hard state,
-//! conf state and the latest snapshot's metadata in the `meta` tree. `sync` is
+//! [`LogStore`] on sled: entries in segment trees `log.<n>` (indices `n * 1024` to
+//! `n * 1024 + 1023`) keyed by big-endian index; hard state, conf state, the first live
+//! index and the latest snapshot's metadata in the `meta` tree. `sync` is
 //! `sled::Db::flush`.
+//!
+//! Compaction drops whole segment trees (sled frees their pages at once) instead of removing
+//! thousands of keys: per-key removals leave page deltas that sled keeps in memory well past
+//! its cache limit. Entries below the first live index in the oldest kept segment stay until
+//! that segment is dropped; they are never read.
 //!
 //! Snapshot data (the whole state machine, tens of MB on a busy cluster) lives beside the
 //! database in `snapshot-<index>-<term>.bin`, written to a temporary file, fsynced and
@@ -15,7 +21,8 @@ use std::path::Path;
 pub struct SledStore {
     dir: std::path::PathBuf,
     db: sled::Db,
-    log: sled::Tree,
+    /// Segment number -> its tree; every entry from `first` to `last` is in one of them.
+    segments: std::collections::BTreeMap<u64, sled::Tree>,
     meta: sled::Tree,
     hs: HardState,
     cs: ConfState,
@@ -63,6 +70,27 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Entries per segment tree, as a shift: 1,024.
+const SEGMENT_SHIFT: u32 = 10;
+const SEGMENT_PREFIX: &str = "log.";
+/// The single tree that held the whole log before segments; migrated on open.
+const LEGACY_LOG: &str = "log";
+
+fn segment_of(index: u64) -> u64 {
+    index >> SEGMENT_SHIFT
+}
+
+/// The first index a segment can hold.
+fn segment_start(segment: u64) -> u64 {
+    segment << SEGMENT_SHIFT
+}
+
+fn index_of(key: &[u8]) -> Result<u64> {
+    key.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt(format!("log key of {} bytes", key.len())))
+}
+
 /// sled's page cache: its default (1 GiB) would let it grow with the log.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 
@@ -81,7 +109,6 @@ impl SledStore {
             .flush_every_ms(None)
             .open()
             .map_err(io)?;
-        let log = db.open_tree("log").map_err(io)?;
         let meta = db.open_tree("meta").map_err(io)?;
         let hs = match meta.get("hard_state").map_err(io)? {
             Some(b) => decode(&b, "hard state")?,
@@ -114,29 +141,145 @@ impl SledStore {
                 dir.join(name).display()
             )));
         }
-        let key = |k: sled::IVec| u64::from_be_bytes(k.as_ref().try_into().unwrap_or([0; 8]));
-        let first = log
-            .first()
-            .map_err(io)?
-            .map(|(k, _)| key(k))
-            .unwrap_or(snap_meta.index + 1);
-        let last = log
-            .last()
-            .map_err(io)?
-            .map(|(k, _)| key(k))
-            .unwrap_or(snap_meta.index);
-        Ok(SledStore {
+        let mut segments = std::collections::BTreeMap::new();
+        for name in db.tree_names() {
+            let Some(n) = std::str::from_utf8(&name)
+                .ok()
+                .and_then(|n| n.strip_prefix(SEGMENT_PREFIX))
+            else {
+                continue;
+            };
+            let n: u64 = n
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("log segment tree named {n:?}")))?;
+            segments.insert(n, db.open_tree(&name).map_err(io)?);
+        }
+        let mut store = SledStore {
             dir: dir.to_path_buf(),
             db,
-            log,
+            segments,
             meta,
             hs,
             cs,
             snap_meta,
-            first,
-            last,
+            first: 0,
+            last: 0,
             obsolete: Vec::new(),
-        })
+        };
+        store.migrate_legacy_log()?;
+        let recorded_first = match store.meta.get("log_first").map_err(io)? {
+            Some(b) => index_of(&b)?,
+            None => 0,
+        };
+        let lowest_key = match store.segments.values().next() {
+            Some(tree) => tree
+                .first()
+                .map_err(io)?
+                .map(|(k, _)| index_of(&k))
+                .transpose()?,
+            None => None,
+        };
+        store.first = lowest_key
+            .unwrap_or(store.snap_meta.index + 1)
+            .max(recorded_first)
+            .max(1);
+        let highest_key = match store.segments.values().next_back() {
+            Some(tree) => tree
+                .last()
+                .map_err(io)?
+                .map(|(k, _)| index_of(&k))
+                .transpose()?,
+            None => None,
+        };
+        store.last = highest_key
+            .filter(|&k| k >= store.first)
+            .unwrap_or(store.first - 1)
+            .max(store.snap_meta.index);
+        store.first = store.first.min(store.last + 1);
+        Ok(store)
+    }
+
+    /// Moves entries from the pre-segment `log` tree into segments (once; repeating it
+    /// after a crash rewrites the same entries).
+    fn migrate_legacy_log(&mut self) -> Result<()> {
+        if !self
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == LEGACY_LOG.as_bytes())
+        {
+            return Ok(());
+        }
+        let legacy = self.db.open_tree(LEGACY_LOG).map_err(io)?;
+        for item in legacy.iter() {
+            let (k, v) = item.map_err(io)?;
+            self.segment(segment_of(index_of(&k)?))?
+                .insert(k, v)
+                .map_err(io)?;
+        }
+        self.db.flush().map_err(io)?;
+        self.db.drop_tree(LEGACY_LOG).map_err(io)?;
+        Ok(())
+    }
+
+    /// The tree of segment `n`, created when first needed.
+    fn segment(&mut self, n: u64) -> Result<&sled::Tree> {
+        if !self.segments.contains_key(&n) {
+            let tree = self
+                .db
+                .open_tree(format!("{SEGMENT_PREFIX}{n}"))
+                .map_err(io)?;
+            self.segments.insert(n, tree);
+        }
+        Ok(&self.segments[&n])
+    }
+
+    /// Records `first` as the first live index, then drops the segments wholly before it.
+    fn set_first(&mut self, first: u64) -> Result<()> {
+        self.meta
+            .insert("log_first", &first.to_be_bytes())
+            .map_err(io)?;
+        self.first = first;
+        let dead: Vec<u64> = self
+            .segments
+            .range(..segment_of(first))
+            .map(|(&n, _)| n)
+            .collect();
+        for n in dead {
+            self.segments.remove(&n);
+            self.db
+                .drop_tree(format!("{SEGMENT_PREFIX}{n}"))
+                .map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Removes entries `from..=self.last`, the highest segment first, so that a crash part
+    /// way leaves a prefix of the log.
+    fn truncate_from(&mut self, from: u64) -> Result<()> {
+        if from > self.last {
+            return Ok(());
+        }
+        for n in (segment_of(from)..=segment_of(self.last)).rev() {
+            let Some(tree) = self.segments.get(&n) else {
+                continue;
+            };
+            let lo = from.max(segment_start(n));
+            let hi = self.last.min(segment_start(n + 1) - 1);
+            let mut batch = sled::Batch::default();
+            for idx in lo..=hi {
+                batch.remove(&idx.to_be_bytes());
+            }
+            tree.apply_batch(batch).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn get(&self, idx: u64) -> Result<Option<sled::IVec>> {
+        match self.segments.get(&segment_of(idx)) {
+            Some(tree) => tree.get(idx.to_be_bytes()).map_err(io),
+            None => Ok(None),
+        }
     }
 
     /// Stores the snapshot's data in its own file and points the metadata at it.
@@ -191,13 +334,21 @@ impl LogStore for SledStore {
         }
         let mut out = Vec::new();
         let mut size = 0u64;
-        for item in self.log.range(low.to_be_bytes()..high.to_be_bytes()) {
-            let (_, v) = item.map_err(io)?;
-            size += v.len() as u64;
-            if !out.is_empty() && max_size.is_some_and(|m| size > m) {
-                break;
+        'segments: for (_, tree) in self.segments.range(segment_of(low)..=segment_of(high)) {
+            for item in tree.range(low.to_be_bytes()..high.to_be_bytes()) {
+                let (k, v) = item.map_err(io)?;
+                let expected = low + out.len() as u64;
+                if index_of(&k)? != expected {
+                    return Err(StoreError::Corrupt(format!(
+                        "entry {expected} missing from the log"
+                    )));
+                }
+                size += v.len() as u64;
+                if !out.is_empty() && max_size.is_some_and(|m| size > m) {
+                    break 'segments;
+                }
+                out.push(decode(&v, "log entry")?);
             }
-            out.push(decode(&v, "log entry")?);
         }
         if out.is_empty() && low < high {
             return Err(StoreError::Corrupt(format!(
@@ -216,7 +367,7 @@ impl LogStore for SledStore {
         if idx > self.last {
             return Err(StoreError::Unavailable);
         }
-        match self.log.get(idx.to_be_bytes()).map_err(io)? {
+        match self.get(idx)? {
             Some(v) => Ok(decode::<Entry>(&v, "log entry")?.term),
             None => Err(StoreError::Corrupt(format!(
                 "entry {idx} missing from the log"
@@ -239,14 +390,17 @@ impl LogStore for SledStore {
                 first.index, self.last
             )));
         }
-        let mut batch = sled::Batch::default();
-        for idx in first.index..=self.last {
-            batch.remove(&idx.to_be_bytes());
+        self.truncate_from(first.index)?;
+        let mut at = 0;
+        while at < entries.len() {
+            let n = segment_of(entries[at].index);
+            let mut batch = sled::Batch::default();
+            while at < entries.len() && segment_of(entries[at].index) == n {
+                batch.insert(&entries[at].index.to_be_bytes(), encode(&entries[at]));
+                at += 1;
+            }
+            self.segment(n)?.apply_batch(batch).map_err(io)?;
         }
-        for e in entries {
-            batch.insert(&e.index.to_be_bytes(), encode(e));
-        }
-        self.log.apply_batch(batch).map_err(io)?;
         self.last = entries.last().map(|e| e.index).unwrap_or(self.last);
         Ok(())
     }
@@ -265,12 +419,7 @@ impl LogStore for SledStore {
         self.put_snapshot(snap)?;
         let compact_to = compact_to.min(index + 1).min(self.last + 1);
         if compact_to > self.first {
-            let mut batch = sled::Batch::default();
-            for idx in self.first..compact_to {
-                batch.remove(&idx.to_be_bytes());
-            }
-            self.log.apply_batch(batch).map_err(io)?;
-            self.first = compact_to;
+            self.set_first(compact_to)?;
         }
         if self.last < self.first {
             self.last = self.first - 1;
@@ -284,9 +433,15 @@ impl LogStore for SledStore {
     }
     fn install_snapshot(&mut self, snap: &Snapshot) -> Result<()> {
         let meta = snap.get_metadata().clone();
-        self.log.clear().map_err(io)?;
+        // The old log goes first: a crash after the new first index is recorded must not
+        // leave old entries beyond the snapshot looking live.
+        for n in std::mem::take(&mut self.segments).into_keys() {
+            self.db
+                .drop_tree(format!("{SEGMENT_PREFIX}{n}"))
+                .map_err(io)?;
+        }
         self.put_snapshot(snap)?;
-        self.first = meta.index + 1;
+        self.set_first(meta.index + 1)?;
         self.last = meta.index;
         let cs = meta.get_conf_state().clone();
         self.set_conf_state(&cs)?;
@@ -307,5 +462,59 @@ impl LogStore for SledStore {
             .map(|m| m.len())
             .unwrap_or(0);
         self.db.size_on_disk().unwrap_or(0) + snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            data: format!("e{index}").into_bytes().into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_log_in_the_single_tree_of_earlier_versions_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path().join("raft.sled")).unwrap();
+            let log = db.open_tree(LEGACY_LOG).unwrap();
+            for i in 1..=2_500u64 {
+                log.insert(i.to_be_bytes(), encode(&entry(i, 1))).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
+        assert_eq!(s.entries(1_000, 1_030, None).unwrap()[5], entry(1_005, 1));
+        assert!(!s.db.tree_names().iter().any(|n| n.as_ref() == b"log"));
+        assert_eq!(s.segments.len(), 3, "1..=2,500 spans segments 0, 1 and 2");
+        drop(s);
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
+    }
+
+    #[test]
+    fn compaction_drops_whole_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SledStore::open(dir.path()).unwrap();
+        let all: Vec<Entry> = (1..=4_000).map(|i| entry(i, 1)).collect();
+        s.append(&all).unwrap();
+        assert_eq!(s.segments.len(), 4);
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 3_900;
+        snap.mut_metadata().term = 1;
+        s.save_snapshot(&snap, 3_000).unwrap();
+        assert_eq!(
+            s.segments.keys().copied().collect::<Vec<_>>(),
+            vec![2, 3],
+            "segments 0 and 1 (entries below 2,048) are gone; 2 holds 3,000"
+        );
+        assert!(matches!(s.term(2_999), Err(StoreError::Compacted)));
     }
 }

@@ -36,6 +36,7 @@ pub fn run_all<S: LogStore>(mut fresh: impl FnMut() -> S, reopen: &dyn Fn(S) -> 
     snapshot_compacts_and_keeps_term(fresh());
     install_snapshot_replaces_log(fresh());
     survives_reopen(fresh(), reopen);
+    long_log_truncated_compacted_and_reopened(fresh(), reopen);
 }
 
 fn empty_store<S: LogStore>(s: S) {
@@ -133,6 +134,66 @@ fn install_snapshot_replaces_log<S: LogStore>(mut s: S) {
     assert!(s.hard_state().commit >= 20);
     s.append(&entries(21..=22, 4)).unwrap();
     assert_eq!(s.last_index(), 22);
+}
+
+/// Thousands of entries (more than one of the sled store's segments), a conflicting append
+/// that cuts across several of them, compaction, and a reopen.
+fn long_log_truncated_compacted_and_reopened<S: LogStore>(mut s: S, reopen: &dyn Fn(S) -> S) {
+    for lo in (1..=5_000).step_by(300) {
+        s.append(&entries(lo..=(lo + 299).min(5_000), 1)).unwrap();
+    }
+    assert_eq!((s.first_index(), s.last_index()), (1, 5_000));
+    s.append(&entries(2_000..=2_100, 2)).unwrap();
+    assert_eq!(
+        s.last_index(),
+        2_100,
+        "a conflicting append drops the old suffix"
+    );
+    assert!(matches!(s.term(2_101), Err(StoreError::Unavailable)));
+    for lo in (2_101..=6_000).step_by(700) {
+        s.append(&entries(lo..=(lo + 699).min(6_000), 2)).unwrap();
+    }
+    let all = s.entries(1, 6_001, None).unwrap();
+    assert_eq!(all.len(), 6_000);
+    assert!(all.iter().enumerate().all(|(i, e)| e.index == i as u64 + 1));
+    assert_eq!((all[1_998].term, all[1_999].term), (1, 2));
+    s.save_snapshot(&snapshot(5_500, 2, vec![1, 2, 3], b"at-5500"), 4_100)
+        .unwrap();
+    assert_eq!((s.first_index(), s.last_index()), (4_100, 6_000));
+    assert!(matches!(
+        s.entries(4_099, 4_200, None),
+        Err(StoreError::Compacted)
+    ));
+    assert!(matches!(s.term(3_000), Err(StoreError::Compacted)));
+    let some = s.entries(4_100, 6_001, Some(1)).unwrap();
+    assert_eq!(some.len(), 1, "max_size still returns one entry");
+    s.set_hard_state(&HardState {
+        term: 2,
+        commit: 5_500,
+        ..Default::default()
+    })
+    .unwrap();
+    s.sync().unwrap();
+    let mut s = reopen(s);
+    assert_eq!(
+        (s.first_index(), s.last_index()),
+        (4_100, 6_000),
+        "bounds of a compacted long log after reopen"
+    );
+    let tail = s.entries(4_100, 6_001, None).unwrap();
+    assert_eq!(tail.len(), 1_901);
+    assert_eq!(tail[0], entry(4_100, 2));
+    assert_eq!(s.term(5_500).unwrap(), 2);
+    s.install_snapshot(&snapshot(9_000, 3, vec![1, 2, 3], b"leader"))
+        .unwrap();
+    s.sync().unwrap();
+    let s = reopen(s);
+    assert_eq!(
+        (s.first_index(), s.last_index()),
+        (9_001, 9_000),
+        "an installed snapshot leaves no old entries behind after reopen"
+    );
+    assert!(matches!(s.term(6_000), Err(StoreError::Compacted)));
 }
 
 fn survives_reopen<S: LogStore>(mut s: S, reopen: &dyn Fn(S) -> S) {

@@ -179,7 +179,7 @@ fn propose_retrying(rt: &tokio::runtime::Runtime, c: &Cluster, env: &Envelope) -
 
 #[test]
 fn sled_store_conforms() {
-    let dirs: Vec<tempfile::TempDir> = (0..8).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<tempfile::TempDir> = (0..9).map(|_| tempfile::tempdir().unwrap()).collect();
     let paths: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.path().to_path_buf()).collect();
     let next = std::cell::Cell::new(0);
     gsched_raft::suite::run_all(
