@@ -477,11 +477,30 @@ impl<S: LogStore, T: Transport> Node<S, T> {
     }
 
     fn run(&mut self, rx: &Receiver<Msg>) -> Result<(), NodeError> {
+        let tick = self.cfg.tick;
         let mut last_tick = Instant::now();
         self.publish_status();
         loop {
-            let wait = self.cfg.tick.saturating_sub(last_tick.elapsed());
-            match rx.recv_timeout(wait) {
+            // Sleep through the ticks that can change nothing (an idle follower until its
+            // election timeout, a leader until its next heartbeat), then count them.
+            let budget = self.ticks_until_due();
+            let wait = (tick * budget).saturating_sub(last_tick.elapsed());
+            let received = rx.recv_timeout(wait);
+            let elapsed = (last_tick.elapsed().as_nanos() / tick.as_nanos().max(1)) as u32;
+            if elapsed > 0 {
+                // Time spent busy rather than waiting is not caught up: as with one tick
+                // per wake, a long stall does not fire an election over queued heartbeats.
+                for _ in 0..elapsed.min(budget) {
+                    self.raw.tick();
+                }
+                last_tick = if elapsed > budget {
+                    Instant::now()
+                } else {
+                    last_tick + tick * elapsed
+                };
+                self.expire_pending();
+            }
+            match received {
                 Ok(msg) => {
                     if !self.handle(msg)? {
                         return Ok(());
@@ -501,13 +520,26 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
-            if last_tick.elapsed() >= self.cfg.tick {
-                self.raw.tick();
-                last_tick = Instant::now();
-                self.expire_pending();
-            }
             self.on_ready()?;
         }
+    }
+
+    /// Ticks from the last one until a tick can act: a leader's next heartbeat or quorum
+    /// check, a follower's or candidate's election timeout; 1 while proposals or reads
+    /// wait (they expire by the tick).
+    fn ticks_until_due(&self) -> u32 {
+        if !self.pending.is_empty() || !self.reads.is_empty() {
+            return 1;
+        }
+        let r = &self.raw.raft;
+        let left = match r.state {
+            StateRole::Leader => (r.heartbeat_timeout().saturating_sub(r.heartbeat_elapsed()))
+                .min(r.election_timeout().saturating_sub(r.election_elapsed)),
+            _ => r
+                .randomized_election_timeout()
+                .saturating_sub(r.election_elapsed),
+        };
+        left.clamp(1, 64) as u32
     }
 
     fn next_tag(&mut self, address: Option<String>) -> (u64, Vec<u8>) {

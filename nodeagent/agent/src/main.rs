@@ -346,6 +346,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         steps,
         outbox: outbox.clone(),
         flush: Arc::new(tokio::sync::Notify::new()),
+        launched: Arc::new(tokio::sync::Notify::new()),
         contact: Arc::new(gsched_agent::contact::Contact::open(&state_dir)),
         heartbeat: Duration::from_secs_f64(args.heartbeat.max(0.1)),
     });

@@ -38,6 +38,8 @@ pub struct Agent {
     pub outbox: Arc<Outbox>,
     /// Signalled when the outbox has something new to send.
     pub flush: Arc<Notify>,
+    /// Wakes the step monitor, which waits without polling while the node runs nothing.
+    pub launched: Arc<Notify>,
     /// The lease on the steps, renewed by the leader's answers.
     pub contact: Arc<Contact>,
     pub heartbeat: Duration,
@@ -61,7 +63,8 @@ pub async fn run(agent: Arc<Agent>) {
     tokio::spawn(async move {
         // A supervisor ending (a step's exit to report) wakes the monitor at once; the
         // 100 ms rounds catch the rest (logs, starts, steps re-adopted after a restart,
-        // whose supervisors are not this process's children).
+        // whose supervisors are not this process's children). With no step, it sleeps
+        // until a launch.
         let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .map_err(|e| {
                 tracing::warn!("no SIGCHLD wake-ups ({e}); step exits are seen within 100 ms")
@@ -69,13 +72,20 @@ pub async fn run(agent: Arc<Agent>) {
             .ok();
         loop {
             // Never wait for the lock here: whoever holds it is busy with a step.
-            if !monitor.steps.try_lock().is_some_and(|s| s.is_idle()) {
+            let idle = monitor.steps.try_lock().is_some_and(|s| s.is_idle());
+            if !idle {
                 let steps = monitor.steps.clone();
                 let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
                 monitor.flush.notify_one();
             }
+            let round = if idle {
+                Duration::from_secs(10)
+            } else {
+                Duration::from_millis(100)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = tokio::time::sleep(round) => {}
+                _ = monitor.launched.notified() => {}
                 _ = async {
                     match children.as_mut() {
                         Some(s) => {
@@ -221,6 +231,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     ControllerToAgent::Launch(spec) => {
                         let steps = agent.steps.clone();
                         tokio::task::spawn_blocking(move || steps.lock().launch(*spec)).await?;
+                        agent.launched.notify_one();
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
@@ -239,6 +250,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     ControllerToAgent::RunStep(launch) => {
                         let steps = agent.steps.clone();
                         tokio::task::spawn_blocking(move || steps.lock().run_step(&launch)).await?;
+                        agent.launched.notify_one();
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::StepInput { job, step, input } => {
