@@ -410,6 +410,25 @@ impl Cluster {
         }
     }
 
+    /// Stops controller `i` as an init system does (SIGTERM); how long it took to exit, or
+    /// `None` (and a SIGKILL) when it was still running after `limit`.
+    pub fn stop_controller(&mut self, i: usize, limit: Duration) -> Option<Duration> {
+        let mut p = self.ctl_procs[i].take()?;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.pid() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let asked = Instant::now();
+        while asked.elapsed() < limit {
+            if !p.alive() {
+                return Some(asked.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p.kill9();
+        None
+    }
+
     pub fn start_controller(&mut self, i: usize) {
         let p = self.spawn_controller(i);
         self.ctl_procs[i] = Some(p);

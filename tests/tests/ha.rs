@@ -701,3 +701,45 @@ fn t50_a_write_sent_once_to_a_follower_during_an_election_is_accepted_and_applie
         .collect();
     assert_eq!(named, reply.job_ids, "the write is applied once");
 }
+
+#[test]
+fn t60_a_controller_stopped_with_sigterm_exits_though_peers_and_agents_hold_streams_to_it() {
+    let mut c = Cluster::controllers(3, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let before = c.submit(&["--hold", "--wrap", "true", "-J", "before-stop"]);
+    // The leader holds the agent's session and both peers' Peer.Stream calls.
+    let leader = c.leader(Duration::from_secs(30));
+    let i = index_of(&c, leader);
+    let took = c
+        .stop_controller(i, Duration::from_secs(10))
+        .expect("a controller asked to stop exits while streams to it are open");
+    assert!(
+        took < Duration::from_secs(5),
+        "stopping took {took:?}: open streams get a grace of a few seconds, not more"
+    );
+    let next = wait_for("a new leader", Duration::from_secs(30), || {
+        c.status()
+            .iter()
+            .find(|r| r["role"] == "leader" && r["id"].as_u64() != Some(leader))
+            .and_then(|r| r["id"].as_u64())
+    });
+    assert_ne!(next, leader);
+    let after = c.submit(&["--hold", "--wrap", "true", "-J", "after-stop"]);
+    c.start_controller(i);
+    wait_for(
+        "the stopped controller to catch up",
+        Duration::from_secs(30),
+        || {
+            c.status()
+                .iter()
+                .find(|r| r["id"].as_u64() == Some(leader))
+                .filter(|r| r["applied_index"].as_u64() >= r["commit_index"].as_u64())
+                .filter(|r| r["jobs"].as_u64() == Some(2))
+                .map(|_| ())
+        },
+    );
+    for id in [before, after] {
+        assert!(c.job(id).is_some(), "job {id} is kept");
+    }
+    c.check_replicas_agree(3);
+}

@@ -97,7 +97,11 @@ impl Listener {
     }
 }
 
-/// Runs a controller on an already-bound listener until `shutdown` completes.
+/// How long a stopping controller waits for open calls to end.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs a controller on an already-bound listener until `shutdown` completes (and at most
+/// [`SHUTDOWN_GRACE`] more).
 pub async fn run(
     cfg: ControllerConfig,
     listener: Listener,
@@ -215,7 +219,17 @@ pub async fn run(
             .tls_config(tls)
             .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
     }
-    server
+    // Streams that never end by themselves (peers' `Peer.Stream`, agents' sessions) would
+    // keep a graceful shutdown waiting for ever: they get SHUTDOWN_GRACE to finish.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let serve = server
         .layer(auth::digest::DigestLayer {
             enabled: !dev_local,
         })
@@ -235,9 +249,17 @@ pub async fn run(
         )
         .serve_with_incoming_shutdown(
             accept::grpc_incoming(listener, dev_local, ctx.admission.clone()),
-            shutdown,
-        )
-        .await?;
+            stopped(stop_rx.clone()),
+        );
+    tokio::select! {
+        served = serve => served?,
+        _ = async {
+            stopped(stop_rx).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::info!(
+            "stopping with streams still open {SHUTDOWN_GRACE:?} after the stop signal"
+        ),
+    }
     raft.shutdown();
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     Ok(())
