@@ -450,11 +450,18 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
     let mut line = String::new();
     let mut watch = KernelWatch::default();
     let sysfs = std::path::Path::new("/");
+    // A file (not /dev/kmsg, whose reads wait for the next record) is polled: every 100 ms
+    // after a line, backing off to once a second while nothing is written.
+    let mut quiet = Duration::from_millis(100);
     loop {
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) => std::thread::sleep(Duration::from_millis(100)),
+            Ok(0) => {
+                std::thread::sleep(quiet);
+                quiet = (quiet * 2).min(Duration::from_secs(1));
+            }
             Ok(_) => {
+                quiet = Duration::from_millis(100);
                 let t = topo.read();
                 let behind = |pci: &str| gpu_behind_port(sysfs, &t, pci);
                 let events = watch.line(&line, &t, &behind, std::time::Instant::now());
@@ -474,10 +481,35 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
     }
 }
 
+/// Reads the topology source again: `None` when it has not changed since the last read.
+pub type Reload =
+    dyn Fn() -> Result<Option<Topology>, crate::discover::DiscoverError> + Send + Sync;
+
+/// What tells a file's new contents from its old without reading it: size, inode and
+/// modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    pub fn of(path: &std::path::Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            len: m.len(),
+            inode: m.ino(),
+            modified: m.modified().ok(),
+        })
+    }
+}
+
 /// Re-reads the topology source every `every` and reports GPUs that disappeared and NIC
-/// problems.
+/// problems (a source that has not changed has nothing new to report).
 pub async fn watch_topology(
-    reload: Arc<dyn Fn() -> Result<Topology, crate::discover::DiscoverError> + Send + Sync>,
+    reload: Arc<Reload>,
     topo: Arc<RwLock<Topology>>,
     policy: NicPolicy,
     outbox: Arc<Outbox>,
@@ -488,7 +520,7 @@ pub async fn watch_topology(
     loop {
         tokio::time::sleep(every).await;
         let reload = reload.clone();
-        let Ok(Ok(now)) = tokio::task::spawn_blocking(move || reload()).await else {
+        let Ok(Ok(Some(now))) = tokio::task::spawn_blocking(move || reload()).await else {
             continue;
         };
         let registered = topo.read().clone();

@@ -562,16 +562,21 @@ fn spawn_health_watches(
     outbox: Arc<outbox::Outbox>,
 ) {
     match source {
-        Source::Fake(_) => {
+        Source::Fake(path) => {
             let (src, keep) = (source.clone(), args.gpus.clone());
-            let reload: Arc<
-                dyn Fn() -> Result<gsched_types::Topology, discover::DiscoverError> + Send + Sync,
-            > = Arc::new(move || {
+            let (path, seen) = (path.clone(), Mutex::new(None));
+            let reload: Arc<health::Reload> = Arc::new(move || {
+                // Parsed again only when the file changed since the last read.
+                let stamp = health::FileStamp::of(&path);
+                if stamp.is_some() && *seen.lock() == stamp {
+                    return Ok(None);
+                }
                 let mut t = discover::discover(&src)?;
                 if !keep.is_empty() {
                     discover::keep_gpus(&mut t, &keep)?;
                 }
-                Ok(t)
+                *seen.lock() = stamp;
+                Ok(Some(t))
             });
             tokio::spawn(health::watch_topology(
                 reload,
