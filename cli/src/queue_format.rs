@@ -3,6 +3,7 @@
 use gsched_types::api::QueueRow;
 use gsched_types::job::JobState;
 use gsched_types::parse::{format_duration, format_timestamp};
+use std::borrow::Cow;
 
 /// A field without a width is cut here, as every table cell is.
 const MAX_CELL: usize = 120;
@@ -164,22 +165,29 @@ impl QueueFormat {
     }
 
     pub fn header(&self) -> String {
-        self.render(|letter| {
+        let mut out = String::new();
+        self.render_into(&mut out, |letter| {
             LETTERS
                 .iter()
                 .find(|(l, _)| *l == letter)
-                .map(|(_, h)| h.to_string())
-                .unwrap_or_default()
-        })
+                .map_or(Cow::Borrowed(""), |(_, h)| Cow::Borrowed(*h))
+        });
+        out
     }
 
     /// One job's line (no newline); `now_ms` for the running time.
     pub fn line(&self, j: &QueueRow, now_ms: u64) -> String {
-        self.render(|letter| value(letter, j, now_ms))
+        let mut out = String::new();
+        self.write_line(&mut out, j, now_ms);
+        out
     }
 
-    fn render(&self, mut value: impl FnMut(char) -> String) -> String {
-        let mut out = String::new();
+    /// [`QueueFormat::line`] appended to `out`: a whole page is rendered into one buffer.
+    pub fn write_line(&self, out: &mut String, j: &QueueRow, now_ms: u64) {
+        self.render_into(out, |letter| value(letter, j, now_ms));
+    }
+
+    fn render_into<'v>(&self, out: &mut String, mut value: impl FnMut(char) -> Cow<'v, str>) {
         for p in &self.0 {
             match p {
                 Piece::Text(t) => out.push_str(t),
@@ -187,26 +195,33 @@ impl QueueFormat {
                     letter,
                     width,
                     right,
-                } => {
-                    let v: String = value(*letter)
-                        .chars()
-                        .map(|c| if c.is_control() { '?' } else { c })
-                        .collect();
-                    match width {
-                        Some(w) => {
-                            let v: String = v.chars().take(*w).collect();
-                            if *right {
-                                out.push_str(&format!("{v:>w$}"));
-                            } else {
-                                out.push_str(&format!("{v:<w$}"));
-                            }
-                        }
-                        None => out.extend(v.chars().take(MAX_CELL)),
-                    }
-                }
+                } => push_cell(out, &value(*letter), *width, *right),
             }
         }
-        out
+    }
+}
+
+/// A cell: control characters shown as `?`, cut to `width` characters (to [`MAX_CELL`]
+/// without one) and padded to `width`, on the left when `right`.
+fn push_cell(out: &mut String, v: &str, width: Option<usize>, right: bool) {
+    let limit = width.unwrap_or(MAX_CELL);
+    let (cut, chars) = if v.len() <= limit && v.is_ascii() {
+        (v, v.len())
+    } else {
+        let end = v.char_indices().nth(limit).map_or(v.len(), |(i, _)| i);
+        (&v[..end], v[..end].chars().count())
+    };
+    let fill = width.map_or(0, |w| w.saturating_sub(chars));
+    if right {
+        out.extend(std::iter::repeat_n(' ', fill));
+    }
+    if cut.chars().any(char::is_control) {
+        out.extend(cut.chars().map(|c| if c.is_control() { '?' } else { c }));
+    } else {
+        out.push_str(cut);
+    }
+    if !right {
+        out.extend(std::iter::repeat_n(' ', fill));
     }
 }
 
@@ -222,44 +237,40 @@ fn split_where(j: &QueueRow) -> (&str, &str) {
     }
 }
 
-fn value(letter: char, j: &QueueRow, now_ms: u64) -> String {
-    let stamp = |t: Option<u64>| t.map(format_timestamp).unwrap_or_else(|| "N/A".into());
+fn value(letter: char, j: &QueueRow, now_ms: u64) -> Cow<'_, str> {
+    let stamp = |t: Option<u64>| t.map_or(Cow::Borrowed("N/A"), |t| format_timestamp(t).into());
     match letter {
-        'i' | 'A' => j.display_id.clone(),
-        'j' => j.name.clone(),
-        'u' => j.user.clone(),
-        't' => j.state.code().into(),
-        'T' => j.state.name().into(),
+        'i' | 'A' => Cow::Borrowed(&j.display_id),
+        'j' => Cow::Borrowed(&j.name),
+        'u' => Cow::Borrowed(&j.user),
+        't' => Cow::Borrowed(j.state.code()),
+        'T' => Cow::Borrowed(j.state.name()),
         'M' => match (j.start_ms, j.end_ms) {
-            (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
+            (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000).into(),
             (Some(s), None) if j.state != JobState::Pending => {
-                format_duration(now_ms.saturating_sub(s) / 1000)
+                format_duration(now_ms.saturating_sub(s) / 1000).into()
             }
-            _ => "0:00".into(),
+            _ => Cow::Borrowed("0:00"),
         },
-        'D' => j.nodes.to_string(),
-        'R' => j.where_or_why.clone(),
-        'N' => split_where(j).0.to_string(),
+        'D' => j.nodes.to_string().into(),
+        'R' => Cow::Borrowed(&j.where_or_why),
+        'N' => Cow::Borrowed(split_where(j).0),
         'r' => {
             let why = split_where(j).1;
             let why = why.trim_start_matches('(').trim_end_matches(')');
-            if why.is_empty() {
-                "None".into()
-            } else {
-                why.into()
-            }
+            Cow::Borrowed(if why.is_empty() { "None" } else { why })
         }
-        'P' => j.partition.clone(),
+        'P' => Cow::Borrowed(&j.partition),
         'l' => match j.time_limit_s {
-            None | Some(0) => "UNLIMITED".into(),
-            Some(s) => format_duration(s),
+            None | Some(0) => Cow::Borrowed("UNLIMITED"),
+            Some(s) => format_duration(s).into(),
         },
         'S' => match j.state {
             JobState::Pending => stamp(j.expected_start_ms),
             _ => stamp(j.start_ms),
         },
         'e' => stamp(j.end_ms),
-        _ => String::new(),
+        _ => Cow::Borrowed(""),
     }
 }
 
@@ -317,6 +328,17 @@ mod tests {
             f.line(&pending, 62_000),
             "42    PENDING  Priority            "
         );
+        let mut odd = row(JobState::Running, "n1");
+        odd.name = "a\tb\u{7}c".into();
+        odd.user = "żółwik".into();
+        let f = QueueFormat::parse("%.6j|%.3u|%4u|%u").unwrap();
+        assert_eq!(
+            f.line(&odd, 62_000),
+            " a?b?c|żół|żółw|żółwik",
+            "control characters show as ?, cuts and padding count characters"
+        );
+        odd.name = "x".into();
+        assert_eq!(f.line(&odd, 62_000), "     x|żół|żółw|żółwik");
         assert!(matches!(
             QueueFormat::parse_long("JobID,Colour"),
             Err(FormatError::UnknownName { name, .. }) if name == "Colour"

@@ -222,14 +222,14 @@ fn print_queue(
     format: &QueueFormat,
     header: bool,
 ) {
-    use std::fmt::Write as _;
     if header {
         out!("{}\n", format.header());
     }
     gsched_cli::fetch_queue(rt, client, query, "gqueue", |page| {
         let mut text = String::with_capacity(page.jobs.len() * 96);
         for j in &page.jobs {
-            let _ = writeln!(text, "{}", format.line(j, page.now_ms));
+            format.write_line(&mut text, j, page.now_ms);
+            text.push('\n');
         }
         out!("{text}");
     });

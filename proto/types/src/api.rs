@@ -418,8 +418,9 @@ pub struct JobList<R = JobRow> {
 
 /// One job as the queue table shows it (squeue's columns and `--start`), written as a
 /// JSON array: what `gqueue` needs in a fraction of a full row's bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(into = "QueueTuple", from = "QueueTuple")]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(from = "QueueTuple")]
+#[schemars(into = "QueueTuple", from = "QueueTuple")]
 pub struct QueueRow {
     pub display_id: String,
     pub partition: String,
@@ -450,21 +451,24 @@ type QueueTuple = (
     Option<u64>,
 );
 
-impl From<QueueRow> for QueueTuple {
-    fn from(r: QueueRow) -> QueueTuple {
-        (
-            r.display_id,
-            r.partition,
-            r.name,
-            r.user,
-            r.state,
-            r.start_ms,
-            r.end_ms,
-            r.nodes,
-            r.where_or_why,
-            r.expected_start_ms,
-            r.time_limit_s,
-        )
+/// Written as [`QueueTuple`] is, from borrowed fields: a page of the queue is
+/// serialised without copying its strings once more.
+impl Serialize for QueueRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(11)?;
+        t.serialize_element(&self.display_id)?;
+        t.serialize_element(&self.partition)?;
+        t.serialize_element(&self.name)?;
+        t.serialize_element(&self.user)?;
+        t.serialize_element(&self.state)?;
+        t.serialize_element(&self.start_ms)?;
+        t.serialize_element(&self.end_ms)?;
+        t.serialize_element(&self.nodes)?;
+        t.serialize_element(&self.where_or_why)?;
+        t.serialize_element(&self.expected_start_ms)?;
+        t.serialize_element(&self.time_limit_s)?;
+        t.end()
     }
 }
 
@@ -787,8 +791,8 @@ pub struct NodesDoc {
 
 #[cfg(test)]
 mod tests {
-    use super::JobSelector;
-    use crate::job::{ArrayTask, JobId};
+    use super::{JobSelector, QueueRow};
+    use crate::job::{ArrayTask, JobId, JobState};
 
     #[test]
     fn ids_name_jobs_arrays_and_single_tasks() {
@@ -815,5 +819,28 @@ mod tests {
         assert!(!sel("7_0").matches(plain.0, plain.1));
         assert!(JobSelector::parse("x").is_err() && JobSelector::parse("1_y").is_err());
         assert_eq!(sel("120_3").to_string(), "120_3");
+    }
+
+    #[test]
+    fn a_queue_row_travels_as_an_array_and_comes_back_whole() {
+        let row = QueueRow {
+            display_id: "120_3".into(),
+            partition: "gpu".into(),
+            name: "sweep \"a\"".into(),
+            user: "alice".into(),
+            state: JobState::Running,
+            start_ms: Some(1_000),
+            end_ms: None,
+            nodes: 2,
+            where_or_why: "n[1-2]".into(),
+            expected_start_ms: None,
+            time_limit_s: Some(3_600),
+        };
+        let json = serde_json::to_string(&row).unwrap();
+        assert_eq!(
+            json,
+            r#"["120_3","gpu","sweep \"a\"","alice","RUNNING",1000,null,2,"n[1-2]",null,3600]"#
+        );
+        assert_eq!(serde_json::from_str::<QueueRow>(&json).unwrap(), row);
     }
 }
