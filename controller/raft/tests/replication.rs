@@ -359,3 +359,98 @@ fn membership_add_and_remove() {
     );
     assert!(matches!(bad, Err(ProposeError::BadConfChange(_))));
 }
+
+#[test]
+fn a_leader_goes_on_committing_while_its_snapshot_is_written() {
+    let rt = runtime();
+    let c = Cluster::new(3, 20);
+    let mut config = gsched_state::ClusterState::default().config;
+    config.limits.max_array_size = 10_000;
+    config.limits.max_job_count = 1_000_000;
+    config.user_limits.max_queued_jobs = Some(1_000_000);
+    propose_retrying(
+        &rt,
+        &c,
+        &Envelope::new(
+            Command::SetConfig(gsched_state::SetConfig {
+                config: Box::new(config),
+            }),
+            1000,
+            Some("config".into()),
+        ),
+    );
+    // A state of 60,000 jobs in a handful of entries: serialising it takes a while.
+    for a in 0..6 {
+        let mut spec = JobSpec::simple(&format!("array{a}"), "alice", "true");
+        spec.hold = true;
+        spec.array = Some((0..10_000).collect());
+        let env = Envelope::new(
+            Command::SubmitJob(SubmitJob { spec }),
+            2000 + a,
+            Some(format!("array-{a}")),
+        );
+        assert!(matches!(
+            propose_retrying(&rt, &c, &env),
+            Outcome::Submitted { .. }
+        ));
+    }
+    let leader = c.leader(Duration::from_secs(5));
+    let status = c.handle(leader).status.clone();
+    let term = status.borrow().term;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (status, stop) = (status.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut widest, mut terms) = (0, HashSet::new());
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let s = status.borrow().clone();
+                widest = widest.max(s.commit_index.saturating_sub(s.applied_index));
+                terms.insert(s.term);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (widest, terms)
+        })
+    };
+    // Writes from 8 clients at once past the snapshot threshold, until a snapshot is saved.
+    let handle = c.handle(leader).clone();
+    let mut i = 0;
+    while c.handle(leader).status.borrow().snapshot_index == 0 {
+        let batch: Vec<_> = (0..8)
+            .map(|_| {
+                i += 1;
+                let (h, env) = (handle.clone(), submit_env(i));
+                // What commits while the snapshot is written is applied after it: a slow
+                // (debug) build may time the proposal out, and the client asks again.
+                rt.spawn(async move {
+                    loop {
+                        match h.propose(&env).await {
+                            Err(ProposeError::Timeout) => continue,
+                            other => return other,
+                        }
+                    }
+                })
+            })
+            .collect();
+        for b in batch {
+            let out = rt.block_on(b).unwrap();
+            assert!(matches!(out, Ok(Outcome::Submitted { .. })), "{out:?}");
+        }
+        assert!(i < 4_000, "no snapshot was taken");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (widest, terms) = watcher.join().unwrap();
+    assert!(
+        widest >= 1,
+        "entries committed while the snapshot was written, applied after it (widest gap {widest})"
+    );
+    assert_eq!(
+        terms,
+        HashSet::from([term]),
+        "the leader kept its lease through the snapshot"
+    );
+    let target = c.handle(leader).replica.read().applied;
+    c.wait_applied_everywhere(target, Duration::from_secs(30));
+    for (h, _) in c.nodes.values() {
+        assert_eq!(h.replica.read().state.jobs.len(), 60_000 + i as usize);
+    }
+}
