@@ -213,7 +213,7 @@ fn push_cell(out: &mut String, v: &str, width: Option<usize>, right: bool) {
     };
     let fill = width.map_or(0, |w| w.saturating_sub(chars));
     if right {
-        out.extend(std::iter::repeat_n(' ', fill));
+        push_spaces(out, fill);
     }
     if cut.chars().any(char::is_control) {
         out.extend(cut.chars().map(|c| if c.is_control() { '?' } else { c }));
@@ -221,7 +221,16 @@ fn push_cell(out: &mut String, v: &str, width: Option<usize>, right: bool) {
         out.push_str(cut);
     }
     if !right {
-        out.extend(std::iter::repeat_n(' ', fill));
+        push_spaces(out, fill);
+    }
+}
+
+fn push_spaces(out: &mut String, mut n: usize) {
+    const SPACES: &str = "                                ";
+    while n > 0 {
+        let k = n.min(SPACES.len());
+        out.push_str(&SPACES[..k]);
+        n -= k;
     }
 }
 
