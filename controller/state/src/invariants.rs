@@ -29,6 +29,8 @@ pub enum Violation {
     PortIndex(String),
     #[error("the allocation index lists {indexed} jobs, {held} running jobs hold an allocation")]
     AllocatedIndex { indexed: usize, held: usize },
+    #[error("the schedulable index lists {indexed} jobs, {pending} are pending and not held")]
+    SchedulableIndex { indexed: usize, pending: usize },
     #[error("usage on {node} counts {counted} GPUs, jobs hold {held}")]
     UsageCount {
         node: String,
@@ -94,6 +96,22 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
         return Err(Violation::AllocatedIndex {
             indexed: state.allocated_count(),
             held: allocated,
+        });
+    }
+    let pending = state
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Pending && !j.held)
+        .count();
+    if state.schedulable_count() != pending
+        || state.schedulable_jobs().count() != pending
+        || state
+            .schedulable_jobs()
+            .any(|j| j.state != JobState::Pending || j.held)
+    {
+        return Err(Violation::SchedulableIndex {
+            indexed: state.schedulable_count(),
+            pending,
         });
     }
     if state.ports_held() != ports.len() {

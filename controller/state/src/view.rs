@@ -113,47 +113,41 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
     let mut pending = Vec::new();
     let mut running = Vec::new();
     let mut dependencies = BTreeMap::new();
-    for job in state.jobs.values() {
-        match job.state {
-            // A held job cannot start and its reason is already JobHeldUser: the
-            // scheduler need not walk it (a queue of 100,000 held jobs costs nothing).
-            JobState::Pending if job.held => {}
-            JobState::Pending => {
-                for dep in &job.spec.dependency {
-                    if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton)
-                        && let Some(d) = state.jobs.get(&id)
-                    {
-                        dependencies.insert(
-                            id,
-                            DepView {
-                                state: d.state,
-                                exit_code: d.exit_code,
-                            },
-                        );
-                    }
-                }
-                pending.push(pending_view(job, state));
+    // Held and ended jobs are in neither index: a queue of 100,000 held jobs costs a
+    // pass nothing.
+    for job in state.schedulable_jobs() {
+        for dep in &job.spec.dependency {
+            if let (Some(id), true) = (dep.job, dep.kind != DependencyKind::Singleton)
+                && let Some(d) = state.jobs.get(&id)
+            {
+                dependencies.insert(
+                    id,
+                    DepView {
+                        state: d.state,
+                        exit_code: d.exit_code,
+                    },
+                );
             }
-            JobState::Running | JobState::Completing => {
-                let Some(alloc) = &job.allocation else {
-                    continue;
-                };
-                running.push(RunningJob {
-                    id: job.id,
-                    name: job.spec.name.clone(),
-                    user: job.spec.user.clone(),
-                    account: job.spec.account_name().to_string(),
-                    qos: job.spec.qos.clone(),
-                    start_ms: job.start_ms.unwrap_or(0),
-                    time_limit_s: state.config.time_limit_for(&job.spec),
-                    allocation: alloc.nodes.clone(),
-                    master_port: alloc.master_port,
-                    array_job: job.array_task.map(|t| t.array_job_id),
-                    ending: job.state == JobState::Completing,
-                });
-            }
-            _ => {}
         }
+        pending.push(pending_view(job, state));
+    }
+    for job in state.allocated_jobs() {
+        let Some(alloc) = &job.allocation else {
+            continue;
+        };
+        running.push(RunningJob {
+            id: job.id,
+            name: job.spec.name.clone(),
+            user: job.spec.user.clone(),
+            account: job.spec.account_name().to_string(),
+            qos: job.spec.qos.clone(),
+            start_ms: job.start_ms.unwrap_or(0),
+            time_limit_s: state.config.time_limit_for(&job.spec),
+            allocation: alloc.nodes.clone(),
+            master_port: alloc.master_port,
+            array_job: job.array_task.map(|t| t.array_job_id),
+            ending: job.state == JobState::Completing,
+        });
     }
     let usage = state
         .usage

@@ -442,6 +442,18 @@ enum Op {
         nodes: u32,
         gpus: u32,
         requeue: bool,
+        hold: bool,
+    },
+    Hold {
+        job: usize,
+        hold: bool,
+    },
+    Act {
+        job: usize,
+        action: gsched_types::api::JobAction,
+    },
+    Requeue {
+        job: usize,
     },
     Schedule,
     Exit {
@@ -464,11 +476,30 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (1u32..=2, 0u32..=4, any::<bool>()).prop_map(|(nodes, gpus, requeue)| Op::Submit {
-            nodes,
-            gpus,
-            requeue
-        }),
+        (
+            1u32..=2,
+            0u32..=4,
+            any::<bool>(),
+            proptest::bool::weighted(0.2)
+        )
+            .prop_map(|(nodes, gpus, requeue, hold)| Op::Submit {
+                nodes,
+                gpus,
+                requeue,
+                hold
+            }),
+        (0usize..20, any::<bool>()).prop_map(|(job, hold)| Op::Hold { job, hold }),
+        (
+            0usize..20,
+            prop_oneof![
+                Just(gsched_types::api::JobAction::Cancel),
+                Just(gsched_types::api::JobAction::Hold),
+                Just(gsched_types::api::JobAction::Release),
+                Just(gsched_types::api::JobAction::Requeue),
+            ]
+        )
+            .prop_map(|(job, action)| Op::Act { job, action }),
+        (0usize..20).prop_map(|job| Op::Requeue { job }),
         Just(Op::Schedule),
         Just(Op::Schedule),
         (0usize..20, 0i32..2).prop_map(|(job, code)| Op::Exit { job, code }),
@@ -495,11 +526,19 @@ proptest! {
             let at = 10 + t as u64;
             let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
             let cmd = match o {
-                Op::Submit { nodes, gpus, requeue } => {
+                Op::Submit { nodes, gpus, requeue, hold } => {
                     let mut spec = JobSpec::simple("j", "alice", "true");
-                    spec.nodes = nodes; spec.gpus_per_node = gpus; spec.requeue = requeue;
+                    spec.nodes = nodes; spec.gpus_per_node = gpus; spec.requeue = requeue; spec.hold = hold;
                     Some(Command::SubmitJob(SubmitJob { spec }))
                 }
+                Op::Hold { job, hold } => pick(job).map(|j| Command::HoldJob(HoldJob { job: j, by: "alice".into(), admin: false, hold })),
+                Op::Act { job, action } => pick(job).map(|j| Command::ActOnJobs(ActOnJobs {
+                    action,
+                    select: gsched_types::api::JobSelection { jobs: vec![gsched_types::api::JobSelector::parse(&j.to_string()).unwrap()], ..Default::default() },
+                    by: "alice".into(),
+                    admin: false,
+                })),
+                Op::Requeue { job } => pick(job).map(|j| Command::RequeueJob(RequeueJob { job: j, by: "alice".into(), admin: false })),
                 Op::Schedule => {
                     let p = plan(&snapshot(&s, &mut ViewCache::default()), at);
                     Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() }))

@@ -175,6 +175,7 @@ impl ClusterState {
                 } else {
                     PendingReason::None
                 };
+                self.note_schedulable(id);
                 true
             }
             (JobAction::Requeue, JobState::Running) => {

@@ -90,6 +90,7 @@ impl ClusterState {
                 span,
             });
             self.jobs.insert(id, Box::new(record));
+            self.note_schedulable(id);
             ids.push(id);
         }
         Outcome::Submitted { jobs: ids }
@@ -322,6 +323,7 @@ impl ClusterState {
                         self.node_usage.entry(na.node.clone()).or_default().add(na);
                     }
                     self.allocated.insert(s.job);
+                    self.schedulable.remove(&s.job);
                     if let Some(first) = s.allocation.nodes.first() {
                         self.ports_in_use
                             .insert((first.node.clone(), s.allocation.master_port));
@@ -523,6 +525,7 @@ impl ClusterState {
             job.end_ms = Some(at);
             job.ending_as = None;
         }
+        self.note_schedulable(id);
         if let Some(a) = allocation {
             self.allocated.remove(&id);
             for na in &a.nodes {
@@ -565,6 +568,7 @@ impl ClusterState {
     /// Records a terminal job (releasing its share of the payload and its place in the
     /// queue counts) and purges the oldest beyond the retention bound.
     pub(super) fn retire(&mut self, id: JobId) {
+        self.schedulable.remove(&id);
         if let Some(job) = self.jobs.get(&id) {
             let (key, user) = (payload::key_of(job), job.spec.user.clone());
             payload::release(&mut self.payloads, &mut self.blobs, key);
@@ -623,6 +627,7 @@ impl ClusterState {
                     PendingReason::None
                 };
             }
+            self.note_schedulable(t);
         }
         Outcome::Ok
     }

@@ -119,6 +119,10 @@ pub struct ClusterState {
     /// leader's rounds walk these instead of every job the state remembers.
     #[serde(skip)]
     allocated: std::collections::BTreeSet<JobId>,
+    /// Jobs the scheduler may start: pending and not held, kept where either changes:
+    /// a pass walks these instead of every job (held and ended ones cost it nothing).
+    #[serde(skip)]
+    schedulable: std::collections::BTreeSet<JobId>,
     /// Jobs not ended, in all and per user (for the queue limits).
     #[serde(skip)]
     queued: Queued,
@@ -195,6 +199,7 @@ impl Default for ClusterState {
             node_usage: BTreeMap::new(),
             ports_in_use: Default::default(),
             allocated: Default::default(),
+            schedulable: Default::default(),
             queued: Queued::default(),
             evicted: Evicted::default(),
         }
@@ -253,6 +258,7 @@ impl ClusterState {
         self.node_usage.clear();
         self.ports_in_use.clear();
         self.allocated.clear();
+        self.schedulable.clear();
         self.queued = Queued::default();
         // Snapshots from before payloads kept scripts in the records: move them out.
         for job in self.jobs.values_mut() {
@@ -281,6 +287,9 @@ impl ClusterState {
             }
         }
         for job in self.jobs.values() {
+            if job.state == JobState::Pending && !job.held {
+                self.schedulable.insert(job.id);
+            }
             if matches!(job.state, JobState::Running | JobState::Completing)
                 && let Some(a) = &job.allocation
             {
@@ -306,6 +315,31 @@ impl ClusterState {
     /// How many jobs the allocation index holds (for the invariants).
     pub fn allocated_count(&self) -> usize {
         self.allocated.len()
+    }
+
+    /// Pending jobs that are not held, in id order: what a scheduling pass considers.
+    pub fn schedulable_jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.schedulable
+            .iter()
+            .filter_map(|id| self.jobs.get(id).map(|j| &**j))
+    }
+
+    /// How many jobs the schedulable index holds (for the invariants).
+    pub fn schedulable_count(&self) -> usize {
+        self.schedulable.len()
+    }
+
+    /// Puts job `id` in the schedulable index or takes it out, as its state and hold
+    /// now say; called wherever either changes.
+    pub(super) fn note_schedulable(&mut self, id: JobId) {
+        match self.jobs.get(&id) {
+            Some(j) if j.state == JobState::Pending && !j.held => {
+                self.schedulable.insert(id);
+            }
+            _ => {
+                self.schedulable.remove(&id);
+            }
+        }
     }
 
     /// How many (first node, port) pairs the port index holds (for the invariants).
