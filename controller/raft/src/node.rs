@@ -125,8 +125,11 @@ pub enum Msg {
         ok: bool,
     },
     TransferLeader(u64),
-    /// The thread writing a state snapshot has finished (see [`Node::maybe_snapshot`]).
-    SnapshotSerialised,
+    /// The thread writing the state snapshot at `index` has finished (see
+    /// [`Node::maybe_snapshot`]).
+    SnapshotSerialised {
+        index: u64,
+    },
     /// Linearizable read barrier: replies with the read index once it is applied here.
     ReadIndex {
         reply: oneshot::Sender<Result<u64, ProposeError>>,
@@ -386,9 +389,10 @@ fn refuse_until(rx: &Receiver<Msg>, fault: &str, until: Instant) -> bool {
 /// A snapshot thread is busy at most about one part in this many of the time.
 pub const SNAPSHOT_DUTY: u32 = 20;
 
-/// A state snapshot at `index` being serialised.
+/// The state as of `index` being serialised, with what its snapshot records beside it.
 struct Serialising {
     index: u64,
+    conf: ConfState,
     began: Instant,
     thread: std::thread::JoinHandle<Vec<u8>>,
 }
@@ -406,14 +410,10 @@ struct Node<S: LogStore, T: Transport> {
     reads_ready: Vec<(u64, oneshot::Sender<Result<u64, ProposeError>>)>,
     seq: u64,
     last_snapshot: u64,
-    /// The last entry applied to the replica (raft-rs is told the same).
-    applied: u64,
-    /// When the last snapshot was saved and how long serialising it took.
+    /// When the last snapshot was saved and how long writing it took.
     snapshot_done: (Instant, Duration),
-    /// A snapshot being serialised on a thread of its own, which holds the replica's read
-    /// lock: committed entries wait in `deferred` until it is done.
+    /// A snapshot being serialised on a thread of its own.
     serialising: Option<Serialising>,
-    deferred: Vec<raft::eraftpb::Entry>,
     /// For the snapshot thread to say it has finished.
     mailbox: Sender<Msg>,
     term: u64,
@@ -503,10 +503,8 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             reads_ready: Vec::new(),
             seq: 0,
             last_snapshot: snap_index,
-            applied: snap_index,
             snapshot_done: (Instant::now(), Duration::ZERO),
             serialising: None,
-            deferred: Vec::new(),
             mailbox,
             term: 0,
             disk_bytes: (Instant::now(), 0),
@@ -558,8 +556,6 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
             self.on_ready()?;
-            // Entries applied outside a Ready (after a snapshot was written).
-            self.report_applied();
         }
     }
 
@@ -698,8 +694,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                 self.raw.report_snapshot(to, status);
             }
             Msg::TransferLeader(to) => self.raw.transfer_leader(to),
-            // Sent just before the thread returns: joining it waits no longer than that.
-            Msg::SnapshotSerialised => self.finish_snapshot()?,
+            Msg::SnapshotSerialised { index } => self.finish_snapshot(index)?,
             Msg::ReadIndex { reply } => {
                 if self.raw.raft.leader_id == raft::INVALID_ID {
                     let _ = reply.send(Err(ProposeError::NoLeader));
@@ -791,9 +786,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         if !ready.persisted_messages().is_empty() {
             self.transport.send(ready.take_persisted_messages());
         }
-        // Entries are applied (or held back behind a snapshot) by `apply`, which tells
-        // raft-rs how far it got.
-        let mut light = self.raw.advance_append(ready);
+        let mut light = self.raw.advance(ready);
         if let Some(commit) = light.commit_index() {
             let store = &mut self.raw.mut_store().store;
             let mut hs = store.hard_state();
@@ -804,8 +797,15 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             self.transport.send(light.take_messages());
         }
         self.apply(light.take_committed_entries())?;
-        self.report_applied();
-        self.answer_reads();
+        self.raw.advance_apply();
+        let applied = self.raw.raft.raft_log.applied;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_ready)
+            .into_iter()
+            .partition(|(idx, _)| *idx <= applied);
+        self.reads_ready = waiting;
+        for (idx, reply) in done {
+            let _ = reply.send(Ok(idx));
+        }
         self.maybe_snapshot()?;
         if self.raw.raft.term != self.term {
             self.term = self.raw.raft.term;
@@ -815,21 +815,9 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         Ok(())
     }
 
-    /// Answers the read barriers whose index is applied.
-    fn answer_reads(&mut self) {
-        let applied = self.applied;
-        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_ready)
-            .into_iter()
-            .partition(|(idx, _)| *idx <= applied);
-        self.reads_ready = waiting;
-        for (idx, reply) in done {
-            let _ = reply.send(Ok(idx));
-        }
-    }
-
     fn install_snapshot(&mut self, snap: &Snapshot) -> Result<(), NodeError> {
-        // Our own snapshot first: it holds the replica's read lock.
-        self.finish_snapshot()?;
+        // One of our own being written is older than the leader's: it is not saved.
+        self.serialising = None;
         let index = snap.get_metadata().index;
         let state = ClusterState::from_snapshot(&snap.data)
             .map_err(|e| NodeError::Snapshot(e.to_string()))?;
@@ -838,8 +826,6 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         let mut r = self.replica.write();
         r.state = state;
         r.applied = index;
-        self.applied = index;
-        self.deferred.retain(|e| e.index > index);
         self.last_snapshot = index;
         tracing::info!(
             "replica {} installed snapshot at index {index}",
@@ -848,25 +834,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         Ok(())
     }
 
-    /// Applies committed entries, or holds them back while a snapshot is being
-    /// serialised ([`Node::report_applied`] tells raft-rs how far it got).
     fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), NodeError> {
-        if self.serialising.is_some() {
-            self.deferred.extend(entries);
-            return Ok(());
-        }
-        self.apply_now(entries)
-    }
-
-    /// Tells raft-rs what the replica has applied; outside a Ready (after `advance_append`:
-    /// an installed snapshot counts as persisted only from there).
-    fn report_applied(&mut self) {
-        if self.applied > self.raw.raft.raft_log.applied {
-            self.raw.advance_apply_to(self.applied);
-        }
-    }
-
-    fn apply_now(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), NodeError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -875,7 +843,6 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             let mut r = self.replica.write();
             for entry in entries {
                 r.applied = entry.index;
-                self.applied = entry.index;
                 let tag: Option<Tag> = serde_json::from_slice(&entry.context).ok();
                 let mine = tag.as_ref().is_some_and(|t| t.node == self.cfg.id);
                 match entry.get_entry_type() {
@@ -964,66 +931,71 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         Ok(())
     }
 
-    /// Starts a snapshot once enough entries were applied since the last one. The state
-    /// is serialised on a thread of its own (seconds for a large queue), so this one goes
-    /// on exchanging messages, heartbeats included, and a leader keeps its lease; what
-    /// commits meanwhile is applied when it is done ([`Node::finish_snapshot`]).
+    /// Starts a snapshot once enough entries were applied since the last one: a copy of
+    /// the state (jobs, payloads and outcomes shared with the live one, copied on write)
+    /// is serialised on a thread of its own, so this one goes on applying and exchanging
+    /// messages, heartbeats included, however large the queue.
     fn maybe_snapshot(&mut self) -> Result<(), NodeError> {
+        let applied = self.raw.raft.raft_log.applied;
         let (done, took) = self.snapshot_done;
         if self.serialising.is_some()
-            || self.applied < self.last_snapshot + self.cfg.snapshot_every
+            || applied < self.last_snapshot + self.cfg.snapshot_every
             || done.elapsed() < took * SNAPSHOT_DUTY
         {
             return Ok(());
         }
-        let (replica, mailbox, index) = (self.replica.clone(), self.mailbox.clone(), self.applied);
+        let began = Instant::now();
+        let frozen = {
+            let r = self.replica.read();
+            debug_assert_eq!(r.applied, applied);
+            r.state.clone()
+        };
+        let conf = self.raw.store().store.conf_state();
+        let mailbox = self.mailbox.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.cfg.id))
             .spawn(move || {
-                let data = replica.read().state.to_snapshot();
-                let _ = mailbox.send(Msg::SnapshotSerialised);
+                let data = frozen.to_snapshot();
+                let _ = mailbox.send(Msg::SnapshotSerialised { index: applied });
                 data
             });
         match spawned {
             Ok(thread) => {
                 self.serialising = Some(Serialising {
-                    index,
-                    began: Instant::now(),
+                    index: applied,
+                    conf,
+                    began,
                     thread,
-                })
+                });
             }
             Err(e) => {
                 tracing::warn!("no thread for the snapshot ({e}); writing it on this one");
-                let began = Instant::now();
                 let data = self.replica.read().state.to_snapshot();
-                self.save_snapshot(index, data, began.elapsed())?;
+                self.save_snapshot(applied, &conf, data, began.elapsed())?;
             }
         }
         Ok(())
     }
 
-    /// Waits for the snapshot being serialised (if any), saves it and applies what
-    /// committed meanwhile.
-    fn finish_snapshot(&mut self) -> Result<(), NodeError> {
-        let Some(s) = self.serialising.take() else {
+    /// Saves the snapshot at `index` its thread has written (the message comes just before
+    /// the thread returns, so joining it waits no longer than that).
+    fn finish_snapshot(&mut self, index: u64) -> Result<(), NodeError> {
+        let Some(s) = self.serialising.take_if(|s| s.index == index) else {
             return Ok(());
         };
         let data = s
             .thread
             .join()
             .map_err(|_| NodeError::Snapshot("the thread serialising the state panicked".into()))?;
-        self.save_snapshot(s.index, data, s.began.elapsed())?;
-        let deferred = std::mem::take(&mut self.deferred);
-        self.apply(deferred)?;
-        self.answer_reads();
-        Ok(())
+        self.save_snapshot(s.index, &s.conf, data, s.began.elapsed())
     }
 
-    /// Stores the state as of `index` (serialised into `data`, which took `took`) and
-    /// compacts the log behind it, keeping `keep_tail` entries.
+    /// Stores the state as of `index` (serialised into `data`, which took `took`, with
+    /// membership `conf`) and compacts the log behind it, keeping `keep_tail` entries.
     fn save_snapshot(
         &mut self,
         index: u64,
+        conf: &ConfState,
         data: Vec<u8>,
         took: Duration,
     ) -> Result<(), NodeError> {
@@ -1032,8 +1004,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         let mut snap = Snapshot::default();
         snap.mut_metadata().index = index;
         snap.mut_metadata().term = term;
-        // No membership change was applied after `index`: they wait with the rest.
-        snap.mut_metadata().set_conf_state(store.conf_state());
+        snap.mut_metadata().set_conf_state(conf.clone());
         snap.data = data.into();
         let mut hs = store.hard_state();
         hs.commit = hs.commit.max(index);

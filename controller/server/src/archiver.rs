@@ -57,12 +57,7 @@ impl Archiver {
         let mut cursor = self.cursor.lock();
         // Jobs purged from memory since the last call (many ending at once, or a replay
         // after a restart) first: they are no longer in the window below.
-        // Not waited for: while a snapshot is written the replica is read-locked for a
-        // while, and a waiting writer would hold up every reader behind it.
-        let (evicted, dropped) = replica
-            .try_write()
-            .map(|mut r| r.state.take_evicted())
-            .unwrap_or_default();
+        let (evicted, dropped) = replica.write().state.take_evicted();
         if dropped > 0 {
             tracing::error!(
                 "{dropped} ended jobs left memory before the accounting archive could take them: gacct on this controller lacks them (the other controllers' archives may hold them)"

@@ -2,7 +2,7 @@
 //! time-limit backstop, and the end of an attempt (release, requeue, fair-share charge,
 //! retention).
 
-use super::{ClusterState, payload};
+use super::{ClusterState, Shared, payload};
 use crate::command::{
     CancelJob, CancelUnsatisfiable, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons,
     StartJob, SubmitJob, TimeoutJob, UpdateJob,
@@ -77,7 +77,7 @@ impl ClusterState {
         };
         let base = JobId(self.next_job_id);
         let payload = payload::take(&mut spec, tasks.len() as u32, &mut self.blobs);
-        self.payloads.insert(base, payload);
+        self.payloads.insert(base, Shared::new(payload));
         self.queued.add(&spec.user, tasks.len() as u64);
         let mut ids = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -89,7 +89,7 @@ impl ClusterState {
                 task_id: t,
                 span,
             });
-            self.jobs.insert(id, Box::new(record));
+            self.jobs.insert(id, Shared::new(record));
             self.note_schedulable(id);
             ids.push(id);
         }
@@ -291,7 +291,7 @@ impl ClusterState {
         for s in starts {
             match self.check_start(s) {
                 Ok(()) => {
-                    let job = self.jobs.get_mut(&s.job).expect("checked");
+                    let job: &mut JobRecord = self.jobs.get_mut(&s.job).expect("checked");
                     job.state = JobState::Running;
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
@@ -465,7 +465,7 @@ impl ClusterState {
             return;
         }
         let max_restarts = self.config.max_restarts;
-        let job = self.jobs.get_mut(&id).expect("present");
+        let job: &mut JobRecord = self.jobs.get_mut(&id).expect("present");
         let final_state = job.ending_as.unwrap_or(if job.failure.is_some() {
             JobState::Failed
         } else {

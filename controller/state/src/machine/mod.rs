@@ -18,9 +18,11 @@ mod jobs;
 mod nodes;
 pub mod payload;
 mod reservations;
+mod shared;
 mod steps;
 
 pub use dedup::DEDUP_CAPACITY;
+pub use shared::Shared;
 
 use crate::command::{Command, Envelope, Outcome};
 use dedup::Dedup;
@@ -77,8 +79,9 @@ impl TokenRevocations {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub next_job_id: u64,
-    /// Boxed: a record is ~1 KB, and B-tree nodes hold their values inline.
-    pub jobs: BTreeMap<JobId, Box<JobRecord>>,
+    /// Shared (an `Arc`): a record is ~1 KB, and B-tree nodes hold their values inline;
+    /// a snapshot being written holds a clone of the map, not of the records.
+    pub jobs: BTreeMap<JobId, Shared<JobRecord>>,
     pub nodes: BTreeMap<String, NodeRecord>,
     /// account -> user -> usage.
     pub usage: BTreeMap<String, BTreeMap<String, Usage>>,
@@ -95,7 +98,7 @@ pub struct ClusterState {
     pub clock_ms: u64,
     /// Scripts and environments, one per submission (see [`payload`]).
     #[serde(default)]
-    pub payloads: BTreeMap<JobId, payload::Payload>,
+    pub payloads: BTreeMap<JobId, Shared<payload::Payload>>,
     /// The texts payloads name, compressed, one copy per distinct text.
     #[serde(default)]
     pub blobs: payload::Blobs,
@@ -136,7 +139,7 @@ pub struct ClusterState {
 /// Not replicated state: every replica fills its own as it applies the log.
 #[derive(Debug, Clone, Default)]
 pub struct Evicted {
-    jobs: VecDeque<Box<JobRecord>>,
+    jobs: VecDeque<Shared<JobRecord>>,
     /// Records dropped because the buffer was full, since the last take.
     dropped: u64,
 }
@@ -249,7 +252,7 @@ impl ClusterState {
 
     /// The ended jobs purged from memory since the last call, oldest first, and how many
     /// more were dropped because nothing took them in time.
-    pub fn take_evicted(&mut self) -> (Vec<Box<JobRecord>>, u64) {
+    pub fn take_evicted(&mut self) -> (Vec<Shared<JobRecord>>, u64) {
         let e = std::mem::take(&mut self.evicted);
         (e.jobs.into(), e.dropped)
     }
@@ -282,7 +285,7 @@ impl ClusterState {
                 }
                 None => {
                     let taken = payload::take(&mut job.spec, 1, &mut self.blobs);
-                    self.payloads.insert(key, taken);
+                    self.payloads.insert(key, Shared::new(taken));
                 }
             }
         }
@@ -378,7 +381,7 @@ impl ClusterState {
     pub fn full_spec(&self, job: &JobRecord) -> gsched_types::JobSpec {
         payload::restore(
             &job.spec,
-            self.payloads.get(&payload::key_of(job)),
+            self.payloads.get(&payload::key_of(job)).map(|p| &**p),
             &self.blobs,
         )
     }

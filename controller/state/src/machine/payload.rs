@@ -5,6 +5,7 @@
 //! and kept once however many submissions carry the same one (a loop of `gsub` from one
 //! shell sends the same environment every time).
 
+use super::Shared;
 use base64::Engine;
 use gsched_types::job::{JobId, JobRecord, JobSpec};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -131,7 +132,7 @@ pub fn restore(spec: &JobSpec, payload: Option<&Payload>, blobs: &Blobs) -> JobS
 
 /// One job of payload `key` ended: drops the payload, and texts no payload names any
 /// more, with its last job.
-pub fn release(payloads: &mut BTreeMap<JobId, Payload>, blobs: &mut Blobs, key: JobId) {
+pub fn release(payloads: &mut BTreeMap<JobId, Shared<Payload>>, blobs: &mut Blobs, key: JobId) {
     if let Some(p) = payloads.get_mut(&key) {
         p.live = p.live.saturating_sub(1);
         if p.live == 0
@@ -164,8 +165,8 @@ mod tests {
             (full.script.as_str(), full.env.len()),
             ("#!/bin/sh\necho hi\n", 1)
         );
-        payloads.insert(JobId(1), pa);
-        payloads.insert(JobId(2), pb);
+        payloads.insert(JobId(1), Shared::new(pa));
+        payloads.insert(JobId(2), Shared::new(pb));
         release(&mut payloads, &mut blobs, JobId(1));
         assert_eq!(blobs.footprint().0, 2, "job 2's payload still names them");
         release(&mut payloads, &mut blobs, JobId(2));
