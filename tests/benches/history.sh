@@ -11,7 +11,8 @@
 # real Slurm in ../shared/peers/slurm when that directory exists (it installs and starts
 # Slurm on 127.0.0.1; set GSCHED_HISTORY_SLURM=0 to skip it). GSCHED_HISTORY_TRACE=0 skips
 # the Philly replay (about 6 minutes), GSCHED_HISTORY_HA=0 the HA bench,
-# GSCHED_HISTORY_IDLE=0 the memory and idle-CPU run (about 5 minutes). The HA bench's
+# GSCHED_HISTORY_IDLE=0 the memory, idle-CPU and gqueue run at 10,000 and 100,000 jobs
+# (about 8 minutes). The HA bench's
 # own settings apply (GSCHED_BENCH_DISK_JOBS defaults to 5000 here, GSCHED_BENCH_TRIALS 20).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -89,28 +90,37 @@ if [ "${GSCHED_HISTORY_HA:-1}" != 0 ]; then
     [ -n "$slurm_par" ] && row sbatch_per_s_8_shells "$slurm_par" jobs/s
     [ -n "$slurm_squeue" ] && row squeue_s_10000_queued "$slurm_squeue" s
 fi
-# 4. Memory and idle CPU with 10,000 held jobs (the scale bench's memory-only run), against
-#    slurmctld and its 4 slurmd with the same queue when the Slurm peer starts.
+# 4. Memory, idle CPU and gqueue with 10,000 held jobs, then memory and gqueue with 100,000
+#    (the scale bench's memory-only run), against slurmctld and its 4 slurmd with the
+#    same 10,000 (Slurm's MaxJobCount here is 50,000) when the Slurm peer starts.
 if [ "${GSCHED_HISTORY_IDLE:-1}" != 0 ]; then
     slurm_up=0
     if [ "${GSCHED_HISTORY_SLURM:-1}" != 0 ] && [ -d ../shared/peers/slurm ] &&
         (cd ../shared/peers/slurm && bash setup.sh >>"$OUT/slurm-setup.log" 2>&1); then
         slurm_up=1
     fi
-    GSCHED_BENCH_MEMORY_ONLY=1 GSCHED_BENCH_SIZES=10000 GSCHED_BENCH_SLURM=$slurm_up \
+    GSCHED_BENCH_MEMORY_ONLY=1 GSCHED_BENCH_SIZES=10000,100000 GSCHED_BENCH_SLURM=$slurm_up \
         cargo bench --quiet -p gsched-tests --bench scale >"$OUT/scale.txt" 2>"$OUT/scale.err"
     [ "$slurm_up" = 1 ] && { (cd ../shared/peers/slurm && bash teardown.sh >/dev/null 2>&1) || true; }
-    rss_max=$(/usr/bin/python3 -c '
+    rss_max() { # SIZE: the largest replica's RSS at that queue size
+        /usr/bin/python3 -c '
 import re, sys
-print(max(float(m.group(1)) for m in re.finditer(r"^gsched rss_10000_replica\d ([0-9.]+)", open(sys.argv[1]).read(), re.M)))' "$OUT/scale.txt")
-    slurm_rss="" slurm_idle=""
+print(max(float(m.group(1)) for m in re.finditer(r"^gsched rss_" + sys.argv[2] + r"_replica\d ([0-9.]+)", open(sys.argv[1]).read(), re.M)))' "$OUT/scale.txt" "$1"
+    }
+    rss_max=$(rss_max 10000)
+    slurm_rss="" slurm_idle="" slurm_squeue=""
     if [ "$slurm_up" = 1 ]; then
         slurm_rss=$(num "$OUT/scale.txt" '^slurm rss_10000 ')
         slurm_idle=$(num "$OUT/scale.txt" '^slurm idle_cpu_10000_per_10s ')
+        slurm_squeue=$(num "$OUT/scale.txt" '^slurm gqueue_10000_ms ')
     fi
     row rss_mib_largest_replica_10000_queued "$rss_max" MiB \
         ${slurm_rss:+slurmctld_rss_mib_10000_queued "$slurm_rss"}
     row idle_cpu_ms_per_10s_10000_queued "$(num "$OUT/scale.txt" '^gsched idle_cpu_10000_per_10s ')" CPU-ms \
         ${slurm_idle:+slurm_daemons_idle_cpu_ms_per_10s "$slurm_idle"}
+    row gqueue_ms_10000_queued "$(num "$OUT/scale.txt" '^gsched gqueue_10000_ms ')" ms \
+        ${slurm_squeue:+squeue_ms_10000_queued "$slurm_squeue"}
+    row rss_mib_largest_replica_100000_queued "$(rss_max 100000)" MiB
+    row gqueue_ms_100000_queued "$(num "$OUT/scale.txt" '^gsched gqueue_100000_ms ')" ms
 fi
 echo "# raw outputs in $OUT" >&2

@@ -2,7 +2,7 @@
 //!
 //!   cargo bench -p gsched-tests --bench scale          # builds and uses release binaries
 //!   GSCHED_BENCH_WAVE_ONLY=1 cargo bench -p gsched-tests --bench scale   # issue 15's table
-//!   GSCHED_BENCH_MEMORY_ONLY=1 GSCHED_BENCH_SIZES=10000 cargo bench ...  # memory, idle CPU
+//!   GSCHED_BENCH_MEMORY_ONLY=1 GSCHED_BENCH_SIZES=10000 cargo bench ...  # memory, idle CPU, gqueue
 //!
 //! On a local 3-replica cluster (sled, 127.0.0.1) with 4 fake 8-GPU agents, for each queue
 //! size (GSCHED_BENCH_SIZES, default "10000,100000") of held 1-GPU jobs:
@@ -203,15 +203,15 @@ fn gsched(
             "CPU-ms",
         );
         fig(format!("idle_cpu_{n}_agents"), agt.iter().sum(), "CPU-ms");
-        if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_some() {
-            continue;
-        }
         let (t, m) = median_of(5, || c.command("gqueue", &[], c.dir.path()));
         fig(format!("gqueue_{n}_ms"), t, "ms");
         fig(format!("gqueue_{n}_client_rss"), m, "MiB");
         let (t, m) = median_of(5, || c.command("gqueue", &["--json"], c.dir.path()));
         fig(format!("gqueue_json_{n}_ms"), t, "ms");
         fig(format!("gqueue_json_{n}_client_rss"), m, "MiB");
+        if std::env::var_os("GSCHED_BENCH_MEMORY_ONLY").is_some() {
+            continue;
+        }
         let follower = follower_addr(c);
         let (t, _) = median_of(5, || {
             let mut cmd = c.command("gqueue", &["--stale-ok"], c.dir.path());
