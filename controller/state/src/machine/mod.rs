@@ -75,6 +75,11 @@ impl TokenRevocations {
     }
 }
 
+/// Whether a pass may start `job`: it is pending and not held.
+fn schedulable(job: &JobRecord) -> bool {
+    job.state == JobState::Pending && !job.held
+}
+
 /// The replicated state of the whole cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
@@ -290,7 +295,7 @@ impl ClusterState {
             }
         }
         for job in self.jobs.values() {
-            if job.state == JobState::Pending && !job.held {
+            if schedulable(job) {
                 self.schedulable.insert(job.id);
             }
             if matches!(job.state, JobState::Running | JobState::Completing)
@@ -310,7 +315,15 @@ impl ClusterState {
 
     /// Jobs that hold an allocation (running or completing), in id order.
     pub fn allocated_jobs(&self) -> impl Iterator<Item = &JobRecord> {
-        self.allocated
+        self.jobs_in(&self.allocated)
+    }
+
+    /// The records of the jobs an index names, in id order.
+    fn jobs_in<'a>(
+        &'a self,
+        index: &'a std::collections::BTreeSet<JobId>,
+    ) -> impl Iterator<Item = &'a JobRecord> {
+        index
             .iter()
             .filter_map(|id| self.jobs.get(id).map(|j| &**j))
     }
@@ -322,9 +335,7 @@ impl ClusterState {
 
     /// Pending jobs that are not held, in id order: what a scheduling pass considers.
     pub fn schedulable_jobs(&self) -> impl Iterator<Item = &JobRecord> {
-        self.schedulable
-            .iter()
-            .filter_map(|id| self.jobs.get(id).map(|j| &**j))
+        self.jobs_in(&self.schedulable)
     }
 
     /// How many jobs the schedulable index holds (for the invariants).
@@ -335,13 +346,10 @@ impl ClusterState {
     /// Puts job `id` in the schedulable index or takes it out, as its state and hold
     /// now say; called wherever either changes.
     pub(super) fn note_schedulable(&mut self, id: JobId) {
-        match self.jobs.get(&id) {
-            Some(j) if j.state == JobState::Pending && !j.held => {
-                self.schedulable.insert(id);
-            }
-            _ => {
-                self.schedulable.remove(&id);
-            }
+        if self.jobs.get(&id).is_some_and(|j| schedulable(j)) {
+            self.schedulable.insert(id);
+        } else {
+            self.schedulable.remove(&id);
         }
     }
 
