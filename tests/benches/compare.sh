@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Same-sitting comparison with an earlier commit: builds REV in a worktree (its own target
 # directory), then runs the HA benchmark of both trees in interleaved rounds and a
-# `gqueue --json` A/B (each build's client against each build's controller, one
-# --dev-local controller with a 10,000-task held array). Prints everything to stdout.
+# `gqueue` and `gqueue --json` A/B (each build's client against each build's controller,
+# one --dev-local controller with a 10,000-task held array). Prints everything to stdout.
+# ROUNDS 0 runs only the gqueue A/B.
 #
 #   tests/benches/compare.sh REV [ROUNDS]      # e.g. 4738451 2
 #
@@ -47,11 +48,13 @@ for ctl in "$BASE_TARGET/release" "$ROOT/target/release"; do
     sleep 1.5
     export GSCHED_CONTROLLERS="127.0.0.1:$port"
     "$ctl/gsub" --hold --array 0-9999 "$work/s.sh" >/dev/null
-    for client in "$BASE_TARGET/release" "$ROOT/target/release" "$BASE_TARGET/release" "$ROOT/target/release"; do
-        t0=$(date +%s%N)
-        for _ in 1 2 3 4 5; do "$client/gqueue" --json >/dev/null; done
-        t1=$(date +%s%N)
-        echo "gqueue --json, controller $(label "$ctl"), client $(label "$client"): $(( (t1 - t0) / 5000000 )) ms (mean of 5)"
+    for form in "" --json; do
+        for client in "$BASE_TARGET/release" "$ROOT/target/release" "$BASE_TARGET/release" "$ROOT/target/release"; do
+            t0=$(date +%s%N)
+            for _ in 1 2 3 4 5; do "$client/gqueue" $form >/dev/null; done
+            t1=$(date +%s%N)
+            echo "gqueue${form:+ $form}, controller $(label "$ctl"), client $(label "$client"): $(( (t1 - t0) / 5000000 )) ms (mean of 5)"
+        done
     done
     kill "$pid"
     wait "$pid" 2>/dev/null || true
