@@ -402,12 +402,17 @@ fn a_leader_goes_on_committing_while_its_snapshot_is_written() {
         let (status, stop) = (status.clone(), stop.clone());
         std::thread::spawn(move || {
             let (mut first_saved, mut terms) = (None, HashSet::new());
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            // One last look after `stop`: the writer stops only once it saw the snapshot saved.
+            loop {
+                let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
                 let s = status.borrow().clone();
                 if s.snapshot_index > 0 && first_saved.is_none() {
                     first_saved = Some((s.snapshot_index, s.applied_index));
                 }
                 terms.insert(s.term);
+                if stopping {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
             (first_saved, terms)
