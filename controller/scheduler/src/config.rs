@@ -210,6 +210,24 @@ pub struct SchedConfig {
     /// `kill_invalid_depend`.
     #[serde(skip_serializing_if = "is_false")]
     pub keep_invalid_depend: bool,
+    /// How long a multi-GPU job may wait for its best placement (the best GPU set an
+    /// empty node offers, on the fewest leaf switches) before it takes what is free, from
+    /// when it became eligible; 0 starts it on whatever is free at once. Slurm's
+    /// `max_switch_wait`, applied to GPU sets as well as switches.
+    #[serde(skip_serializing_if = "is_default_topology_wait")]
+    pub topology_wait_s: u64,
+    /// If set, no longer than this share of the job's time limit either (0.5: a 2-hour
+    /// job waits at most an hour for its best GPUs). Unset, every job may wait
+    /// `topology_wait_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_wait_share: Option<f64>,
+}
+
+/// [`SchedConfig::topology_wait_s`] when the configuration names none.
+pub const DEFAULT_TOPOLOGY_WAIT_S: u64 = 12 * 3600;
+
+fn is_default_topology_wait(s: &u64) -> bool {
+    *s == DEFAULT_TOPOLOGY_WAIT_S
 }
 
 fn is_false(b: &bool) -> bool {
@@ -238,6 +256,8 @@ impl Default for SchedConfig {
             preemption: false,
             max_restarts: 3,
             keep_invalid_depend: false,
+            topology_wait_s: DEFAULT_TOPOLOGY_WAIT_S,
+            topology_wait_share: None,
         }
     }
 }
@@ -331,6 +351,11 @@ impl SchedConfig {
                 })?;
             }
         }
+        if let Some(share) = self.topology_wait_share
+            && !(share.is_finite() && share >= 0.0)
+        {
+            return Err(SchedConfigError::TopologyWaitShare(share));
+        }
         if self.partitions.iter().filter(|p| p.default).count() > 1 {
             return Err(SchedConfigError::TwoDefaults);
         }
@@ -348,7 +373,7 @@ impl SchedConfig {
 }
 
 /// A scheduler setting that cannot be used; the message says what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SchedConfigError {
     #[error("master_port_min..master_port_max ({min}..{max}) is not a valid port range")]
     PortRange { min: u16, max: u16 },
@@ -362,4 +387,8 @@ pub enum SchedConfigError {
     },
     #[error("more than one partition has default = true")]
     TwoDefaults,
+    #[error(
+        "topology_wait_share = {0} is not a share of a time limit: give 0 or more (0.5 waits at most half the job's time limit), or leave it out"
+    )]
+    TopologyWaitShare(f64),
 }

@@ -264,6 +264,73 @@ struct Eligibility {
     /// `nodes` as a lookup table by node index.
     member: Arc<Vec<bool>>,
     never: Option<NeverFits>,
+    /// Worked out on first use.
+    ideal: Option<Ideal>,
+}
+
+/// The best placement a shape could get with every eligible node empty: what
+/// `topology_wait_s` lets a job wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ideal {
+    /// The worst link tier of the best GPU set on any eligible node.
+    pub worst_tier: u8,
+    /// The fewest leaf switches that hold the job's node count.
+    pub switches: usize,
+}
+
+impl Ideal {
+    fn of(nodes: &[NodeView], available: &[usize], job: &PendingJob) -> Ideal {
+        let empty = NodeUsage::default();
+        let mut wirings: FxHashMap<(usize, u64), &NodeView> = FxHashMap::default();
+        for &ni in available {
+            let node = &nodes[ni];
+            let healthy = free_mask(node, &empty);
+            wirings.insert((Arc::as_ptr(&node.topo) as usize, healthy), node);
+        }
+        let worst_tier = wirings
+            .iter()
+            .filter_map(|((_, healthy), node)| {
+                node.topo
+                    .best_set(*healthy, job.gpus_per_node)
+                    .map(|c| c.quality.worst_tier)
+            })
+            .min()
+            .unwrap_or(0);
+        let mut per_switch: FxHashMap<Option<&str>, usize> = FxHashMap::default();
+        for &ni in available {
+            *per_switch.entry(nodes[ni].switch.as_deref()).or_default() += 1;
+        }
+        let mut sizes: Vec<usize> = per_switch.into_values().collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let (mut held, mut switches) = (0, 0);
+        for size in sizes {
+            if held >= job.nodes as usize {
+                break;
+            }
+            held += size;
+            switches += 1;
+        }
+        Ideal {
+            worst_tier,
+            switches: switches.max(1),
+        }
+    }
+
+    /// Does a placement fall short of this (a slower worst link, or more switches)?
+    pub fn beats(&self, nodes: &[NodeView], picks: &[NodePick]) -> bool {
+        let worst_tier = picks
+            .iter()
+            .map(|p| p.quality.worst_tier)
+            .max()
+            .unwrap_or(0);
+        let mut switches: Vec<Option<&str>> = picks
+            .iter()
+            .map(|p| nodes[p.node].switch.as_deref())
+            .collect();
+        switches.sort_unstable();
+        switches.dedup();
+        worst_tier > self.worst_tier || switches.len() > self.switches
+    }
 }
 
 /// Nodes grouped by (wiring, free GPUs): every node of a class offers the same GPU sets.
@@ -447,9 +514,23 @@ impl<'a> Placer<'a> {
             unavailable: Arc::new(unavailable),
             member: Arc::new(member),
             never,
+            ideal: None,
         };
         self.eligibility.insert(ShapeKey::of(job), e.clone());
         e
+    }
+
+    /// The best placement the job's shape could get on empty nodes.
+    pub fn ideal(&mut self, job: &PendingJob) -> Ideal {
+        let elig = self.eligibility(job);
+        if let Some(ideal) = elig.ideal {
+            return ideal;
+        }
+        let ideal = Ideal::of(&self.snap.nodes, &elig.available, job);
+        if let Some(e) = self.eligibility.get_mut(&ShapeOf(job)) {
+            e.ideal = Some(ideal);
+        }
+        ideal
     }
 
     /// Would the job ever fit on the registered nodes? `Err` says why not.

@@ -14,7 +14,7 @@
 use crate::config::Policy;
 use crate::deps::{self, DepStatus};
 use crate::input::{PendingJob, RunningJob, Snapshot};
-use crate::place::{Blocked, CLOSED, NodePick, Placer, ShapeKey, ShapeMap, ShapeOf};
+use crate::place::{Blocked, CLOSED, Ideal, NodePick, Placer, ShapeKey, ShapeMap, ShapeOf};
 use crate::priority::{FairShare, priority};
 use crate::windows::Windows;
 use gsched_types::assoc::{ancestors, lineage};
@@ -54,6 +54,9 @@ pub struct Plan {
 /// GPUs set aside for a blocked higher-priority job from `start_ms` on.
 #[derive(Debug, Clone)]
 struct Reservation {
+    /// Held for a job waiting for its best placement (`topology_wait_s`) rather than
+    /// for the head of the queue.
+    topology: bool,
     start_ms: u64,
     gpus: HashMap<usize, u64>,
     whole_nodes: HashSet<usize>,
@@ -68,6 +71,9 @@ struct ReservationBlock {
     limit_s: u64,
     started: u64,
 }
+
+/// How many jobs waiting for their best placement get a reservation for it per pass.
+const TOPOLOGY_RESERVATIONS: usize = 8;
 
 /// How many blocked jobs beyond the reservations get a start estimate per pass.
 const EXTRA_ESTIMATES: usize = 16;
@@ -127,6 +133,9 @@ struct Pass<'a> {
     busy_shapes: HashMap<(u32, Option<u64>), PendingReason>,
     /// Shapes kept out only by backfill reservations, keyed like `busy_shapes`.
     reservation_blocked: HashMap<(u32, Option<u64>), ReservationBlock>,
+    /// Shapes whose placement fell short of their best while `started` had this value,
+    /// keyed like `busy_shapes`: the same placement would be found again until a start.
+    topology_short: HashMap<(u32, Option<u64>), u64>,
     /// Jobs started so far this pass: free resources change only when it grows.
     started: u64,
     fifo_blocked: bool,
@@ -169,6 +178,7 @@ impl<'a> Pass<'a> {
             shape_ids: ShapeMap::default(),
             busy_shapes: HashMap::default(),
             reservation_blocked: HashMap::default(),
+            topology_short: HashMap::default(),
             started: 0,
             fifo_blocked: false,
             user_gpus: HashMap::default(),
@@ -418,6 +428,11 @@ impl<'a> Pass<'a> {
             let closed = if no_port[ni] { CLOSED } else { 0 };
             closed | windows.mask(own, ni, now_ms, end_ms)
         };
+        let waits_for_topology = self.may_wait_for_topology(job);
+        if waits_for_topology && self.topology_short.get(&busy_key) == Some(&self.started) {
+            self.reserve_best_placement(job);
+            return Err(PendingReason::TopologyWait);
+        }
         let result = if known_reserved.is_some() {
             Err(Blocked::Busy)
         } else {
@@ -427,6 +442,11 @@ impl<'a> Pass<'a> {
         };
         match result {
             Ok(picks) => {
+                if waits_for_topology && self.placer.ideal(job).beats(self.placer.nodes(), &picks) {
+                    self.topology_short.insert(busy_key, self.started);
+                    self.reserve_best_placement(job);
+                    return Err(PendingReason::TopologyWait);
+                }
                 let backfilled = reservations_exist;
                 match self.start(job, picks, backfilled) {
                     Some(start) => Ok(start),
@@ -466,30 +486,20 @@ impl<'a> Pass<'a> {
                 if !blocked_by_reservation && !blocked_by_window {
                     self.try_preempt(job);
                 }
+                let backfill_reservations =
+                    self.reservations.iter().filter(|r| !r.topology).count();
                 let wants_reservation = policy != Policy::Fifo
                     && self.snap.config.backfill
-                    && (self.reservations.len() as u32) < self.snap.config.reservations.max(1);
+                    && (backfill_reservations as u32) < self.snap.config.reservations.max(1);
                 if wants_reservation && !blocked_by_reservation {
-                    if let Some((start_ms, picks)) = self.shadow(job, true) {
+                    if let Some((start_ms, picks)) = self.shadow(job, true, None) {
                         self.estimates.push((job.id, start_ms));
-                        let mut res = Reservation {
-                            start_ms,
-                            gpus: HashMap::default(),
-                            whole_nodes: HashSet::default(),
-                        };
-                        for p in picks {
-                            *res.gpus.entry(p.node).or_default() |=
-                                p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
-                            if p.alloc.exclusive {
-                                res.whole_nodes.insert(p.node);
-                            }
-                        }
-                        self.reservations.push(res);
+                        self.reserve(start_ms, picks, false);
                     }
                 } else if self.estimates.len()
                     < self.snap.config.reservations as usize + EXTRA_ESTIMATES
                     && policy != Policy::Fifo
-                    && let Some((start_ms, _)) = self.shadow(job, false)
+                    && let Some((start_ms, _)) = self.shadow(job, false, None)
                 {
                     self.estimates.push((job.id, start_ms));
                 }
@@ -510,6 +520,50 @@ impl<'a> Pass<'a> {
                 Err(reason)
             }
         }
+    }
+
+    /// Sets GPUs aside from `start_ms` on; later jobs may use them only if they end first.
+    fn reserve(&mut self, start_ms: u64, picks: Vec<NodePick>, topology: bool) {
+        let mut res = Reservation {
+            topology,
+            start_ms,
+            gpus: HashMap::default(),
+            whole_nodes: HashSet::default(),
+        };
+        for p in picks {
+            *res.gpus.entry(p.node).or_default() |=
+                p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
+            if p.alloc.exclusive {
+                res.whole_nodes.insert(p.node);
+            }
+        }
+        self.reservations.push(res);
+    }
+
+    /// For a job waiting for its best placement: reserves the first such placement that
+    /// running jobs free (ending at their time limits), so that the jobs behind it do not
+    /// take it piecemeal while it waits.
+    fn reserve_best_placement(&mut self, job: &PendingJob) {
+        let held = self.reservations.iter().filter(|r| r.topology).count();
+        if held >= TOPOLOGY_RESERVATIONS {
+            return;
+        }
+        let ideal = self.placer.ideal(job);
+        if let Some((start_ms, picks)) = self.shadow(job, true, Some(ideal)) {
+            self.estimates.push((job.id, start_ms));
+            self.reserve(start_ms, picks, true);
+        }
+    }
+
+    /// Would the job rather wait than start on a placement short of its best? Only
+    /// multi-GPU jobs of the topology-aware policy that name no nodes, and only within
+    /// `topology_wait_s` of becoming eligible.
+    fn may_wait_for_topology(&self, job: &PendingJob) -> bool {
+        let config = &self.snap.config;
+        config.policy == Policy::Gsched
+            && job.total_gpus() > 1
+            && job.nodelist.is_empty()
+            && self.now_ms.saturating_sub(job.eligible_ms) < topology_wait_ms(config, job)
     }
 
     /// Commits a placement to the pass's free state and builds the start.
@@ -560,11 +614,12 @@ impl<'a> Pass<'a> {
 
     /// Earliest time the job fits if running jobs end at their time limits and admin
     /// windows end when they say. With `respect_reservations`, earlier backfill
-    /// reservations keep their GPUs.
+    /// reservations keep their GPUs. With `ideal`, only a placement that meets it counts.
     fn shadow(
         &mut self,
         job: &PendingJob,
         respect_reservations: bool,
+        ideal: Option<Ideal>,
     ) -> Option<(u64, Vec<NodePick>)> {
         let mut future = self.usage.clone();
         let reserved: HashMap<usize, u64> = if respect_reservations {
@@ -640,6 +695,7 @@ impl<'a> Pass<'a> {
                 && let Ok(picks) = self
                     .placer
                     .place_on(job, &future, &|ni| mask(ni, t), &fitting)
+                && ideal.is_none_or(|i| !i.beats(self.placer.nodes(), &picks))
             {
                 return Some((t.max(now_ms), picks));
             }
@@ -712,6 +768,16 @@ impl<'a> Pass<'a> {
                 return;
             }
         }
+    }
+}
+
+/// How long a job may wait for its best placement: `topology_wait_s`, and no more than
+/// `topology_wait_share` of its time limit.
+fn topology_wait_ms(config: &crate::config::SchedConfig, job: &PendingJob) -> u64 {
+    let cap = config.topology_wait_s.saturating_mul(1000);
+    match (job.time_limit_s, config.topology_wait_share) {
+        (Some(t), Some(share)) => cap.min((t as f64 * 1000.0 * share.max(0.0)) as u64),
+        _ => cap,
     }
 }
 

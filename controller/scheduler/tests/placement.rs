@@ -361,7 +361,12 @@ fn a_job_whose_gpus_span_two_numa_nodes_gets_cpus_on_both() {
     let node = with_usage(NodeView::from_topology("n1", &topo, "10.0.0.1"), &busy);
     let mut j = job(1, 1, 2);
     j.cpus_per_node = 8;
-    let p = plan(&snapshot(vec![node], vec![j], busy.to_vec()), 0);
+    let mut snap = snapshot(vec![node], vec![j], busy.to_vec());
+    snap.config = Arc::new(SchedConfig {
+        topology_wait_s: 0,
+        ..SchedConfig::default()
+    });
+    let p = plan(&snap, 0);
     let a = &p.starts[0].allocation.nodes[0];
     let mut gpus = a.gpus.clone();
     gpus.sort_unstable();
@@ -526,4 +531,127 @@ fn a_node_whose_address_has_no_master_port_left_is_passed_over_not_chosen_and_dr
             .count()
     };
     assert_eq!((on("n1"), on("n2")), (2, 2), "{:?}", p.starts);
+}
+
+/// An RTX 4090 box (PIX pairs 0-1, 2-3, 4-5, 6-7; sockets 0-3 and 4-7) with GPUs 3 and 7
+/// free (a SYS pair) and GPU 2 free in an hour: a PIX pair then.
+fn box_with_a_sys_pair_free() -> (Vec<NodeView>, Vec<RunningJob>) {
+    let topo = shipped("rtx4090-8gpu.json");
+    let mut soon = running(9, "n1", &[2]);
+    soon.time_limit_s = Some(3600);
+    let mut late = [running(8, "n1", &[0, 1]), running(10, "n1", &[4, 5, 6])];
+    for r in &mut late {
+        r.time_limit_s = Some(10 * 3600);
+    }
+    let busy = vec![late[0].clone(), soon, late[1].clone()];
+    let node = with_usage(NodeView::from_topology("n1", &topo, "10.0.0.1"), &busy);
+    (vec![node], busy)
+}
+
+fn with_config(mut snap: Snapshot, f: impl FnOnce(&mut SchedConfig)) -> Snapshot {
+    let mut config = SchedConfig::default();
+    f(&mut config);
+    snap.config = Arc::new(config);
+    snap
+}
+
+fn gpus_of(p: &gsched_scheduler::Plan, id: u64) -> Option<Vec<u32>> {
+    let s = p.starts.iter().find(|s| s.job == JobId(id))?;
+    let mut g = s.allocation.nodes[0].gpus.clone();
+    g.sort_unstable();
+    Some(g)
+}
+
+#[test]
+fn a_multi_gpu_job_waits_for_its_best_set_which_later_jobs_leave_alone() {
+    let (nodes, busy) = box_with_a_sys_pair_free();
+    let mut long_single = job(2, 1, 1);
+    long_single.time_limit_s = Some(10 * 3600);
+    let p = plan(
+        &snapshot(nodes, vec![job(1, 1, 2), long_single], busy),
+        60_000,
+    );
+    let reason = p.reasons.iter().find(|(j, _)| *j == JobId(1));
+    assert_eq!(reason, Some(&(JobId(1), PendingReason::TopologyWait)));
+    let estimate = p.estimates.iter().find(|(j, _)| *j == JobId(1));
+    assert_eq!(
+        estimate,
+        Some(&(JobId(1), 3_600_000)),
+        "expected to start when GPU 2 frees"
+    );
+    assert_eq!(
+        gpus_of(&p, 2),
+        Some(vec![7]),
+        "the 10-hour job leaves GPU 3 (reserved with 2 from the hour on) alone"
+    );
+}
+
+#[test]
+fn a_job_past_its_topology_wait_takes_what_is_free() {
+    let (nodes, busy) = box_with_a_sys_pair_free();
+    let snap = snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone());
+    let twelve_hours = 12 * 3600 * 1000;
+    let p = plan(&snap, twelve_hours);
+    assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]), "waited 12 h: starts");
+    assert!(gpus_of(&plan(&snap, twelve_hours - 1), 1).is_none());
+
+    let off = with_config(
+        snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone()),
+        |c| c.topology_wait_s = 0,
+    );
+    assert_eq!(gpus_of(&plan(&off, 0), 1), Some(vec![3, 7]), "waiting off");
+
+    // A share of the time limit (1 h here) caps the wait too.
+    let share = with_config(snapshot(nodes, vec![job(1, 1, 2)], busy), |c| {
+        c.topology_wait_share = Some(0.5)
+    });
+    assert!(gpus_of(&plan(&share, 29 * 60_000), 1).is_none());
+    assert_eq!(gpus_of(&plan(&share, 30 * 60_000), 1), Some(vec![3, 7]));
+}
+
+#[test]
+fn a_job_that_names_its_nodes_or_wants_one_gpu_never_waits_for_topology() {
+    let (nodes, busy) = box_with_a_sys_pair_free();
+    let mut named = job(1, 1, 2);
+    named.nodelist = vec!["n1".into()];
+    let p = plan(&snapshot(nodes.clone(), vec![named], busy.clone()), 0);
+    assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]));
+    let p = plan(&snapshot(nodes, vec![job(2, 1, 1)], busy), 0);
+    assert!(gpus_of(&p, 2).is_some());
+}
+
+#[test]
+fn a_gang_waits_for_one_switch_while_another_frees() {
+    let topo = shipped("dgx-a100-8gpu.json");
+    let mut nodes: Vec<NodeView> = (1..=4)
+        .map(|i| NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}")))
+        .collect();
+    for (n, leaf) in nodes.iter_mut().zip(["leaf1", "leaf1", "leaf2", "leaf2"]) {
+        n.switch = Some(leaf.into());
+    }
+    let all: Vec<u32> = (0..8).collect();
+    let mut soon = running(8, "n2", &all);
+    soon.time_limit_s = Some(1800);
+    let mut late = running(9, "n4", &all);
+    late.time_limit_s = Some(10 * 3600);
+    let busy = vec![soon, late];
+    let nodes: Vec<NodeView> = nodes.into_iter().map(|n| with_usage(n, &busy)).collect();
+    let p = plan(
+        &snapshot(nodes.clone(), vec![job(1, 2, 8)], busy.clone()),
+        0,
+    );
+    assert!(
+        p.starts.is_empty(),
+        "n1 and n3 are free but on two switches"
+    );
+    assert_eq!(p.reasons, vec![(JobId(1), PendingReason::TopologyWait)]);
+    assert_eq!(p.estimates, vec![(JobId(1), 1_800_000)]);
+    let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], busy), 12 * 3600 * 1000);
+    let names: Vec<&str> = p.starts[0]
+        .allocation
+        .nodes
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect();
+    assert_eq!(names, ["n1", "n3"], "after the wait, across switches");
 }

@@ -253,4 +253,23 @@ mod tests {
         assert!(super::parse_peers("1=a:1,1=b:2").is_err());
         assert!(super::parse_peers("1=nohostport").is_err());
     }
+
+    #[test]
+    fn the_example_configuration_loads_with_what_it_documents() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/config/gctld.example.toml");
+        let file = super::ConfigFile::load(&path).unwrap();
+        let scheduler = file.scheduler.expect("a [scheduler] section");
+        assert_eq!(scheduler.topology_wait_s, 43_200);
+        assert_eq!(scheduler.topology_wait_share, None);
+    }
+
+    #[test]
+    fn a_negative_topology_wait_share_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gctld.toml");
+        std::fs::write(&path, "[scheduler]\ntopology_wait_share = -1.0\n").unwrap();
+        let err = super::ConfigFile::load(&path).unwrap_err().to_string();
+        assert!(err.contains("topology_wait_share"), "{err}");
+    }
 }

@@ -37,6 +37,10 @@ pub struct SimOptions {
     pub cross_switch_penalty: f64,
     /// Seconds of virtual time between scheduling passes (0: after every event).
     pub pass_interval_s: u64,
+    /// The scheduler's `topology_wait_s` (default: the scheduler's default).
+    pub topology_wait_s: Option<u64>,
+    /// The scheduler's `topology_wait_share` (default: the scheduler's default).
+    pub topology_wait_share: Option<f64>,
     /// Priority weights for the gsched policy (default: the scheduler's defaults).
     pub weights: Option<gsched_scheduler::config::PriorityWeights>,
     /// Admin reservations over the replay (times in trace milliseconds). No trace job
@@ -53,6 +57,8 @@ impl SimOptions {
             comm_multi_node: 0.4,
             cross_switch_penalty: 0.5,
             pass_interval_s: 0,
+            topology_wait_s: None,
+            topology_wait_share: None,
             weights: None,
             reservations: Vec::new(),
         }
@@ -73,6 +79,10 @@ pub struct SimResult {
     pub gpu_utilization: f64,
     /// Multi-GPU jobs placed at their best achievable link class on the fewest nodes.
     pub best_placement_share: f64,
+    /// Average queueing delay of multi-GPU jobs (those `best_placement_share` counts).
+    pub avg_queue_s_multi_gpu: f64,
+    /// Multi-GPU jobs off their best placement, by GPUs asked for and reason.
+    pub placement_misses: BTreeMap<u32, PlacementMisses>,
     /// Time-averaged GPUs free while the head of the queue waited for resources.
     pub avg_fragmented_gpus: f64,
     pub avg_slowdown: f64,
@@ -85,6 +95,19 @@ pub struct SimResult {
     /// scheduler must keep this at 0).
     pub reservation_overlaps: u64,
     pub wall_s: f64,
+}
+
+/// Why multi-GPU jobs of one size were not on their best placement (a job may count under
+/// several reasons).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PlacementMisses {
+    pub jobs: u64,
+    /// The GPU set's worst link was slower than the best set an empty node offers.
+    pub slower_link: u64,
+    /// Spread over more nodes than the job needs.
+    pub extra_nodes: u64,
+    /// Its nodes hang off more than one leaf switch.
+    pub cross_switch: u64,
 }
 
 /// The representative link class of a tier (for bandwidths).
@@ -150,6 +173,8 @@ struct Engine<'a> {
     slowdowns: Vec<f64>,
     multi_jobs: u64,
     best_placed: u64,
+    misses: BTreeMap<u32, PlacementMisses>,
+    multi_gpu_delay_s: f64,
     reservation_overlaps: u64,
     allocated_gpus: u32,
     busy_gpu_s: f64,
@@ -172,6 +197,12 @@ fn sim_config(nodes: &[NodeView], opts: &SimOptions) -> SchedConfig {
     };
     if let Some(w) = &opts.weights {
         config.weights = w.clone();
+    }
+    if let Some(w) = opts.topology_wait_s {
+        config.topology_wait_s = w;
+    }
+    if opts.topology_wait_share.is_some() {
+        config.topology_wait_share = opts.topology_wait_share;
     }
     config.fairshare_half_life_s = 86_400;
     config.max_age_s = 86_400;
@@ -284,6 +315,8 @@ impl<'a> Engine<'a> {
             jcts: Vec::with_capacity(trace.len()),
             slowdowns: Vec::new(),
             multi_jobs: 0,
+            misses: BTreeMap::new(),
+            multi_gpu_delay_s: 0.0,
             best_placed: 0,
             reservation_overlaps: 0,
             allocated_gpus: 0,
@@ -531,8 +564,20 @@ impl<'a> Engine<'a> {
         };
         if gpus > 1 {
             self.multi_jobs += 1;
-            if worst_tier <= best && job_nodes == min_nodes && switches.len() <= 1 {
+            let miss = PlacementMisses {
+                jobs: 1,
+                slower_link: u64::from(worst_tier > best),
+                extra_nodes: u64::from(job_nodes != min_nodes),
+                cross_switch: u64::from(switches.len() > 1),
+            };
+            if miss.slower_link + miss.extra_nodes + miss.cross_switch == 0 {
                 self.best_placed += 1;
+            } else {
+                let m = self.misses.entry(gpus).or_default();
+                m.jobs += 1;
+                m.slower_link += miss.slower_link;
+                m.extra_nodes += miss.extra_nodes;
+                m.cross_switch += miss.cross_switch;
             }
         }
         let slowdown = if self.opts.comm_model && gpus > 1 {
@@ -562,6 +607,9 @@ impl<'a> Engine<'a> {
         let end = t + run_s.max(1);
         self.completions.push(Reverse((end, id)));
         self.queue_delays.push((t - trace_job.submit_s) as f64);
+        if gpus > 1 {
+            self.multi_gpu_delay_s += (t - trace_job.submit_s) as f64;
+        }
         let g = self
             .group_delays
             .entry(trace_job.group.clone())
@@ -596,6 +644,8 @@ impl<'a> Engine<'a> {
             } else {
                 1.0
             },
+            avg_queue_s_multi_gpu: self.multi_gpu_delay_s / self.multi_jobs.max(1) as f64,
+            placement_misses: self.misses,
             avg_fragmented_gpus: if makespan > 0 {
                 self.frag_gpu_s / makespan as f64
             } else {

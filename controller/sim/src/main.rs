@@ -55,6 +55,13 @@ struct Replay {
     /// Virtual seconds between scheduling passes (0: after every event).
     #[arg(long, default_value_t = 0)]
     pass_interval: u64,
+    /// Seconds a multi-GPU job may wait for its best placement (the scheduler's
+    /// `topology_wait_s`; default: the scheduler's default).
+    #[arg(long)]
+    topology_wait: Option<u64>,
+    /// ...and at most this share of its time limit (`topology_wait_share`).
+    #[arg(long)]
+    topology_wait_share: Option<f64>,
     /// Reservations over the replay: a JSON list of {"name", "start_s", "duration_s",
     /// "nodes": "HOSTLIST", "maint": bool} (seconds from the trace's start; no trace job
     /// may use them, so every other job must plan around them).
@@ -224,6 +231,8 @@ fn main() {
         for p in &policies {
             let mut opts = engine::SimOptions::new(*p, model);
             opts.pass_interval_s = a.pass_interval;
+            opts.topology_wait_s = a.topology_wait;
+            opts.topology_wait_share = a.topology_wait_share;
             opts.reservations = reservations.clone();
             if let Some(w) = &a.weights {
                 let v: Vec<f64> = w
@@ -304,6 +313,28 @@ fn main() {
                     r.best_placement_share * 100.0,
                     r.avg_fragmented_gpus,
                     r.avg_slowdown
+                );
+            }
+            for r in &results {
+                let misses: Vec<String> = r
+                    .placement_misses
+                    .iter()
+                    .map(|(gpus, m)| {
+                        format!(
+                            "{gpus} GPUs: {} (slower link {}, extra nodes {}, cross-switch {})",
+                            m.jobs, m.slower_link, m.extra_nodes, m.cross_switch
+                        )
+                    })
+                    .collect();
+                println!(
+                    "{}: multi-GPU jobs queued {:.2}h on average; off best placement: {}",
+                    r.policy,
+                    r.avg_queue_s_multi_gpu / 3600.0,
+                    if misses.is_empty() {
+                        "none".to_string()
+                    } else {
+                        misses.join("; ")
+                    }
                 );
             }
             if !reservations.is_empty() {
