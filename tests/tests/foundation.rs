@@ -235,3 +235,65 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
         "no job may have been created"
     );
 }
+
+fn gpus(job: &serde_json::Value) -> Vec<u64> {
+    let mut g: Vec<u64> = job["allocation"]["nodes"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    g.sort_unstable();
+    g
+}
+
+#[test]
+fn t60_a_two_gpu_job_waits_for_a_pair_on_one_socket_unless_it_says_switches_at_zero() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    c.wait_node_online("n1");
+    // Three GPUs of each socket taken: the two left free are joined only across sockets.
+    let three = ["-w", "n1", "--gpus-per-node", "3", "--wrap", "sleep 300"];
+    let a = c.submit(&three);
+    c.wait_state(a, &["RUNNING"], Duration::from_secs(30));
+    let b = c.submit(&three);
+    let jb = c.wait_state(b, &["RUNNING"], Duration::from_secs(30));
+    let ja = c.job(a).unwrap();
+    let busy: Vec<u64> = gpus(&ja).into_iter().chain(gpus(&jb)).collect();
+    let free: Vec<u64> = (0..8).filter(|g| !busy.contains(g)).collect();
+    assert!(
+        free.len() == 2 && free[0] < 4 && free[1] >= 4,
+        "one free GPU per socket: {free:?}"
+    );
+
+    let waits = c.submit(&["--gpus-per-node", "2", "--wrap", "sleep 1"]);
+    wait_for(
+        "the 2-GPU job to wait for its topology",
+        Duration::from_secs(20),
+        || (c.job(waits)?["reason"] == "TopologyWait").then_some(()),
+    );
+    let queue = c.ok("gqueue", &["-j", &waits.to_string()]);
+    assert!(queue.contains("(TopologyWait)"), "{queue}");
+
+    let now = c.submit(&[
+        "--gpus-per-node",
+        "2",
+        "--switches=1@0",
+        "-t",
+        "10",
+        "--wrap",
+        "sleep 30",
+    ]);
+    let started = c.wait_state(now, &["RUNNING"], Duration::from_secs(30));
+    assert_eq!(gpus(&started), free, "--switches=1@0 takes what is free");
+    assert_eq!(c.job(waits).unwrap()["state"], "PENDING");
+    c.ok(
+        "gcancel",
+        &[
+            &a.to_string(),
+            &b.to_string(),
+            &waits.to_string(),
+            &now.to_string(),
+        ],
+    );
+}

@@ -165,7 +165,9 @@ pub struct SubArgs {
     pub no_kill: Option<String>,
     #[arg(long = "kill-on-invalid-dep", hide = true)]
     pub kill_on_invalid_dep: Option<String>,
-    #[arg(long, hide = true)]
+    /// COUNT[@MAX-TIME]: at most COUNT leaf switches, waited for at most MAX-TIME (capped
+    /// by the cluster's topology_wait_s); @0 starts at once on whatever is free.
+    #[arg(long)]
     pub switches: Option<String>,
     #[arg(short = 'm', long, hide = true)]
     pub distribution: Option<String>,
@@ -260,7 +262,7 @@ impl SubArgs {
         }
         ign!(hint => "--hint", mail_type => "--mail-type", mail_user => "--mail-user",
             comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline",
-            get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep", switches => "--switches",
+            get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep",
             distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_freq => "--gpu-freq",
             threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",
             ntasks_per_core => "--ntasks-per-core", ntasks_per_socket => "--ntasks-per-socket",

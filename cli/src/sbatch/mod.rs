@@ -178,6 +178,31 @@ mod tests {
     }
 
     #[test]
+    fn switches_are_carried_not_ignored() {
+        let a = parse_args(&["--switches=1@2:00:00", "x.sh"]);
+        assert!(a.ignored().is_empty());
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            s.switches,
+            Some(gsched_types::job::SwitchWait {
+                count: 1,
+                wait_s: Some(7200)
+            })
+        );
+        let slurm = "#!/bin/sh\n#SBATCH --switches=2\nhostname\n";
+        let from_script = directives::directives(slurm).unwrap();
+        assert_eq!(from_script, ["--switches=2"]);
+        let mut argv: Vec<&str> = from_script.iter().map(String::as_str).collect();
+        argv.push("x.sh");
+        let a = parse_args(&argv);
+        let s = resolve(&a, Some(slurm.into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(s.switches.map(|w| (w.count, w.wait_s)), Some((2, None)));
+        let a = parse_args(&["--switches=0", "x.sh"]);
+        let e = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err();
+        assert!(e.to_string().contains("--switches '0'"), "{e}");
+    }
+
+    #[test]
     fn gpu_jobs_get_their_gpus_share_of_cpus_unless_told_otherwise() {
         let a = parse_args(&["--gpus-per-node=4", "--torchrun", "train.py"]);
         let s = resolve(&a, None, None, &ctx()).unwrap();

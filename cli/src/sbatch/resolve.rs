@@ -223,6 +223,11 @@ pub fn resolve(
         signal: when.signal,
         begin_ms: when.begin_ms,
         nice: when.nice,
+        switches: args
+            .switches
+            .as_deref()
+            .map(gsched_types::parse::switches)
+            .transpose()?,
         launch,
         output: args.output.clone(),
         error: args.error.clone(),

@@ -204,6 +204,8 @@ pub struct PendingJob {
     pub array: Option<(JobId, Option<u32>)>,
     /// `--reservation`: only inside this one.
     pub reservation: Option<String>,
+    /// `--switches`: leaf switches accepted and how long to wait for them.
+    pub switches: Option<gsched_types::job::SwitchWait>,
 }
 
 impl PendingJob {
@@ -236,6 +238,7 @@ impl PendingJob {
             eligible_ms,
             array: None,
             reservation: None,
+            switches: None,
         }
     }
 

@@ -429,7 +429,11 @@ impl<'a> Pass<'a> {
             closed | windows.mask(own, ni, now_ms, end_ms)
         };
         let waits_for_topology = self.may_wait_for_topology(job);
-        if waits_for_topology && self.topology_short.get(&busy_key) == Some(&self.started) {
+        // A shape's verdict holds for its jobs unless one accepts more switches.
+        if waits_for_topology
+            && job.switches.is_none()
+            && self.topology_short.get(&busy_key) == Some(&self.started)
+        {
             self.reserve_best_placement(job);
             return Err(PendingReason::TopologyWait);
         }
@@ -442,7 +446,7 @@ impl<'a> Pass<'a> {
         };
         match result {
             Ok(picks) => {
-                if waits_for_topology && self.placer.ideal(job).beats(self.placer.nodes(), &picks) {
+                if waits_for_topology && self.ideal(job).beats(self.placer.nodes(), &picks) {
                     self.topology_short.insert(busy_key, self.started);
                     self.reserve_best_placement(job);
                     return Err(PendingReason::TopologyWait);
@@ -548,11 +552,21 @@ impl<'a> Pass<'a> {
         if held >= TOPOLOGY_RESERVATIONS {
             return;
         }
-        let ideal = self.placer.ideal(job);
+        let ideal = self.ideal(job);
         if let Some((start_ms, picks)) = self.shadow(job, true, Some(ideal)) {
             self.estimates.push((job.id, start_ms));
             self.reserve(start_ms, picks, true);
         }
+    }
+
+    /// What the job waits for: its shape's best placement, on as many switches as it
+    /// accepts (`--switches`) when that is more.
+    fn ideal(&mut self, job: &PendingJob) -> Ideal {
+        let mut ideal = self.placer.ideal(job);
+        if let Some(s) = job.switches {
+            ideal.switches = ideal.switches.max(s.count as usize);
+        }
+        ideal
     }
 
     /// Would the job rather wait than start on a placement short of its best? Only
@@ -771,10 +785,13 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// How long a job may wait for its best placement: `topology_wait_s`, and no more than
-/// `topology_wait_share` of its time limit.
+/// How long a job may wait for its best placement: `topology_wait_s`, no more than its
+/// own `--switches` MAX-TIME, and no more than `topology_wait_share` of its time limit.
 fn topology_wait_ms(config: &crate::config::SchedConfig, job: &PendingJob) -> u64 {
-    let cap = config.topology_wait_s.saturating_mul(1000);
+    let mut cap = config.topology_wait_s.saturating_mul(1000);
+    if let Some(wait_s) = job.switches.and_then(|s| s.wait_s) {
+        cap = cap.min(wait_s.saturating_mul(1000));
+    }
     match (job.time_limit_s, config.topology_wait_share) {
         (Some(t), Some(share)) => cap.min((t as f64 * 1000.0 * share.max(0.0)) as u64),
         _ => cap,

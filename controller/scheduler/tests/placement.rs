@@ -2,7 +2,7 @@
 //! topologies: the GPU set, node choice and reasons a correct scheduler must produce.
 
 use gsched_scheduler::{NodeView, PendingJob, RunningJob, SchedConfig, Snapshot, plan};
-use gsched_types::job::{JobId, PendingReason};
+use gsched_types::job::{JobId, PendingReason, SwitchWait};
 use gsched_types::resources::NodeAlloc;
 use gsched_types::topology::{LinkClass, Topology};
 use std::sync::Arc;
@@ -654,4 +654,59 @@ fn a_gang_waits_for_one_switch_while_another_frees() {
         .map(|a| a.node.as_str())
         .collect();
     assert_eq!(names, ["n1", "n3"], "after the wait, across switches");
+}
+
+#[test]
+fn switches_at_zero_starts_at_once_and_a_count_above_one_accepts_that_many() {
+    let (nodes, busy) = box_with_a_sys_pair_free();
+    let mut now = job(1, 1, 2);
+    now.switches = Some(SwitchWait {
+        count: 1,
+        wait_s: Some(0),
+    });
+    let p = plan(&snapshot(nodes.clone(), vec![now], busy.clone()), 0);
+    assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]), "--switches=1@0");
+    let mut hour = job(1, 1, 2);
+    hour.switches = Some(SwitchWait {
+        count: 1,
+        wait_s: Some(3600),
+    });
+    let snap = snapshot(nodes, vec![hour], busy);
+    assert!(gpus_of(&plan(&snap, 3_599_999), 1).is_none());
+    assert_eq!(gpus_of(&plan(&snap, 3_600_000), 1), Some(vec![3, 7]));
+
+    let topo = shipped("dgx-a100-8gpu.json");
+    let mut late = running(8, "n2", &(0..8).collect::<Vec<_>>());
+    late.time_limit_s = Some(10 * 3600);
+    let busy = vec![late];
+    let nodes: Vec<NodeView> = [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
+        .iter()
+        .map(|(name, leaf)| {
+            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
+            n.switch = Some(leaf.to_string());
+            with_usage(n, &busy)
+        })
+        .collect();
+    let p = plan(
+        &snapshot(nodes.clone(), vec![job(1, 2, 8)], busy.clone()),
+        0,
+    );
+    assert_eq!(p.reasons, vec![(JobId(1), PendingReason::TopologyWait)]);
+    let mut two = job(1, 2, 8);
+    two.switches = Some(SwitchWait {
+        count: 2,
+        wait_s: None,
+    });
+    let p = plan(&snapshot(nodes, vec![two], busy), 0);
+    let names: Vec<&str> = p.starts[0]
+        .allocation
+        .nodes
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["n1", "n3"],
+        "--switches=2 takes two switches at once"
+    );
 }

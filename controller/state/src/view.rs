@@ -88,6 +88,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         eligible_ms: job.eligible_ms,
         array: job.array_task.map(|t| (t.array_job_id, spec.array_limit)),
         reservation: spec.reservation.clone(),
+        switches: spec.switches,
     }
 }
 

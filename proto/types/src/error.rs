@@ -35,6 +35,10 @@ pub enum InputError {
     SignalNumber(i32),
     #[error("unknown signal '{0}' (use a name such as USR1 or a number)")]
     SignalName(String),
+    #[error(
+        "invalid --switches '{0}': use COUNT[@MAX-TIME], e.g. 1 or 1@2:00:00 (COUNT at least 1; @0 does not wait)"
+    )]
+    Switches(String),
     #[error("--signal={0}: the time after @ must be seconds (0-65535)")]
     WarnSignalTime(String),
     #[error("--signal={text}: {source}")]

@@ -88,6 +88,16 @@ pub struct WarnSignal {
     pub batch_only: bool,
 }
 
+/// `--switches=COUNT[@MAX-TIME]`: at most COUNT leaf switches, waited for at most MAX-TIME
+/// (never longer than the cluster's `topology_wait_s`, which also applies without
+/// MAX-TIME). `@0` starts the job on whatever is free at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SwitchWait {
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_s: Option<u64>,
+}
+
 /// `gsub --torchrun PROGRAM ARGS`: the agent runs torchrun itself on every node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TorchrunSpec {
@@ -262,6 +272,10 @@ pub struct JobSpec {
     /// The submitter's umask: output files and whatever the job creates get it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
+    /// `--switches`: how many leaf switches the job accepts and how long it waits for
+    /// them (and for its best GPU set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switches: Option<SwitchWait>,
 }
 
 impl JobSpec {
@@ -317,6 +331,7 @@ impl JobSpec {
             nice: 0,
             launch: LaunchMode::EachNode,
             umask: None,
+            switches: None,
         }
     }
 

@@ -333,6 +333,28 @@ pub fn signal(text: &str) -> Result<i32, InputError> {
         .ok_or_else(|| InputError::SignalName(t.to_string()))
 }
 
+/// Parses sbatch's `--switches=COUNT[@MAX-TIME]` (MAX-TIME in `--time`'s forms).
+pub fn switches(text: &str) -> Result<crate::job::SwitchWait, InputError> {
+    let bad = || InputError::Switches(text.to_string());
+    let (count, wait) = match text.trim().split_once('@') {
+        Some((c, w)) => (c, Some(w)),
+        None => (text.trim(), None),
+    };
+    let count: u32 = count
+        .parse()
+        .ok()
+        .filter(|c| (1..=1_000_000).contains(c))
+        .ok_or_else(bad)?;
+    let wait_s = match wait {
+        None => None,
+        Some(w) if w.eq_ignore_ascii_case("infinite") || w.eq_ignore_ascii_case("unlimited") => {
+            return Err(bad());
+        }
+        Some(w) => Some(time_limit(w).map_err(|_| bad())?.unwrap_or(0)),
+    };
+    Ok(crate::job::SwitchWait { count, wait_s })
+}
+
 /// Parses sbatch's `--signal=[{R|B}:]SIG[@SECONDS]` (default 60 s before the time limit;
 /// `R:` is accepted and means nothing here, as there are no reservations).
 pub fn warn_signal(text: &str) -> Result<WarnSignal, InputError> {
@@ -397,6 +419,23 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn switch_requests_in_sbatch_forms() {
+        let s = |t: &str| switches(t).map(|w| (w.count, w.wait_s));
+        assert_eq!(s("1"), Ok((1, None)));
+        assert_eq!(s("2@30"), Ok((2, Some(1800))), "minutes, as --time");
+        assert_eq!(s("1@2:00:00"), Ok((1, Some(7200))));
+        assert_eq!(s("1@1-0"), Ok((1, Some(86_400))));
+        assert_eq!(s("1@0"), Ok((1, Some(0))));
+        for bad in ["0", "", "@10", "x", "1@", "1@soon", "-1", "1@unlimited"] {
+            assert_eq!(
+                switches(bad),
+                Err(InputError::Switches(bad.to_string())),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn timestamps_are_printed_as_slurm_prints_them() {
