@@ -252,8 +252,18 @@ fn t60_a_two_gpu_job_waits_for_a_pair_on_one_socket_unless_it_says_switches_at_z
     let mut c = Cluster::controllers(1, &[]);
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     c.wait_node_online("n1");
-    // Three GPUs of each socket taken: the two left free are joined only across sockets.
-    let three = ["-w", "n1", "--gpus-per-node", "3", "--wrap", "sleep 300"];
+    // Three GPUs of each socket taken for up to an hour: the two left free are joined
+    // only across sockets until then.
+    let three = [
+        "-w",
+        "n1",
+        "--gpus-per-node",
+        "3",
+        "-t",
+        "60",
+        "--wrap",
+        "sleep 300",
+    ];
     let a = c.submit(&three);
     c.wait_state(a, &["RUNNING"], Duration::from_secs(30));
     let b = c.submit(&three);
@@ -274,6 +284,14 @@ fn t60_a_two_gpu_job_waits_for_a_pair_on_one_socket_unless_it_says_switches_at_z
     );
     let queue = c.ok("gqueue", &["-j", &waits.to_string()]);
     assert!(queue.contains("(TopologyWait)"), "{queue}");
+    let start = c.ok(
+        "gqueue",
+        &["--start", "-h", "-o", "%S", "-j", &waits.to_string()],
+    );
+    assert!(
+        start.trim() != "N/A" && !start.trim().is_empty(),
+        "an expected start is shown: {start}"
+    );
 
     let now = c.submit(&[
         "--gpus-per-node",

@@ -133,9 +133,10 @@ struct Pass<'a> {
     busy_shapes: HashMap<(u32, Option<u64>), PendingReason>,
     /// Shapes kept out only by backfill reservations, keyed like `busy_shapes`.
     reservation_blocked: HashMap<(u32, Option<u64>), ReservationBlock>,
-    /// Shapes whose placement fell short of their best while `started` had this value,
-    /// keyed like `busy_shapes`: the same placement would be found again until a start.
-    topology_short: HashMap<(u32, Option<u64>), u64>,
+    /// Shapes whose placement fell short of their best while `started` had the first
+    /// value, keyed like `busy_shapes` (the same placement would be found again until a
+    /// start), with when the best placement was expected (`u64::MAX`: not foreseen).
+    topology_short: HashMap<(u32, Option<u64>), (u64, u64)>,
     /// Jobs started so far this pass: free resources change only when it grows.
     started: u64,
     fifo_blocked: bool,
@@ -417,6 +418,21 @@ impl<'a> Pass<'a> {
             .get(&busy_key)
             .filter(|b| limit_s >= b.limit_s)
             .map(|b| b.started);
+        let mut waits_for_topology = self.may_wait_for_topology(job);
+        // A shape found short since the last start is short for its jobs too (unless one
+        // accepts more switches): whether this one waits is its own deadline's question.
+        if waits_for_topology
+            && job.switches.is_none()
+            && self
+                .topology_short
+                .get(&busy_key)
+                .is_some_and(|(started, _)| *started == self.started)
+        {
+            if self.wait_for_best_placement(job, busy_key) {
+                return Err(PendingReason::TopologyWait);
+            }
+            waits_for_topology = false;
+        }
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
         let reservations_exist = !self.reservations.is_empty();
         let reservations = &self.reservations;
@@ -428,15 +444,6 @@ impl<'a> Pass<'a> {
             let closed = if no_port[ni] { CLOSED } else { 0 };
             closed | windows.mask(own, ni, now_ms, end_ms)
         };
-        let waits_for_topology = self.may_wait_for_topology(job);
-        // A shape's verdict holds for its jobs unless one accepts more switches.
-        if waits_for_topology
-            && job.switches.is_none()
-            && self.topology_short.get(&busy_key) == Some(&self.started)
-        {
-            self.reserve_best_placement(job);
-            return Err(PendingReason::TopologyWait);
-        }
         let result = if known_reserved.is_some() {
             Err(Blocked::Busy)
         } else {
@@ -446,9 +453,10 @@ impl<'a> Pass<'a> {
         };
         match result {
             Ok(picks) => {
-                if waits_for_topology && self.ideal(job).beats(self.placer.nodes(), &picks) {
-                    self.topology_short.insert(busy_key, self.started);
-                    self.reserve_best_placement(job);
+                if waits_for_topology
+                    && self.ideal(job).beats(self.placer.nodes(), &picks)
+                    && self.wait_for_best_placement(job, busy_key)
+                {
                     return Err(PendingReason::TopologyWait);
                 }
                 let backfilled = reservations_exist;
@@ -544,18 +552,33 @@ impl<'a> Pass<'a> {
         self.reservations.push(res);
     }
 
-    /// For a job waiting for its best placement: reserves the first such placement that
-    /// running jobs free (ending at their time limits), so that the jobs behind it do not
-    /// take it piecemeal while it waits.
-    fn reserve_best_placement(&mut self, job: &PendingJob) {
+    /// For a job whose placement now falls short of its best: does it wait? Only if
+    /// running jobs (ending at their time limits) free a best placement before its wait
+    /// runs out; it then reserves that placement, so that the jobs behind it do not take
+    /// it piecemeal. Past the reservations one pass makes, the shape's last estimate
+    /// decides.
+    fn wait_for_best_placement(&mut self, job: &PendingJob, shape: (u32, Option<u64>)) -> bool {
+        let deadline = job
+            .eligible_ms
+            .saturating_add(topology_wait_ms(&self.snap.config, job));
         let held = self.reservations.iter().filter(|r| r.topology).count();
         if held >= TOPOLOGY_RESERVATIONS {
-            return;
+            return self
+                .topology_short
+                .get(&shape)
+                .is_some_and(|(started, at)| *started == self.started && *at < deadline);
         }
         let ideal = self.ideal(job);
-        if let Some((start_ms, picks)) = self.shadow(job, true, Some(ideal)) {
-            self.estimates.push((job.id, start_ms));
-            self.reserve(start_ms, picks, true);
+        let found = self.shadow(job, true, Some(ideal));
+        let at = found.as_ref().map_or(u64::MAX, |(at, _)| *at);
+        self.topology_short.insert(shape, (self.started, at));
+        match found {
+            Some((start_ms, picks)) if start_ms < deadline => {
+                self.estimates.push((job.id, start_ms));
+                self.reserve(start_ms, picks, true);
+                true
+            }
+            _ => false,
         }
     }
 

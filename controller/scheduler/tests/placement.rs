@@ -601,12 +601,32 @@ fn a_job_past_its_topology_wait_takes_what_is_free() {
     );
     assert_eq!(gpus_of(&plan(&off, 0), 1), Some(vec![3, 7]), "waiting off");
 
-    // A share of the time limit (1 h here) caps the wait too.
-    let share = with_config(snapshot(nodes, vec![job(1, 1, 2)], busy), |c| {
-        c.topology_wait_share = Some(0.5)
-    });
-    assert!(gpus_of(&plan(&share, 29 * 60_000), 1).is_none());
-    assert_eq!(gpus_of(&plan(&share, 30 * 60_000), 1), Some(vec![3, 7]));
+    // A share of the time limit caps the wait too: half of this job's hour is over before
+    // the pair frees, so it does not wait at all; twice its hour covers it.
+    let share = |s: f64| {
+        with_config(
+            snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone()),
+            |c| c.topology_wait_share = Some(s),
+        )
+    };
+    assert_eq!(gpus_of(&plan(&share(0.5), 0), 1), Some(vec![3, 7]));
+    assert!(gpus_of(&plan(&share(2.0), 0), 1).is_none());
+    assert_eq!(
+        gpus_of(&plan(&share(2.0), 2 * 3_600_000), 1),
+        Some(vec![3, 7])
+    );
+}
+
+#[test]
+fn a_job_does_not_wait_for_a_placement_no_running_job_is_expected_to_free() {
+    // The job holding the other socket's pair has no time limit: nothing says when a PIX
+    // pair frees, so waiting could only delay the job.
+    let (nodes, mut busy) = box_with_a_sys_pair_free();
+    for r in &mut busy {
+        r.time_limit_s = None;
+    }
+    let p = plan(&snapshot(nodes, vec![job(1, 1, 2)], busy), 0);
+    assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]));
 }
 
 #[test]
@@ -657,7 +677,7 @@ fn a_gang_waits_for_one_switch_while_another_frees() {
 }
 
 #[test]
-fn switches_at_zero_starts_at_once_and_a_count_above_one_accepts_that_many() {
+fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
     let (nodes, busy) = box_with_a_sys_pair_free();
     let mut now = job(1, 1, 2);
     now.switches = Some(SwitchWait {
@@ -669,11 +689,22 @@ fn switches_at_zero_starts_at_once_and_a_count_above_one_accepts_that_many() {
     let mut hour = job(1, 1, 2);
     hour.switches = Some(SwitchWait {
         count: 1,
-        wait_s: Some(3600),
+        wait_s: Some(7200),
     });
-    let snap = snapshot(nodes, vec![hour], busy);
+    let snap = snapshot(nodes.clone(), vec![hour], busy.clone());
     assert!(gpus_of(&plan(&snap, 3_599_999), 1).is_none());
-    assert_eq!(gpus_of(&plan(&snap, 3_600_000), 1), Some(vec![3, 7]));
+    assert_eq!(gpus_of(&plan(&snap, 7_200_000), 1), Some(vec![3, 7]));
+    let mut too_short = job(1, 1, 2);
+    too_short.switches = Some(SwitchWait {
+        count: 1,
+        wait_s: Some(1800),
+    });
+    let p = plan(&snapshot(nodes, vec![too_short], busy), 0);
+    assert_eq!(
+        gpus_of(&p, 1),
+        Some(vec![3, 7]),
+        "the pair frees after 30 minutes: no point waiting"
+    );
 
     let topo = shipped("dgx-a100-8gpu.json");
     let mut late = running(8, "n2", &(0..8).collect::<Vec<_>>());
