@@ -50,6 +50,16 @@ fn job(id: u64, nodes: u32, gpus: u32) -> PendingJob {
     j
 }
 
+/// The nodes of the pass's first start, in the order the allocation lists them.
+fn first_start_nodes(p: &gsched_scheduler::Plan) -> Vec<&str> {
+    p.starts[0]
+        .allocation
+        .nodes
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect()
+}
+
 fn worst_link(topo: &Topology, gpus: &[u32]) -> LinkClass {
     let mut worst = LinkClass::SameDevice;
     for &a in gpus {
@@ -267,12 +277,7 @@ fn gang_is_all_or_nothing_and_uses_identical_counts() {
         &snapshot(nodes.clone(), vec![job(1, 2, 8)], vec![busy.clone()]),
         0,
     );
-    let names: Vec<&str> = p.starts[0]
-        .allocation
-        .nodes
-        .iter()
-        .map(|a| a.node.as_str())
-        .collect();
+    let names = first_start_nodes(&p);
     assert_eq!(names, ["n1", "n3"]);
     assert!(
         p.starts[0]
@@ -299,12 +304,7 @@ fn gang_prefers_one_switch() {
     nodes[2].switch = Some("leaf1".into());
     nodes[3].switch = Some("leaf2".into());
     let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], vec![]), 0);
-    let names: Vec<&str> = p.starts[0]
-        .allocation
-        .nodes
-        .iter()
-        .map(|a| a.node.as_str())
-        .collect();
+    let names = first_start_nodes(&p);
     assert_eq!(names, ["n1", "n3"], "both nodes on leaf1");
 }
 
@@ -667,12 +667,7 @@ fn a_gang_waits_for_one_switch_while_another_frees() {
     assert_eq!(p.reasons, vec![(JobId(1), PendingReason::TopologyWait)]);
     assert_eq!(p.estimates, vec![(JobId(1), 1_800_000)]);
     let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], busy), 12 * 3600 * 1000);
-    let names: Vec<&str> = p.starts[0]
-        .allocation
-        .nodes
-        .iter()
-        .map(|a| a.node.as_str())
-        .collect();
+    let names = first_start_nodes(&p);
     assert_eq!(names, ["n1", "n3"], "after the wait, across switches");
 }
 
@@ -729,12 +724,7 @@ fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
         wait_s: None,
     });
     let p = plan(&snapshot(nodes, vec![two], busy), 0);
-    let names: Vec<&str> = p.starts[0]
-        .allocation
-        .nodes
-        .iter()
-        .map(|a| a.node.as_str())
-        .collect();
+    let names = first_start_nodes(&p);
     assert_eq!(
         names,
         ["n1", "n3"],
