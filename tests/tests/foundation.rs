@@ -304,6 +304,11 @@ fn t60_a_two_gpu_job_waits_for_a_pair_on_one_socket_unless_it_says_switches_at_z
     ]);
     let started = c.wait_state(now, &["RUNNING"], Duration::from_secs(30));
     assert_eq!(gpus(&started), free, "--switches=1@0 takes what is free");
+    let shown = c.ok("gctl", &["show", "job", &now.to_string()]);
+    assert!(
+        shown.contains("\n   Switches=1@00:00:00\n"),
+        "as scontrol shows it: {shown}"
+    );
     assert_eq!(c.job(waits).unwrap()["state"], "PENDING");
     c.ok(
         "gcancel",

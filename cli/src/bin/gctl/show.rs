@@ -213,6 +213,9 @@ fn print_job(j: &JobRow) {
                 "   StdErr={}",
                 output_path(s.error.as_deref().unwrap_or(out), j, &s.workdir)
             );
+            if let Some(w) = s.switches {
+                outln!("   Switches={}", switches(w));
+            }
         }
         None => outln!(
             "   NodeList={node_list} NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
@@ -277,5 +280,18 @@ fn print_job(j: &JobRow) {
                 .map(|f| f.to_string())
                 .unwrap_or_default()
         );
+    }
+}
+
+/// `--switches` as `scontrol show job` prints it: `COUNT@[D-]HH:MM:SS`; a request without
+/// MAX-TIME shows the count alone (the cluster's `topology_wait_s` then applies).
+fn switches(w: gsched_types::job::SwitchWait) -> String {
+    match w.wait_s {
+        None => w.count.to_string(),
+        Some(t) => {
+            let (d, h, m, s) = (t / 86_400, t % 86_400 / 3600, t % 3600 / 60, t % 60);
+            let days = if d > 0 { format!("{d}-") } else { String::new() };
+            format!("{}@{days}{h:02}:{m:02}:{s:02}", w.count)
+        }
     }
 }
