@@ -290,7 +290,11 @@ fn switches(w: gsched_types::job::SwitchWait) -> String {
         None => w.count.to_string(),
         Some(t) => {
             let (d, h, m, s) = (t / 86_400, t % 86_400 / 3600, t % 3600 / 60, t % 60);
-            let days = if d > 0 { format!("{d}-") } else { String::new() };
+            let days = if d > 0 {
+                format!("{d}-")
+            } else {
+                String::new()
+            };
             format!("{}@{days}{h:02}:{m:02}:{s:02}", w.count)
         }
     }
