@@ -323,14 +323,17 @@ impl Ideal {
             .map(|p| p.quality.worst_tier)
             .max()
             .unwrap_or(0);
-        let mut switches: Vec<Option<&str>> = picks
-            .iter()
-            .map(|p| nodes[p.node].switch.as_deref())
-            .collect();
-        switches.sort_unstable();
-        switches.dedup();
-        worst_tier > self.worst_tier || switches.len() > self.switches
+        worst_tier > self.worst_tier
+            || leaf_switches(nodes, picks.iter().map(|p| p.node)) > self.switches
     }
+}
+
+/// How many leaf switches the given nodes hang off (nodes under none count as one).
+fn leaf_switches(nodes: &[NodeView], chosen: impl Iterator<Item = usize>) -> usize {
+    let mut switches: Vec<Option<&str>> = chosen.map(|ni| nodes[ni].switch.as_deref()).collect();
+    switches.sort_unstable();
+    switches.dedup();
+    switches.len()
 }
 
 /// Nodes grouped by (wiring, free GPUs): every node of a class offers the same GPU sets.
@@ -874,12 +877,6 @@ impl<'a> Placer<'a> {
             let Some(chosen) = choose_by_switch(nodes, group, n, &job.nodelist) else {
                 continue;
             };
-            let mut switches: Vec<Option<&String>> = chosen
-                .iter()
-                .map(|e| nodes[e.node].switch.as_ref())
-                .collect();
-            switches.sort();
-            switches.dedup();
             let worst = chosen
                 .iter()
                 .map(|e| e.choice.quality)
@@ -893,7 +890,8 @@ impl<'a> Placer<'a> {
             let packing: u32 = chosen.iter().map(|e| e.free_after).sum();
             let mut ids: Vec<usize> = chosen.iter().map(|e| e.node).collect();
             ids.sort_unstable();
-            let key = (switches.len(), worst, nic, packing, ids);
+            let switches = leaf_switches(nodes, chosen.iter().map(|e| e.node));
+            let key = (switches, worst, nic, packing, ids);
             if best.as_ref().is_none_or(|(b, _)| key < *b) {
                 best = Some((key, chosen));
             }

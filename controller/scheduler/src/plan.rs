@@ -561,12 +561,20 @@ impl<'a> Pass<'a> {
         let deadline = job
             .eligible_ms
             .saturating_add(topology_wait_ms(&self.snap.config, job));
+        // Usage and reservations only grow during a pass, so a later job of the shape
+        // cannot expect its best placement sooner than the last estimate: past it, no
+        // new forecast is needed to say no.
+        let last = self
+            .topology_short
+            .get(&shape)
+            .filter(|(started, _)| *started == self.started)
+            .map(|(_, at)| *at);
+        if last.is_some_and(|at| at >= deadline) {
+            return false;
+        }
         let held = self.reservations.iter().filter(|r| r.topology).count();
         if held >= TOPOLOGY_RESERVATIONS {
-            return self
-                .topology_short
-                .get(&shape)
-                .is_some_and(|(started, at)| *started == self.started && *at < deadline);
+            return last.is_some_and(|at| at < deadline);
         }
         let ideal = self.ideal(job);
         let found = self.shadow(job, true, Some(ideal));

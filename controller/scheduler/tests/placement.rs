@@ -630,14 +630,29 @@ fn a_job_does_not_wait_for_a_placement_no_running_job_is_expected_to_free() {
 }
 
 #[test]
-fn a_job_that_names_its_nodes_or_wants_one_gpu_never_waits_for_topology() {
+fn a_job_that_names_its_nodes_or_wants_no_gpus_never_waits_for_topology() {
     let (nodes, busy) = box_with_a_sys_pair_free();
     let mut named = job(1, 1, 2);
     named.nodelist = vec!["n1".into()];
-    let p = plan(&snapshot(nodes.clone(), vec![named], busy.clone()), 0);
+    let p = plan(&snapshot(nodes, vec![named], busy), 0);
     assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]));
-    let p = plan(&snapshot(nodes, vec![job(2, 1, 1)], busy), 0);
-    assert!(gpus_of(&p, 2).is_some());
+
+    // A CPU-only gang across two switches, while n2 (beside n1) is held whole for 10 h.
+    let topo = shipped("dgx-a100-8gpu.json");
+    let mut whole = running(8, "n2", &[]);
+    whole.time_limit_s = Some(10 * 3600);
+    whole.allocation[0].exclusive = true;
+    let busy = vec![whole];
+    let nodes: Vec<NodeView> = [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
+        .iter()
+        .map(|(name, leaf)| {
+            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
+            n.switch = Some(leaf.to_string());
+            with_usage(n, &busy)
+        })
+        .collect();
+    let p = plan(&snapshot(nodes, vec![job(2, 2, 0)], busy), 0);
+    assert_eq!(first_start_nodes(&p), ["n1", "n3"]);
 }
 
 #[test]

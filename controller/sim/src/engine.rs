@@ -564,20 +564,17 @@ impl<'a> Engine<'a> {
         };
         if gpus > 1 {
             self.multi_jobs += 1;
-            let miss = PlacementMisses {
-                jobs: 1,
-                slower_link: u64::from(worst_tier > best),
-                extra_nodes: u64::from(job_nodes != min_nodes),
-                cross_switch: u64::from(switches.len() > 1),
-            };
-            if miss.slower_link + miss.extra_nodes + miss.cross_switch == 0 {
-                self.best_placed += 1;
-            } else {
+            let slower_link = worst_tier > best;
+            let extra_nodes = job_nodes != min_nodes;
+            let cross_switch = switches.len() > 1;
+            if slower_link || extra_nodes || cross_switch {
                 let m = self.misses.entry(gpus).or_default();
                 m.jobs += 1;
-                m.slower_link += miss.slower_link;
-                m.extra_nodes += miss.extra_nodes;
-                m.cross_switch += miss.cross_switch;
+                m.slower_link += u64::from(slower_link);
+                m.extra_nodes += u64::from(extra_nodes);
+                m.cross_switch += u64::from(cross_switch);
+            } else {
+                self.best_placed += 1;
             }
         }
         let slowdown = if self.opts.comm_model && gpus > 1 {
