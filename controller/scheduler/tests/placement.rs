@@ -548,6 +548,19 @@ fn box_with_a_sys_pair_free() -> (Vec<NodeView>, Vec<RunningJob>) {
     (vec![node], busy)
 }
 
+/// Three DGX A100 nodes, n1 and n2 under leaf1 and n3 under leaf2, with `busy` on them.
+fn dgx_n1_n2_on_leaf1_n3_on_leaf2(busy: &[RunningJob]) -> Vec<NodeView> {
+    let topo = shipped("dgx-a100-8gpu.json");
+    [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
+        .iter()
+        .map(|(name, leaf)| {
+            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
+            n.switch = Some(leaf.to_string());
+            with_usage(n, busy)
+        })
+        .collect()
+}
+
 fn with_config(mut snap: Snapshot, f: impl FnOnce(&mut SchedConfig)) -> Snapshot {
     let mut config = SchedConfig::default();
     f(&mut config);
@@ -638,19 +651,11 @@ fn a_job_that_names_its_nodes_or_wants_no_gpus_never_waits_for_topology() {
     assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]));
 
     // A CPU-only gang across two switches, while n2 (beside n1) is held whole for 10 h.
-    let topo = shipped("dgx-a100-8gpu.json");
     let mut whole = running(8, "n2", &[]);
     whole.time_limit_s = Some(10 * 3600);
     whole.allocation[0].exclusive = true;
     let busy = vec![whole];
-    let nodes: Vec<NodeView> = [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
-        .iter()
-        .map(|(name, leaf)| {
-            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
-            n.switch = Some(leaf.to_string());
-            with_usage(n, &busy)
-        })
-        .collect();
+    let nodes = dgx_n1_n2_on_leaf1_n3_on_leaf2(&busy);
     let p = plan(&snapshot(nodes, vec![job(2, 2, 0)], busy), 0);
     assert_eq!(first_start_nodes(&p), ["n1", "n3"]);
 }
@@ -716,18 +721,10 @@ fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
         "the pair frees after 30 minutes: no point waiting"
     );
 
-    let topo = shipped("dgx-a100-8gpu.json");
     let mut late = running(8, "n2", &(0..8).collect::<Vec<_>>());
     late.time_limit_s = Some(10 * 3600);
     let busy = vec![late];
-    let nodes: Vec<NodeView> = [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
-        .iter()
-        .map(|(name, leaf)| {
-            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
-            n.switch = Some(leaf.to_string());
-            with_usage(n, &busy)
-        })
-        .collect();
+    let nodes = dgx_n1_n2_on_leaf1_n3_on_leaf2(&busy);
     let p = plan(
         &snapshot(nodes.clone(), vec![job(1, 2, 8)], busy.clone()),
         0,
