@@ -211,9 +211,10 @@ pub struct SchedConfig {
     #[serde(skip_serializing_if = "is_false")]
     pub keep_invalid_depend: bool,
     /// How long a multi-GPU job may wait for its best placement (the best GPU set an
-    /// empty node offers, on the fewest leaf switches) before it takes what is free, from
-    /// when it became eligible; 0 starts it on whatever is free at once. Slurm's
-    /// `max_switch_wait`, applied to GPU sets as well as switches.
+    /// empty node offers, on the fewest leaf switches) before it takes what is free,
+    /// counted from the first pass that found it short of that placement (time spent
+    /// waiting for free GPUs at all does not count); 0 starts it on whatever is free at
+    /// once. Slurm's `max_switch_wait`, applied to GPU sets as well as switches.
     #[serde(skip_serializing_if = "is_default_topology_wait")]
     pub topology_wait_s: u64,
     /// If set, no longer than this share of the job's time limit either (0.5: a 2-hour

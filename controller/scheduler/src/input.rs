@@ -200,6 +200,8 @@ pub struct PendingJob {
     /// `--nice`: subtracted from the priority.
     pub nice: i32,
     pub eligible_ms: u64,
+    /// When the job first waited for its best placement (`TopologyWait`), if it has.
+    pub placement_wait_since_ms: Option<u64>,
     /// (array job id, throttle) for array tasks.
     pub array: Option<(JobId, Option<u32>)>,
     /// `--reservation`: only inside this one.
@@ -236,6 +238,7 @@ impl PendingJob {
             begin_ms: None,
             nice: 0,
             eligible_ms,
+            placement_wait_since_ms: None,
             array: None,
             reservation: None,
             switches: None,

@@ -558,9 +558,7 @@ impl<'a> Pass<'a> {
     /// it piecemeal. Past the reservations one pass makes, the shape's last estimate
     /// decides.
     fn wait_for_best_placement(&mut self, job: &PendingJob, shape: (u32, Option<u64>)) -> bool {
-        let deadline = job
-            .eligible_ms
-            .saturating_add(topology_wait_ms(&self.snap.config, job));
+        let deadline = self.placement_deadline_ms(job);
         // Usage and reservations only grow during a pass, so a later job of the shape
         // cannot expect its best placement sooner than the last estimate: past it, no
         // new forecast is needed to say no.
@@ -602,13 +600,20 @@ impl<'a> Pass<'a> {
 
     /// Would the job rather wait than start on a placement short of its best? Only
     /// multi-GPU jobs of the topology-aware policy that name no nodes, and only within
-    /// `topology_wait_s` of becoming eligible.
+    /// `topology_wait_s` of the first pass that found it short (time spent waiting for
+    /// resources at all does not count).
     fn may_wait_for_topology(&self, job: &PendingJob) -> bool {
-        let config = &self.snap.config;
-        config.policy == Policy::Gsched
+        self.snap.config.policy == Policy::Gsched
             && job.total_gpus() > 1
             && job.nodelist.is_empty()
-            && self.now_ms.saturating_sub(job.eligible_ms) < topology_wait_ms(config, job)
+            && self.now_ms < self.placement_deadline_ms(job)
+    }
+
+    /// Until when the job may wait for its best placement.
+    fn placement_deadline_ms(&self, job: &PendingJob) -> u64 {
+        job.placement_wait_since_ms
+            .unwrap_or(self.now_ms)
+            .saturating_add(topology_wait_ms(&self.snap.config, job))
     }
 
     /// Commits a placement to the pass's free state and builds the start.

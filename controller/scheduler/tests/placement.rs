@@ -50,6 +50,12 @@ fn job(id: u64, nodes: u32, gpus: u32) -> PendingJob {
     j
 }
 
+/// The job as it is after waiting for its best placement since `since_ms`.
+fn short_since(mut j: PendingJob, since_ms: u64) -> PendingJob {
+    j.placement_wait_since_ms = Some(since_ms);
+    j
+}
+
 /// The nodes of the pass's first start, in the order the allocation lists them.
 fn first_start_nodes(p: &gsched_scheduler::Plan) -> Vec<&str> {
     p.starts[0]
@@ -602,7 +608,11 @@ fn a_multi_gpu_job_waits_for_its_best_set_which_later_jobs_leave_alone() {
 #[test]
 fn a_job_past_its_topology_wait_takes_what_is_free() {
     let (nodes, busy) = box_with_a_sys_pair_free();
-    let snap = snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone());
+    let snap = snapshot(
+        nodes.clone(),
+        vec![short_since(job(1, 1, 2), 0)],
+        busy.clone(),
+    );
     let twelve_hours = 12 * 3600 * 1000;
     let p = plan(&snap, twelve_hours);
     assert_eq!(gpus_of(&p, 1), Some(vec![3, 7]), "waited 12 h: starts");
@@ -618,7 +628,11 @@ fn a_job_past_its_topology_wait_takes_what_is_free() {
     // the pair frees, so it does not wait at all; twice its hour covers it.
     let share = |s: f64| {
         with_config(
-            snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone()),
+            snapshot(
+                nodes.clone(),
+                vec![short_since(job(1, 1, 2), 0)],
+                busy.clone(),
+            ),
             |c| c.topology_wait_share = Some(s),
         )
     };
@@ -627,6 +641,35 @@ fn a_job_past_its_topology_wait_takes_what_is_free() {
     assert_eq!(
         gpus_of(&plan(&share(2.0), 2 * 3_600_000), 1),
         Some(vec![3, 7])
+    );
+}
+
+#[test]
+fn the_wait_for_the_best_placement_counts_from_the_first_pass_that_found_the_job_short() {
+    // Eligible since hour 0 but short of its best only from hour 20 (it waited for GPUs at
+    // all until then): it still waits, as Slurm counts `--switches`' MAX-TIME from the
+    // first time the job could have started.
+    let (nodes, mut busy) = box_with_a_sys_pair_free();
+    let hour = 3_600_000;
+    for r in &mut busy {
+        r.start_ms = 20 * hour;
+    }
+    let snap = snapshot(nodes.clone(), vec![job(1, 1, 2)], busy.clone());
+    let p = plan(&snap, 20 * hour);
+    assert!(gpus_of(&p, 1).is_none(), "20 h in the queue, short for 0 s");
+    assert_eq!(p.reasons, vec![(JobId(1), PendingReason::TopologyWait)]);
+    let waited = |since_h: u64| {
+        snapshot(
+            nodes.clone(),
+            vec![short_since(job(1, 1, 2), since_h * hour)],
+            busy.clone(),
+        )
+    };
+    assert!(gpus_of(&plan(&waited(20), 20 * hour + 1), 1).is_none());
+    assert_eq!(
+        gpus_of(&plan(&waited(8), 20 * hour), 1),
+        Some(vec![3, 7]),
+        "short since hour 8: its 12 h are over"
     );
 }
 
@@ -686,7 +729,10 @@ fn a_gang_waits_for_one_switch_while_another_frees() {
     );
     assert_eq!(p.reasons, vec![(JobId(1), PendingReason::TopologyWait)]);
     assert_eq!(p.estimates, vec![(JobId(1), 1_800_000)]);
-    let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], busy), 12 * 3600 * 1000);
+    let p = plan(
+        &snapshot(nodes, vec![short_since(job(1, 2, 8), 0)], busy),
+        12 * 3600 * 1000,
+    );
     let names = first_start_nodes(&p);
     assert_eq!(names, ["n1", "n3"], "after the wait, across switches");
 }
@@ -706,7 +752,7 @@ fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
         count: 1,
         wait_s: Some(7200),
     });
-    let snap = snapshot(nodes.clone(), vec![hour], busy.clone());
+    let snap = snapshot(nodes.clone(), vec![short_since(hour, 0)], busy.clone());
     assert!(gpus_of(&plan(&snap, 3_599_999), 1).is_none());
     assert_eq!(gpus_of(&plan(&snap, 7_200_000), 1), Some(vec![3, 7]));
     let mut too_short = job(1, 1, 2);

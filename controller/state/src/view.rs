@@ -86,6 +86,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         begin_ms: spec.begin_ms,
         nice: spec.nice,
         eligible_ms: job.eligible_ms,
+        placement_wait_since_ms: job.placement_wait_since_ms,
         array: job.array_task.map(|t| (t.array_job_id, spec.array_limit)),
         reservation: spec.reservation.clone(),
         switches: spec.switches,

@@ -929,3 +929,48 @@ fn a_queued_job_keeps_the_partition_it_was_submitted_to() {
     let later = submit(&mut s, 1, 1, false, 4);
     assert_eq!(s.config.partition_of(&s.jobs[&later].spec), "b");
 }
+
+#[test]
+fn a_jobs_wait_for_its_best_placement_starts_at_its_first_topology_wait_and_ends_with_the_attempt()
+{
+    use gsched_types::job::PendingReason;
+    let mut s = ClusterState::default();
+    register(&mut s, "n1", 1);
+    let j = submit(&mut s, 1, 2, true, 2);
+    let set = |s: &mut ClusterState, reason: PendingReason, at: u64| {
+        s.apply(&env(
+            Command::SetPendingReasons(SetPendingReasons {
+                reasons: vec![(j, reason)],
+            }),
+            at,
+        ));
+    };
+    set(&mut s, PendingReason::Resources, 3);
+    assert_eq!(s.jobs[&j].placement_wait_since_ms, None);
+    set(&mut s, PendingReason::TopologyWait, 4);
+    set(&mut s, PendingReason::Resources, 5);
+    set(&mut s, PendingReason::TopologyWait, 6);
+    assert_eq!(
+        s.jobs[&j].placement_wait_since_ms,
+        Some(4),
+        "the first time counts"
+    );
+
+    assert_eq!(schedule(&mut s, 7), vec![j]);
+    let out = s.apply(&env(
+        Command::RequeueJob(RequeueJob {
+            job: j,
+            by: "alice".into(),
+            admin: false,
+        }),
+        8,
+    ));
+    assert_eq!(out, Outcome::Ok);
+    exited(&mut s, j, "n1", 143, 9);
+    assert_eq!(s.jobs[&j].state, JobState::Pending, "requeued");
+    assert_eq!(
+        s.jobs[&j].placement_wait_since_ms, None,
+        "a new attempt waits afresh"
+    );
+    invariants::check(&s).unwrap();
+}

@@ -692,6 +692,11 @@ pub struct JobRecord {
     /// The idle-GPU policy's warning, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<crate::usage::IdleNotice>,
+    /// When this attempt first waited for its best placement (`TopologyWait`): the start
+    /// of its `topology_wait_s`, as Slurm counts `--switches`' MAX-TIME from the first
+    /// time the job could have started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_wait_since_ms: Option<u64>,
 }
 
 /// How many warnings a job keeps.
@@ -732,6 +737,7 @@ impl JobRecord {
             warnings: Vec::new(),
             usage: Vec::new(),
             idle: None,
+            placement_wait_since_ms: None,
         }
     }
 

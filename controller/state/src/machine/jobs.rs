@@ -274,11 +274,14 @@ impl ClusterState {
         Outcome::Ok
     }
 
-    pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons) -> Outcome {
+    pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons, at: u64) -> Outcome {
         for (id, reason) in &c.reasons {
             if let Some(j) = self.jobs.get_mut(id)
                 && j.state == JobState::Pending
             {
+                if *reason == PendingReason::TopologyWait {
+                    j.placement_wait_since_ms.get_or_insert(at);
+                }
                 j.reason = reason.clone();
             }
         }
@@ -514,6 +517,7 @@ impl ClusterState {
             job.reason = PendingReason::Requeued;
             job.restarts += 1;
             job.eligible_ms = at;
+            job.placement_wait_since_ms = None;
             job.allocation = None;
             job.steps.clear();
             job.grun_steps.clear();

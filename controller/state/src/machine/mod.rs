@@ -478,7 +478,7 @@ impl ClusterState {
                 Outcome::Ok
             }
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
-            Command::SetPendingReasons(c) => self.set_pending_reasons(c),
+            Command::SetPendingReasons(c) => self.set_pending_reasons(c, at),
             Command::StepStarted(c) => self.step_started(c, at),
             Command::StepExited(c) => self.step_exited(c, at),
             Command::StepFailed(c) => self.step_failed(c, at),
