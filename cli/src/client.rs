@@ -192,6 +192,15 @@ pub fn controller_list(flag: Option<&str>) -> Vec<String> {
         .collect()
 }
 
+/// The first pause once every controller was tried, growing half again each round up to
+/// [`RETRY_MAX_DELAY`].
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(25);
+/// The longest pause between rounds: an election takes 0.2-0.3 s, and a call should reach
+/// the new leader within this of it being elected (a cap of 500 ms made the first write
+/// after a failover wait up to 0.9 s), while an outage costs each waiting client no more
+/// than ten refused calls a second.
+const RETRY_MAX_DELAY: Duration = Duration::from_millis(100);
+
 /// A dial error as the status the retry loop understands: an unreachable controller is
 /// tried again (another may answer), a server that is not a gsched daemon or a bad address
 /// is final.
@@ -288,7 +297,7 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let start = Instant::now();
-        let mut delay = Duration::from_millis(50);
+        let mut delay = RETRY_FIRST_DELAY;
         let mut hops = 0;
         loop {
             let result = match self.channel().await {
@@ -315,12 +324,13 @@ impl Client {
                         _ => self.current += 1,
                     }
                     // The first hops (a dead leader, then the one a survivor names) are
-                    // tried at once; after a whole round the call backs off.
+                    // tried at once; after a whole round the call backs off, but never
+                    // by more than RETRY_MAX_DELAY.
                     if hops < self.addrs.len() + 1 {
                         hops += 1;
                     } else {
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_millis(500));
+                        delay = (delay * 3 / 2).min(RETRY_MAX_DELAY);
                     }
                 }
                 Err(s) => return Err(s),
