@@ -28,12 +28,17 @@ use gsched_types::api::{JobList, JobSelector, NodeList};
 pub fn write_out(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().lock().write_fmt(args) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("cannot write the output: {e}");
-        std::process::exit(1);
+        output_failed(e);
     }
+}
+
+/// Ends the tool after stdout failed: quietly if its reader went away.
+fn output_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("cannot write the output: {e}");
+    std::process::exit(1);
 }
 
 /// `print!` that ends the tool quietly when stdout's reader is gone.
@@ -275,6 +280,14 @@ pub fn fetch_nodes(
 
 /// Prints a document as pretty JSON (every tool's `--json`).
 pub fn print_json<T: serde::Serialize>(doc: &T) {
-    let text = serde_json::to_string_pretty(doc).expect("documents serialise");
-    write_out(format_args!("{text}\n"));
+    use std::io::Write;
+    // Streamed, not built as one string first: 100,000 jobs are hundreds of MB of text.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let written = serde_json::to_writer_pretty(&mut out, doc)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    if let Err(e) = written {
+        output_failed(e);
+    }
 }
