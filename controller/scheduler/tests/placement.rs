@@ -647,8 +647,7 @@ fn a_job_past_its_topology_wait_takes_what_is_free() {
 #[test]
 fn the_wait_for_the_best_placement_counts_from_the_first_pass_that_found_the_job_short() {
     // Eligible since hour 0 but short of its best only from hour 20 (it waited for GPUs at
-    // all until then): it still waits, as Slurm counts `--switches`' MAX-TIME from the
-    // first time the job could have started.
+    // all until then): it still waits.
     let (nodes, mut busy) = box_with_a_sys_pair_free();
     let hour = 3_600_000;
     for r in &mut busy {

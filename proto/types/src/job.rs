@@ -693,8 +693,9 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<crate::usage::IdleNotice>,
     /// When this attempt first waited for its best placement (`TopologyWait`): the start
-    /// of its `topology_wait_s`, as Slurm counts `--switches`' MAX-TIME from the first
-    /// time the job could have started.
+    /// of its `topology_wait_s` and `--switches` MAX-TIME, so that time queued for free
+    /// GPUs at all does not use them up (Slurm starts that clock at the job's first
+    /// evaluation, in practice its submission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_wait_since_ms: Option<u64>,
 }
