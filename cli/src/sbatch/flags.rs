@@ -166,7 +166,8 @@ pub struct SubArgs {
     #[arg(long = "kill-on-invalid-dep", hide = true)]
     pub kill_on_invalid_dep: Option<String>,
     /// COUNT[@MAX-TIME]: at most COUNT leaf switches, waited for at most MAX-TIME (capped
-    /// by the cluster's topology_wait_s); @0 starts at once on whatever is free.
+    /// by the cluster's topology_wait_s) from the first time the job could have started
+    /// on more; @0 starts at once on whatever is free.
     #[arg(long)]
     pub switches: Option<String>,
     #[arg(short = 'm', long, hide = true)]
