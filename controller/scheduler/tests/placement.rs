@@ -301,14 +301,7 @@ fn gang_is_all_or_nothing_and_uses_identical_counts() {
 
 #[test]
 fn gang_prefers_one_switch() {
-    let topo = shipped("dgx-a100-8gpu.json");
-    let mut nodes: Vec<NodeView> = (1..=4)
-        .map(|i| NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}")))
-        .collect();
-    nodes[0].switch = Some("leaf1".into());
-    nodes[1].switch = Some("leaf2".into());
-    nodes[2].switch = Some("leaf1".into());
-    nodes[3].switch = Some("leaf2".into());
+    let nodes = dgx_on_leaves(&["leaf1", "leaf2", "leaf1", "leaf2"], &[]);
     let p = plan(&snapshot(nodes, vec![job(1, 2, 8)], vec![]), 0);
     let names = first_start_nodes(&p);
     assert_eq!(names, ["n1", "n3"], "both nodes on leaf1");
@@ -554,13 +547,16 @@ fn box_with_a_sys_pair_free() -> (Vec<NodeView>, Vec<RunningJob>) {
     (vec![node], busy)
 }
 
-/// Three DGX A100 nodes, n1 and n2 under leaf1 and n3 under leaf2, with `busy` on them.
-fn dgx_n1_n2_on_leaf1_n3_on_leaf2(busy: &[RunningJob]) -> Vec<NodeView> {
+/// DGX A100 nodes n1, n2... (at 10.0.0.1, 10.0.0.2...) under the given leaf switches, with
+/// `busy` on them.
+fn dgx_on_leaves(leaves: &[&str], busy: &[RunningJob]) -> Vec<NodeView> {
     let topo = shipped("dgx-a100-8gpu.json");
-    [("n1", "leaf1"), ("n2", "leaf1"), ("n3", "leaf2")]
+    leaves
         .iter()
-        .map(|(name, leaf)| {
-            let mut n = NodeView::from_topology(name, &topo, "10.0.0.1");
+        .enumerate()
+        .map(|(i, leaf)| {
+            let i = i + 1;
+            let mut n = NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}"));
             n.switch = Some(leaf.to_string());
             with_usage(n, busy)
         })
@@ -697,27 +693,20 @@ fn a_job_that_names_its_nodes_or_wants_no_gpus_never_waits_for_topology() {
     whole.time_limit_s = Some(10 * 3600);
     whole.allocation[0].exclusive = true;
     let busy = vec![whole];
-    let nodes = dgx_n1_n2_on_leaf1_n3_on_leaf2(&busy);
+    let nodes = dgx_on_leaves(&["leaf1", "leaf1", "leaf2"], &busy);
     let p = plan(&snapshot(nodes, vec![job(2, 2, 0)], busy), 0);
     assert_eq!(first_start_nodes(&p), ["n1", "n3"]);
 }
 
 #[test]
 fn a_gang_waits_for_one_switch_while_another_frees() {
-    let topo = shipped("dgx-a100-8gpu.json");
-    let mut nodes: Vec<NodeView> = (1..=4)
-        .map(|i| NodeView::from_topology(&format!("n{i}"), &topo, &format!("10.0.0.{i}")))
-        .collect();
-    for (n, leaf) in nodes.iter_mut().zip(["leaf1", "leaf1", "leaf2", "leaf2"]) {
-        n.switch = Some(leaf.into());
-    }
     let all: Vec<u32> = (0..8).collect();
     let mut soon = running(8, "n2", &all);
     soon.time_limit_s = Some(1800);
     let mut late = running(9, "n4", &all);
     late.time_limit_s = Some(10 * 3600);
     let busy = vec![soon, late];
-    let nodes: Vec<NodeView> = nodes.into_iter().map(|n| with_usage(n, &busy)).collect();
+    let nodes = dgx_on_leaves(&["leaf1", "leaf1", "leaf2", "leaf2"], &busy);
     let p = plan(
         &snapshot(nodes.clone(), vec![job(1, 2, 8)], busy.clone()),
         0,
@@ -769,7 +758,7 @@ fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
     let mut late = running(8, "n2", &(0..8).collect::<Vec<_>>());
     late.time_limit_s = Some(10 * 3600);
     let busy = vec![late];
-    let nodes = dgx_n1_n2_on_leaf1_n3_on_leaf2(&busy);
+    let nodes = dgx_on_leaves(&["leaf1", "leaf1", "leaf2"], &busy);
     let p = plan(
         &snapshot(nodes.clone(), vec![job(1, 2, 8)], busy.clone()),
         0,
