@@ -88,6 +88,20 @@ pub fn format_duration(secs: u64) -> String {
     }
 }
 
+/// Formats seconds as `scontrol show job` prints a limit: `HH:MM:SS`, or `D-HH:MM:SS` from
+/// a day on.
+pub fn format_hms(secs: u64) -> String {
+    if secs >= 86_400 {
+        return format_duration(secs);
+    }
+    format!(
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
 /// Parses a memory size as sbatch does: a number with an optional K/M/G/T suffix, megabytes
 /// by default. Returns megabytes; `0` keeps its special meaning (the whole node).
 pub fn mem_mb(text: &str) -> Result<u64, InputError> {
@@ -475,6 +489,9 @@ mod tests {
         assert_eq!(format_duration(5), "0:05");
         assert_eq!(format_duration(3725), "1:02:05");
         assert_eq!(format_duration(90_061), "1-01:01:01");
+        assert_eq!(format_hms(0), "00:00:00");
+        assert_eq!(format_hms(3725), "01:02:05");
+        assert_eq!(format_hms(90_061), "1-01:01:01");
     }
 
     #[test]

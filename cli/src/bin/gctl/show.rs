@@ -288,14 +288,6 @@ fn print_job(j: &JobRow) {
 fn switches(w: gsched_types::job::SwitchWait) -> String {
     match w.wait_s {
         None => w.count.to_string(),
-        Some(t) => {
-            let (d, h, m, s) = (t / 86_400, t % 86_400 / 3600, t % 3600 / 60, t % 60);
-            let days = if d > 0 {
-                format!("{d}-")
-            } else {
-                String::new()
-            };
-            format!("{}@{days}{h:02}:{m:02}:{s:02}", w.count)
-        }
+        Some(t) => format!("{}@{}", w.count, gsched_types::parse::format_hms(t)),
     }
 }
