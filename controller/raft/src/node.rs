@@ -38,6 +38,10 @@ pub struct NodeConfig {
     /// `election_ticks + 2` ticks of silence, so when it does, the other followers (silent as
     /// long, within a tick) are already out of the lease and grant the vote at once.
     pub election_ticks: usize,
+    /// The leader's heartbeat period in ticks. Idle, each heartbeat and its answer are
+    /// most of what the controllers do (thread wake-ups and h2 frames on both ends), so
+    /// it is as long as it can be while a follower still hears two within the shortest
+    /// election timeout (`election_ticks + 1`).
     pub heartbeat_ticks: usize,
     /// Take a state snapshot (and compact the log) after this many applied entries, and
     /// no sooner than [`SNAPSHOT_DUTY`] times what the last one took to write after it: a
@@ -56,7 +60,7 @@ impl NodeConfig {
             id,
             tick: Duration::from_millis(50),
             election_ticks: 5,
-            heartbeat_ticks: 2,
+            heartbeat_ticks: 3,
             snapshot_every: 5_000,
             keep_tail: 1_000,
             proposal_timeout: Duration::from_secs(4),

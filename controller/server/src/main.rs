@@ -68,7 +68,7 @@ struct Args {
     /// sled's page cache for the Raft log, in MiB (the log is read back rarely).
     #[arg(long, default_value_t = 16)]
     store_cache_mb: u64,
-    /// Raft tick in milliseconds: the leader sends a heartbeat every 2 ticks; a follower
+    /// Raft tick in milliseconds: the leader sends a heartbeat every 3 ticks; a follower
     /// that hears none for 6-7 ticks starts an election.
     #[arg(long, default_value_t = 50)]
     tick_ms: u64,
