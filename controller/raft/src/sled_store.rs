@@ -171,26 +171,26 @@ impl SledStore {
             Some(b) => index_of(&b)?,
             None => 0,
         };
-        let lowest_key = match store.segments.values().next() {
-            Some(tree) => tree
-                .first()
-                .map_err(io)?
-                .map(|(k, _)| index_of(&k))
-                .transpose()?,
-            None => None,
-        };
+        let mut lowest_key = None;
+        for tree in store.segments.values() {
+            if let Some((k, _)) = tree.first().map_err(io)? {
+                lowest_key = Some(index_of(&k)?);
+                break;
+            }
+        }
         store.first = lowest_key
             .unwrap_or(store.snap_meta.index + 1)
             .max(recorded_first)
             .max(1);
-        let highest_key = match store.segments.values().next_back() {
-            Some(tree) => tree
-                .last()
-                .map_err(io)?
-                .map(|(k, _)| index_of(&k))
-                .transpose()?,
-            None => None,
-        };
+        // A segment emptied by a truncation that a crash interrupted before the tree was
+        // dropped holds nothing: the log ends in the highest segment that has an entry.
+        let mut highest_key = None;
+        for tree in store.segments.values().rev() {
+            if let Some((k, _)) = tree.last().map_err(io)? {
+                highest_key = Some(index_of(&k)?);
+                break;
+            }
+        }
         store.last = highest_key
             .filter(|&k| k >= store.first)
             .unwrap_or(store.first - 1)
@@ -255,7 +255,8 @@ impl SledStore {
     }
 
     /// Removes entries `from..=self.last`, the highest segment first, so that a crash part
-    /// way leaves a prefix of the log.
+    /// way leaves a prefix of the log. Segments left with no entry are dropped: `open`
+    /// finds the end of the log in the highest segment that has one.
     fn truncate_from(&mut self, from: u64) -> Result<()> {
         if from > self.last {
             return Ok(());
@@ -264,6 +265,13 @@ impl SledStore {
             let Some(tree) = self.segments.get(&n) else {
                 continue;
             };
+            if from <= segment_start(n) {
+                self.segments.remove(&n);
+                self.db
+                    .drop_tree(format!("{SEGMENT_PREFIX}{n}"))
+                    .map_err(io)?;
+                continue;
+            }
             let lo = from.max(segment_start(n));
             let hi = self.last.min(segment_start(n + 1) - 1);
             let mut batch = sled::Batch::default();
@@ -497,6 +505,44 @@ mod tests {
         drop(s);
         let s = SledStore::open(dir.path()).unwrap();
         assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
+    }
+
+    #[test]
+    fn a_truncation_that_empties_the_highest_segment_keeps_the_log_after_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SledStore::open(dir.path()).unwrap();
+        let all: Vec<Entry> = (1..=2_050).map(|i| entry(i, 1)).collect();
+        s.append(&all).unwrap();
+        // A new leader's entries replace the uncommitted suffix 2,040..=2,050: segment 2
+        // (2,048 up) is left with nothing.
+        s.append(&(2_040..=2_044).map(|i| entry(i, 2)).collect::<Vec<_>>())
+            .unwrap();
+        s.sync().unwrap();
+        assert!(!s.segments.contains_key(&2));
+        drop(s);
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!((s.first_index(), s.last_index()), (1, 2_044));
+        assert_eq!(s.term(2_044).unwrap(), 2);
+        assert_eq!(s.term(2_039).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_empty_segment_left_by_an_interrupted_truncation_is_not_the_end_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SledStore::open(dir.path()).unwrap();
+        s.append(&(1..=1_100).map(|i| entry(i, 1)).collect::<Vec<_>>())
+            .unwrap();
+        // What a crash between emptying segment 1 and dropping it would leave (and what
+        // stores written before segments were dropped on truncation hold).
+        let mut batch = sled::Batch::default();
+        for idx in 1_024..=1_100u64 {
+            batch.remove(&idx.to_be_bytes());
+        }
+        s.segments[&1].apply_batch(batch).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!((s.first_index(), s.last_index()), (1, 1_023));
     }
 
     #[test]
