@@ -507,12 +507,18 @@ mod tests {
         assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
     }
 
-    #[test]
-    fn a_truncation_that_empties_the_highest_segment_keeps_the_log_after_a_reopen() {
+    /// A store in a fresh directory holding entries `1..=last` of term 1.
+    fn store_up_to(last: u64) -> (tempfile::TempDir, SledStore) {
         let dir = tempfile::tempdir().unwrap();
         let mut s = SledStore::open(dir.path()).unwrap();
-        let all: Vec<Entry> = (1..=2_050).map(|i| entry(i, 1)).collect();
-        s.append(&all).unwrap();
+        s.append(&(1..=last).map(|i| entry(i, 1)).collect::<Vec<_>>())
+            .unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn a_truncation_that_empties_the_highest_segment_keeps_the_log_after_a_reopen() {
+        let (dir, mut s) = store_up_to(2_050);
         // A new leader's entries replace the uncommitted suffix 2,040..=2,050: segment 2
         // (2,048 up) is left with nothing.
         s.append(&(2_040..=2_044).map(|i| entry(i, 2)).collect::<Vec<_>>())
@@ -528,10 +534,7 @@ mod tests {
 
     #[test]
     fn an_empty_segment_left_by_an_interrupted_truncation_is_not_the_end_of_the_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = SledStore::open(dir.path()).unwrap();
-        s.append(&(1..=1_100).map(|i| entry(i, 1)).collect::<Vec<_>>())
-            .unwrap();
+        let (dir, mut s) = store_up_to(1_100);
         // What a crash between emptying segment 1 and dropping it would leave (and what
         // stores written before segments were dropped on truncation hold).
         let mut batch = sled::Batch::default();
@@ -547,10 +550,7 @@ mod tests {
 
     #[test]
     fn compaction_drops_whole_segments() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = SledStore::open(dir.path()).unwrap();
-        let all: Vec<Entry> = (1..=4_000).map(|i| entry(i, 1)).collect();
-        s.append(&all).unwrap();
+        let (_dir, mut s) = store_up_to(4_000);
         assert_eq!(s.segments.len(), 4);
         let mut snap = Snapshot::default();
         snap.mut_metadata().index = 3_900;
