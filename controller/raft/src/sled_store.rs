@@ -507,6 +507,22 @@ mod tests {
         assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
     }
 
+    /// Opens the store in `dir` again in this process. sled lets go of its lock only
+    /// when its last background task is done with the dropped database, which after
+    /// removals can be a moment later.
+    fn reopen(dir: &Path) -> SledStore {
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match SledStore::open(dir) {
+                Ok(s) => return s,
+                Err(e) if std::time::Instant::now() < give_up && e.to_string().contains("lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("the store does not reopen: {e}"),
+            }
+        }
+    }
+
     /// A store in a fresh directory holding entries `1..=last` of term 1.
     fn store_up_to(last: u64) -> (tempfile::TempDir, SledStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -526,7 +542,7 @@ mod tests {
         s.sync().unwrap();
         assert!(!s.segments.contains_key(&2));
         drop(s);
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = reopen(dir.path());
         assert_eq!((s.first_index(), s.last_index()), (1, 2_044));
         assert_eq!(s.term(2_044).unwrap(), 2);
         assert_eq!(s.term(2_039).unwrap(), 1);
@@ -544,7 +560,7 @@ mod tests {
         s.segments[&1].apply_batch(batch).unwrap();
         s.sync().unwrap();
         drop(s);
-        let s = SledStore::open(dir.path()).unwrap();
+        let s = reopen(dir.path());
         assert_eq!((s.first_index(), s.last_index()), (1, 1_023));
     }
 
