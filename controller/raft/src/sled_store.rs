@@ -262,16 +262,17 @@ impl SledStore {
             return Ok(());
         }
         for n in (segment_of(from)..=segment_of(self.last)).rev() {
+            if from <= segment_start(n) {
+                if self.segments.remove(&n).is_some() {
+                    self.db
+                        .drop_tree(format!("{SEGMENT_PREFIX}{n}"))
+                        .map_err(io)?;
+                }
+                continue;
+            }
             let Some(tree) = self.segments.get(&n) else {
                 continue;
             };
-            if from <= segment_start(n) {
-                self.segments.remove(&n);
-                self.db
-                    .drop_tree(format!("{SEGMENT_PREFIX}{n}"))
-                    .map_err(io)?;
-                continue;
-            }
             let lo = from.max(segment_start(n));
             let hi = self.last.min(segment_start(n + 1) - 1);
             let mut batch = sled::Batch::default();
