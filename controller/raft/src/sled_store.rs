@@ -94,6 +94,45 @@ fn index_of(key: &[u8]) -> Result<u64> {
 /// sled's page cache: its default (1 GiB) would let it grow with the log.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 << 20;
 
+/// How long `open` waits for sled's file lock before saying another process holds it.
+/// A database dropped in this process lets go of its lock only when sled's last
+/// background task is done with it (a moment after the drop, longer after removals), and
+/// a controller restarted at once can find its predecessor not quite gone.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether sled refused to open because another handle holds its file lock
+/// (`Config::open` reports that as an `Io` error of kind `Other` with this wording).
+fn is_lock_held(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().starts_with("could not acquire lock"))
+}
+
+/// Opens sled at `path`, waiting up to `wait` for a lock held by a handle being dropped.
+fn open_db(path: &Path, cache_bytes: u64, wait: std::time::Duration) -> Result<sled::Db> {
+    let give_up = std::time::Instant::now() + wait;
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes)
+            .flush_every_ms(None)
+            .open()
+        {
+            Ok(db) => return Ok(db),
+            Err(e) if is_lock_held(&e) && std::time::Instant::now() < give_up => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            Err(e) if is_lock_held(&e) => {
+                return Err(StoreError::Locked {
+                    path: path.to_path_buf(),
+                    waited: wait,
+                });
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
+}
+
 impl SledStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<SledStore> {
@@ -103,12 +142,16 @@ impl SledStore {
     /// Opens (or creates) the store in `dir`, with sled's page cache capped at
     /// `cache_bytes` (the log is read back rarely: by followers catching up and at start).
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<SledStore> {
-        let db = sled::Config::new()
-            .path(dir.join("raft.sled"))
-            .cache_capacity(cache_bytes)
-            .flush_every_ms(None)
-            .open()
-            .map_err(io)?;
+        SledStore::open_waiting(dir, cache_bytes, LOCK_WAIT)
+    }
+
+    /// As `open_with_cache`, waiting at most `lock_wait` for sled's file lock.
+    pub fn open_waiting(
+        dir: &Path,
+        cache_bytes: u64,
+        lock_wait: std::time::Duration,
+    ) -> Result<SledStore> {
+        let db = open_db(&dir.join("raft.sled"), cache_bytes, lock_wait)?;
         let meta = db.open_tree("meta").map_err(io)?;
         let hs = match meta.get("hard_state").map_err(io)? {
             Some(b) => decode(&b, "hard state")?,
@@ -477,6 +520,7 @@ impl LogStore for SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn entry(index: u64, term: u64) -> Entry {
         Entry {
@@ -508,22 +552,6 @@ mod tests {
         assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
     }
 
-    /// Opens the store in `dir` again in this process. sled lets go of its lock only
-    /// when its last background task is done with the dropped database, which after
-    /// removals can be a moment later.
-    fn reopen(dir: &Path) -> SledStore {
-        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match SledStore::open(dir) {
-                Ok(s) => return s,
-                Err(e) if std::time::Instant::now() < give_up && e.to_string().contains("lock") => {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => panic!("the store does not reopen: {e}"),
-            }
-        }
-    }
-
     /// A store in a fresh directory holding entries `1..=last` of term 1.
     fn store_up_to(last: u64) -> (tempfile::TempDir, SledStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -543,7 +571,7 @@ mod tests {
         s.sync().unwrap();
         assert!(!s.segments.contains_key(&2));
         drop(s);
-        let s = reopen(dir.path());
+        let s = SledStore::open(dir.path()).unwrap();
         assert_eq!((s.first_index(), s.last_index()), (1, 2_044));
         assert_eq!(s.term(2_044).unwrap(), 2);
         assert_eq!(s.term(2_039).unwrap(), 1);
@@ -561,8 +589,39 @@ mod tests {
         s.segments[&1].apply_batch(batch).unwrap();
         s.sync().unwrap();
         drop(s);
-        let s = reopen(dir.path());
+        let s = SledStore::open(dir.path()).unwrap();
         assert_eq!((s.first_index(), s.last_index()), (1, 1_023));
+    }
+
+    #[test]
+    fn open_waits_for_a_lock_being_let_go_and_names_one_that_is_not() {
+        let (dir, s) = store_up_to(10);
+        let held = SledStore::open_waiting(dir.path(), DEFAULT_CACHE_BYTES, Duration::ZERO);
+        match held {
+            Err(StoreError::Locked { path, .. }) => assert!(path.ends_with("raft.sled")),
+            other => panic!("a second open while the first is live: {:?}", other.err()),
+        }
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(s);
+        });
+        let s = SledStore::open(dir.path()).expect("the lock is let go within the wait");
+        releaser.join().unwrap();
+        assert_eq!(s.last_index(), 10);
+    }
+
+    #[test]
+    fn a_store_reopens_at_once_after_a_drop_every_time() {
+        let (dir, mut s) = store_up_to(3_000);
+        for round in 0..20u64 {
+            // Removals (a truncation) leave sled work behind the drop, which is when its
+            // lock was seen held a moment after the handle was gone.
+            s.append(&[entry(2_990, 2 + round)]).unwrap();
+            s.sync().unwrap();
+            drop(s);
+            s = SledStore::open(dir.path()).unwrap();
+            assert_eq!(s.last_index(), 2_990);
+        }
     }
 
     #[test]

@@ -22,6 +22,14 @@ pub enum StoreError {
     Io(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error(
+        "another process holds the store at {} (waited {waited:?}): stop it, or give this one its own data directory",
+        path.display()
+    )]
+    Locked {
+        path: std::path::PathBuf,
+        waited: std::time::Duration,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
