@@ -181,8 +181,10 @@ pub struct SchedConfig {
     /// Half-life of the GPU-hour usage behind fair share.
     pub fairshare_half_life_s: u64,
     pub backfill: bool,
-    /// How many blocked jobs get a reservation that backfill must respect (EASY: 1).
-    pub reservations: u32,
+    /// How many blocked jobs get a backfill hold that backfill must respect (EASY: 1).
+    /// Written `reservations` in the log and in configurations of earlier versions.
+    #[serde(rename = "reservations", alias = "backfill_holds")]
+    pub backfill_holds: u32,
     /// Upper bound on pending jobs examined per pass (Slurm's bf_max_job_test).
     pub max_jobs_per_pass: u32,
     pub partitions: Vec<PartitionConfig>,
@@ -243,7 +245,7 @@ impl Default for SchedConfig {
             max_age_s: 7 * 86_400,
             fairshare_half_life_s: 7 * 86_400,
             backfill: true,
-            reservations: 1,
+            backfill_holds: 1,
             max_jobs_per_pass: 50_000,
             partitions: Vec::new(),
             qos: Vec::new(),

@@ -1,11 +1,11 @@
 //! One scheduling pass: `plan(snapshot, now) -> Plan`.
 //!
 //! Jobs are taken in priority order. Each either starts now (placed on free resources that
-//! no reservation needs), or gets the reason that binds it. The first blocked jobs (up to
-//! `reservations`, EASY backfill uses one) get a reservation: the earliest time their
+//! no backfill hold needs), or gets the reason that binds it. The first blocked jobs (up to
+//! `backfill_holds`, EASY backfill uses one) get a backfill hold: the earliest time their
 //! placement frees up if running jobs end at their time limits. A lower job may start in
-//! a hole only if it cannot delay a reservation: it ends before the reservation starts, or
-//! it uses none of the reserved GPUs.
+//! a hole only if it cannot delay a hold: it ends before the hold starts, or it uses none
+//! of the held GPUs.
 //!
 //! Admin reservations ([`Windows`]) hold their GPUs over their own window: a job outside
 //! one may use them only if it ends before the window starts; a job inside one uses its
@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 pub struct PlannedStart {
     pub job: JobId,
     pub allocation: Allocation,
-    /// Started in a hole left by a reservation rather than in priority order.
+    /// Started in a hole left by a backfill hold rather than in priority order.
     pub backfilled: bool,
 }
 
@@ -45,7 +45,7 @@ pub struct Plan {
     pub starts: Vec<PlannedStart>,
     /// The binding reason of every pending job that does not start.
     pub reasons: Vec<(JobId, PendingReason)>,
-    /// Expected start times (ms) from the backfill reservations.
+    /// Expected start times (ms) from the backfill holds.
     pub estimates: Vec<(JobId, u64)>,
     pub preemptions: Vec<Preemption>,
     pub priorities: Vec<(JobId, f64)>,
@@ -53,7 +53,7 @@ pub struct Plan {
 
 /// GPUs set aside for a blocked higher-priority job from `start_ms` on.
 #[derive(Debug, Clone)]
-struct Reservation {
+struct BackfillHold {
     /// Held for a job waiting for its best placement (`topology_wait_s`) rather than
     /// for the head of the queue.
     topology: bool,
@@ -62,20 +62,20 @@ struct Reservation {
     whole_nodes: HashSet<usize>,
 }
 
-/// A shape kept out only by backfill reservations. Every job of the shape whose time
-/// limit is at least `limit_s` is kept out by them too: reservations and usage only grow
-/// during a pass, and a longer job overlaps more of each reservation. While `started` is
-/// still the pass's count of starts, the shape still fits once reservations are ignored.
+/// A shape kept out only by backfill holds. Every job of the shape whose time limit is at
+/// least `limit_s` is kept out by them too: holds and usage only grow during a pass, and a
+/// longer job overlaps more of each hold. While `started` is still the pass's count of
+/// starts, the shape still fits once holds are ignored.
 #[derive(Debug, Clone, Copy)]
-struct ReservationBlock {
+struct HoldBlock {
     limit_s: u64,
     started: u64,
 }
 
-/// How many jobs waiting for their best placement get a reservation for it per pass.
-const TOPOLOGY_RESERVATIONS: usize = 8;
+/// How many jobs waiting for their best placement get a backfill hold on it per pass.
+const TOPOLOGY_HOLDS: usize = 8;
 
-/// How many blocked jobs beyond the reservations get a start estimate per pass.
+/// How many blocked jobs beyond the holds get a start estimate per pass.
 const EXTRA_ESTIMATES: usize = 16;
 
 /// Runs one scheduling pass. Pure: everything it reads is in `snap` and `now_ms`.
@@ -122,17 +122,17 @@ struct Pass<'a> {
     /// Release events: (end bound, node index, allocation); starts append, and
     /// [`Pass::shadow`] sorts them by time (a stable sort keeps equal times in order).
     releases: Vec<(u64, usize, NodeAlloc)>,
-    reservations: Vec<Reservation>,
+    holds: Vec<BackfillHold>,
     windows: Windows,
     /// Each shape seen this pass, by a small id: the memos below are keyed by it, so a
     /// queue of 20,000 jobs hashes and copies a shape once, not per lookup and rehash.
     shape_ids: ShapeMap<u32>,
-    /// Shapes that cannot be placed this pass even ignoring backfill reservations
+    /// Shapes that cannot be placed this pass even ignoring backfill holds
     /// (resources only shrink during a pass), with the reason; with admin windows the
     /// time limit is part of the key, as it decides which windows a job overlaps.
     busy_shapes: HashMap<(u32, Option<u64>), PendingReason>,
-    /// Shapes kept out only by backfill reservations, keyed like `busy_shapes`.
-    reservation_blocked: HashMap<(u32, Option<u64>), ReservationBlock>,
+    /// Shapes kept out only by backfill holds, keyed like `busy_shapes`.
+    hold_blocked: HashMap<(u32, Option<u64>), HoldBlock>,
     /// Shapes whose placement fell short of their best while `started` had the first
     /// value, keyed like `busy_shapes` (the same placement would be found again until a
     /// start), with when the best placement was expected (`u64::MAX`: not foreseen).
@@ -174,11 +174,11 @@ impl<'a> Pass<'a> {
             placer: Placer::new(snap),
             usage: snap.nodes.iter().map(|n| n.usage.clone()).collect(),
             releases: Vec::new(),
-            reservations: Vec::new(),
+            holds: Vec::new(),
             windows: Windows::new(snap, &node_index, now_ms),
             shape_ids: ShapeMap::default(),
             busy_shapes: HashMap::default(),
-            reservation_blocked: HashMap::default(),
+            hold_blocked: HashMap::default(),
             topology_short: HashMap::default(),
             started: 0,
             fifo_blocked: false,
@@ -376,8 +376,8 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn reserved_mask(&self, ni: usize, end_ms: Option<u64>) -> u64 {
-        reserved_mask(&self.reservations, ni, end_ms)
+    fn held_mask(&self, ni: usize, end_ms: Option<u64>) -> u64 {
+        held_mask(&self.holds, ni, end_ms)
     }
 
     fn consider(&mut self, job: &'a PendingJob) -> Result<PlannedStart, PendingReason> {
@@ -413,8 +413,8 @@ impl<'a> Pass<'a> {
             return Err(reason.clone());
         }
         let limit_s = job.time_limit_s.unwrap_or(u64::MAX);
-        let known_reserved = self
-            .reservation_blocked
+        let known_held = self
+            .hold_blocked
             .get(&busy_key)
             .filter(|b| limit_s >= b.limit_s)
             .map(|b| b.started);
@@ -434,8 +434,8 @@ impl<'a> Pass<'a> {
             waits_for_topology = false;
         }
         let end_ms = job.time_limit_s.map(|t| self.now_ms + t * 1000);
-        let reservations_exist = !self.reservations.is_empty();
-        let reservations = &self.reservations;
+        let holds_exist = !self.holds.is_empty();
+        let holds = &self.holds;
         let no_port = &self.no_port;
         let windows = &self.windows;
         let own = job.reservation.as_deref();
@@ -444,11 +444,11 @@ impl<'a> Pass<'a> {
             let closed = if no_port[ni] { CLOSED } else { 0 };
             closed | windows.mask(own, ni, now_ms, end_ms)
         };
-        let result = if known_reserved.is_some() {
+        let result = if known_held.is_some() {
             Err(Blocked::Busy)
         } else {
             self.placer.place(job, &self.usage, &|ni| {
-                reserved_mask(reservations, ni, end_ms) | unusable(ni)
+                held_mask(holds, ni, end_ms) | unusable(ni)
             })
         };
         match result {
@@ -459,7 +459,7 @@ impl<'a> Pass<'a> {
                 {
                     return Err(PendingReason::TopologyWait);
                 }
-                let backfilled = reservations_exist;
+                let backfilled = holds_exist;
                 match self.start(job, picks, backfilled) {
                     Some(start) => Ok(start),
                     None => Err(PendingReason::Resources),
@@ -479,14 +479,14 @@ impl<'a> Pass<'a> {
                 Err(r)
             }
             Err(Blocked::Busy) => {
-                let blocked_by_reservation = reservations_exist
-                    && (known_reserved == Some(self.started)
+                let blocked_by_hold = holds_exist
+                    && (known_held == Some(self.started)
                         || self.placer.place(job, &self.usage, &unusable).is_ok());
-                let blocked_by_window = !blocked_by_reservation
+                let blocked_by_window = !blocked_by_hold
                     && own.is_none()
                     && !windows.is_empty()
                     && self.placer.place(job, &self.usage, &|_| 0).is_ok();
-                let reason = if blocked_by_reservation {
+                let reason = if blocked_by_hold {
                     PendingReason::Priority
                 } else if blocked_by_window && windows.maint_in_the_way(own, now_ms, end_ms) {
                     PendingReason::ReservedForMaintenance
@@ -495,21 +495,20 @@ impl<'a> Pass<'a> {
                 } else {
                     PendingReason::Resources
                 };
-                if !blocked_by_reservation && !blocked_by_window {
+                if !blocked_by_hold && !blocked_by_window {
                     self.try_preempt(job);
                 }
-                let backfill_reservations =
-                    self.reservations.iter().filter(|r| !r.topology).count();
-                let wants_reservation = policy != Policy::Fifo
+                let backfill_holds = self.holds.iter().filter(|r| !r.topology).count();
+                let wants_hold = policy != Policy::Fifo
                     && self.snap.config.backfill
-                    && (backfill_reservations as u32) < self.snap.config.reservations.max(1);
-                if wants_reservation && !blocked_by_reservation {
+                    && (backfill_holds as u32) < self.snap.config.backfill_holds.max(1);
+                if wants_hold && !blocked_by_hold {
                     if let Some((start_ms, picks)) = self.shadow(job, true, None) {
                         self.estimates.push((job.id, start_ms));
-                        self.reserve(start_ms, picks, false);
+                        self.hold(start_ms, picks, false);
                     }
                 } else if self.estimates.len()
-                    < self.snap.config.reservations as usize + EXTRA_ESTIMATES
+                    < self.snap.config.backfill_holds as usize + EXTRA_ESTIMATES
                     && policy != Policy::Fifo
                     && let Some((start_ms, _)) = self.shadow(job, false, None)
                 {
@@ -518,14 +517,14 @@ impl<'a> Pass<'a> {
                 if policy == Policy::Fifo {
                     self.fifo_blocked = true;
                 }
-                if blocked_by_reservation {
+                if blocked_by_hold {
                     let limit_s = self
-                        .reservation_blocked
+                        .hold_blocked
                         .get(&busy_key)
                         .map_or(limit_s, |b| b.limit_s.min(limit_s));
                     let started = self.started;
-                    self.reservation_blocked
-                        .insert(busy_key, ReservationBlock { limit_s, started });
+                    self.hold_blocked
+                        .insert(busy_key, HoldBlock { limit_s, started });
                 } else {
                     self.busy_shapes.insert(busy_key, reason.clone());
                 }
@@ -535,31 +534,31 @@ impl<'a> Pass<'a> {
     }
 
     /// Sets GPUs aside from `start_ms` on; later jobs may use them only if they end first.
-    fn reserve(&mut self, start_ms: u64, picks: Vec<NodePick>, topology: bool) {
-        let mut res = Reservation {
+    fn hold(&mut self, start_ms: u64, picks: Vec<NodePick>, topology: bool) {
+        let mut hold = BackfillHold {
             topology,
             start_ms,
             gpus: HashMap::default(),
             whole_nodes: HashSet::default(),
         };
         for p in picks {
-            *res.gpus.entry(p.node).or_default() |=
+            *hold.gpus.entry(p.node).or_default() |=
                 p.alloc.gpus.iter().fold(0u64, |m, g| m | (1u64 << g));
             if p.alloc.exclusive {
-                res.whole_nodes.insert(p.node);
+                hold.whole_nodes.insert(p.node);
             }
         }
-        self.reservations.push(res);
+        self.holds.push(hold);
     }
 
     /// For a job whose placement now falls short of its best: does it wait? Only if
     /// running jobs (ending at their time limits) free a best placement before its wait
-    /// runs out; it then reserves that placement, so that the jobs behind it do not take
-    /// it piecemeal. Past the reservations one pass makes, the shape's last estimate
+    /// runs out; it then holds that placement, so that the jobs behind it do not take
+    /// it piecemeal. Past the holds one pass makes, the shape's last estimate
     /// decides.
     fn wait_for_best_placement(&mut self, job: &PendingJob, shape: (u32, Option<u64>)) -> bool {
         let deadline = self.placement_deadline_ms(job);
-        // Usage and reservations only grow during a pass, so a later job of the shape
+        // Usage and holds only grow during a pass, so a later job of the shape
         // cannot expect its best placement sooner than the last estimate: past it, no
         // new forecast is needed to say no.
         let last = self
@@ -570,8 +569,8 @@ impl<'a> Pass<'a> {
         if last.is_some_and(|at| at >= deadline) {
             return false;
         }
-        let held = self.reservations.iter().filter(|r| r.topology).count();
-        if held >= TOPOLOGY_RESERVATIONS {
+        let held = self.holds.iter().filter(|r| r.topology).count();
+        if held >= TOPOLOGY_HOLDS {
             return last.is_some_and(|at| at < deadline);
         }
         let ideal = self.ideal(job);
@@ -581,7 +580,7 @@ impl<'a> Pass<'a> {
         match found {
             Some((start_ms, picks)) if start_ms < deadline => {
                 self.estimates.push((job.id, start_ms));
-                self.reserve(start_ms, picks, true);
+                self.hold(start_ms, picks, true);
                 true
             }
             _ => false,
@@ -663,18 +662,18 @@ impl<'a> Pass<'a> {
     }
 
     /// Earliest time the job fits if running jobs end at their time limits and admin
-    /// windows end when they say. With `respect_reservations`, earlier backfill
-    /// reservations keep their GPUs. With `ideal`, only a placement that meets it counts.
+    /// windows end when they say. With `respect_holds`, earlier backfill
+    /// holds keep their GPUs. With `ideal`, only a placement that meets it counts.
     fn shadow(
         &mut self,
         job: &PendingJob,
-        respect_reservations: bool,
+        respect_holds: bool,
         ideal: Option<Ideal>,
     ) -> Option<(u64, Vec<NodePick>)> {
         let mut future = self.usage.clone();
-        let reserved: HashMap<usize, u64> = if respect_reservations {
+        let held: HashMap<usize, u64> = if respect_holds {
             (0..self.snap.nodes.len())
-                .map(|ni| (ni, self.reserved_mask(ni, None)))
+                .map(|ni| (ni, self.held_mask(ni, None)))
                 .filter(|(_, m)| *m != 0)
                 .collect()
         } else {
@@ -686,8 +685,7 @@ impl<'a> Pass<'a> {
         let now_ms = self.now_ms;
         let mask = |ni: usize, t: u64| {
             let t = t.max(now_ms);
-            reserved.get(&ni).copied().unwrap_or(0)
-                | windows.mask(own, ni, t, run_ms.map(|d| t + d))
+            held.get(&ni).copied().unwrap_or(0) | windows.mask(own, ni, t, run_ms.map(|d| t + d))
         };
         let window_ends = windows.ends_after(now_ms);
         // Nodes that fit the job on their own; only nodes a release or a window touches
@@ -834,14 +832,14 @@ fn topology_wait_ms(config: &crate::config::SchedConfig, job: &PendingJob) -> u6
     }
 }
 
-/// GPUs on node `ni` that a job ending at `end_ms` must not touch because a reservation
-/// needs them.
-fn reserved_mask(reservations: &[Reservation], ni: usize, end_ms: Option<u64>) -> u64 {
-    if reservations.is_empty() {
+/// GPUs on node `ni` that a job ending at `end_ms` must not touch because a backfill
+/// hold needs them.
+fn held_mask(holds: &[BackfillHold], ni: usize, end_ms: Option<u64>) -> u64 {
+    if holds.is_empty() {
         return 0;
     }
     let mut mask = 0u64;
-    for r in reservations {
+    for r in holds {
         if end_ms.is_some_and(|e| e <= r.start_ms) {
             continue;
         }
