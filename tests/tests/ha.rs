@@ -150,9 +150,9 @@ impl Monitor {
         for j in jobs {
             let h = history.entry(j.job_id.0).or_default();
             if h.last()
-                .is_none_or(|(s, r)| *s != j.state || *r != j.restarts)
+                .is_none_or(|(s, r)| *s != j.state || *r != j.attempt)
             {
-                h.push((j.state, j.restarts));
+                h.push((j.state, j.attempt));
             }
             if live(j.state) {
                 for n in j.allocation.iter().flat_map(|a| a.nodes.iter()) {

@@ -420,7 +420,7 @@ impl Row {
                     .map(format_duration)
                     .unwrap_or_else(|| "UNLIMITED".into()),
             ),
-            ("Restarts", j.restarts.to_string()),
+            ("Restarts", j.attempt.to_string()),
             ("NodeList", j.node_list.clone()),
             ("Reason", gsched_cli::format::failure_line(j)),
         ]))
@@ -458,7 +458,7 @@ impl Row {
             _ => "-".into(),
         };
         Row(std::collections::BTreeMap::from([
-            ("JobID", format!("{}.attempt{}", j.display_id, a.restart)),
+            ("JobID", format!("{}.attempt{}", j.display_id, a.number)),
             ("State", a.state.name().into()),
             ("Elapsed", el),
             ("NodeList", gsched_types::hostlist::compress(&a.nodes)),

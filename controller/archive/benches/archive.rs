@@ -110,7 +110,7 @@ fn job(id: u64, jobs: u64, rng: &mut Rng) -> JobRow {
         node_list: node.clone(),
         gpus_per_node: gpus as u32,
         gpus: gpus as u32,
-        restarts: 0,
+        attempt: 0,
         held: false,
         submit_ms,
         start_ms: Some(start_ms),

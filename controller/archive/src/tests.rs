@@ -25,7 +25,7 @@ pub(crate) fn ended(id: u64, user: &str, t: u64, secs: u64, gpus: u32, node: &st
         node_list: node.into(),
         gpus_per_node: gpus,
         gpus,
-        restarts: 0,
+        attempt: 0,
         held: false,
         submit_ms: t * 1000,
         start_ms: Some(t * 1000 + 5000),

@@ -424,7 +424,7 @@ impl<'a> Engine<'a> {
             .as_ref()
             .map(|a| a.nodes.iter().map(|n| n.node.clone()).collect())
             .unwrap_or_default();
-        (job.restarts, nodes)
+        (job.attempt, nodes)
     }
 
     /// Jobs submitted by `t` are submitted as `gsub` would.

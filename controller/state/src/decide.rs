@@ -137,7 +137,7 @@ pub fn launch_spec(
         job: job.id,
         array: job.array_task.map(|t| (t.array_job_id, t.task_id)),
         array_span: job.array_task.and_then(|t| t.span),
-        attempt: job.restarts,
+        attempt: job.attempt,
         node_rank: rank as u32,
         nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
         spec: state.full_spec(job),
@@ -238,8 +238,8 @@ pub fn dispatch(
             let step = job.steps.iter().find(|s| s.node == na.node);
             let reported = running
                 .iter()
-                .any(|s| s.job == job.id && s.attempt == job.restarts);
-            let key = (job.id, job.restarts, na.node.clone());
+                .any(|s| s.job == job.id && s.attempt == job.attempt);
+            let key = (job.id, job.attempt, na.node.clone());
             match job.state {
                 JobState::Running
                     if step.is_some_and(|s| s.state == StepState::Launching)
@@ -258,7 +258,7 @@ pub fn dispatch(
                     // disappear.
                     let first_seen = *memo
                         .ending_since
-                        .entry((job.id, job.restarts))
+                        .entry((job.id, job.attempt))
                         .or_insert(now);
                     if job.failure.as_ref().is_some_and(|f| f.points_elsewhere())
                         && now.saturating_duration_since(first_seen) < cfg.peer_report_wait
@@ -270,7 +270,7 @@ pub fn dispatch(
                         memo.killed.insert(key, now);
                         let order = kill_order(job.failure.as_ref(), cfg);
                         out.sends
-                            .push((na.node.clone(), kill(job.id, job.restarts, order)));
+                            .push((na.node.clone(), kill(job.id, job.attempt, order)));
                     }
                 }
                 _ => {}
@@ -279,7 +279,7 @@ pub fn dispatch(
     }
     for (node, running) in connected {
         for s in running {
-            let job = state.jobs.get(&s.job).filter(|j| j.restarts == s.attempt);
+            let job = state.jobs.get(&s.job).filter(|j| j.attempt == s.attempt);
             let wanted = job.is_some_and(|j| {
                 j.state == JobState::Running
                     && j.steps
@@ -418,7 +418,7 @@ pub fn overdue_jobs(state: &ClusterState, now_ms: u64, slack_s: u64) -> Vec<Time
             let start = j.start_ms?;
             (now_ms > start + (limit + slack_s) * 1000).then_some(TimeoutJob {
                 job: j.id,
-                attempt: j.restarts,
+                attempt: j.attempt,
             })
         })
         .collect()

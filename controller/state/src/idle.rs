@@ -182,7 +182,7 @@ pub fn decide(state: &ClusterState, policy: &IdlePolicy, now_ms: u64) -> Vec<Com
         match &job.idle {
             None if idle_s >= rule.after_s => out.push(Command::IdleGpus(IdleGpus {
                 job: job.id,
-                attempt: job.restarts,
+                attempt: job.attempt,
                 notice: IdleNotice {
                     at_ms: now_ms,
                     threshold_pct: rule.threshold_pct,
@@ -200,7 +200,7 @@ pub fn decide(state: &ClusterState, policy: &IdlePolicy, now_ms: u64) -> Vec<Com
             {
                 out.push(Command::IdleGpus(IdleGpus {
                     job: job.id,
-                    attempt: job.restarts,
+                    attempt: job.attempt,
                     notice: IdleNotice {
                         evidence: evidence(&job.usage),
                         ..n.clone()

@@ -61,7 +61,7 @@ fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
 }
 
 fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) {
-    let attempt = state.jobs[&job].restarts;
+    let attempt = state.jobs[&job].attempt;
     state.apply(&env(
         Command::StepExited(StepExited {
             job,
@@ -188,7 +188,7 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
     ));
     let job = &s.jobs[&j];
     assert_eq!(job.state, JobState::Pending, "requeued");
-    assert_eq!(job.restarts, 1);
+    assert_eq!(job.attempt, 1);
     assert_eq!(job.avoid_nodes, vec![node.clone()]);
     assert_eq!(job.attempts[0].state, JobState::NodeFail);
     let started = schedule(&mut s, 6);
@@ -278,7 +278,7 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
         JobState::Cancelled,
         "a --requeue job the owner cancelled must not come back"
     );
-    assert_eq!(job.restarts, 0);
+    assert_eq!(job.attempt, 0);
     assert_eq!(
         job.steps[0].failure.as_ref().unwrap().kind,
         FailureKind::NodeLost,
@@ -546,12 +546,12 @@ proptest! {
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
                     let node = r.steps.iter().find(|st| !st.state.is_done())?.node.clone();
-                    Some(Command::StepExited(StepExited { job: j, attempt: r.restarts, node, code: Some(code), signal: None, failure: None, usage: None }))
+                    Some(Command::StepExited(StepExited { job: j, attempt: r.attempt, node, code: Some(code), signal: None, failure: None, usage: None }))
                 }),
                 Op::Fail { job } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
                     let node = r.steps.first()?.node.clone();
-                    Some(Command::StepFailed(StepFailed { job: j, attempt: r.restarts, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } }))
+                    Some(Command::StepFailed(StepFailed { job: j, attempt: r.attempt, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } }))
                 }),
                 Op::Cancel { job } => pick(job).map(|j| Command::CancelJob(CancelJob { job: j, by: "alice".into(), admin: false })),
                 Op::Lose { node } => Some(Command::NodeLost(NodeLost { node: format!("n{node}"), reason: "test".into() })),
@@ -563,7 +563,7 @@ proptest! {
             log.push(e);
             prop_assert!(invariants::check(&s).is_ok(), "{:?}", invariants::check(&s));
             for (id, j) in &s.jobs {
-                let now = (j.restarts, j.state.rank());
+                let now = (j.attempt, j.state.rank());
                 if let Some(prev) = last_seen.insert(*id, now) {
                     prop_assert!(now >= prev, "job {} went back from {:?} to {:?}", id, prev, now);
                 }

@@ -230,7 +230,10 @@ pub struct JobRow {
     pub gpus_per_node: u32,
     /// GPUs asked for in all.
     pub gpus: u32,
-    pub restarts: u32,
+    /// The current attempt, from 0 (each requeue starts the next): Slurm's restart
+    /// count, `restarts` in JSON.
+    #[serde(rename = "restarts")]
+    pub attempt: u32,
     pub held: bool,
     pub submit_ms: u64,
     #[serde(default)]
@@ -314,7 +317,7 @@ impl JobRow {
             node_list: crate::hostlist::compress(&node_names),
             gpus_per_node: job.spec.gpus_per_node,
             gpus: job.spec.total_gpus(),
-            restarts: job.restarts,
+            attempt: job.attempt,
             held: job.held,
             submit_ms: job.submit_ms,
             start_ms: job.start_ms,

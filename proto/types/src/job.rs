@@ -628,7 +628,9 @@ pub struct StepStatus {
 /// What happened in one attempt of a job (a requeued job has several).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Attempt {
-    pub restart: u32,
+    /// Which attempt this was, from 0.
+    #[serde(rename = "restart")]
+    pub number: u32,
     pub nodes: Vec<String>,
     pub start_ms: Option<u64>,
     pub end_ms: Option<u64>,
@@ -659,9 +661,10 @@ pub struct JobRecord {
     pub allocation: Option<Allocation>,
     #[serde(default)]
     pub steps: Vec<StepStatus>,
-    /// How many times the job was requeued.
-    #[serde(default)]
-    pub restarts: u32,
+    /// The current attempt, from 0: how many times the job was requeued (Slurm's
+    /// restart count; `restarts` in logs and snapshots).
+    #[serde(default, rename = "restarts")]
+    pub attempt: u32,
     #[serde(default)]
     pub exit_code: Option<i32>,
     #[serde(default)]
@@ -727,7 +730,7 @@ impl JobRecord {
             end_ms: None,
             allocation: None,
             steps: Vec::new(),
-            restarts: 0,
+            attempt: 0,
             exit_code: None,
             failure: None,
             ending_as: None,

@@ -157,7 +157,7 @@ fn print_job(j: &JobRow) {
         "   JobState={} Reason={} Restarts={} ExitCode={}",
         j.state.name(),
         j.reason,
-        j.restarts,
+        j.attempt,
         j.exit_code
             .map(|c| format!("{c}:0"))
             .unwrap_or_else(|| "0:0".into())
@@ -272,7 +272,7 @@ fn print_job(j: &JobRow) {
     for a in &j.attempts {
         outln!(
             "   Attempt[{}]: {} on {} {}",
-            a.restart,
+            a.number,
             a.state.name(),
             gsched_types::hostlist::compress(&a.nodes),
             a.failure

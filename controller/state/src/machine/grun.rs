@@ -14,7 +14,7 @@ impl ClusterState {
                 message: format!("job {}", c.job),
             };
         };
-        if job.state != JobState::Running || job.restarts != c.attempt {
+        if job.state != JobState::Running || job.attempt != c.attempt {
             return Outcome::Rejected {
                 message: format!(
                     "job {} is not running attempt {}: no step recorded",

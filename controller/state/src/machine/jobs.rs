@@ -482,7 +482,7 @@ impl ClusterState {
             .unwrap_or(0);
         let allocation = job.allocation.clone();
         job.attempts.push(Attempt {
-            restart: job.restarts,
+            number: job.attempt,
             nodes: job.node_names(),
             start_ms: job.start_ms,
             end_ms: Some(at),
@@ -493,7 +493,7 @@ impl ClusterState {
         let requeue = job.failure.as_ref().is_some_and(|f| {
             let max = job.spec.max_restarts.unwrap_or(max_restarts);
             (f.kind == FailureKind::Preempted)
-                || (job.spec.requeue && f.kind.is_requeueable() && job.restarts < max)
+                || (job.spec.requeue && f.kind.is_requeueable() && job.attempt < max)
         });
         let (account, user) = (job.spec.account_name().to_string(), job.spec.user.clone());
         // Steps still running end with their job.
@@ -515,7 +515,7 @@ impl ClusterState {
             }
             job.state = JobState::Pending;
             job.reason = PendingReason::Requeued;
-            job.restarts += 1;
+            job.attempt += 1;
             job.eligible_ms = at;
             job.placement_wait_since_ms = None;
             job.allocation = None;
@@ -652,7 +652,7 @@ impl ClusterState {
         if self
             .jobs
             .get(&c.job)
-            .is_some_and(|j| j.restarts == c.attempt && j.state == JobState::Running)
+            .is_some_and(|j| j.attempt == c.attempt && j.state == JobState::Running)
         {
             let failure = Failure::new(
                 FailureKind::Timeout,

@@ -415,11 +415,11 @@ impl ClusterState {
         let Some(j) = self.jobs.get(&job) else {
             return false;
         };
-        let current = j.restarts == attempt && self.job_placed_on(job, node);
+        let current = j.attempt == attempt && self.job_placed_on(job, node);
         current
             || j.attempts
                 .iter()
-                .any(|a| a.restart == attempt && a.nodes.iter().any(|n| n == node))
+                .any(|a| a.number == attempt && a.nodes.iter().any(|n| n == node))
     }
 
     pub fn usage_of(&self, node: &str) -> NodeUsage {

@@ -67,7 +67,7 @@ impl ClusterState {
         // the agent has confirmed each stopped.
         let wanted = |k: &KnownStep| {
             self.jobs.get(&k.job).is_some_and(|j| {
-                j.restarts == k.attempt
+                j.attempt == k.attempt
                     && matches!(j.state, JobState::Running | JobState::Completing)
                     && j.steps.iter().any(|s| s.node == name && !s.state.is_done())
             })
@@ -95,7 +95,7 @@ impl ClusterState {
             .filter(|j| {
                 !c.known_steps
                     .iter()
-                    .any(|k| k.job == j.id && k.attempt == j.restarts)
+                    .any(|k| k.job == j.id && k.attempt == j.attempt)
             })
             .map(|j| j.id)
             .collect();
@@ -226,7 +226,7 @@ impl ClusterState {
                             .any(|n| n.node == node && gpu.is_none_or(|g| n.gpus.contains(&g)))
                     })
                 })
-                .map(|j| (j.id, j.restarts))
+                .map(|j| (j.id, j.attempt))
                 .collect();
             for (job, attempt) in victims {
                 let report = StepFailed {

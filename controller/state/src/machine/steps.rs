@@ -24,7 +24,7 @@ impl ClusterState {
         let job = self.jobs.get_mut(&id).ok_or_else(|| Outcome::NotFound {
             message: format!("job {id}"),
         })?;
-        if job.restarts != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
+        if job.attempt != attempt || !matches!(job.state, JobState::Running | JobState::Completing)
         {
             return Err(Outcome::Rejected {
                 message: "stale step report".into(),

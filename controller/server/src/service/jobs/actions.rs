@@ -148,7 +148,7 @@ impl JobsService {
                 .iter()
                 .filter_map(|id| r.state.jobs.get(id))
                 .filter(|j| j.state == JobState::Running)
-                .map(|j| (j.id, j.restarts, j.node_names()))
+                .map(|j| (j.id, j.attempt, j.node_names()))
                 .collect();
             (targets, refused)
         };

@@ -82,7 +82,7 @@ impl JobsService {
                         .map_or(0, |x| x.gpus.len() as u32)
                 })
                 .collect();
-            (job.restarts, layout, job.spec.user.clone(), job_gpus)
+            (job.attempt, layout, job.spec.user.clone(), job_gpus)
         };
         let (updates_tx, mut updates) = tokio::sync::mpsc::channel(STEP_BACKLOG);
         let lagging = Arc::new(AtomicBool::new(false));
