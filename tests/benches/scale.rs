@@ -474,8 +474,8 @@ fn wave_breakdown(jobs: &[gsched_types::api::JobRow]) -> Vec<(String, f64, &'sta
         let (Some(start), Some(end)) = (j.start_ms, j.end_ms) else {
             continue;
         };
-        if let Some(step) = j.steps.first()
-            && let (Some(s), Some(e)) = (step.started_ms, step.ended_ms)
+        if let Some(run) = j.runs.first()
+            && let (Some(s), Some(e)) = (run.started_ms, run.ended_ms)
         {
             launch.push(s.saturating_sub(start) as f64);
             run_over.push(e.saturating_sub(s) as f64 - 1000.0);

@@ -202,7 +202,7 @@ fn register_as(name: &str) -> gsched_proto::agent::AgentToController {
         topology: Box::new(gsched_types::Topology::empty("forged")),
         features: vec![],
         agent_version: "forged".into(),
-        known_steps: vec![],
+        known_runs: vec![],
         capabilities: Default::default(),
     }
 }
@@ -231,14 +231,14 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
 /// GPU claimed to be on `claim_node`, and sends task output for it: what a node's
 /// certificate (or a daemon's uid) could say about a job on another node.
 async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
-    use gsched_proto::agent::{AgentToController, StepEvent};
+    use gsched_proto::agent::{AgentToController, RunEvent};
     use gsched_types::{Failure, FailureKind, JobId};
     let hello = register_as(&text(req, "name"));
     let job = JobId(num(req, "job"));
     let attempt = num(req, "attempt") as u32;
-    let failed = AgentToController::Step {
+    let failed = AgentToController::Run {
         seq: 1,
-        event: StepEvent::Failed {
+        event: RunEvent::Failed {
             job,
             attempt,
             failure: Failure {
@@ -249,9 +249,9 @@ async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
             },
         },
     };
-    let exited = AgentToController::Step {
+    let exited = AgentToController::Run {
         seq: 2,
-        event: StepEvent::Exited {
+        event: RunEvent::Exited {
             job,
             attempt,
             code: Some(1),

@@ -13,7 +13,7 @@ use gsched_proto::pb::jobs_client::JobsClient;
 use gsched_proto::pb::peer_client::PeerClient;
 use gsched_proto::pb::*;
 use gsched_tests::junk::{junk_bytes, junk_number, junk_string, junk_value, mutate};
-use gsched_types::agent::{AgentToController, StepEvent, StepRef};
+use gsched_types::agent::{AgentToController, RunEvent, RunRef};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobSpec};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
@@ -430,7 +430,7 @@ impl Fuzzer {
     }
 
     /// A session's worth of agent messages: a registration (of a fake node, for the
-    /// admin) and step and health reports about jobs it does not run, some mangled.
+    /// admin) and node run and health reports about jobs it does not run, some mangled.
     fn agent_messages(&self, rng: &mut SmallRng) -> Vec<AgentEnvelope> {
         let mut out = Vec::new();
         let name = format!("fz{}", rng.gen_range(0..8));
@@ -442,7 +442,7 @@ impl Fuzzer {
             "topology": self.topology.clone().unwrap_or_else(|| junk_value(rng, 0)),
             "features": [],
             "agent_version": "fuzz",
-            "known_steps": [StepRef { job: JobId(job_id(rng)), attempt: 0 }],
+            "known_steps": [RunRef { job: JobId(job_id(rng)), attempt: 0 }],
         });
         if !self.admin || rng.gen_bool(0.3) {
             mutate(&mut register, rng);
@@ -453,11 +453,11 @@ impl Fuzzer {
             let failure = Failure::new(FailureKind::NcclError, junk_string(rng), 0);
             let mut m = match rng.gen_range(0..4) {
                 0 => serde_json::to_value(AgentToController::Heartbeat {
-                    running: vec![StepRef { job, attempt: 0 }],
+                    running: vec![RunRef { job, attempt: 0 }],
                 }),
-                1 => serde_json::to_value(AgentToController::Step {
+                1 => serde_json::to_value(AgentToController::Run {
                     seq,
-                    event: StepEvent::Exited {
+                    event: RunEvent::Exited {
                         job,
                         attempt: rng.gen_range(0..3),
                         code: Some(1),
@@ -466,9 +466,9 @@ impl Fuzzer {
                         usage: None,
                     },
                 }),
-                2 => serde_json::to_value(AgentToController::Step {
+                2 => serde_json::to_value(AgentToController::Run {
                     seq,
-                    event: StepEvent::Started {
+                    event: RunEvent::Started {
                         job,
                         attempt: 0,
                         pid: Some(1),

@@ -190,7 +190,7 @@ fn main() {
         }
         rows.push(Row::job(j, now));
         if !args.allocations {
-            for s in &j.grun_steps {
+            for s in &j.steps {
                 rows.push(Row::step(j, s, now));
             }
         }

@@ -182,7 +182,7 @@ fn print_steps(rt: &tokio::runtime::Runtime, client: &mut Client, query: &JobQue
     ]);
     for j in &list.jobs {
         for s in j
-            .grun_steps
+            .steps
             .iter()
             .filter(|s| s.state == gsched_types::steps::StepState::Running)
         {

@@ -9,7 +9,7 @@
 use gsched_archive::{Archive, Cursor, Extra, Group, Query, Totals};
 use gsched_types::api::JobRow;
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{JobId, JobState, StepState, StepStatus};
+use gsched_types::job::{JobId, JobState, NodeRun, RunState};
 use gsched_types::resources::{Allocation, NodeAlloc};
 use gsched_types::usage::{GpuReading, GpuUsage, NodeUsage};
 use std::time::Instant;
@@ -129,9 +129,9 @@ fn job(id: u64, jobs: u64, rng: &mut Rng) -> JobRow {
             master_addr: "10.0.0.1".into(),
             master_port: 29_500,
         }),
-        steps: vec![StepStatus {
+        runs: vec![NodeRun {
             node,
-            state: StepState::Exited {
+            state: RunState::Exited {
                 code: Some(if failed { 1 } else { 0 }),
                 signal: None,
             },
@@ -141,7 +141,7 @@ fn job(id: u64, jobs: u64, rng: &mut Rng) -> JobRow {
         }],
         attempts: Vec::new(),
         spec: None,
-        grun_steps: Vec::new(),
+        steps: Vec::new(),
         warnings: Vec::new(),
         idle: None,
         usage: usage.into_iter().collect(),

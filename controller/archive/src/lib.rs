@@ -4,9 +4,9 @@
 //!
 //! One table, `jobs`: the columns `gacct` filters and reports on (user, account,
 //! partition, state, times, GPUs, GPU-seconds, GPU model) and the rest of the row
-//! (failure, allocation, steps, attempts, usage summaries) as LZ4-compressed JSON in
-//! `detail`. Writes are upserts by job id, so replaying a window twice changes nothing;
-//! the `meta` table holds the cursor of the last job archived in end order.
+//! (failure, allocation, node runs, steps, attempts, usage summaries) as LZ4-compressed
+//! JSON in `detail`. Writes are upserts by job id, so replaying a window twice changes
+//! nothing; the `meta` table holds the cursor of the last job archived in end order.
 
 mod report;
 mod row;
@@ -58,7 +58,7 @@ pub struct Query {
     pub since_ms: u64,
     /// Jobs submitted at or before this.
     pub until_ms: u64,
-    /// Full rows (allocation, steps, attempts, usage), else summaries.
+    /// Full rows (allocation, node runs, steps, attempts, usage), else summaries.
     pub detail: bool,
 }
 
@@ -299,7 +299,7 @@ impl Archive {
             let mut job = row::read(r)?;
             if !q.detail {
                 job.allocation = None;
-                job.steps.clear();
+                job.runs.clear();
                 job.attempts.clear();
                 job.usage.clear();
             }

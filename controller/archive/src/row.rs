@@ -5,7 +5,7 @@ use crate::Extra;
 use gsched_types::api::JobRow;
 use gsched_types::failure::Failure;
 use gsched_types::findings::Finding;
-use gsched_types::job::{Attempt, StepStatus};
+use gsched_types::job::{Attempt, NodeRun};
 use gsched_types::job::{JobId, JobState};
 use gsched_types::resources::Allocation;
 use gsched_types::steps::StepRecord;
@@ -24,12 +24,12 @@ struct Detail {
     failure: Option<Failure>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     allocation: Option<Allocation>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    steps: Vec<StepStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "steps")]
+    runs: Vec<NodeRun>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     attempts: Vec<Attempt>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    grun_steps: Vec<StepRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "grun_steps")]
+    steps: Vec<StepRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<Finding>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,9 +83,9 @@ pub fn upsert(
     let detail = Detail {
         failure: job.failure.clone(),
         allocation: job.allocation.clone(),
-        steps: job.steps.clone(),
+        runs: job.runs.clone(),
         attempts: job.attempts.clone(),
-        grun_steps: job.grun_steps.clone(),
+        steps: job.steps.clone(),
         warnings: job.warnings.clone(),
         idle: job.idle.clone(),
         usage: job.usage.clone(),
@@ -173,10 +173,10 @@ pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         expected_start_ms: None,
         time_limit_s: uo(19)?,
         allocation: detail.allocation,
-        steps: detail.steps,
+        runs: detail.runs,
         attempts: detail.attempts,
         spec: None,
-        grun_steps: detail.grun_steps,
+        steps: detail.steps,
         warnings: detail.warnings,
         idle: detail.idle,
         usage: detail.usage,

@@ -1,7 +1,8 @@
 //! The leader's registry of connected agents: their outgoing message queues, last
-//! heartbeat and the steps they report running.
+//! heartbeat and the node runs they report running; and the `grun`/`srun` steps this
+//! leader relays.
 
-use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, StepRef};
+use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, RunRef};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::ControllerEnvelope;
 use gsched_types::job::JobId;
@@ -27,7 +28,7 @@ pub const AGENT_BACKLOG: usize = 4096;
 pub struct AgentConn {
     pub conn_id: u64,
     pub tx: AgentTx,
-    pub running: Vec<StepRef>,
+    pub running: Vec<RunRef>,
     /// What the agent announced it understands.
     pub capabilities: AgentCapabilities,
 }
@@ -106,7 +107,7 @@ impl AgentHub {
             .insert(node.to_string(), Instant::now());
     }
 
-    pub fn heartbeat(&self, node: &str, running: Vec<StepRef>) {
+    pub fn heartbeat(&self, node: &str, running: Vec<RunRef>) {
         if let Some(c) = self.conns.lock().get_mut(node) {
             c.running = running;
         }
@@ -118,7 +119,7 @@ impl AgentHub {
         self.last_seen.lock().get(node).copied()
     }
 
-    pub fn connected(&self) -> Vec<(String, Vec<StepRef>)> {
+    pub fn connected(&self) -> Vec<(String, Vec<RunRef>)> {
         self.conns
             .lock()
             .iter()

@@ -17,8 +17,8 @@ use gsched_scheduler::{NodeView, Policy, SchedConfig, plan};
 use gsched_state::decide::commands_for;
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::{
-    ClusterState, Command, CreateReservation, Envelope, Outcome, RegisterNode, SetConfig,
-    StepExited, StepStarted, SubmitJob,
+    ClusterState, Command, CreateReservation, Envelope, Outcome, RegisterNode, RunExited,
+    RunStarted, SetConfig, SubmitJob,
 };
 use gsched_types::JobSpec;
 use gsched_types::job::{JobId, PendingReason};
@@ -266,7 +266,7 @@ impl<'a> Engine<'a> {
                 topology,
                 features: Vec::new(),
                 agent_version: "gsim".into(),
-                known_steps: Vec::new(),
+                known_runs: Vec::new(),
             }));
             assert_eq!(outcome, Outcome::Ok, "simulated node {} registers", n.name);
         }
@@ -384,7 +384,7 @@ impl<'a> Engine<'a> {
         self.last_t = t;
     }
 
-    /// Jobs that end by `t`: each of their nodes reports its step's exit, as an agent
+    /// Jobs that end by `t`: each of their nodes reports its run's exit, as an agent
     /// would, and the state machine frees the GPUs and charges the usage.
     fn complete_until(&mut self, t: u64) {
         while self
@@ -398,7 +398,7 @@ impl<'a> Engine<'a> {
                 for node in nodes {
                     self.commit(
                         tc,
-                        Command::StepExited(StepExited {
+                        Command::RunExited(RunExited {
                             job: id,
                             attempt,
                             node,
@@ -499,7 +499,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// A committed start at `t`: each node reports its step running, the job runs for its
+    /// A committed start at `t`: each node reports its run started, the job runs for its
     /// trace duration (slowed by the communication model), and its placement quality is
     /// recorded.
     fn start(&mut self, t: u64, id: JobId) {
@@ -531,7 +531,7 @@ impl<'a> Engine<'a> {
         for node in nodes {
             self.commit(
                 t,
-                Command::StepStarted(StepStarted {
+                Command::RunStarted(RunStarted {
                     job: id,
                     attempt,
                     node,

@@ -3,8 +3,10 @@
 //! Each log entry is an [`Envelope`]: a format version, the client's request id (for
 //! exactly-once submission across retries and failovers), the leader's timestamp (the state
 //! machine never reads a clock), and one [`Command`]. New commands are appended as new
-//! variants; existing variants and their fields are never renamed or removed, so old logs
-//! still decode (`tests/golden.rs` decodes and re-encodes every variant as version 1 wrote it).
+//! variants; existing variants and their fields keep their serialized names (one renamed
+//! in Rust keeps the old name through `#[serde(rename)]`) and are never removed, so old
+//! logs still decode (`tests/golden.rs` decodes and re-encodes every variant as version 1
+//! wrote it).
 
 use gsched_scheduler::SchedConfig;
 use gsched_types::Failure;
@@ -45,9 +47,9 @@ pub struct StartJob {
     pub allocation: Allocation,
 }
 
-/// What an agent knows about a step when it (re)registers.
+/// A node run an agent still knows about when it (re)registers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KnownStep {
+pub struct KnownRun {
     pub job: JobId,
     pub attempt: u32,
 }
@@ -82,9 +84,9 @@ pub struct UpdateJob {
     pub admin: bool,
 }
 
-/// A `grun` step began in a running job (recorded for `gqueue -s` and `gacct`).
+/// A `grun`/`srun` step began in a running job (recorded for `gqueue -s` and `gacct`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GrunStepStarted {
+pub struct StepStarted {
     pub job: JobId,
     /// The attempt it runs in (a step of an earlier attempt is not recorded).
     pub attempt: u32,
@@ -94,9 +96,9 @@ pub struct GrunStepStarted {
     pub ntasks: u32,
 }
 
-/// A `grun` step ended.
+/// A `grun`/`srun` step ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GrunStepEnded {
+pub struct StepEnded {
     pub job: JobId,
     pub step: u32,
     pub state: gsched_types::steps::StepState,
@@ -144,30 +146,30 @@ pub struct SetPendingReasons {
     pub reasons: Vec<(JobId, PendingReason)>,
 }
 
-/// An agent started its step of a job.
+/// An agent started its run of a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepStarted {
+pub struct RunStarted {
     pub job: JobId,
     pub attempt: u32,
     pub node: String,
     pub pid: Option<u32>,
 }
 
-/// A node's step of a job ended.
+/// A node's run of a job ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepExited {
+pub struct RunExited {
     pub job: JobId,
     pub attempt: u32,
     pub node: String,
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub failure: Option<Failure>,
-    /// The node's final usage summary of the step.
+    /// The node's final usage summary of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Box<gsched_types::usage::NodeUsage>>,
 }
 
-/// A node's newest usage summary of a running step (replaces the one before).
+/// A node's newest usage summary of its run of a job (replaces the one before).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordUsage {
     pub job: JobId,
@@ -185,9 +187,9 @@ pub struct IdleGpus {
     pub cancel: bool,
 }
 
-/// A failure seen while the step still runs (log line, Xid): stops the gang now.
+/// A failure seen while the node run goes on (log line, Xid): stops the gang now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepFailed {
+pub struct RunFailed {
     pub job: JobId,
     pub attempt: u32,
     pub node: String,
@@ -203,7 +205,9 @@ pub struct RegisterNode {
     pub topology: Topology,
     pub features: Vec<String>,
     pub agent_version: String,
-    pub known_steps: Vec<KnownStep>,
+    /// Written `known_steps`, as version 1 did.
+    #[serde(rename = "known_steps")]
+    pub known_runs: Vec<KnownRun>,
 }
 
 /// The leader stopped hearing from a node's agent.
@@ -326,7 +330,8 @@ pub struct EditAssociations {
 }
 
 /// Every state change gsched makes. Each variant carries its own payload type, so the
-/// handler of a command takes exactly what the command says.
+/// handler of a command takes exactly what the command says. A variant renamed in Rust
+/// keeps the name the log has always had (`#[serde(rename)]`, and [`Command::name`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[expect(
@@ -338,9 +343,13 @@ pub enum Command {
     CancelJob(CancelJob),
     StartJobs(StartJobs),
     SetPendingReasons(SetPendingReasons),
-    StepStarted(StepStarted),
-    StepExited(StepExited),
-    StepFailed(StepFailed),
+    /// A node run's events, written as version 1 named them (`step_*`).
+    #[serde(rename = "step_started")]
+    RunStarted(RunStarted),
+    #[serde(rename = "step_exited")]
+    RunExited(RunExited),
+    #[serde(rename = "step_failed")]
+    RunFailed(RunFailed),
     RegisterNode(RegisterNode),
     NodeLost(NodeLost),
     DrainNode(DrainNode),
@@ -358,8 +367,11 @@ pub enum Command {
     NodeResponding(NodeResponding),
     ActOnJobs(ActOnJobs),
     UpdateJob(UpdateJob),
-    GrunStepStarted(GrunStepStarted),
-    GrunStepEnded(GrunStepEnded),
+    /// A step's events, written as version 4 named them (`grun_step_*`).
+    #[serde(rename = "grun_step_started")]
+    StepStarted(StepStarted),
+    #[serde(rename = "grun_step_ended")]
+    StepEnded(StepEnded),
     JobWarning(JobWarning),
     RevokeTokens(RevokeTokens),
     RecordUsage(RecordUsage),
@@ -378,9 +390,9 @@ impl Command {
             Command::CancelJob(_) => "cancel_job",
             Command::StartJobs(_) => "start_jobs",
             Command::SetPendingReasons(_) => "set_pending_reasons",
-            Command::StepStarted(_) => "step_started",
-            Command::StepExited(_) => "step_exited",
-            Command::StepFailed(_) => "step_failed",
+            Command::RunStarted(_) => "step_started",
+            Command::RunExited(_) => "step_exited",
+            Command::RunFailed(_) => "step_failed",
             Command::RegisterNode(_) => "register_node",
             Command::NodeLost(_) => "node_lost",
             Command::DrainNode(_) => "drain_node",
@@ -397,8 +409,8 @@ impl Command {
             Command::NodeResponding(_) => "node_responding",
             Command::ActOnJobs(_) => "act_on_jobs",
             Command::UpdateJob(_) => "update_job",
-            Command::GrunStepStarted(_) => "grun_step_started",
-            Command::GrunStepEnded(_) => "grun_step_ended",
+            Command::StepStarted(_) => "grun_step_started",
+            Command::StepEnded(_) => "grun_step_ended",
             Command::JobWarning(_) => "job_warning",
             Command::RevokeTokens(_) => "revoke_tokens",
             Command::RecordUsage(_) => "record_usage",

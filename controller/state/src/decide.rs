@@ -12,9 +12,9 @@ use crate::command::{
 };
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
-use gsched_types::agent::{ControllerToAgent, KillStep, LaunchSpec, StepRef};
+use gsched_types::agent::{ControllerToAgent, KillRun, LaunchSpec, RunRef};
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{JobId, JobRecord, JobState, PendingReason, StepState};
+use gsched_types::job::{JobId, JobRecord, JobState, PendingReason, RunState};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ pub struct DispatchConfig {
     pub peer_report_wait: Duration,
     /// A launch the agent has not confirmed is sent again after this long.
     pub relaunch_after: Duration,
-    /// A kill whose step still runs is sent again after this long.
+    /// A kill whose node run still goes on is sent again after this long.
     pub rekill_after: Duration,
     /// The idle-GPU policy, whose threshold each launch carries to its node.
     pub idle: Option<crate::idle::IdlePolicy>,
@@ -88,7 +88,7 @@ pub struct Dispatch {
     pub waiting: bool,
 }
 
-/// How a step is stopped: the kind its exit is reported as, the grace between SIGTERM and
+/// How a node run is stopped: the kind its exit is reported as, the grace between SIGTERM and
 /// SIGKILL, and the reason the agent logs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KillOrder {
@@ -97,8 +97,8 @@ pub struct KillOrder {
     pub reason: String,
 }
 
-/// The kill order for the steps of a job ending with `failure`: a cancel, a time limit
-/// or a preemption is what the step's own exit is reported as, with the full grace;
+/// The kill order for the node runs of a job ending with `failure`: a cancel, a time limit
+/// or a preemption is what the run's own exit is reported as, with the full grace;
 /// anything else stops the rest of the gang quickly, as `GangStopped`.
 pub fn kill_order(failure: Option<&Failure>, cfg: &DispatchConfig) -> KillOrder {
     let cause = match failure.map(|f| &f.kind) {
@@ -189,7 +189,7 @@ pub fn batch_kills(
                 cause,
                 reason,
                 grace_s,
-            } if batched => KillStep {
+            } if batched => KillRun {
                 job,
                 attempt,
                 cause,
@@ -216,12 +216,12 @@ pub fn batch_kills(
     out
 }
 
-/// Launches for committed starts an agent has not confirmed, kills for the steps of
-/// ending jobs, and kills for steps an agent runs that the committed state does not want
-/// running. `connected`: the connected agents and the steps each reports running.
+/// Launches for committed starts an agent has not confirmed, kills for the node runs of
+/// ending jobs, and kills for runs an agent keeps that the committed state does not want
+/// running. `connected`: the connected agents and the runs each reports running.
 pub fn dispatch(
     state: &ClusterState,
-    connected: &BTreeMap<String, Vec<StepRef>>,
+    connected: &BTreeMap<String, Vec<RunRef>>,
     memo: &mut DispatchMemo,
     cfg: &DispatchConfig,
     now: Instant,
@@ -235,14 +235,14 @@ pub fn dispatch(
             let Some(running) = connected.get(&na.node) else {
                 continue;
             };
-            let step = job.steps.iter().find(|s| s.node == na.node);
+            let run = job.runs.iter().find(|s| s.node == na.node);
             let reported = running
                 .iter()
                 .any(|s| s.job == job.id && s.attempt == job.attempt);
             let key = (job.id, job.attempt, na.node.clone());
             match job.state {
                 JobState::Running
-                    if step.is_some_and(|s| s.state == StepState::Launching)
+                    if run.is_some_and(|s| s.state == RunState::Launching)
                         && !reported
                         && DispatchMemo::due(&memo.launched, &key, cfg.relaunch_after, now) =>
                 {
@@ -252,7 +252,7 @@ pub fn dispatch(
                             .push((na.node.clone(), ControllerToAgent::Launch(Box::new(launch))));
                     }
                 }
-                JobState::Completing if step.is_some_and(|s| !s.state.is_done()) => {
+                JobState::Completing if run.is_some_and(|s| !s.state.is_done()) => {
                     // A peer's "remote process exited" is a symptom: give the node with
                     // the cause a moment to report it before the stop makes its evidence
                     // disappear.
@@ -282,7 +282,7 @@ pub fn dispatch(
             let job = state.jobs.get(&s.job).filter(|j| j.attempt == s.attempt);
             let wanted = job.is_some_and(|j| {
                 j.state == JobState::Running
-                    && j.steps
+                    && j.runs
                         .iter()
                         .any(|st| &st.node == node && !st.state.is_done())
             });
@@ -362,7 +362,7 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
 /// How long a node's agent may be silent: after `not_responding` it takes no new job
 /// (its jobs keep running: an agent restart or a short network cut costs nothing); after
 /// `lost` it is out of service and its jobs end (`NODE_FAIL`, requeued if asked). The
-/// agent stops its own steps a little before `lost` (its lease), so a requeued job never
+/// agent stops its own runs a little before `lost` (its lease), so a requeued job never
 /// runs twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Liveness {
@@ -371,7 +371,7 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// How long an agent that hears nothing keeps its steps: the lost timeout less a
+    /// How long an agent that hears nothing keeps its runs: the lost timeout less a
     /// margin (a quarter of it, at most 10 s).
     pub fn lease(&self) -> Duration {
         self.lost - (self.lost / 4).min(Duration::from_secs(10))

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 pub enum JobDetail {
     /// Summary fields only (what a `gqueue` table prints).
     Summary,
-    /// Allocation, steps and attempts too (and, for its owner, the request).
+    /// Allocation, node runs and attempts too (and, for its owner, the request).
     Full,
 }
 

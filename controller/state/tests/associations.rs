@@ -30,7 +30,7 @@ fn cluster() -> ClusterState {
         topology: topo(8),
         features: vec![],
         agent_version: "test".into(),
-        known_steps: vec![],
+        known_runs: vec![],
     })));
     assert_eq!(out, Outcome::Ok);
     s

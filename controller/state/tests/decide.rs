@@ -10,7 +10,7 @@ use gsched_scheduler::{SchedConfig, plan};
 use gsched_state::decide::{self, DispatchConfig, DispatchMemo, KillOrder, Liveness};
 use gsched_state::view::{ViewCache, snapshot};
 use gsched_state::*;
-use gsched_types::agent::{ControllerToAgent, StepRef};
+use gsched_types::agent::{ControllerToAgent, RunRef};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{JobId, JobSpec, JobState};
 use gsched_types::topology::Topology;
@@ -42,7 +42,7 @@ fn cluster(nodes: &[&str], config: SchedConfig) -> ClusterState {
             topology: topo(4),
             features: vec![],
             agent_version: "test".into(),
-            known_steps: vec![],
+            known_runs: vec![],
         };
         assert_eq!(apply(&mut s, Command::RegisterNode(reg), 1), Outcome::Ok);
     }
@@ -135,7 +135,7 @@ fn launches_go_to_connected_agents_once_and_again_if_unconfirmed() {
     let cfg = DispatchConfig::default();
     let mut memo = DispatchMemo::default();
     let t0 = Instant::now();
-    let mut connected: BTreeMap<String, Vec<StepRef>> = BTreeMap::new();
+    let mut connected: BTreeMap<String, Vec<RunRef>> = BTreeMap::new();
     connected.insert("n1".into(), vec![]);
     let round = decide::dispatch(&s, &connected, &mut memo, &cfg, t0);
     assert_eq!(
@@ -156,7 +156,7 @@ fn launches_go_to_connected_agents_once_and_again_if_unconfirmed() {
         1,
         "re-sent when still unconfirmed after 3 s"
     );
-    connected.insert("n1".into(), vec![StepRef { job, attempt: 0 }]);
+    connected.insert("n1".into(), vec![RunRef { job, attempt: 0 }]);
     let confirmed = decide::dispatch(&s, &connected, &mut memo, &cfg, t0 + Duration::from_secs(9));
     assert!(
         confirmed.sends.is_empty(),
@@ -174,19 +174,19 @@ fn a_gang_stop_that_blames_a_peer_waits_for_the_peers_report() {
         20,
     )
     .on("n2");
-    let report = StepFailed {
+    let report = RunFailed {
         job,
         attempt: 0,
         node: "n2".into(),
         failure: echo,
     };
-    apply(&mut s, Command::StepFailed(report), 20);
+    apply(&mut s, Command::RunFailed(report), 20);
     assert_eq!(s.jobs[&job].state, JobState::Completing);
     let cfg = DispatchConfig::default();
     let mut memo = DispatchMemo::default();
     let mut connected = BTreeMap::new();
     for n in ["n1", "n2"] {
-        connected.insert(n.to_string(), vec![StepRef { job, attempt: 0 }]);
+        connected.insert(n.to_string(), vec![RunRef { job, attempt: 0 }]);
     }
     let t0 = Instant::now();
     let held = decide::dispatch(&s, &connected, &mut memo, &cfg, t0);
@@ -225,7 +225,7 @@ fn steps_the_state_does_not_want_are_killed() {
         admin: false,
     };
     apply(&mut s, Command::CancelJob(cancel), 11);
-    let stale = StepExited {
+    let stale = RunExited {
         job,
         attempt: 0,
         node: "n1".into(),
@@ -234,15 +234,15 @@ fn steps_the_state_does_not_want_are_killed() {
         failure: None,
         usage: None,
     };
-    apply(&mut s, Command::StepExited(stale), 12);
+    apply(&mut s, Command::RunExited(stale), 12);
     assert_eq!(s.jobs[&job].state, JobState::Cancelled);
-    // The agent still reports the step (and one of a job that never existed).
+    // The agent still reports the run (and one of a job that never existed).
     let mut connected = BTreeMap::new();
     connected.insert(
         "n1".to_string(),
         vec![
-            StepRef { job, attempt: 0 },
-            StepRef {
+            RunRef { job, attempt: 0 },
+            RunRef {
                 job: JobId(999),
                 attempt: 0,
             },
@@ -526,7 +526,7 @@ fn an_idle_job_is_warned_after_after_s_and_cancelled_after_the_grace_not_before(
     assert!(c.cancel, "{c:?}");
     assert_eq!(apply(&mut s, cancel[0].clone(), 910_000), Outcome::Ok);
     let j = &s.jobs[&job];
-    // Stopping: it ends CANCELLED when its steps have exited.
+    // Stopping: it ends CANCELLED when its node runs have exited.
     assert_eq!(j.state, JobState::Completing);
     assert_eq!(
         j.failure.as_ref().map(|f| f.kind.clone()),
@@ -592,7 +592,7 @@ fn a_requeued_jobs_usage_stays_with_the_attempt_it_measured() {
         admin: false,
     });
     assert_eq!(apply(&mut s, requeue, 610_000), Outcome::Ok);
-    let exited = Command::StepExited(StepExited {
+    let exited = Command::RunExited(RunExited {
         job,
         attempt: 0,
         node: node.clone(),
@@ -628,7 +628,7 @@ fn jobs_purged_past_the_memory_window_wait_for_the_archive_in_end_order() {
     for i in 0..5u64 {
         let job = run(&mut s, gpu_job(1, None), 10 + i);
         let node = s.jobs[&job].node_names()[0].clone();
-        let exited = Command::StepExited(StepExited {
+        let exited = Command::RunExited(RunExited {
             job,
             attempt: 0,
             node,

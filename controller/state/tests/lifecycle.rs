@@ -29,7 +29,7 @@ fn register(state: &mut ClusterState, name: &str, at: u64) {
             topology: topo(4),
             features: vec![],
             agent_version: "test".into(),
-            known_steps: vec![],
+            known_runs: vec![],
         }),
         at,
     ));
@@ -63,7 +63,7 @@ fn schedule(state: &mut ClusterState, at: u64) -> Vec<JobId> {
 fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) {
     let attempt = state.jobs[&job].attempt;
     state.apply(&env(
-        Command::StepExited(StepExited {
+        Command::RunExited(RunExited {
             job,
             attempt,
             node: node.into(),
@@ -110,7 +110,7 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
         at_ms: 4,
     };
     s.apply(&env(
-        Command::StepFailed(StepFailed {
+        Command::RunFailed(RunFailed {
             job: j,
             attempt: 0,
             node: "n2".into(),
@@ -121,7 +121,7 @@ fn a_failing_rank_stops_the_gang_and_keeps_the_evidence() {
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     exited(&mut s, j, "n2", 134, 5);
     s.apply(&env(
-        Command::StepExited(StepExited {
+        Command::RunExited(RunExited {
             job: j,
             attempt: 0,
             node: "n1".into(),
@@ -175,7 +175,7 @@ fn lost_gpu_drains_node_fails_job_and_requeue_avoids_node() {
     assert!(s.nodes[&node].is_drained());
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     s.apply(&env(
-        Command::StepExited(StepExited {
+        Command::RunExited(RunExited {
             job: j,
             attempt: 0,
             node: node.clone(),
@@ -204,7 +204,7 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
     let j = submit(&mut s, 1, 2, false, 2);
     schedule(&mut s, 3);
     s.apply(&env(
-        Command::StepStarted(StepStarted {
+        Command::RunStarted(RunStarted {
             job: j,
             attempt: 0,
             node: "n1".into(),
@@ -212,7 +212,7 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
         }),
         3,
     ));
-    // The agent restarts and still knows the step: nothing changes.
+    // The agent restarts and still knows the run: nothing changes.
     s.apply(&env(
         Command::RegisterNode(RegisterNode {
             name: "n1".into(),
@@ -221,7 +221,7 @@ fn node_lost_fails_running_step_and_agent_reregistration_reconciles() {
             topology: topo(4),
             features: vec![],
             agent_version: "v".into(),
-            known_steps: vec![KnownStep { job: j, attempt: 0 }],
+            known_runs: vec![KnownRun { job: j, attempt: 0 }],
         }),
         4,
     ));
@@ -245,7 +245,7 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
     let j = submit(&mut s, 1, 2, true, 2);
     schedule(&mut s, 3);
     s.apply(&env(
-        Command::StepStarted(StepStarted {
+        Command::RunStarted(RunStarted {
             job: j,
             attempt: 0,
             node: "n1".into(),
@@ -280,7 +280,7 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
     );
     assert_eq!(job.attempt, 0);
     assert_eq!(
-        job.steps[0].failure.as_ref().unwrap().kind,
+        job.runs[0].failure.as_ref().unwrap().kind,
         FailureKind::NodeLost,
         "the lost node stays on record"
     );
@@ -545,17 +545,17 @@ proptest! {
                 }
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
-                    let node = r.steps.iter().find(|st| !st.state.is_done())?.node.clone();
-                    Some(Command::StepExited(StepExited { job: j, attempt: r.attempt, node, code: Some(code), signal: None, failure: None, usage: None }))
+                    let node = r.runs.iter().find(|st| !st.state.is_done())?.node.clone();
+                    Some(Command::RunExited(RunExited { job: j, attempt: r.attempt, node, code: Some(code), signal: None, failure: None, usage: None }))
                 }),
                 Op::Fail { job } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
-                    let node = r.steps.first()?.node.clone();
-                    Some(Command::StepFailed(StepFailed { job: j, attempt: r.attempt, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } }))
+                    let node = r.runs.first()?.node.clone();
+                    Some(Command::RunFailed(RunFailed { job: j, attempt: r.attempt, node: node.clone(), failure: Failure { kind: FailureKind::NcclError, node: Some(node), evidence: "x".into(), at_ms: at } }))
                 }),
                 Op::Cancel { job } => pick(job).map(|j| Command::CancelJob(CancelJob { job: j, by: "alice".into(), admin: false })),
                 Op::Lose { node } => Some(Command::NodeLost(NodeLost { node: format!("n{node}"), reason: "test".into() })),
-                Op::Register { node } => Some(Command::RegisterNode(RegisterNode { name: format!("n{node}"), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_steps: vec![] })),
+                Op::Register { node } => Some(Command::RegisterNode(RegisterNode { name: format!("n{node}"), address: "a".into(), training_addr: "t".into(), topology: topo(4), features: vec![], agent_version: "v".into(), known_runs: vec![] })),
             };
             let Some(cmd) = cmd else { continue };
             let e = env(cmd, at);
@@ -716,7 +716,7 @@ fn preemption_requeues_lower_qos_work_when_enabled() {
     ));
     assert_eq!(s.jobs[&victim].state, JobState::Completing);
     s.apply(&env(
-        Command::StepExited(StepExited {
+        Command::RunExited(RunExited {
             job: victim,
             attempt: 0,
             node: "n1".into(),

@@ -32,7 +32,7 @@ fn cluster(nodes: &[&str]) -> ClusterState {
                 topology: topo(8),
                 features: vec![],
                 agent_version: "test".into(),
-                known_steps: vec![],
+                known_runs: vec![],
             }),
             T0,
         ));
@@ -272,7 +272,7 @@ fn only_admitted_users_submit_into_a_reservation_and_it_cannot_be_deleted_while_
     for (id, j) in s.jobs.clone() {
         if id == jobs[0] && !j.state.is_terminal() {
             s.apply(&env(
-                Command::StepExited(StepExited {
+                Command::RunExited(RunExited {
                     job: id,
                     attempt: 0,
                     node: "n1".into(),

@@ -1,9 +1,10 @@
 //! Where the agent keeps things, and who may read them.
 //!
-//! - `<state-dir>` (0700, the agent's): `steps/<job>.<attempt>/` with the launch, the
-//!   supervisor plan, the exit record and this node's private copy of the step's output
-//!   (all 0600: they hold the job's environment, secrets included), and the event outbox.
-//! - `<job-root>/<node>-<job>.<attempt>-<random>/` (0700, the job owner's): the step's
+//! - `<state-dir>` (0700, the agent's): `steps/<job>.<attempt>/`, one per node run (the
+//!   directory keeps the name it always had), with the launch, the supervisor plan, the
+//!   exit record and this node's private copy of the run's output (all 0600: they hold
+//!   the job's environment, secrets included), and the event outbox.
+//! - `<job-root>/<node>-<job>.<attempt>-<random>/` (0700, the job owner's): the run's
 //!   script and its log directory (NCCL debug files, torchrun's error file), which the
 //!   job's own processes must be able to write. The job root itself is 0711 and root's,
 //!   so nobody else can list it or plant entries in it.
@@ -34,10 +35,11 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Path helpers for a step directory under the state directory.
-pub struct StepFiles(pub PathBuf);
+/// Path helpers for a node run's directory under the state directory (and, with the same
+/// layout, a `grun` task's: `crate::tasks`).
+pub struct RunFiles(pub PathBuf);
 
-impl StepFiles {
+impl RunFiles {
     pub fn plan(&self) -> PathBuf {
         self.0.join("plan.json")
     }
@@ -50,7 +52,7 @@ impl StepFiles {
     pub fn launch(&self) -> PathBuf {
         self.0.join("launch.json")
     }
-    /// The step's usage summary so far (kept across agent restarts).
+    /// The run's usage summary so far (kept across agent restarts).
     pub fn usage(&self) -> PathBuf {
         self.0.join("usage.json")
     }
@@ -60,7 +62,7 @@ impl StepFiles {
     pub fn supervisor_pid(&self) -> PathBuf {
         self.0.join("supervisor.pid")
     }
-    /// When this node started the step (ms on its own clock): the base of its time limit.
+    /// When this node started the run (ms on its own clock): the base of its time limit.
     pub fn local_start(&self) -> PathBuf {
         self.0.join("started_ms")
     }
@@ -68,11 +70,11 @@ impl StepFiles {
     pub fn winsize(&self) -> PathBuf {
         self.0.join("winsize")
     }
-    /// This node's own copy of the step's stdout and stderr.
+    /// This node's own copy of the run's stdout and stderr.
     pub fn capture(&self) -> PathBuf {
         self.0.join("output.log")
     }
-    /// True when the step's supervisor was never started: the agent writes `launch.json`
+    /// True when the run's supervisor was never started: the agent writes `launch.json`
     /// and then `plan.json` before it spawns the supervisor.
     pub fn never_started(&self) -> bool {
         if !self.launch().exists() || !self.plan().exists() {
@@ -87,7 +89,7 @@ impl StepFiles {
     }
 }
 
-/// Is some process running `... supervise DIR` for this step directory?
+/// Is some process running `... supervise DIR` for this run directory?
 fn supervisor_running(dir: &Path) -> bool {
     let want = dir.as_os_str().as_encoded_bytes();
     let Ok(procs) = std::fs::read_dir("/proc") else {
@@ -102,7 +104,7 @@ fn supervisor_running(dir: &Path) -> bool {
     })
 }
 
-/// A step's private directory, owned by the job's user.
+/// A node run's private directory, owned by the job's user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scratch(pub PathBuf);
 
@@ -115,7 +117,7 @@ impl Scratch {
     }
 }
 
-/// Where steps' private directories are made.
+/// Where node runs' private directories are made.
 #[derive(Debug, Clone)]
 pub struct JobRoot(pub PathBuf);
 
@@ -180,7 +182,7 @@ impl JobRoot {
         Ok(JobRoot(path))
     }
 
-    /// A new private directory for one step (with `logs/` inside), owned by `owner`
+    /// A new private directory for one node run (with `logs/` inside), owned by `owner`
     /// (uid, gid) when given, 0700.
     pub fn scratch(
         &self,
@@ -224,7 +226,7 @@ mod tests {
     #[test]
     fn an_interrupted_launch_is_recognised_and_a_started_one_is_not() {
         let dir = tempfile::tempdir().unwrap();
-        let files = StepFiles(dir.path().join("7.0"));
+        let files = RunFiles(dir.path().join("7.0"));
         private_dir(&files.0).unwrap();
         std::fs::write(files.0.join("launch.tmp"), b"{").unwrap();
         assert!(files.never_started(), "killed while writing launch.json");

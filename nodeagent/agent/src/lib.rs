@@ -1,12 +1,13 @@
 //! `gagentd`, the gsched node agent: discovers the node's GPUs, NUMA layout and NICs,
-//! keeps a session with the controller leader, runs job steps under a per-step supervisor
-//! (own process group, cgroup, the owner's identity), watches their logs and exits, and
-//! reports node health (Xids, lost GPUs).
+//! keeps a session with the controller leader, runs its node's part of each job (a node
+//! run) under a supervisor of its own (own process group, cgroup, the owner's identity),
+//! watches their logs and exits, and reports node health (Xids, lost GPUs).
 //!
 //! - [`discover`], [`sysfs`], [`nvml`]: what the node is made of.
-//! - [`session`]: the controller connection; [`contact`]: the lease on running steps.
-//! - [`steps`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`layout`]: where
-//!   their files live and who may read them; [`devices`], [`devfilter`]: private GPUs.
+//! - [`session`]: the controller connection; [`contact`]: the lease on node runs.
+//! - [`runs`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`tasks`]: the
+//!   tasks of `grun`/`srun` steps; [`layout`]: where their files live and who may read
+//!   them; [`devices`], [`devfilter`]: private GPUs.
 //! - [`health`]: the health monitor.
 //! - [`outbox`]: events kept on disk until acknowledged.
 
@@ -24,8 +25,8 @@ pub mod metrics;
 pub mod monitor;
 pub mod nvml;
 pub mod outbox;
+pub mod runs;
 pub mod session;
-pub mod steps;
 pub mod supervise;
 pub mod sysfs;
 pub mod tasks;

@@ -3,8 +3,8 @@
 use clap::{Parser, Subcommand};
 use gsched_agent::devices::GpuDevices;
 use gsched_agent::discover::{self, Source};
+use gsched_agent::runs::{RunManager, Settings};
 use gsched_agent::session::{Agent, Registration};
-use gsched_agent::steps::{Settings, StepManager};
 use gsched_agent::{devfilter, devices, health, isolation, layout, outbox};
 use gsched_proto::tls::{CertDir, Dialer, PeerIdentity, is_loopback};
 use parking_lot::{Mutex, RwLock};
@@ -311,17 +311,17 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         controllers: args.controllers.join(","),
         min_uid: args.min_uid,
     };
-    let steps = StepManager::new(settings, outbox.clone());
+    let runs = RunManager::new(settings, outbox.clone());
     if isolation.private_gpus {
-        // Every GPU no re-adopted step holds is root's while idle.
-        for note in gpu_devices.lock_idle(&steps.devices_in_use()) {
+        // Every GPU no re-adopted run holds is root's while idle.
+        for note in gpu_devices.lock_idle(&runs.devices_in_use()) {
             tracing::warn!("cannot make a GPU device node private: {note}");
         }
     }
-    let steps = Arc::new(Mutex::new(steps));
+    let runs = Arc::new(Mutex::new(runs));
     let metrics = args.metrics.clone().map(|addr| {
         let sources = Arc::new(gsched_agent::metrics::Sources {
-            steps: steps.clone(),
+            runs: runs.clone(),
             topology: topology.clone(),
             gpu_map: gpu_map.clone(),
             nvml: match source {
@@ -343,7 +343,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         controllers: args.controllers.clone(),
         dialer,
         topology: topology.clone(),
-        steps,
+        runs,
         outbox: outbox.clone(),
         flush: Arc::new(tokio::sync::Notify::new()),
         launched: Arc::new(tokio::sync::Notify::new()),
@@ -364,7 +364,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
         health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone());
         tokio::spawn(sample_usage(
-            agent.steps.clone(),
+            agent.runs.clone(),
             usage_source(&args, &source),
             args.gpu_sample_interval,
         ));
@@ -454,7 +454,7 @@ fn discover_node(
     Ok((topo, gpu_map))
 }
 
-/// How steps are kept apart on this node: cgroups, private GPU device nodes, the BPF
+/// How node runs are kept apart on this node: cgroups, private GPU device nodes, the BPF
 /// device filter; each missing piece is logged with what it costs.
 struct Isolation {
     cgroups: Option<isolation::Cgroups>,
@@ -604,10 +604,10 @@ fn spawn_health_watches(
     }
 }
 
-/// Samples every running step's usage each `interval_s` (on a blocking thread: NVML and
+/// Samples every node run's usage each `interval_s` (on a blocking thread: NVML and
 /// cgroup reads are system calls).
 async fn sample_usage(
-    steps: Arc<Mutex<StepManager>>,
+    runs: Arc<Mutex<RunManager>>,
     source: gsched_agent::usage::Source,
     interval_s: u32,
 ) {
@@ -617,9 +617,9 @@ async fn sample_usage(
     tick.tick().await;
     loop {
         tick.tick().await;
-        let (steps, source) = (steps.clone(), source.clone());
+        let (runs, source) = (runs.clone(), source.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            steps.lock().sample_usage(&mut source.lock(), interval_s)
+            runs.lock().sample_usage(&mut source.lock(), interval_s)
         })
         .await;
     }

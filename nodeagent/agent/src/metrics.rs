@@ -1,4 +1,4 @@
-//! `gagentd --metrics HOST:PORT`: this node's Prometheus metrics at `/metrics` — steps
+//! `gagentd --metrics HOST:PORT`: this node's Prometheus metrics at `/metrics` — node runs
 //! running, and per GPU (labelled by gsched's index on the node, a bounded set): which
 //! job holds it (as a value), utilisation, memory, temperature, power, throttle reasons,
 //! uncorrected ECC errors, PCIe generation and width (current and maximum), active
@@ -6,7 +6,7 @@
 //! from the topology the agent registered.
 
 use crate::nvml::{GpuSample, NvmlProbe};
-use crate::steps::StepManager;
+use crate::runs::RunManager;
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
@@ -33,7 +33,7 @@ struct LinkLabel {
 
 /// What the endpoint reads.
 pub struct Sources {
-    pub steps: Arc<Mutex<StepManager>>,
+    pub runs: Arc<Mutex<RunManager>>,
     pub topology: Arc<RwLock<Topology>>,
     /// Device index of each registered GPU (empty: the same as gsched's).
     pub gpu_map: Vec<u32>,
@@ -105,12 +105,12 @@ fn samples(s: &Sources) -> Vec<GpuSample> {
 pub fn render(s: &Sources) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("gsched");
     let (running, holders) = {
-        let steps = s.steps.lock();
-        (steps.running().len(), steps.gpu_jobs())
+        let runs = s.runs.lock();
+        (runs.running().len(), runs.gpu_jobs())
     };
-    let steps = Gauge::<i64>::default();
-    steps.set(running as i64);
-    reg.register("agent_steps_running", "Job steps this agent runs", steps);
+    let runs = Gauge::<i64>::default();
+    runs.set(running as i64);
+    reg.register("agent_steps_running", "Job steps this agent runs", runs);
     let job = Family::<GpuLabel, Gauge>::default();
     let util = Family::<GpuLabel, Gauge<f64, AtomicU64>>::default();
     let mem_used = Family::<GpuLabel, Gauge>::default();

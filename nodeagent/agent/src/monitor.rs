@@ -1,29 +1,29 @@
-//! What the step manager decides about one step each round, as pure functions of what it
+//! What the run manager decides about one run each round, as pure functions of what it
 //! knew, what it observed and the time: the start report, failures from log findings, the
-//! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the step ended. The
-//! step manager (`steps.rs`) observes (files, processes) and carries out the actions.
+//! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the run ended. The
+//! run manager (`runs.rs`) observes (files, processes) and carries out the actions.
 
 use gsched_launch::transport::missing_library;
 use gsched_launch::watch::{
     LogFinding, classify_exit, first_cause, is_echo, is_fatal, nccl_cause, unwinds,
 };
-use gsched_proto::agent::StepEvent;
+use gsched_proto::agent::RunEvent;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::findings::Finding;
 use gsched_types::job::LaunchMode;
 use gsched_types::job::{JobId, WarnSignal};
 use std::time::{Duration, Instant};
 
-/// How an exit record describes the step's end (written by the supervisor).
+/// How an exit record describes the run's end (written by the supervisor).
 pub use crate::supervise::ExitRecord;
 
 /// The kill grace when the controller did not say (agents older than it, old launches).
 pub const DEFAULT_KILL_GRACE_S: u64 = 10;
 
-/// The step's limits as this node keeps them: all times on this node's clock.
+/// The run's limits as this node keeps them: all times on this node's clock.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
-    /// When this node started the step (ms on its own clock): the base of the time limit.
+    /// When this node started the run (ms on its own clock): the base of the time limit.
     pub started_ms: u64,
     pub time_limit_s: Option<u64>,
     pub signal: Option<WarnSignal>,
@@ -41,12 +41,12 @@ pub struct Stop {
     pub forced: bool,
 }
 
-/// What the monitor remembers about a step between rounds.
+/// What the monitor remembers about a run between rounds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Watch {
     pub started_reported: bool,
     pub fatal_reported: Option<Failure>,
-    /// The newest findings of the step's logs (at most [`FINDINGS_KEPT`]).
+    /// The newest findings of the run's logs (at most [`FINDINGS_KEPT`]).
     pub findings: Vec<LogFinding>,
     pub stop: Option<Stop>,
     /// The `--signal` warning has been sent.
@@ -62,28 +62,28 @@ pub const ECHO_WAIT: Duration = Duration::from_secs(2);
 
 pub const FINDINGS_KEPT: usize = 64;
 
-/// What one round saw of a step.
+/// What one round saw of a run.
 #[derive(Debug, Default)]
 pub struct Observed {
-    /// The step's process group, once the supervisor has recorded it.
+    /// The run's process group, once the supervisor has recorded it.
     pub pgid: Option<i32>,
     /// Lines of this round classified, in the order they were read.
     pub findings: Vec<LogFinding>,
     /// What the network NCCL settled on says about the node (multi-node jobs).
     pub transport: Vec<Finding>,
-    /// The supervisor's exit record, with what the step left behind.
+    /// The supervisor's exit record, with what the run left behind.
     pub exit: Option<Ended>,
-    /// No record, and the supervisor is gone (a re-adopted step after a reboot).
+    /// No record, and the supervisor is gone (a re-adopted run after a reboot).
     pub supervisor_lost: bool,
 }
 
-/// A step that has ended: the supervisor's record and what explains it.
+/// A run that has ended: the supervisor's record and what explains it.
 #[derive(Debug, Clone, Default)]
 pub struct Ended {
     pub record: ExitRecord,
     /// torchrun's error file, when it wrote one.
     pub error_file: Option<String>,
-    /// The kernel's OOM killer struck in the step's cgroup.
+    /// The kernel's OOM killer struck in the run's cgroup.
     pub oom: bool,
 }
 
@@ -109,24 +109,24 @@ pub fn signal_target(mode: LaunchMode, batch_only: bool) -> SignalTarget {
     }
 }
 
-/// What the step manager is to do.
+/// What the run manager is to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    Report(StepEvent),
+    Report(RunEvent),
     /// The `--signal` warning: this signal, to the batch shell alone or to the group.
     Warn {
         signal: i32,
         batch_only: bool,
     },
-    /// SIGTERM to the step's process group.
+    /// SIGTERM to the run's process group.
     Terminate,
     /// SIGKILL to the group and `cgroup.kill`.
     ForceKill,
-    /// The step is over: forget it and give back what it held.
+    /// The run is over: forget it and give back what it held.
     Finish,
 }
 
-/// Where a step is, for one node.
+/// Where a run is, for one node.
 pub struct Context<'a> {
     pub job: JobId,
     pub attempt: u32,
@@ -145,7 +145,7 @@ impl Context<'_> {
     }
 }
 
-/// Starts stopping the step (a controller's kill or the node's own decision); a stop
+/// Starts stopping the run (a controller's kill or the node's own decision); a stop
 /// already under way is kept as it is.
 pub fn begin_stop(
     watch: &mut Watch,
@@ -189,14 +189,14 @@ pub fn round(
     let (job, attempt) = (cx.job, cx.attempt);
     if !watch.started_reported && seen.pgid.is_some() {
         watch.started_reported = true;
-        out.push(Action::Report(StepEvent::Started {
+        out.push(Action::Report(RunEvent::Started {
             job,
             attempt,
             pid: seen.pgid.map(|p| p as u32),
         }));
     }
     for finding in seen.transport {
-        out.push(Action::Report(StepEvent::Warning {
+        out.push(Action::Report(RunEvent::Warning {
             job,
             attempt,
             finding,
@@ -216,7 +216,7 @@ pub fn round(
             } else {
                 watch.held = None;
                 watch.fatal_reported = Some(failure.clone());
-                out.push(Action::Report(StepEvent::Failed {
+                out.push(Action::Report(RunEvent::Failed {
                     job,
                     attempt,
                     failure,
@@ -237,7 +237,7 @@ pub fn round(
     if let Some((failure, since)) = watch.held.take() {
         if ending || now.saturating_duration_since(since) >= ECHO_WAIT {
             watch.fatal_reported = Some(failure.clone());
-            out.push(Action::Report(StepEvent::Failed {
+            out.push(Action::Report(RunEvent::Failed {
                 job,
                 attempt,
                 failure,
@@ -271,7 +271,7 @@ pub fn round(
             &why,
         ));
         let failure = cx.failure(FailureKind::Timeout, why, now_ms);
-        out.push(Action::Report(StepEvent::Failed {
+        out.push(Action::Report(RunEvent::Failed {
             job,
             attempt,
             failure,
@@ -286,7 +286,7 @@ pub fn round(
     }
     if let Some(ended) = &seen.exit {
         let failure = end_failure(watch, cx, ended, now_ms);
-        out.push(Action::Report(StepEvent::Exited {
+        out.push(Action::Report(RunEvent::Exited {
             job,
             attempt,
             code: ended.record.code,
@@ -301,7 +301,7 @@ pub fn round(
             "the step supervisor died without recording an exit status".into(),
             now_ms,
         );
-        out.push(Action::Report(StepEvent::Exited {
+        out.push(Action::Report(RunEvent::Exited {
             job,
             attempt,
             code: None,
@@ -324,8 +324,8 @@ fn explains(finding: &LogFinding, evidence: &str) -> bool {
     nccl_cause(head).is_some_and(|c| c.rank() > 1)
 }
 
-/// Why an ended step failed, if it did: what the supervisor recorded, else the fatal line
-/// already reported, else the stop's cause (with the step's own last words), else what its
+/// Why an ended run failed, if it did: what the supervisor recorded, else the fatal line
+/// already reported, else the stop's cause (with the run's own last words), else what its
 /// exit status, logs, error file and the OOM killer say.
 pub fn end_failure(watch: &Watch, cx: &Context, ended: &Ended, now_ms: u64) -> Option<Failure> {
     let rec = &ended.record;
@@ -401,7 +401,7 @@ mod tests {
         }
     }
 
-    fn reports(actions: &[Action]) -> Vec<&StepEvent> {
+    fn reports(actions: &[Action]) -> Vec<&RunEvent> {
         actions
             .iter()
             .filter_map(|a| match a {
@@ -441,7 +441,7 @@ mod tests {
         let a = round(&mut w, &cx(&l), seen(), now, T0);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Started {
+            [RunEvent::Started {
                 pid: Some(4242),
                 ..
             }]
@@ -460,7 +460,7 @@ mod tests {
         assert_eq!(a[0], Action::Terminate);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Failed { failure, .. }] if failure.kind == FailureKind::Timeout
+            [RunEvent::Failed { failure, .. }] if failure.kind == FailureKind::Timeout
         ));
         // SIGKILL only after the grace the controller configured (30 s here, not 10 s).
         let later = |s| t + Duration::from_secs(s);
@@ -473,7 +473,7 @@ mod tests {
         let a = round(&mut w, &cx(&l), ended(143), later(41), T0 + 99_500);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::Timeout
+            [RunEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::Timeout
         ));
         assert_eq!(a.last(), Some(&Action::Finish));
     }
@@ -522,7 +522,7 @@ mod tests {
         };
         let a = round(&mut w, &cx(&l), seen, t, T0);
         assert!(
-            matches!(reports(&a)[..], [StepEvent::Failed { failure, .. }] if failure.evidence.contains("Connection refused")),
+            matches!(reports(&a)[..], [RunEvent::Failed { failure, .. }] if failure.evidence.contains("Connection refused")),
             "{a:?}"
         );
         let again = Observed {
@@ -534,12 +534,12 @@ mod tests {
         let a = round(&mut w, &cx(&l), ended(0), t, T0);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Exited { failure: None, .. }]
+            [RunEvent::Exited { failure: None, .. }]
         ));
     }
 
     #[test]
-    fn a_stop_is_not_restarted_and_a_stopped_step_fails_with_its_cause() {
+    fn a_stop_is_not_restarted_and_a_stopped_run_fails_with_its_cause() {
         let l = limits(None);
         let mut w = Watch::default();
         let t = Instant::now();
@@ -562,7 +562,7 @@ mod tests {
         assert_eq!(a[0], Action::ForceKill);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Exited { failure: Some(f), .. }]
+            [RunEvent::Exited { failure: Some(f), .. }]
                 if f.kind == FailureKind::Cancelled && f.evidence == "cancelled by alice"
         ));
     }
@@ -583,7 +583,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_supervisor_ends_the_step_as_a_launch_failure() {
+    fn a_lost_supervisor_ends_the_run_as_a_launch_failure() {
         let l = limits(None);
         let mut w = Watch::default();
         let seen = Observed {
@@ -593,7 +593,7 @@ mod tests {
         let a = round(&mut w, &cx(&l), seen, Instant::now(), T0);
         assert!(matches!(
             reports(&a)[..],
-            [StepEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::LaunchFailed
+            [RunEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::LaunchFailed
         ));
         assert_eq!(a.last(), Some(&Action::Finish));
     }

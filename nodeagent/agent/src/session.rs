@@ -1,11 +1,11 @@
 //! The agent's connection to the controllers: dial in, register, heartbeat, relay launches
-//! and kills to the step manager, send outbox events and drop them once acknowledged.
+//! and kills to the run manager, send outbox events and drop them once acknowledged.
 //! Follows `NotLeader` redirects and reconnects with backoff, so it finds a new leader
 //! within about a second of a failover.
 
 use crate::contact::Contact;
 use crate::outbox::Outbox;
-use crate::steps::StepManager;
+use crate::runs::RunManager;
 use gsched_proto::agent::{AgentCapabilities, AgentToController, ControllerToAgent};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::AgentEnvelope;
@@ -34,13 +34,13 @@ pub struct Agent {
     /// How controllers are dialed (TLS with the node's certificate on a real cluster).
     pub dialer: Dialer,
     pub topology: Arc<RwLock<Topology>>,
-    pub steps: Arc<Mutex<StepManager>>,
+    pub runs: Arc<Mutex<RunManager>>,
     pub outbox: Arc<Outbox>,
     /// Signalled when the outbox has something new to send.
     pub flush: Arc<Notify>,
-    /// Wakes the step monitor, which waits without polling while the node runs nothing.
+    /// Wakes the run monitor, which waits without polling while the node runs nothing.
     pub launched: Arc<Notify>,
-    /// The lease on the steps, renewed by the leader's answers.
+    /// The lease on the node runs, renewed by the leader's answers.
     pub contact: Arc<Contact>,
     pub heartbeat: Duration,
 }
@@ -52,18 +52,18 @@ enum End {
 
 fn seq_of(ev: &AgentToController) -> Option<u64> {
     match ev {
-        AgentToController::Step { seq, .. } | AgentToController::Health { seq, .. } => Some(*seq),
+        AgentToController::Run { seq, .. } | AgentToController::Health { seq, .. } => Some(*seq),
         _ => None,
     }
 }
 
-/// Runs the step monitor and the controller session forever.
+/// Runs the run monitor and the controller session forever.
 pub async fn run(agent: Arc<Agent>) {
     let monitor = agent.clone();
     tokio::spawn(async move {
-        // A supervisor ending (a step's exit to report) wakes the monitor at once; the
-        // 100 ms rounds catch the rest (logs, starts, steps re-adopted after a restart,
-        // whose supervisors are not this process's children). With no step, it sleeps
+        // A supervisor ending (a run's exit to report) wakes the monitor at once; the
+        // 100 ms rounds catch the rest (logs, starts, runs re-adopted after a restart,
+        // whose supervisors are not this process's children). With no run, it sleeps
         // until a launch.
         let mut children = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
             .map_err(|e| {
@@ -71,11 +71,11 @@ pub async fn run(agent: Arc<Agent>) {
             })
             .ok();
         loop {
-            // Never wait for the lock here: whoever holds it is busy with a step.
-            let idle = monitor.steps.try_lock().is_some_and(|s| s.is_idle());
+            // Never wait for the lock here: whoever holds it is busy with a run.
+            let idle = monitor.runs.try_lock().is_some_and(|s| s.is_idle());
             if !idle {
-                let steps = monitor.steps.clone();
-                let _ = tokio::task::spawn_blocking(move || steps.lock().tick()).await;
+                let runs = monitor.runs.clone();
+                let _ = tokio::task::spawn_blocking(move || runs.lock().tick()).await;
                 monitor.flush.notify_one();
             }
             let round = if idle {
@@ -164,7 +164,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         Err(mpsc::error::TrySendError::Full(_)) => Ok(false),
         Err(mpsc::error::TrySendError::Closed(_)) => Err(anyhow::anyhow!("the session closed")),
     };
-    let known = agent.steps.lock().known();
+    let known = agent.runs.lock().known();
     let reg = &agent.registration;
     let topology = agent.topology.read().clone();
     send(&AgentToController::Register {
@@ -174,7 +174,7 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         topology: Box::new(topology),
         features: reg.features.clone(),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        known_steps: known,
+        known_runs: known,
         capabilities: AgentCapabilities {
             batched_kills: true,
             output_notices: true,
@@ -200,11 +200,11 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         ControllerToAgent::Registered { kill, lease_ms, .. } => {
             tracing::info!("registered with controller {addr}");
             agent.contact.renew(lease_ms);
-            // Steps of jobs that ended while this node was away: stop them before
+            // Runs of jobs that ended while this node was away: stop them before
             // anything else (the node takes no new job until they have).
-            let mut steps = agent.steps.lock();
+            let mut runs = agent.runs.lock();
             for s in kill {
-                steps.kill(
+                runs.kill(
                     s.job,
                     s.attempt,
                     gsched_types::FailureKind::GangStopped,
@@ -229,41 +229,41 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                 heard = Instant::now();
                 match msg.document()? {
                     ControllerToAgent::Launch(spec) => {
-                        let steps = agent.steps.clone();
-                        tokio::task::spawn_blocking(move || steps.lock().launch(*spec)).await?;
+                        let runs = agent.runs.clone();
+                        tokio::task::spawn_blocking(move || runs.lock().launch(*spec)).await?;
                         agent.launched.notify_one();
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
-                        agent.steps.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
+                        agent.runs.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kills { kills } => {
                         tracing::info!("stopping {} steps (one message)", kills.len());
-                        let mut steps = agent.steps.lock();
+                        let mut runs = agent.runs.lock();
                         for k in kills {
-                            steps.kill(k.job, k.attempt, k.cause, &k.reason, Duration::from_secs(k.grace_s));
+                            runs.kill(k.job, k.attempt, k.cause, &k.reason, Duration::from_secs(k.grace_s));
                         }
-                        drop(steps);
+                        drop(runs);
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::RunStep(launch) => {
-                        let steps = agent.steps.clone();
-                        tokio::task::spawn_blocking(move || steps.lock().run_step(&launch)).await?;
+                        let runs = agent.runs.clone();
+                        tokio::task::spawn_blocking(move || runs.lock().run_step(&launch)).await?;
                         agent.launched.notify_one();
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::StepInput { job, step, input } => {
-                        agent.steps.lock().step_input(job, step, input);
+                        agent.runs.lock().step_input(job, step, input);
                     }
                     ControllerToAgent::KillStep { job, attempt, step } => {
-                        agent.steps.lock().kill_step(job, attempt, step);
+                        agent.runs.lock().kill_step(job, attempt, step);
                     }
                     ControllerToAgent::Signal { job, attempt, signal, batch_only } => {
-                        agent.steps.lock().signal(job, attempt, signal, batch_only);
+                        agent.runs.lock().signal(job, attempt, signal, batch_only);
                     }
                     ControllerToAgent::Notice { job, attempt, text } => {
-                        agent.steps.lock().notice(job, attempt, &text);
+                        agent.runs.lock().notice(job, attempt, &text);
                     }
                     ControllerToAgent::Ack { seq } => {
                         agent.outbox.ack(seq);
@@ -286,12 +286,12 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     return Ok(End::Closed);
                 }
                 let (running, usage) = {
-                    let mut steps = agent.steps.lock();
-                    (steps.running(), steps.take_usage())
+                    let mut runs = agent.runs.lock();
+                    (runs.running(), runs.take_usage())
                 };
                 send(&AgentToController::Heartbeat { running })?;
                 if !usage.is_empty() {
-                    send(&AgentToController::Usage { steps: usage })?;
+                    send(&AgentToController::Usage { runs: usage })?;
                 }
                 relay_task_io(agent, &tx, &send)?;
                 flush(agent, &send, &mut sent, true)?;
@@ -309,13 +309,13 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
 const OUTBOUND_BACKLOG: usize = 1024;
 
 /// Sends the `grun` steps' output gathered so far, as much as the session's queue has
-/// room for; the rest waits in the step manager for the next turn.
+/// room for; the rest waits in the run manager for the next turn.
 fn relay_task_io(
     agent: &Agent,
     tx: &mpsc::Sender<AgentEnvelope>,
     send: &impl Fn(&AgentToController) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
-    for io in agent.steps.lock().take_task_io(tx.capacity()) {
+    for io in agent.runs.lock().take_task_io(tx.capacity()) {
         send(&AgentToController::TaskIo { io })?;
     }
     Ok(())

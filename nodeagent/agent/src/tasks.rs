@@ -5,7 +5,7 @@
 //! Task 0's input from its `grun` goes into a pipe that is its supervisor's stdin (bytes
 //! queued here while the pipe is full), and terminal resizes into its `winsize` file.
 
-use crate::layout::{self, StepFiles};
+use crate::layout::{self, RunFiles};
 use crate::supervise::{ExitRecord, STDERR_CAPTURE};
 use base64::Engine;
 use gsched_launch::plan::{Plan, TaskInput, step_task};
@@ -24,7 +24,7 @@ const CHUNK: u64 = 64 * 1024;
 
 struct TaskRun {
     attempt: u32,
-    files: StepFiles,
+    files: RunFiles,
     supervisor: std::process::Child,
     sent: [u64; 2],
     /// When a stop was asked for: SIGTERM then, SIGKILL a few seconds later.
@@ -116,7 +116,7 @@ impl GrunTasks {
             if self.runs.contains_key(&key) {
                 continue;
             }
-            let files = StepFiles(root.join(format!(
+            let files = RunFiles(root.join(format!(
                 "{}.{}.{}.{rank}",
                 launch.job, launch.attempt, launch.step
             )));
@@ -301,7 +301,7 @@ impl GrunTasks {
 }
 
 fn spawn(
-    files: &StepFiles,
+    files: &RunFiles,
     plan: &Plan,
     exe: &Path,
 ) -> Result<(std::process::Child, Option<InputPipe>), String> {
@@ -364,7 +364,7 @@ fn send_output(
     }
 }
 
-fn signal_task(files: &StepFiles, sig: Signal) {
+fn signal_task(files: &RunFiles, sig: Signal) {
     if let Some(g) = std::fs::read_to_string(files.pgid())
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())

@@ -18,7 +18,7 @@ use gsched_agent::monitor::{Action, Context, ECHO_WAIT, Limits, Observed, Watch,
 use gsched_launch::transport::TransportLog;
 use gsched_launch::watch::LineReader;
 use gsched_topology::xid::{KernelEvent, parse_log};
-use gsched_types::agent::StepEvent;
+use gsched_types::agent::RunEvent;
 use gsched_types::findings::{Finding, Severity};
 use gsched_types::topology::Topology;
 use std::path::{Path, PathBuf};
@@ -337,10 +337,10 @@ fn live_step(text: &str) -> Vec<Finding> {
     let take = |actions: Vec<Action>, out: &mut Vec<Finding>| {
         for action in actions {
             match action {
-                Action::Report(StepEvent::Failed { failure, .. }) => {
+                Action::Report(RunEvent::Failed { failure, .. }) => {
                     out.push(failure_finding(&failure.kind, &failure.evidence))
                 }
-                Action::Report(StepEvent::Warning { finding, .. }) => out.push(finding),
+                Action::Report(RunEvent::Warning { finding, .. }) => out.push(finding),
                 _ => {}
             }
         }

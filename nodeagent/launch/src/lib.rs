@@ -1,6 +1,6 @@
 //! Pure launch logic for the node agent: the environment each task gets ([`env`]), the
 //! torchrun command line ([`torchrun`]), output-file patterns ([`output`]), the whole
-//! supervisor plan of a step with its cgroup limits and device nodes ([`plan`]) and the
+//! supervisor plan of a node run with its cgroup limits and device nodes ([`plan`]) and the
 //! classification of failures from exit statuses, torchrun error files and log lines
 //! ([`watch`]). No processes are started here; the agent does that.
 

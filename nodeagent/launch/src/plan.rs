@@ -1,4 +1,4 @@
-//! What the supervisor runs for one node's step, decided from the launch, the node's
+//! What the supervisor runs for one node's run of a job, decided from the launch, the node's
 //! topology and the job owner's identity: the script, argv, one environment per task,
 //! output paths, the identity to drop to, the cgroup limits and the GPU device nodes. The
 //! agent writes the result as `plan.json` and does the IO (files, cgroup, devices).
@@ -41,14 +41,14 @@ pub struct Plan {
     /// The submitter's umask, applied to the output files and the tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
-    /// The step's private directory (script, logs), removed when the step has ended.
+    /// The run's private directory (script, logs), removed when the run has ended.
     #[serde(default)]
     pub scratch: Option<String>,
-    /// GPU device nodes handed to the owner for the step (given back when it ends).
+    /// GPU device nodes handed to the owner for the run (given back when it ends).
     #[serde(default)]
     pub devices: Vec<String>,
     /// Where the agent records the controllers' last answer and the node's lease: the
-    /// supervisor stops the step when the lease lapses.
+    /// supervisor stops the run when the lease lapses.
     #[serde(default)]
     pub contact_file: Option<String>,
     /// Keep stderr's private copy apart from stdout's (`stderr.log` beside `output.log`):
@@ -84,7 +84,7 @@ impl TaskInput {
     }
 }
 
-/// A step's cgroup: where, and its limits.
+/// A node run's cgroup: where, and its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupLimits {
     /// Directory name under the agent's cgroup base.
@@ -95,17 +95,17 @@ pub struct CgroupLimits {
     pub pids: u64,
 }
 
-/// The agent's settings a step plan depends on.
-pub struct StepContext<'a> {
+/// The agent's settings a node run's plan depends on.
+pub struct RunContext<'a> {
     pub node: &'a str,
     pub topology: &'a Topology,
     pub training_iface: Option<&'a str>,
     pub agent_env: &'a BTreeMap<String, String>,
     /// Device index of each GPU the agent manages (empty: the same as gsched's index).
     pub gpu_map: &'a [u32],
-    /// Where the step's script is written (as the tasks see it).
+    /// Where the run's script is written (as the tasks see it).
     pub script_path: &'a str,
-    /// The step's log directory (NCCL debug files, torchrun error files), writable by
+    /// The run's log directory (NCCL debug files, torchrun error files), writable by
     /// the owner.
     pub log_dir: &'a str,
     /// The job owner, when the agent runs as root and drops to them; `None` runs the
@@ -116,17 +116,17 @@ pub struct StepContext<'a> {
     pub home: Option<&'a str>,
     /// The cgroup directory the tasks join, when cgroups are in use.
     pub cgroup_dir: Option<String>,
-    /// The step's private directory.
+    /// The run's private directory.
     pub scratch: Option<&'a str>,
-    /// Device nodes handed to the owner for the step.
+    /// Device nodes handed to the owner for the run.
     pub devices: Vec<String>,
-    /// A device filter hides every other GPU from the step (CUDA numbers from 0).
+    /// A device filter hides every other GPU from the run (CUDA numbers from 0).
     pub devices_filtered: bool,
     /// The agent's contact file (the lease).
     pub contact_file: Option<&'a str>,
 }
 
-/// The text of the step's script: the submitted batch script, or the torchrun line
+/// The text of the run's script: the submitted batch script, or the torchrun line
 /// gsched writes for `--torchrun`.
 pub fn script(launch: &LaunchSpec) -> String {
     torchrun::script(launch).unwrap_or_else(|| launch.spec.script.clone())
@@ -143,8 +143,8 @@ pub fn task_count(launch: &LaunchSpec) -> u32 {
     }
 }
 
-/// The supervisor plan for this node's step.
-pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &StepContext<'_>) -> Plan {
+/// The supervisor plan for this node's run of the job.
+pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Plan {
     let spec = &launch.spec;
     let mut argv = if script_text.starts_with("#!") {
         vec![ctx.script_path.to_string()]
@@ -349,7 +349,7 @@ fn step_gpu_vars(
     }
 }
 
-/// The step's cgroup: its CPUs, the memory nodes of those CPUs, its memory (when the
+/// The node run's cgroup: its CPUs, the memory nodes of those CPUs, its memory (when the
 /// allocation names an amount) and a pids limit per task.
 pub fn cgroup_limits(launch: &LaunchSpec, topo: &Topology) -> CgroupLimits {
     let cpus = &launch.node_alloc.cpus;
@@ -373,7 +373,7 @@ pub fn cgroup_limits(launch: &LaunchSpec, topo: &Topology) -> CgroupLimits {
     }
 }
 
-/// The device nodes of the step's GPUs, as discovery recorded them (a GPU without one,
+/// The device nodes of the run's GPUs, as discovery recorded them (a GPU without one,
 /// like a fake topology's, has none to hand over).
 pub fn gpu_devices(launch: &LaunchSpec, topo: &Topology) -> Vec<String> {
     launch

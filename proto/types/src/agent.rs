@@ -1,12 +1,12 @@
 //! Messages on the agent stream (carried as JSON inside the gRPC `AgentEnvelope` and
 //! `ControllerEnvelope`).
 //!
-//! The agent opens the stream, registers, heartbeats every second with the steps it runs,
-//! and reports step events and health events, each with a sequence number it keeps on
-//! disk until the controller acknowledges that the event is committed. The controller
-//! sends launches and kills (several kills for one node in one `Kills` message, to agents
-//! that announced `batched_kills`); both are idempotent, so resending after a failover is
-//! safe.
+//! The agent opens the stream, registers, heartbeats every second with the node runs it
+//! keeps (its part of each job's attempt), and reports run events and health events,
+//! each with a sequence number it keeps on disk until the controller acknowledges that
+//! the event is committed. The controller sends launches and kills (several kills for
+//! one node in one `Kills` message, to agents that announced `batched_kills`); both are
+//! idempotent, so resending after a failover is safe.
 
 use crate::failure::{Failure, FailureKind};
 use crate::job::JobId;
@@ -15,23 +15,24 @@ use crate::node::HealthEvent;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 
-/// A step the agent knows about (running, or ended with its report not yet acknowledged).
+/// A node run the agent knows about (running, or ended with its report not yet
+/// acknowledged): this node's part of one attempt of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct StepRef {
+pub struct RunRef {
     pub job: JobId,
     pub attempt: u32,
 }
 
-/// Something that happened to a step.
+/// Something that happened to a node run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum StepEvent {
+pub enum RunEvent {
     Started {
         job: JobId,
         attempt: u32,
         pid: Option<u32>,
     },
-    /// A failure seen while the step still runs (log line, Xid on its GPU).
+    /// A failure seen while the run goes on (log line, Xid on its GPU).
     Failed {
         job: JobId,
         attempt: u32,
@@ -43,7 +44,7 @@ pub enum StepEvent {
         code: Option<i32>,
         signal: Option<i32>,
         failure: Option<Failure>,
-        /// What the step did with its GPUs, CPUs and memory on this node.
+        /// What the run did with its GPUs, CPUs and memory on this node.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Box<crate::usage::NodeUsage>>,
     },
@@ -56,14 +57,14 @@ pub enum StepEvent {
     },
 }
 
-impl StepEvent {
+impl RunEvent {
     /// The job and attempt the event is about.
-    pub fn step(&self) -> (JobId, u32) {
+    pub fn run(&self) -> (JobId, u32) {
         match self {
-            StepEvent::Started { job, attempt, .. }
-            | StepEvent::Failed { job, attempt, .. }
-            | StepEvent::Exited { job, attempt, .. }
-            | StepEvent::Warning { job, attempt, .. } => (*job, *attempt),
+            RunEvent::Started { job, attempt, .. }
+            | RunEvent::Failed { job, attempt, .. }
+            | RunEvent::Exited { job, attempt, .. }
+            | RunEvent::Warning { job, attempt, .. } => (*job, *attempt),
         }
     }
 }
@@ -74,7 +75,7 @@ impl StepEvent {
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
 pub struct AgentCapabilities {
-    /// `ControllerToAgent::Kills`: several steps stopped by one message.
+    /// `ControllerToAgent::Kills`: several node runs stopped by one message.
     #[serde(default)]
     pub batched_kills: bool,
     /// `ControllerToAgent::Notice`: a line appended to a job's output file.
@@ -82,9 +83,9 @@ pub struct AgentCapabilities {
     pub output_notices: bool,
 }
 
-/// One step to stop, as in `ControllerToAgent::Kill`.
+/// One node run to stop, as in `ControllerToAgent::Kill`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct KillStep {
+pub struct KillRun {
     pub job: JobId,
     pub attempt: u32,
     pub cause: FailureKind,
@@ -102,17 +103,21 @@ pub enum AgentToController {
         topology: Box<Topology>,
         features: Vec<String>,
         agent_version: String,
-        known_steps: Vec<StepRef>,
+        /// Written `known_steps`, as the first agents did.
+        #[serde(rename = "known_steps")]
+        known_runs: Vec<RunRef>,
         /// What it understands beyond the first protocol (absent from older agents).
         #[serde(default)]
         capabilities: AgentCapabilities,
     },
     Heartbeat {
-        running: Vec<StepRef>,
+        running: Vec<RunRef>,
     },
-    Step {
+    /// A node run's event, kept in the outbox until acknowledged (written `step`).
+    #[serde(rename = "step")]
+    Run {
         seq: u64,
-        event: StepEvent,
+        event: RunEvent,
     },
     Health {
         seq: u64,
@@ -123,16 +128,17 @@ pub enum AgentToController {
     TaskIo {
         io: crate::steps::TaskIo,
     },
-    /// Running steps' usage summaries so far (every `--gpu-sample-interval`; not kept on
-    /// disk: the next one replaces it, and the final one goes with the step's exit).
+    /// Running node runs' usage summaries so far (every `--gpu-sample-interval`; not kept
+    /// on disk: the next one replaces it, and the final one goes with the run's exit).
     Usage {
-        steps: Vec<StepUsage>,
+        #[serde(rename = "steps")]
+        runs: Vec<RunUsage>,
     },
 }
 
-/// One running step's usage on the sending node.
+/// One node run's usage on the sending node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct StepUsage {
+pub struct RunUsage {
     pub job: JobId,
     pub attempt: u32,
     pub usage: crate::usage::NodeUsage,
@@ -143,12 +149,12 @@ pub struct StepUsage {
 pub enum ControllerToAgent {
     Registered {
         node: String,
-        /// Steps this agent still runs that the controller no longer wants: stop them
-        /// before anything else.
+        /// Node runs this agent still keeps that the controller no longer wants: stop
+        /// them before anything else.
         #[serde(default)]
-        kill: Vec<StepRef>,
+        kill: Vec<RunRef>,
         /// How long the agent may go without hearing from a controller before it stops
-        /// its steps itself (the controller declares the node lost a little later, and
+        /// its runs itself (the controller declares the node lost a little later, and
         /// only then lets the jobs run elsewhere).
         #[serde(default)]
         lease_ms: u64,
@@ -158,7 +164,7 @@ pub enum ControllerToAgent {
         lease_ms: u64,
     },
     Launch(Box<LaunchSpec>),
-    /// Stop a step: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the step's
+    /// Stop a node run: SIGTERM, then SIGKILL after `grace_s`. `cause` is what the run's
     /// exit is reported as (cancelled, timed out, stopped with its gang...).
     Kill {
         job: JobId,
@@ -167,12 +173,12 @@ pub enum ControllerToAgent {
         reason: String,
         grace_s: u64,
     },
-    /// Stop several steps (a bulk cancel, a node's jobs requeued): each as `Kill`. Sent
+    /// Stop several node runs (a bulk cancel, a node's jobs requeued): each as `Kill`. Sent
     /// only to agents that announced `batched_kills`.
     Kills {
-        kills: Vec<KillStep>,
+        kills: Vec<KillRun>,
     },
-    /// Send `signal` to a running step (`gcancel --signal`): to its process group, or
+    /// Send `signal` to a node run (`gcancel --signal`): to its process group, or
     /// with `batch_only` to the batch shell alone.
     Signal {
         job: JobId,
@@ -210,4 +216,58 @@ pub enum ControllerToAgent {
     NotLeader {
         leader: Option<String>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AgentToController, RunEvent, RunRef, RunUsage};
+    use crate::job::JobId;
+
+    /// Messages renamed in Rust keep the names agents and controllers of every version
+    /// exchange: `step` events, `known_steps`, usage `steps`.
+    #[test]
+    fn renamed_messages_keep_their_wire_names() {
+        let run = AgentToController::Run {
+            seq: 3,
+            event: RunEvent::Started {
+                job: JobId(5),
+                attempt: 1,
+                pid: None,
+            },
+        };
+        let json = serde_json::to_string(&run).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"step","seq":3,"event":{"event":"started","job":5,"attempt":1,"pid":null}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<AgentToController>(&json).unwrap(),
+            run
+        );
+        let usage = AgentToController::Usage {
+            runs: vec![RunUsage {
+                job: JobId(5),
+                attempt: 1,
+                usage: Default::default(),
+            }],
+        };
+        let value = serde_json::to_value(&usage).unwrap();
+        assert_eq!(value["type"], "usage");
+        assert_eq!(value["steps"][0]["job"], 5, "{value}");
+        let register = serde_json::json!({
+            "type": "register", "name": "n1", "address": "", "training_addr": "",
+            "topology": serde_json::to_value(crate::topology::Topology::empty("test")).unwrap(),
+            "features": [], "agent_version": "0", "known_steps": [{"job": 5, "attempt": 1}],
+        });
+        match serde_json::from_value::<AgentToController>(register).unwrap() {
+            AgentToController::Register { known_runs, .. } => assert_eq!(
+                known_runs,
+                vec![RunRef {
+                    job: JobId(5),
+                    attempt: 1
+                }]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 }

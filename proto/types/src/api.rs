@@ -3,7 +3,7 @@
 //! API, so a field means the same thing wherever it appears.
 
 use crate::failure::Failure;
-use crate::job::{Attempt, JobId, JobRecord, JobSpec, JobState, StepStatus};
+use crate::job::{Attempt, JobId, JobRecord, JobSpec, JobState, NodeRun};
 use crate::node::{HealthEvent, NodeAdminState, NodeRecord};
 use crate::resources::Allocation;
 use crate::topology::Topology;
@@ -249,9 +249,9 @@ pub struct JobRow {
     /// Where it runs: GPUs, CPUs, memory and NIC per node (detailed rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<Allocation>,
-    /// Each node's part of the current attempt (detailed rows only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<StepStatus>,
+    /// Each node's run of the current attempt (detailed rows only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "steps")]
+    pub runs: Vec<NodeRun>,
     /// Ended attempts of a requeued job (detailed rows only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<Attempt>,
@@ -260,8 +260,8 @@ pub struct JobRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<JobSpec>,
     /// `grun` steps of the current attempt (their command's name only, as `squeue -s`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grun_steps: Vec<crate::steps::StepRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "grun_steps")]
+    pub steps: Vec<crate::steps::StepRecord>,
     /// What its nodes noticed that did not stop it (a degraded NCCL transport).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<crate::findings::Finding>,
@@ -283,7 +283,7 @@ pub struct JobContext {
 }
 
 impl JobRow {
-    /// The summary row of `job` (no allocation, steps, attempts or spec).
+    /// The summary row of `job` (no allocation, node runs, attempts or spec).
     pub fn summary(job: &JobRecord, ctx: JobContext) -> JobRow {
         let node_names = match job.state {
             JobState::Pending => Vec::new(),
@@ -325,22 +325,22 @@ impl JobRow {
             expected_start_ms: ctx.expected_start_ms,
             time_limit_s: ctx.time_limit_s,
             allocation: None,
-            steps: Vec::new(),
+            runs: Vec::new(),
             attempts: Vec::new(),
             spec: None,
-            grun_steps: job.grun_steps.clone(),
+            steps: job.steps.clone(),
             warnings: job.warnings.clone(),
             idle: job.idle.clone(),
             usage: Vec::new(),
         }
     }
 
-    /// The detailed row: allocation, steps and attempts; the spec (script text and
+    /// The detailed row: allocation, node runs and attempts; the spec (script text and
     /// inherited environment removed) only when `show_spec`.
     pub fn detailed(job: &JobRecord, ctx: JobContext, show_spec: bool) -> JobRow {
         let mut row = JobRow::summary(job, ctx);
         row.allocation = job.allocation.clone();
-        row.steps = job.steps.clone();
+        row.runs = job.runs.clone();
         row.attempts = job.attempts.clone();
         row.usage = job.usage.clone();
         if show_spec {
@@ -353,12 +353,12 @@ impl JobRow {
     }
 
     /// Drops the failure evidence (log lines, which may show the job's data) from the row
-    /// and its steps and attempts, keeping the kinds and nodes.
+    /// and its node runs and attempts, keeping the kinds and nodes.
     pub fn redact_evidence(&mut self) {
         let failures = self
             .failure
             .iter_mut()
-            .chain(self.steps.iter_mut().filter_map(|s| s.failure.as_mut()))
+            .chain(self.runs.iter_mut().filter_map(|s| s.failure.as_mut()))
             .chain(self.attempts.iter_mut().filter_map(|a| a.failure.as_mut()));
         for f in failures {
             f.evidence.clear();
@@ -613,7 +613,7 @@ pub struct NodeRow {
     pub responding: bool,
     /// Steps of ended jobs its returning agent still has to confirm stopped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fencing: Vec<crate::agent::StepRef>,
+    pub fencing: Vec<crate::agent::RunRef>,
     pub admin: NodeAdminState,
     #[serde(default)]
     pub drain_reason: Option<String>,
@@ -845,5 +845,61 @@ mod tests {
             r#"["120_3","gpu","sweep \"a\"","alice","RUNNING",1000,null,2,"n[1-2]",null,3600]"#
         );
         assert_eq!(serde_json::from_str::<QueueRow>(&json).unwrap(), row);
+    }
+
+    /// Fields renamed in Rust keep the names logs, snapshots, archives and API clients
+    /// have always read: `restarts`, `steps` (node runs), `grun_steps` (steps), `restart`.
+    #[test]
+    fn renamed_fields_keep_their_wire_names() {
+        use super::{JobContext, JobRow};
+        use crate::job::{Attempt, JobRecord, JobSpec, NodeRun, RunState};
+        use crate::steps::{StepRecord, StepState};
+        let mut job = JobRecord::new(JobId(5), JobSpec::simple("j", "alice", "true"), 1);
+        job.attempt = 2;
+        job.runs = vec![NodeRun {
+            node: "n1".into(),
+            state: RunState::Launching,
+            started_ms: None,
+            ended_ms: None,
+            failure: None,
+        }];
+        job.steps = vec![StepRecord {
+            step: 0,
+            name: "hostname".into(),
+            nodes: vec!["n1".into()],
+            ntasks: 1,
+            start_ms: 2,
+            end_ms: None,
+            state: StepState::Running,
+            exit_code: None,
+            signal: None,
+        }];
+        job.attempts = vec![Attempt {
+            number: 1,
+            nodes: vec!["n1".into()],
+            start_ms: None,
+            end_ms: None,
+            state: JobState::Failed,
+            failure: None,
+            usage: Vec::new(),
+        }];
+        let ctx = JobContext {
+            account: "default".into(),
+            partition: "gpu".into(),
+            time_limit_s: None,
+            expected_start_ms: None,
+        };
+        let record = serde_json::to_value(&job).unwrap();
+        let row = serde_json::to_value(JobRow::detailed(&job, ctx, false)).unwrap();
+        for v in [&record, &row] {
+            assert_eq!(v["restarts"], 2, "{v}");
+            assert_eq!(v["steps"][0]["node"], "n1", "{v}");
+            assert_eq!(v["grun_steps"][0]["name"], "hostname", "{v}");
+            assert_eq!(v["attempts"][0]["restart"], 1, "{v}");
+            for renamed in ["attempt", "runs"] {
+                assert!(v.get(renamed).is_none(), "{renamed} in {v}");
+            }
+        }
+        assert_eq!(serde_json::from_value::<JobRecord>(record).unwrap(), job);
     }
 }

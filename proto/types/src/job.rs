@@ -405,7 +405,7 @@ impl ArraySpan {
 pub enum JobState {
     Pending,
     Running,
-    /// Ending: some node's step is still being stopped.
+    /// Ending: some node's run is still being stopped.
     Completing,
     Completed,
     Failed,
@@ -588,10 +588,10 @@ impl fmt::Display for PendingReason {
     }
 }
 
-/// The state of one node's part of a running job.
+/// The state of one node's run of a job's attempt (a `NodeRun`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum StepState {
+pub enum RunState {
     /// Allocated; the agent has not confirmed the start yet.
     Launching,
     Running {
@@ -602,21 +602,22 @@ pub enum StepState {
         code: Option<i32>,
         signal: Option<i32>,
     },
-    /// The node was lost while the step ran.
+    /// The node was lost while the run went on.
     Lost,
 }
 
-impl StepState {
+impl RunState {
     pub fn is_done(&self) -> bool {
-        matches!(self, StepState::Exited { .. } | StepState::Lost)
+        matches!(self, RunState::Exited { .. } | RunState::Lost)
     }
 }
 
-/// One node's step of a job.
+/// One node's run of a job's attempt: what its agent launches and watches there (not a
+/// `grun`/`srun` step, which is a `steps::StepRecord`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct StepStatus {
+pub struct NodeRun {
     pub node: String,
-    pub state: StepState,
+    pub state: RunState,
     #[serde(default)]
     pub started_ms: Option<u64>,
     #[serde(default)]
@@ -659,8 +660,9 @@ pub struct JobRecord {
     pub end_ms: Option<u64>,
     #[serde(default)]
     pub allocation: Option<Allocation>,
-    #[serde(default)]
-    pub steps: Vec<StepStatus>,
+    /// Each node's run of the current attempt.
+    #[serde(default, rename = "steps")]
+    pub runs: Vec<NodeRun>,
     /// The current attempt, from 0: how many times the job was requeued (Slurm's
     /// restart count; `restarts` in logs and snapshots).
     #[serde(default, rename = "restarts")]
@@ -669,7 +671,7 @@ pub struct JobRecord {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub failure: Option<Failure>,
-    /// The state the job ends in once every step has stopped (set while `Completing`).
+    /// The state the job ends in once every node run has stopped (set while `Completing`).
     #[serde(default)]
     pub ending_as: Option<JobState>,
     #[serde(default)]
@@ -682,14 +684,14 @@ pub struct JobRecord {
     #[serde(default)]
     pub held: bool,
     /// `grun` steps of the current attempt, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grun_steps: Vec<crate::steps::StepRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "grun_steps")]
+    pub steps: Vec<crate::steps::StepRecord>,
     /// What the nodes noticed that did not stop the job (a degraded NCCL transport), at
     /// most `MAX_JOB_WARNINGS`, one per kind and node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<crate::findings::Finding>,
     /// What each node of the current attempt saw the job do with its GPUs, CPUs and
-    /// memory (the newest summary each node sent; the final one with its step's end).
+    /// memory (the newest summary each node sent; the final one with its run's end).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<crate::usage::NodeUsage>,
     /// The idle-GPU policy's warning, while it stands.
@@ -729,7 +731,7 @@ impl JobRecord {
             start_ms: None,
             end_ms: None,
             allocation: None,
-            steps: Vec::new(),
+            runs: Vec::new(),
             attempt: 0,
             exit_code: None,
             failure: None,
@@ -737,7 +739,7 @@ impl JobRecord {
             array_task: None,
             avoid_nodes: Vec::new(),
             attempts: Vec::new(),
-            grun_steps: Vec::new(),
+            steps: Vec::new(),
             warnings: Vec::new(),
             usage: Vec::new(),
             idle: None,

@@ -28,7 +28,7 @@ pub mod usage;
 pub use failure::{Failure, FailureKind};
 pub use job::{
     ArrayTask, Dependency, DependencyKind, JobId, JobRecord, JobSpec, JobState, PendingReason,
-    StepState, TorchrunSpec,
+    RunState, TorchrunSpec,
 };
 pub use node::{HealthEvent, HealthKind, HealthSeverity, NodeAdminState, NodeRecord};
 pub use resources::{Allocation, NodeAlloc, NodeUsage};

@@ -164,7 +164,7 @@ pub struct NodeRecord {
     /// Steps a returning agent still runs that the controller no longer wants: the node
     /// takes no new job until its agent has confirmed each of them stopped (fencing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fencing: Vec<crate::agent::StepRef>,
+    pub fencing: Vec<crate::agent::RunRef>,
     pub registered_ms: u64,
     #[serde(default)]
     pub state_changed_ms: u64,

@@ -240,7 +240,7 @@ fn print_job(j: &JobRow) {
             );
         }
     }
-    for st in &j.steps {
+    for st in &j.runs {
         outln!(
             "   Step[{}]: {:?}{}",
             st.node,

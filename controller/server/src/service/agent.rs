@@ -1,19 +1,19 @@
 //! The `Agent` service: one long-lived stream per node agent, opened by the agent.
 //!
 //! Only the leader keeps agent sessions; other controllers answer `NotLeader` with the
-//! leader's address and close. Step and health events become Raft commands; the agent
+//! leader's address and close. Node run and health events become Raft commands; the agent
 //! gets an `Ack` for each event once it is committed, and resends anything unacknowledged
 //! after a reconnect, so no event is lost across failovers.
 
 use crate::auth::{Auth, Daemon};
 use crate::ctx::Ctx;
-use gsched_proto::agent::{AgentToController, ControllerToAgent, StepEvent};
+use gsched_proto::agent::{AgentToController, ControllerToAgent, RunEvent};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
 use gsched_state::{
-    Command, HealthEvents, JobWarning, KnownStep, RecordUsage, RegisterNode, StepExited,
-    StepFailed, StepStarted,
+    Command, HealthEvents, JobWarning, KnownRun, RecordUsage, RegisterNode, RunExited, RunFailed,
+    RunStarted,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -82,7 +82,7 @@ async fn serve(
         topology,
         features,
         agent_version,
-        known_steps,
+        known_runs,
         capabilities,
     } = msg
     else {
@@ -96,9 +96,9 @@ async fn serve(
         return Err(refused);
     }
     let address = if address.is_empty() { peer } else { address };
-    let known = known_steps
+    let known = known_runs
         .iter()
-        .map(|s| KnownStep {
+        .map(|s| KnownRun {
             job: s.job,
             attempt: s.attempt,
         })
@@ -112,7 +112,7 @@ async fn serve(
                 topology: *topology,
                 features,
                 agent_version,
-                known_steps: known,
+                known_runs: known,
             }),
             None,
         )
@@ -160,18 +160,18 @@ async fn serve(
     result
 }
 
-/// A step event with the failure's node set to the reporting session's: an agent speaks
+/// A node run's event with the failure's node set to the reporting session's: an agent speaks
 /// for its own node only, whatever its message says.
-fn confine(mut event: StepEvent, node: &str) -> StepEvent {
+fn confine(mut event: RunEvent, node: &str) -> RunEvent {
     let failure = match &mut event {
-        StepEvent::Failed { failure, .. } => Some(failure),
-        StepEvent::Exited { failure, .. } => failure.as_mut(),
-        StepEvent::Started { .. } | StepEvent::Warning { .. } => None,
+        RunEvent::Failed { failure, .. } => Some(failure),
+        RunEvent::Exited { failure, .. } => failure.as_mut(),
+        RunEvent::Started { .. } | RunEvent::Warning { .. } => None,
     };
     if let Some(f) = failure {
         f.node = Some(node.to_string());
     }
-    if let StepEvent::Warning { finding, .. } = &mut event {
+    if let RunEvent::Warning { finding, .. } = &mut event {
         finding.node = Some(node.to_string());
     }
     event
@@ -210,8 +210,8 @@ async fn pump(
                 let lease_ms = ctx.cfg.liveness.lease().as_millis() as u64;
                 reply(tx, &ControllerToAgent::Alive { lease_ms })?;
             }
-            AgentToController::Step { seq, event } => {
-                let (job, attempt) = event.step();
+            AgentToController::Run { seq, event } => {
+                let (job, attempt) = event.run();
                 if !ctx
                     .raft
                     .replica
@@ -227,30 +227,30 @@ async fn pump(
                     continue;
                 }
                 let cmd = match confine(event, node) {
-                    StepEvent::Started { job, attempt, pid } => Command::StepStarted(StepStarted {
+                    RunEvent::Started { job, attempt, pid } => Command::RunStarted(RunStarted {
                         job,
                         attempt,
                         node: node.into(),
                         pid,
                     }),
-                    StepEvent::Failed {
+                    RunEvent::Failed {
                         job,
                         attempt,
                         failure,
-                    } => Command::StepFailed(StepFailed {
+                    } => Command::RunFailed(RunFailed {
                         job,
                         attempt,
                         node: node.into(),
                         failure,
                     }),
-                    StepEvent::Exited {
+                    RunEvent::Exited {
                         job,
                         attempt,
                         code,
                         signal,
                         failure,
                         usage,
-                    } => Command::StepExited(StepExited {
+                    } => Command::RunExited(RunExited {
                         job,
                         attempt,
                         node: node.into(),
@@ -259,7 +259,7 @@ async fn pump(
                         failure,
                         usage,
                     }),
-                    StepEvent::Warning {
+                    RunEvent::Warning {
                         job,
                         attempt,
                         finding,
@@ -305,8 +305,8 @@ async fn pump(
                     );
                 }
             }
-            AgentToController::Usage { steps } => {
-                for s in steps {
+            AgentToController::Usage { runs } => {
+                for s in runs {
                     if !ctx
                         .raft
                         .replica

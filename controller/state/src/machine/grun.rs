@@ -3,12 +3,12 @@
 //! `MAX_RECORDED_STEPS` per job.
 
 use super::ClusterState;
-use crate::command::{GrunStepEnded, GrunStepStarted, Outcome};
+use crate::command::{Outcome, StepEnded, StepStarted};
 use gsched_types::job::JobState;
 use gsched_types::steps::{MAX_RECORDED_STEPS, StepRecord, StepState};
 
 impl ClusterState {
-    pub(super) fn grun_step_started(&mut self, c: &GrunStepStarted, at: u64) -> Outcome {
+    pub(super) fn step_started(&mut self, c: &StepStarted, at: u64) -> Outcome {
         let Some(job) = self.jobs.get_mut(&c.job) else {
             return Outcome::NotFound {
                 message: format!("job {}", c.job),
@@ -22,18 +22,18 @@ impl ClusterState {
                 ),
             };
         }
-        if job.grun_steps.iter().any(|s| s.step == c.step) {
+        if job.steps.iter().any(|s| s.step == c.step) {
             return Outcome::Ok;
         }
-        if job.grun_steps.len() >= MAX_RECORDED_STEPS {
+        if job.steps.len() >= MAX_RECORDED_STEPS {
             let oldest = job
-                .grun_steps
+                .steps
                 .iter()
                 .position(|s| s.state != StepState::Running)
                 .unwrap_or(0);
-            job.grun_steps.remove(oldest);
+            job.steps.remove(oldest);
         }
-        job.grun_steps.push(StepRecord {
+        job.steps.push(StepRecord {
             step: c.step,
             name: c.name.chars().take(256).collect(),
             nodes: c.nodes.clone(),
@@ -47,11 +47,11 @@ impl ClusterState {
         Outcome::Ok
     }
 
-    pub(super) fn grun_step_ended(&mut self, c: &GrunStepEnded, at: u64) -> Outcome {
+    pub(super) fn step_ended(&mut self, c: &StepEnded, at: u64) -> Outcome {
         let Some(step) = self
             .jobs
             .get_mut(&c.job)
-            .and_then(|j| j.grun_steps.iter_mut().find(|s| s.step == c.step))
+            .and_then(|j| j.steps.iter_mut().find(|s| s.step == c.step))
         else {
             return Outcome::NotFound {
                 message: format!("step {}.{}", c.job, c.step),

@@ -12,7 +12,7 @@ use gsched_scheduler::decay::decay;
 use gsched_scheduler::deps::{self, DepStatus};
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::{ArrayTask, Attempt, JobId, JobRecord, JobState, PendingReason};
-use gsched_types::job::{StepState, StepStatus};
+use gsched_types::job::{NodeRun, RunState};
 use gsched_types::parse::format_duration;
 use gsched_types::resources::{FitError, fits};
 
@@ -299,13 +299,13 @@ impl ClusterState {
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
                     job.allocation = Some(s.allocation.clone());
-                    job.steps = s
+                    job.runs = s
                         .allocation
                         .nodes
                         .iter()
-                        .map(|n| StepStatus {
+                        .map(|n| NodeRun {
                             node: n.node.clone(),
-                            state: StepState::Launching,
+                            state: RunState::Launching,
                             started_ms: None,
                             ended_ms: None,
                             failure: None,
@@ -431,7 +431,7 @@ impl ClusterState {
         }
     }
 
-    /// Moves a running job to `Completing` (the dispatcher then stops every step) and keeps
+    /// Moves a running job to `Completing` (the dispatcher then stops every node run) and keeps
     /// the most specific failure seen.
     pub(super) fn begin_ending(&mut self, id: JobId, failure: Failure, at: u64) {
         let Some(job) = self.jobs.get_mut(&id) else {
@@ -441,7 +441,7 @@ impl ClusterState {
             return;
         }
         // A cancel is what the owner asked for: whatever breaks while the job is being torn
-        // down (a node lost, a GPU gone) is kept in the step record, not promoted to a
+        // down (a node lost, a GPU gone) is kept in the node run's record, not promoted to a
         // requeue the owner did not want.
         let better = job.failure.as_ref().is_none_or(|old| {
             !matches!(old.kind, FailureKind::Cancelled | FailureKind::IdleGpus)
@@ -457,13 +457,13 @@ impl ClusterState {
         self.maybe_finish(id, at);
     }
 
-    /// Once every step of a job is done, releases its resources and ends (or requeues) it.
+    /// Once every node run of a job is done, releases its resources and ends (or requeues) it.
     pub(super) fn maybe_finish(&mut self, id: JobId, at: u64) {
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
         if !matches!(job.state, JobState::Running | JobState::Completing)
-            || !job.steps.iter().all(|s| s.state.is_done())
+            || !job.runs.iter().all(|s| s.state.is_done())
         {
             return;
         }
@@ -498,7 +498,7 @@ impl ClusterState {
         let (account, user) = (job.spec.account_name().to_string(), job.spec.user.clone());
         // Steps still running end with their job.
         for s in job
-            .grun_steps
+            .steps
             .iter_mut()
             .filter(|s| s.state == gsched_types::steps::StepState::Running)
         {
@@ -519,8 +519,8 @@ impl ClusterState {
             job.eligible_ms = at;
             job.placement_wait_since_ms = None;
             job.allocation = None;
+            job.runs.clear();
             job.steps.clear();
-            job.grun_steps.clear();
             job.idle = None;
             job.ending_as = None;
             job.start_ms = None;

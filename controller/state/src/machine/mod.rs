@@ -3,9 +3,9 @@
 //! comes from the leader's stamp in each envelope.
 //!
 //! The handlers live beside this file by what they change: [`jobs`] (submission, cancel,
-//! hold, requeue, placement, the end of a job and its accounting), [`steps`] (what agents
-//! report about a node's part of a job), [`grun`] (`grun` steps recorded in their job) and
-//! [`nodes`] (registration, loss, health, drain);
+//! hold, requeue, placement, the end of a job and its accounting), [`runs`] (what agents
+//! report about their node's run of a job), [`grun`] (`grun`/`srun` steps recorded in
+//! their job) and [`nodes`] (registration, loss, health, drain);
 //! [`reservations`] (admin reservations and their windows);
 //! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
 //! applied request ids.
@@ -18,8 +18,8 @@ mod jobs;
 mod nodes;
 pub mod payload;
 mod reservations;
+mod runs;
 mod shared;
-mod steps;
 
 pub use dedup::DEDUP_CAPACITY;
 pub use shared::Shared;
@@ -410,7 +410,7 @@ impl ClusterState {
     }
 
     /// Was attempt `attempt` of `job` placed on `node`? An agent may report about the
-    /// steps of its own node only.
+    /// runs of its own node only.
     pub fn attempt_placed_on(&self, job: JobId, attempt: u32, node: &str) -> bool {
         let Some(j) = self.jobs.get(&job) else {
             return false;
@@ -465,8 +465,8 @@ impl ClusterState {
             Command::CancelJob(c) => self.cancel(c, at),
             Command::ActOnJobs(c) => self.act_on_jobs(c, at),
             Command::UpdateJob(c) => self.update_job(c),
-            Command::GrunStepStarted(c) => self.grun_step_started(c, at),
-            Command::GrunStepEnded(c) => self.grun_step_ended(c, at),
+            Command::StepStarted(c) => self.step_started(c, at),
+            Command::StepEnded(c) => self.step_ended(c, at),
             Command::JobWarning(c) => self.job_warning(c),
             Command::RecordUsage(c) => self.record_usage(c),
             Command::IdleGpus(c) => self.idle_gpus(c, at),
@@ -479,9 +479,9 @@ impl ClusterState {
             }
             Command::StartJobs(c) => self.start_jobs(&c.starts, at),
             Command::SetPendingReasons(c) => self.set_pending_reasons(c, at),
-            Command::StepStarted(c) => self.step_started(c, at),
-            Command::StepExited(c) => self.step_exited(c, at),
-            Command::StepFailed(c) => self.step_failed(c, at),
+            Command::RunStarted(c) => self.run_started(c, at),
+            Command::RunExited(c) => self.run_exited(c, at),
+            Command::RunFailed(c) => self.run_failed(c, at),
             Command::RegisterNode(c) => self.register_node(c, at),
             Command::NodeLost(c) => self.node_lost(&c.node, &c.reason, at),
             Command::DrainNode(c) => self.drain_node(c, at),

@@ -1,15 +1,14 @@
-//! Nodes: registration (and what a returning agent knows of its steps), loss, health
+//! Nodes: registration (and what a returning agent knows of its runs), loss, health
 //! events (critical ones drain the node and fail the jobs on the GPU concerned), drain
 //! and resume.
 
 use super::ClusterState;
 use crate::command::{
-    DrainNode, HealthEvents, KnownStep, NodeResponding, Outcome, RegisterNode, ResumeNode,
-    StepFailed,
+    DrainNode, HealthEvents, KnownRun, NodeResponding, Outcome, RegisterNode, ResumeNode, RunFailed,
 };
-use gsched_types::agent::StepRef;
+use gsched_types::agent::RunRef;
 use gsched_types::failure::{Failure, FailureKind};
-use gsched_types::job::{JobId, JobState, StepState};
+use gsched_types::job::{JobId, JobState, RunState};
 use gsched_types::node::{HealthSeverity, NodeAdminState, NodeRecord};
 
 /// Health events kept per node.
@@ -62,21 +61,21 @@ impl ClusterState {
         record.online = true;
         record.responding = true;
         record.registered_ms = at;
-        // Steps the agent still runs that are not wanted here any more (their job ended,
+        // Runs the agent still keeps that are not wanted here any more (their job ended,
         // was requeued or moved while the node was away): the node takes no new job until
         // the agent has confirmed each stopped.
-        let wanted = |k: &KnownStep| {
+        let wanted = |k: &KnownRun| {
             self.jobs.get(&k.job).is_some_and(|j| {
                 j.attempt == k.attempt
                     && matches!(j.state, JobState::Running | JobState::Completing)
-                    && j.steps.iter().any(|s| s.node == name && !s.state.is_done())
+                    && j.runs.iter().any(|s| s.node == name && !s.state.is_done())
             })
         };
-        let fencing: Vec<StepRef> = c
-            .known_steps
+        let fencing: Vec<RunRef> = c
+            .known_runs
             .iter()
             .filter(|k| !wanted(k))
-            .map(|k| StepRef {
+            .map(|k| RunRef {
                 job: k.job,
                 attempt: k.attempt,
             })
@@ -84,23 +83,23 @@ impl ClusterState {
         if let Some(record) = self.nodes.get_mut(name) {
             record.fencing = fencing;
         }
-        // Steps the controller thinks run here but the agent does not know: lost.
+        // Runs the controller thinks go on here but the agent does not know: lost.
         let lost: Vec<JobId> = self
             .allocated_jobs()
             .filter(|j| {
-                j.steps
+                j.runs
                     .iter()
-                    .any(|s| s.node == name && matches!(s.state, StepState::Running { .. }))
+                    .any(|s| s.node == name && matches!(s.state, RunState::Running { .. }))
             })
             .filter(|j| {
-                !c.known_steps
+                !c.known_runs
                     .iter()
                     .any(|k| k.job == j.id && k.attempt == j.attempt)
             })
             .map(|j| j.id)
             .collect();
         for id in lost {
-            self.lose_step(
+            self.lose_run(
                 id,
                 name,
                 "the agent restarted without this step (its state was lost)",
@@ -123,8 +122,8 @@ impl ClusterState {
         }
     }
 
-    /// A step the node was fenced on has stopped.
-    pub(super) fn fenced_step_ended(&mut self, node: &str, job: JobId, attempt: u32) {
+    /// A run the node was fenced on has stopped.
+    pub(super) fn fenced_run_ended(&mut self, node: &str, job: JobId, attempt: u32) {
         if let Some(n) = self.nodes.get_mut(node) {
             n.fencing
                 .retain(|s| !(s.job == job && s.attempt == attempt));
@@ -142,11 +141,11 @@ impl ClusterState {
         record.online = false;
         let affected: Vec<JobId> = self
             .allocated_jobs()
-            .filter(|j| j.steps.iter().any(|s| s.node == node && !s.state.is_done()))
+            .filter(|j| j.runs.iter().any(|s| s.node == node && !s.state.is_done()))
             .map(|j| j.id)
             .collect();
         for id in affected {
-            self.lose_step(id, node, reason, at);
+            self.lose_run(id, node, reason, at);
         }
         Outcome::Ok
     }
@@ -229,13 +228,13 @@ impl ClusterState {
                 .map(|j| (j.id, j.attempt))
                 .collect();
             for (job, attempt) in victims {
-                let report = StepFailed {
+                let report = RunFailed {
                     job,
                     attempt,
                     node: node.to_string(),
                     failure: failure.clone(),
                 };
-                self.step_failed(&report, at);
+                self.run_failed(&report, at);
             }
         }
         Outcome::Ok

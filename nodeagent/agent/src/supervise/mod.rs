@@ -1,9 +1,9 @@
-//! `gagentd supervise DIR`: the small root process that owns one node's step of a job.
+//! `gagentd supervise DIR`: the small root process that owns one node's run of a job.
 //!
 //! The agent starts it in its own session, so it outlives agent restarts. It opens the
 //! job's output files with the owner's file-system identity (so they are owned by the user
-//! and created with the user's rights) and starts every task of the step in one process
-//! group; each task, between fork and exec, joins the step's cgroup, takes the owner's
+//! and created with the user's rights) and starts every task of the run in one process
+//! group; each task, between fork and exec, joins the run's cgroup, takes the owner's
 //! groups and uid and enters the working directory. The tasks write into pipes that the
 //! supervisor copies both to the user's files and to `DIR/output.log`, this node's private
 //! copy, which the agent scans for failure evidence: on a shared file system every node of
@@ -21,7 +21,7 @@ mod files;
 pub mod policy;
 mod streams;
 
-use crate::layout::{StepFiles, write_private};
+use crate::layout::{RunFiles, write_private};
 use child::{ChildSetup, ChildStdin, IGNORED_BY_SUPERVISOR, cstr, winsize};
 use files::{open_as, pipe};
 use gsched_launch::plan::Plan;
@@ -39,7 +39,7 @@ use std::path::Path;
 use std::process::Command;
 use streams::{OutputSink, copy_input, copy_output, follow_resizes};
 
-/// How the step ended, written to `DIR/exit.json`.
+/// How the run ended, written to `DIR/exit.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ExitRecord {
     pub code: Option<i32>,
@@ -49,17 +49,17 @@ pub struct ExitRecord {
     pub launch_error: Option<String>,
     #[serde(default)]
     pub tasks: Vec<(Option<i32>, Option<i32>)>,
-    /// Set when the supervisor stopped the step because the controllers had been silent
+    /// Set when the supervisor stopped the run because the controllers had been silent
     /// past the node's lease (see `contact`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_expired: Option<String>,
-    /// Set when the step was stopped because its output could not be written.
+    /// Set when the run was stopped because its output could not be written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_error: Option<String>,
 }
 
 impl ExitRecord {
-    /// A step none of whose tasks could be started, and why.
+    /// A run none of whose tasks could be started, and why.
     fn not_started(why: String) -> ExitRecord {
         ExitRecord {
             launch_error: Some(why),
@@ -75,7 +75,7 @@ fn record(dir: &Path, rec: &ExitRecord) {
     );
 }
 
-/// Runs the step described in `dir/plan.json`; never returns an error to the caller, the
+/// Carries out the run described in `dir/plan.json`; never returns an error to the caller, the
 /// outcome goes to `dir/exit.json`.
 pub fn supervise(dir: &Path) -> i32 {
     for sig in IGNORED_BY_SUPERVISOR {
@@ -93,7 +93,7 @@ pub fn supervise(dir: &Path) -> i32 {
     status
 }
 
-/// `gagentd notice DIR TEXT`: appends a line to the output file of the step in `DIR` (its
+/// `gagentd notice DIR TEXT`: appends a line to the output file of the run in `DIR` (its
 /// error file when it has one), opened with the job user's identity as the supervisor
 /// opens it, so a link the user planted cannot make root write elsewhere.
 pub fn append_notice(dir: &Path, text: &str) -> Result<(), NoticeError> {
@@ -113,7 +113,7 @@ pub fn append_notice(dir: &Path, text: &str) -> Result<(), NoticeError> {
         })
 }
 
-/// Why a notice could not be added to a step's output.
+/// Why a notice could not be added to a run's output.
 #[derive(Debug, thiserror::Error)]
 pub enum NoticeError {
     #[error("cannot read the step plan in {dir}: {why}")]
@@ -175,7 +175,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     }
     let output_error = copying.drain();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
-    // Wake the lease watcher from its wait, or the step's exit is reported up to one
+    // Wake the lease watcher from its wait, or the run's exit is reported up to one
     // check interval late.
     let lease_expired = lease
         .and_then(|w| {
@@ -183,7 +183,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
             w.join().ok()
         })
         .flatten();
-    let (code, signal) = policy::step_status(&tasks);
+    let (code, signal) = policy::run_status(&tasks);
     Ok(ExitRecord {
         code,
         signal,
@@ -233,7 +233,7 @@ impl Outputs {
                     )
                 })
         };
-        let capture = private(StepFiles(dir.to_path_buf()).capture())?;
+        let capture = private(RunFiles(dir.to_path_buf()).capture())?;
         let err_capture = if wiring.separate_capture {
             private(dir.join(STDERR_CAPTURE))?
         } else {
@@ -381,7 +381,7 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
     out
 }
 
-/// The threads copying the step's streams, and the first output error they met.
+/// The threads copying the run's streams, and the first output error they met.
 struct Copying {
     finished: std::sync::mpsc::Receiver<()>,
     copiers: usize,
@@ -465,8 +465,8 @@ impl Copying {
     }
 }
 
-/// Carries out the lease guard's decisions (`policy::LeaseGuard`) until the step ends
-/// or is stopped; returns why it stopped the step, if it did.
+/// Carries out the lease guard's decisions (`policy::LeaseGuard`) until the run ends
+/// or is stopped; returns why it stopped the run, if it did.
 fn watch_lease(
     contact: std::path::PathBuf,
     pgid: i32,
@@ -484,8 +484,8 @@ fn watch_lease(
             }
             let read = file.as_ref().and_then(crate::contact::read_open);
             let alive = signal::killpg(group, None).is_ok();
-            let step_done = done.load(std::sync::atomic::Ordering::SeqCst);
-            match guard.next(crate::contact::boot_ms(), read, alive, step_done) {
+            let run_done = done.load(std::sync::atomic::Ordering::SeqCst);
+            match guard.next(crate::contact::boot_ms(), read, alive, run_done) {
                 LeaseAction::Wait(d) => std::thread::park_timeout(d),
                 LeaseAction::Terminate => {
                     let _ = signal::killpg(group, Signal::SIGTERM);

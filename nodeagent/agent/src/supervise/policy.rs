@@ -1,18 +1,18 @@
 //! The supervisor's decisions, pure: how a plan's streams are wired, which task's status
-//! is the step's, when a lapsed lease stops the step and how (SIGTERM, a grace, SIGKILL),
+//! is the run's, when a lapsed lease stops the run and how (SIGTERM, a grace, SIGKILL),
 //! and what a failed spawn or open tells the user. `supervise` carries them out.
 
 use gsched_launch::plan::{Plan, TaskInput};
 use std::time::Duration;
 
-/// How long a stopped step's processes get between SIGTERM and SIGKILL.
+/// How long a stopped run's processes get between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long the output copiers may drain after the last task exits (a background
 /// process the job left behind may hold a pipe open for ever).
 pub const DRAIN_WAIT: Duration = Duration::from_secs(3);
-/// How often the lease is read while the step runs.
+/// How often the lease is read while the run goes on.
 pub const LEASE_CHECK: Duration = Duration::from_millis(500);
-/// How often a stopping step's process group is looked at during the grace.
+/// How often a stopping run's process group is looked at during the grace.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Where task 0's stdin comes from.
@@ -28,7 +28,7 @@ pub enum Stdin {
     },
 }
 
-/// How the step's files and streams are set up, decided from the plan alone.
+/// How the run's files and streams are set up, decided from the plan alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wiring {
     /// The (uid, gid) the output files are opened as and the tasks run as; `None` when
@@ -68,7 +68,7 @@ impl Wiring {
     }
 
     /// Tasks on a terminal lead their own session there; the others share one process
-    /// group, so the whole step is signalled at once.
+    /// group, so the whole run is signalled at once.
     pub fn tasks_share_a_group(&self) -> bool {
         !matches!(self.stdin, Stdin::Terminal { .. })
     }
@@ -77,9 +77,9 @@ impl Wiring {
 /// A task's end: exit code, or the signal that killed it.
 pub type TaskEnd = (Option<i32>, Option<i32>);
 
-/// The step's status: the first task that failed (a signal or a non-zero code), else the
-/// first task's; a step with no task counts as a success.
-pub fn step_status(tasks: &[TaskEnd]) -> TaskEnd {
+/// The run's status: the first task that failed (a signal or a non-zero code), else the
+/// first task's; a run with no task counts as a success.
+pub fn run_status(tasks: &[TaskEnd]) -> TaskEnd {
     tasks
         .iter()
         .find(|(c, s)| s.is_some() || c.is_some_and(|c| c != 0))
@@ -93,16 +93,16 @@ pub fn step_status(tasks: &[TaskEnd]) -> TaskEnd {
 pub enum LeaseAction {
     /// Nothing; look again after this long.
     Wait(Duration),
-    /// Send SIGTERM to the step's process group (and look again after `STOP_POLL`).
+    /// Send SIGTERM to the run's process group (and look again after `STOP_POLL`).
     Terminate,
-    /// Send SIGKILL to the group and kill its cgroup: the step was stopped because of
+    /// Send SIGKILL to the group and kill its cgroup: the run was stopped because of
     /// the lease, for this reason.
     Kill(String),
-    /// The step ended on its own before the lease lapsed.
+    /// The run ended on its own before the lease lapsed.
     Finished,
 }
 
-/// The lease watcher's state: watching the contact file, or stopping the step.
+/// The lease watcher's state: watching the contact file, or stopping the run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseGuard {
     view: crate::contact::LeaseView,
@@ -117,14 +117,14 @@ struct Stopping {
 
 impl LeaseGuard {
     /// One turn at `now_ms` (boot clock): what the contact file said (`None`: nothing
-    /// readable), whether any process of the step's group is alive, and whether the
-    /// step's tasks have all been reaped.
+    /// readable), whether any process of the run's group is alive, and whether the
+    /// run's tasks have all been reaped.
     pub fn next(
         &mut self,
         now_ms: u64,
         contact: Option<(u64, u64)>,
         group_alive: bool,
-        step_done: bool,
+        run_done: bool,
     ) -> LeaseAction {
         if let Some(s) = &self.stopping {
             let grace_over = now_ms.saturating_sub(s.since_ms) >= STOP_GRACE.as_millis() as u64;
@@ -134,7 +134,7 @@ impl LeaseGuard {
                 LeaseAction::Wait(STOP_POLL)
             };
         }
-        if step_done {
+        if run_done {
             return LeaseAction::Finished;
         }
         self.view.observe(contact);
@@ -189,7 +189,7 @@ pub fn open_error(errno: Option<i32>, detail: &str, path: &str) -> String {
     }
 }
 
-/// What the step's record says when its output could not be written.
+/// What the run's record says when its output could not be written.
 pub fn output_error(path: &str, detail: &str) -> String {
     format!(
         "cannot write the job's output to {path}: {detail}; the step was stopped (free space or fix the file system, then resubmit)"
@@ -207,18 +207,18 @@ mod tests {
     }
 
     #[test]
-    fn the_failing_task_speaks_for_the_step() {
-        assert_eq!(step_status(&[]), (Some(0), None));
+    fn the_failing_task_speaks_for_the_run() {
+        assert_eq!(run_status(&[]), (Some(0), None));
         assert_eq!(
-            step_status(&[(Some(0), None), (Some(0), None)]),
+            run_status(&[(Some(0), None), (Some(0), None)]),
             (Some(0), None)
         );
         assert_eq!(
-            step_status(&[(Some(0), None), (Some(3), None), (None, Some(9))]),
+            run_status(&[(Some(0), None), (Some(3), None), (None, Some(9))]),
             (Some(3), None)
         );
         assert_eq!(
-            step_status(&[(Some(0), None), (None, Some(15))]),
+            run_status(&[(Some(0), None), (None, Some(15))]),
             (None, Some(15))
         );
     }
@@ -273,14 +273,14 @@ mod tests {
     }
 
     #[test]
-    fn a_step_that_ends_in_time_finishes_the_watch() {
+    fn a_run_that_ends_in_time_finishes_the_watch() {
         let mut g = LeaseGuard::default();
         g.next(0, renewed(0), true, false);
         assert_eq!(g.next(5_000, None, false, true), LeaseAction::Finished);
     }
 
     #[test]
-    fn no_lease_read_yet_or_a_zero_lease_never_stops_a_step() {
+    fn no_lease_read_yet_or_a_zero_lease_never_stops_a_run() {
         let mut g = LeaseGuard::default();
         assert_eq!(
             g.next(1 << 40, None, true, false),

@@ -8,7 +8,7 @@ use crate::hub::STEP_BACKLOG;
 use gsched_proto::agent::ControllerToAgent;
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::RunStepReply;
-use gsched_state::{Command, GrunStepEnded, GrunStepStarted};
+use gsched_state::{Command, StepEnded, StepStarted};
 use gsched_types::job::JobState;
 use gsched_types::steps::{
     INPUT_CHUNK, InputEvent, StepGpuError, StepInput, StepLaunch, StepRequest, StepState,
@@ -125,7 +125,7 @@ impl JobsService {
         let recorded = self
             .ctx
             .propose(
-                Command::GrunStepStarted(GrunStepStarted {
+                Command::StepStarted(StepStarted {
                     job: body.job,
                     attempt,
                     step,
@@ -229,7 +229,7 @@ impl JobsService {
             };
             ctx.hub.close_step(job, step);
             let stop = exited < ntasks;
-            let ended = Command::GrunStepEnded(GrunStepEnded {
+            let ended = Command::StepEnded(StepEnded {
                 job,
                 step,
                 state: end,

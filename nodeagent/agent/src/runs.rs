@@ -1,22 +1,22 @@
-//! The steps this node runs: launching them through the supervisor, watching their logs
-//! and exit, stopping them and re-adopting them after an agent restart. What to do about a
-//! step each round (report, warn, stop, escalate, end) is `crate::monitor`'s pure
-//! decision; this file observes and carries it out. Every event goes to the on-disk outbox
-//! before anything else, so none is lost.
+//! This node's runs of jobs (its part of each attempt): launching them through the
+//! supervisor, watching their logs and exit, stopping them and re-adopting them after an
+//! agent restart. What to do about a run each round (report, warn, stop, escalate, end)
+//! is `crate::monitor`'s pure decision; this file observes and carries it out. Every
+//! event goes to the on-disk outbox before anything else, so none is lost.
 
 use crate::identity;
 use crate::isolation::Cgroups;
-use crate::layout::{self, JobRoot, Scratch, StepFiles};
+use crate::layout::{self, JobRoot, RunFiles, Scratch};
 use crate::monitor::{self, Action, ExitRecord, Limits, Watch};
 use crate::outbox::Outbox;
 use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
-use gsched_launch::plan::{self as step_plan, Owner, Plan, StepContext};
+use gsched_launch::plan::{self as run_plan, Owner, Plan, RunContext};
 use gsched_launch::transport::{NodeNet, TransportLog};
 use gsched_launch::watch::{LineReader, LogFinding, parse_error_file};
-use gsched_proto::agent::{AgentToController, LaunchSpec, StepEvent, StepRef};
+use gsched_proto::agent::{AgentToController, LaunchSpec, RunEvent, RunRef};
 use gsched_proto::clock::now_ms;
-use gsched_types::agent::StepUsage;
+use gsched_types::agent::RunUsage;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::JobId;
 use gsched_types::steps::{StepLaunch, TaskIo};
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Agent-wide settings the step manager needs.
+/// Agent-wide settings the run manager needs.
 pub struct Settings {
     pub node: String,
     pub state_dir: PathBuf,
@@ -42,11 +42,11 @@ pub struct Settings {
     pub training_iface: Option<String>,
     pub agent_env: BTreeMap<String, String>,
     pub cgroups: Option<Cgroups>,
-    /// Hand GPU device nodes to the job owner while the step runs (root agents).
+    /// Hand GPU device nodes to the job owner while the run goes on (root agents).
     pub private_gpus: bool,
-    /// The kernel loads cgroup device programs: each step's cgroup gets a GPU filter.
+    /// The kernel loads cgroup device programs: each run's cgroup gets a GPU filter.
     pub device_filter: bool,
-    /// Where steps' private directories (script, logs) are made.
+    /// Where runs' private directories (script, logs) are made.
     pub job_root: JobRoot,
     /// The binary that runs `supervise` (normally this agent's own executable).
     pub exe: PathBuf,
@@ -61,16 +61,16 @@ pub struct Settings {
     pub min_uid: u32,
 }
 
-struct Step {
-    key: StepRef,
-    files: StepFiles,
+struct Run {
+    key: RunRef,
+    files: RunFiles,
     launch: LaunchSpec,
     pgid: Option<i32>,
     watch: Watch,
     limits: Limits,
     /// NCCL's network lines: which transport it chose, and why.
     transport: TransportLog,
-    /// Reads the step's output a line at a time ("Last error:" with the line after it).
+    /// Reads the run's output a line at a time ("Last error:" with the line after it).
     lines: LineReader,
     tails: HashMap<PathBuf, (u64, String)>,
     cgroup: Option<PathBuf>,
@@ -78,18 +78,18 @@ struct Step {
     scratch: Option<Scratch>,
     supervisor: Option<std::process::Child>,
     supervisor_pid: Option<i32>,
-    /// What the step did with its GPUs, CPUs and memory so far.
+    /// What the run did with its GPUs, CPUs and memory so far.
     usage: NodeUsage,
 }
 
-impl Step {
+impl Run {
     fn new(
         launch: LaunchSpec,
-        files: StepFiles,
+        files: RunFiles,
         plan: Option<&Plan>,
         supervisor: Option<std::process::Child>,
         supervisor_pid: Option<i32>,
-    ) -> Step {
+    ) -> Run {
         let limits = Limits {
             started_ms: local_start(&files, &launch),
             time_limit_s: launch.time_limit_s,
@@ -99,7 +99,7 @@ impl Step {
             ),
         };
         let watch = Watch {
-            // A step re-adopted after an agent restart already had its warning if it was due.
+            // A run re-adopted after an agent restart already had its warning if it was due.
             warned: supervisor.is_none() && monitor::warning_due(&limits, now_ms()),
             ..Watch::default()
         };
@@ -107,9 +107,9 @@ impl Step {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
-        Step {
+        Run {
             usage,
-            key: StepRef {
+            key: RunRef {
                 job: launch.job,
                 attempt: launch.attempt,
             },
@@ -131,20 +131,20 @@ impl Step {
         }
     }
 
-    /// The step's log directory (NCCL debug files, torchrun error files), if it has one.
+    /// The run's log directory (NCCL debug files, torchrun error files), if it has one.
     fn logs(&self) -> Option<PathBuf> {
         self.scratch.as_ref().map(Scratch::logs)
     }
 }
 
-pub struct StepManager {
+pub struct RunManager {
     settings: Settings,
     outbox: Arc<Outbox>,
-    steps: HashMap<(JobId, u32), Step>,
+    runs: HashMap<(JobId, u32), Run>,
     /// `grun` steps' tasks inside the jobs above.
     grun: GrunTasks,
     /// Usage summaries of the last sample, waiting for the next heartbeat.
-    usage_out: Vec<StepUsage>,
+    usage_out: Vec<RunUsage>,
 }
 
 fn signal_group(pgid: Option<i32>, sig: Signal) {
@@ -153,7 +153,7 @@ fn signal_group(pgid: Option<i32>, sig: Signal) {
     }
 }
 
-/// A signal for a step: to the batch shell (the process group's leader) alone, or to
+/// A signal for a run: to the batch shell (the process group's leader) alone, or to
 /// every process in the group.
 fn send_signal(pgid: Option<i32>, sig: Signal, batch_only: bool) {
     match pgid.filter(|g| *g > 1) {
@@ -164,10 +164,10 @@ fn send_signal(pgid: Option<i32>, sig: Signal, batch_only: bool) {
     }
 }
 
-/// When this node started the step, on its own clock, as `launch` recorded it in the
-/// step's directory (so a restarted agent keeps it); a step of an agent that did not
+/// When this node started the run, on its own clock, as `launch` recorded it in the
+/// run's directory (so a restarted agent keeps it); a run of an agent that did not
 /// record it counts from the controller's start time.
-fn local_start(files: &StepFiles, launch: &LaunchSpec) -> u64 {
+fn local_start(files: &RunFiles, launch: &LaunchSpec) -> u64 {
     std::fs::read_to_string(files.local_start())
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -178,12 +178,12 @@ fn alive(pid: i32) -> bool {
     pid > 0 && signal::kill(Pid::from_raw(pid), None).is_ok()
 }
 
-impl StepManager {
-    pub fn new(settings: Settings, outbox: Arc<Outbox>) -> StepManager {
-        let mut m = StepManager {
+impl RunManager {
+    pub fn new(settings: Settings, outbox: Arc<Outbox>) -> RunManager {
+        let mut m = RunManager {
             settings,
             outbox,
-            steps: HashMap::new(),
+            runs: HashMap::new(),
             grun: GrunTasks::default(),
             usage_out: Vec::new(),
         };
@@ -198,28 +198,28 @@ impl StepManager {
             .join(format!("{job}.{attempt}"))
     }
 
-    fn emit(&self, event: StepEvent) {
+    fn emit(&self, event: RunEvent) {
         self.outbox
-            .push(|seq| AgentToController::Step { seq, event });
+            .push(|seq| AgentToController::Run { seq, event });
     }
 
-    /// Each GPU held by a running step, with its job (for the metrics endpoint).
+    /// Each GPU held by a node run, with its job (for the metrics endpoint).
     pub fn gpu_jobs(&self) -> Vec<(u32, JobId)> {
-        self.steps
+        self.runs
             .values()
             .flat_map(|s| s.launch.node_alloc.gpus.iter().map(|g| (*g, s.key.job)))
             .collect()
     }
 
-    /// Takes one usage sample of every running step (GPUs from `source`, CPU and memory
-    /// from its cgroup) and queues each step's summary for the controller.
+    /// Takes one usage sample of every node run (GPUs from `source`, CPU and memory
+    /// from its cgroup) and queues each run's summary for the controller.
     pub fn sample_usage(&mut self, source: &mut crate::usage::Source, interval_s: u32) {
         source.begin();
         let mut reports = Vec::new();
-        for step in self.steps.values_mut() {
-            let alloc = &step.launch.node_alloc;
-            let threshold = step.launch.idle_threshold_pct.unwrap_or(1);
-            let u = &mut step.usage;
+        for run in self.runs.values_mut() {
+            let alloc = &run.launch.node_alloc;
+            let threshold = run.launch.idle_threshold_pct.unwrap_or(1);
+            let u = &mut run.usage;
             if let Some(reader) = source.reader() {
                 for &gpu in &alloc.gpus {
                     let device = self
@@ -246,17 +246,17 @@ impl StepManager {
             u.sampled_s += u64::from(interval_s);
             u.cpus = alloc.cpus.len() as u32;
             u.mem_limit_mib = alloc.mem_mb;
-            if let Some(cg) = &step.cgroup {
+            if let Some(cg) = &run.cgroup {
                 let (cpu_ms, mem_mib) = crate::usage::cgroup_figures(cg);
                 u.cpu_ms = cpu_ms.unwrap_or(u.cpu_ms);
                 u.mem_max_mib = u.mem_max_mib.max(mem_mib.unwrap_or(0));
             }
             if let Ok(b) = serde_json::to_vec(&u) {
-                let _ = layout::write_private(&step.files.usage(), &b);
+                let _ = layout::write_private(&run.files.usage(), &b);
             }
-            reports.push(StepUsage {
-                job: step.key.job,
-                attempt: step.key.attempt,
+            reports.push(RunUsage {
+                job: run.key.job,
+                attempt: run.key.attempt,
                 usage: u.clone(),
             });
         }
@@ -265,53 +265,53 @@ impl StepManager {
     }
 
     /// The newest usage summaries not yet sent.
-    pub fn take_usage(&mut self) -> Vec<StepUsage> {
+    pub fn take_usage(&mut self) -> Vec<RunUsage> {
         std::mem::take(&mut self.usage_out)
     }
 
-    /// Steps still running, for heartbeats.
-    pub fn running(&self) -> Vec<StepRef> {
-        let mut v: Vec<StepRef> = self.steps.values().map(|s| s.key.clone()).collect();
+    /// Runs still going on, for heartbeats.
+    pub fn running(&self) -> Vec<RunRef> {
+        let mut v: Vec<RunRef> = self.runs.values().map(|s| s.key.clone()).collect();
         v.sort_by_key(|s| (s.job, s.attempt));
         v
     }
 
-    /// GPU device nodes that running steps hold.
+    /// GPU device nodes that running node runs hold.
     pub fn devices_in_use(&self) -> std::collections::BTreeSet<String> {
-        self.steps
+        self.runs
             .values()
             .flat_map(|s| s.devices.iter().cloned())
             .collect()
     }
 
-    /// Steps running or ended with an unacknowledged report, for registration.
-    pub fn known(&self) -> Vec<StepRef> {
+    /// Runs going on or ended with an unacknowledged report, for registration.
+    pub fn known(&self) -> Vec<RunRef> {
         let mut v = self.running();
         for ev in self.outbox.pending() {
-            if let AgentToController::Step {
-                event: StepEvent::Exited { job, attempt, .. },
+            if let AgentToController::Run {
+                event: RunEvent::Exited { job, attempt, .. },
                 ..
             } = ev
                 && !v.iter().any(|s| s.job == job && s.attempt == attempt)
             {
-                v.push(StepRef { job, attempt });
+                v.push(RunRef { job, attempt });
             }
         }
         v
     }
 
-    /// Picks up steps a previous agent process started.
+    /// Picks up runs a previous agent process started.
     fn readopt(&mut self) {
         let Ok(entries) = std::fs::read_dir(self.settings.state_dir.join("steps")) else {
             return;
         };
         for entry in entries.flatten() {
-            let files = StepFiles(entry.path());
+            let files = RunFiles(entry.path());
             if files.reported().exists() {
                 continue;
             }
             if files.never_started() {
-                // The agent died while preparing this step, before any supervisor existed:
+                // The agent died while preparing this run, before any supervisor existed:
                 // forget it; the controller sends the launch again.
                 tracing::info!(
                     "discarding {}: the launch was interrupted before the step started",
@@ -333,7 +333,7 @@ impl StepManager {
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
             let pgid = read_pgid(&files);
-            let key = StepRef {
+            let key = RunRef {
                 job: launch.job,
                 attempt: launch.attempt,
             };
@@ -344,20 +344,20 @@ impl StepManager {
                 supervisor_pid,
                 pgid
             );
-            let mut step = Step::new(launch, files, plan.as_ref(), None, supervisor_pid);
-            step.pgid = pgid;
-            self.steps.insert((key.job, key.attempt), step);
+            let mut run = Run::new(launch, files, plan.as_ref(), None, supervisor_pid);
+            run.pgid = pgid;
+            self.runs.insert((key.job, key.attempt), run);
         }
     }
 
-    /// Starts this node's share of a job. Launching an already known step does nothing.
+    /// Starts this node's run of a job. Launching an already known run does nothing.
     pub fn launch(&mut self, l: LaunchSpec) {
         let key = (l.job, l.attempt);
         let dir = self.dir(l.job, l.attempt);
-        if self.steps.contains_key(&key) {
+        if self.runs.contains_key(&key) {
             return;
         }
-        let files = StepFiles(dir);
+        let files = RunFiles(dir);
         if files.0.exists() {
             if !files.never_started() {
                 return;
@@ -431,8 +431,8 @@ impl StepManager {
                             self.settings.node,
                             owner.user
                         );
-                        let step = Step::new(l, files, Some(&plan), Some(child), Some(pid));
-                        self.steps.insert(key, step);
+                        let run = Run::new(l, files, Some(&plan), Some(child), Some(pid));
+                        self.runs.insert(key, run);
                     }
                     Err(e) => {
                         self.undo_prepare(&plan);
@@ -451,7 +451,7 @@ impl StepManager {
         }
     }
 
-    fn fail_launch(&self, l: &LaunchSpec, files: &StepFiles, why: String) {
+    fn fail_launch(&self, l: &LaunchSpec, files: &RunFiles, why: String) {
         tracing::warn!("job {} attempt {}: launch failed: {why}", l.job, l.attempt);
         let failure = Failure {
             kind: FailureKind::LaunchFailed,
@@ -459,7 +459,7 @@ impl StepManager {
             evidence: why,
             at_ms: now_ms(),
         };
-        self.emit(StepEvent::Exited {
+        self.emit(RunEvent::Exited {
             job: l.job,
             attempt: l.attempt,
             code: None,
@@ -471,7 +471,7 @@ impl StepManager {
         let _ = layout::write_private(&files.reported(), b"");
     }
 
-    /// Gives back what `prepare` took for a step that did not start.
+    /// Gives back what `prepare` took for a run that did not start.
     fn undo_prepare(&self, plan: &Plan) {
         devices::release(&plan.devices);
         if let Some(cg) = &plan.cgroup {
@@ -482,7 +482,7 @@ impl StepManager {
         }
     }
 
-    /// Builds and prepares the supervisor plan: the owner's identity, the step's private
+    /// Builds and prepares the supervisor plan: the owner's identity, the run's private
     /// directory and script, the cgroup (with its GPU filter) and the GPU device nodes (the
     /// decisions are `gsched_launch::plan`'s).
     fn prepare(&self, l: &LaunchSpec) -> Result<(Plan, Owner), String> {
@@ -517,7 +517,7 @@ impl StepManager {
                 root.then_some((owner.uid, owner.gid)),
             )
             .map_err(|e| e.to_string())?;
-        let script = step_plan::script(l);
+        let script = run_plan::script(l);
         write_script(
             &scratch.script(),
             &script,
@@ -529,7 +529,7 @@ impl StepManager {
         })?;
         let mut notes = Vec::new();
         let devices = if self.settings.private_gpus && root {
-            let paths = step_plan::gpu_devices(l, &topo);
+            let paths = run_plan::gpu_devices(l, &topo);
             notes.extend(devices::claim(&paths, owner.uid, owner.gid));
             paths
         } else {
@@ -537,11 +537,11 @@ impl StepManager {
         };
         let mut devices_filtered = false;
         let cgroup_dir = self.settings.cgroups.as_ref().map(|cg| {
-            let limits = step_plan::cgroup_limits(l, &topo);
+            let limits = run_plan::cgroup_limits(l, &topo);
             let (dir, missed) = cg.create(&limits);
             notes.extend(missed);
             if self.settings.device_filter {
-                match devfilter::attach(&dir, &step_plan::gpu_devices(l, &topo)) {
+                match devfilter::attach(&dir, &run_plan::gpu_devices(l, &topo)) {
                     Ok(attached) => devices_filtered = attached,
                     Err(e) => notes.push(e.to_string()),
                 }
@@ -562,7 +562,7 @@ impl StepManager {
         let contact = crate::contact::file(&self.settings.state_dir)
             .to_string_lossy()
             .into_owned();
-        let ctx = StepContext {
+        let ctx = RunContext {
             node: &self.settings.node,
             topology: &topo,
             training_iface: self.settings.training_iface.as_deref(),
@@ -578,13 +578,13 @@ impl StepManager {
             devices_filtered,
             contact_file: Some(&contact),
         };
-        Ok((step_plan::plan(l, &script, &ctx), owner))
+        Ok((run_plan::plan(l, &script, &ctx), owner))
     }
 
     /// Starts this node's tasks of a `grun` step inside a job running here.
     pub fn run_step(&mut self, launch: &StepLaunch) {
         let job_plan = self
-            .steps
+            .runs
             .get(&(launch.job, launch.attempt))
             .ok_or_else(|| format!("job {} is not running on this node", launch.job))
             .and_then(|s| {
@@ -622,12 +622,12 @@ impl StepManager {
         self.grun.take_io(max)
     }
 
-    /// Sends `signal` to a running step (`gcancel --signal`): its process group, or the
+    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
     /// batch shell alone.
-    /// Appends `text` to a running step's output file, through `gagentd notice` (a
+    /// Appends `text` to a node run's output file, through `gagentd notice` (a
     /// process of its own takes the job user's file-system identity to open it).
     pub fn notice(&self, job: JobId, attempt: u32, text: &str) {
-        if !self.steps.contains_key(&(job, attempt)) {
+        if !self.runs.contains_key(&(job, attempt)) {
             tracing::warn!("a notice for job {job} attempt {attempt}, which is not running here");
             return;
         }
@@ -654,7 +654,7 @@ impl StepManager {
     }
 
     pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
-        let Some(step) = self.steps.get(&(job, attempt)) else {
+        let Some(run) = self.runs.get(&(job, attempt)) else {
             tracing::warn!(
                 "signal {signal} for job {job} attempt {attempt}, which is not running here"
             );
@@ -664,18 +664,18 @@ impl StepManager {
             tracing::warn!("job {job}: {signal} is not a signal");
             return;
         };
-        let target = monitor::signal_target(step.launch.spec.launch, batch_only);
+        let target = monitor::signal_target(run.launch.spec.launch, batch_only);
         tracing::info!("job {job}: {sig} to {target:?}");
         self.deliver(job, attempt, sig, target);
     }
 
     fn deliver(&mut self, job: JobId, attempt: u32, sig: Signal, target: monitor::SignalTarget) {
-        let Some(step) = self.steps.get(&(job, attempt)) else {
+        let Some(run) = self.runs.get(&(job, attempt)) else {
             return;
         };
         match target {
-            monitor::SignalTarget::BatchShell => send_signal(step.pgid, sig, true),
-            monitor::SignalTarget::ProcessGroup => send_signal(step.pgid, sig, false),
+            monitor::SignalTarget::BatchShell => send_signal(run.pgid, sig, true),
+            monitor::SignalTarget::ProcessGroup => send_signal(run.pgid, sig, false),
             monitor::SignalTarget::Steps => {
                 let n = self.grun.signal(job, attempt, sig);
                 tracing::info!("job {job}: {sig} to {n} step task(s) here");
@@ -683,7 +683,7 @@ impl StepManager {
         }
     }
 
-    /// Stops a step: SIGTERM now, SIGKILL after `grace`.
+    /// Stops a run: SIGTERM now, SIGKILL after `grace`.
     pub fn kill(
         &mut self,
         job: JobId,
@@ -692,14 +692,14 @@ impl StepManager {
         reason: &str,
         grace: Duration,
     ) {
-        match self.steps.get_mut(&(job, attempt)) {
-            Some(step) => {
+        match self.runs.get_mut(&(job, attempt)) {
+            Some(run) => {
                 if let Some(action) =
-                    monitor::begin_stop(&mut step.watch, Instant::now(), grace, cause, reason)
+                    monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason)
                 {
                     tracing::info!("stopping job {job} attempt {attempt}: {reason}");
-                    step.pgid = step.pgid.or_else(|| read_pgid(&step.files));
-                    carry_out(step, &action);
+                    run.pgid = run.pgid.or_else(|| read_pgid(&run.files));
+                    carry_out(run, &action);
                 }
             }
             None => {
@@ -716,7 +716,7 @@ impl StepManager {
                     evidence: format!("stopped before it started: {reason}"),
                     at_ms: now_ms(),
                 };
-                self.emit(StepEvent::Exited {
+                self.emit(RunEvent::Exited {
                     job,
                     attempt,
                     code: None,
@@ -729,39 +729,40 @@ impl StepManager {
         }
     }
 
-    /// Whether no step and no `grun` task runs here: a monitoring round has nothing to do.
+    /// Whether no run and no `grun` task goes on here: a monitoring round has nothing to
+    /// do.
     pub fn is_idle(&self) -> bool {
-        self.steps.is_empty() && self.grun.is_empty()
+        self.runs.is_empty() && self.grun.is_empty()
     }
 
-    /// One monitoring round: observe each step, let `monitor::round` decide, carry it out.
+    /// One monitoring round: observe each run, let `monitor::round` decide, carry it out.
     pub fn tick(&mut self) {
         self.grun.tick();
         let node = self.settings.node.clone();
-        let keys: Vec<(JobId, u32)> = self.steps.keys().copied().collect();
+        let keys: Vec<(JobId, u32)> = self.runs.keys().copied().collect();
         let mut warned = Vec::new();
         for key in keys {
-            let step = self.steps.get_mut(&key).expect("present");
-            let seen = observe(step, &node, &self.settings.topology);
+            let run = self.runs.get_mut(&key).expect("present");
+            let seen = observe(run, &node, &self.settings.topology);
             let cx = monitor::Context {
                 job: key.0,
                 attempt: key.1,
                 node: &node,
-                limits: &step.limits,
+                limits: &run.limits,
             };
-            let actions = monitor::round(&mut step.watch, &cx, seen, Instant::now(), now_ms());
+            let actions = monitor::round(&mut run.watch, &cx, seen, Instant::now(), now_ms());
             let mut done = false;
             for action in &actions {
                 match action {
                     Action::Report(event) => {
                         log_event(key.0, &node, event);
                         let mut event = event.clone();
-                        if let StepEvent::Exited { usage, .. } = &mut event
-                            && !step.usage.node.is_empty()
+                        if let RunEvent::Exited { usage, .. } = &mut event
+                            && !run.usage.node.is_empty()
                         {
-                            *usage = Some(Box::new(step.usage.clone()));
+                            *usage = Some(Box::new(run.usage.clone()));
                         }
-                        self.outbox.push(|seq| AgentToController::Step {
+                        self.outbox.push(|seq| AgentToController::Run {
                             seq,
                             event: event.clone(),
                         });
@@ -771,11 +772,11 @@ impl StepManager {
                         if let Ok(sig) = Signal::try_from(*signal) {
                             tracing::info!("job {}: {sig} before its time limit (--signal)", key.0);
                             let target =
-                                monitor::signal_target(step.launch.spec.launch, *batch_only);
+                                monitor::signal_target(run.launch.spec.launch, *batch_only);
                             warned.push((key, sig, target));
                         }
                     }
-                    other => carry_out(step, other),
+                    other => carry_out(run, other),
                 }
             }
             if done {
@@ -787,53 +788,53 @@ impl StepManager {
         }
     }
 
-    /// Gives back what an ended step held: its `grun` tasks, GPU device nodes, cgroup and
+    /// Gives back what an ended run held: its `grun` tasks, GPU device nodes, cgroup and
     /// scratch directory, and marks it reported.
     fn finish(&mut self, key: (JobId, u32)) {
         // `grun` tasks do not outlive their job.
         self.grun.stop(key.0, key.1, None);
-        let Some(mut step) = self.steps.remove(&key) else {
+        let Some(mut run) = self.runs.remove(&key) else {
             return;
         };
-        let _ = layout::write_private(&step.files.reported(), b"");
-        for (pid, dev) in devices::release(&step.devices) {
+        let _ = layout::write_private(&run.files.reported(), b"");
+        for (pid, dev) in devices::release(&run.devices) {
             tracing::warn!(
                 "job {}: killed process {pid}, which still held {dev} after the step ended",
                 key.0
             );
         }
-        if let Some(cg) = &step.cgroup {
+        if let Some(cg) = &run.cgroup {
             Cgroups::remove(cg);
         }
-        if let Some(s) = &step.scratch {
+        if let Some(s) = &run.scratch {
             let _ = std::fs::remove_dir_all(&s.0);
         }
-        if let Some(c) = step.supervisor.as_mut() {
+        if let Some(c) = run.supervisor.as_mut() {
             let _ = c.wait();
         }
     }
 }
 
-fn read_pgid(files: &StepFiles) -> Option<i32> {
+fn read_pgid(files: &RunFiles) -> Option<i32> {
     std::fs::read_to_string(files.pgid())
         .ok()
         .and_then(|s| s.trim().parse().ok())
 }
 
-/// What a round sees of a step: its process group, new log lines, the network NCCL chose
+/// What a round sees of a run: its process group, new log lines, the network NCCL chose
 /// (multi-node jobs), and whether and how it ended.
-fn observe(step: &mut Step, node: &str, topology: &RwLock<Topology>) -> monitor::Observed {
-    if let Some(c) = step.supervisor.as_mut() {
+fn observe(run: &mut Run, node: &str, topology: &RwLock<Topology>) -> monitor::Observed {
+    if let Some(c) = run.supervisor.as_mut() {
         let _ = c.try_wait();
     }
-    if step.pgid.is_none() {
-        step.pgid = read_pgid(&step.files);
+    if run.pgid.is_none() {
+        run.pgid = read_pgid(&run.files);
     }
-    let findings = scan_logs(step);
+    let findings = scan_logs(run);
     // A one-node job's NCCL names a network too, but never sends over it.
-    let transport = if step.launch.nodes.len() > 1 && step.transport.awaits_judgement() {
+    let transport = if run.launch.nodes.len() > 1 && run.transport.awaits_judgement() {
         let node_net = NodeNet::of(&topology.read());
-        let mut found = step.transport.judge(Some(&node_net));
+        let mut found = run.transport.judge(Some(&node_net));
         for f in &mut found {
             f.node = Some(node.to_string());
         }
@@ -841,22 +842,21 @@ fn observe(step: &mut Step, node: &str, topology: &RwLock<Topology>) -> monitor:
     } else {
         Vec::new()
     };
-    let exit = std::fs::read(step.files.exit())
+    let exit = std::fs::read(run.files.exit())
         .ok()
         .and_then(|b| serde_json::from_slice::<ExitRecord>(&b).ok())
         .map(|record| monitor::Ended {
             record,
-            error_file: torchrun_error_file(step),
-            oom: step
+            error_file: torchrun_error_file(run),
+            oom: run
                 .cgroup
                 .as_ref()
                 .is_some_and(|c| Cgroups::oom_kills(c) > 0),
         });
-    let supervisor_lost = exit.is_none()
-        && step.supervisor.is_none()
-        && step.supervisor_pid.is_some_and(|p| !alive(p));
+    let supervisor_lost =
+        exit.is_none() && run.supervisor.is_none() && run.supervisor_pid.is_some_and(|p| !alive(p));
     monitor::Observed {
-        pgid: step.pgid,
+        pgid: run.pgid,
         findings,
         transport,
         exit,
@@ -864,9 +864,9 @@ fn observe(step: &mut Step, node: &str, topology: &RwLock<Topology>) -> monitor:
     }
 }
 
-/// torchrun's error file in the step's log directory, if it wrote one.
-fn torchrun_error_file(step: &Step) -> Option<String> {
-    let dir = std::fs::read_dir(step.logs()?).ok()?;
+/// torchrun's error file in the run's log directory, if it wrote one.
+fn torchrun_error_file(run: &Run) -> Option<String> {
+    let dir = std::fs::read_dir(run.logs()?).ok()?;
     dir.flatten()
         .map(|e| e.path())
         .filter(|p| {
@@ -879,12 +879,12 @@ fn torchrun_error_file(step: &Step) -> Option<String> {
 }
 
 /// Signals what the monitor decided.
-fn carry_out(step: &Step, action: &Action) {
+fn carry_out(run: &Run, action: &Action) {
     match action {
-        Action::Terminate => signal_group(step.pgid, Signal::SIGTERM),
+        Action::Terminate => signal_group(run.pgid, Signal::SIGTERM),
         Action::ForceKill => {
-            signal_group(step.pgid, Signal::SIGKILL);
-            if let Some(cg) = &step.cgroup {
+            signal_group(run.pgid, Signal::SIGKILL);
+            if let Some(cg) = &run.cgroup {
                 Cgroups::kill(cg);
             }
         }
@@ -892,13 +892,13 @@ fn carry_out(step: &Step, action: &Action) {
     }
 }
 
-fn log_event(job: JobId, node: &str, event: &StepEvent) {
+fn log_event(job: JobId, node: &str, event: &RunEvent) {
     match event {
-        StepEvent::Failed { failure, .. } => tracing::warn!("job {job} on {node}: {failure}"),
-        StepEvent::Warning { finding, .. } => {
+        RunEvent::Failed { failure, .. } => tracing::warn!("job {job} on {node}: {failure}"),
+        RunEvent::Warning { finding, .. } => {
             tracing::warn!("job {job} on {node}: {}: {}", finding.kind, finding.action)
         }
-        StepEvent::Exited {
+        RunEvent::Exited {
             attempt,
             code,
             signal,
@@ -915,13 +915,13 @@ fn log_event(job: JobId, node: &str, event: &StepEvent) {
     }
 }
 
-/// Reads what the step's output and NCCL log files gained since the last round and
+/// Reads what the run's output and NCCL log files gained since the last round and
 /// classifies complete lines.
-fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
-    // This node's private copy of the step's output (see `supervise`), never the user's
+fn scan_logs(run: &mut Run) -> Vec<LogFinding> {
+    // This node's private copy of the run's output (see `supervise`), never the user's
     // file, which other nodes of the job append to as well.
-    let mut files = vec![step.files.capture()];
-    if let Some(Ok(d)) = step.logs().map(std::fs::read_dir) {
+    let mut files = vec![run.files.capture()];
+    if let Some(Ok(d)) = run.logs().map(std::fs::read_dir) {
         files.extend(
             d.flatten()
                 .map(|e| e.path())
@@ -932,7 +932,7 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
     files.dedup();
     let mut out = Vec::new();
     for f in files {
-        let (offset, partial) = step.tails.entry(f.clone()).or_default();
+        let (offset, partial) = run.tails.entry(f.clone()).or_default();
         let Ok(mut file) = std::fs::File::open(&f) else {
             continue;
         };
@@ -953,8 +953,8 @@ fn scan_logs(step: &mut Step) -> Vec<LogFinding> {
         partial.push_str(&String::from_utf8_lossy(&buf));
         while let Some(pos) = partial.find('\n') {
             let line: String = partial.drain(..=pos).collect();
-            step.transport.line(&line);
-            if let Some(finding) = step.lines.line(&line) {
+            run.transport.line(&line);
+            if let Some(finding) = run.lines.line(&line) {
                 out.push(finding);
             }
         }

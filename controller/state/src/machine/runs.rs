@@ -1,24 +1,24 @@
-//! What agents report about a node's part of a job: started, failed while running,
-//! exited; and a step lost with its node.
+//! What agents report about their node's run of a job: started, failed while running,
+//! exited; and a run lost with its node.
 
 use super::ClusterState;
 use crate::command::{
-    IdleGpus, JobWarning, Outcome, RecordUsage, StepExited, StepFailed, StepStarted,
+    IdleGpus, JobWarning, Outcome, RecordUsage, RunExited, RunFailed, RunStarted,
 };
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::job::MAX_JOB_WARNINGS;
-use gsched_types::job::{JobId, JobRecord, JobState, LaunchMode, StepState, StepStatus};
+use gsched_types::job::{JobId, JobRecord, JobState, LaunchMode, NodeRun, RunState};
 use gsched_types::usage::NodeUsage;
 
 /// The most GPUs one node's usage summary keeps.
 const MAX_USAGE_GPUS: usize = 64;
 
 impl ClusterState {
-    fn step_mut<'a>(job: &'a mut JobRecord, node: &str) -> Option<&'a mut StepStatus> {
-        job.steps.iter_mut().find(|s| s.node == node)
+    fn run_mut<'a>(job: &'a mut JobRecord, node: &str) -> Option<&'a mut NodeRun> {
+        job.runs.iter_mut().find(|s| s.node == node)
     }
 
-    /// The job a step report is about, if the report is for its current attempt and the
+    /// The job a run report is about, if the report is for its current attempt and the
     /// job is still running or ending; otherwise the outcome that refuses the report.
     fn reported_job(&mut self, id: JobId, attempt: u32) -> Result<&mut JobRecord, Outcome> {
         let job = self.jobs.get_mut(&id).ok_or_else(|| Outcome::NotFound {
@@ -33,42 +33,42 @@ impl ClusterState {
         Ok(job)
     }
 
-    pub(super) fn step_started(&mut self, c: &StepStarted, at: u64) -> Outcome {
+    pub(super) fn run_started(&mut self, c: &RunStarted, at: u64) -> Outcome {
         let job = match self.reported_job(c.job, c.attempt) {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        if let Some(step) = Self::step_mut(job, &c.node)
-            && step.state == StepState::Launching
+        if let Some(run) = Self::run_mut(job, &c.node)
+            && run.state == RunState::Launching
         {
-            step.state = StepState::Running { pid: c.pid };
-            step.started_ms = Some(at);
+            run.state = RunState::Running { pid: c.pid };
+            run.started_ms = Some(at);
         }
         Outcome::Ok
     }
 
-    pub(super) fn step_exited(&mut self, c: &StepExited, at: u64) -> Outcome {
+    pub(super) fn run_exited(&mut self, c: &RunExited, at: u64) -> Outcome {
         let (id, node, code, signal) = (c.job, c.node.as_str(), c.code, c.signal);
-        self.fenced_step_ended(node, id, c.attempt);
+        self.fenced_run_ended(node, id, c.attempt);
         let job = match self.reported_job(id, c.attempt) {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        // The step and the usage list are borrowed apart (fields, not `step_mut`).
-        let Some(step) = job.steps.iter_mut().find(|s| s.node == node) else {
+        // The run and the usage list are borrowed apart (fields, not `run_mut`).
+        let Some(run) = job.runs.iter_mut().find(|s| s.node == node) else {
             return Outcome::Rejected {
                 message: format!("job {id} has no step on {node}"),
             };
         };
-        if step.state.is_done() {
+        if run.state.is_done() {
             return Outcome::Ok;
         }
         if let Some(u) = &c.usage {
             Self::keep_usage(&mut job.usage, node, u);
         }
-        step.state = StepState::Exited { code, signal };
-        step.ended_ms = Some(at);
-        step.started_ms.get_or_insert(at);
+        run.state = RunState::Exited { code, signal };
+        run.ended_ms = Some(at);
+        run.started_ms.get_or_insert(at);
         let failed = c.failure.is_some()
             || code.is_some_and(|c| c != 0)
             || (signal.is_some() && code.is_none());
@@ -91,14 +91,14 @@ impl ClusterState {
             })
         });
         if let Some(f) = &failure {
-            step.failure = Some(f.clone());
+            run.failure = Some(f.clone());
         }
         if code.is_some() && job.exit_code.is_none_or(|c| c == 0) {
             job.exit_code = code;
         }
         let batch_done = failure.is_none()
             && job.spec.launch == LaunchMode::Batch
-            && job.steps.first().is_some_and(|s| s.node == node);
+            && job.runs.first().is_some_and(|s| s.node == node);
         if let Some(f) = failure
             && f.kind != FailureKind::GangStopped
         {
@@ -143,13 +143,13 @@ impl ClusterState {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        match Self::step_mut(job, &c.node) {
+        match Self::run_mut(job, &c.node) {
             None => {
                 return Outcome::Rejected {
                     message: format!("job {} has no step on {}", c.job, c.node),
                 };
             }
-            Some(step) if step.state.is_done() => return Outcome::Ok,
+            Some(run) if run.state.is_done() => return Outcome::Ok,
             Some(_) => {}
         }
         Self::keep_usage(&mut job.usage, &c.node, &c.usage);
@@ -188,7 +188,7 @@ impl ClusterState {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        if Self::step_mut(job, &c.node).is_none() {
+        if Self::run_mut(job, &c.node).is_none() {
             return Outcome::Rejected {
                 message: format!("job {} has no step on {}", c.job, c.node),
             };
@@ -207,35 +207,35 @@ impl ClusterState {
         Outcome::Ok
     }
 
-    pub(super) fn step_failed(&mut self, c: &StepFailed, at: u64) -> Outcome {
+    pub(super) fn run_failed(&mut self, c: &RunFailed, at: u64) -> Outcome {
         let job = match self.reported_job(c.job, c.attempt) {
             Ok(job) => job,
             Err(refused) => return refused,
         };
-        if let Some(step) = Self::step_mut(job, &c.node)
-            && step.failure.is_none()
+        if let Some(run) = Self::run_mut(job, &c.node)
+            && run.failure.is_none()
         {
-            step.failure = Some(c.failure.clone());
+            run.failure = Some(c.failure.clone());
         }
         self.begin_ending(c.job, c.failure.clone(), at);
         Outcome::Ok
     }
 
-    /// Marks a node's step of a job lost (the node is gone, or its agent forgot the step).
-    pub(super) fn lose_step(&mut self, id: JobId, node: &str, why: &str, at: u64) {
+    /// Marks a node's run of a job lost (the node is gone, or its agent forgot the run).
+    pub(super) fn lose_run(&mut self, id: JobId, node: &str, why: &str, at: u64) {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
-        let Some(step) = Self::step_mut(job, node) else {
+        let Some(run) = Self::run_mut(job, node) else {
             return;
         };
-        if step.state.is_done() {
+        if run.state.is_done() {
             return;
         }
-        step.state = StepState::Lost;
-        step.ended_ms = Some(at);
+        run.state = RunState::Lost;
+        run.ended_ms = Some(at);
         let failure = Failure::new(FailureKind::NodeLost, why, at).on(node);
-        step.failure = Some(failure.clone());
+        run.failure = Some(failure.clone());
         self.begin_ending(id, failure, at);
     }
 }
