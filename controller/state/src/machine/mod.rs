@@ -4,7 +4,7 @@
 //!
 //! The handlers live beside this file by what they change: [`jobs`] (submission, cancel,
 //! hold, requeue, placement, the end of a job and its accounting), [`runs`] (what agents
-//! report about their node's run of a job), [`grun`] (`grun`/`srun` steps recorded in
+//! report about their node's run of a job), [`steps`] (`grun`/`srun` steps recorded in
 //! their job) and [`nodes`] (registration, loss, health, drain);
 //! [`reservations`] (admin reservations and their windows);
 //! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
@@ -13,13 +13,13 @@
 pub mod associations;
 mod bulk;
 mod dedup;
-mod grun;
 mod jobs;
 mod nodes;
 pub mod payload;
 mod reservations;
 mod runs;
 mod shared;
+mod steps;
 
 pub use dedup::DEDUP_CAPACITY;
 pub use shared::Shared;

@@ -1,5 +1,5 @@
-//! `grun` steps in their job's record: begun and ended as the leader that runs them
-//! says, kept for `gqueue -s` and `gacct` (`JOBID.STEP`), at most
+//! `grun`/`srun` steps in their job's record: begun and ended as the leader that runs
+//! them says, kept for `gqueue -s` and `gacct` (`JOBID.STEP`), at most
 //! `MAX_RECORDED_STEPS` per job.
 
 use super::ClusterState;
