@@ -1,16 +1,15 @@
 //! The contract between gsched processes: the generated gRPC code for `schema/gsched.proto`,
-//! which JSON document each message carries ([`contract`]; [`agent`] for the agent stream), and
-//! what every process needs to speak it safely: [`tls`] (certificates, identities), [`dial`]
-//! (reaching a controller, checking who serves it), [`peer`] (the kernel's word on a local
-//! peer),
-//! [`munge`] (user credentials) and [`clock`].
+//! which JSON document each message carries ([`contract`]; the agent stream's are
+//! `gsched_types::agent`'s), and what every process needs to speak it safely: [`tls`]
+//! (certificates, identities), [`dial`] (reaching a controller, checking who serves it),
+//! [`peer`] (the kernel's word on a local peer), [`munge`] (user credentials) and
+//! [`clock`].
 
 #[allow(clippy::all)]
 pub mod pb {
     tonic::include_proto!("gsched.v1");
 }
 
-pub mod agent;
 pub mod clock;
 pub mod contract;
 pub mod dial;

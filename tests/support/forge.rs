@@ -194,8 +194,8 @@ async fn call(
 }
 
 /// The registration a forged agent opens its session with.
-fn register_as(name: &str) -> gsched_proto::agent::AgentToController {
-    gsched_proto::agent::AgentToController::Register {
+fn register_as(name: &str) -> gsched_types::agent::AgentToController {
+    gsched_types::agent::AgentToController::Register {
         name: name.to_string(),
         address: String::new(),
         training_addr: "127.0.0.1".into(),
@@ -231,7 +231,7 @@ async fn register(ch: tonic::transport::Channel, req: &Value) -> Value {
 /// GPU claimed to be on `claim_node`, and sends task output for it: what a node's
 /// certificate (or a daemon's uid) could say about a job on another node.
 async fn report(ch: tonic::transport::Channel, req: &Value) -> Value {
-    use gsched_proto::agent::{AgentToController, RunEvent};
+    use gsched_types::agent::{AgentToController, RunEvent};
     use gsched_types::{Failure, FailureKind, JobId};
     let hello = register_as(&text(req, "name"));
     let job = JobId(num(req, "job"));

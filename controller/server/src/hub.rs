@@ -2,9 +2,9 @@
 //! heartbeat and the node runs they report running; and the `grun`/`srun` steps this
 //! leader relays.
 
-use gsched_proto::agent::{AgentCapabilities, ControllerToAgent, RunRef};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::ControllerEnvelope;
+use gsched_types::agent::{AgentCapabilities, ControllerToAgent, RunRef};
 use gsched_types::job::JobId;
 use gsched_types::steps::{StepUpdate, TaskIo};
 use parking_lot::Mutex;

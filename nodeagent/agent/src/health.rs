@@ -8,9 +8,9 @@
 
 use crate::findings::{Attribution, corrected_flood, kernel_finding, observed};
 use crate::outbox::Outbox;
-use gsched_proto::agent::AgentToController;
 use gsched_proto::clock::now_ms;
 use gsched_topology::xid::{AerSeverity, KernelEvent, KernelLog, normalize_pci};
+use gsched_types::agent::AgentToController;
 use gsched_types::findings::{Component, Severity};
 use gsched_types::node::{HealthEvent, HealthKind, HealthSeverity};
 use gsched_types::topology::Topology;

@@ -7,7 +7,7 @@ use gsched_launch::transport::missing_library;
 use gsched_launch::watch::{
     LogFinding, classify_exit, first_cause, is_echo, is_fatal, nccl_cause, unwinds,
 };
-use gsched_proto::agent::RunEvent;
+use gsched_types::agent::RunEvent;
 use gsched_types::failure::{Failure, FailureKind};
 use gsched_types::findings::Finding;
 use gsched_types::job::LaunchMode;

@@ -1,7 +1,7 @@
 //! Events the controller has not acknowledged yet, kept on disk so an agent restart or a
 //! controller failover loses none. Each event is a file named by its sequence number.
 
-use gsched_proto::agent::AgentToController;
+use gsched_types::agent::AgentToController;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -6,11 +6,11 @@
 use crate::contact::Contact;
 use crate::outbox::Outbox;
 use crate::runs::RunManager;
-use gsched_proto::agent::{AgentCapabilities, AgentToController, ControllerToAgent};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::AgentEnvelope;
 use gsched_proto::pb::agent_client::AgentClient;
 use gsched_proto::tls::Dialer;
+use gsched_types::agent::{AgentCapabilities, AgentToController, ControllerToAgent};
 use gsched_types::topology::Topology;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;

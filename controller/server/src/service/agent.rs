@@ -7,7 +7,6 @@
 
 use crate::auth::{Auth, Daemon};
 use crate::ctx::Ctx;
-use gsched_proto::agent::{AgentToController, ControllerToAgent, RunEvent};
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::agent_server::Agent;
 use gsched_proto::pb::{AgentEnvelope, ControllerEnvelope};
@@ -15,6 +14,7 @@ use gsched_state::{
     Command, HealthEvents, JobWarning, KnownRun, RecordUsage, RegisterNode, RunExited, RunFailed,
     RunStarted,
 };
+use gsched_types::agent::{AgentToController, ControllerToAgent, RunEvent};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;

@@ -3,9 +3,9 @@
 
 use super::JobsService;
 use crate::auth::Caller;
-use gsched_proto::agent::ControllerToAgent;
 use gsched_state::validate;
 use gsched_state::{ActOnJobs, CancelJob, Command, HoldJob, Outcome, RequeueJob, UpdateJob};
+use gsched_types::agent::ControllerToAgent;
 use gsched_types::api::{ActionSummary, JobActionRequest, SignalRequest, UpdateJobRequest};
 use gsched_types::job::{JobId, JobState};
 use tonic::Status;

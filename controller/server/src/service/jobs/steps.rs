@@ -5,10 +5,10 @@ use super::JobsService;
 use crate::auth::Caller;
 use crate::ctx::outcome_to_status;
 use crate::hub::STEP_BACKLOG;
-use gsched_proto::agent::ControllerToAgent;
 use gsched_proto::contract::Carries;
 use gsched_proto::pb::RunStepReply;
 use gsched_state::{Command, StepEnded, StepStarted};
+use gsched_types::agent::ControllerToAgent;
 use gsched_types::job::JobState;
 use gsched_types::steps::{
     INPUT_CHUNK, InputEvent, StepGpuError, StepInput, StepLaunch, StepRequest, StepState,
