@@ -438,8 +438,8 @@ fn drained_required_node_is_req_node_not_avail() {
 
 #[test]
 fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
-    // One 8-GPU node with 4 GPUs busy for an hour. Top job wants 8 GPUs (reserved at
-    // t=1h). A 4-GPU 30-minute job backfills; a 4-GPU 2-hour job would delay the top job.
+    // One 8-GPU node with 4 GPUs busy for an hour. Top job wants 8 GPUs (held for it
+    // from t=1h). A 4-GPU 30-minute job backfills; a 4-GPU 2-hour job would delay the top job.
     let (node, busy) = half_busy("dgx-a100-8gpu.json", "n1");
     let top = job(1, 1, 8);
     let mut short = job(2, 1, 4);
@@ -471,10 +471,10 @@ fn easy_backfill_short_job_fills_the_hole_long_job_waits() {
 }
 
 #[test]
-fn jobs_kept_out_by_a_reservation_are_each_judged_by_their_own_limit_and_the_free_gpus_now() {
+fn jobs_kept_out_by_a_backfill_hold_are_each_judged_by_their_own_limit_and_the_free_gpus_now() {
     // As above, with more 4-GPU jobs of one shape: a longer one than the first kept out is
     // kept out too, a shorter one still backfills, and once it has taken the last four
-    // GPUs the next one waits for resources, not for the reservation.
+    // GPUs the next one waits for resources, not for the hold.
     let (node, busy) = half_busy("dgx-a100-8gpu.json", "n1");
     let four = |id: u64, limit_s: u64, eligible_ms: u64| {
         let mut j = job(id, 1, 4);
@@ -597,7 +597,7 @@ fn a_multi_gpu_job_waits_for_its_best_set_which_later_jobs_leave_alone() {
     assert_eq!(
         gpus_of(&p, 2),
         Some(vec![7]),
-        "the 10-hour job leaves GPU 3 (reserved with 2 from the hour on) alone"
+        "the 10-hour job leaves GPU 3 (held with 2 from the hour on) alone"
     );
 }
 

@@ -1,5 +1,5 @@
 //! Property tests of one scheduling pass: nothing is double-booked, gangs are all or
-//! nothing with identical GPU counts, and backfill never delays the top job's reservation.
+//! nothing with identical GPU counts, and backfill never delays the top job's backfill hold.
 
 use gsched_scheduler::{NodeView, PendingJob, Policy, RunningJob, SchedConfig, Snapshot, plan};
 use gsched_types::job::JobId;
@@ -204,14 +204,14 @@ proptest! {
     }
 
     #[test]
-    fn backfill_never_delays_the_top_reservation(c in case()) {
+    fn backfill_never_delays_the_top_jobs_hold(c in case()) {
         prop_assume!(c.policy != Policy::Fifo);
         let snap = build(&c);
         let now = 5_000;
         let p = plan(&snap, now);
-        // The first estimate is the protected reservation (EASY: one).
+        // The first estimate is the protected backfill hold (EASY: one).
         let Some(&(top, promised)) = p.estimates.first() else { return Ok(()) };
-        if std::env::var_os("PROP_DEBUG").is_some() { eprintln!("checked reservation of job {top} at {promised} with {} backfilled starts", p.starts.len()); }
+        if std::env::var_os("PROP_DEBUG").is_some() { eprintln!("checked the backfill hold of job {top} at {promised} with {} backfilled starts", p.starts.len()); }
         // Run the pass's starts, then ask again where the top job would start.
         let mut after = snap.clone();
         for s in &p.starts {

@@ -495,7 +495,7 @@ impl fmt::Display for JobState {
 pub enum PendingReason {
     /// Not yet looked at by the scheduler.
     None,
-    /// Higher-priority jobs hold the resources (or a reservation) it would use.
+    /// Higher-priority jobs hold the resources (or a backfill hold) it would use.
     Priority,
     /// Not enough free GPUs/CPUs/memory on suitable nodes right now.
     Resources,
