@@ -416,7 +416,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The attempt a running job is on (its restarts so far) and the nodes it runs on.
+    /// The attempt a running job is on and the nodes it runs on.
     fn placement_of(&self, id: JobId) -> (u32, Vec<String>) {
         let job = &self.state.jobs[&id];
         let nodes = job
