@@ -15,6 +15,7 @@ pub mod queue_format;
 pub mod report;
 pub mod sbatch;
 pub mod slurm;
+pub mod slurm_options;
 pub mod when;
 
 pub use slurm::invoked_as;

@@ -433,8 +433,10 @@ def main():
     ap.add_argument("--table", help="also write the table (markdown) here")
     ap.add_argument("--keep", action="store_true", help="leave both clusters running")
     ap.add_argument("--verbose", "-v", action="store_true")
+    ap.add_argument("--corpus", type=Path, default=HERE / "corpus",
+                    help="the directory of scripts (a held-out batch before it joins the corpus)")
     args = ap.parse_args()
-    scripts = sorted(p for p in (HERE / "corpus").iterdir()
+    scripts = sorted(p for p in args.corpus.iterdir()
                      if p.suffix in (".sbatch", ".sh") and args.only in p.name)
     for s in scripts:
         if not headers(s.read_text())["source"]:

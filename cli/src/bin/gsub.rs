@@ -1,9 +1,10 @@
 //! `gsub`: submit a batch job, sbatch-style.
 
+use clap::CommandFactory;
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, describe, die, request_id};
 use gsched_cli::outln;
-use gsched_cli::sbatch::{SubArgs, SubmitContext, directives, dry_run_json, resolve};
+use gsched_cli::sbatch::{SubArgs, SubmitContext, dry_run_json, resolve, sources};
 use gsched_proto::contract::{Carries, Idempotent};
 use gsched_proto::pb::{CheckRequest, SubmitRequest};
 use gsched_types::api::CheckReply;
@@ -27,54 +28,15 @@ fn main() {
             e.to_string().trim_start_matches("error: ").trim_end(),
         ),
     };
-    let (text, name) = if first.torchrun || first.wrap.is_some() {
-        (None, None)
-    } else {
-        match first.script.first() {
-            Some(path) => {
-                let bytes = std::fs::read(path).unwrap_or_else(|e| {
-                    die("gsub", format!("cannot read batch script {path}: {e}"))
-                });
-                let text = String::from_utf8(bytes).unwrap_or_else(|_| {
-                    die("gsub", format!("batch script {path} is not UTF-8 text"))
-                });
-                (Some(text), Some(path.clone()))
-            }
-            None => {
-                let mut buf = Vec::new();
-                if std::io::stdin().read_to_end(&mut buf).is_err() || buf.is_empty() {
-                    die(
-                        "gsub",
-                        "no batch script given: gsub [options] script.sh [args], or --wrap 'command'",
-                    );
-                }
-                (
-                    Some(String::from_utf8(buf).unwrap_or_else(|_| {
-                        die("gsub", "the batch script on stdin is not UTF-8 text")
-                    })),
-                    None,
-                )
-            }
-        }
-    };
-    let dirs = match &text {
-        Some(t) => {
-            directives(t).unwrap_or_else(|e| die("gsub", format!("invalid #SBATCH directive: {e}")))
-        }
-        None => Vec::new(),
-    };
-    let args = if dirs.is_empty() {
-        first
-    } else {
-        parse_with_directives(raw, dirs)
-    };
-    let ignored = args.ignored();
-    if !ignored.is_empty() {
-        eprintln!(
-            "gsub: warning: ignoring {}: accepted for compatibility but not acted on by gsched yet",
-            ignored.join(", ")
-        );
+    if first.usage {
+        outln!("{}", SubArgs::command().render_usage());
+        return;
     }
+    let (text, name) = script(&first);
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let (args, action) =
+        sources::read(&raw, text.as_deref(), &env).unwrap_or_else(|e| die("gsub", e));
+    let quiet = args.quiet || gsched_cli::invoked_as() == "sbatch";
     let ctx = SubmitContext::here();
     let mut spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
     // sbatch's own defaults: its output file name (scripts and tools look for
@@ -91,18 +53,16 @@ fn main() {
     }
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
         if let Some(p) = pattern {
-            check_output(flag, p, &spec.workdir).unwrap_or_else(|e| die("gsub", e));
+            check_output(flag, p, &spec.workdir, quiet).unwrap_or_else(|e| die("gsub", e));
         }
     }
     let rt = gsched_cli::runtime();
-    if args.dry_run {
-        rt.block_on(dry_run(&args, &spec, &ctx));
-        return;
+    if action == sources::Action::DryRun {
+        return rt.block_on(dry_run(&args, &spec, &ctx));
     }
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    if args.test_only {
-        test_only(&rt, &mut client, &spec);
-        return;
+    if action == sources::Action::TestOnly {
+        return test_only(&rt, &mut client, &spec);
     }
     let req = SubmitRequest::carrying(&spec).with_request_id(request_id());
     let reply = rt.block_on(client.call(|mut c| {
@@ -124,6 +84,35 @@ fn main() {
             }
         }
         Err(s) => die("gsub", describe(&s)),
+    }
+}
+
+/// The batch script's text and path (`None` for `--wrap` and `--torchrun`); from stdin
+/// when no path is given, as sbatch reads it.
+fn script(args: &SubArgs) -> (Option<String>, Option<String>) {
+    if args.torchrun || args.wrap.is_some() {
+        return (None, None);
+    }
+    match args.script.first() {
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .unwrap_or_else(|e| die("gsub", format!("cannot read batch script {path}: {e}")));
+            let text = String::from_utf8(bytes)
+                .unwrap_or_else(|_| die("gsub", format!("batch script {path} is not UTF-8 text")));
+            (Some(text), Some(path.clone()))
+        }
+        None => {
+            let mut buf = Vec::new();
+            if std::io::stdin().read_to_end(&mut buf).is_err() || buf.is_empty() {
+                die(
+                    "gsub",
+                    "no batch script given: gsub [options] script.sh [args], or --wrap 'command'",
+                );
+            }
+            let text = String::from_utf8(buf)
+                .unwrap_or_else(|_| die("gsub", "the batch script on stdin is not UTF-8 text"));
+            (Some(text), None)
+        }
     }
 }
 
@@ -195,7 +184,7 @@ fn wait_for(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) -> i32 {
 /// before the job runs: a directory that exists but cannot be written, or an existing
 /// file that cannot. (Nodes may mount other file systems: a directory missing here is
 /// only a warning.) Parts with `%` patterns are left to the node.
-fn check_output(flag: &str, pattern: &str, workdir: &str) -> Result<(), String> {
+fn check_output(flag: &str, pattern: &str, workdir: &str, quiet: bool) -> Result<(), String> {
     use nix::unistd::{AccessFlags, access};
     let path = if pattern.starts_with('/') {
         std::path::PathBuf::from(pattern)
@@ -207,6 +196,9 @@ fn check_output(flag: &str, pattern: &str, workdir: &str) -> Result<(), String> 
         return Ok(());
     }
     if !dir.is_dir() {
+        if quiet {
+            return Ok(());
+        }
         eprintln!(
             "gsub: warning: {flag} {pattern}: directory {} does not exist here; it must exist on the job's nodes",
             dir.display()
@@ -327,34 +319,4 @@ fn environments(spec: &JobSpec, check: &CheckReply) -> Option<serde_json::Value>
         out.insert(na.node.clone(), serde_json::Value::Object(shown));
     }
     Some(serde_json::Value::Object(out))
-}
-
-/// The options of the script's `#SBATCH` lines, then the command line's (which win):
-/// the directives are checked on their own first, so that a bad one is named as such.
-fn parse_with_directives(raw: Vec<String>, dirs: Vec<String>) -> SubArgs {
-    if let Err(e) =
-        SubArgs::try_parse_from(std::iter::once("gsub".to_string()).chain(dirs.iter().cloned()))
-    {
-        die(
-            "gsub",
-            format!(
-                "invalid #SBATCH directive: {}",
-                e.to_string()
-                    .trim_start_matches("error: ")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-            ),
-        );
-    }
-    let merged: Vec<String> = std::iter::once("gsub".to_string())
-        .chain(dirs)
-        .chain(raw.into_iter().skip(1))
-        .collect();
-    SubArgs::try_parse_from(merged).unwrap_or_else(|e| {
-        die(
-            "gsub",
-            e.to_string().trim_start_matches("error: ").trim_end(),
-        )
-    })
 }

@@ -1,4 +1,5 @@
-//! sbatch's options as clap flags, and the ones gsched accepts but does not act on yet.
+//! sbatch's options as clap flags: every option of Slurm's table (`cli/slurm-options/
+//! sbatch.tsv`, which says what gsched does with each) and gsched's own.
 
 use clap::{ArgAction, Parser};
 
@@ -69,7 +70,7 @@ pub struct SubArgs {
     #[arg(long = "no-requeue", action = ArgAction::SetTrue, overrides_with = "requeue")]
     pub no_requeue: bool,
     /// Whole nodes only.
-    #[arg(long = "exclusive", num_args = 0..=1, default_missing_value = "node")]
+    #[arg(long = "exclusive", num_args = 0..=1, default_missing_value = "node", require_equals = true)]
     pub exclusive: Option<String>,
     /// Job array: 0-15, 1,3,5, 0-20:5, with %N to limit running tasks.
     #[arg(short = 'a', long = "array")]
@@ -136,153 +137,177 @@ pub struct SubArgs {
     #[arg(long)]
     pub reservation: Option<String>,
 
-    // sbatch options accepted and ignored (with a warning).
-    #[arg(long, hide = true)]
-    pub hint: Option<String>,
-    #[arg(long = "mail-type", hide = true)]
+    /// Mail when the job begins, ends, fails... (BEGIN, END, FAIL, REQUEUE, ALL,
+    /// TIME_LIMIT_50/80/90, ARRAY_TASKS, INVALID_DEPEND, NONE), through the cluster's mail
+    /// program or the user's notification settings.
+    #[arg(long = "mail-type")]
     pub mail_type: Option<String>,
-    #[arg(long = "mail-user", hide = true)]
+    /// Whom to mail (default: the submitting user).
+    #[arg(long = "mail-user")]
     pub mail_user: Option<String>,
     /// Lower the job's priority by N (default 100; a negative N needs an operator).
     #[arg(long, num_args = 0..=1, default_missing_value = "100", require_equals = true, allow_hyphen_values = true)]
     pub nice: Option<String>,
-    #[arg(long, hide = true)]
+    /// A comment kept with the job (gacct/squeue show it).
+    #[arg(long)]
     pub comment: Option<String>,
-    #[arg(long, hide = true)]
+    /// A workload characterisation key kept with the job (gacct shows it).
+    #[arg(long)]
     pub wckey: Option<String>,
-    #[arg(short = 'L', long, hide = true)]
-    pub licenses: Option<String>,
     /// Start no earlier than this: now+1hour, 16:00, 2026-12-24T08:00, tomorrow...
     #[arg(long, short = 'b')]
     pub begin: Option<String>,
-    #[arg(long, hide = true)]
+    /// End the job (DEADLINE) if it cannot finish by this time.
+    #[arg(long)]
     pub deadline: Option<String>,
-    #[arg(long = "open-mode", hide = true)]
+    /// truncate or append to the output files.
+    #[arg(long = "open-mode")]
     pub open_mode: Option<String>,
-    #[arg(long = "get-user-env", hide = true, num_args = 0..=1, default_missing_value = "")]
-    pub get_user_env: Option<String>,
-    #[arg(short = 'k', long = "no-kill", hide = true, num_args = 0..=1, default_missing_value = "")]
+    /// Keep running when one of the job's nodes is lost (the lost node's part ends).
+    #[arg(short = 'k', long = "no-kill", num_args = 0..=1, default_missing_value = "", require_equals = true)]
     pub no_kill: Option<String>,
-    #[arg(long = "kill-on-invalid-dep", hide = true)]
+    /// yes: end the job when a dependency can never be met; no: leave it pending.
+    #[arg(long = "kill-on-invalid-dep")]
     pub kill_on_invalid_dep: Option<String>,
     /// COUNT[@MAX-TIME]: at most COUNT leaf switches, waited for at most MAX-TIME (capped
     /// by the cluster's topology_wait_s) from the first time the job could have started
     /// on more; @0 starts at once on whatever is free.
     #[arg(long)]
     pub switches: Option<String>,
-    #[arg(short = 'm', long, hide = true)]
+    /// How tasks are laid out: block, cyclic, plane=N, arbitrary, then :block|cyclic|fcyclic
+    /// for CPUs within a node.
+    #[arg(short = 'm', long)]
     pub distribution: Option<String>,
-    #[arg(long = "mem-bind", hide = true)]
-    pub mem_bind: Option<String>,
-    #[arg(long = "cpu-bind", hide = true)]
-    pub cpu_bind: Option<String>,
     /// Which of its node's GPUs each task sees: closest, none, per_task:N, single:N,
     /// map_gpu:LIST (Slurm's syntax).
     #[arg(long = "gpu-bind")]
     pub gpu_bind: Option<String>,
-    #[arg(long = "gpu-freq", hide = true)]
-    pub gpu_freq: Option<String>,
-    #[arg(long = "threads-per-core", hide = true)]
-    pub threads_per_core: Option<String>,
-    #[arg(long = "sockets-per-node", hide = true)]
-    pub sockets_per_node: Option<String>,
-    #[arg(long = "cores-per-socket", hide = true)]
-    pub cores_per_socket: Option<String>,
-    #[arg(long = "ntasks-per-core", hide = true)]
-    pub ntasks_per_core: Option<String>,
-    #[arg(long = "ntasks-per-socket", hide = true)]
+    /// Tasks on each socket at most.
+    #[arg(long = "ntasks-per-socket")]
     pub ntasks_per_socket: Option<String>,
     /// Tasks for each GPU (binds each to its GPU, as `--gpu-bind=single:N`).
-    #[arg(long = "ntasks-per-gpu")]
+    #[arg(long = "ntasks-per-gpu", alias = "ntasks-per-tres")]
     pub ntasks_per_gpu: Option<String>,
-    #[arg(long = "gpus-per-socket", hide = true)]
+    /// GPUs on each socket of the job's nodes.
+    #[arg(long = "gpus-per-socket")]
     pub gpus_per_socket: Option<String>,
-    #[arg(long, hide = true)]
-    pub tmp: Option<String>,
-    #[arg(long, hide = true)]
-    pub priority: Option<String>,
-    #[arg(long, hide = true)]
-    pub profile: Option<String>,
-    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "ALL")]
-    pub propagate: Option<String>,
+    /// nomultithread (one thread per core), multithread, compute_bound, memory_bound.
+    #[arg(long)]
+    pub hint: Option<String>,
     /// Do not exit until the job ends; exit with its exit code.
     #[arg(short = 'W', long, action = ArgAction::SetTrue)]
     pub wait: bool,
     #[arg(long = "wait-all-nodes", hide = true)]
     pub wait_all_nodes: Option<String>,
+    /// Only errors, no warnings.
+    #[arg(short = 'Q', long, action = ArgAction::SetTrue)]
+    pub quiet: bool,
+    #[arg(short = 'v', long, hide = true, action = ArgAction::Count)]
+    pub verbose: u8,
+    /// Say when and where the job would start; submit nothing.
+    #[arg(long = "test-only", action = ArgAction::SetTrue)]
+    pub test_only: bool,
+    /// The shortest time limit the job accepts: backfill may start it with a limit this
+    /// low up to --time.
+    #[arg(long = "time-min")]
+    pub time_min: Option<String>,
+    /// A file of node names (one or more per line) the job must use, as -w.
+    #[arg(short = 'F', long)]
+    pub nodefile: Option<String>,
+    /// A file of NAME=value environment entries (NUL or newline separated) to export.
+    #[arg(long = "export-file")]
+    pub export_file: Option<String>,
+    /// The batch script's stdin: a file name pattern (%j %x %u %N %A %a %%).
+    #[arg(short = 'i', long)]
+    pub input: Option<String>,
+    /// Print a short usage and submit nothing.
+    #[arg(long, action = ArgAction::SetTrue)]
+    pub usage: bool,
+
+    // Options of sbatch that gsched refuses or that cannot change what a job sees here
+    // (cli/slurm-options/sbatch.tsv says which, and why).
+    #[arg(long = "acctg-freq", hide = true)]
+    pub acctg_freq: Option<String>,
+    #[arg(long, hide = true)]
+    pub batch: Option<String>,
+    #[arg(long, hide = true)]
+    pub bb: Option<String>,
+    #[arg(long, hide = true)]
+    pub bbf: Option<String>,
+    #[arg(long, hide = true)]
+    pub cluster: Option<String>,
+    #[arg(short = 'M', long, hide = true)]
+    pub clusters: Option<String>,
+    #[arg(long = "cluster-constraint", hide = true)]
+    pub cluster_constraint: Option<String>,
     #[arg(long, hide = true)]
     pub container: Option<String>,
     #[arg(long, hide = true)]
-    pub network: Option<String>,
-    #[arg(long = "acctg-freq", hide = true)]
-    pub acctg_freq: Option<String>,
-    #[arg(short = 'M', long, hide = true)]
-    pub clusters: Option<String>,
-    #[arg(long = "spread-job", hide = true, action = ArgAction::SetTrue)]
-    pub spread_job: bool,
-    #[arg(long = "use-min-nodes", hide = true, action = ArgAction::SetTrue)]
-    pub use_min_nodes: bool,
+    pub context: Option<String>,
+    #[arg(long, hide = true, action = ArgAction::SetTrue)]
+    pub contiguous: bool,
     #[arg(short = 'S', long = "core-spec", hide = true)]
     pub core_spec: Option<String>,
-    #[arg(long = "thread-spec", hide = true)]
-    pub thread_spec: Option<String>,
+    #[arg(long = "cores-per-socket", hide = true)]
+    pub cores_per_socket: Option<String>,
+    #[arg(long = "cpu-freq", hide = true)]
+    pub cpu_freq: Option<String>,
+    #[arg(long = "delay-boot", hide = true)]
+    pub delay_boot: Option<String>,
+    #[arg(short = 'B', long = "extra-node-info", hide = true)]
+    pub extra_node_info: Option<String>,
+    #[arg(long = "get-user-env", hide = true, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    pub get_user_env: Option<String>,
+    #[arg(long, hide = true)]
+    pub gid: Option<String>,
+    #[arg(long = "gpu-freq", hide = true)]
+    pub gpu_freq: Option<String>,
+    #[arg(long = "gres-flags", hide = true)]
+    pub gres_flags: Option<String>,
+    #[arg(long = "ignore-pbs", hide = true, action = ArgAction::SetTrue)]
+    pub ignore_pbs: bool,
+    #[arg(short = 'L', long, hide = true)]
+    pub licenses: Option<String>,
+    #[arg(long = "mcs-label", hide = true)]
+    pub mcs_label: Option<String>,
+    #[arg(long = "mem-bind", hide = true)]
+    pub mem_bind: Option<String>,
+    #[arg(long, hide = true)]
+    pub mincpus: Option<String>,
+    #[arg(long, hide = true)]
+    pub network: Option<String>,
+    #[arg(long = "ntasks-per-core", hide = true)]
+    pub ntasks_per_core: Option<String>,
     #[arg(short = 'O', long, hide = true, action = ArgAction::SetTrue)]
     pub overcommit: bool,
     #[arg(short = 's', long, hide = true, action = ArgAction::SetTrue)]
     pub oversubscribe: bool,
-    #[arg(short = 'Q', long, hide = true, action = ArgAction::SetTrue)]
-    pub quiet: bool,
-    #[arg(short = 'v', long, hide = true, action = ArgAction::Count)]
-    pub verbose: u8,
-    #[arg(long = "test-only", hide = true, action = ArgAction::SetTrue)]
-    pub test_only: bool,
-    #[arg(long = "time-min", hide = true)]
-    pub time_min: Option<String>,
     #[arg(long, hide = true)]
-    pub mincpus: Option<String>,
+    pub power: Option<String>,
     #[arg(long, hide = true)]
-    pub gid: Option<String>,
-    #[arg(short = 'I', long, hide = true, num_args = 0..=1, default_missing_value = "")]
-    pub immediate: Option<String>,
-    #[arg(short = 'F', long, hide = true)]
-    pub nodefile: Option<String>,
-    #[arg(long = "export-file", hide = true)]
-    pub export_file: Option<String>,
+    pub prefer: Option<String>,
+    #[arg(long, hide = true)]
+    pub priority: Option<String>,
+    #[arg(long, hide = true)]
+    pub profile: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "ALL", require_equals = true)]
+    pub propagate: Option<String>,
+    #[arg(long, hide = true, action = ArgAction::SetTrue)]
+    pub reboot: bool,
+    #[arg(long = "sockets-per-node", hide = true)]
+    pub sockets_per_node: Option<String>,
+    #[arg(long = "spread-job", hide = true, action = ArgAction::SetTrue)]
+    pub spread_job: bool,
+    #[arg(long = "thread-spec", hide = true)]
+    pub thread_spec: Option<String>,
+    #[arg(long = "threads-per-core", hide = true)]
+    pub threads_per_core: Option<String>,
+    #[arg(long, hide = true)]
+    pub tmp: Option<String>,
+    #[arg(long = "use-min-nodes", hide = true, action = ArgAction::SetTrue)]
+    pub use_min_nodes: bool,
 
     /// The batch script (or, with --torchrun, the training program) and its arguments.
     #[arg(trailing_var_arg = true, num_args = 0..)]
     pub script: Vec<String>,
-}
-
-impl SubArgs {
-    /// Options given that gsched accepts but does not act on yet.
-    pub fn ignored(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        macro_rules! ign {
-            ($($field:ident => $name:literal),* $(,)?) => { $( if self.$field.is_some() { v.push($name); } )* };
-        }
-        ign!(hint => "--hint", mail_type => "--mail-type", mail_user => "--mail-user",
-            comment => "--comment", wckey => "--wckey", licenses => "--licenses", deadline => "--deadline",
-            get_user_env => "--get-user-env", no_kill => "--no-kill", kill_on_invalid_dep => "--kill-on-invalid-dep",
-            distribution => "--distribution", mem_bind => "--mem-bind", cpu_bind => "--cpu-bind", gpu_freq => "--gpu-freq",
-            threads_per_core => "--threads-per-core", sockets_per_node => "--sockets-per-node", cores_per_socket => "--cores-per-socket",
-            ntasks_per_core => "--ntasks-per-core", ntasks_per_socket => "--ntasks-per-socket",
-            gpus_per_socket => "--gpus-per-socket", tmp => "--tmp", priority => "--priority", profile => "--profile", propagate => "--propagate",
-            wait_all_nodes => "--wait-all-nodes", container => "--container", network => "--network", acctg_freq => "--acctg-freq", clusters => "--clusters",
-            core_spec => "--core-spec", thread_spec => "--thread-spec", time_min => "--time-min", mincpus => "--mincpus", gid => "--gid",
-            immediate => "--immediate", nodefile => "--nodefile", export_file => "--export-file");
-        if self.spread_job {
-            v.push("--spread-job");
-        }
-        if self.use_min_nodes {
-            v.push("--use-min-nodes");
-        }
-        if self.overcommit {
-            v.push("--overcommit");
-        }
-        if self.oversubscribe {
-            v.push("--oversubscribe");
-        }
-        v
-    }
 }

@@ -8,6 +8,7 @@
 pub mod directives;
 pub mod flags;
 pub mod resolve;
+pub mod sources;
 
 pub use directives::{DirectiveError, directives, split_words};
 pub use flags::SubArgs;
@@ -180,7 +181,6 @@ mod tests {
     #[test]
     fn switches_are_carried_not_ignored() {
         let a = parse_args(&["--switches=1@2:00:00", "x.sh"]);
-        assert!(a.ignored().is_empty());
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
         assert_eq!(
             s.switches,
@@ -232,8 +232,6 @@ mod tests {
         assert_eq!(a.error.as_deref(), Some("e.log"));
         assert_eq!(a.job_name.as_deref(), Some("j"));
         assert!(SubArgs::try_parse_from(["gsub", "--frobnicate", "x.sh"]).is_err());
-        let a = parse_args(&["--hint=nomultithread", "--mail-type=END", "x.sh"]);
-        assert_eq!(a.ignored(), vec!["--hint", "--mail-type"]);
     }
 
     #[test]
