@@ -275,10 +275,12 @@ enum Field {
     Restarts,
     NodeList,
     Reason,
+    Comment,
+    WcKey,
 }
 
 impl Field {
-    const ALL: [Field; 20] = [
+    const ALL: [Field; 22] = [
         Field::JobId,
         Field::JobIdRaw,
         Field::JobName,
@@ -299,6 +301,8 @@ impl Field {
         Field::Restarts,
         Field::NodeList,
         Field::Reason,
+        Field::Comment,
+        Field::WcKey,
     ];
     const DEFAULT: [Field; 11] = [
         Field::JobId,
@@ -336,6 +340,8 @@ impl Field {
             Field::Restarts => "Restarts",
             Field::NodeList => "NodeList",
             Field::Reason => "Reason",
+            Field::Comment => "Comment",
+            Field::WcKey => "WCKey",
         }
     }
 
@@ -423,6 +429,8 @@ impl Row {
             ("Restarts", j.attempt.to_string()),
             ("NodeList", j.node_list.clone()),
             ("Reason", gsched_cli::format::failure_line(j)),
+            ("Comment", j.comment.clone().unwrap_or_default()),
+            ("WCKey", j.wckey.clone().unwrap_or_default()),
         ]))
     }
 

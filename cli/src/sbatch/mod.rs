@@ -31,6 +31,11 @@ mod tests {
             umask: 0o022,
             now: chrono::TimeZone::timestamp_millis_opt(&chrono::Local, 1_800_000_000_000).unwrap(),
             host: Some("login1".into()),
+            read_file: |p| match p.file_name().and_then(|n| n.to_str()) {
+                Some("nodes.txt") => Ok(b"n[1-2]\nn1 n3,n4\n".to_vec()),
+                Some("env0") => Ok(b"FOO=bar baz\0EMPTY=\0".to_vec()),
+                _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+            },
         }
     }
 
@@ -159,6 +164,61 @@ mod tests {
                 nodes: 2
             }
         );
+    }
+
+    #[test]
+    fn export_file_and_nodefile_are_read_as_sbatch_reads_them() {
+        let a = parse_args(&["--nodefile=nodes.txt", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            s.nodelist,
+            ["n1", "n2", "n3", "n4"],
+            "each node once, in order"
+        );
+        assert_eq!(
+            s.nodes, 4,
+            "without --nodes, the job takes every node named"
+        );
+        let a = parse_args(&["-w", "n[1-2]", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(
+            (s.nodes, s.ntasks),
+            (2, 2),
+            "as sbatch: NumNodes=2 NumTasks=2"
+        );
+        let a = parse_args(&["-N", "1", "-w", "n[1-2]", "x.sh"]);
+        assert!(resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).is_err());
+        let a = parse_args(&["--nodefile=missing", "x.sh"]);
+        let e = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err();
+        assert!(
+            e.to_string().starts_with("--nodefile /home/a/missing"),
+            "{e}"
+        );
+
+        let a = parse_args(&["--export-file=env0", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(s.env.get("FOO").map(String::as_str), Some("bar baz"));
+        assert_eq!(s.env.get("EMPTY").map(String::as_str), Some(""));
+        assert!(
+            !s.env.contains_key("NCCL_DEBUG"),
+            "the file stands for the shell's environment"
+        );
+        assert!(s.env.contains_key("PATH"));
+        let a = parse_args(&["--export=NONE", "--export-file=env0", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert!(
+            !s.env.contains_key("FOO"),
+            "--export=NONE passes none of them, as sbatch"
+        );
+    }
+
+    #[test]
+    fn ntasks_per_tres_is_ntasks_per_gpu() {
+        let a = parse_args(&["--ntasks-per-tres=2", "--gpus-per-node=2", "x.sh"]);
+        let b = parse_args(&["--ntasks-per-gpu=2", "--gpus-per-node=2", "x.sh"]);
+        let r = |a: &SubArgs| resolve(a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(r(&a), r(&b));
+        assert_eq!(r(&a).ntasks_per_gpu, Some(2));
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct SubmitContext {
     pub now: chrono::DateTime<chrono::Local>,
     /// This host's name (`SLURM_SUBMIT_HOST`).
     pub host: Option<String>,
+    /// Reads a file the options name (`--nodefile`, `--export-file`), relative to `cwd`.
+    pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
 }
 
 impl SubmitContext {
@@ -43,6 +45,7 @@ impl SubmitContext {
             host: nix::unistd::gethostname()
                 .ok()
                 .map(|h| h.to_string_lossy().into_owned()),
+            read_file: |p| std::fs::read(p),
         }
     }
 }
@@ -96,6 +99,12 @@ pub enum ResolveError {
     Nice(String),
     #[error("--torchrun starts torchrun on every node; --launch=batch does not apply")]
     TorchrunBatch,
+    #[error("{flag} {path}: {error}")]
+    File {
+        flag: &'static str,
+        path: String,
+        error: String,
+    },
     #[error("--nodelist names {named} nodes but --nodes is {nodes}")]
     NodelistTooLong { named: usize, nodes: u32 },
     #[error("node {0} is both required (--nodelist) and excluded (--exclude)")]
@@ -126,7 +135,8 @@ pub fn resolve(
     script_name: Option<&str>,
     ctx: &SubmitContext,
 ) -> Result<JobSpec, ResolveError> {
-    let mut tasks = tasks(args)?;
+    let required = required_nodes(args, ctx)?;
+    let mut tasks = tasks(args, required.len())?;
     let gpus = gpus(args, &tasks)?;
     let ntasks_per_gpu = tasks_per_gpu(args, &mut tasks, &gpus)?;
     let gpu_bind = args
@@ -137,7 +147,7 @@ pub fn resolve(
         .map_err(|e| ResolveError::GpuBind(e.to_string()))?;
     let memory = memory(args, &tasks, &gpus)?;
     let when = timing(args, ctx)?;
-    let place = placement(args, tasks.nodes)?;
+    let place = placement(args, required, tasks.nodes)?;
     let launch = launch_mode(args, script_text.as_deref())?;
     if launch == LaunchMode::EachNode && tasks.ntasks != tasks.nodes * tasks.per_node {
         return Err(ResolveError::UnevenEachNode {
@@ -167,7 +177,7 @@ pub fn resolve(
     let Exported {
         env,
         overrides: env_overrides,
-    } = export(args.export.as_deref(), &ctx.env)?;
+    } = export(args.export.as_deref(), &ctx.env, export_file(args, ctx)?)?;
     // Who the job runs as is the controller's decision, made from the verified caller;
     // the request only says whether --uid asks for someone else (root and admins only).
     let (user, uid) = match &args.uid {
@@ -249,6 +259,8 @@ pub fn resolve(
         hold: args.hold,
         max_restarts,
         umask: Some(ctx.umask),
+        comment: args.comment.clone(),
+        wckey: args.wckey.clone(),
     })
 }
 
@@ -260,9 +272,11 @@ struct Tasks {
     cpus_per_task: u32,
 }
 
-fn tasks(args: &SubArgs) -> Result<Tasks, ResolveError> {
+/// `required`: how many nodes `--nodelist`/`--nodefile` name (sbatch takes that many
+/// when `--nodes` is not given).
+fn tasks(args: &SubArgs, required: usize) -> Result<Tasks, ResolveError> {
     let nodes = match args.nodes.as_deref() {
-        None => 1,
+        None => (required as u32).max(1),
         Some(s) => {
             // sbatch accepts MIN-MAX; gsched takes the minimum.
             let first = if s.starts_with('-') {
@@ -506,14 +520,69 @@ struct Placement {
     exclusive: bool,
 }
 
-fn placement(args: &SubArgs, nodes: u32) -> Result<Placement, ResolveError> {
-    let nodelist = args
-        .nodelist
-        .as_deref()
-        .map(hostlist::expand)
-        .transpose()
-        .map_err(InputError::from)?
-        .unwrap_or_default();
+/// The nodes `--nodelist` and `--nodefile` name (hostlists separated by commas or
+/// whitespace; the file's relative to the submit directory), each once, in order.
+fn required_nodes(args: &SubArgs, ctx: &SubmitContext) -> Result<Vec<String>, ResolveError> {
+    let mut text = args.nodelist.clone().unwrap_or_default();
+    if let Some(file) = &args.nodefile {
+        let bytes = read_named(ctx, "--nodefile", file)?;
+        text.push(',');
+        text.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    let mut nodes: Vec<String> = Vec::new();
+    for list in text
+        .split(|c: char| c.is_whitespace())
+        .filter(|l| !l.is_empty())
+    {
+        for n in hostlist::expand(list).map_err(InputError::from)? {
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+/// A file an option names, relative to the submit directory.
+fn read_named(
+    ctx: &SubmitContext,
+    flag: &'static str,
+    file: &str,
+) -> Result<Vec<u8>, ResolveError> {
+    let path = std::path::Path::new(&ctx.cwd).join(file);
+    (ctx.read_file)(&path).map_err(|e| ResolveError::File {
+        flag,
+        path: path.display().to_string(),
+        error: e.to_string(),
+    })
+}
+
+/// `--export-file`'s `NAME=value` entries, separated by NUL characters as sbatch reads
+/// them (a file descriptor number from 3 up reads that descriptor).
+fn export_file(
+    args: &SubArgs,
+    ctx: &SubmitContext,
+) -> Result<Option<Vec<(String, String)>>, ResolveError> {
+    let Some(file) = &args.export_file else {
+        return Ok(None);
+    };
+    let name = match file.parse::<u32>() {
+        Ok(fd) if fd >= 3 => format!("/proc/self/fd/{fd}"),
+        _ => file.clone(),
+    };
+    let bytes = read_named(ctx, "--export-file", &name)?;
+    let mut out = Vec::new();
+    for entry in bytes.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let entry = String::from_utf8_lossy(entry);
+        match entry.split_once('=') {
+            Some((k, v)) if !k.is_empty() => out.push((k.to_string(), v.to_string())),
+            _ => return Err(ResolveError::ExportName(entry.into_owned())),
+        }
+    }
+    Ok(Some(out))
+}
+
+fn placement(args: &SubArgs, nodelist: Vec<String>, nodes: u32) -> Result<Placement, ResolveError> {
     let exclude = args
         .exclude
         .as_deref()
@@ -616,11 +685,24 @@ struct Exported {
     overrides: BTreeMap<String, String>,
 }
 
-/// `--export`: ALL (default), NONE, or NAME[=VALUE] items (with or without ALL).
+/// `--export`: ALL (default), NONE, or NAME[=VALUE] items (with or without ALL). With
+/// `--export-file` (`file`), the file's variables stand for the submitting shell's, as
+/// in sbatch (`--export=NONE` still passes none of them).
 fn export(
     spec: Option<&str>,
     current: &BTreeMap<String, String>,
+    file: Option<Vec<(String, String)>>,
 ) -> Result<Exported, ResolveError> {
+    let none = spec.is_some_and(|s| s.split(',').any(|i| i.trim() == "NONE"));
+    let from_file: BTreeMap<String, String>;
+    let current = match file {
+        Some(entries) if !none => {
+            let path = current.get("PATH").map(|p| ("PATH".to_string(), p.clone()));
+            from_file = path.into_iter().chain(entries).collect();
+            &from_file
+        }
+        _ => current,
+    };
     let spec = spec.unwrap_or("ALL");
     let mut env = BTreeMap::new();
     let mut overrides = BTreeMap::new();

@@ -145,6 +145,8 @@ fn job(id: u64, jobs: u64, rng: &mut Rng) -> JobRow {
         warnings: Vec::new(),
         idle: None,
         usage: usage.into_iter().collect(),
+        comment: None,
+        wckey: None,
     }
 }
 

@@ -36,6 +36,10 @@ struct Detail {
     idle: Option<IdleNotice>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     usage: Vec<NodeUsage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wckey: Option<String>,
 }
 
 /// The LZ4 dictionary `detail` documents are compressed against: the keys and shapes a
@@ -89,6 +93,8 @@ pub fn upsert(
         warnings: job.warnings.clone(),
         idle: job.idle.clone(),
         usage: job.usage.clone(),
+        comment: job.comment.clone(),
+        wckey: job.wckey.clone(),
     };
     let json = serde_json::to_vec(&detail).expect("rows always serialise");
     let blob = (json.len() > 2).then(|| compress(&json));
@@ -180,5 +186,7 @@ pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         warnings: detail.warnings,
         idle: detail.idle,
         usage: detail.usage,
+        comment: detail.comment,
+        wckey: detail.wckey,
     })
 }

@@ -40,6 +40,8 @@ pub(crate) fn ended(id: u64, user: &str, t: u64, secs: u64, gpus: u32, node: &st
         warnings: Vec::new(),
         idle: None,
         usage: Vec::new(),
+        comment: None,
+        wckey: None,
     }
 }
 

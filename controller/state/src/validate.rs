@@ -184,6 +184,8 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
         ("--constraint", &spec.constraint),
         ("--output", &spec.output),
         ("--error", &spec.error),
+        ("--comment", &spec.comment),
+        ("--wckey", &spec.wckey),
     ] {
         optional(what, v, field)?;
     }

@@ -271,6 +271,12 @@ pub struct JobRow {
     /// Each node's usage summary of the current attempt (detailed rows only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<crate::usage::NodeUsage>,
+    /// `--comment` as submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// `--wckey` as submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wckey: Option<String>,
 }
 
 /// Values of a job that depend on the cluster's configuration.
@@ -332,6 +338,8 @@ impl JobRow {
             warnings: job.warnings.clone(),
             idle: job.idle.clone(),
             usage: Vec::new(),
+            comment: job.spec.comment.clone(),
+            wckey: job.spec.wckey.clone(),
         }
     }
 

@@ -276,6 +276,12 @@ pub struct JobSpec {
     /// them (and for its best GPU set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switches: Option<SwitchWait>,
+    /// `--comment`: kept with the job and shown by gacct and `gctl show job`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// `--wckey`: kept with the job and shown by gacct.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wckey: Option<String>,
 }
 
 impl JobSpec {
@@ -332,6 +338,8 @@ impl JobSpec {
             launch: LaunchMode::EachNode,
             umask: None,
             switches: None,
+            comment: None,
+            wckey: None,
         }
     }
 

@@ -162,6 +162,9 @@ fn print_job(j: &JobRow) {
             .map(|c| format!("{c}:0"))
             .unwrap_or_else(|| "0:0".into())
     );
+    if let Some(c) = &j.comment {
+        outln!("   Comment={c}");
+    }
     let time_limit = j
         .time_limit_s
         .map(gsched_types::parse::format_duration)
