@@ -226,6 +226,7 @@ pub fn resolve(
                 .as_deref()
                 .map(gsched_types::parse::mem_mb)
                 .transpose()?,
+            gpus: args.gpus.clone(),
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,

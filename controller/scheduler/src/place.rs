@@ -614,7 +614,15 @@ impl<'a> Placer<'a> {
         }
         let node = &self.snap.nodes[ni];
         let free = free_mask(node, usage) & !reserved;
-        let k = job.gpus_per_node;
+        // An exclusive job gets the whole node, every usable GPU included, as on Slurm
+        // (the node is empty, so every GPU that is not bad must be free here).
+        let k = if job.exclusive {
+            (node.capacity.gpu_count.min(64)
+                - node.capacity.bad_gpus.iter().filter(|g| *g < 64).count() as u32)
+                .max(job.gpus_per_node)
+        } else {
+            job.gpus_per_node
+        };
         if free.count_ones() < k || !self.room(job, ni, usage) {
             return None;
         }

@@ -777,3 +777,22 @@ fn switches_max_time_bounds_the_wait_and_a_count_above_one_accepts_that_many() {
         "--switches=2 takes two switches at once"
     );
 }
+
+#[test]
+fn an_exclusive_job_holds_every_gpu_of_its_node_as_on_slurm() {
+    let topo = fixture("dgx1-v100-sxm2-8gpu-hybrid-cube-mesh-1nic.txt");
+    let mut exclusive = job(1, 1, 0);
+    exclusive.exclusive = true;
+    let p = plan(
+        &snapshot(
+            vec![NodeView::from_topology("dgx1", &topo, "10.0.0.1")],
+            vec![exclusive],
+            vec![],
+        ),
+        0,
+    );
+    assert_eq!(p.starts.len(), 1, "{:?}", p.reasons);
+    let a = &p.starts[0].allocation.nodes[0];
+    assert_eq!(a.gpus, (0..8).collect::<Vec<u32>>());
+    assert!(a.exclusive);
+}

@@ -293,23 +293,31 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         set("SLURM_EXPORT_ENV", e.clone());
     }
     set("SLURM_GTIDS", gtids(l.node_rank * per_node, task_count(l)));
-    set(
-        "SLURM_TASKS_PER_NODE",
-        tasks_per_node(ntasks, l.nodes.len()),
-    );
-    set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
     let cpus_per_node: Vec<u32> = l
         .allocation
         .nodes
         .iter()
         .map(|n| n.cpus.len() as u32)
         .collect();
+    // An exclusive job that named no task count has as many tasks as CPUs per task fit
+    // in its nodes, as Slurm counts them.
+    let tasks_per_node_text = if spec.exclusive && !spec.given.ntasks {
+        let per_task = spec.cpus_per_task.max(1);
+        compress_counts(&cpus_per_node.iter().map(|c| c / per_task).collect::<Vec<_>>())
+    } else {
+        tasks_per_node(ntasks, l.nodes.len())
+    };
+    set("SLURM_TASKS_PER_NODE", tasks_per_node_text);
+    set("SLURM_CPUS_ON_NODE", l.node_alloc.cpus.len().to_string());
     set("SLURM_JOB_CPUS_PER_NODE", compress_counts(&cpus_per_node));
     if !on_node.is_empty() {
         set("SLURM_GPUS_ON_NODE", on_node.len().to_string());
     }
     if spec.gpus_per_node > 0 {
         set("SLURM_GPUS_PER_NODE", spec.gpus_per_node.to_string());
+    }
+    if let Some(g) = &spec.given.gpus {
+        set("SLURM_GPUS", g.clone());
     }
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());

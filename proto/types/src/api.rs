@@ -228,7 +228,7 @@ pub struct JobRow {
     /// The nodes it runs (or last ran) on, as a hostlist.
     pub node_list: String,
     pub gpus_per_node: u32,
-    /// GPUs asked for in all.
+    /// GPUs it holds or held (an exclusive job every GPU of its nodes), else asked for.
     pub gpus: u32,
     /// The current attempt, from 0 (each requeue starts the next): Slurm's restart
     /// count, `restarts` in JSON.
@@ -322,7 +322,12 @@ impl JobRow {
             nodes: job.spec.nodes,
             node_list: crate::hostlist::compress(&node_names),
             gpus_per_node: job.spec.gpus_per_node,
-            gpus: job.spec.total_gpus(),
+            // What it holds (an exclusive job holds every GPU of its nodes), else what
+            // it asked for.
+            gpus: job
+                .allocation
+                .as_ref()
+                .map_or_else(|| job.spec.total_gpus(), |a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum()),
             attempt: job.attempt,
             held: job.held,
             submit_ms: job.submit_ms,

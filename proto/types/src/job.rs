@@ -147,6 +147,9 @@ pub struct Given {
     /// `SLURM_MEM_PER_CPU` instead of `SLURM_MEM_PER_NODE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_cpu_mb: Option<u64>,
+    /// `-G`/`--gpus` as given (Slurm sets `SLURM_GPUS` to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<String>,
 }
 
 impl Given {

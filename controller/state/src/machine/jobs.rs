@@ -361,7 +361,13 @@ impl ClusterState {
             if !node.is_schedulable() {
                 return Err(StartRefused::NotSchedulable(na.node.clone()));
             }
-            if na.gpus.len() as u32 != job.spec.gpus_per_node {
+            // An exclusive job holds every GPU of its node (at least what it asked for).
+            let gpus_ok = if job.spec.exclusive {
+                na.exclusive && na.gpus.len() as u32 >= job.spec.gpus_per_node
+            } else {
+                na.gpus.len() as u32 == job.spec.gpus_per_node
+            };
+            if !gpus_ok {
                 return Err(StartRefused::GpuCount {
                     node: na.node.clone(),
                     given: na.gpus.len(),
