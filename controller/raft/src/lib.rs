@@ -15,7 +15,7 @@ pub mod suite;
 pub use mem::MemStore;
 pub use node::{
     Membership, Msg, NodeConfig, NodeError, NodeStatus, ProposeError, RaftHandle, Replica,
-    STORAGE_FAULT_PAUSE, Transport, start, start_supervised,
+    STORAGE_FAULT_PAUSE, StorageRecovery, Transport, start, start_supervised,
 };
 pub use sled_store::SledStore;
 pub use store::{LogStore, StoreError};

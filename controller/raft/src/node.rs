@@ -285,29 +285,34 @@ pub fn start<S: LogStore, T: Transport>(
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
 ) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
-    start_supervised(cfg, store, None::<fn(&str)>, transport, tx, rx)
+    start_supervised(cfg, store, None, transport, tx, rx)
 }
 
-/// How long a replica whose store failed refuses requests before `on_storage_fault`.
+/// How often a replica whose store failed asks whether it can write again.
 pub const STORAGE_FAULT_PAUSE: Duration = Duration::from_secs(3);
 
+/// What a replica does after a storage fault: `writable` says whether the data
+/// directory takes writes again (a full disk has room); `restart` then starts the process
+/// again (gctld re-executes itself: the store's files and locks can only be let go that
+/// way, as sled cannot be closed after a failed write).
+pub struct StorageRecovery {
+    pub writable: Box<dyn Fn() -> bool + Send>,
+    pub restart: Box<dyn FnOnce(&str) + Send>,
+}
+
 /// Starts a replica that outlives a storage fault (a full disk, an I/O error): it stops
-/// taking part in Raft, answers every request with [`ProposeError::Storage`] for
-/// [`STORAGE_FAULT_PAUSE`], then calls `on_storage_fault`, which restarts the process
-/// (gctld re-executes itself: the store's files and locks can only be let go that way,
-/// as sled cannot be closed after a failed write), so the replica starts again from what
-/// is on disk. Without it, a storage fault stops the replica for good.
-pub fn start_supervised<S: LogStore, T: Transport, F>(
+/// taking part in Raft and answers every request with [`ProposeError::Storage`] (its
+/// status names the fault) until its data directory can be written again, checked every
+/// [`STORAGE_FAULT_PAUSE`]; then it restarts through `recovery` and starts again from
+/// what is on disk. Without `recovery`, a storage fault stops the replica for good.
+pub fn start_supervised<S: LogStore, T: Transport>(
     cfg: NodeConfig,
     store: S,
-    on_storage_fault: Option<F>,
+    recovery: Option<StorageRecovery>,
     transport: T,
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
-) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError>
-where
-    F: FnOnce(&str) + Send + 'static,
-{
+) -> Result<(RaftHandle, std::thread::JoinHandle<()>), NodeError> {
     let replica = Arc::new(RwLock::new(Replica::default()));
     let (status_tx, status_rx) = watch::channel(NodeStatus::default());
     let node = Node::build(
@@ -326,16 +331,16 @@ where
     };
     let thread = std::thread::Builder::new()
         .name(format!("raft-{}", cfg.id))
-        .spawn(move || supervise(node, on_storage_fault, &rx))
+        .spawn(move || supervise(node, recovery, &rx))
         .expect("spawn raft thread");
     Ok((handle, thread))
 }
 
-/// Runs `node` until it stops; on a storage fault, refuses requests for a while and
-/// hands over to `on_storage_fault`.
-fn supervise<S: LogStore, T: Transport, F: FnOnce(&str)>(
+/// Runs `node` until it stops; on a storage fault, refuses requests until the data
+/// directory can be written again, then hands over to `recovery`.
+fn supervise<S: LogStore, T: Transport>(
     mut node: Node<S, T>,
-    on_storage_fault: Option<F>,
+    recovery: Option<StorageRecovery>,
     rx: &Receiver<Msg>,
 ) {
     let err = match node.run(rx) {
@@ -345,14 +350,14 @@ fn supervise<S: LogStore, T: Transport, F: FnOnce(&str)>(
         }
         Err(e) => e,
     };
-    let (Some(restart), NodeError::Store(_)) = (on_storage_fault, &err) else {
+    let (Some(recovery), NodeError::Store(_)) = (recovery, &err) else {
         tracing::error!("raft replica {} stopped: {err}", node.cfg.id);
         node.fail_all(ProposeError::Stopped);
         return;
     };
     let fault = err.to_string();
     tracing::error!(
-        "raft replica {} cannot write its data directory: {fault}; it answers no requests and restarts in {} s to retry",
+        "raft replica {} cannot write its data directory: {fault}; it answers no requests and restarts once it can write there again (checked every {} s)",
         node.cfg.id,
         STORAGE_FAULT_PAUSE.as_secs()
     );
@@ -362,8 +367,14 @@ fn supervise<S: LogStore, T: Transport, F: FnOnce(&str)>(
     status.leader_id = 0;
     status.storage_fault = Some(fault.clone());
     let _ = node.status_tx.send(status);
-    if refuse_until(rx, &fault, Instant::now() + STORAGE_FAULT_PAUSE) {
-        restart(&fault);
+    loop {
+        if !refuse_until(rx, &fault, Instant::now() + STORAGE_FAULT_PAUSE) {
+            break;
+        }
+        if (recovery.writable)() {
+            (recovery.restart)(&fault);
+            break;
+        }
     }
     // A store whose write failed may never finish closing: leave it open.
     std::mem::forget(node);

@@ -57,6 +57,30 @@ fn restart_process(fault: &str) {
     );
 }
 
+/// How much room a data directory must have again before a controller whose disk
+/// filled up restarts (its store writes on open).
+const ROOM_TO_RESTART: usize = 4 << 20;
+
+/// After a storage fault: restart once `data_dir` takes [`ROOM_TO_RESTART`] bytes again
+/// (written, synced and removed), so the new process can open its store.
+fn recovery(data_dir: &std::path::Path) -> gsched_raft::StorageRecovery {
+    let probe = data_dir.join(".room-to-restart");
+    gsched_raft::StorageRecovery {
+        writable: Box::new(move || {
+            use std::io::Write;
+            let ok = std::fs::File::create(&probe)
+                .and_then(|mut f| {
+                    f.write_all(&vec![0u8; ROOM_TO_RESTART])?;
+                    f.sync_all()
+                })
+                .is_ok();
+            let _ = std::fs::remove_file(&probe);
+            ok
+        }),
+        restart: Box::new(restart_process),
+    }
+}
+
 /// Where a controller serves gRPC: a TCP port, or a Unix socket (one host: its clients
 /// are known by `SO_PEERCRED`).
 pub enum Listener {
@@ -175,9 +199,15 @@ pub async fn run(
     } else {
         cfg.peers.keys().copied().collect()
     };
-    let (raft, thread) =
-        gsched_raft::start_supervised(node_cfg, store, Some(restart_process), transport, tx, rx)
-            .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
+    let (raft, thread) = gsched_raft::start_supervised(
+        node_cfg,
+        store,
+        Some(recovery(&cfg.data_dir)),
+        transport,
+        tx,
+        rx,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot start the Raft replica: {e}"))?;
     let tokens = match &cfg.token_key {
         Some(path) => auth::token::TokenKey::from_file(path).map_err(|e| anyhow::anyhow!(e))?,
         None => auth::token::TokenKey::random(),
