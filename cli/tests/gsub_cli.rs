@@ -32,7 +32,11 @@ fn quiet_keeps_gsub_to_errors() {
     let quiet = gsub(dir.path(), &[&["-Q"][..], &args].concat(), &[]);
     assert!(quiet.status.success());
     assert_eq!(text(&quiet.stderr), "", "--quiet prints no warning");
-    let refused = gsub(dir.path(), &["-Q", "--dry-run", "--bb=x", "--wrap", "true"], &[]);
+    let refused = gsub(
+        dir.path(),
+        &["-Q", "--dry-run", "--bb=x", "--wrap", "true"],
+        &[],
+    );
     assert!(!refused.status.success(), "errors are still errors");
     assert!(text(&refused.stderr).contains("burst buffers"));
 }
@@ -78,7 +82,10 @@ fn sbatch_variables_sit_between_the_script_and_the_command_line() {
         "#!/bin/bash\n#SBATCH -p fromscript\n#SBATCH -J fromscript\nhostname\n",
     )
     .unwrap();
-    let env = [("SBATCH_PARTITION", "fromenv"), ("SBATCH_JOB_NAME", "fromenv")];
+    let env = [
+        ("SBATCH_PARTITION", "fromenv"),
+        ("SBATCH_JOB_NAME", "fromenv"),
+    ];
     let out = gsub(
         dir.path(),
         &["--dry-run", "--json", "-J", "cli", "job.sh"],
@@ -95,5 +102,9 @@ fn usage_prints_and_submits_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = gsub(dir.path(), &["--usage"], &[]);
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("Usage: gsub"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("Usage: gsub"),
+        "{}",
+        text(&out.stdout)
+    );
 }

@@ -89,7 +89,8 @@ FirstJobId=1000
 InactiveLimit=0
 KillWait=5
 Waittime=0
-NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 4))-$((PORT + 5))] CPUs=32 Sockets=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4096 Gres=gpu:8 State=UNKNOWN
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((PORT + 4)) CPUs=32 Sockets=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4096 Gres=gpu:8 Features=rack1,ib State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((PORT + 5)) CPUs=32 Sockets=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4096 Gres=gpu:8 Features=rack2,ib State=UNKNOWN
 PartitionName=gpu Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
 EOF
     cat >"$ROOT/etc/gres.conf" <<EOF

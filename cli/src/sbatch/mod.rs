@@ -36,6 +36,7 @@ mod tests {
                 Some("env0") => Ok(b"FOO=bar baz\0EMPTY=\0".to_vec()),
                 _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
             },
+            as_sbatch: false,
         }
     }
 
@@ -143,6 +144,23 @@ mod tests {
             Ok(LaunchMode::EachNode)
         );
         assert_eq!(launch(&["--launch=batch"], gsched), Ok(LaunchMode::Batch));
+        let as_sbatch = SubmitContext {
+            as_sbatch: true,
+            ..ctx()
+        };
+        let wrap = parse_args(&["-N", "2", "--wrap", "hostname"]);
+        let s = resolve(&wrap, None, None, &as_sbatch).unwrap();
+        assert_eq!(
+            s.launch,
+            LaunchMode::Batch,
+            "sbatch --wrap runs once, as Slurm's"
+        );
+        let s = resolve(&wrap, None, None, &ctx()).unwrap();
+        assert_eq!(
+            s.launch,
+            LaunchMode::EachNode,
+            "gsub --wrap runs on every node"
+        );
         let a = parse_args(&["--launch=batch", "--torchrun", "train.py"]);
         assert!(resolve(&a, None, None, &ctx()).is_err());
     }

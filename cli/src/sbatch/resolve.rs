@@ -26,6 +26,8 @@ pub struct SubmitContext {
     pub host: Option<String>,
     /// Reads a file the options name (`--nodefile`, `--export-file`), relative to `cwd`.
     pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
+    /// Run as `sbatch`: every batch script, `--wrap` too, runs once, as Slurm runs it.
+    pub as_sbatch: bool,
 }
 
 impl SubmitContext {
@@ -46,6 +48,7 @@ impl SubmitContext {
                 .ok()
                 .map(|h| h.to_string_lossy().into_owned()),
             read_file: |p| std::fs::read(p),
+            as_sbatch: crate::invoked_as() == "sbatch",
         }
     }
 }
@@ -99,6 +102,8 @@ pub enum ResolveError {
     Nice(String),
     #[error("--torchrun starts torchrun on every node; --launch=batch does not apply")]
     TorchrunBatch,
+    #[error(transparent)]
+    Constraint(#[from] gsched_types::constraint::ConstraintError),
     #[error("{flag} {path}: {error}")]
     File {
         flag: &'static str,
@@ -148,12 +153,15 @@ pub fn resolve(
     let memory = memory(args, &tasks, &gpus)?;
     let when = timing(args, ctx)?;
     let place = placement(args, required, tasks.nodes)?;
-    let launch = launch_mode(args, script_text.as_deref())?;
+    let launch = launch_mode(args, script_text.as_deref(), ctx.as_sbatch)?;
     if launch == LaunchMode::EachNode && tasks.ntasks != tasks.nodes * tasks.per_node {
         return Err(ResolveError::UnevenEachNode {
             ntasks: tasks.ntasks,
             nodes: tasks.nodes,
         });
+    }
+    if let Some(c) = &args.constraint {
+        gsched_types::constraint::Constraint::parse(c)?;
     }
     let program = program(args, script_text, script_name)?;
     let (array, array_limit) = match &args.array {
@@ -500,14 +508,20 @@ fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, ResolveError> {
     })
 }
 
-fn launch_mode(args: &SubArgs, script_text: Option<&str>) -> Result<LaunchMode, ResolveError> {
+fn launch_mode(
+    args: &SubArgs,
+    script_text: Option<&str>,
+    as_sbatch: bool,
+) -> Result<LaunchMode, ResolveError> {
     Ok(match args.launch.as_deref() {
         Some("batch") if args.torchrun => {
             return Err(ResolveError::TorchrunBatch);
         }
         Some("batch") => LaunchMode::Batch,
         Some(_) => LaunchMode::EachNode,
-        None if !args.torchrun && script_text.is_some_and(super::directives::has_sbatch_lines) => {
+        None if !args.torchrun
+            && (as_sbatch || script_text.is_some_and(super::directives::has_sbatch_lines)) =>
+        {
             LaunchMode::Batch
         }
         None => LaunchMode::EachNode,

@@ -186,7 +186,7 @@ pub struct PendingJob {
     pub time_limit_s: Option<u64>,
     pub exclusive: bool,
     /// Required node features (all must be present).
-    pub constraint: Vec<String>,
+    pub constraint: Option<gsched_types::constraint::Constraint>,
     pub nodelist: Vec<String>,
     /// `--exclude`: never these nodes.
     pub exclude: Vec<String>,
@@ -229,7 +229,7 @@ impl PendingJob {
             mem_per_gpu_mb: None,
             time_limit_s,
             exclusive: false,
-            constraint: Vec::new(),
+            constraint: None,
             nodelist: Vec::new(),
             exclude: Vec::new(),
             avoid: Vec::new(),

@@ -14,6 +14,7 @@
 use crate::config::Policy;
 use crate::input::{NodeView, PendingJob, Snapshot};
 use crate::topo::{Choice, SetQuality, mask_to_ids};
+use gsched_types::constraint::Constraint;
 use gsched_types::resources::{NodeAlloc, NodeUsage};
 use gsched_types::topology::{NicKind, model_matches};
 use hashbrown::Equivalent;
@@ -76,7 +77,7 @@ pub struct ShapeKey {
     mem_mb: Option<u64>,
     mem_per_gpu_mb: Option<u64>,
     exclusive: bool,
-    constraint: Vec<String>,
+    constraint: Option<Constraint>,
     nodelist: Vec<String>,
     exclude: Vec<String>,
     avoid: Vec<String>,
@@ -117,7 +118,7 @@ impl ShapeKey {
             (
                 self.mem_per_gpu_mb,
                 self.exclusive,
-                &self.constraint,
+                self.constraint.as_ref(),
                 &self.nodelist,
                 &self.exclude,
                 &self.avoid,
@@ -133,7 +134,7 @@ type ShapeFields<'r> = (
     (
         Option<u64>,
         bool,
-        &'r [String],
+        Option<&'r Constraint>,
         &'r [String],
         &'r [String],
         &'r [String],
@@ -174,7 +175,7 @@ impl ShapeOf<'_> {
             (
                 j.mem_per_gpu_mb,
                 j.exclusive,
-                &j.constraint,
+                j.constraint.as_ref(),
                 &j.nodelist,
                 &j.exclude,
                 &j.avoid,
@@ -207,9 +208,23 @@ pub enum Ineligible {
     NotInNodelist,
     GpuModel(String),
     LacksFeature(String),
-    Gpus { usable: u32, wanted: u32 },
-    Cpus { has: usize, wanted: u32 },
-    Memory { has_mb: u64, wanted_mb: u64 },
+    /// `name*N`: fewer than N nodes of the job (or of the cluster) have it.
+    FeatureCount {
+        feature: String,
+        count: u32,
+    },
+    Gpus {
+        usable: u32,
+        wanted: u32,
+    },
+    Cpus {
+        has: usize,
+        wanted: u32,
+    },
+    Memory {
+        has_mb: u64,
+        wanted_mb: u64,
+    },
 }
 
 impl std::fmt::Display for Ineligible {
@@ -220,6 +235,9 @@ impl std::fmt::Display for Ineligible {
             Ineligible::NotInNodelist => write!(f, "not in --nodelist"),
             Ineligible::GpuModel(t) => write!(f, "GPU model is not {t}"),
             Ineligible::LacksFeature(x) => write!(f, "lacks feature {x}"),
+            Ineligible::FeatureCount { feature, count } => {
+                write!(f, "are too few for {feature}*{count}")
+            }
             Ineligible::Gpus { usable, wanted } => {
                 write!(f, "has {usable} usable GPUs, {wanted} wanted")
             }
@@ -426,14 +444,23 @@ impl<'a> Placer<'a> {
         {
             return Some(Ineligible::GpuModel(t.clone()));
         }
-        if let Some(f) = job.constraint.iter().find(|f| {
-            !node.features.iter().any(|nf| nf == *f)
-                && !node
-                    .gpu_model
-                    .as_deref()
-                    .is_some_and(|m| model_matches(m, f))
-        }) {
-            return Some(Ineligible::LacksFeature(f.clone()));
+        if let Some(c) = &job.constraint {
+            let has = |f: &str| {
+                node.features.iter().any(|nf| nf == f)
+                    || node
+                        .gpu_model
+                        .as_deref()
+                        .is_some_and(|m| model_matches(m, f))
+            };
+            if !c.admits(&has) {
+                // Name the feature it lacks when one alone decides, else the expression.
+                let missing: Vec<&str> = c.features().into_iter().filter(|f| !has(f)).collect();
+                let named = match (c, missing.as_slice()) {
+                    (Constraint::Feature { .. } | Constraint::And(_), [one]) => one.to_string(),
+                    _ => c.to_string(),
+                };
+                return Some(Ineligible::LacksFeature(named));
+            }
         }
         if job.gpus_per_node > node.healthy_gpus() {
             return Some(Ineligible::Gpus {
@@ -461,6 +488,27 @@ impl<'a> Placer<'a> {
         if let Some(e) = self.eligibility.get(&ShapeOf(job)) {
             return e.clone();
         }
+        // `[a|b]` on several nodes: eligible as the first alternative that could ever
+        // fit (placement tries them in order), never only if none could.
+        if job.nodes > 1
+            && let Some(alternatives) = job.constraint.as_ref().map(|c| c.alternatives())
+            && alternatives.len() > 1
+        {
+            let mut first = None;
+            for alt in alternatives {
+                let mut one = job.clone();
+                one.constraint = Some(alt);
+                let e = self.eligibility(&one);
+                if e.never.is_none() {
+                    first = Some(e);
+                    break;
+                }
+                first.get_or_insert(e);
+            }
+            let e = first.expect("at least two alternatives");
+            self.eligibility.insert(ShapeKey::of(job), e.clone());
+            return e;
+        }
         let mut nodes = Vec::new();
         let mut why: FxHashMap<Ineligible, u32> = FxHashMap::default();
         for ni in 0..self.snap.nodes.len() {
@@ -477,6 +525,19 @@ impl<'a> Placer<'a> {
                 .collect();
             if preferred.len() as u32 >= job.nodes {
                 nodes = preferred;
+            }
+        }
+        // `name*N`: N of the job's nodes must have it, so it needs N nodes at least and N
+        // eligible ones with the feature.
+        for (feature, n) in job.constraint.iter().flat_map(|c| c.counts()) {
+            let with = nodes
+                .iter()
+                .filter(|ni| self.snap.nodes[**ni].features.contains(&feature))
+                .count() as u32;
+            if n > job.nodes || with < n {
+                *why.entry(Ineligible::FeatureCount { feature, count: n })
+                    .or_default() += self.snap.nodes.len() as u32;
+                nodes.clear();
             }
         }
         let never = if (nodes.len() as u32) < job.nodes {
@@ -745,6 +806,30 @@ impl<'a> Placer<'a> {
         reserved: &dyn Fn(usize) -> u64,
         use_classes: bool,
     ) -> Result<Vec<NodePick>, Blocked> {
+        // `[a|b]` on a job of several nodes: every node must share one alternative, so
+        // each is tried in the written order, as Slurm tries them.
+        if job.nodes > 1
+            && let Some(alternatives) = job.constraint.as_ref().map(|c| c.alternatives())
+            && alternatives.len() > 1
+        {
+            let mut outcome = Err(Blocked::Busy);
+            for (i, alt) in alternatives.into_iter().enumerate() {
+                let mut one = job.clone();
+                one.constraint = Some(alt);
+                match self.place_inner(&one, usage, reserved, use_classes) {
+                    Ok(picks) => return Ok(picks),
+                    // Never only if every alternative can never be.
+                    Err(Blocked::Never(why)) if i == 0 => outcome = Err(Blocked::Never(why)),
+                    Err(Blocked::Never(_)) => {}
+                    Err(other) => {
+                        if matches!(outcome, Err(Blocked::Never(_)) | Err(Blocked::Busy)) {
+                            outcome = Err(other);
+                        }
+                    }
+                }
+            }
+            return outcome;
+        }
         let elig = self.eligibility(job);
         if let Some(why) = elig.never {
             return Err(Blocked::Never(why));
@@ -822,6 +907,12 @@ impl<'a> Placer<'a> {
         if (evals.len() as u32) < job.nodes {
             return Err(Blocked::Busy);
         }
+        let counts = job
+            .constraint
+            .as_ref()
+            .map(|c| c.counts())
+            .unwrap_or_default();
+        let all = (!counts.is_empty()).then(|| evals.clone());
         let chosen = match self.policy {
             Policy::Gsched => self.select_gang(evals, job),
             Policy::FifoBackfill | Policy::Fifo => {
@@ -829,6 +920,12 @@ impl<'a> Placer<'a> {
             }
         }
         .ok_or(Blocked::Busy)?;
+        let chosen = match all {
+            Some(all) if !self.meets_counts(&chosen, &counts) => self
+                .counted_first(all, job.nodes as usize, &counts)
+                .ok_or(Blocked::Busy)?,
+            _ => chosen,
+        };
         let mut picks: Vec<NodePick> = chosen
             .iter()
             .map(|e| self.materialize(job, e, &usage[e.node]))
@@ -840,6 +937,52 @@ impl<'a> Placer<'a> {
                 .cmp(&self.snap.nodes[b.node].name)
         });
         Ok(picks)
+    }
+
+    /// Whether `chosen` has at least so many nodes with each counted feature (`name*N`).
+    fn meets_counts(&self, chosen: &[Eval], counts: &[(String, u32)]) -> bool {
+        counts.iter().all(|(f, n)| {
+            chosen
+                .iter()
+                .filter(|e| self.snap.nodes[e.node].features.iter().any(|x| x == f))
+                .count() as u32
+                >= *n
+        })
+    }
+
+    /// A gang of `n` that meets the counts: nodes with each counted feature first (as
+    /// many as it asks for), then the others in their order.
+    fn counted_first(
+        &self,
+        evals: Vec<Eval>,
+        n: usize,
+        counts: &[(String, u32)],
+    ) -> Option<Vec<Eval>> {
+        let has = |e: &Eval, f: &str| self.snap.nodes[e.node].features.iter().any(|x| x == f);
+        let mut taken = vec![false; evals.len()];
+        let mut out = Vec::with_capacity(n);
+        for (f, want) in counts {
+            for (i, e) in evals.iter().enumerate() {
+                let have = out.iter().filter(|e: &&Eval| has(e, f)).count() as u32;
+                if out.len() == n || have >= *want {
+                    break;
+                }
+                if !taken[i] && has(e, f) {
+                    taken[i] = true;
+                    out.push(e.clone());
+                }
+            }
+        }
+        for (i, e) in evals.iter().enumerate() {
+            if out.len() == n {
+                break;
+            }
+            if !taken[i] {
+                taken[i] = true;
+                out.push(e.clone());
+            }
+        }
+        (out.len() == n && self.meets_counts(&out, counts)).then_some(out)
     }
 
     /// Chooses the gang: one GPU model, fewest switches, best-connected and fullest nodes.
@@ -1136,7 +1279,7 @@ mod tests {
 
     fn job(id: u64) -> PendingJob {
         let mut j = PendingJob::simple(id, 2, Some(3600), 0);
-        j.constraint = vec!["a100".into()];
+        j.constraint = Some(Constraint::parse("a100").unwrap());
         j.gpu_type = Some("a100".into());
         j
     }

@@ -796,3 +796,74 @@ fn an_exclusive_job_holds_every_gpu_of_its_node_as_on_slurm() {
     assert_eq!(a.gpus, (0..8).collect::<Vec<u32>>());
     assert!(a.exclusive);
 }
+
+/// Three nodes from a shipped topology, each with its own features.
+fn featured(features: &[&[&str]]) -> Vec<NodeView> {
+    let topo = shipped("rtx4090-8gpu.json");
+    features
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut n = NodeView::from_topology(&format!("n{}", i + 1), &topo, "10.0.0.1");
+            n.features = f.iter().map(|s| s.to_string()).collect();
+            n
+        })
+        .collect()
+}
+
+fn constrained(id: u64, nodes: u32, text: &str) -> PendingJob {
+    let mut j = job(id, nodes, 1);
+    j.constraint = Some(gsched_types::constraint::Constraint::parse(text).unwrap());
+    j
+}
+
+#[test]
+fn constraints_place_as_slurms_grammar_says() {
+    let nodes = featured(&[&["rack1", "ib"], &["rack2"], &["rack2", "ib"]]);
+    let p = plan(
+        &snapshot(
+            nodes.clone(),
+            vec![constrained(1, 2, "[rack1|rack2]")],
+            vec![],
+        ),
+        0,
+    );
+    assert_eq!(
+        first_start_nodes(&p),
+        ["n2", "n3"],
+        "a matching OR: both nodes share rack2 (rack1 has one node only)"
+    );
+    let p = plan(
+        &snapshot(
+            nodes.clone(),
+            vec![constrained(1, 2, "rack1|rack2")],
+            vec![],
+        ),
+        0,
+    );
+    assert_eq!(p.starts.len(), 1, "a plain OR lets the nodes differ");
+    let p = plan(
+        &snapshot(nodes.clone(), vec![constrained(1, 2, "rack2&ib*1")], vec![]),
+        0,
+    );
+    assert_eq!(first_start_nodes(&p), ["n2", "n3"]);
+    let p = plan(
+        &snapshot(nodes.clone(), vec![constrained(1, 2, "ib*2")], vec![]),
+        0,
+    );
+    let got = first_start_nodes(&p);
+    assert!(
+        got.contains(&"n1") && got.contains(&"n3"),
+        "two of the nodes must have ib: {got:?}"
+    );
+    let p = plan(
+        &snapshot(nodes, vec![constrained(1, 1, "rack3|(rack1&nope)")], vec![]),
+        0,
+    );
+    assert!(p.starts.is_empty());
+    assert!(
+        matches!(&p.reasons[0].1, PendingReason::BadConstraints(why) if why.contains("rack3|(rack1&nope)")),
+        "{:?}",
+        p.reasons
+    );
+}

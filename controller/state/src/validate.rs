@@ -23,6 +23,8 @@ pub const MAX_TIME_S: u64 = 10 * 365 * 86_400;
 /// Why a job spec or a bulk selection was refused; each message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    #[error(transparent)]
+    Constraint(#[from] gsched_types::constraint::ConstraintError),
     #[error("{what} is {len} bytes long; the limit is {max}")]
     TooLong { what: String, len: usize, max: u64 },
     #[error("{what} contains a control character ({found:?}); use printable text")]
@@ -120,6 +122,17 @@ fn list(what: &str, values: &[String], max: u64) -> Result<(), SpecError> {
 }
 
 /// Checks `spec` against `limits` and against values no node could satisfy.
+/// [`job_spec`] and what a new submission must also meet (checked where a request
+/// arrives, not in `apply`, so that jobs already in a log keep applying as they did):
+/// `--constraint` in Slurm's grammar.
+pub fn new_job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
+    job_spec(spec, limits)?;
+    if let Some(c) = &spec.constraint {
+        gsched_types::constraint::Constraint::parse(c)?;
+    }
+    Ok(())
+}
+
 pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     let counts = [
         ("--nodes", spec.nodes, 1, MAX_NODES),

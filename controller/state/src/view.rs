@@ -68,16 +68,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         mem_per_gpu_mb: spec.mem_per_gpu_mb,
         time_limit_s: state.config.time_limit_for(spec),
         exclusive: spec.exclusive,
-        constraint: spec
-            .constraint
-            .as_deref()
-            .map(|c| {
-                c.split(['&', ','])
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default(),
+        constraint: spec.constraint.as_deref().map(constraint_of),
         nodelist: spec.nodelist.clone(),
         exclude: spec.exclude.clone(),
         avoid: job.avoid_nodes.clone(),
@@ -172,4 +163,22 @@ pub fn snapshot(state: &ClusterState, cache: &mut ViewCache) -> Snapshot {
         usage,
         reservations: state.reservations.values().cloned().collect(),
     }
+}
+
+/// A job's `--constraint` in Slurm's grammar; text that does not read (submitted before
+/// the grammar was checked) is what gsched read it as then: features joined by `&` or `,`.
+fn constraint_of(text: &str) -> gsched_types::constraint::Constraint {
+    use gsched_types::constraint::Constraint;
+    Constraint::parse(text).unwrap_or_else(|_| {
+        Constraint::And(
+            text.split(['&', ','])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|name| Constraint::Feature {
+                    name: name.to_string(),
+                    count: None,
+                })
+                .collect(),
+        )
+    })
 }

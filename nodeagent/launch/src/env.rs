@@ -303,7 +303,12 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     // in its nodes, as Slurm counts them.
     let tasks_per_node_text = if spec.exclusive && !spec.given.ntasks {
         let per_task = spec.cpus_per_task.max(1);
-        compress_counts(&cpus_per_node.iter().map(|c| c / per_task).collect::<Vec<_>>())
+        compress_counts(
+            &cpus_per_node
+                .iter()
+                .map(|c| c / per_task)
+                .collect::<Vec<_>>(),
+        )
     } else {
         tasks_per_node(ntasks, l.nodes.len())
     };

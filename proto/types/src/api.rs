@@ -324,10 +324,10 @@ impl JobRow {
             gpus_per_node: job.spec.gpus_per_node,
             // What it holds (an exclusive job holds every GPU of its nodes), else what
             // it asked for.
-            gpus: job
-                .allocation
-                .as_ref()
-                .map_or_else(|| job.spec.total_gpus(), |a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum()),
+            gpus: job.allocation.as_ref().map_or_else(
+                || job.spec.total_gpus(),
+                |a| a.nodes.iter().map(|n| n.gpus.len() as u32).sum(),
+            ),
             attempt: job.attempt,
             held: job.held,
             submit_ms: job.submit_ms,

@@ -31,7 +31,7 @@ impl JobsService {
         let key = request_id(caller, "submit_job", request_id_text);
         {
             let r = self.ctx.raft.replica.read();
-            validate::job_spec(&spec, &r.state.config.limits)
+            validate::new_job_spec(&spec, &r.state.config.limits)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             if let Some(Outcome::Submitted { jobs }) =
                 key.as_ref().and_then(|id| r.state.dedup_lookup(id))
@@ -59,7 +59,7 @@ impl JobsService {
     pub fn check_as(&self, caller: &Caller, mut spec: JobSpec) -> Result<CheckReply, Status> {
         self.run_as_caller(caller, &mut spec)?;
         let r = self.ctx.raft.replica.read();
-        validate::job_spec(&spec, &r.state.config.limits)
+        validate::new_job_spec(&spec, &r.state.config.limits)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.check_fits(&r.state, &spec)?;
         let mut record = probe_record(&spec);
