@@ -401,16 +401,21 @@ fn probe_once(
     gpus: &[u32],
 ) -> anyhow::Result<gsched_agent::probe::Report> {
     let source = source.source();
-    let mut topo = discover::discover(&source)?;
-    let gpu_map = if gpus.is_empty() {
-        Vec::new()
-    } else {
-        discover::keep_gpus(&mut topo, gpus).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?
-    };
-    let mut prober = probe.prober(&source, &gpu_map)?;
+    let topo = discover::discover(&source)?;
+    if let Some(g) = gpus
+        .iter()
+        .find(|g| !topo.gpus.iter().any(|t| t.index == **g))
+    {
+        anyhow::bail!(
+            "--gpus: this node has no GPU {g} ({} found)",
+            topo.gpus.len()
+        );
+    }
+    let mut prober = probe.prober(&source, &[])?;
     let registered: Vec<_> = topo
         .gpus
         .iter()
+        .filter(|g| gpus.is_empty() || gpus.contains(&g.index))
         .map(gsched_agent::probe::state::RegisteredGpu::of)
         .collect();
     Ok(prober.probe(&registered, &Default::default()))

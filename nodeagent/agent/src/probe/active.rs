@@ -403,6 +403,9 @@ pub fn run_here(
             Ok(all) => all.get(&gpu).cloned().unwrap_or_default(),
             Err(e) => return ActiveResult::Unavailable { why: e.to_string() },
         };
+        if let super::fake_state::FakeActive::Slow(ms) = fake.active {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         return super::fake_state::active_of(&fake).unwrap_or_else(|| {
             loop {
                 std::thread::sleep(Duration::from_secs(3600));

@@ -8,7 +8,7 @@
 //!        "retired_pages_pending": true, "ecc_uncorrected": 3,
 //!        "clock_reasons": ["hw_slowdown"], "nvlink_down": [0, 3],
 //!        "pcie": {"gen": 3, "width": 8}, "persistence": false, "xids": [79],
-//!        "active": "pass" | "hang" | {"fail": "CUDA_ERROR_ECC_UNCORRECTABLE"}}}
+//!        "active": "pass" | "hang" | {"fail": "CUDA_ERROR_ECC_UNCORRECTABLE"} | {"slow": 3000}}}
 //! ```
 
 use super::DeviceStateReader;
@@ -70,6 +70,8 @@ pub enum FakeActive {
     /// Never finishes: the check's time limit ends it.
     Hang,
     Fail(String),
+    /// Passes after this many milliseconds (a probe that takes its time).
+    Slow(u64),
 }
 
 /// Why the fake state file could not be used.
@@ -190,6 +192,10 @@ pub fn active_of(fake: &FakeGpuState) -> Option<ActiveResult> {
     match &fake.active {
         FakeActive::Pass => Some(ActiveResult::Passed {
             ms: 1,
+            kernel_skipped: None,
+        }),
+        FakeActive::Slow(ms) => Some(ActiveResult::Passed {
+            ms: *ms,
             kernel_skipped: None,
         }),
         FakeActive::Hang => None,
