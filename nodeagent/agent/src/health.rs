@@ -4,7 +4,9 @@
 //! topology, NVML's view (GPUs it cannot open or has lost, temperatures, PCIe link) where
 //! a driver is present, and the NICs (training interface down, MTU other than the
 //! training network's). Each problem is a `Finding` (`crate::findings`, the same reading
-//! `gagentd diagnose` gives) carried in a `HealthEvent`; critical ones drain the node.
+//! `gagentd diagnose` gives) carried in a `HealthEvent`; critical ones drain the node. A
+//! device driver's line that no rule recognises sets the GPU health probe off
+//! (`crate::probe`), whose findings carry that line.
 
 use crate::findings::{Attribution, corrected_flood, kernel_finding, observed};
 use crate::outbox::Outbox;
