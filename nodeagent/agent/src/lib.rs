@@ -8,7 +8,8 @@
 //! - [`runs`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`tasks`]: the
 //!   tasks of `grun`/`srun` steps; [`layout`]: where their files live and who may read
 //!   them; [`devices`], [`devfilter`]: private GPUs.
-//! - [`health`]: the health monitor.
+//! - [`health`]: the health monitor; [`probe`]: the GPU health probe (device state, the
+//!   active check, the verdict), run on unknown driver lines and between jobs.
 //! - [`outbox`]: events kept on disk until acknowledged.
 
 pub mod contact;
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod nvml;
 pub mod outbox;
+pub mod probe;
 pub mod runs;
 pub mod session;
 pub mod supervise;

@@ -9,6 +9,8 @@ use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, RunFiles, Scratch};
 use crate::monitor::{self, Action, ExitRecord, Limits, Watch};
 use crate::outbox::Outbox;
+use crate::probe::when::{self, AfterRun};
+use crate::probe::{Outcome, ProbeService, Request, Trigger};
 use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as run_plan, Owner, Plan, RunContext};
@@ -58,6 +60,29 @@ pub struct Settings {
     /// A root agent runs no job as a uid below this (root and system users), whatever
     /// a controller sends (`--min-uid`).
     pub min_uid: u32,
+    /// The GPU health probe, where this node has one: a failed run's GPUs are probed
+    /// before its end is reported.
+    pub probe: Option<Arc<ProbeService>>,
+}
+
+/// A run that ended with a failure its GPUs may explain, its end not reported until they
+/// are probed: the controller keeps the job's allocation until then, so no other job is
+/// given those GPUs before the verdict.
+struct Held {
+    /// The run's `Exited` report.
+    exited: RunEvent,
+    gpus: Vec<u32>,
+    cause: AfterRun,
+    since: Instant,
+    phase: HeldPhase,
+}
+
+enum HeldPhase {
+    /// The probe's ticket (`None`: its queue was full, asked again next round).
+    Probing(Option<u64>),
+    /// The probe found a GPU unusable: its health event (this sequence number) is to be
+    /// committed before the run's end, so the GPU is drained before it is freed.
+    Draining(u64),
 }
 
 struct Run {
@@ -79,6 +104,8 @@ struct Run {
     supervisor_pid: Option<i32>,
     /// What the run did with its GPUs, CPUs and memory so far.
     usage: NodeUsage,
+    /// Ended, its report waiting for the probe of its GPUs.
+    held: Option<Held>,
 }
 
 impl Run {
@@ -108,6 +135,7 @@ impl Run {
             .unwrap_or_default();
         Run {
             usage,
+            held: None,
             key: RunRef {
                 job: launch.job,
                 attempt: launch.attempt,
@@ -207,6 +235,16 @@ impl RunManager {
         self.runs
             .values()
             .flat_map(|s| s.launch.node_alloc.gpus.iter().map(|g| (*g, s.key.job)))
+            .collect()
+    }
+
+    /// GPUs of runs still going on (a run whose end waits for its probe holds its GPUs
+    /// for the probe, not for a job).
+    pub fn gpus_running_jobs(&self) -> std::collections::BTreeSet<u32> {
+        self.runs
+            .values()
+            .filter(|r| r.held.is_none())
+            .flat_map(|r| r.launch.node_alloc.gpus.iter().copied())
             .collect()
     }
 
@@ -692,6 +730,8 @@ impl RunManager {
         grace: Duration,
     ) {
         match self.runs.get_mut(&(job, attempt)) {
+            // Over already: its end is reported once its GPUs are probed.
+            Some(run) if run.held.is_some() => {}
             Some(run) => {
                 if let Some(action) =
                     monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason)
@@ -741,6 +781,12 @@ impl RunManager {
         let keys: Vec<(JobId, u32)> = self.runs.keys().copied().collect();
         let mut warned = Vec::new();
         for key in keys {
+            if self.runs.get(&key).is_some_and(|r| r.held.is_some()) {
+                if self.advance_held(key) {
+                    self.finish(key);
+                }
+                continue;
+            }
             let run = self.runs.get_mut(&key).expect("present");
             let seen = observe(run, &node, &self.settings.topology);
             let cx = monitor::Context {
@@ -761,6 +807,19 @@ impl RunManager {
                         {
                             *usage = Some(Box::new(run.usage.clone()));
                         }
+                        if let Some(held) =
+                            hold_for_probe(self.settings.probe.as_deref(), run, &event)
+                        {
+                            tracing::info!(
+                                "job {} attempt {}: ended with {}; GPUs {:?} are probed before they are given again",
+                                key.0,
+                                key.1,
+                                held.cause.name(),
+                                held.gpus
+                            );
+                            run.held = Some(held);
+                            continue;
+                        }
                         self.outbox.push(|seq| AgentToController::Run {
                             seq,
                             event: event.clone(),
@@ -778,13 +837,105 @@ impl RunManager {
                     other => carry_out(run, other),
                 }
             }
-            if done {
+            if done && run.held.is_none() {
                 self.finish(key);
             }
         }
         for ((job, attempt), sig, target) in warned {
             self.deliver(job, attempt, sig, target);
         }
+    }
+
+    /// Moves a run whose end waits for its probe along; true once its end is reported.
+    fn advance_held(&mut self, key: (JobId, u32)) -> bool {
+        let node = self.settings.node.clone();
+        let Some(probe) = self.settings.probe.clone() else {
+            return true;
+        };
+        let run = self.runs.get_mut(&key).expect("present");
+        let held = run.held.as_mut().expect("held");
+        let evidence = match &held.exited {
+            RunEvent::Exited {
+                failure: Some(f), ..
+            } => format!(
+                "job {} ended with {}: {}",
+                key.0,
+                held.cause.name(),
+                f.evidence
+            ),
+            _ => format!("job {} ended", key.0),
+        };
+        let waited = held.since.elapsed();
+        match held.phase {
+            HeldPhase::Probing(ticket) => {
+                let outcome = match ticket.and_then(|t| probe.take(t)) {
+                    Some(outcome) => outcome,
+                    None if waited < probe.settings.hold_limit() => {
+                        if ticket.is_none() {
+                            held.phase = HeldPhase::Probing(probe.request(Request {
+                                gpus: Some(held.gpus.clone()),
+                                trigger: Trigger::FailedRun,
+                                evidence,
+                            }));
+                        }
+                        return false;
+                    }
+                    None if ticket.is_none() => {
+                        tracing::warn!(
+                            "job {}: its GPUs were not probed (the probe queue stayed full); its end is reported as it is",
+                            key.0
+                        );
+                        return self.release_held(key);
+                    }
+                    None => Outcome::hung(
+                        &probe.registered(Some(&held.gpus)),
+                        probe.settings.hold_limit(),
+                        &evidence,
+                    ),
+                };
+                if outcome.events.is_empty() {
+                    return self.release_held(key);
+                }
+                for e in &outcome.events {
+                    tracing::warn!("health: {:?} {}", e.severity, e.message);
+                }
+                if let Some((gpu, state)) = outcome.unusable.first() {
+                    blame_gpu(&mut held.exited, *gpu, state, &node);
+                }
+                let events = outcome.events;
+                let pushed = self
+                    .outbox
+                    .push(|seq| AgentToController::Health { seq, events });
+                match (pushed, outcome.unusable.is_empty()) {
+                    (AgentToController::Health { seq, .. }, false) => {
+                        held.phase = HeldPhase::Draining(seq);
+                        false
+                    }
+                    _ => self.release_held(key),
+                }
+            }
+            HeldPhase::Draining(seq) => !self.outbox.is_pending(seq) && self.release_held(key),
+        }
+    }
+
+    /// Reports a held run's end; true (it is over).
+    fn release_held(&mut self, key: (JobId, u32)) -> bool {
+        let node = self.settings.node.clone();
+        let Some(held) = self.runs.get_mut(&key).and_then(|r| r.held.take()) else {
+            return true;
+        };
+        tracing::info!(
+            "job {} attempt {}: GPUs {:?} probed in {} ms after the run ended",
+            key.0,
+            key.1,
+            held.gpus,
+            held.since.elapsed().as_millis()
+        );
+        log_event(key.0, &node, &held.exited);
+        let event = held.exited;
+        self.outbox
+            .push(|seq| AgentToController::Run { seq, event });
+        true
     }
 
     /// Gives back what an ended run held: its `grun` tasks, GPU device nodes, cgroup and
@@ -811,6 +962,58 @@ impl RunManager {
         if let Some(c) = run.supervisor.as_mut() {
             let _ = c.wait();
         }
+    }
+}
+
+/// The hold of a run whose `event` is its end with a failure its GPUs may explain, when
+/// the node probes after failures: its probe is asked for now.
+fn hold_for_probe(probe: Option<&ProbeService>, run: &Run, event: &RunEvent) -> Option<Held> {
+    let probe = probe.filter(|p| p.settings.after_failure)?;
+    let RunEvent::Exited {
+        failure: Some(failure),
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let cause = when::after_run(failure)?;
+    let gpus = run.launch.node_alloc.gpus.clone();
+    if gpus.is_empty() {
+        return None;
+    }
+    let ticket = probe.request(Request {
+        gpus: Some(gpus.clone()),
+        trigger: Trigger::FailedRun,
+        evidence: format!(
+            "job {} ended with {}: {}",
+            run.key.job,
+            cause.name(),
+            failure.evidence
+        ),
+    });
+    Some(Held {
+        exited: event.clone(),
+        gpus,
+        cause,
+        since: Instant::now(),
+        phase: HeldPhase::Probing(ticket),
+    })
+}
+
+/// A run's end whose GPU the probe found unusable: the failure names the GPU and what
+/// its state is, keeping the job's own error after it.
+fn blame_gpu(exited: &mut RunEvent, gpu: u32, state: &str, node: &str) {
+    if let RunEvent::Exited { failure, .. } = exited {
+        let own = failure
+            .as_ref()
+            .map(|f| format!("; the job's own error: {}", f.evidence))
+            .unwrap_or_default();
+        *failure = Some(Failure {
+            kind: FailureKind::GpuLost { gpu: Some(gpu) },
+            node: Some(node.to_string()),
+            evidence: format!("GPU {gpu} failed the health probe after the run: {state}{own}"),
+            at_ms: now_ms(),
+        });
     }
 }
 
