@@ -9,6 +9,7 @@ pub mod client;
 pub mod doctor;
 pub mod efficiency;
 pub mod format;
+pub mod grun;
 pub mod grun_job;
 pub mod probe;
 pub mod queue_format;

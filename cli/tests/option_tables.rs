@@ -136,3 +136,13 @@ fn gsub_answers_to_every_sbatch_option_as_the_table_says() {
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn grun_answers_to_every_srun_option_as_the_table_says() {
+    let problems = check(
+        Tool::Srun,
+        gsched_cli::grun::RunArgs::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -104,6 +104,8 @@ pub enum ResolveError {
     TorchrunBatch,
     #[error(transparent)]
     Constraint(#[from] gsched_types::constraint::ConstraintError),
+    #[error(transparent)]
+    Binding(#[from] gsched_types::binding::BindingError),
     #[error("{flag} {path}: {error}")]
     File {
         flag: &'static str,
@@ -162,6 +164,12 @@ pub fn resolve(
     }
     if let Some(c) = &args.constraint {
         gsched_types::constraint::Constraint::parse(c)?;
+    }
+    if let Some(d) = &args.distribution {
+        gsched_types::binding::parse_distribution(d)?;
+    }
+    if let Some(h) = &args.hint {
+        gsched_types::binding::parse_hint(h)?;
     }
     let program = program(args, script_text, script_name)?;
     let (array, array_limit) = match &args.array {
@@ -235,6 +243,9 @@ pub fn resolve(
                 .map(gsched_types::parse::mem_mb)
                 .transpose()?,
             gpus: args.gpus.clone(),
+            distribution: args.distribution.clone(),
+            hint: args.hint.clone(),
+            ntasks_per_socket: count(&args.ntasks_per_socket, "--ntasks-per-socket")?,
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,

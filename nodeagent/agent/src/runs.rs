@@ -635,7 +635,11 @@ impl RunManager {
         match job_plan {
             Ok(plan) => {
                 let root = self.settings.state_dir.join("tasks");
-                self.grun.start(launch, &plan, &root, &self.settings.exe);
+                let cpus = (!launch.binding.is_default())
+                    .then(|| JobCpus::of(&plan, &self.settings.topology.read()))
+                    .flatten();
+                self.grun
+                    .start(launch, &plan, &root, &self.settings.exe, cpus.as_ref());
             }
             Err(message) => {
                 let node = self.settings.node.clone();
@@ -1184,4 +1188,61 @@ fn write_script(path: &Path, text: &str, owner: Option<(u32, u32)>) -> std::io::
         )?;
     }
     Ok(())
+}
+
+/// The job's CPUs on this node and where each sits (its NUMA node, its core), for
+/// binding a step's tasks: from the job's plan (`GSCHED_CPUS`), the node's NUMA nodes and,
+/// on a real node, sysfs' core ids (a fake node: one thread per core).
+pub struct JobCpus {
+    cpus: Vec<u32>,
+    socket: std::collections::HashMap<u32, u32>,
+    core: std::collections::HashMap<u32, u32>,
+}
+
+impl JobCpus {
+    pub fn of(plan: &Plan, topo: &Topology) -> Option<JobCpus> {
+        let list = plan
+            .tasks
+            .first()?
+            .iter()
+            .find(|(k, _)| k == "GSCHED_CPUS")
+            .map(|(_, v)| v.clone())?;
+        let cpus = gsched_types::cpulist::parse(&list).ok()?;
+        let mut socket = std::collections::HashMap::new();
+        for n in &topo.numa_nodes {
+            for c in gsched_types::cpulist::parse(&n.cpus).unwrap_or_default() {
+                socket.insert(c, n.id);
+            }
+        }
+        let fake = topo.source.starts_with("fake");
+        let core = cpus
+            .iter()
+            .map(|&c| {
+                let read = |what: &str| {
+                    std::fs::read_to_string(format!(
+                        "/sys/devices/system/cpu/cpu{c}/topology/{what}"
+                    ))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+                };
+                let id = match (fake, read("physical_package_id"), read("core_id")) {
+                    (false, Some(pkg), Some(core)) => (pkg << 16) | core,
+                    _ => c,
+                };
+                (c, id)
+            })
+            .collect();
+        Some(JobCpus { cpus, socket, core })
+    }
+
+    /// The view `gsched_launch::binding` takes.
+    pub fn with<R>(&self, f: impl FnOnce(&gsched_launch::binding::NodeCpus<'_>) -> R) -> R {
+        let socket_of = |c: u32| self.socket.get(&c).copied().unwrap_or(0);
+        let core_of = |c: u32| self.core.get(&c).copied().unwrap_or(c);
+        f(&gsched_launch::binding::NodeCpus {
+            cpus: &self.cpus,
+            socket_of: &socket_of,
+            core_of: &core_of,
+        })
+    }
 }

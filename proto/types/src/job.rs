@@ -150,6 +150,15 @@ pub struct Given {
     /// `-G`/`--gpus` as given (Slurm sets `SLURM_GPUS` to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<String>,
+    /// `--distribution` as given (`SLURM_DISTRIBUTION`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
+    /// `--hint` as given (`SLURM_HINT`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// `--ntasks-per-socket` (`SLURM_NTASKS_PER_SOCKET`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks_per_socket: Option<u32>,
 }
 
 impl Given {

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod api;
 pub mod assoc;
+pub mod binding;
 pub mod constraint;
 pub mod cpulist;
 pub mod error;

@@ -19,6 +19,8 @@ pub(super) struct ChildSetup {
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) stdin: ChildStdin,
+    /// The CPUs the task is bound to (`srun --cpu-bind`); absent: not bound.
+    pub(super) affinity: Option<nix::sched::CpuSet>,
 }
 
 /// Where a task's stdin comes from.
@@ -76,6 +78,10 @@ impl ChildSetup {
             unsafe { signal::signal(sig, SigHandler::SigDfl) }?;
         }
         signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+        if let Some(set) = &self.affinity {
+            // CPUs this machine does not have (a fake node's) leave the task unbound.
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set);
+        }
         if let Some(gid) = self.gid {
             nix::unistd::setgroups(&self.groups)?;
             nix::unistd::setgid(gid)?;

@@ -336,6 +336,7 @@ fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildS
             (None, Stdin::Caller) => ChildStdin::Inherit,
             (None, _) => ChildStdin::Null,
         },
+        affinity: plan.affinity.as_deref().map(cpu_set),
     })
 }
 
@@ -344,6 +345,32 @@ struct Spawned {
     children: Vec<std::process::Child>,
     pgid: Option<i32>,
     error: Option<String>,
+}
+
+/// A CPU list as the kernel's affinity set (ids beyond what it can hold are left out).
+fn cpu_set(cpus: &[u32]) -> nix::sched::CpuSet {
+    let mut set = nix::sched::CpuSet::new();
+    for c in cpus {
+        let _ = set.set(*c as usize);
+    }
+    set
+}
+
+/// What srun's `--cpu-bind=verbose` prints for a task: its mask, node, ranks and pid.
+fn bind_line(plan: &Plan, env: &[(String, String)], pid: u32) -> Option<String> {
+    let cpus = plan.affinity.as_ref().filter(|_| plan.affinity_verbose)?;
+    let var = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    Some(format!(
+        "cpu-bind=MASK - {}, task {:>2} {:>2} [{pid}]: mask {} set\n",
+        var("SLURMD_NODENAME"),
+        var("SLURM_PROCID"),
+        var("SLURM_LOCALID"),
+        gsched_launch::binding::hex_mask(cpus)
+    ))
 }
 
 fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
@@ -369,6 +396,11 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
         }
         match cmd.spawn() {
             Ok(child) => {
+                if let Some(line) = bind_line(plan, env, child.id()) {
+                    // SAFETY: `setup.stderr` is the task's stderr, open for the whole spawn.
+                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
+                    let _ = nix::unistd::write(fd, line.as_bytes());
+                }
                 out.pgid.get_or_insert(child.id() as i32);
                 out.children.push(child);
             }

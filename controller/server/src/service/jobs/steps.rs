@@ -117,11 +117,13 @@ impl JobsService {
             }
             Err(e) => return Err(Status::invalid_argument(e.to_string())),
         };
-        let name = body.argv[0]
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let name = body.name.clone().unwrap_or_else(|| {
+            body.argv[0]
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        });
         let recorded = self
             .ctx
             .propose(
@@ -158,6 +160,8 @@ impl JobsService {
                 pty: body.pty,
                 gpus: body.gpus.clone(),
                 gpu_slots: given.get(i).cloned(),
+                cpus_per_task: body.cpus_per_task,
+                binding: body.binding.clone(),
             };
             if !self
                 .ctx
