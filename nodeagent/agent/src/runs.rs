@@ -4,6 +4,9 @@
 //! is `crate::monitor`'s pure decision; this file observes and carries it out. Every
 //! event goes to the on-disk outbox before anything else, so none is lost.
 
+// Every public item says what it is: the doc comment of `signal` once sat on `notice`.
+#![warn(missing_docs)]
+
 use crate::identity;
 use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, RunFiles, Scratch};
@@ -34,12 +37,17 @@ use std::time::{Duration, Instant};
 
 /// Agent-wide settings the run manager needs.
 pub struct Settings {
+    /// This node's name, as it registered.
     pub node: String,
+    /// The agent's own directory: runs under `steps/<job>.<attempt>/`.
     pub state_dir: PathBuf,
+    /// The node's topology as discovered (kept current by the health monitor).
     pub topology: Arc<RwLock<Topology>>,
     /// Interface carrying the training address (NCCL_SOCKET_IFNAME).
     pub training_iface: Option<String>,
+    /// Environment every run gets from the agent (`--env`).
     pub agent_env: BTreeMap<String, String>,
+    /// Where runs' cgroups are made, when the agent may make them.
     pub cgroups: Option<Cgroups>,
     /// Hand GPU device nodes to the job owner while the run goes on (root agents).
     pub private_gpus: bool,
@@ -136,6 +144,8 @@ impl Run {
     }
 }
 
+/// This node's runs and `grun` tasks, behind one lock (`Arc<Mutex<RunManager>>`) that
+/// the session, the monitor and the metrics share.
 pub struct RunManager {
     settings: Settings,
     outbox: Arc<Outbox>,
@@ -228,6 +238,8 @@ impl RunManager {
                         .copied()
                         .unwrap_or(gpu);
                     let Some(reading) = reader.read(gpu, device) else {
+    /// The run manager of a starting agent, with the runs a previous agent left (their
+    /// supervisors outlive it) adopted again.
                         continue;
                     };
                     let at = match u.gpus.iter().position(|g| g.gpu == gpu) {
@@ -621,8 +633,6 @@ impl RunManager {
         self.grun.take_io(max)
     }
 
-    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
-    /// batch shell alone.
     /// Appends `text` to a node run's output file, through `gagentd notice` (a
     /// process of its own takes the job user's file-system identity to open it).
     pub fn notice(&self, job: JobId, attempt: u32, text: &str) {
@@ -702,6 +712,8 @@ impl RunManager {
                 }
             }
             None => {
+    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
+    /// batch shell alone.
                 let dir = self.dir(job, attempt);
                 if dir.join("reported").exists() {
                     return;
