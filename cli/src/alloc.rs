@@ -142,16 +142,18 @@ pub fn release(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) {
         jobs: vec![JobSelector { id, task: None }],
         ..Default::default()
     };
-    let signal = gsched_types::api::SignalRequest {
+    let signal = gsched_types::api::JobActionRequest {
+        action: JobAction::Signal {
+            signal: nix::sys::signal::Signal::SIGUSR1 as i32,
+            batch_only: true,
+        },
         select: select.clone(),
-        signal: nix::sys::signal::Signal::SIGUSR1 as i32,
-        batch_only: true,
     };
-    let req = gsched_proto::pb::SignalJobsRequest::carrying(&signal);
+    let req = gsched_proto::pb::ActOnJobsRequest::carrying(&signal);
     let signalled = rt
         .block_on(client.call(|mut c| {
             let req = req.clone();
-            async move { c.signal_jobs(req).await }
+            async move { c.act_on_jobs(req).await }
         }))
         .is_ok();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

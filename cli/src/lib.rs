@@ -145,9 +145,10 @@ pub fn fetch_jobs(
     all.expect("one page at least")
 }
 
-/// Applies `action` to every job `select` names, as one request; prints what was refused
-/// as `tool: error: ...` lines and returns whether anything was refused. Exits 1 when
-/// no controller answers or the request itself is refused.
+/// Applies `action` to every job `select` names, as one request (`ActOnJobs`, the one
+/// path of every cancel, hold, release, requeue, signal and update); prints what was
+/// refused as `tool: error: ...` lines and returns whether anything was refused. Exits 1
+/// when no controller answers or the request itself is refused.
 pub fn act_on_jobs(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
@@ -162,24 +163,6 @@ pub fn act_on_jobs(
         .block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.act_on_jobs(req).await }
-        }))
-        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    report_summary(doc_of(&reply, tool), tool)
-}
-
-/// `gcancel --signal`: one request for every running job the selection names; errors are
-/// printed as `tool: error: ...`. Returns the summary and whether anything was refused.
-pub fn signal_jobs(
-    rt: &tokio::runtime::Runtime,
-    client: &mut client::Client,
-    request: gsched_types::api::SignalRequest,
-    tool: &str,
-) -> (gsched_types::api::ActionSummary, bool) {
-    let req = gsched_proto::pb::SignalJobsRequest::carrying(&request);
-    let reply = rt
-        .block_on(client.call(|mut c| {
-            let req = req.clone();
-            async move { c.signal_jobs(req).await }
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
     report_summary(doc_of(&reply, tool), tool)

@@ -223,7 +223,14 @@ fn t40_scancel_signal_reaches_the_job_without_cancelling_it() {
     let held = c.submit(&["--hold", "--wrap", "true"]);
     let bad = slurm(&c, &links, "scancel", &["-s", "USR1", &held.to_string()]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("no running job"));
+    // Named, it is reported as Slurm's scancel reports it (there: "Job can not be
+    // altered now"; here in scontrol's words, "pending execution").
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains(&format!(
+            "job {held}: pending execution; only running jobs can be signalled"
+        )),
+        "{bad:?}"
+    );
     // Then a real cancel: the script's TERM trap runs and the job ends CANCELLED.
     stdout(&slurm(&c, &links, "scancel", &[&id]));
     c.wait_state(job_id, &["CANCELLED"], Duration::from_secs(30));

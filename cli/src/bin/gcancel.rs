@@ -5,7 +5,7 @@
 
 use clap::Parser;
 use gsched_cli::client::{Client, controller_list, current_user, die};
-use gsched_types::api::{JobAction, JobSelection, JobSelector, SignalRequest};
+use gsched_types::api::{JobAction, JobSelection, JobSelector};
 use gsched_types::job::JobState;
 
 /// Cancel jobs: by id (120 cancels every task of array 120; 120_3 one task), or every job
@@ -81,18 +81,14 @@ fn main() {
     }
     let rt = gsched_cli::runtime();
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let (_, refused) = match &args.signal {
-        Some(sig) => {
-            let signal = gsched_types::parse::signal(sig)
-                .unwrap_or_else(|e| die("gcancel", format!("--signal: {e}")));
-            let request = SignalRequest {
-                select,
-                signal,
-                batch_only: args.batch,
-            };
-            gsched_cli::signal_jobs(&rt, &mut client, request, "gcancel")
-        }
-        None => gsched_cli::act_on_jobs(&rt, &mut client, JobAction::Cancel, select, "gcancel"),
+    let action = match &args.signal {
+        Some(sig) => JobAction::Signal {
+            signal: gsched_types::parse::signal(sig)
+                .unwrap_or_else(|e| die("gcancel", format!("--signal: {e}"))),
+            batch_only: args.batch,
+        },
+        None => JobAction::Cancel,
     };
+    let (_, refused) = gsched_cli::act_on_jobs(&rt, &mut client, action, select, "gcancel");
     std::process::exit(i32::from(refused));
 }

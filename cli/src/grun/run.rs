@@ -399,21 +399,20 @@ fn run(
                 first_end.get_or_insert_with(Instant::now);
                 // srun's own words, which wrappers and people grep for.
                 let node = node_of.get(&rank).map_or("?", |(n, _)| n.as_str());
-                let s = match (code, signal) {
+                match (code, signal) {
                     (_, Some(sig)) => {
-                        eprintln!("{tool}: error: {node}: task {rank}: {}", signal_words(sig));
-                        128 + sig
+                        eprintln!("{tool}: error: {node}: task {rank}: {}", signal_words(sig))
                     }
+                    (Some(0), None) => {}
                     (Some(c), None) => {
-                        if c != 0 {
-                            eprintln!(
-                                "{tool}: error: {node}: task {rank}: Exited with exit code {c}"
-                            );
-                        }
-                        c
+                        eprintln!("{tool}: error: {node}: task {rank}: Exited with exit code {c}")
                     }
-                    (None, None) => 1,
-                };
+                    (None, None) => eprintln!(
+                        "{tool}: error: {node}: task {rank}: Exited, its status unknown to its node"
+                    ),
+                }
+                // As the controller records the step: an unknown status is a failure.
+                let s = gsched_types::steps::task_status(code, signal);
                 status = status.max(s);
                 if s != 0 && kill_on_bad_exit && ended < ntasks {
                     eprintln!(

@@ -25,8 +25,10 @@ use serde::{Deserialize, Serialize};
 /// `record_usage` and `idle_gpus`, and an optional `usage` in `step_exited`.
 /// 8: adds `create_reservation`, `update_reservation`, `delete_reservation`, and
 /// `reservation` in job specs. 9: adds `edit_associations`, and users, account
-/// parents, coordinators and limits in the configuration.
-pub const FORMAT_VERSION: u16 = 9;
+/// parents, coordinators and limits in the configuration. 10: `act_on_jobs` takes the
+/// `update` action (a time limit); `cancel_job`, `requeue_job`, `hold_job` and
+/// `update_job` are no longer written.
+pub const FORMAT_VERSION: u16 = 10;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,7 +62,9 @@ pub struct SubmitJob {
     pub spec: JobSpec,
 }
 
-/// Cancel, hold, release or requeue every job a selection names, in one entry.
+/// Cancel, hold, release, requeue or update every job a selection names, in one entry:
+/// every user action on jobs that exist (`machine/actions.rs` has its rules). A signal
+/// takes the same request and rules but is never written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActOnJobs {
     pub action: JobAction,
@@ -71,7 +75,9 @@ pub struct ActOnJobs {
     pub admin: bool,
 }
 
-/// Change a submitted job (`scontrol update JobId=... TimeLimit=...`).
+/// Change a submitted job (`scontrol update JobId=... TimeLimit=...`). No longer proposed
+/// (it is `ActOnJobs` with the `update` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateJob {
     pub job: JobId,
@@ -125,7 +131,9 @@ pub struct JobWarning {
     pub finding: gsched_types::findings::Finding,
 }
 
-/// Cancel a job (every task of an array named by its id).
+/// Cancel a job (every task of an array named by its id). No longer proposed (it is
+/// `ActOnJobs` with the `cancel` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelJob {
     pub job: JobId,
@@ -236,7 +244,9 @@ pub struct HealthEvents {
     pub events: Vec<HealthEvent>,
 }
 
-/// Stop a running job and put it back in the queue.
+/// Stop a running job and put it back in the queue. No longer proposed (it is `ActOnJobs`
+/// with the `requeue` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequeueJob {
     pub job: JobId,
@@ -244,7 +254,8 @@ pub struct RequeueJob {
     pub admin: bool,
 }
 
-/// Hold (or release) a pending job.
+/// Hold (or release) a pending job. No longer proposed (it is `ActOnJobs` with the `hold`
+/// or `release` action); kept so that logs that hold it replay (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HoldJob {
     pub job: JobId,
@@ -340,6 +351,7 @@ pub struct EditAssociations {
 )]
 pub enum Command {
     SubmitJob(SubmitJob),
+    /// No longer proposed: old logs only (as are `RequeueJob`, `HoldJob`, `UpdateJob`).
     CancelJob(CancelJob),
     StartJobs(StartJobs),
     SetPendingReasons(SetPendingReasons),
@@ -355,7 +367,9 @@ pub enum Command {
     DrainNode(DrainNode),
     ResumeNode(ResumeNode),
     HealthEvents(HealthEvents),
+    /// No longer proposed: old logs only.
     RequeueJob(RequeueJob),
+    /// No longer proposed: old logs only.
     HoldJob(HoldJob),
     Preempt(Preempt),
     SetConfig(SetConfig),
@@ -366,6 +380,7 @@ pub enum Command {
     CancelUnsatisfiable(CancelUnsatisfiable),
     NodeResponding(NodeResponding),
     ActOnJobs(ActOnJobs),
+    /// No longer proposed: old logs only.
     UpdateJob(UpdateJob),
     /// A step's events, written as version 4 named them (`grun_step_*`).
     #[serde(rename = "grun_step_started")]

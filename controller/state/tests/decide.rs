@@ -219,12 +219,19 @@ fn a_gang_stop_that_blames_a_peer_waits_for_the_peers_report() {
 fn steps_the_state_does_not_want_are_killed() {
     let mut s = cluster(&["n1"], SchedConfig::default());
     let job = run(&mut s, gpu_job(1, None), 10);
-    let cancel = CancelJob {
-        job,
+    let cancel = Command::ActOnJobs(ActOnJobs {
+        action: gsched_types::api::JobAction::Cancel,
+        select: gsched_types::api::JobSelection {
+            jobs: vec![gsched_types::api::JobSelector {
+                id: job.0,
+                task: None,
+            }],
+            ..Default::default()
+        },
         by: "alice".into(),
         admin: false,
-    };
-    apply(&mut s, Command::CancelJob(cancel), 11);
+    });
+    apply(&mut s, cancel, 11);
     let stale = RunExited {
         job,
         attempt: 0,
@@ -586,12 +593,19 @@ fn a_requeued_jobs_usage_stays_with_the_attempt_it_measured() {
     let node = s.jobs[&job].node_names()[0].clone();
     let first = usage_of(&node, 2, 0, 600);
     report(&mut s, job, first.clone(), 600_000);
-    let requeue = Command::RequeueJob(RequeueJob {
-        job,
+    let requeue = Command::ActOnJobs(ActOnJobs {
+        action: gsched_types::api::JobAction::Requeue,
+        select: gsched_types::api::JobSelection {
+            jobs: vec![gsched_types::api::JobSelector {
+                id: job.0,
+                task: None,
+            }],
+            ..Default::default()
+        },
         by: "alice".into(),
         admin: false,
     });
-    assert_eq!(apply(&mut s, requeue, 610_000), Outcome::Ok);
+    assert!(matches!(apply(&mut s, requeue, 610_000), Outcome::Acted(a) if a.count == 1));
     let exited = Command::RunExited(RunExited {
         job,
         attempt: 0,

@@ -4,6 +4,9 @@
 //! is `crate::monitor`'s pure decision; this file observes and carries it out. Every
 //! event goes to the on-disk outbox before anything else, so none is lost.
 
+// Every public item says what it is: the doc comment of `signal` once sat on `notice`.
+#![warn(missing_docs)]
+
 use crate::identity;
 use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, RunFiles, Scratch};
@@ -36,12 +39,17 @@ use std::time::{Duration, Instant};
 
 /// Agent-wide settings the run manager needs.
 pub struct Settings {
+    /// This node's name, as it registered.
     pub node: String,
+    /// The agent's own directory: runs under `steps/<job>.<attempt>/`.
     pub state_dir: PathBuf,
+    /// The node's topology as discovered (kept current by the health monitor).
     pub topology: Arc<RwLock<Topology>>,
     /// Interface carrying the training address (NCCL_SOCKET_IFNAME).
     pub training_iface: Option<String>,
+    /// Environment every run gets from the agent (`--env`).
     pub agent_env: BTreeMap<String, String>,
+    /// Where runs' cgroups are made, when the agent may make them.
     pub cgroups: Option<Cgroups>,
     /// Hand GPU device nodes to the job owner while the run goes on (root agents).
     pub private_gpus: bool,
@@ -164,6 +172,8 @@ impl Run {
     }
 }
 
+/// This node's runs and `grun` tasks, behind one lock (`Arc<Mutex<RunManager>>`) that
+/// the session, the monitor and the metrics share.
 pub struct RunManager {
     settings: Settings,
     outbox: Arc<Outbox>,
@@ -172,6 +182,56 @@ pub struct RunManager {
     grun: GrunTasks,
     /// Usage summaries of the last sample, waiting for the next heartbeat.
     usage_out: Vec<RunUsage>,
+}
+
+/// What stopping a run leaves to do once the run manager's lock is released: the signal
+/// and the files ([`RunManager::stop`]).
+#[must_use = "a stop is carried out by `carry_out`"]
+pub struct Stop(StopWork);
+
+enum StopWork {
+    /// Already being stopped.
+    Nothing,
+    /// Signal the run's process group (read from its directory if not known yet).
+    Signal {
+        action: Action,
+        pgid: Option<i32>,
+        files: RunFiles,
+        cgroup: Option<PathBuf>,
+    },
+    /// A run that never started here: report its end, once.
+    Unstarted {
+        dir: PathBuf,
+        outbox: Arc<Outbox>,
+        event: RunEvent,
+    },
+}
+
+impl Stop {
+    /// Signals, reads and writes what the stop needs; takes no lock of the run manager.
+    pub fn carry_out(self) {
+        match self.0 {
+            StopWork::Nothing => {}
+            StopWork::Signal {
+                action,
+                pgid,
+                files,
+                cgroup,
+            } => signal_run(
+                pgid.or_else(|| read_pgid(&files)),
+                cgroup.as_deref(),
+                &action,
+            ),
+            StopWork::Unstarted { dir, outbox, event } => {
+                if dir.join("reported").exists() {
+                    return;
+                }
+                let _ = layout::private_dir(&dir);
+                outbox.push(|seq| AgentToController::Run { seq, event });
+                let _ = layout::write_private(&dir.join("reported"), b"");
+            }
+        }
+    }
 }
 
 fn signal_group(pgid: Option<i32>, sig: Signal) {
@@ -206,6 +266,8 @@ fn alive(pid: i32) -> bool {
 }
 
 impl RunManager {
+    /// The run manager of a starting agent, with the runs a previous agent left (their
+    /// supervisors outlive it) adopted again.
     pub fn new(settings: Settings, outbox: Arc<Outbox>) -> RunManager {
         let mut m = RunManager {
             settings,
@@ -663,8 +725,6 @@ impl RunManager {
         self.grun.take_io(max)
     }
 
-    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
-    /// batch shell alone.
     /// Appends `text` to a node run's output file, through `gagentd notice` (a
     /// process of its own takes the job user's file-system identity to open it).
     pub fn notice(&self, job: JobId, attempt: u32, text: &str) {
@@ -694,6 +754,8 @@ impl RunManager {
         }
     }
 
+    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
+    /// batch shell alone.
     pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
         let Some(run) = self.runs.get(&(job, attempt)) else {
             tracing::warn!(
@@ -724,7 +786,24 @@ impl RunManager {
         }
     }
 
-    /// Stops a run: SIGTERM now, SIGKILL after `grace`.
+    /// Stops a run of `runs`: SIGTERM now, SIGKILL after `grace`. Decided under the run
+    /// manager's lock, which then goes before the signal and the files (reading the
+    /// process group, reporting a run that never started), so that a slow disk does not
+    /// hold up the session, the monitor or a launch.
+    pub fn stop(
+        runs: &parking_lot::Mutex<RunManager>,
+        job: JobId,
+        attempt: u32,
+        cause: FailureKind,
+        reason: &str,
+        grace: Duration,
+    ) {
+        let stop = runs.lock().kill(job, attempt, cause, reason, grace);
+        stop.carry_out();
+    }
+
+    /// Decides how to stop a run (SIGTERM now, SIGKILL after `grace`) without touching
+    /// the disk or signalling: [`Stop::carry_out`] does that, after the lock is gone.
     pub fn kill(
         &mut self,
         job: JobId,
@@ -732,43 +811,43 @@ impl RunManager {
         cause: FailureKind,
         reason: &str,
         grace: Duration,
-    ) {
+    ) -> Stop {
         match self.runs.get_mut(&(job, attempt)) {
             // Over already: its end is reported once its GPUs are probed.
-            Some(run) if run.held.is_some() => {}
+            Some(run) if run.held.is_some() => Stop(StopWork::Nothing),
             Some(run) => {
-                if let Some(action) =
-                    monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason)
-                {
-                    tracing::info!("stopping job {job} attempt {attempt}: {reason}");
-                    run.pgid = run.pgid.or_else(|| read_pgid(&run.files));
-                    carry_out(run, &action);
+                match monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason) {
+                    Some(action) => {
+                        tracing::info!("stopping job {job} attempt {attempt}: {reason}");
+                        Stop(StopWork::Signal {
+                            action,
+                            pgid: run.pgid,
+                            files: RunFiles(run.files.0.clone()),
+                            cgroup: run.cgroup.clone(),
+                        })
+                    }
+                    None => Stop(StopWork::Nothing),
                 }
             }
-            None => {
-                let dir = self.dir(job, attempt);
-                if dir.join("reported").exists() {
-                    return;
-                }
-                // Never started here (or already gone): report it stopped so the job can end,
-                // and make a late launch of the same attempt a no-op.
-                let _ = layout::private_dir(&dir);
-                let failure = Failure {
-                    kind: cause,
-                    node: Some(self.settings.node.clone()),
-                    evidence: format!("stopped before it started: {reason}"),
-                    at_ms: now_ms(),
-                };
-                self.emit(RunEvent::Exited {
+            // Never started here (or already gone): report it stopped so the job can end,
+            // and make a late launch of the same attempt a no-op.
+            None => Stop(StopWork::Unstarted {
+                dir: self.dir(job, attempt),
+                outbox: self.outbox.clone(),
+                event: RunEvent::Exited {
                     job,
                     attempt,
                     code: None,
                     signal: None,
-                    failure: Some(failure),
+                    failure: Some(Failure {
+                        kind: cause,
+                        node: Some(self.settings.node.clone()),
+                        evidence: format!("stopped before it started: {reason}"),
+                        at_ms: now_ms(),
+                    }),
                     usage: None,
-                });
-                let _ = layout::write_private(&dir.join("reported"), b"");
-            }
+                },
+            }),
         }
     }
 
@@ -1086,11 +1165,16 @@ fn torchrun_error_file(run: &Run) -> Option<String> {
 
 /// Signals what the monitor decided.
 fn carry_out(run: &Run, action: &Action) {
+    signal_run(run.pgid, run.cgroup.as_deref(), action);
+}
+
+/// Signals a run's process group (and, for a forced kill, its cgroup) as `action` says.
+fn signal_run(pgid: Option<i32>, cgroup: Option<&Path>, action: &Action) {
     match action {
-        Action::Terminate => signal_group(run.pgid, Signal::SIGTERM),
+        Action::Terminate => signal_group(pgid, Signal::SIGTERM),
         Action::ForceKill => {
-            signal_group(run.pgid, Signal::SIGKILL);
-            if let Some(cg) = &run.cgroup {
+            signal_group(pgid, Signal::SIGKILL);
+            if let Some(cg) = cgroup {
                 Cgroups::kill(cg);
             }
         }
@@ -1200,6 +1284,7 @@ pub struct JobCpus {
 }
 
 impl JobCpus {
+    /// The job's CPUs from its plan, placed by `topo`; `None` where the plan names none.
     pub fn of(plan: &Plan, topo: &Topology) -> Option<JobCpus> {
         let list = plan
             .tasks
@@ -1244,5 +1329,74 @@ impl JobCpus {
             socket_of: &socket_of,
             core_of: &core_of,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    fn settings(dir: &Path) -> Settings {
+        Settings {
+            node: "n1".into(),
+            state_dir: dir.join("state"),
+            topology: Arc::new(RwLock::new(Topology::empty("test"))),
+            training_iface: None,
+            agent_env: BTreeMap::new(),
+            cgroups: None,
+            private_gpus: false,
+            device_filter: false,
+            job_root: JobRoot(dir.join("jobs")),
+            exe: PathBuf::from("/bin/false"),
+            gpu_map: Vec::new(),
+            slurm_names: None,
+            controllers: String::new(),
+            min_uid: 0,
+            probe: None,
+        }
+    }
+
+    #[test]
+    fn a_stop_does_its_file_io_without_holding_the_run_managers_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Arc::new(Outbox::open(dir.path().join("outbox")).unwrap());
+        // The outbox's next event is written through a FIFO: the write blocks until a
+        // reader comes, as a slow or stuck disk would.
+        let fifo = dir.path().join("outbox").join(format!("{:012}.tmp", 1));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let runs = Arc::new(Mutex::new(RunManager::new(
+            settings(dir.path()),
+            outbox.clone(),
+        )));
+        // A run this node never started: its stop writes the report of its end.
+        let stopper = {
+            let runs = runs.clone();
+            std::thread::spawn(move || {
+                RunManager::stop(
+                    &runs,
+                    JobId(7),
+                    0,
+                    FailureKind::Cancelled,
+                    "cancelled",
+                    Duration::from_secs(1),
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        // Heartbeats, launches and the monitor need the lock meanwhile.
+        let free = runs.try_lock_for(Duration::from_secs(2)).is_some();
+        let mut written = Vec::new();
+        std::fs::File::open(&fifo)
+            .unwrap()
+            .read_to_end(&mut written)
+            .unwrap();
+        stopper.join().unwrap();
+        assert!(
+            free,
+            "the run manager's lock was held while the stop wrote to the disk"
+        );
+        assert!(String::from_utf8_lossy(&written).contains("stopped before it started"));
+        assert_eq!(outbox.pending().len(), 1);
     }
 }

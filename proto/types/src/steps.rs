@@ -165,6 +165,19 @@ pub enum InputEvent {
 /// The most stdin one `StepInput` carries.
 pub const INPUT_CHUNK: usize = 64 * 1024;
 
+/// The status a task's exit counts as, as srun counts it: its exit code, 128 + N for a
+/// death by signal N, and 1 when its agent could learn neither (its exit record had no
+/// status): an end nobody saw is no success. `grun` exits with the highest of its tasks';
+/// the controller records a step whose tasks all count 0 as completed, any other as
+/// failed.
+pub fn task_status(code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (code, signal) {
+        (_, Some(sig)) => 128 + sig,
+        (Some(c), None) => c,
+        (None, None) => 1,
+    }
+}
+
 /// How a recorded `grun` step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -421,6 +434,15 @@ pub enum StepUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_counts_as_srun_counts_it_and_an_unknown_end_as_a_failure() {
+        assert_eq!(task_status(Some(0), None), 0);
+        assert_eq!(task_status(Some(3), None), 3);
+        assert_eq!(task_status(None, Some(9)), 137);
+        assert_eq!(task_status(Some(0), Some(15)), 143);
+        assert_eq!(task_status(None, None), 1);
+    }
 
     // Slurm 22.05 (tests/slurmdiff's peer), a 4-GPU job on one node: three concurrent
     // `srun --exact -n1 --gres=gpu:1` steps got GPUs 0, 1, 2; a `--gres=gpu:3` step after one

@@ -121,8 +121,6 @@ impl ClusterState {
         }
     }
 
-    /// Records a node's warning on the job: one per kind and node (a newer one replaces
-    /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
     /// Replaces `node`'s usage summary (bounded: its GPU list and series as a node may
     /// send them, never more than the allocation's GPUs).
     fn keep_usage(usage: &mut Vec<NodeUsage>, node: &str, u: &NodeUsage) {
@@ -183,6 +181,8 @@ impl ClusterState {
         Outcome::Ok
     }
 
+    /// Records a node's warning on the job: one per kind and node (a newer one replaces
+    /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
     pub(super) fn job_warning(&mut self, c: &JobWarning) -> Outcome {
         let job = match self.reported_job(c.job, c.attempt) {
             Ok(job) => job,
