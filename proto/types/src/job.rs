@@ -294,6 +294,27 @@ pub struct JobSpec {
     /// `--wckey`: kept with the job and shown by gacct.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wckey: Option<String>,
+    /// `--time-min` (s): backfill may start the job with a time limit this low (up to
+    /// `time_limit_s`) where that lets it start sooner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_min_s: Option<u64>,
+    /// `--deadline` (ms since the epoch): a pending job that can no longer end by then
+    /// ends DEADLINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// `--kill-on-invalid-dep`: end the job when a dependency can never be met (yes) or
+    /// leave it pending (no); absent: the cluster's `keep_invalid_depend` decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_on_invalid_dep: Option<bool>,
+    /// `--no-kill`: keep running on the other nodes when one of the job's is lost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_kill: bool,
+    /// `-i`/`--input`: the batch script's stdin, a filename pattern (absent: /dev/null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// `--mail-type` and `--mail-user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail: Option<crate::notify::MailRequest>,
 }
 
 impl JobSpec {
@@ -352,6 +373,12 @@ impl JobSpec {
             switches: None,
             comment: None,
             wckey: None,
+            time_min_s: None,
+            deadline_ms: None,
+            kill_on_invalid_dep: None,
+            no_kill: false,
+            input: None,
+            mail: None,
         }
     }
 

@@ -19,6 +19,7 @@ pub mod hostlist;
 pub mod job;
 pub mod launch;
 pub mod node;
+pub mod notify;
 pub mod parse;
 pub mod report;
 pub mod reservation;
