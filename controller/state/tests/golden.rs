@@ -100,6 +100,7 @@ variants! {
     Command::UpdateReservation(_) => "update_reservation",
     Command::DeleteReservation(_) => "delete_reservation",
     Command::EditAssociations(_) => "edit_associations",
+    Command::EndPastDeadline(_) => "end_past_deadline",
 }
 
 #[test]

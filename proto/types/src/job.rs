@@ -460,11 +460,13 @@ pub enum JobState {
     Timeout,
     NodeFail,
     OutOfMemory,
+    /// Ended while pending: it could no longer end by its `--deadline`.
+    Deadline,
 }
 
 impl JobState {
     /// Every state, in the order jobs go through them.
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -474,6 +476,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Deadline,
     ];
 
     pub fn is_terminal(self) -> bool {
@@ -495,6 +498,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Deadline => "DL",
         }
     }
 
@@ -509,6 +513,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Deadline => "DEADLINE",
         }
     }
 
