@@ -759,3 +759,49 @@ fn a_job_that_cannot_end_by_its_deadline_ends_as_deadline() {
     );
     assert_eq!(s.jobs[&flexible].state, JobState::Pending);
 }
+
+#[test]
+fn no_kill_keeps_a_job_running_when_one_of_its_nodes_is_lost() {
+    for no_kill in [false, true] {
+        let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+        let mut spec = gpu_job(2, Some(3600));
+        spec.launch = gsched_types::job::LaunchMode::Batch;
+        spec.no_kill = no_kill;
+        let id = run(&mut s, spec, 10);
+        let nodes: Vec<String> = s.jobs[&id].runs.iter().map(|r| r.node.clone()).collect();
+        let lost = Command::NodeLost(NodeLost {
+            node: nodes[1].clone(),
+            reason: "not responding".into(),
+        });
+        apply(&mut s, lost, 20);
+        if !no_kill {
+            assert_ne!(
+                s.jobs[&id].state,
+                JobState::Running,
+                "without --no-kill it ends"
+            );
+            continue;
+        }
+        assert_eq!(
+            s.jobs[&id].state,
+            JobState::Running,
+            "--no-kill: it goes on"
+        );
+        assert_eq!(s.jobs[&id].runs[1].state, gsched_types::job::RunState::Lost);
+        let batch_done = Command::RunExited(RunExited {
+            job: id,
+            attempt: 0,
+            node: nodes[0].clone(),
+            code: Some(0),
+            signal: None,
+            failure: None,
+            usage: None,
+        });
+        apply(&mut s, batch_done, 30);
+        assert_eq!(
+            s.jobs[&id].state,
+            JobState::Completed,
+            "its batch script's end ends it"
+        );
+    }
+}

@@ -77,13 +77,17 @@ pub struct Plan {
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
 /// stdin), as a pipe or through a pseudo-terminal that is also its stdout and stderr and
 /// its controlling terminal (`grun --pty`; resizes through the `winsize` file).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TaskInput {
     #[default]
     None,
     Pipe,
     Pty(gsched_types::steps::TermSize),
+    /// A file the job's owner can read (`sbatch --input`), absolute.
+    File {
+        path: String,
+    },
 }
 
 impl TaskInput {
@@ -186,6 +190,19 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         })
         .collect();
     let (stdout, stderr) = output::paths(launch, ctx.node);
+    let input = match &spec.input {
+        Some(pattern) => {
+            let path = output::expand(pattern, launch, ctx.node, 0);
+            TaskInput::File {
+                path: if path.starts_with('/') {
+                    path
+                } else {
+                    format!("{}/{path}", spec.workdir.trim_end_matches('/'))
+                },
+            }
+        }
+        None => TaskInput::None,
+    };
     Plan {
         argv,
         tasks,
@@ -201,7 +218,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         devices: ctx.devices.clone(),
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
-        input: TaskInput::None,
+        input,
         truncate_output: spec.open_mode == Some(gsched_types::job::OpenMode::Truncate)
             && launch.attempt == 0
             && launch.node_rank == 0,
@@ -580,5 +597,20 @@ mod tests {
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some(""));
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
         assert_eq!(var(&t, "SLURM_GPUS_ON_NODE"), None);
+    }
+
+    #[test]
+    fn every_input_round_trips_through_the_plan_file() {
+        for input in [
+            TaskInput::None,
+            TaskInput::Pipe,
+            TaskInput::Pty(gsched_types::steps::TermSize { rows: 2, cols: 3 }),
+            TaskInput::File {
+                path: "/home/a/in.txt".into(),
+            },
+        ] {
+            let json = serde_json::to_string(&input).expect("serialises");
+            assert_eq!(serde_json::from_str::<TaskInput>(&json).unwrap(), input);
+        }
     }
 }

@@ -139,8 +139,16 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let wiring = Wiring::of(plan, crate::identity::is_root());
     let outputs = Outputs::open(dir, plan, &wiring)?;
     let streams = Streams::open(&wiring)?;
-    let setup = child_setup(plan, &wiring, &streams)?;
+    // `sbatch --input`: opened as the owner, kept open until the tasks have it.
+    let input = match &plan.input {
+        gsched_launch::plan::TaskInput::File { path } => {
+            Some(files::open_read_as(path, wiring.owner, &plan.groups)?)
+        }
+        _ => None,
+    };
+    let setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
     let spawned = spawn_tasks(plan, &wiring, setup);
+    drop(input);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
     let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
@@ -315,7 +323,12 @@ impl Streams {
     }
 }
 
-fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildSetup, String> {
+fn child_setup(
+    plan: &Plan,
+    wiring: &Wiring,
+    streams: &Streams,
+    input: Option<&std::fs::File>,
+) -> Result<ChildSetup, String> {
     let owner = wiring.owner;
     let stdout = streams.out.1.as_raw_fd();
     Ok(ChildSetup {
@@ -331,10 +344,11 @@ fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildS
         umask: wiring.umask.map(Mode::from_bits_truncate),
         stdout,
         stderr: streams.err.as_ref().map_or(stdout, |(_, w)| w.as_raw_fd()),
-        stdin: match (&streams.pty, wiring.stdin) {
-            (Some(p), _) => ChildStdin::Pty(p.slave.as_raw_fd()),
-            (None, Stdin::Caller) => ChildStdin::Inherit,
-            (None, _) => ChildStdin::Null,
+        stdin: match (&streams.pty, wiring.stdin, input) {
+            (Some(p), _, _) => ChildStdin::Pty(p.slave.as_raw_fd()),
+            (None, Stdin::Caller, _) => ChildStdin::Inherit,
+            (None, Stdin::File, Some(f)) => ChildStdin::File(f.as_raw_fd()),
+            (None, _, _) => ChildStdin::Null,
         },
         affinity: plan.affinity.as_deref().map(cpu_set),
     })
