@@ -146,3 +146,13 @@ fn grun_answers_to_every_srun_option_as_the_table_says() {
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn galloc_answers_to_every_salloc_option_as_the_table_says() {
+    let problems = check(
+        Tool::Salloc,
+        gsched_cli::galloc::AllocArgs::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -152,7 +152,11 @@ pub fn main(raw: Vec<String>) -> i32 {
         None => {
             let (alloc_args, _) =
                 crate::alloc::parse("grun", &alloc_words).unwrap_or_else(|e| die("grun", e));
-            let job = crate::alloc::allocate(&rt, &mut client, &alloc_args, "grun")
+            let immediate = args
+                .immediate
+                .as_deref()
+                .map(|v| immediate_wait("--immediate", v));
+            let job = crate::alloc::allocate(&rt, &mut client, &alloc_args, "grun", immediate)
                 .unwrap_or_else(|e| die("grun", e));
             (job.job_id.0, true)
         }
@@ -163,6 +167,18 @@ pub fn main(raw: Vec<String>) -> i32 {
         crate::alloc::release(&rt, &mut client, job);
     }
     status
+}
+
+/// `--immediate[=SECONDS]`: how long an allocation may wait to start (none given: only
+/// until its first scheduling pass).
+pub fn immediate_wait(flag: &str, value: &str) -> Duration {
+    if value.is_empty() {
+        return Duration::ZERO;
+    }
+    value
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .unwrap_or_else(|_| die("grun", format!("{flag}={value}: give a number of seconds")))
 }
 
 /// How srun names a task's death by signal.
