@@ -84,6 +84,10 @@ struct RunArgs {
     /// job's PATH, so unmodified scripts find `scontrol`, `sbatch`, `squeue`...
     #[arg(long)]
     slurm_names: Option<String>,
+    /// Where login shells read profile snippets: with --slurm-names, the agent (as
+    /// root) installs one there that puts the links first inside jobs again.
+    #[arg(long, default_value = "/etc/profile.d")]
+    profile_d: PathBuf,
     /// A single-host development cluster: the controllers are on loopback, reached in
     /// plaintext, and know this agent by its uid (it must run as the controllers' user).
     #[arg(long, conflicts_with = "tls_dir")]
@@ -604,6 +608,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             training_iface,
             expected_mtu: args.training_mtu,
         };
+        check_slurm_names(&args, &outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -855,4 +860,59 @@ async fn sample_usage(
         })
         .await;
     }
+}
+
+/// With `--slurm-names`: installs the profile snippet that keeps the links first in jobs'
+/// login shells (as root), and reports Slurm's own clients a login shell would find
+/// first when the snippet is not in place.
+fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
+    use gsched_agent::slurm_names;
+    let Some(links) = &args.slurm_names else {
+        return;
+    };
+    let installed = if gsched_agent::identity::is_root() {
+        match slurm_names::install(&args.profile_d, links) {
+            Ok(path) => {
+                tracing::info!(
+                    "login shells in jobs find {links} first ({})",
+                    path.display()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot install {} in {}: {e}",
+                    slurm_names::SNIPPET,
+                    args.profile_d.display()
+                );
+                false
+            }
+        }
+    } else {
+        args.profile_d.join(slurm_names::SNIPPET).is_file()
+    };
+    let found = slurm_names::shadowing(std::path::Path::new(links), slurm_names::LOGIN_PATH);
+    if installed || found.is_empty() {
+        return;
+    }
+    let list: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "slurm-names-shadowed",
+        None,
+        format!(
+            "Slurm's own clients ({}) come first in a job's login shell (#!/bin/bash -l resets PATH), and {} is not in {}",
+            list.join(", "),
+            slurm_names::SNIPPET,
+            args.profile_d.display()
+        ),
+        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (deploy/one-server/install.sh does)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
 }
