@@ -283,6 +283,12 @@ fn run(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
         read_file: |p| std::fs::read(p),
+        umask: {
+            use nix::sys::stat::{Mode, umask};
+            let old = umask(Mode::from_bits_truncate(0o077));
+            umask(old);
+            old.bits()
+        },
     };
     let request =
         step_request(args, job, &caller, terminal_size).unwrap_or_else(|e| die("grun", e));
@@ -296,10 +302,14 @@ fn run(
             .and_then(|a| a.parse().ok())
             .zip(env.get("SLURM_ARRAY_TASK_ID").and_then(|t| t.parse().ok())),
     };
-    let append = match args.open_mode.as_deref() {
-        None | Some("truncate") => false,
-        Some("append") => true,
-        Some(other) => fail(format!("--open-mode={other}: use append or truncate")),
+    let append = match args
+        .open_mode
+        .as_deref()
+        .map(gsched_types::job::OpenMode::parse)
+    {
+        None => false,
+        Some(Ok(mode)) => mode == gsched_types::job::OpenMode::Append,
+        Some(Err(e)) => fail(e.to_string()),
     };
     let mut sinks = Sinks::new(
         names.clone(),

@@ -140,7 +140,12 @@ pub fn launch_spec(
         attempt: job.attempt,
         node_rank: rank as u32,
         nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
-        spec: state.full_spec(job),
+        spec: {
+            // The tasks name the partition the job runs in, the default one included.
+            let mut spec = state.full_spec(job);
+            spec.partition = Some(state.config.partition_of(&job.spec));
+            spec
+        },
         allocation: alloc.clone(),
         node_alloc: alloc.nodes.get(rank)?.clone(),
         start_ms: job.start_ms.unwrap_or(state.clock_ms),

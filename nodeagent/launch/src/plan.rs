@@ -312,8 +312,20 @@ pub fn step_task(
         ("SLURM_STEP_TASKS_PER_NODE", tasks_per_node.clone()),
         ("SLURM_TASKS_PER_NODE", tasks_per_node),
         ("SLURM_GTIDS", gtids.join(",")),
+        (
+            "SLURM_DISTRIBUTION",
+            default_distribution(layout.ntasks, layout.nodes.len()).into(),
+        ),
     ] {
         env.insert(k.to_string(), v);
+    }
+    for (k, v) in &step.srun_env {
+        // Slurm 22.05's tasks were seen without an implied per-task GPU binding where a
+        // node has one task of the step (tests/slurmdiff corpus 03, 48, 55).
+        if k == "SLURMD_TRES_BIND" && v.starts_with("gpu:per_task:") && here == 1 {
+            continue;
+        }
+        env.insert(k.clone(), v.clone());
     }
     step_gpu_vars(
         &mut env,
@@ -363,6 +375,16 @@ pub fn step_task(
         gpus: Vec::new(),
         affinity,
         affinity_verbose: step.binding.verbose,
+    }
+}
+
+/// The distribution Slurm's step manager chooses when srun names none: one task per node
+/// goes round the nodes (`cyclic`), more fill each node in turn (`block`).
+fn default_distribution(ntasks: u32, nodes: usize) -> &'static str {
+    if ntasks as usize <= nodes {
+        "cyclic"
+    } else {
+        "block"
     }
 }
 
@@ -518,6 +540,7 @@ mod tests {
             gpu_slots: None,
             cpus_per_task: None,
             binding: Default::default(),
+            srun_env: BTreeMap::new(),
         }
     }
 
