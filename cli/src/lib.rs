@@ -10,7 +10,10 @@ pub mod client;
 pub mod doctor;
 pub mod efficiency;
 pub mod format;
+pub mod galloc;
+pub mod grun;
 pub mod grun_job;
+pub mod option_words;
 pub mod probe;
 pub mod queue_format;
 pub mod report;
@@ -146,9 +149,10 @@ pub fn fetch_jobs(
     all.expect("one page at least")
 }
 
-/// Applies `action` to every job `select` names, as one request; prints what was refused
-/// as `tool: error: ...` lines and returns whether anything was refused. Exits 1 when
-/// no controller answers or the request itself is refused.
+/// Applies `action` to every job `select` names, as one request (`ActOnJobs`, the one
+/// path of every cancel, hold, release, requeue, signal and update); prints what was
+/// refused as `tool: error: ...` lines and returns whether anything was refused. Exits 1
+/// when no controller answers or the request itself is refused.
 pub fn act_on_jobs(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
@@ -163,24 +167,6 @@ pub fn act_on_jobs(
         .block_on(client.call(|mut c| {
             let req = req.clone();
             async move { c.act_on_jobs(req).await }
-        }))
-        .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-    report_summary(doc_of(&reply, tool), tool)
-}
-
-/// `gcancel --signal`: one request for every running job the selection names; errors are
-/// printed as `tool: error: ...`. Returns the summary and whether anything was refused.
-pub fn signal_jobs(
-    rt: &tokio::runtime::Runtime,
-    client: &mut client::Client,
-    request: gsched_types::api::SignalRequest,
-    tool: &str,
-) -> (gsched_types::api::ActionSummary, bool) {
-    let req = gsched_proto::pb::SignalJobsRequest::carrying(&request);
-    let reply = rt
-        .block_on(client.call(|mut c| {
-            let req = req.clone();
-            async move { c.signal_jobs(req).await }
         }))
         .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
     report_summary(doc_of(&reply, tool), tool)

@@ -138,6 +138,26 @@ fn gsub_answers_to_every_sbatch_option_as_the_table_says() {
 }
 
 #[test]
+fn grun_answers_to_every_srun_option_as_the_table_says() {
+    let problems = check(
+        Tool::Srun,
+        gsched_cli::grun::RunArgs::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn galloc_answers_to_every_salloc_option_as_the_table_says() {
+    let problems = check(
+        Tool::Salloc,
+        gsched_cli::galloc::AllocArgs::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
 fn gqueue_answers_to_every_squeue_option_as_the_table_says() {
     let problems = check(
         Tool::Squeue,

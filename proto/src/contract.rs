@@ -4,30 +4,29 @@
 //!
 //! ```compile_fail
 //! use gsched_proto::contract::Carries;
-//! use gsched_proto::pb::SignalJobsRequest;
-//! // A step request is not what SignalJobs takes:
+//! use gsched_proto::pb::ActOnJobsRequest;
+//! // A step request is not what ActOnJobs takes:
 //! let step: gsched_types::steps::StepRequest = unimplemented!();
-//! let _ = SignalJobsRequest::carrying(&step);
+//! let _ = ActOnJobsRequest::carrying(&step);
 //! ```
 //!
 //! ```
 //! use gsched_proto::contract::Carries;
-//! use gsched_proto::pb::SignalJobsRequest;
-//! let body = gsched_types::api::SignalRequest {
+//! use gsched_proto::pb::ActOnJobsRequest;
+//! use gsched_types::api::{JobAction, JobActionRequest};
+//! let body = JobActionRequest {
+//!     action: JobAction::Signal { signal: 10, batch_only: false },
 //!     select: Default::default(),
-//!     signal: 10,
-//!     batch_only: false,
 //! };
-//! let req = SignalJobsRequest::carrying(&body);
-//! assert_eq!(req.document().unwrap().signal, 10);
+//! let req = ActOnJobsRequest::carrying(&body);
+//! assert_eq!(req.document().unwrap().action.verb(), "signal");
 //! ```
 
 use crate::pb;
 use gsched_types::agent::{AgentToController, ControllerToAgent};
 use gsched_types::api::{
     ActionSummary, CheckReply, JobActionRequest, JobList, JobRow, NodeList, QueueRow,
-    RevokeTokensReply, RevokeTokensRequest, SignalRequest, StatusRow, TokenReply, TokenRequest,
-    UpdateJobRequest,
+    RevokeTokensReply, RevokeTokensRequest, StatusRow, TokenReply, TokenRequest,
 };
 use gsched_types::job::JobSpec;
 use gsched_types::steps::{StepInput, StepRequest, StepUpdate};
@@ -99,8 +98,6 @@ carries! {
     StatusReply { json } => StatusRow, "controller status";
     ActOnJobsRequest { json, request_id } => JobActionRequest, "job action";
     ActOnJobsReply { json } => ActionSummary, "action summary";
-    SignalJobsRequest { json } => SignalRequest, "signal request";
-    SignalJobsReply { json } => ActionSummary, "action summary";
     RunStepRequest { json } => StepRequest, "step request";
     RunStepReply { json } => StepUpdate, "step update";
     StepInputRequest { json } => StepInput, "step input";
@@ -108,7 +105,6 @@ carries! {
     IssueTokenReply { json } => TokenReply, "token reply";
     RevokeTokensRequest { json, request_id } => RevokeTokensRequest, "token revocation";
     RevokeTokensReply { json } => RevokeTokensReply, "token revocation reply";
-    UpdateJobRequest { json, request_id } => UpdateJobRequest, "job update";
     ReportRequest { json } => gsched_types::report::ReportRequest, "report request";
     ReportReply { json } => gsched_types::report::ReportReply, "report";
     ReservationsRequest { json, request_id } => gsched_types::reservation::ReservationRequest, "reservation request";
@@ -139,7 +135,6 @@ idempotent!(
     SubmitRequest,
     ActOnJobsRequest,
     RevokeTokensRequest,
-    UpdateJobRequest,
     ReservationsRequest,
     AssociationsRequest
 );
@@ -214,21 +209,32 @@ mod tests {
 
     #[test]
     fn a_document_survives_its_message() {
-        let body = UpdateJobRequest {
-            job: 7,
-            time_limit_s: Some(60),
+        let body = JobActionRequest {
+            action: gsched_types::api::JobAction::Update {
+                time_limit_s: Some(60),
+            },
+            select: Default::default(),
         };
-        let req = pb::UpdateJobRequest::carrying(&body).with_request_id("r1");
+        let req = pb::ActOnJobsRequest::carrying(&body).with_request_id("r1");
         assert_eq!(req.request_id, "r1");
-        let back = req.document().unwrap();
-        assert_eq!((back.job, back.time_limit_s), (7, Some(60)));
+        assert_eq!(req.document().unwrap(), body);
+        // As the JSON of clients from before an action carried values reads.
+        let old = pb::ActOnJobsRequest::from_json(
+            br#"{"action": "cancel", "select": {"jobs": [{"id": 7}]}}"#.to_vec(),
+        );
+        assert_eq!(
+            old.document().unwrap().action,
+            gsched_types::api::JobAction::Cancel
+        );
     }
 
     #[test]
     fn a_malformed_document_names_what_it_should_be() {
-        let req = pb::SignalJobsRequest::from_json(b"{\"signal\": \"ten\"}".to_vec());
+        let req = pb::ActOnJobsRequest::from_json(
+            b"{\"action\": {\"signal\": {\"signal\": \"ten\"}}}".to_vec(),
+        );
         let e = req.document().unwrap_err().to_string();
-        assert!(e.starts_with("malformed signal request: "), "{e}");
+        assert!(e.starts_with("malformed job action: "), "{e}");
     }
 
     #[test]

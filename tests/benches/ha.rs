@@ -15,7 +15,8 @@
 //! (submit+cancel pairs, default 40000).
 
 use gsched_cli::client::Client;
-use gsched_proto::pb::{CancelRequest, SubmitRequest};
+use gsched_proto::contract::{Carries, Idempotent};
+use gsched_proto::pb::{ActOnJobsRequest, SubmitRequest};
 use gsched_tests::Cluster;
 use gsched_types::job::JobSpec;
 use std::sync::Arc;
@@ -213,14 +214,22 @@ fn main() {
                     else {
                         continue;
                     };
-                    let cancel = CancelRequest {
-                        request_id: uuid::Uuid::new_v4().to_string(),
-                        job_id: r.job_ids[0],
+                    let body = gsched_types::api::JobActionRequest {
+                        action: gsched_types::api::JobAction::Cancel,
+                        select: gsched_types::api::JobSelection {
+                            jobs: vec![gsched_types::api::JobSelector {
+                                id: r.job_ids[0],
+                                task: None,
+                            }],
+                            ..Default::default()
+                        },
                     };
+                    let cancel = ActOnJobsRequest::carrying(&body)
+                        .with_request_id(uuid::Uuid::new_v4().to_string());
                     let _ = client
                         .call(|mut j| {
                             let r = cancel.clone();
-                            async move { j.cancel(r).await }
+                            async move { j.act_on_jobs(r).await }
                         })
                         .await;
                     done.fetch_add(1, Ordering::Relaxed);

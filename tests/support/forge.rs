@@ -146,27 +146,22 @@ async fn call(
             };
             outcome(jobs.submit(request(msg, req, last)?).await)
         }
-        "cancel" => {
-            let msg = CancelRequest {
+        // Every action on a job is one `ActOnJobs` naming it; its refusals come back
+        // in the reply's summary, per job.
+        action @ ("cancel" | "requeue" | "hold") => {
+            let body = json!({"action": action, "select": {"jobs": [{"id": num(req, "job")}]}});
+            let msg = ActOnJobsRequest {
                 request_id: rid,
-                job_id: num(req, "job"),
+                json: serde_json::to_vec(&body).map_err(|e| e.to_string())?,
             };
-            outcome(jobs.cancel(request(msg, req, last)?).await)
-        }
-        "requeue" => {
-            let msg = RequeueRequest {
-                request_id: rid,
-                job_id: num(req, "job"),
-            };
-            outcome(jobs.requeue(request(msg, req, last)?).await)
-        }
-        "hold" => {
-            let msg = HoldRequest {
-                request_id: rid,
-                job_id: num(req, "job"),
-                hold: true,
-            };
-            outcome(jobs.hold(request(msg, req, last)?).await)
+            match jobs.act_on_jobs(request(msg, req, last)?).await {
+                Ok(reply) => {
+                    let summary: gsched_types::api::ActionSummary =
+                        reply.into_inner().document().map_err(|e| e.to_string())?;
+                    json!({"ok": true, "summary": summary})
+                }
+                Err(s) => outcome::<()>(Err(s)),
+            }
         }
         "drain" => {
             let msg = NodeAdminRequest {

@@ -67,9 +67,6 @@ impl Decoder for RawDecoder {
 
 const METHODS: &[&str] = &[
     "/gsched.v1.Jobs/Submit",
-    "/gsched.v1.Jobs/Cancel",
-    "/gsched.v1.Jobs/Requeue",
-    "/gsched.v1.Jobs/Hold",
     "/gsched.v1.Jobs/ListJobs",
     "/gsched.v1.Jobs/ListNodes",
     "/gsched.v1.Jobs/NodeAdmin",
@@ -77,8 +74,6 @@ const METHODS: &[&str] = &[
     "/gsched.v1.Jobs/Membership",
     "/gsched.v1.Jobs/Check",
     "/gsched.v1.Jobs/ActOnJobs",
-    "/gsched.v1.Jobs/SignalJobs",
-    "/gsched.v1.Jobs/UpdateJob",
     "/gsched.v1.Jobs/RunStep",
     "/gsched.v1.Jobs/StepInput",
     "/gsched.v1.Jobs/IssueToken",
@@ -179,29 +174,18 @@ impl Fuzzer {
                 }
                 return;
             }
-            3 => {
-                let (request_id, job_id) = (rid, job_id(rng));
-                let r = if rng.gen_bool(0.5) {
-                    jobs.cancel(CancelRequest { request_id, job_id })
-                        .await
-                        .map(|_| ())
-                } else {
-                    jobs.requeue(RequeueRequest { request_id, job_id })
-                        .await
-                        .map(|_| ())
-                };
-                self.tally.lock().add("Cancel/Requeue", &r);
-                return;
-            }
-            4 => {
+            3 | 4 => {
+                // One job named, as the single-job calls that ActOnJobs replaced named it.
+                let action = ["cancel", "requeue", "hold", "release"][rng.gen_range(0..4)];
+                let body = json!({"action": action, "select": {"jobs": [{"id": job_id(rng)}]}});
                 let r = jobs
-                    .hold(HoldRequest {
-                        request_id: rid,
-                        job_id: job_id(rng),
-                        hold: rng.gen_bool(0.5),
-                    })
-                    .await;
-                self.tally.lock().add("Hold", &r);
+                    .act_on_jobs(
+                        ActOnJobsRequest::from_json(serde_json::to_vec(&body).unwrap())
+                            .with_request_id(rid),
+                    )
+                    .await
+                    .map(|_| ());
+                self.tally.lock().add("ActOnJobs (one job)", &r);
                 return;
             }
             5 | 6 => {
@@ -331,24 +315,27 @@ impl Fuzzer {
                 let action =
                     ["cancel", "hold", "release", "requeue", "explode"][rng.gen_range(0..5)];
                 let batch_only = rng.gen_bool(0.5);
+                let update = rng.gen_bool(0.2);
                 let body = if signal {
-                    json!({"select": select, "signal": number, "batch_only": batch_only})
+                    json!({"action": {"signal": {"signal": number, "batch_only": batch_only}}, "select": select})
+                } else if update {
+                    json!({"action": {"update": {"time_limit_s": junk_number(rng)}}, "select": select})
                 } else {
                     json!({"action": action, "select": select})
                 };
                 let json = serde_json::to_vec(&body).unwrap();
-                let r = if signal {
-                    jobs.signal_jobs(SignalJobsRequest::from_json(json))
-                        .await
-                        .map(|_| ())
-                } else {
-                    jobs.act_on_jobs(ActOnJobsRequest::from_json(json).with_request_id(rid))
-                        .await
-                        .map(|_| ())
-                };
-                self.tally
-                    .lock()
-                    .add(if signal { "SignalJobs" } else { "ActOnJobs" }, &r);
+                let r = jobs
+                    .act_on_jobs(ActOnJobsRequest::from_json(json).with_request_id(rid))
+                    .await
+                    .map(|_| ());
+                self.tally.lock().add(
+                    if signal {
+                        "ActOnJobs (signal)"
+                    } else {
+                        "ActOnJobs"
+                    },
+                    &r,
+                );
                 return;
             }
             12 if rng.gen_bool(0.5) => {

@@ -1,8 +1,9 @@
-//! Bulk actions and filtered reads through the CLI, as users run them: `gcancel -u`,
+//! Actions on jobs and filtered reads through the CLI, as users run them: `gcancel -u`,
 //! `gcancel -t/-n/-w`, `gctl hold/release` of many jobs, `gqueue --me/-u/--stale-ok`,
-//! `gacct -S/-E`; each bulk action is one request, and other users' jobs are never
-//! touched by a filter. Cancelling a node's running jobs at once reaches its agent as one
-//! message.
+//! `gacct -S/-E`; each action is one request, and other users' jobs are never touched by
+//! a filter. Cancelling a node's running jobs at once reaches its agent as one message.
+//! Jobs in the wrong state are reported per job as Slurm 22.05 reports them, measured on
+//! the peer (t40), and an array changes all or none.
 
 use gsched_tests::{Cluster, test_users};
 use std::time::Duration;
@@ -151,4 +152,225 @@ fn t30_a_nodes_running_jobs_cancelled_at_once_are_stopped_by_one_message() {
         Some(&8),
         "one cancel of eight running jobs reaches the node as one message: {batched:?}\n{log}"
     );
+}
+
+/// A command as Slurm 22.05 answered it (tests/slurmdiff's peer, `slurm.sh up`, run as
+/// root), its jobs written as the test's: {R} runs, {P} waits (`--begin`, not held), {D}
+/// has finished, {A} is an array whose tasks 0-1 run and 2-3 wait, {B} an array whose
+/// task 0 has finished and 1-2 run.
+struct Measured {
+    args: &'static str,
+    /// Slurm's exit status, and what it printed.
+    status: i32,
+    slurm: &'static str,
+    /// The jobs Slurm refused, as gsched names them, with the words gsched must use:
+    /// scontrol's own where they say the same thing.
+    refused: &'static [(&'static str, &'static str)],
+}
+
+const SLURM: &[Measured] = &[
+    Measured {
+        args: "scontrol hold {R}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol release {R}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol release {P}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol requeue {P}",
+        status: 1,
+        slurm: "Job is pending execution for job {P}",
+        refused: &[("{P}", "pending execution")],
+    },
+    Measured {
+        args: "scontrol hold {D}",
+        status: 1,
+        slurm: "Job has already finished for job {D}\nslurm_suspend error: Job has already finished",
+        refused: &[("{D}", "already finished")],
+    },
+    Measured {
+        args: "scontrol release {D}",
+        status: 1,
+        slurm: "Job has already finished for job {D}\nslurm_suspend error: Job has already finished",
+        refused: &[("{D}", "already finished")],
+    },
+    Measured {
+        args: "scancel {D}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol hold 99999,{P}",
+        status: 1,
+        slurm: "Invalid job id specified for job 99999\nslurm_suspend error: Invalid job id specified",
+        refused: &[("99999", "does not exist")],
+    },
+    Measured {
+        args: "scontrol release {P}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scancel -s USR1 {P}",
+        status: 228,
+        slurm: "scancel: error: Kill job error on job id {P}: Job can not be altered now, try again later",
+        refused: &[("{P}", "pending execution")],
+    },
+    // Slurm requeued A_0 and A_1 here; gsched changes an array all or none.
+    Measured {
+        args: "scontrol requeue {A}",
+        status: 1,
+        slurm: "{A}_0-1: No error\n{A}_2-3: Job is pending execution",
+        refused: &[("{A}_[2-3]", "pending execution"), ("{A}", "all or none")],
+    },
+    Measured {
+        args: "scontrol hold {A}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol release {A}",
+        status: 0,
+        slurm: "",
+        refused: &[],
+    },
+    Measured {
+        args: "scontrol hold {B}",
+        status: 1,
+        slurm: "{B}_0: Job has already finished\n{B}_1-2: No error",
+        refused: &[("{B}_0", "already finished")],
+    },
+    Measured {
+        args: "scontrol release {B}",
+        status: 1,
+        slurm: "{B}_0: Job has already finished\n{B}_1-2: No error",
+        refused: &[("{B}_0", "already finished")],
+    },
+];
+
+/// The same commands through gsched's Slurm names, on the same jobs: the same exit status
+/// (0 or not), a line for each job Slurm refused (an array's tasks as one range), and
+/// scontrol's words for it where they say the same thing.
+#[test]
+fn t40_per_job_refusals_are_reported_as_slurm_reports_them() {
+    let mut c = Cluster::controllers(1, &[]);
+    let links = c.slurm_links();
+    c.add_agent("n1", "rtx4090-8gpu.json", &["--slurm-names", &links]);
+    let long = c.script("long.sh", "#!/bin/sh\nexec sleep 600\n");
+    let first_ends = c.script(
+        "first-ends.sh",
+        "#!/bin/sh\n[ \"$SLURM_ARRAY_TASK_ID\" = 0 ] && exit 0\nexec sleep 600\n",
+    );
+    // B: tasks 0-2 of one GPU; task 0 ends at once.
+    let b = c.submit(&["--array", "0-2", "--gpus-per-node", "1", &first_ends]);
+    c.wait_state(b, &["COMPLETED"], Duration::from_secs(60));
+    for t in 1..3 {
+        c.wait_state(b + t, &["RUNNING"], Duration::from_secs(60));
+    }
+    let r = c.submit(&["--gpus-per-node", "1", &long]);
+    c.wait_state(r, &["RUNNING"], Duration::from_secs(60));
+    // A: tasks of two GPUs on the five left: 0 and 1 run, 2 and 3 wait.
+    let a = c.submit(&["--array", "0-3", "--gpus-per-node", "2", &long]);
+    for t in 0..2 {
+        c.wait_state(a + t, &["RUNNING"], Duration::from_secs(60));
+    }
+    let p = c.submit(&["--begin", "now+1hour", &long]);
+    let d = c.submit(&["--wrap", "true"]);
+    c.wait_state(d, &["COMPLETED"], Duration::from_secs(60));
+    for t in 2..4 {
+        assert_eq!(c.job(a + t).unwrap()["state"], "PENDING");
+    }
+    let name = |text: &str| -> String {
+        text.replace("{R}", &r.to_string())
+            .replace("{P}", &p.to_string())
+            .replace("{D}", &d.to_string())
+            .replace("{A}", &a.to_string())
+            .replace("{B}", &b.to_string())
+    };
+    let held = |id: u64| c.job(id).unwrap()["held"].as_bool().unwrap();
+    for m in SLURM {
+        let words: Vec<&str> = m.args.split(' ').collect();
+        let args: Vec<String> = words[1..]
+            .iter()
+            .map(|w| {
+                if w.starts_with('-') {
+                    w.to_string()
+                } else {
+                    name(w)
+                }
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = c.slurm_name(&links, words[0], &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.success(),
+            m.status == 0,
+            "{}: Slurm answered {} ({:?}); gsched {:?}: {err}",
+            m.args,
+            m.status,
+            m.slurm,
+            out.status
+        );
+        for (job, words) in m.refused {
+            let job = format!("job {}:", name(job));
+            let line = err.lines().find(|l| l.contains(&job)).unwrap_or_else(|| {
+                panic!(
+                    "{}: Slurm said {:?}; gsched did not name {job}: {err}",
+                    m.args, m.slurm
+                )
+            });
+            assert!(
+                line.contains(words),
+                "{}: Slurm said {:?}; gsched said {line:?}",
+                m.args,
+                m.slurm
+            );
+        }
+        assert_eq!(
+            err.lines().count(),
+            m.refused.len(),
+            "{}: one line per refusal: {err}",
+            m.args
+        );
+        // What changed, where Slurm's rules and gsched's agree; and where they differ.
+        match m.args {
+            "scontrol hold {R}" => {
+                assert!(held(r), "a running job's hold is kept for its next attempt");
+                assert_eq!(c.job(r).unwrap()["state"], "RUNNING");
+            }
+            "scontrol release {R}" => assert!(!held(r)),
+            "scontrol hold 99999,{P}" => assert!(held(p), "the job that exists is held"),
+            "scontrol requeue {A}" => {
+                for t in 0..2 {
+                    let task = c.job(a + t).unwrap();
+                    assert_eq!(
+                        (task["state"].as_str(), task["restarts"].as_u64()),
+                        (Some("RUNNING"), Some(0)),
+                        "all or none: no task of the array was requeued"
+                    );
+                }
+            }
+            "scontrol hold {A}" => assert!((0..4).all(|t| held(a + t))),
+            "scontrol release {A}" => assert!((0..4).all(|t| !held(a + t))),
+            "scontrol hold {B}" => assert!((1..3).all(|t| held(b + t))),
+            "scontrol release {B}" => assert!((1..3).all(|t| !held(b + t))),
+            _ => {}
+        }
+    }
+    c.ok("gcancel", &["--me"]);
 }

@@ -6,7 +6,11 @@
 //! three-line "fallen off the bus" (no Xid) fails only the job on that GPU, and a flood of
 //! corrected PCIe AER errors warns without draining; NCCL running over sockets on nodes
 //! with RDMA is a warning on the job (not on a one-node job), and a library NCCL could
-//! not load is named as the failure's cause. Also checks
+//! not load is named as the failure's cause. The GPU health probe, on a fake device
+//! state changed while the agent runs: each outcome (lost, reset required, remap
+//! pending, ECC errors, the active check failing or hanging) found after an unknown
+//! kernel line and after a failed job, and between jobs: a failed job's GPUs go to the
+//! next job only once the probe says they are healthy, and are drained when not. Also checks
 //! `gagentd discover --json` on every topology fixture and its round trip as a fake
 //! topology.
 
@@ -540,4 +544,289 @@ fn t90_nccl_on_sockets_where_the_node_has_rdma_warns_on_the_job_and_a_missing_li
             && evidence.contains("NCCL WARN Failed to open libnvidia-ml.so.1"),
         "{evidence}"
     );
+}
+
+/// An agent's fake device state file and the flags that give it to the agent, with the
+/// active check's limit (short, so a hang costs the test little).
+fn probe_flags(c: &Cluster, node: &str, limit_s: u32) -> (std::path::PathBuf, Vec<String>) {
+    let path = c.path(&format!("gpu-state-{node}.json"));
+    set_gpu_state(&path, "{}");
+    let flags = vec![
+        "--fake-gpu-state".to_string(),
+        path.to_string_lossy().into_owned(),
+        "--active-check-timeout".into(),
+        limit_s.to_string(),
+    ];
+    (path, flags)
+}
+
+/// Replaces the fake device state whole (written aside and renamed, so the agent never
+/// reads half a file).
+fn set_gpu_state(path: &std::path::Path, json: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, json).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The node's health event about `gpu` whose finding is `kind`.
+fn probe_event(c: &Cluster, node: &str, gpu: u32, kind: &str) -> Option<serde_json::Value> {
+    c.node(node)?["health"]
+        .as_array()?
+        .iter()
+        .find(|e| e["gpu"] == gpu && e["finding"]["kind"] == kind)
+        .cloned()
+}
+
+/// Each outcome class of the probe: its fake state and the finding it gives.
+const OUTCOMES: [(&str, &str, &str); 6] = [
+    ("lost", r#"{"lost": true}"#, "gpu-lost"),
+    (
+        "reset required",
+        r#"{"reset_required": true}"#,
+        "gpu-reset-required",
+    ),
+    (
+        "remap pending",
+        r#"{"remap_pending": true}"#,
+        "gpu-remap-pending",
+    ),
+    ("ECC", r#"{"ecc_uncorrected": 4}"#, "gpu-ecc-uncorrected"),
+    (
+        "active check fails",
+        r#"{"active": {"fail": "CUDA_ERROR_ECC_UNCORRECTABLE"}}"#,
+        "gpu-active-check-failed",
+    ),
+    (
+        "active check hangs",
+        r#"{"active": "hang"}"#,
+        "gpu-active-check-hang",
+    ),
+];
+
+/// The fake 4090 box's GPU addresses, as the driver prints them.
+const BUSES: [&str; 8] = [
+    "0000:01:00.0",
+    "0000:02:00.0",
+    "0000:21:00.0",
+    "0000:22:00.0",
+    "0000:81:00.0",
+    "0000:82:00.0",
+    "0000:a1:00.0",
+    "0000:a2:00.0",
+];
+
+#[test]
+fn p10_an_unknown_kernel_line_about_a_gpu_probes_it_and_each_bad_state_drains_it() {
+    let mut c = Cluster::controllers(1, &[]);
+    let (state, flags) = probe_flags(&c, "n1", 2);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    c.add_agent("n1", "rtx4090-8gpu.json", &flags);
+    // A healthy GPU's unknown line: probed, nothing found (checked once a later probe,
+    // queued after it, has reported).
+    append(
+        &c.kmsg("n1"),
+        &format!(
+            "NVRM: GPU {}: an event gsched has never seen (test 7)",
+            BUSES[7]
+        ),
+    );
+    let mut bad = String::from("{");
+    for (k, (outcome, fake, kind)) in OUTCOMES.iter().enumerate() {
+        if k > 0 {
+            bad.push(',');
+        }
+        bad.push_str(&format!("\"{k}\": {fake}"));
+        set_gpu_state(&state, &format!("{bad}}}"));
+        let line = format!(
+            "NVRM: GPU {}: GPU requires attention, status 0x{k:x} (an unknown message)",
+            BUSES[k]
+        );
+        append(&c.kmsg("n1"), &line);
+        let ev = wait_for(
+            &format!("the probe to find GPU {k} {outcome}"),
+            Duration::from_secs(30),
+            || probe_event(&c, "n1", k as u32, kind),
+        );
+        assert_eq!(ev["severity"], "critical", "{outcome}: {ev}");
+        let evidence = ev["finding"]["evidence"].as_str().unwrap();
+        assert!(
+            evidence.contains(&format!("probed after: {line}")),
+            "{outcome}: the line is the evidence: {evidence}"
+        );
+        assert!(
+            ev["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("health probe: "),
+            "{ev}"
+        );
+    }
+    let node = drained(&c, "n1").expect("drained");
+    assert_eq!(node["bad_gpus"], serde_json::json!([0, 1, 2, 3, 4, 5]));
+    assert!(
+        node["drain_reason"]
+            .as_str()
+            .unwrap()
+            .contains("NVML reports GPU 0 lost"),
+        "{node}"
+    );
+    assert!(
+        !node["health"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["gpu"] == 7 && e["severity"] != "info"),
+        "a healthy GPU's probe finds nothing: {node}"
+    );
+}
+
+/// Ends a job that fails as `script` says on the whole node and returns its first
+/// attempt (`gacct`).
+fn failed_attempt(c: &Cluster, name: &str, script: &str) -> serde_json::Value {
+    let script = c.script(name, &format!("#!/bin/bash\n{script}\n"));
+    let id = c.submit(&["--gpus-per-node", "8", &script]);
+    c.wait_state(
+        id,
+        &["FAILED", "NODE_FAIL", "COMPLETED", "CANCELLED"],
+        Duration::from_secs(60),
+    );
+    let acct = c.json("gacct", &["-j", &id.to_string()]);
+    acct["jobs"][0]["attempts"][0].clone()
+}
+
+#[test]
+fn p20_a_failed_jobs_gpus_are_probed_and_the_failure_names_the_gpu_found_bad() {
+    let mut c = Cluster::controllers(1, &[]);
+    let (state, flags) = probe_flags(&c, "n1", 2);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    c.add_agent("n1", "rtx4090-8gpu.json", &flags);
+    // Healthy GPUs: the job's failure stands as its own, nothing is drained.
+    let first = failed_attempt(&c, "ok.sh", "echo 'something broke'; exit 3");
+    assert_eq!(first["failure"]["kind"], "exit_code", "{first}");
+    assert_eq!(c.node("n1").unwrap()["state"], "idle");
+    // Failures of unknown cause, CUDA errors, signals: each probes, and GPU 2's state
+    // becomes the job's failure.
+    let causes = [
+        "exit 1",
+        "echo 'RuntimeError: CUDA error: uncorrectable ECC error encountered' >&2; exit 1",
+        "kill -SEGV $$",
+    ];
+    for (k, (outcome, fake, kind)) in OUTCOMES.iter().enumerate() {
+        set_gpu_state(&state, &format!("{{\"2\": {fake}}}"));
+        let attempt = failed_attempt(&c, &format!("fail{k}.sh"), causes[k % causes.len()]);
+        let failure = &attempt["failure"];
+        assert_eq!(attempt["state"], "NODE_FAIL", "{outcome}: {attempt}");
+        assert_eq!(failure["kind"], "gpu_lost", "{outcome}: {failure}");
+        assert_eq!(failure["gpu"], 2, "{outcome}: {failure}");
+        assert!(
+            failure["evidence"].as_str().unwrap().contains("GPU 2"),
+            "{outcome}: {failure}"
+        );
+        let ev = probe_event(&c, "n1", 2, kind).unwrap_or_else(|| panic!("{outcome}: no {kind}"));
+        assert!(
+            ev["finding"]["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("probed after: job "),
+            "{ev}"
+        );
+        let node = drained(&c, "n1").unwrap_or_else(|| panic!("{outcome}: not drained"));
+        assert_eq!(node["bad_gpus"], serde_json::json!([2]), "{outcome}");
+        // Fixed and resumed for the next outcome.
+        set_gpu_state(&state, "{}");
+        c.ok("gctl", &["node", "resume", "n1"]);
+        wait_for("n1 resumed", Duration::from_secs(10), || {
+            c.node("n1").filter(|n| n["state"] == "idle")
+        });
+    }
+}
+
+#[test]
+fn p30_between_jobs_a_failed_jobs_gpus_wait_for_the_probe_and_a_bad_one_is_never_given_again() {
+    let mut c = Cluster::controllers(1, &[]);
+    let (state, mut flags) = probe_flags(&c, "n1", 10);
+    let metrics = format!("127.0.0.1:{}", gsched_tests::free_port());
+    flags.extend(["--metrics".to_string(), metrics.clone()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    c.add_agent("n1", "rtx4090-8gpu.json", &flags);
+    // GPU 0's check takes 3 s and passes: the job's GPUs are held that long.
+    set_gpu_state(&state, r#"{"0": {"active": {"slow": 3000}}}"#);
+    let exited = c.path("a.exited");
+    let a = c.script(
+        "a.sh",
+        &format!("#!/bin/bash\ndate +%s%3N > {}\nexit 3\n", exited.display()),
+    );
+    let b = c.script("b.sh", "#!/bin/bash\nexec sleep 600\n");
+    let a = c.submit(&["--gpus-per-node", "8", &a]);
+    let b = c.submit(&["--gpus-per-node", "8", &b]);
+    let b_row = c.wait_state(b, &["RUNNING"], Duration::from_secs(60));
+    let a_row = c.job(a).unwrap();
+    assert_eq!(a_row["state"], "FAILED", "{a_row}");
+    assert_eq!(
+        a_row["failure"]["kind"], "exit_code",
+        "a healthy probe leaves the job's own failure: {a_row}"
+    );
+    let exited_ms: u64 = std::fs::read_to_string(&exited)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let a_end = a_row["end_ms"].as_u64().unwrap();
+    let b_start = b_row["start_ms"].as_u64().unwrap();
+    assert!(
+        a_end >= exited_ms + 2_500,
+        "the run's end waits for the probe: exited at {exited_ms}, ended at {a_end}"
+    );
+    assert!(
+        b_start >= a_end,
+        "B started at {b_start}, before A ended at {a_end}"
+    );
+    assert_eq!(c.node("n1").unwrap()["state"], "alloc");
+    // The probe's time is counted.
+    let text = wait_for("the probe's metrics", Duration::from_secs(10), || {
+        let t = gsched_tests::http::request(&metrics, "GET", "/metrics", "", b"");
+        t.contains("gsched_agent_gpu_probes{trigger=\"failed_run\"} 1")
+            .then_some(t)
+    });
+    let last: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("gsched_agent_gpu_probe_last_seconds "))
+        .expect("last probe's time")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((2.5..30.0).contains(&last), "{last}\n{text}");
+    // A cancelled job is not a failed one: no probe.
+    c.ok("gcancel", &[&b.to_string()]);
+    c.wait_state(b, &["CANCELLED"], Duration::from_secs(30));
+    // GPU 5 now needs a reset: the next failed job's probe drains it, and a job
+    // submitted meanwhile does not get it.
+    set_gpu_state(&state, r#"{"5": {"reset_required": true}}"#);
+    let fail = c.script("c.sh", "#!/bin/bash\nsleep 1\nexit 1\n");
+    let next = c.script("d.sh", "#!/bin/bash\nexec sleep 600\n");
+    let failing = c.submit(&["--gpus-per-node", "8", &fail]);
+    c.wait_state(failing, &["RUNNING"], Duration::from_secs(30));
+    let waiting = c.submit(&["--gpus-per-node", "1", &next]);
+    let row = c.wait_state(failing, &["NODE_FAIL"], Duration::from_secs(60));
+    assert_eq!(row["failure"]["gpu"], 5, "{row}");
+    let node = drained(&c, "n1").expect("drained");
+    assert_eq!(node["bad_gpus"], serde_json::json!([5]));
+    assert!(
+        node["drain_reason"]
+            .as_str()
+            .unwrap()
+            .contains("NVML reports GPU 5 needs a reset"),
+        "{node}"
+    );
+    let d = c.job(waiting).unwrap();
+    assert_eq!(
+        d["state"], "PENDING",
+        "nothing is given on a drained node: {d}"
+    );
+    let text = gsched_tests::http::request(&metrics, "GET", "/metrics", "", b"");
+    assert!(
+        text.contains("gsched_agent_gpu_probes{trigger=\"failed_run\"} 2"),
+        "the cancel was not probed: {text}"
+    );
+    c.ok("gcancel", &[&waiting.to_string()]);
 }

@@ -228,7 +228,14 @@ fn t40_scancel_signal_reaches_the_job_without_cancelling_it() {
     let held = c.submit(&["--hold", "--wrap", "true"]);
     let bad = slurm(&c, &links, "scancel", &["-s", "USR1", &held.to_string()]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("no running job"));
+    // Named, it is reported as Slurm's scancel reports it (there: "Job can not be
+    // altered now"; here in scontrol's words, "pending execution").
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains(&format!(
+            "job {held}: pending execution; only running jobs can be signalled"
+        )),
+        "{bad:?}"
+    );
     // Then a real cancel: the script's TERM trap runs and the job ends CANCELLED.
     stdout(&slurm(&c, &links, "scancel", &[&id]));
     c.wait_state(job_id, &["CANCELLED"], Duration::from_secs(30));
@@ -484,6 +491,159 @@ fn t90_sbatch_test_only_says_when_and_where_and_submits_nothing() {
     // Nothing was submitted either time.
     let q = c.json("gqueue", &["-t", "all"]);
     assert_eq!(q["jobs"].as_array().unwrap().len(), 1, "{q}");
+}
+
+#[test]
+fn comment_and_wckey_are_kept_and_shown() {
+    let (c, links) = slurm_cluster();
+    let id: u64 = stdout(&slurm(
+        &c,
+        &links,
+        "sbatch",
+        &[
+            "--parsable",
+            "--hold",
+            "--comment=sweep 7 of 12",
+            "--wckey=projA",
+            "--wrap",
+            "true",
+        ],
+    ))
+    .trim()
+    .parse()
+    .unwrap();
+    let job = c.job(id).unwrap();
+    assert_eq!(
+        (job["comment"].as_str(), job["wckey"].as_str()),
+        (Some("sweep 7 of 12"), Some("projA")),
+        "{job}"
+    );
+    let show = stdout(&slurm(
+        &c,
+        &links,
+        "scontrol",
+        &["show", "job", &id.to_string()],
+    ));
+    assert!(show.contains("Comment=sweep 7 of 12"), "{show}");
+    let acct = c.ok(
+        "gacct",
+        &["-j", &id.to_string(), "--format=JobID,Comment%20,WCKey"],
+    );
+    assert!(
+        acct.contains("sweep 7 of 12") && acct.contains("projA"),
+        "{acct}"
+    );
+}
+
+#[test]
+fn immediate_gives_up_when_the_allocation_cannot_start() {
+    let (c, links) = slurm_cluster();
+    let script = c.script("busy.sh", "#!/bin/sh\nexec sleep 600\n");
+    let busy = c.submit(&["-N", "2", "--exclusive", &script]);
+    c.wait_state(busy, &["RUNNING"], Duration::from_secs(30));
+    // -I alone: refused once the first pass finds no room, as salloc words it.
+    let started = std::time::Instant::now();
+    let out = slurm(&c, &links, "salloc", &["-I", "-N", "1", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("Immediate execution impossible"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // --immediate=N: waits that long first.
+    let started = std::time::Instant::now();
+    let out = slurm(&c, &links, "srun", &["--immediate=2", "-N", "1", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("Requested nodes are busy"), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // Nothing is left queued by either.
+    wait_for(
+        "the refused allocations to go",
+        Duration::from_secs(20),
+        || {
+            let q = c.json("gqueue", &[]);
+            (q["jobs"].as_array().unwrap().len() == 1).then_some(())
+        },
+    );
+    c.ok("gcancel", &[&busy.to_string()]);
+    c.wait_state(busy, &["CANCELLED"], Duration::from_secs(30));
+    // --no-shell: the allocation is made and left for later steps.
+    let out = slurm(&c, &links, "salloc", &["--no-shell", "-N", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let q = c.json("gqueue", &[]);
+    let left: Vec<&str> = q["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, ["RUNNING"], "{q}");
+}
+
+#[test]
+fn t100_srun_options_act_inside_a_job() {
+    let (c, links) = slurm_cluster();
+    std::fs::write(c.path("in.txt"), "from a file\n").unwrap();
+    std::fs::create_dir_all(c.path("sub")).unwrap();
+    let script = c.script(
+        "opts.sh",
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n\
+         srun -n 1 --input=in.txt cat > input.txt\n\
+         srun -n 1 --input=none cat > none.txt; echo \"none=$?\" >> none.txt\n\
+         start=$(date +%s)\n\
+         srun -n 2 --wait=2 bash -c '[ $SLURM_PROCID = 0 ] && exit 0; sleep 60'; wait_status=$?\n\
+         echo \"wait=$wait_status took=$(( $(date +%s) - start ))\" > wait.txt\n\
+         start=$(date +%s)\n\
+         srun -n 1 --time=0:03 sleep 60 2> time.err; time_status=$?\n\
+         echo \"time=$time_status took=$(( $(date +%s) - start ))\" > time.txt\n\
+         srun -n 1 -D sub -J named pwd > chdir.txt\n\
+         srun -n 2 -c 2 --cpu-bind=cores bash -c 'echo $SLURM_CPUS_PER_TASK $SLURM_CPU_BIND_TYPE' | sort > bind.txt\n",
+    );
+    let id: u64 = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]))
+        .trim()
+        .parse()
+        .unwrap();
+    let job = c.wait_state(id, &["COMPLETED", "FAILED"], Duration::from_secs(120));
+    let read = |f: &str| std::fs::read_to_string(c.path(f)).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    assert_eq!(
+        read("input.txt"),
+        "from a file\n",
+        "--input=FILE is task 0's stdin"
+    );
+    assert_eq!(
+        read("none.txt"),
+        "none=0\n",
+        "--input=none: end of file at once"
+    );
+    let wait = read("wait.txt");
+    let took = |text: &str| -> u64 {
+        text.split("took=")
+            .nth(1)
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(999)
+    };
+    assert!(wait.starts_with("wait=1 ") && took(&wait) < 30, "{wait}");
+    let time = read("time.txt");
+    assert!(time.starts_with("time=1 ") && took(&time) < 30, "{time}");
+    assert!(
+        read("time.err").contains("CANCELLED DUE TO TIME LIMIT"),
+        "{}",
+        read("time.err")
+    );
+    assert_eq!(read("chdir.txt").trim(), c.path("sub").to_string_lossy());
+    assert_eq!(
+        read("bind.txt"),
+        "2 cores\n2 cores\n",
+        "the step's own CPUs and binding"
+    );
+    // The step's name is its -J.
+    let acct = c.ok("gacct", &["-j", &id.to_string(), "--format=JobID,JobName"]);
+    assert!(acct.contains("named"), "{acct}");
 }
 
 /// Partitions `gpu` (the default, both nodes) and `debug` (n1, an hour at most), QOS

@@ -8,7 +8,7 @@ use gsched_cli::JobQuery;
 use gsched_cli::args::gcancel::Args;
 use gsched_cli::client::{Client, controller_list, current_user, die};
 use gsched_cli::slurm_options::{Tool, parse_or_refuse};
-use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector, SignalRequest};
+use gsched_types::api::{JobAction, JobRow, JobSelection, JobSelector};
 use gsched_types::job::JobState;
 
 fn main() {
@@ -79,21 +79,19 @@ fn main() {
         };
         select.jobs = named;
     }
-    let (_, refused) = match (&args.signal, args.batch) {
+    let action = match (&args.signal, args.batch) {
         (Some(_), _) | (None, true) => {
             // scancel -b alone: SIGKILL to the batch shell.
             let sig = args.signal.as_deref().unwrap_or("KILL");
-            let signal = gsched_types::parse::signal(sig)
-                .unwrap_or_else(|e| die(name, format!("--signal: {e}")));
-            let request = SignalRequest {
-                select,
-                signal,
+            JobAction::Signal {
+                signal: gsched_types::parse::signal(sig)
+                    .unwrap_or_else(|e| die(name, format!("--signal: {e}"))),
                 batch_only: args.batch,
-            };
-            gsched_cli::signal_jobs(&rt, &mut client, request, name)
+            }
         }
-        (None, false) => gsched_cli::act_on_jobs(&rt, &mut client, JobAction::Cancel, select, name),
+        (None, false) => JobAction::Cancel,
     };
+    let (_, refused) = gsched_cli::act_on_jobs(&rt, &mut client, action, select, name);
     std::process::exit(i32::from(refused));
 }
 

@@ -220,7 +220,6 @@ fn check_output(flag: &str, pattern: &str, workdir: &str, quiet: bool) -> Result
     access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|_| denied(dir))
 }
 
-/// This process's umask (read by setting it and putting it back).
 /// Prints the resolved request; with a reachable controller, also where the job would
 /// run on an idle cluster and the environment each node's first task would get.
 async fn dry_run(args: &SubArgs, spec: &JobSpec, ctx: &SubmitContext) {

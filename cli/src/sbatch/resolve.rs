@@ -104,6 +104,18 @@ pub enum ResolveError {
     TorchrunBatch,
     #[error(transparent)]
     Constraint(#[from] gsched_types::constraint::ConstraintError),
+    #[error(transparent)]
+    Binding(#[from] gsched_types::binding::BindingError),
+    #[error(transparent)]
+    Mail(#[from] gsched_types::notify::MailTypeError),
+    #[error("--time-min: {0}")]
+    TimeMin(String),
+    #[error("--deadline: {0}")]
+    Deadline(crate::when::WhenError),
+    #[error("--kill-on-invalid-dep={0}: use yes or no")]
+    KillOnInvalidDep(String),
+    #[error("--no-kill={0}: use on or off")]
+    NoKill(String),
     #[error("{flag} {path}: {error}")]
     File {
         flag: &'static str,
@@ -162,6 +174,12 @@ pub fn resolve(
     }
     if let Some(c) = &args.constraint {
         gsched_types::constraint::Constraint::parse(c)?;
+    }
+    if let Some(d) = &args.distribution {
+        gsched_types::binding::parse_distribution(d)?;
+    }
+    if let Some(h) = &args.hint {
+        gsched_types::binding::parse_hint(h)?;
     }
     let program = program(args, script_text, script_name)?;
     let (array, array_limit) = match &args.array {
@@ -235,6 +253,9 @@ pub fn resolve(
                 .map(gsched_types::parse::mem_mb)
                 .transpose()?,
             gpus: args.gpus.clone(),
+            distribution: args.distribution.clone(),
+            hint: args.hint.clone(),
+            ntasks_per_socket: count(&args.ntasks_per_socket, "--ntasks-per-socket")?,
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,
@@ -270,7 +291,39 @@ pub fn resolve(
         umask: Some(ctx.umask),
         comment: args.comment.clone(),
         wckey: args.wckey.clone(),
+        time_min_s: when.time_min_s,
+        deadline_ms: when.deadline_ms,
+        kill_on_invalid_dep: args
+            .kill_on_invalid_dep
+            .as_deref()
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "yes" | "y" => Ok(true),
+                "no" | "n" => Ok(false),
+                _ => Err(ResolveError::KillOnInvalidDep(v.to_string())),
+            })
+            .transpose()?,
+        no_kill: match args.no_kill.as_deref() {
+            None | Some("off") => false,
+            Some("" | "on") => true,
+            Some(v) => return Err(ResolveError::NoKill(v.to_string())),
+        },
+        input: args.input.clone(),
+        mail: mail(args)?,
     })
+}
+
+/// `--mail-type` and `--mail-user`: a request only when a type other than NONE is given.
+fn mail(args: &SubArgs) -> Result<Option<gsched_types::notify::MailRequest>, ResolveError> {
+    let Some(text) = &args.mail_type else {
+        return Ok(None);
+    };
+    let types = gsched_types::notify::parse_mail_types(text)?;
+    Ok(
+        (!types.is_empty()).then(|| gsched_types::notify::MailRequest {
+            types,
+            user: args.mail_user.clone(),
+        }),
+    )
 }
 
 /// Nodes, tasks and CPUs per task.
@@ -477,6 +530,8 @@ struct Timing {
     begin_ms: Option<u64>,
     nice: i32,
     signal: Option<gsched_types::job::WarnSignal>,
+    time_min_s: Option<u64>,
+    deadline_ms: Option<u64>,
 }
 
 fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, ResolveError> {
@@ -500,11 +555,31 @@ fn timing(args: &SubArgs, ctx: &SubmitContext) -> Result<Timing, ResolveError> {
             .ok_or_else(|| ResolveError::Nice(n.to_string()))?,
     };
     let signal = args.signal.as_deref().map(parse::warn_signal).transpose()?;
+    let time_min_s = match &args.time_min {
+        Some(t) => parse::time_limit(t)
+            .map_err(|e| ResolveError::TimeMin(e.to_string()))?
+            .filter(|m| *m > 0),
+        None => None,
+    };
+    if let (Some(min), Some(limit)) = (time_min_s, time_limit_s.filter(|l| *l > 0))
+        && min > limit
+    {
+        return Err(ResolveError::TimeMin(format!(
+            "{min} s is more than --time's {limit} s"
+        )));
+    }
+    let deadline_ms = args
+        .deadline
+        .as_deref()
+        .map(|d| crate::when::parse_at(d, ctx.now).map_err(ResolveError::Deadline))
+        .transpose()?;
     Ok(Timing {
         time_limit_s,
         begin_ms,
         nice,
         signal,
+        time_min_s,
+        deadline_ms,
     })
 }
 

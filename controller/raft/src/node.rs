@@ -857,14 +857,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         {
             let mut r = self.replica.write();
             for entry in entries {
-                r.applied = entry.index;
                 let tag: Option<Tag> = serde_json::from_slice(&entry.context).ok();
                 let mine = tag.as_ref().is_some_and(|t| t.node == self.cfg.id);
                 match entry.get_entry_type() {
+                    // A leader's empty entry: nothing to apply.
+                    EntryType::EntryNormal if entry.data.is_empty() => {}
                     EntryType::EntryNormal => {
-                        if entry.data.is_empty() {
-                            continue;
-                        }
                         let outcome = match Envelope::decode(&entry.data) {
                             Ok(env) => r.state.apply(&env),
                             // Applying it wrong would diverge from upgraded replicas.
@@ -936,6 +934,11 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                         }
                     }
                 }
+                // Only now: an entry this build cannot apply (a newer format, a
+                // membership change it cannot read) stops the replica above without
+                // being counted, so no read waiting for its index is answered from a
+                // state that lacks it.
+                r.applied = entry.index;
             }
         }
         for (seq, outcome) in replies {

@@ -475,3 +475,27 @@ fn a_leader_goes_on_committing_while_its_snapshot_is_written() {
         assert_eq!(h.replica.read().state.jobs.len(), 60_000 + i as usize);
     }
 }
+
+#[test]
+fn an_entry_of_a_newer_format_stops_the_replica_before_it_is_marked_applied() {
+    let rt = runtime();
+    let c = Cluster::new(1, 1000);
+    propose_retrying(&rt, &c, &submit_env(0));
+    let h = c.handle(c.leader(Duration::from_secs(5)));
+    let applied = h.replica.read().applied;
+    // An entry a newer build wrote: this build must not apply it, nor say it has.
+    let mut newer = submit_env(1);
+    newer.v = gsched_state::FORMAT_VERSION + 1;
+    let out = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), h.propose(&newer)).await });
+    assert!(
+        matches!(out, Ok(Err(ProposeError::Stopped))),
+        "the replica stops: {out:?}"
+    );
+    let r = h.replica.read();
+    assert_eq!(r.state.jobs.len(), 1, "the newer entry was not applied");
+    assert_eq!(
+        r.applied, applied,
+        "a read at the newer entry's index must not be answered from a state without it"
+    );
+}

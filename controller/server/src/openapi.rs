@@ -70,7 +70,7 @@ fn build() -> Value {
         },
         "/api/v1/jobs/actions": {
             "post": {
-                "summary": "Cancel, hold, release or requeue every job a selection names (as gcancel -u)",
+                "summary": "Cancel, hold, release, requeue, update or signal every job a selection names (as gcancel -u); an array's tasks change all or none, and jobs whose state refuses the action are reported one by one",
                 "parameters": [key.clone()],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": action, "example": {"action": "cancel", "select": {"users": ["alice"], "states": ["PENDING"]}}}}},
                 "responses": with(json!({"200": ok("what was done and refused", &summary)}), errors(&["400", "401", "403"]))

@@ -25,8 +25,13 @@ use serde::{Deserialize, Serialize};
 /// `record_usage` and `idle_gpus`, and an optional `usage` in `step_exited`.
 /// 8: adds `create_reservation`, `update_reservation`, `delete_reservation`, and
 /// `reservation` in job specs. 9: adds `edit_associations`, and users, account
-/// parents, coordinators and limits in the configuration.
-pub const FORMAT_VERSION: u16 = 9;
+/// parents, coordinators and limits in the configuration. 10: `act_on_jobs` takes the
+/// `update` action (a time limit); `cancel_job`, `requeue_job`, `hold_job` and
+/// `update_job` are no longer written; adds `end_past_deadline`, a time limit a start may
+/// set (`--time-min`), and the job spec's comment, wckey, time-min, deadline,
+/// kill-on-invalid-dep, no-kill, input and mail fields; `start_jobs` may give an
+/// exclusive job every GPU of its nodes.
+pub const FORMAT_VERSION: u16 = 10;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +50,10 @@ pub struct Envelope {
 pub struct StartJob {
     pub job: JobId,
     pub allocation: Allocation,
+    /// The time limit the job starts with, when backfill shortened it towards its
+    /// `--time-min` to fit a hole (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
 }
 
 /// A node run an agent still knows about when it (re)registers.
@@ -60,7 +69,9 @@ pub struct SubmitJob {
     pub spec: JobSpec,
 }
 
-/// Cancel, hold, release or requeue every job a selection names, in one entry.
+/// Cancel, hold, release, requeue or update every job a selection names, in one entry:
+/// every user action on jobs that exist (`machine/actions.rs` has its rules). A signal
+/// takes the same request and rules but is never written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActOnJobs {
     pub action: JobAction,
@@ -71,7 +82,9 @@ pub struct ActOnJobs {
     pub admin: bool,
 }
 
-/// Change a submitted job (`scontrol update JobId=... TimeLimit=...`).
+/// Change a submitted job (`scontrol update JobId=... TimeLimit=...`). No longer proposed
+/// (it is `ActOnJobs` with the `update` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateJob {
     pub job: JobId,
@@ -125,7 +138,9 @@ pub struct JobWarning {
     pub finding: gsched_types::findings::Finding,
 }
 
-/// Cancel a job (every task of an array named by its id).
+/// Cancel a job (every task of an array named by its id). No longer proposed (it is
+/// `ActOnJobs` with the `cancel` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelJob {
     pub job: JobId,
@@ -236,7 +251,9 @@ pub struct HealthEvents {
     pub events: Vec<HealthEvent>,
 }
 
-/// Stop a running job and put it back in the queue.
+/// Stop a running job and put it back in the queue. No longer proposed (it is `ActOnJobs`
+/// with the `requeue` action); kept so that logs that hold it replay
+/// (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequeueJob {
     pub job: JobId,
@@ -244,7 +261,8 @@ pub struct RequeueJob {
     pub admin: bool,
 }
 
-/// Hold (or release) a pending job.
+/// Hold (or release) a pending job. No longer proposed (it is `ActOnJobs` with the `hold`
+/// or `release` action); kept so that logs that hold it replay (`machine/legacy.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HoldJob {
     pub job: JobId,
@@ -276,6 +294,12 @@ pub struct Preempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SetConfig {
     pub config: Box<SchedConfig>,
+}
+
+/// End pending jobs that can no longer end by their `--deadline` (each is re-checked).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndPastDeadline {
+    pub jobs: Vec<JobId>,
 }
 
 /// Controller backstop when an agent did not enforce a time limit.
@@ -340,6 +364,7 @@ pub struct EditAssociations {
 )]
 pub enum Command {
     SubmitJob(SubmitJob),
+    /// No longer proposed: old logs only (as are `RequeueJob`, `HoldJob`, `UpdateJob`).
     CancelJob(CancelJob),
     StartJobs(StartJobs),
     SetPendingReasons(SetPendingReasons),
@@ -355,7 +380,9 @@ pub enum Command {
     DrainNode(DrainNode),
     ResumeNode(ResumeNode),
     HealthEvents(HealthEvents),
+    /// No longer proposed: old logs only.
     RequeueJob(RequeueJob),
+    /// No longer proposed: old logs only.
     HoldJob(HoldJob),
     Preempt(Preempt),
     SetConfig(SetConfig),
@@ -366,6 +393,7 @@ pub enum Command {
     CancelUnsatisfiable(CancelUnsatisfiable),
     NodeResponding(NodeResponding),
     ActOnJobs(ActOnJobs),
+    /// No longer proposed: old logs only.
     UpdateJob(UpdateJob),
     /// A step's events, written as version 4 named them (`grun_step_*`).
     #[serde(rename = "grun_step_started")]
@@ -380,6 +408,7 @@ pub enum Command {
     UpdateReservation(UpdateReservation),
     DeleteReservation(DeleteReservation),
     EditAssociations(EditAssociations),
+    EndPastDeadline(EndPastDeadline),
 }
 
 impl Command {
@@ -419,6 +448,7 @@ impl Command {
             Command::UpdateReservation(_) => "update_reservation",
             Command::DeleteReservation(_) => "delete_reservation",
             Command::EditAssociations(_) => "edit_associations",
+            Command::EndPastDeadline(_) => "end_past_deadline",
         }
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::command::TimeoutJob;
 use crate::command::{
-    CancelUnsatisfiable, Command, NodeLost, NodeResponding, Preempt, SetPendingReasons, StartJob,
-    StartJobs,
+    CancelUnsatisfiable, Command, EndPastDeadline, NodeLost, NodeResponding, Preempt,
+    SetPendingReasons, StartJob, StartJobs,
 };
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
@@ -318,6 +318,7 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
         .map(|s| StartJob {
             job: s.job,
             allocation: s.allocation,
+            time_limit_s: s.time_limit_s,
         })
         .filter(|s| state.check_start(s).is_ok())
         .collect();
@@ -329,7 +330,14 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
         .iter()
         .filter(|(_, r)| *r == PendingReason::DependencyNeverSatisfied)
         .map(|(id, _)| *id)
-        .filter(|_| !state.config.keep_invalid_depend)
+        // The job's --kill-on-invalid-dep, else the cluster's setting.
+        .filter(|id| {
+            state
+                .jobs
+                .get(id)
+                .and_then(|j| j.spec.kill_on_invalid_dep)
+                .unwrap_or(!state.config.keep_invalid_depend)
+        })
         .collect();
     if !unsatisfiable.is_empty() {
         out.push(Command::CancelUnsatisfiable(CancelUnsatisfiable {
@@ -405,6 +413,28 @@ pub fn liveness(
         }
     }
     out
+}
+
+/// Pending jobs whose shortest run (`--time-min`, else their time limit) from `now_ms`
+/// would pass their `--deadline`: to be ended DEADLINE.
+pub fn past_deadline(state: &ClusterState, now_ms: u64) -> Option<EndPastDeadline> {
+    let jobs: Vec<JobId> = state
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Pending)
+        .filter(|j| {
+            j.spec.deadline_ms.is_some_and(|deadline| {
+                let shortest = j
+                    .spec
+                    .time_min_s
+                    .or_else(|| state.config.time_limit_for(&j.spec))
+                    .unwrap_or(0);
+                now_ms.saturating_add(shortest.saturating_mul(1000)) > deadline
+            })
+        })
+        .map(|j| j.id)
+        .collect();
+    (!jobs.is_empty()).then_some(EndPastDeadline { jobs })
 }
 
 /// Running jobs past their time limit by more than `slack_s` (the agent should have

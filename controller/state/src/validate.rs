@@ -199,6 +199,11 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
         ("--error", &spec.error),
         ("--comment", &spec.comment),
         ("--wckey", &spec.wckey),
+        ("--input", &spec.input),
+        (
+            "--mail-user",
+            &spec.mail.as_ref().and_then(|m| m.user.clone()),
+        ),
     ] {
         optional(what, v, field)?;
     }

@@ -253,17 +253,19 @@ fn a_cancelled_job_stays_cancelled_when_its_node_dies_during_teardown() {
         }),
         3,
     ));
-    assert_eq!(
-        s.apply(&env(
-            Command::CancelJob(CancelJob {
-                job: j,
-                by: "alice".into(),
-                admin: false
-            }),
-            4
-        )),
-        Outcome::Ok
-    );
+    let cancel = Command::ActOnJobs(ActOnJobs {
+        action: gsched_types::api::JobAction::Cancel,
+        select: gsched_types::api::JobSelection {
+            jobs: vec![gsched_types::api::JobSelector {
+                id: j.0,
+                task: None,
+            }],
+            ..Default::default()
+        },
+        by: "alice".into(),
+        admin: false,
+    });
+    assert!(matches!(s.apply(&env(cancel, 4)), Outcome::Acted(a) if a.count == 1));
     assert_eq!(s.jobs[&j].state, JobState::Completing);
     s.apply(&env(
         Command::NodeLost(NodeLost {
@@ -326,6 +328,7 @@ fn a_master_port_held_on_a_first_node_is_refused_until_its_job_ends() {
                 starts: vec![StartJob {
                     job: c,
                     allocation: on_a.clone(),
+                    time_limit_s: None,
                 }],
             }),
             at,
@@ -370,6 +373,7 @@ fn stale_plans_never_double_book() {
             starts: vec![StartJob {
                 job: a,
                 allocation: p1.starts[0].allocation.clone(),
+                time_limit_s: None,
             }],
         }),
         3,
@@ -379,6 +383,7 @@ fn stale_plans_never_double_book() {
             starts: vec![StartJob {
                 job: b,
                 allocation: alloc_b,
+                time_limit_s: None,
             }],
         }),
         4,
@@ -397,26 +402,26 @@ fn stale_plans_never_double_book() {
 fn cancel_needs_owner_or_admin() {
     let mut s = ClusterState::default();
     let j = submit(&mut s, 1, 0, false, 1);
-    let out = s.apply(&env(
-        Command::CancelJob(CancelJob {
-            job: j,
-            by: "mallory".into(),
+    let cancel = |by: &str| {
+        Command::ActOnJobs(ActOnJobs {
+            action: gsched_types::api::JobAction::Cancel,
+            select: gsched_types::api::JobSelection {
+                jobs: vec![gsched_types::api::JobSelector {
+                    id: j.0,
+                    task: None,
+                }],
+                ..Default::default()
+            },
+            by: by.into(),
             admin: false,
-        }),
-        2,
-    ));
-    assert!(matches!(out, Outcome::PermissionDenied { .. }));
-    assert_eq!(
-        s.apply(&env(
-            Command::CancelJob(CancelJob {
-                job: j,
-                by: "alice".into(),
-                admin: false
-            }),
-            3
-        )),
-        Outcome::Ok
-    );
+        })
+    };
+    match s.apply(&env(cancel("mallory"), 2)) {
+        Outcome::Acted(a) => assert!(a.errors[0].contains("belongs to alice"), "{a:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.jobs[&j].state, JobState::Pending);
+    assert!(matches!(s.apply(&env(cancel("alice"), 3)), Outcome::Acted(a) if a.count == 1));
     assert_eq!(s.jobs[&j].state, JobState::Cancelled);
 }
 
@@ -496,6 +501,12 @@ fn op() -> impl Strategy<Value = Op> {
                 Just(gsched_types::api::JobAction::Hold),
                 Just(gsched_types::api::JobAction::Release),
                 Just(gsched_types::api::JobAction::Requeue),
+                Just(gsched_types::api::JobAction::Update {
+                    time_limit_s: Some(60)
+                }),
+                Just(gsched_types::api::JobAction::Update {
+                    time_limit_s: Some(0)
+                }),
             ]
         )
             .prop_map(|(job, action)| Op::Act { job, action }),
@@ -541,7 +552,7 @@ proptest! {
                 Op::Requeue { job } => pick(job).map(|j| Command::RequeueJob(RequeueJob { job: j, by: "alice".into(), admin: false })),
                 Op::Schedule => {
                     let p = plan(&snapshot(&s, &mut ViewCache::default()), at);
-                    Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() }))
+                    Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation, time_limit_s: x.time_limit_s }).collect() }))
                 }
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;
@@ -957,15 +968,20 @@ fn a_jobs_wait_for_its_best_placement_starts_at_its_first_topology_wait_and_ends
     );
 
     assert_eq!(schedule(&mut s, 7), vec![j]);
-    let out = s.apply(&env(
-        Command::RequeueJob(RequeueJob {
-            job: j,
-            by: "alice".into(),
-            admin: false,
-        }),
-        8,
-    ));
-    assert_eq!(out, Outcome::Ok);
+    let requeue = Command::ActOnJobs(ActOnJobs {
+        action: gsched_types::api::JobAction::Requeue,
+        select: gsched_types::api::JobSelection {
+            jobs: vec![gsched_types::api::JobSelector {
+                id: j.0,
+                task: None,
+            }],
+            ..Default::default()
+        },
+        by: "alice".into(),
+        admin: false,
+    });
+    let out = s.apply(&env(requeue, 8));
+    assert!(matches!(out, Outcome::Acted(a) if a.count == 1));
     exited(&mut s, j, "n1", 143, 9);
     assert_eq!(s.jobs[&j].state, JobState::Pending, "requeued");
     assert_eq!(

@@ -261,8 +261,15 @@ fn only_admitted_users_submit_into_a_reservation_and_it_cannot_be_deleted_while_
     };
     assert!(rejected(del(&mut s)).contains("in use"));
     s.apply(&env(
-        Command::CancelJob(CancelJob {
-            job: jobs[0],
+        Command::ActOnJobs(ActOnJobs {
+            action: gsched_types::api::JobAction::Cancel,
+            select: gsched_types::api::JobSelection {
+                jobs: vec![gsched_types::api::JobSelector {
+                    id: jobs[0].0,
+                    task: None,
+                }],
+                ..Default::default()
+            },
             by: "root".into(),
             admin: true,
         }),

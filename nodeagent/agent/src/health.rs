@@ -4,7 +4,9 @@
 //! topology, NVML's view (GPUs it cannot open or has lost, temperatures, PCIe link) where
 //! a driver is present, and the NICs (training interface down, MTU other than the
 //! training network's). Each problem is a `Finding` (`crate::findings`, the same reading
-//! `gagentd diagnose` gives) carried in a `HealthEvent`; critical ones drain the node.
+//! `gagentd diagnose` gives) carried in a `HealthEvent`; critical ones drain the node. A
+//! device driver's line that no rule recognises sets the GPU health probe off
+//! (`crate::probe`), whose findings carry that line.
 
 use crate::findings::{Attribution, corrected_flood, kernel_finding, observed};
 use crate::outbox::Outbox;
@@ -408,14 +410,52 @@ pub fn watch_kernel_log(
     path: PathBuf,
     topo: Arc<RwLock<Topology>>,
     outbox: Arc<Outbox>,
+    probe: Option<Arc<crate::probe::ProbeService>>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("kernel-log".into())
-        .spawn(move || follow_kernel_log(&path, &topo, &outbox))
+        .spawn(move || follow_kernel_log(&path, &topo, &outbox, probe.as_deref()))
         .expect("spawning the kernel-log thread")
 }
 
-fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &Outbox) {
+/// Asks for a probe of the GPUs an unknown driver line names (the GPU at its address or
+/// below that port; every GPU when it names none of them), at most once per device per
+/// `when::KERNEL_QUIET`.
+fn probe_on_line(
+    probe: &crate::probe::ProbeService,
+    quiet: &mut crate::probe::when::Quiet,
+    line: &str,
+    topo: &Topology,
+    behind: &dyn Fn(&str) -> Option<u32>,
+) {
+    let Some(dl) = crate::probe::when::device_line(line) else {
+        return;
+    };
+    if !quiet.due(&dl.device, std::time::Instant::now()) {
+        return;
+    }
+    let gpu = dl
+        .pci
+        .as_deref()
+        .and_then(|pci| kernel_event_gpu(topo, pci).or_else(|| behind(pci)));
+    tracing::info!(
+        "probing {} after an unknown kernel line about {}",
+        gpu.map_or("every GPU".to_string(), |g| format!("GPU {g}")),
+        dl.device
+    );
+    probe.request(crate::probe::Request {
+        gpus: gpu.map(|g| vec![g]),
+        trigger: crate::probe::Trigger::KernelLine,
+        evidence: line.trim().to_string(),
+    });
+}
+
+fn follow_kernel_log(
+    path: &std::path::Path,
+    topo: &RwLock<Topology>,
+    outbox: &Outbox,
+    probe: Option<&crate::probe::ProbeService>,
+) {
     let is_kmsg = path.starts_with("/dev");
     let mut from_start = false;
     let mut told = false;
@@ -449,6 +489,7 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
     }
     let mut line = String::new();
     let mut watch = KernelWatch::default();
+    let mut probe_quiet = crate::probe::when::Quiet::default();
     let sysfs = std::path::Path::new("/");
     // A file (not /dev/kmsg, whose reads wait for the next record) is polled: every 100 ms
     // after a line, backing off to once a second while nothing is written.
@@ -467,6 +508,9 @@ fn follow_kernel_log(path: &std::path::Path, topo: &RwLock<Topology>, outbox: &O
                 let events = watch.line(&line, &t, &behind, std::time::Instant::now());
                 if !events.is_empty() {
                     report(outbox, events);
+                }
+                if let Some(p) = probe {
+                    probe_on_line(p, &mut probe_quiet, &line, &t, &behind);
                 }
             }
             // /dev/kmsg: a record overwritten before it was read (EPIPE) or a partial one.

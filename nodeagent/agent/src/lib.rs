@@ -8,8 +8,10 @@
 //! - [`runs`], [`supervise`], [`isolation`], [`identity`]: running jobs; [`tasks`]: the
 //!   tasks of `grun`/`srun` steps; [`layout`]: where their files live and who may read
 //!   them; [`devices`], [`devfilter`]: private GPUs.
-//! - [`health`]: the health monitor.
+//! - [`health`]: the health monitor; [`probe`]: the GPU health probe (device state, the
+//!   active check, the verdict), run on unknown driver lines and between jobs.
 //! - [`outbox`]: events kept on disk until acknowledged.
+//! - [`slurm_names`]: Slurm's command names in jobs' login shells.
 
 pub mod contact;
 pub mod devfilter;
@@ -25,8 +27,10 @@ pub mod metrics;
 pub mod monitor;
 pub mod nvml;
 pub mod outbox;
+pub mod probe;
 pub mod runs;
 pub mod session;
+pub mod slurm_names;
 pub mod supervise;
 pub mod sysfs;
 pub mod tasks;

@@ -84,6 +84,10 @@ struct RunArgs {
     /// job's PATH, so unmodified scripts find `scontrol`, `sbatch`, `squeue`...
     #[arg(long)]
     slurm_names: Option<String>,
+    /// Where login shells read profile snippets: with --slurm-names, the agent (as
+    /// root) installs one there that puts the links first inside jobs again.
+    #[arg(long, default_value = "/etc/profile.d")]
+    profile_d: PathBuf,
     /// A single-host development cluster: the controllers are on loopback, reached in
     /// plaintext, and know this agent by its uid (it must run as the controllers' user).
     #[arg(long, conflicts_with = "tls_dir")]
@@ -107,6 +111,8 @@ struct RunArgs {
     /// index to percent, or `{"util": 95, "mem_mib": 2048}`), re-read at every sample.
     #[arg(long)]
     fake_gpu_util: Option<PathBuf>,
+    #[command(flatten)]
+    probe: ProbeArgs,
     #[arg(
         long,
         env = "GSCHED_LOG",
@@ -116,6 +122,68 @@ struct RunArgs {
     /// Log lines as text, or as JSON objects (one per line) for a log shipper.
     #[arg(long, value_enum, default_value = "text")]
     log_format: gsched_proto::logs::LogFormat,
+}
+
+/// The GPU health probe's settings (the agent's `[health]` section, as flags).
+#[derive(clap::Args, Debug, Clone)]
+struct ProbeArgs {
+    /// Probe a GPU whose job failed (cause unknown, CUDA error, signal, words about the
+    /// GPU or ECC) before it is given to another job: the run's end is reported after
+    /// the verdict, and an unusable GPU is drained.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    probe_after_failure: bool,
+    /// Include the active check in every probe: a CUDA context, allocation, memset, copy
+    /// and kernel on each idle GPU, in a child process with a time limit.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    active_check: bool,
+    /// Seconds the active check may take before it counts as hung.
+    #[arg(long, default_value_t = 10.0)]
+    active_check_timeout: f64,
+    /// Scripted device state for fake nodes: a JSON file of GPU index to what is wrong
+    /// (`{"1": {"reset_required": true}, "2": {"active": "hang"}}`; see
+    /// nodeagent/agent/src/probe/fake_state.rs), re-read at every probe.
+    #[arg(long)]
+    fake_gpu_state: Option<PathBuf>,
+}
+
+impl ProbeArgs {
+    fn settings(&self) -> gsched_agent::probe::ProbeSettings {
+        gsched_agent::probe::ProbeSettings {
+            after_failure: self.probe_after_failure,
+            active_check: self.active_check,
+            active_limit: Duration::from_secs_f64(self.active_check_timeout.clamp(0.1, 600.0)),
+        }
+    }
+
+    /// The probe for this node: NVML on a real node, the fake state file on a fake one
+    /// (a fake node without one has nothing wrong); `None` when neither can be read.
+    fn prober(
+        &self,
+        source: &Source,
+        gpu_map: &[u32],
+    ) -> anyhow::Result<gsched_agent::probe::Prober> {
+        use gsched_agent::probe::{DeviceStateReader, Prober, active::ActiveRunner};
+        let fake = match (source, &self.fake_gpu_state) {
+            (_, Some(f)) => Some(f.clone()),
+            (Source::Fake(_), None) => Some(PathBuf::new()),
+            _ => None,
+        };
+        let reader: Box<dyn DeviceStateReader> = match &fake {
+            Some(path) => {
+                Box::new(gsched_agent::probe::fake_state::FakeStateReader { path: path.clone() })
+            }
+            None => Box::new(gsched_agent::probe::nvml_state::NvmlStateReader::open(
+                gpu_map.to_vec(),
+            )?),
+        };
+        let settings = self.settings();
+        let active = settings.active_check.then(|| ActiveRunner {
+            exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gagentd")),
+            limit: settings.active_limit,
+            fake_state: fake,
+        });
+        Ok(Prober::new(reader, active, gpu_map.to_vec()))
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -161,6 +229,35 @@ enum Cmd {
         /// Print {"findings":[...]}.
         #[arg(long)]
         json: bool,
+    },
+    /// Probe this node's GPUs once (state through NVML, the active check, the verdict)
+    /// and print the result; exits 1 when a GPU is degraded or unusable.
+    Probe {
+        #[command(flatten)]
+        source: SourceArgs,
+        #[command(flatten)]
+        probe: ProbeArgs,
+        /// Only these GPUs (device indices, comma separated).
+        #[arg(long, value_delimiter = ',')]
+        gpus: Vec<u32>,
+        /// Print the report as JSON (states, active checks, findings, time taken).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Internal: the active check on one GPU, as JSON (started by the probe).
+    #[command(hide = true)]
+    ActiveCheck {
+        /// The agent's index of the GPU (what a fake state file names).
+        #[arg(long)]
+        gpu: u32,
+        /// CUDA's ordinal of the GPU, when its PCI address is not given.
+        #[arg(long, default_value_t = 0)]
+        ordinal: u32,
+        #[arg(long)]
+        pci: Option<String>,
+        /// Take the outcome from a fake state file instead of CUDA.
+        #[arg(long)]
+        fake_state: Option<PathBuf>,
     },
     /// Internal: supervise one step (started by the agent).
     #[command(hide = true)]
@@ -234,6 +331,45 @@ fn main() {
             }
         }
         Some(Cmd::Diagnose { files, json }) => diagnose(&files, json),
+        Some(Cmd::ActiveCheck {
+            gpu,
+            ordinal,
+            pci,
+            fake_state,
+        }) => {
+            let result = gsched_agent::probe::active::run_here(
+                pci.as_deref(),
+                ordinal,
+                gpu,
+                fake_state.as_deref(),
+            );
+            println!(
+                "{}",
+                serde_json::to_string(&result).expect("a result serialises")
+            );
+        }
+        Some(Cmd::Probe {
+            source,
+            probe,
+            gpus,
+            json,
+        }) => {
+            tracing_subscriber::fmt()
+                .with_env_filter("warn")
+                .with_writer(std::io::stderr)
+                .init();
+            match probe_once(&source, &probe, &gpus) {
+                Ok(report) => {
+                    print_probe(&report, json);
+                    let healthy = report.gpus.iter().all(|g| g.verdict == "healthy");
+                    std::process::exit(if healthy { 0 } else { 1 });
+                }
+                Err(e) => {
+                    eprintln!("gagentd probe: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
         Some(Cmd::Discover { source, json }) => {
             tracing_subscriber::fmt()
                 .with_env_filter("warn")
@@ -260,6 +396,67 @@ fn main() {
             }
         }
     }
+}
+
+/// `gagentd probe`: one probe of this node's GPUs, none of them busy.
+fn probe_once(
+    source: &SourceArgs,
+    probe: &ProbeArgs,
+    gpus: &[u32],
+) -> anyhow::Result<gsched_agent::probe::Report> {
+    let source = source.source();
+    let topo = discover::discover(&source)?;
+    if let Some(g) = gpus
+        .iter()
+        .find(|g| !topo.gpus.iter().any(|t| t.index == **g))
+    {
+        anyhow::bail!(
+            "--gpus: this node has no GPU {g} ({} found)",
+            topo.gpus.len()
+        );
+    }
+    let mut prober = probe.prober(&source, &[])?;
+    let registered: Vec<_> = topo
+        .gpus
+        .iter()
+        .filter(|g| gpus.is_empty() || gpus.contains(&g.index))
+        .map(gsched_agent::probe::state::RegisteredGpu::of)
+        .collect();
+    Ok(prober.probe(&registered, &Default::default()))
+}
+
+fn print_probe(report: &gsched_agent::probe::Report, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).expect("a report serialises")
+        );
+        return;
+    }
+    for g in &report.gpus {
+        let active = match &g.active {
+            Some(gsched_agent::probe::state::ActiveResult::Passed { ms, .. }) => {
+                format!("active check passed in {ms} ms")
+            }
+            Some(other) => format!("active check: {other:?}"),
+            None => "no active check".into(),
+        };
+        println!("GPU {:<3} {:<9} {active}", g.gpu, g.verdict);
+        for f in &g.findings {
+            println!(
+                "         {:<5} {}: {}\n               action: {}",
+                format!("{:?}", f.severity).to_uppercase(),
+                f.kind,
+                f.evidence,
+                f.action
+            );
+        }
+    }
+    println!(
+        "probed {} GPUs in {} ms",
+        report.gpus.len(),
+        report.elapsed_ms
+    );
 }
 
 fn gsched_agent_render(t: &gsched_types::Topology) -> String {
@@ -295,6 +492,22 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
     }
     let topology = Arc::new(RwLock::new(topo));
     let outbox = Arc::new(outbox::Outbox::open(state_dir.join("outbox"))?);
+    // A fake node probes only when its tests script a state.
+    let fake_without_state =
+        matches!(source, Source::Fake(_)) && args.probe.fake_gpu_state.is_none();
+    let probe = match args.probe.prober(&source, &gpu_map) {
+        _ if fake_without_state => None,
+        Ok(prober) => Some(gsched_agent::probe::ProbeService::start(
+            prober,
+            topology.clone(),
+            outbox.clone(),
+            args.probe.settings(),
+        )),
+        Err(e) => {
+            tracing::warn!("no GPU health probe: {e}");
+            None
+        }
+    };
     let settings = Settings {
         node: name.clone(),
         state_dir: state_dir.clone(),
@@ -310,8 +523,21 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         slurm_names: args.slurm_names.clone(),
         controllers: args.controllers.join(","),
         min_uid: args.min_uid,
+        probe: probe.clone(),
     };
     let runs = RunManager::new(settings, outbox.clone());
+    if let Some(p) = &probe {
+        tracing::info!(
+            "GPU health probe: after failures {}, active check {} (limit {:?})",
+            if p.settings.after_failure {
+                "on"
+            } else {
+                "off"
+            },
+            if p.settings.active_check { "on" } else { "off" },
+            p.settings.active_limit
+        );
+    }
     if isolation.private_gpus {
         // Every GPU no re-adopted run holds is root's while idle.
         for note in gpu_devices.lock_idle(&runs.devices_in_use()) {
@@ -319,11 +545,16 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let runs = Arc::new(Mutex::new(runs));
+    if let Some(p) = &probe {
+        let runs = runs.clone();
+        p.set_busy(Box::new(move || runs.lock().gpus_running_jobs()));
+    }
     let metrics = args.metrics.clone().map(|addr| {
         let sources = Arc::new(gsched_agent::metrics::Sources {
             runs: runs.clone(),
             topology: topology.clone(),
             gpu_map: gpu_map.clone(),
+            probe: probe.clone(),
             nvml: match source {
                 Source::Local { .. } => gsched_agent::nvml::NvmlProbe::init()
                     .ok()
@@ -362,7 +593,12 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             tracing::info!("metrics on http://{addr}/metrics");
             tokio::spawn(gsched_agent::metrics::serve(sources, listener));
         }
-        health::watch_kernel_log(args.kmsg.clone(), topology.clone(), outbox.clone());
+        health::watch_kernel_log(
+            args.kmsg.clone(),
+            topology.clone(),
+            outbox.clone(),
+            probe.clone(),
+        );
         tokio::spawn(sample_usage(
             agent.runs.clone(),
             usage_source(&args, &source),
@@ -372,6 +608,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             training_iface,
             expected_mtu: args.training_mtu,
         };
+        check_slurm_names(&args, &outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -623,4 +860,59 @@ async fn sample_usage(
         })
         .await;
     }
+}
+
+/// With `--slurm-names`: installs the profile snippet that keeps the links first in jobs'
+/// login shells (as root), and reports Slurm's own clients a login shell would find
+/// first when the snippet is not in place.
+fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
+    use gsched_agent::slurm_names;
+    let Some(links) = &args.slurm_names else {
+        return;
+    };
+    let installed = if gsched_agent::identity::is_root() {
+        match slurm_names::install(&args.profile_d, links) {
+            Ok(path) => {
+                tracing::info!(
+                    "login shells in jobs find {links} first ({})",
+                    path.display()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot install {} in {}: {e}",
+                    slurm_names::SNIPPET,
+                    args.profile_d.display()
+                );
+                false
+            }
+        }
+    } else {
+        args.profile_d.join(slurm_names::SNIPPET).is_file()
+    };
+    let found = slurm_names::shadowing(std::path::Path::new(links), slurm_names::LOGIN_PATH);
+    if installed || found.is_empty() {
+        return;
+    }
+    let list: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "slurm-names-shadowed",
+        None,
+        format!(
+            "Slurm's own clients ({}) come first in a job's login shell (#!/bin/bash -l resets PATH), and {} is not in {}",
+            list.join(", "),
+            slurm_names::SNIPPET,
+            args.profile_d.display()
+        ),
+        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (deploy/one-server/install.sh does)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
 }

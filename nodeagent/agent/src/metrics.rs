@@ -38,6 +38,55 @@ pub struct Sources {
     /// Device index of each registered GPU (empty: the same as gsched's).
     pub gpu_map: Vec<u32>,
     pub nvml: Option<Mutex<NvmlProbe>>,
+    /// The GPU health probe's counts, where the node has one.
+    pub probe: Option<Arc<crate::probe::ProbeService>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabel {
+    trigger: String,
+}
+
+/// The probe's figures: probes by trigger, unusable GPUs found, time taken.
+fn register_probe(reg: &mut Registry, stats: &crate::probe::ProbeStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let probes = Family::<TriggerLabel, Gauge>::default();
+    for (trigger, n) in [
+        ("kernel_line", &stats.kernel_line),
+        ("failed_run", &stats.failed_run),
+    ] {
+        probes
+            .get_or_create(&TriggerLabel {
+                trigger: trigger.into(),
+            })
+            .set(n.load(Relaxed) as i64);
+    }
+    reg.register(
+        "agent_gpu_probes",
+        "GPU health probes run, by what set them off",
+        probes,
+    );
+    let unusable = Gauge::<i64>::default();
+    unusable.set(stats.unusable_gpus.load(Relaxed) as i64);
+    reg.register(
+        "agent_gpu_probe_unusable",
+        "GPUs GPU health probes found unusable",
+        unusable,
+    );
+    let last = Gauge::<f64, AtomicU64>::default();
+    last.set(stats.last_ms.load(Relaxed) as f64 / 1000.0);
+    reg.register(
+        "agent_gpu_probe_last_seconds",
+        "How long the last GPU health probe took",
+        last,
+    );
+    let total = Gauge::<f64, AtomicU64>::default();
+    total.set(stats.total_ms.load(Relaxed) as f64 / 1000.0);
+    reg.register(
+        "agent_gpu_probe_seconds",
+        "Time spent in GPU health probes",
+        total,
+    );
 }
 
 /// Serves `/metrics` on `listener` until the process ends.
@@ -205,6 +254,9 @@ pub fn render(s: &Sources) -> Result<String, std::fmt::Error> {
         "PCIe lanes, current and maximum",
         pcie_width,
     );
+    if let Some(p) = &s.probe {
+        register_probe(&mut reg, &p.stats);
+    }
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &reg)?;
     Ok(out)

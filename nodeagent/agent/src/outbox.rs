@@ -72,6 +72,11 @@ impl Outbox {
         }
     }
 
+    /// Whether event `seq` still waits for its acknowledgement.
+    pub fn is_pending(&self, seq: u64) -> bool {
+        self.inner.lock().1.contains_key(&seq)
+    }
+
     pub fn pending(&self) -> Vec<AgentToController> {
         self.inner.lock().1.values().cloned().collect()
     }

@@ -4,11 +4,16 @@
 //! is `crate::monitor`'s pure decision; this file observes and carries it out. Every
 //! event goes to the on-disk outbox before anything else, so none is lost.
 
+// Every public item says what it is: the doc comment of `signal` once sat on `notice`.
+#![warn(missing_docs)]
+
 use crate::identity;
 use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, RunFiles, Scratch};
 use crate::monitor::{self, Action, ExitRecord, Limits, Watch};
 use crate::outbox::Outbox;
+use crate::probe::when::{self, AfterRun};
+use crate::probe::{Outcome, ProbeService, Request, Trigger};
 use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as run_plan, Owner, Plan, RunContext};
@@ -34,12 +39,17 @@ use std::time::{Duration, Instant};
 
 /// Agent-wide settings the run manager needs.
 pub struct Settings {
+    /// This node's name, as it registered.
     pub node: String,
+    /// The agent's own directory: runs under `steps/<job>.<attempt>/`.
     pub state_dir: PathBuf,
+    /// The node's topology as discovered (kept current by the health monitor).
     pub topology: Arc<RwLock<Topology>>,
     /// Interface carrying the training address (NCCL_SOCKET_IFNAME).
     pub training_iface: Option<String>,
+    /// Environment every run gets from the agent (`--env`).
     pub agent_env: BTreeMap<String, String>,
+    /// Where runs' cgroups are made, when the agent may make them.
     pub cgroups: Option<Cgroups>,
     /// Hand GPU device nodes to the job owner while the run goes on (root agents).
     pub private_gpus: bool,
@@ -58,6 +68,29 @@ pub struct Settings {
     /// A root agent runs no job as a uid below this (root and system users), whatever
     /// a controller sends (`--min-uid`).
     pub min_uid: u32,
+    /// The GPU health probe, where this node has one: a failed run's GPUs are probed
+    /// before its end is reported.
+    pub probe: Option<Arc<ProbeService>>,
+}
+
+/// A run that ended with a failure its GPUs may explain, its end not reported until they
+/// are probed: the controller keeps the job's allocation until then, so no other job is
+/// given those GPUs before the verdict.
+struct Held {
+    /// The run's `Exited` report.
+    exited: RunEvent,
+    gpus: Vec<u32>,
+    cause: AfterRun,
+    since: Instant,
+    phase: HeldPhase,
+}
+
+enum HeldPhase {
+    /// The probe's ticket (`None`: its queue was full, asked again next round).
+    Probing(Option<u64>),
+    /// The probe found a GPU unusable: its health event (this sequence number) is to be
+    /// committed before the run's end, so the GPU is drained before it is freed.
+    Draining(u64),
 }
 
 struct Run {
@@ -79,6 +112,8 @@ struct Run {
     supervisor_pid: Option<i32>,
     /// What the run did with its GPUs, CPUs and memory so far.
     usage: NodeUsage,
+    /// Ended, its report waiting for the probe of its GPUs.
+    held: Option<Held>,
 }
 
 impl Run {
@@ -108,6 +143,7 @@ impl Run {
             .unwrap_or_default();
         Run {
             usage,
+            held: None,
             key: RunRef {
                 job: launch.job,
                 attempt: launch.attempt,
@@ -136,6 +172,8 @@ impl Run {
     }
 }
 
+/// This node's runs and `grun` tasks, behind one lock (`Arc<Mutex<RunManager>>`) that
+/// the session, the monitor and the metrics share.
 pub struct RunManager {
     settings: Settings,
     outbox: Arc<Outbox>,
@@ -144,6 +182,56 @@ pub struct RunManager {
     grun: GrunTasks,
     /// Usage summaries of the last sample, waiting for the next heartbeat.
     usage_out: Vec<RunUsage>,
+}
+
+/// What stopping a run leaves to do once the run manager's lock is released: the signal
+/// and the files ([`RunManager::stop`]).
+#[must_use = "a stop is carried out by `carry_out`"]
+pub struct Stop(StopWork);
+
+enum StopWork {
+    /// Already being stopped.
+    Nothing,
+    /// Signal the run's process group (read from its directory if not known yet).
+    Signal {
+        action: Action,
+        pgid: Option<i32>,
+        files: RunFiles,
+        cgroup: Option<PathBuf>,
+    },
+    /// A run that never started here: report its end, once.
+    Unstarted {
+        dir: PathBuf,
+        outbox: Arc<Outbox>,
+        event: RunEvent,
+    },
+}
+
+impl Stop {
+    /// Signals, reads and writes what the stop needs; takes no lock of the run manager.
+    pub fn carry_out(self) {
+        match self.0 {
+            StopWork::Nothing => {}
+            StopWork::Signal {
+                action,
+                pgid,
+                files,
+                cgroup,
+            } => signal_run(
+                pgid.or_else(|| read_pgid(&files)),
+                cgroup.as_deref(),
+                &action,
+            ),
+            StopWork::Unstarted { dir, outbox, event } => {
+                if dir.join("reported").exists() {
+                    return;
+                }
+                let _ = layout::private_dir(&dir);
+                outbox.push(|seq| AgentToController::Run { seq, event });
+                let _ = layout::write_private(&dir.join("reported"), b"");
+            }
+        }
+    }
 }
 
 fn signal_group(pgid: Option<i32>, sig: Signal) {
@@ -178,6 +266,8 @@ fn alive(pid: i32) -> bool {
 }
 
 impl RunManager {
+    /// The run manager of a starting agent, with the runs a previous agent left (their
+    /// supervisors outlive it) adopted again.
     pub fn new(settings: Settings, outbox: Arc<Outbox>) -> RunManager {
         let mut m = RunManager {
             settings,
@@ -207,6 +297,16 @@ impl RunManager {
         self.runs
             .values()
             .flat_map(|s| s.launch.node_alloc.gpus.iter().map(|g| (*g, s.key.job)))
+            .collect()
+    }
+
+    /// GPUs of runs still going on (a run whose end waits for its probe holds its GPUs
+    /// for the probe, not for a job).
+    pub fn gpus_running_jobs(&self) -> std::collections::BTreeSet<u32> {
+        self.runs
+            .values()
+            .filter(|r| r.held.is_none())
+            .flat_map(|r| r.launch.node_alloc.gpus.iter().copied())
             .collect()
     }
 
@@ -597,7 +697,11 @@ impl RunManager {
         match job_plan {
             Ok(plan) => {
                 let root = self.settings.state_dir.join("tasks");
-                self.grun.start(launch, &plan, &root, &self.settings.exe);
+                let cpus = (!launch.binding.is_default())
+                    .then(|| JobCpus::of(&plan, &self.settings.topology.read()))
+                    .flatten();
+                self.grun
+                    .start(launch, &plan, &root, &self.settings.exe, cpus.as_ref());
             }
             Err(message) => {
                 let node = self.settings.node.clone();
@@ -621,8 +725,6 @@ impl RunManager {
         self.grun.take_io(max)
     }
 
-    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
-    /// batch shell alone.
     /// Appends `text` to a node run's output file, through `gagentd notice` (a
     /// process of its own takes the job user's file-system identity to open it).
     pub fn notice(&self, job: JobId, attempt: u32, text: &str) {
@@ -652,6 +754,8 @@ impl RunManager {
         }
     }
 
+    /// Sends `signal` to a node run (`gcancel --signal`): its process group, or the
+    /// batch shell alone.
     pub fn signal(&mut self, job: JobId, attempt: u32, signal: i32, batch_only: bool) {
         let Some(run) = self.runs.get(&(job, attempt)) else {
             tracing::warn!(
@@ -682,7 +786,24 @@ impl RunManager {
         }
     }
 
-    /// Stops a run: SIGTERM now, SIGKILL after `grace`.
+    /// Stops a run of `runs`: SIGTERM now, SIGKILL after `grace`. Decided under the run
+    /// manager's lock, which then goes before the signal and the files (reading the
+    /// process group, reporting a run that never started), so that a slow disk does not
+    /// hold up the session, the monitor or a launch.
+    pub fn stop(
+        runs: &parking_lot::Mutex<RunManager>,
+        job: JobId,
+        attempt: u32,
+        cause: FailureKind,
+        reason: &str,
+        grace: Duration,
+    ) {
+        let stop = runs.lock().kill(job, attempt, cause, reason, grace);
+        stop.carry_out();
+    }
+
+    /// Decides how to stop a run (SIGTERM now, SIGKILL after `grace`) without touching
+    /// the disk or signalling: [`Stop::carry_out`] does that, after the lock is gone.
     pub fn kill(
         &mut self,
         job: JobId,
@@ -690,41 +811,43 @@ impl RunManager {
         cause: FailureKind,
         reason: &str,
         grace: Duration,
-    ) {
+    ) -> Stop {
         match self.runs.get_mut(&(job, attempt)) {
+            // Over already: its end is reported once its GPUs are probed.
+            Some(run) if run.held.is_some() => Stop(StopWork::Nothing),
             Some(run) => {
-                if let Some(action) =
-                    monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason)
-                {
-                    tracing::info!("stopping job {job} attempt {attempt}: {reason}");
-                    run.pgid = run.pgid.or_else(|| read_pgid(&run.files));
-                    carry_out(run, &action);
+                match monitor::begin_stop(&mut run.watch, Instant::now(), grace, cause, reason) {
+                    Some(action) => {
+                        tracing::info!("stopping job {job} attempt {attempt}: {reason}");
+                        Stop(StopWork::Signal {
+                            action,
+                            pgid: run.pgid,
+                            files: RunFiles(run.files.0.clone()),
+                            cgroup: run.cgroup.clone(),
+                        })
+                    }
+                    None => Stop(StopWork::Nothing),
                 }
             }
-            None => {
-                let dir = self.dir(job, attempt);
-                if dir.join("reported").exists() {
-                    return;
-                }
-                // Never started here (or already gone): report it stopped so the job can end,
-                // and make a late launch of the same attempt a no-op.
-                let _ = layout::private_dir(&dir);
-                let failure = Failure {
-                    kind: cause,
-                    node: Some(self.settings.node.clone()),
-                    evidence: format!("stopped before it started: {reason}"),
-                    at_ms: now_ms(),
-                };
-                self.emit(RunEvent::Exited {
+            // Never started here (or already gone): report it stopped so the job can end,
+            // and make a late launch of the same attempt a no-op.
+            None => Stop(StopWork::Unstarted {
+                dir: self.dir(job, attempt),
+                outbox: self.outbox.clone(),
+                event: RunEvent::Exited {
                     job,
                     attempt,
                     code: None,
                     signal: None,
-                    failure: Some(failure),
+                    failure: Some(Failure {
+                        kind: cause,
+                        node: Some(self.settings.node.clone()),
+                        evidence: format!("stopped before it started: {reason}"),
+                        at_ms: now_ms(),
+                    }),
                     usage: None,
-                });
-                let _ = layout::write_private(&dir.join("reported"), b"");
-            }
+                },
+            }),
         }
     }
 
@@ -741,6 +864,12 @@ impl RunManager {
         let keys: Vec<(JobId, u32)> = self.runs.keys().copied().collect();
         let mut warned = Vec::new();
         for key in keys {
+            if self.runs.get(&key).is_some_and(|r| r.held.is_some()) {
+                if self.advance_held(key) {
+                    self.finish(key);
+                }
+                continue;
+            }
             let run = self.runs.get_mut(&key).expect("present");
             let seen = observe(run, &node, &self.settings.topology);
             let cx = monitor::Context {
@@ -761,6 +890,19 @@ impl RunManager {
                         {
                             *usage = Some(Box::new(run.usage.clone()));
                         }
+                        if let Some(held) =
+                            hold_for_probe(self.settings.probe.as_deref(), run, &event)
+                        {
+                            tracing::info!(
+                                "job {} attempt {}: ended with {}; GPUs {:?} are probed before they are given again",
+                                key.0,
+                                key.1,
+                                held.cause.name(),
+                                held.gpus
+                            );
+                            run.held = Some(held);
+                            continue;
+                        }
                         self.outbox.push(|seq| AgentToController::Run {
                             seq,
                             event: event.clone(),
@@ -778,13 +920,105 @@ impl RunManager {
                     other => carry_out(run, other),
                 }
             }
-            if done {
+            if done && run.held.is_none() {
                 self.finish(key);
             }
         }
         for ((job, attempt), sig, target) in warned {
             self.deliver(job, attempt, sig, target);
         }
+    }
+
+    /// Moves a run whose end waits for its probe along; true once its end is reported.
+    fn advance_held(&mut self, key: (JobId, u32)) -> bool {
+        let node = self.settings.node.clone();
+        let Some(probe) = self.settings.probe.clone() else {
+            return true;
+        };
+        let run = self.runs.get_mut(&key).expect("present");
+        let held = run.held.as_mut().expect("held");
+        let evidence = match &held.exited {
+            RunEvent::Exited {
+                failure: Some(f), ..
+            } => format!(
+                "job {} ended with {}: {}",
+                key.0,
+                held.cause.name(),
+                f.evidence
+            ),
+            _ => format!("job {} ended", key.0),
+        };
+        let waited = held.since.elapsed();
+        match held.phase {
+            HeldPhase::Probing(ticket) => {
+                let outcome = match ticket.and_then(|t| probe.take(t)) {
+                    Some(outcome) => outcome,
+                    None if waited < probe.settings.hold_limit() => {
+                        if ticket.is_none() {
+                            held.phase = HeldPhase::Probing(probe.request(Request {
+                                gpus: Some(held.gpus.clone()),
+                                trigger: Trigger::FailedRun,
+                                evidence,
+                            }));
+                        }
+                        return false;
+                    }
+                    None if ticket.is_none() => {
+                        tracing::warn!(
+                            "job {}: its GPUs were not probed (the probe queue stayed full); its end is reported as it is",
+                            key.0
+                        );
+                        return self.release_held(key);
+                    }
+                    None => Outcome::hung(
+                        &probe.registered(Some(&held.gpus)),
+                        probe.settings.hold_limit(),
+                        &evidence,
+                    ),
+                };
+                if outcome.events.is_empty() {
+                    return self.release_held(key);
+                }
+                for e in &outcome.events {
+                    tracing::warn!("health: {:?} {}", e.severity, e.message);
+                }
+                if let Some((gpu, state)) = outcome.unusable.first() {
+                    blame_gpu(&mut held.exited, *gpu, state, &node);
+                }
+                let events = outcome.events;
+                let pushed = self
+                    .outbox
+                    .push(|seq| AgentToController::Health { seq, events });
+                match (pushed, outcome.unusable.is_empty()) {
+                    (AgentToController::Health { seq, .. }, false) => {
+                        held.phase = HeldPhase::Draining(seq);
+                        false
+                    }
+                    _ => self.release_held(key),
+                }
+            }
+            HeldPhase::Draining(seq) => !self.outbox.is_pending(seq) && self.release_held(key),
+        }
+    }
+
+    /// Reports a held run's end; true (it is over).
+    fn release_held(&mut self, key: (JobId, u32)) -> bool {
+        let node = self.settings.node.clone();
+        let Some(held) = self.runs.get_mut(&key).and_then(|r| r.held.take()) else {
+            return true;
+        };
+        tracing::info!(
+            "job {} attempt {}: GPUs {:?} probed in {} ms after the run ended",
+            key.0,
+            key.1,
+            held.gpus,
+            held.since.elapsed().as_millis()
+        );
+        log_event(key.0, &node, &held.exited);
+        let event = held.exited;
+        self.outbox
+            .push(|seq| AgentToController::Run { seq, event });
+        true
     }
 
     /// Gives back what an ended run held: its `grun` tasks, GPU device nodes, cgroup and
@@ -811,6 +1045,58 @@ impl RunManager {
         if let Some(c) = run.supervisor.as_mut() {
             let _ = c.wait();
         }
+    }
+}
+
+/// The hold of a run whose `event` is its end with a failure its GPUs may explain, when
+/// the node probes after failures: its probe is asked for now.
+fn hold_for_probe(probe: Option<&ProbeService>, run: &Run, event: &RunEvent) -> Option<Held> {
+    let probe = probe.filter(|p| p.settings.after_failure)?;
+    let RunEvent::Exited {
+        failure: Some(failure),
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let cause = when::after_run(failure)?;
+    let gpus = run.launch.node_alloc.gpus.clone();
+    if gpus.is_empty() {
+        return None;
+    }
+    let ticket = probe.request(Request {
+        gpus: Some(gpus.clone()),
+        trigger: Trigger::FailedRun,
+        evidence: format!(
+            "job {} ended with {}: {}",
+            run.key.job,
+            cause.name(),
+            failure.evidence
+        ),
+    });
+    Some(Held {
+        exited: event.clone(),
+        gpus,
+        cause,
+        since: Instant::now(),
+        phase: HeldPhase::Probing(ticket),
+    })
+}
+
+/// A run's end whose GPU the probe found unusable: the failure names the GPU and what
+/// its state is, keeping the job's own error after it.
+fn blame_gpu(exited: &mut RunEvent, gpu: u32, state: &str, node: &str) {
+    if let RunEvent::Exited { failure, .. } = exited {
+        let own = failure
+            .as_ref()
+            .map(|f| format!("; the job's own error: {}", f.evidence))
+            .unwrap_or_default();
+        *failure = Some(Failure {
+            kind: FailureKind::GpuLost { gpu: Some(gpu) },
+            node: Some(node.to_string()),
+            evidence: format!("GPU {gpu} failed the health probe after the run: {state}{own}"),
+            at_ms: now_ms(),
+        });
     }
 }
 
@@ -879,11 +1165,16 @@ fn torchrun_error_file(run: &Run) -> Option<String> {
 
 /// Signals what the monitor decided.
 fn carry_out(run: &Run, action: &Action) {
+    signal_run(run.pgid, run.cgroup.as_deref(), action);
+}
+
+/// Signals a run's process group (and, for a forced kill, its cgroup) as `action` says.
+fn signal_run(pgid: Option<i32>, cgroup: Option<&Path>, action: &Action) {
     match action {
-        Action::Terminate => signal_group(run.pgid, Signal::SIGTERM),
+        Action::Terminate => signal_group(pgid, Signal::SIGTERM),
         Action::ForceKill => {
-            signal_group(run.pgid, Signal::SIGKILL);
-            if let Some(cg) = &run.cgroup {
+            signal_group(pgid, Signal::SIGKILL);
+            if let Some(cg) = cgroup {
                 Cgroups::kill(cg);
             }
         }
@@ -981,4 +1272,131 @@ fn write_script(path: &Path, text: &str, owner: Option<(u32, u32)>) -> std::io::
         )?;
     }
     Ok(())
+}
+
+/// The job's CPUs on this node and where each sits (its NUMA node, its core), for
+/// binding a step's tasks: from the job's plan (`GSCHED_CPUS`), the node's NUMA nodes and,
+/// on a real node, sysfs' core ids (a fake node: one thread per core).
+pub struct JobCpus {
+    cpus: Vec<u32>,
+    socket: std::collections::HashMap<u32, u32>,
+    core: std::collections::HashMap<u32, u32>,
+}
+
+impl JobCpus {
+    /// The job's CPUs from its plan, placed by `topo`; `None` where the plan names none.
+    pub fn of(plan: &Plan, topo: &Topology) -> Option<JobCpus> {
+        let list = plan
+            .tasks
+            .first()?
+            .iter()
+            .find(|(k, _)| k == "GSCHED_CPUS")
+            .map(|(_, v)| v.clone())?;
+        let cpus = gsched_types::cpulist::parse(&list).ok()?;
+        let mut socket = std::collections::HashMap::new();
+        for n in &topo.numa_nodes {
+            for c in gsched_types::cpulist::parse(&n.cpus).unwrap_or_default() {
+                socket.insert(c, n.id);
+            }
+        }
+        let fake = topo.source.starts_with("fake");
+        let core = cpus
+            .iter()
+            .map(|&c| {
+                let read = |what: &str| {
+                    std::fs::read_to_string(format!(
+                        "/sys/devices/system/cpu/cpu{c}/topology/{what}"
+                    ))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+                };
+                let id = match (fake, read("physical_package_id"), read("core_id")) {
+                    (false, Some(pkg), Some(core)) => (pkg << 16) | core,
+                    _ => c,
+                };
+                (c, id)
+            })
+            .collect();
+        Some(JobCpus { cpus, socket, core })
+    }
+
+    /// The view `gsched_launch::binding` takes.
+    pub fn with<R>(&self, f: impl FnOnce(&gsched_launch::binding::NodeCpus<'_>) -> R) -> R {
+        let socket_of = |c: u32| self.socket.get(&c).copied().unwrap_or(0);
+        let core_of = |c: u32| self.core.get(&c).copied().unwrap_or(c);
+        f(&gsched_launch::binding::NodeCpus {
+            cpus: &self.cpus,
+            socket_of: &socket_of,
+            core_of: &core_of,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+
+    fn settings(dir: &Path) -> Settings {
+        Settings {
+            node: "n1".into(),
+            state_dir: dir.join("state"),
+            topology: Arc::new(RwLock::new(Topology::empty("test"))),
+            training_iface: None,
+            agent_env: BTreeMap::new(),
+            cgroups: None,
+            private_gpus: false,
+            device_filter: false,
+            job_root: JobRoot(dir.join("jobs")),
+            exe: PathBuf::from("/bin/false"),
+            gpu_map: Vec::new(),
+            slurm_names: None,
+            controllers: String::new(),
+            min_uid: 0,
+            probe: None,
+        }
+    }
+
+    #[test]
+    fn a_stop_does_its_file_io_without_holding_the_run_managers_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Arc::new(Outbox::open(dir.path().join("outbox")).unwrap());
+        // The outbox's next event is written through a FIFO: the write blocks until a
+        // reader comes, as a slow or stuck disk would.
+        let fifo = dir.path().join("outbox").join(format!("{:012}.tmp", 1));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let runs = Arc::new(Mutex::new(RunManager::new(
+            settings(dir.path()),
+            outbox.clone(),
+        )));
+        // A run this node never started: its stop writes the report of its end.
+        let stopper = {
+            let runs = runs.clone();
+            std::thread::spawn(move || {
+                RunManager::stop(
+                    &runs,
+                    JobId(7),
+                    0,
+                    FailureKind::Cancelled,
+                    "cancelled",
+                    Duration::from_secs(1),
+                )
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        // Heartbeats, launches and the monitor need the lock meanwhile.
+        let free = runs.try_lock_for(Duration::from_secs(2)).is_some();
+        let mut written = Vec::new();
+        std::fs::File::open(&fifo)
+            .unwrap()
+            .read_to_end(&mut written)
+            .unwrap();
+        stopper.join().unwrap();
+        assert!(
+            free,
+            "the run manager's lock was held while the stop wrote to the disk"
+        );
+        assert!(String::from_utf8_lossy(&written).contains("stopped before it started"));
+        assert_eq!(outbox.pending().len(), 1);
+    }
 }

@@ -202,16 +202,21 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
             agent.contact.renew(lease_ms);
             // Runs of jobs that ended while this node was away: stop them before
             // anything else (the node takes no new job until they have).
-            let mut runs = agent.runs.lock();
-            for s in kill {
-                runs.kill(
-                    s.job,
-                    s.attempt,
-                    gsched_types::FailureKind::GangStopped,
-                    "the controller ended this job while the node was away",
-                    Duration::from_secs(1),
-                );
-            }
+            let stops: Vec<_> = {
+                let mut runs = agent.runs.lock();
+                kill.iter()
+                    .map(|s| {
+                        runs.kill(
+                            s.job,
+                            s.attempt,
+                            gsched_types::FailureKind::GangStopped,
+                            "the controller ended this job while the node was away",
+                            Duration::from_secs(1),
+                        )
+                    })
+                    .collect()
+            };
+            stops.into_iter().for_each(crate::runs::Stop::carry_out);
         }
         ControllerToAgent::NotLeader { leader } => return Ok(End::Redirect(leader)),
         other => anyhow::bail!("unexpected first message {other:?}"),
@@ -235,16 +240,19 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kill { job, attempt, cause, reason, grace_s } => {
-                        agent.runs.lock().kill(job, attempt, cause, &reason, Duration::from_secs(grace_s));
+                        RunManager::stop(&agent.runs, job, attempt, cause, &reason, Duration::from_secs(grace_s));
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::Kills { kills } => {
                         tracing::info!("stopping {} steps (one message)", kills.len());
-                        let mut runs = agent.runs.lock();
-                        for k in kills {
-                            runs.kill(k.job, k.attempt, k.cause, &k.reason, Duration::from_secs(k.grace_s));
-                        }
-                        drop(runs);
+                        let stops: Vec<_> = {
+                            let mut runs = agent.runs.lock();
+                            kills
+                                .into_iter()
+                                .map(|k| runs.kill(k.job, k.attempt, k.cause, &k.reason, Duration::from_secs(k.grace_s)))
+                                .collect()
+                        };
+                        stops.into_iter().for_each(crate::runs::Stop::carry_out);
                         agent.flush.notify_one();
                     }
                     ControllerToAgent::RunStep(launch) => {

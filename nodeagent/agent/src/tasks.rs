@@ -104,7 +104,15 @@ pub struct GrunTasks {
 impl GrunTasks {
     /// Starts this node's tasks of `launch` inside the job whose plan is `job_plan`;
     /// `root` is where task directories go, `exe` the agent binary (`supervise`).
-    pub fn start(&mut self, launch: &StepLaunch, job_plan: &Plan, root: &Path, exe: &Path) {
+    /// `cpus`: the job's CPUs here, for a step that binds its tasks to them.
+    pub fn start(
+        &mut self,
+        launch: &StepLaunch,
+        job_plan: &Plan,
+        root: &Path,
+        exe: &Path,
+        cpus: Option<&crate::runs::JobCpus>,
+    ) {
         let ranks = launch
             .layout
             .ranks
@@ -120,7 +128,12 @@ impl GrunTasks {
                 "{}.{}.{}.{rank}",
                 launch.job, launch.attempt, launch.step
             )));
-            let plan = step_task(job_plan, launch, rank, local as u32);
+            let plan = match cpus {
+                Some(c) => {
+                    c.with(|node| step_task(job_plan, launch, rank, local as u32, Some(node)))
+                }
+                None => step_task(job_plan, launch, rank, local as u32, None),
+            };
             match spawn(&files, &plan, exe) {
                 Ok((child, input)) => {
                     self.runs.insert(
@@ -306,8 +319,8 @@ fn spawn(
     exe: &Path,
 ) -> Result<(std::process::Child, Option<InputPipe>), String> {
     layout::private_dir(&files.0).map_err(|e| format!("cannot make {}: {e}", files.0.display()))?;
-    let (input, stdin) = match plan.input {
-        TaskInput::None => (None, std::process::Stdio::null()),
+    let (input, stdin) = match &plan.input {
+        TaskInput::None | TaskInput::File { .. } => (None, std::process::Stdio::null()),
         TaskInput::Pipe | TaskInput::Pty(_) => {
             let (pipe, read_end) = InputPipe::open()?;
             (Some(pipe), std::process::Stdio::from(read_end))

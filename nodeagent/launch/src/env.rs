@@ -324,6 +324,19 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     if let Some(g) = &spec.given.gpus {
         set("SLURM_GPUS", g.clone());
     }
+    // What the job's steps read back as srun's defaults.
+    if let Some(d) = &spec.given.distribution {
+        set("SLURM_DISTRIBUTION", d.clone());
+    }
+    if let Some(h) = &spec.given.hint {
+        set("SLURM_HINT", h.clone());
+        if h == "nomultithread" {
+            set("SLURM_THREADS_PER_CORE", "1".into());
+        }
+    }
+    if let Some(n) = spec.given.ntasks_per_socket {
+        set("SLURM_NTASKS_PER_SOCKET", n.to_string());
+    }
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());
     set(

@@ -1,9 +1,11 @@
 //! Pure launch logic for the node agent: the environment each task gets ([`env`]), the
-//! torchrun command line ([`torchrun`]), output-file patterns ([`output`]), the whole
+//! torchrun command line ([`torchrun`]), output-file patterns ([`output`]), the CPUs each
+//! task is bound to ([`binding`]), the whole
 //! supervisor plan of a node run with its cgroup limits and device nodes ([`plan`]) and the
 //! classification of failures from exit statuses, torchrun error files and log lines
 //! ([`watch`]). No processes are started here; the agent does that.
 
+pub mod binding;
 pub mod env;
 pub mod output;
 pub mod plan;

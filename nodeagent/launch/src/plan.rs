@@ -5,6 +5,7 @@
 
 use crate::env::{NodeGpu, bind_task, compress_counts, node_gpus, set_gpu_vars};
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
+use gsched_types::binding::TaskBinding;
 use gsched_types::launch::LaunchSpec;
 use gsched_types::steps::StepLaunch;
 use gsched_types::topology::Topology;
@@ -64,18 +65,29 @@ pub struct Plan {
     /// The job's GPUs on this node, which its steps' tasks are bound among.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<NodeGpu>,
+    /// The CPUs the (single) task is bound to (`srun --cpu-bind`, `--hint`); absent: all
+    /// of the job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Vec<u32>>,
+    /// Say what the task is bound to on its stderr, as srun's `--cpu-bind=verbose`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub affinity_verbose: bool,
 }
 
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
 /// stdin), as a pipe or through a pseudo-terminal that is also its stdout and stderr and
 /// its controlling terminal (`grun --pty`; resizes through the `winsize` file).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TaskInput {
     #[default]
     None,
     Pipe,
     Pty(gsched_types::steps::TermSize),
+    /// A file the job's owner can read (`sbatch --input`), absolute.
+    File {
+        path: String,
+    },
 }
 
 impl TaskInput {
@@ -178,6 +190,19 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         })
         .collect();
     let (stdout, stderr) = output::paths(launch, ctx.node);
+    let input = match &spec.input {
+        Some(pattern) => {
+            let path = output::expand(pattern, launch, ctx.node, 0);
+            TaskInput::File {
+                path: if path.starts_with('/') {
+                    path
+                } else {
+                    format!("{}/{path}", spec.workdir.trim_end_matches('/'))
+                },
+            }
+        }
+        None => TaskInput::None,
+    };
     Plan {
         argv,
         tasks,
@@ -193,11 +218,13 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         devices: ctx.devices.clone(),
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
-        input: TaskInput::None,
+        input,
         truncate_output: spec.open_mode == Some(gsched_types::job::OpenMode::Truncate)
             && launch.attempt == 0
             && launch.node_rank == 0,
         gpus: node_gpus(launch, ctx.gpu_map, ctx.devices_filtered),
+        affinity: None,
+        affinity_verbose: false,
     }
 }
 
@@ -234,7 +261,15 @@ fn node_specific(name: &str) -> bool {
 /// on this node), the caller's environment on top, and the step's `SLURM_*` variables
 /// over both.
 /// Output goes to the supervisor's private copies only, stdout and stderr apart.
-pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
+/// `cpus`: the job's CPUs on this node and where they sit, for a step that binds its
+/// tasks (`None` on a node whose CPUs are not known: no binding).
+pub fn step_task(
+    job: &Plan,
+    step: &StepLaunch,
+    rank: u32,
+    local: u32,
+    cpus: Option<&crate::binding::NodeCpus<'_>>,
+) -> Plan {
     let mut env: BTreeMap<String, String> = job
         .tasks
         .first()
@@ -288,6 +323,21 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
         local,
         here as u32,
     );
+    if let Some(c) = step.cpus_per_task {
+        env.insert("SLURM_CPUS_PER_TASK".into(), c.to_string());
+    }
+    let affinity = cpus.and_then(|node| {
+        crate::binding::task_cpus(
+            &step.binding,
+            step.cpus_per_task.unwrap_or(1),
+            node,
+            local,
+            here as u32,
+        )
+    });
+    if let Some(bound) = &affinity {
+        cpu_bind_vars(&mut env, &step.binding, bound);
+    }
     Plan {
         argv: step.argv.clone(),
         tasks: vec![env.into_iter().collect()],
@@ -311,7 +361,34 @@ pub fn step_task(job: &Plan, step: &StepLaunch, rank: u32, local: u32) -> Plan {
         },
         truncate_output: false,
         gpus: Vec::new(),
+        affinity,
+        affinity_verbose: step.binding.verbose,
     }
+}
+
+/// What srun tells a bound task about its binding (`SLURM_CPU_BIND`, `_TYPE`, `_LIST`,
+/// `_VERBOSE`), in its words: a named type (`threads`) as it is, a mask or map as the
+/// task's own mask.
+fn cpu_bind_vars(env: &mut BTreeMap<String, String>, b: &TaskBinding, cpus: &[u32]) {
+    use gsched_types::binding::{CpuBind, Hint};
+    let verbose = if b.verbose { "verbose" } else { "quiet" };
+    let named = match (&b.bind, b.hint) {
+        (CpuBind::None, Some(Hint::Nomultithread | Hint::Multithread)) => Some("threads"),
+        (CpuBind::None, Some(_)) | (CpuBind::Cores, _) => Some("cores"),
+        (CpuBind::Threads, _) => Some("threads"),
+        (CpuBind::Sockets, _) => Some("sockets"),
+        (CpuBind::Ldoms, _) => Some("ldoms"),
+        (CpuBind::Rank, _) => Some("rank"),
+        _ => None,
+    };
+    let (ty, list) = match named {
+        Some(n) => (n.to_string(), String::new()),
+        None => ("mask_cpu:".to_string(), crate::binding::hex_mask(cpus)),
+    };
+    env.insert("SLURM_CPU_BIND".into(), format!("{verbose},{ty}{list}"));
+    env.insert("SLURM_CPU_BIND_TYPE".into(), ty);
+    env.insert("SLURM_CPU_BIND_LIST".into(), list);
+    env.insert("SLURM_CPU_BIND_VERBOSE".into(), verbose.into());
 }
 
 /// A step task's GPUs: the step's share of the job's GPUs on the node (the `slots` the
@@ -417,6 +494,8 @@ mod tests {
                 .iter()
                 .map(|&(device, cuda)| NodeGpu { device, cuda })
                 .collect(),
+            affinity: None,
+            affinity_verbose: false,
         }
     }
 
@@ -437,6 +516,8 @@ mod tests {
             pty: None,
             gpus,
             gpu_slots: None,
+            cpus_per_task: None,
+            binding: Default::default(),
         }
     }
 
@@ -455,7 +536,7 @@ mod tests {
             per_node: None,
             bind: GpuBind::PerTask(1),
         };
-        let t1 = step_task(&job, &step(per_task, 4), 1, 1);
+        let t1 = step_task(&job, &step(per_task, 4), 1, 1, None);
         assert_eq!(var(&t1, "CUDA_VISIBLE_DEVICES").as_deref(), Some("1"));
         assert_eq!(var(&t1, "SLURM_STEP_GPUS").as_deref(), Some("5"));
         assert_eq!(var(&t1, "SLURM_JOB_GPUS").as_deref(), Some("4,5,6,7"));
@@ -466,7 +547,7 @@ mod tests {
             per_node: Some(1),
             bind: GpuBind::All,
         };
-        let t = step_task(&job, &step(one, 1), 0, 0);
+        let t = step_task(&job, &step(one, 1), 0, 0, None);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some("0"));
         assert_eq!(var(&t, "SLURM_GPUS_ON_NODE").as_deref(), Some("1"));
         // --gpu-bind=none: Slurm leaves the variables unset.
@@ -474,7 +555,7 @@ mod tests {
             per_node: None,
             bind: GpuBind::None,
         };
-        let t = step_task(&job, &step(none, 2), 0, 0);
+        let t = step_task(&job, &step(none, 2), 0, 0, None);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES"), None);
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
     }
@@ -489,7 +570,7 @@ mod tests {
         // Positions 0 and 1 are held by other steps: the leader gave this one position 2.
         let mut s = step(one, 1);
         s.gpu_slots = Some(vec![2]);
-        let t = step_task(&job, &s, 0, 0);
+        let t = step_task(&job, &s, 0, 0, None);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some("2"));
         assert_eq!(var(&t, "SLURM_STEP_GPUS").as_deref(), Some("6"));
         assert_eq!(var(&t, "SLURM_GPUS_ON_NODE").as_deref(), Some("1"));
@@ -500,7 +581,7 @@ mod tests {
         };
         let mut s = step(per_task, 2);
         s.gpu_slots = Some(vec![1, 3]);
-        let t1 = step_task(&job, &s, 1, 1);
+        let t1 = step_task(&job, &s, 1, 1, None);
         assert_eq!(var(&t1, "CUDA_VISIBLE_DEVICES").as_deref(), Some("3"));
         assert_eq!(var(&t1, "SLURM_STEP_GPUS").as_deref(), Some("7"));
         // --gres=none: no GPU.
@@ -512,9 +593,24 @@ mod tests {
             1,
         );
         s.gpu_slots = Some(vec![]);
-        let t = step_task(&job, &s, 0, 0);
+        let t = step_task(&job, &s, 0, 0, None);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some(""));
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
         assert_eq!(var(&t, "SLURM_GPUS_ON_NODE"), None);
+    }
+
+    #[test]
+    fn every_input_round_trips_through_the_plan_file() {
+        for input in [
+            TaskInput::None,
+            TaskInput::Pipe,
+            TaskInput::Pty(gsched_types::steps::TermSize { rows: 2, cols: 3 }),
+            TaskInput::File {
+                path: "/home/a/in.txt".into(),
+            },
+        ] {
+            let json = serde_json::to_string(&input).expect("serialises");
+            assert_eq!(serde_json::from_str::<TaskInput>(&json).unwrap(), input);
+        }
     }
 }

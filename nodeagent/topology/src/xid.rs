@@ -186,7 +186,7 @@ pub fn normalize_pci(text: &str) -> String {
 
 /// Strips `/dev/kmsg` record headers ("6,1234,567,-;") and dmesg timestamps, returning the
 /// timestamp text (if any) and the message.
-fn split_prefix(line: &str) -> (Option<String>, &str) {
+pub fn split_prefix(line: &str) -> (Option<String>, &str) {
     let mut rest = line.trim_end();
     if let Some((head, msg)) = rest.split_once(';')
         && head.split(',').count() >= 3
@@ -418,7 +418,7 @@ fn device_of(msg: &str) -> String {
 }
 
 /// The first PCI address in a message (`0000:b3:00.0`, `00000000:B3:00.0`, `PCI:0000:b3:00`).
-fn first_pci(msg: &str) -> Option<&str> {
+pub fn first_pci(msg: &str) -> Option<&str> {
     msg.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ',' | '[' | ']'))
         .map(|t| t.trim_start_matches("PCI:").trim_end_matches([':', '.']))
         .find(|t| {

@@ -89,8 +89,12 @@ impl std::fmt::Display for JobSelector {
     }
 }
 
-/// What to do to a set of jobs (`gcancel`, `gctl hold/release/requeue`): one replicated
-/// command however many jobs it touches.
+/// What to do to a set of jobs (`gcancel`, `gcancel --signal`, `gctl hold/release/
+/// requeue/update`, `scontrol`'s twins, `POST /api/v1/jobs/actions`): one request,
+/// `ActOnJobs`, for every action, and for those that change state one replicated command
+/// however many jobs it touches. Serialised as its name (`"cancel"`), or, for the actions
+/// that carry values, as an object named by it (`{"signal": {"signal": 10}}`,
+/// `{"update": {"time_limit_s": 1800}}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobAction {
@@ -98,6 +102,20 @@ pub enum JobAction {
     Hold,
     Release,
     Requeue,
+    /// Send a signal (1-64) to the running jobs, through their agents: nothing is
+    /// replicated.
+    Signal {
+        signal: i32,
+        /// To the batch shell alone (`--batch`), else to every process of the job.
+        #[serde(default)]
+        batch_only: bool,
+    },
+    /// Change the jobs (`scontrol update JobId=... TimeLimit=...`).
+    Update {
+        /// The new time limit in seconds (0: none).
+        #[serde(default)]
+        time_limit_s: Option<u64>,
+    },
 }
 
 impl JobAction {
@@ -107,7 +125,27 @@ impl JobAction {
             JobAction::Hold => "hold",
             JobAction::Release => "release",
             JobAction::Requeue => "requeue",
+            JobAction::Signal { .. } => "signal",
+            JobAction::Update { .. } => "update",
         }
+    }
+
+    /// The past participle, for what was done ("3 job(s) held").
+    pub fn done(self) -> &'static str {
+        match self {
+            JobAction::Cancel => "cancelled",
+            JobAction::Hold => "held",
+            JobAction::Release => "released",
+            JobAction::Requeue => "requeued",
+            JobAction::Signal { .. } => "signalled",
+            JobAction::Update { .. } => "updated",
+        }
+    }
+
+    /// Whether the action changes replicated state (all but a signal, which the leader
+    /// passes to the jobs' agents).
+    pub fn is_replicated(self) -> bool {
+        !matches!(self, JobAction::Signal { .. })
     }
 }
 
@@ -163,34 +201,16 @@ impl JobSelection {
     }
 }
 
-/// A bulk action as a client asks for it (the `ActOnJobs` request body).
+/// An action as a client asks for it (the `ActOnJobs` request body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobActionRequest {
     pub action: JobAction,
     pub select: JobSelection,
 }
 
-/// `gctl update` / `scontrol update JobId=...` (the `UpdateJob` request body).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct UpdateJobRequest {
-    pub job: u64,
-    /// The new time limit in seconds (0: none).
-    #[serde(default)]
-    pub time_limit_s: Option<u64>,
-}
-
-/// `gcancel --signal`: a signal for the running jobs a selection names (the `SignalJobs`
-/// request body). Not replicated: the leader passes it to the jobs' agents.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SignalRequest {
-    pub select: JobSelection,
-    pub signal: i32,
-    /// To the batch shell alone (`--batch`), else to every process of the job.
-    #[serde(default)]
-    pub batch_only: bool,
-}
-
-/// What a bulk action did: how many jobs it changed, and what it refused (the first few).
+/// What an action did: how many jobs it now holds for (those it changed, and those
+/// already as asked, such as a released job that was not held), and what it refused, one
+/// line per job or per run of an array's tasks (the first few).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ActionSummary {
     pub count: u64,

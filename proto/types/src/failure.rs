@@ -46,6 +46,8 @@ pub enum FailureKind {
     /// Ended while pending: a job it depends on ended in a way that rules the dependency
     /// out (Slurm's `kill_invalid_depend`).
     DependencyNeverSatisfied,
+    /// Ended while pending: it could no longer end by its `--deadline`.
+    Deadline,
 }
 
 impl FailureKind {
@@ -81,6 +83,7 @@ impl FailureKind {
             | FailureKind::IdleGpus
             | FailureKind::Preempted
             | FailureKind::DependencyNeverSatisfied => JobState::Cancelled,
+            FailureKind::Deadline => JobState::Deadline,
             _ => JobState::Failed,
         }
     }
@@ -105,6 +108,7 @@ impl FailureKind {
             FailureKind::Preempted => "Preempted".into(),
             FailureKind::IdleGpus => "IdleGPUs".into(),
             FailureKind::DependencyNeverSatisfied => "DependencyNeverSatisfied".into(),
+            FailureKind::Deadline => "DeadLine".into(),
         }
     }
 
@@ -120,7 +124,8 @@ impl FailureKind {
             FailureKind::Cancelled
             | FailureKind::IdleGpus
             | FailureKind::Preempted
-            | FailureKind::DependencyNeverSatisfied => 6,
+            | FailureKind::DependencyNeverSatisfied
+            | FailureKind::Deadline => 6,
             FailureKind::NcclTimeout => 5,
             // A rank's CUDA context failing explains its peers' NCCL errors.
             FailureKind::CudaError => 5,

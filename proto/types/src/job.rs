@@ -150,6 +150,15 @@ pub struct Given {
     /// `-G`/`--gpus` as given (Slurm sets `SLURM_GPUS` to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<String>,
+    /// `--distribution` as given (`SLURM_DISTRIBUTION`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<String>,
+    /// `--hint` as given (`SLURM_HINT`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// `--ntasks-per-socket` (`SLURM_NTASKS_PER_SOCKET`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks_per_socket: Option<u32>,
 }
 
 impl Given {
@@ -285,6 +294,27 @@ pub struct JobSpec {
     /// `--wckey`: kept with the job and shown by gacct.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wckey: Option<String>,
+    /// `--time-min` (s): backfill may start the job with a time limit this low (up to
+    /// `time_limit_s`) where that lets it start sooner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_min_s: Option<u64>,
+    /// `--deadline` (ms since the epoch): a pending job that can no longer end by then
+    /// ends DEADLINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// `--kill-on-invalid-dep`: end the job when a dependency can never be met (yes) or
+    /// leave it pending (no); absent: the cluster's `keep_invalid_depend` decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_on_invalid_dep: Option<bool>,
+    /// `--no-kill`: keep running on the other nodes when one of the job's is lost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_kill: bool,
+    /// `-i`/`--input`: the batch script's stdin, a filename pattern (absent: /dev/null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// `--mail-type` and `--mail-user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail: Option<crate::notify::MailRequest>,
 }
 
 impl JobSpec {
@@ -343,6 +373,12 @@ impl JobSpec {
             switches: None,
             comment: None,
             wckey: None,
+            time_min_s: None,
+            deadline_ms: None,
+            kill_on_invalid_dep: None,
+            no_kill: false,
+            input: None,
+            mail: None,
         }
     }
 
@@ -424,11 +460,13 @@ pub enum JobState {
     Timeout,
     NodeFail,
     OutOfMemory,
+    /// Ended while pending: it could no longer end by its `--deadline`.
+    Deadline,
 }
 
 impl JobState {
     /// Every state, in the order jobs go through them.
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -438,6 +476,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Deadline,
     ];
 
     pub fn is_terminal(self) -> bool {
@@ -459,6 +498,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Deadline => "DL",
         }
     }
 
@@ -473,6 +513,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Deadline => "DEADLINE",
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod api;
 pub mod assoc;
+pub mod binding;
 pub mod constraint;
 pub mod cpulist;
 pub mod error;
@@ -18,6 +19,7 @@ pub mod hostlist;
 pub mod job;
 pub mod launch;
 pub mod node;
+pub mod notify;
 pub mod parse;
 pub mod report;
 pub mod reservation;

@@ -39,6 +39,20 @@ pub struct StepRequest {
     /// terminal (`--pty`) shares them too, as Slurm's interactive step.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overlap: bool,
+    /// The step's name (`srun -J`); absent: its command's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// CPUs for each task (`srun -c`): the step's `SLURM_CPUS_PER_TASK`, and how many each
+    /// task is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// How tasks are laid out over nodes and bound to CPUs (`--distribution`,
+    /// `--cpu-bind`, `--hint`, `--ntasks-per-socket`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::binding::TaskBinding::is_default"
+    )]
+    pub binding: crate::binding::TaskBinding,
 }
 
 /// A terminal's size in characters.
@@ -151,6 +165,19 @@ pub enum InputEvent {
 /// The most stdin one `StepInput` carries.
 pub const INPUT_CHUNK: usize = 64 * 1024;
 
+/// The status a task's exit counts as, as srun counts it: its exit code, 128 + N for a
+/// death by signal N, and 1 when its agent could learn neither (its exit record had no
+/// status): an end nobody saw is no success. `grun` exits with the highest of its tasks';
+/// the controller records a step whose tasks all count 0 as completed, any other as
+/// failed.
+pub fn task_status(code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (code, signal) {
+        (_, Some(sig)) => 128 + sig,
+        (Some(c), None) => c,
+        (None, None) => 1,
+    }
+}
+
 /// How a recorded `grun` step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -215,9 +242,37 @@ pub fn block_counts(ntasks: u32, nodes: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The ranks each of `nodes` runs: srun's blocks (3 over 2 is 0-1, 2) by default, one
+/// at a time round the nodes (`cyclic`: 0 2, 1), or `n` at a time round them
+/// (`plane=n`, which may leave the last nodes with fewer, or none).
+pub fn deal(ntasks: u32, nodes: u32, dist: crate::binding::NodeDist) -> Vec<Vec<u32>> {
+    use crate::binding::NodeDist;
+    let run = match dist {
+        NodeDist::Block => {
+            let mut next = 0;
+            return block_counts(ntasks, nodes)
+                .into_iter()
+                .map(|count| {
+                    let r: Vec<u32> = (next..next + count).collect();
+                    next += count;
+                    r
+                })
+                .collect();
+        }
+        NodeDist::Cyclic => 1,
+        NodeDist::Plane(n) => n.max(1),
+    };
+    let mut ranks = vec![Vec::new(); nodes.max(1) as usize];
+    for rank in 0..ntasks {
+        ranks[((rank / run) % nodes.max(1)) as usize].push(rank);
+    }
+    ranks
+}
+
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
-    /// limits their number, `-n` spreads tasks in blocks (as srun's default distribution).
+    /// limits their number, `-n` spreads tasks as srun does (blocks of ranks by default,
+    /// as `--distribution` says otherwise).
     pub fn layout(
         &self,
         job_nodes: &[String],
@@ -269,15 +324,13 @@ impl StepRequest {
         if ntasks > MAX_STEP_TASKS {
             return Err(too_many(ntasks.to_string()));
         }
-        let mut next = 0;
-        let ranks = block_counts(ntasks, nodes.len() as u32)
+        let mut ranks = deal(ntasks, nodes.len() as u32, self.binding.nodes);
+        // A plane distribution may leave nodes without a task: the step has fewer nodes.
+        let mut kept = nodes
             .into_iter()
-            .map(|count| {
-                let r: Vec<u32> = (next..next + count).collect();
-                next += count;
-                r
-            })
-            .collect();
+            .zip(std::mem::take(&mut ranks))
+            .filter(|(_, r)| !r.is_empty());
+        let (nodes, ranks): (Vec<String>, Vec<Vec<u32>>) = kept.by_ref().unzip();
         Ok(StepLayout {
             nodes,
             ranks,
@@ -309,6 +362,15 @@ pub struct StepLaunch {
     /// list there; absent from a leader that does not hand them out (then: the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_slots: Option<Vec<u32>>,
+    /// CPUs for each task, when the step named them (`srun -c`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// How the tasks are bound to CPUs.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::binding::TaskBinding::is_default"
+    )]
+    pub binding: crate::binding::TaskBinding,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -372,6 +434,15 @@ pub enum StepUpdate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_counts_as_srun_counts_it_and_an_unknown_end_as_a_failure() {
+        assert_eq!(task_status(Some(0), None), 0);
+        assert_eq!(task_status(Some(3), None), 3);
+        assert_eq!(task_status(None, Some(9)), 137);
+        assert_eq!(task_status(Some(0), Some(15)), 143);
+        assert_eq!(task_status(None, None), 1);
+    }
 
     // Slurm 22.05 (tests/slurmdiff's peer), a 4-GPU job on one node: three concurrent
     // `srun --exact -n1 --gres=gpu:1` steps got GPUs 0, 1, 2; a `--gres=gpu:3` step after one
@@ -450,7 +521,33 @@ mod tests {
             pty: None,
             gpus: StepGpus::default(),
             overlap: false,
+            name: None,
+            cpus_per_task: None,
+            binding: Default::default(),
         }
+    }
+
+    #[test]
+    fn distributions_deal_ranks_as_srun_does() {
+        use crate::binding::NodeDist;
+        let job: Vec<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let with = |ntasks, dist| {
+            let mut r = req(0, ntasks, 0, &[]);
+            r.binding.nodes = dist;
+            r.layout(&job).unwrap()
+        };
+        assert_eq!(with(4, NodeDist::Block).ranks, [vec![0, 1], vec![2, 3]]);
+        assert_eq!(with(4, NodeDist::Cyclic).ranks, [vec![0, 2], vec![1, 3]]);
+        assert_eq!(with(3, NodeDist::Cyclic).ranks, [vec![0, 2], vec![1]]);
+        assert_eq!(
+            with(6, NodeDist::Plane(2)).ranks,
+            [vec![0, 1, 4, 5], vec![2, 3]]
+        );
+        let l = with(3, NodeDist::Plane(4));
+        assert_eq!(
+            (l.nodes, l.ranks),
+            (vec!["n1".to_string()], vec![vec![0, 1, 2]])
+        );
     }
 
     #[test]

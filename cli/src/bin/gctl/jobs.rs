@@ -1,9 +1,8 @@
-//! Acting on jobs: hold, release, requeue, and changing a job's time limit.
+//! Acting on jobs: hold, release, requeue, and changing a job's time limit, each one
+//! `ActOnJobs` request.
 
-use gsched_cli::client::{Client, describe, die, request_id};
+use gsched_cli::client::{Client, die};
 use gsched_cli::outln;
-use gsched_proto::contract::{Carries, Idempotent};
-use gsched_proto::pb;
 use gsched_types::api::{JobAction, JobSelection, JobSelector};
 
 /// `gctl hold|release|requeue`: one request for every job named.
@@ -31,33 +30,36 @@ pub fn act(
         );
     }
     let (summary, refused) = gsched_cli::act_on_jobs(rt, client, action, select, "gctl");
-    let done = match action {
-        JobAction::Cancel => "cancelled",
-        JobAction::Hold => "held",
-        JobAction::Release => "released",
-        JobAction::Requeue => "requeued",
-    };
-    outln!("{} job(s) {done}", summary.count);
+    outln!("{} job(s) {}", summary.count, action.done());
     if refused {
         std::process::exit(1);
     }
 }
 
-/// `gctl update JOB --time T` (scontrol update JobId=.. TimeLimit=..).
-pub fn update(rt: &tokio::runtime::Runtime, client: &mut Client, job: u64, time: &str) {
+/// `gctl update JOB --time T` (scontrol update JobId=.. TimeLimit=..): every task of an
+/// array named by its id, or none.
+pub fn update(rt: &tokio::runtime::Runtime, client: &mut Client, job: &str, time: &str) {
     let limit = gsched_types::parse::time_limit(time)
         .unwrap_or_else(|e| die("gctl", format!("--time {time}: {e}")))
         .unwrap_or(0);
-    let body = gsched_types::api::UpdateJobRequest {
-        job,
+    let select = JobSelection {
+        jobs: vec![JobSelector::parse(job).unwrap_or_else(|e| die("gctl", e))],
+        ..Default::default()
+    };
+    let action = JobAction::Update {
         time_limit_s: Some(limit),
     };
-    let req = pb::UpdateJobRequest::carrying(&body).with_request_id(request_id());
-    match rt.block_on(client.call(|mut c| {
-        let req = req.clone();
-        async move { c.update_job(req).await }
-    })) {
-        Ok(r) => outln!("{}", r.message),
-        Err(s) => die("gctl", describe(&s)),
+    let (summary, refused) = gsched_cli::act_on_jobs(rt, client, action, select, "gctl");
+    if refused {
+        std::process::exit(1);
     }
+    let limit = match limit {
+        0 => "UNLIMITED".to_string(),
+        t => gsched_types::parse::format_duration(t),
+    };
+    let jobs = match summary.count {
+        1 => String::new(),
+        n => format!(" ({n} jobs)"),
+    };
+    outln!("job {job} time limit set to {limit}{jobs}");
 }

@@ -86,17 +86,18 @@ enum Cmd {
         #[arg(short = 'w', long = "nodelist", value_delimiter = ',')]
         nodes: Vec<String>,
     },
-    /// Change a job: its time limit (yours lower; an operator's either way; a running
-    /// job's only lower).
+    /// Change a job (120 changes every task of array 120, or none): its time limit
+    /// (yours lower; an operator's either way; a running job's only lower).
     Update {
-        job: u64,
+        job: String,
         /// The new limit, in sbatch's forms (30, 1:00:00, 2-00:00, UNLIMITED).
         #[arg(long = "time", short = 't')]
         time: String,
     },
-    /// Hold pending jobs (120 holds every task of array 120).
+    /// Hold jobs (120 holds every task of array 120): a pending job waits until released,
+    /// a running one runs on and waits if it is requeued (as Slurm's hold).
     Hold { jobs: Vec<String> },
-    /// Release held jobs.
+    /// Release held jobs (one that is not held is left as it is).
     Release { jobs: Vec<String> },
     /// The cluster's usual faults, from what the nodes registered: PCIe links trained
     /// down, hot or withheld GPUs, nodes not answering, training NICs far from the GPUs or
@@ -191,7 +192,7 @@ fn main() {
         Cmd::Requeue { jobs, nodes } => jobs::act(rt, client, JobAction::Requeue, &jobs, nodes),
         Cmd::Certs { action } => certs::run(action),
         Cmd::Hold { jobs } => jobs::act(rt, client, JobAction::Hold, &jobs, Vec::new()),
-        Cmd::Update { job, time } => jobs::update(rt, client, job, &time),
+        Cmd::Update { job, time } => jobs::update(rt, client, &job, &time),
         Cmd::Release { jobs } => jobs::act(rt, client, JobAction::Release, &jobs, Vec::new()),
         Cmd::Doctor(d) => checks::doctor(rt, client, d, controllers),
         Cmd::BurnIn(b) => checks::burn_in_nodes(rt, client, b, controllers),

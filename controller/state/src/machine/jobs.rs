@@ -1,11 +1,11 @@
-//! Jobs: submission and its limits, placement, cancel, hold, requeue, preemption, the
-//! time-limit backstop, and the end of an attempt (release, requeue, fair-share charge,
-//! retention).
+//! Jobs: submission and its limits, placement, preemption, the time-limit backstop, and
+//! the end of an attempt (release, requeue, fair-share charge, retention). What users do
+//! to jobs that exist (cancel, hold, requeue, update) is [`super::actions`].
 
 use super::{ClusterState, Shared, payload};
 use crate::command::{
-    CancelJob, CancelUnsatisfiable, HoldJob, Outcome, Preempt, RequeueJob, SetPendingReasons,
-    StartJob, SubmitJob, TimeoutJob, UpdateJob,
+    CancelUnsatisfiable, EndPastDeadline, Outcome, Preempt, SetPendingReasons, StartJob, SubmitJob,
+    TimeoutJob,
 };
 use gsched_scheduler::DepView;
 use gsched_scheduler::decay::decay;
@@ -172,69 +172,6 @@ impl ClusterState {
         Ok(())
     }
 
-    /// Jobs `id` names: itself, or every task of the array whose id it is.
-    pub(super) fn resolve(&self, id: JobId) -> Vec<JobId> {
-        let tasks: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| j.array_task.is_some_and(|t| t.array_job_id == id))
-            .map(|j| j.id)
-            .collect();
-        if tasks.is_empty() && self.jobs.contains_key(&id) {
-            vec![id]
-        } else {
-            tasks
-        }
-    }
-
-    pub(super) fn cancel(&mut self, c: &CancelJob, at: u64) -> Outcome {
-        let (id, by) = (c.job, c.by.as_str());
-        let targets = self.resolve(id);
-        if targets.is_empty() {
-            return Outcome::NotFound {
-                message: format!("job {id} does not exist (or was purged)"),
-            };
-        }
-        if let Some(j) = targets
-            .iter()
-            .filter_map(|t| self.jobs.get(t))
-            .find(|j| !c.admin && j.spec.user != by)
-        {
-            return Outcome::PermissionDenied {
-                message: not_yours(&j.display_id(), &j.spec.user, by, "cancel"),
-            };
-        }
-        let mut any = false;
-        for t in targets {
-            let Some(state) = self.jobs.get(&t).map(|j| j.state) else {
-                continue;
-            };
-            let failure = Failure::new(FailureKind::Cancelled, format!("cancelled by {by}"), at);
-            match state {
-                JobState::Pending => {
-                    let job = self.jobs.get_mut(&t).expect("present");
-                    job.state = JobState::Cancelled;
-                    job.end_ms = Some(at);
-                    job.failure = Some(failure);
-                    self.retire(t);
-                    any = true;
-                }
-                JobState::Running => {
-                    self.begin_ending(t, failure, at);
-                    any = true;
-                }
-                _ => {}
-            }
-        }
-        if any {
-            Outcome::Ok
-        } else {
-            Outcome::Rejected {
-                message: format!("job {id} has already ended"),
-            }
-        }
-    }
-
     /// Why `job`'s dependencies can never be satisfied, if they cannot.
     fn unsatisfiable(&self, job: &JobRecord) -> Option<String> {
         job.spec.dependency.iter().find_map(|dep| {
@@ -274,6 +211,39 @@ impl ClusterState {
         Outcome::Ok
     }
 
+    /// Ends the jobs of `c` that are still pending and can no longer end by their
+    /// deadline: their shortest run (`--time-min`, else their time limit) from `at`
+    /// passes it.
+    pub(super) fn end_past_deadline(&mut self, c: &EndPastDeadline, at: u64) -> Outcome {
+        for id in &c.jobs {
+            let Some(job) = self.jobs.get(id).filter(|j| j.state == JobState::Pending) else {
+                continue;
+            };
+            let Some(deadline) = job.spec.deadline_ms else {
+                continue;
+            };
+            let shortest = job
+                .spec
+                .time_min_s
+                .or_else(|| self.config.time_limit_for(&job.spec))
+                .unwrap_or(0);
+            if at.saturating_add(shortest.saturating_mul(1000)) <= deadline {
+                continue;
+            }
+            let why = format!(
+                "it could no longer end by its deadline {}: {} s to run from now",
+                gsched_types::parse::format_timestamp(deadline),
+                shortest
+            );
+            let job = self.jobs.get_mut(id).expect("present");
+            job.state = JobState::Deadline;
+            job.end_ms = Some(at);
+            job.failure = Some(Failure::new(FailureKind::Deadline, why, at));
+            self.retire(*id);
+        }
+        Outcome::Ok
+    }
+
     pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons, at: u64) -> Outcome {
         for (id, reason) in &c.reasons {
             if let Some(j) = self.jobs.get_mut(id)
@@ -299,6 +269,10 @@ impl ClusterState {
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
                     job.allocation = Some(s.allocation.clone());
+                    // Backfill shortened it towards its --time-min to fit a hole.
+                    if let Some(limit) = s.time_limit_s {
+                        job.spec.time_limit_s = Some(limit);
+                    }
                     job.runs = s
                         .allocation
                         .nodes
@@ -391,52 +365,6 @@ impl ClusterState {
         Ok(())
     }
 
-    /// `scontrol update JobId=... TimeLimit=...`: the owner may lower a job's time limit,
-    /// an operator may also raise it; a running job's limit can only be lowered (its
-    /// nodes enforce the limit it started with, the leader the lower one).
-    pub(super) fn update_job(&mut self, c: &UpdateJob) -> Outcome {
-        let Some(job) = self.jobs.get(&c.job) else {
-            return Outcome::NotFound {
-                message: format!("job {}", c.job),
-            };
-        };
-        if !c.admin && job.spec.user != c.by {
-            return Outcome::PermissionDenied {
-                message: not_yours(&job.display_id(), &job.spec.user, &c.by, "update"),
-            };
-        }
-        let Some(new) = c.time_limit_s else {
-            return Outcome::Rejected {
-                message: "nothing to update: give TimeLimit=".into(),
-            };
-        };
-        if new > crate::validate::MAX_TIME_S {
-            return Outcome::Rejected {
-                message: "the time limit is over ten years; use UNLIMITED for none".into(),
-            };
-        }
-        // Limits compared as seconds, no limit as the largest.
-        let as_secs = |t: Option<u64>| t.filter(|t| *t > 0).unwrap_or(u64::MAX);
-        let now = as_secs(self.config.time_limit_for(&job.spec));
-        let raises = as_secs(Some(new)) > now;
-        match job.state {
-            JobState::Pending if raises && !c.admin => Outcome::Rejected {
-                message: "only an operator may raise a time limit; you may lower it".into(),
-            },
-            JobState::Running | JobState::Completing if raises => Outcome::Rejected {
-                message: "a running job's time limit can only be lowered (raise it before it starts, or requeue it)".into(),
-            },
-            JobState::Pending | JobState::Running | JobState::Completing => {
-                let job = self.jobs.get_mut(&c.job).expect("present");
-                job.spec.time_limit_s = Some(new);
-                Outcome::Ok
-            }
-            other => Outcome::Rejected {
-                message: format!("job {} has ended ({})", c.job, other.name()),
-            },
-        }
-    }
-
     /// Moves a running job to `Completing` (the dispatcher then stops every node run) and keeps
     /// the most specific failure seen.
     pub(super) fn begin_ending(&mut self, id: JobId, failure: Failure, at: u64) {
@@ -520,7 +448,12 @@ impl ClusterState {
                 job.avoid_nodes.push(n.clone());
             }
             job.state = JobState::Pending;
-            job.reason = PendingReason::Requeued;
+            // A job held while it ran stays held (as Slurm's hold of a running job).
+            job.reason = if job.held {
+                PendingReason::JobHeldUser
+            } else {
+                PendingReason::Requeued
+            };
             job.attempt += 1;
             job.eligible_ms = at;
             job.placement_wait_since_ms = None;
@@ -586,60 +519,6 @@ impl ClusterState {
         }
         self.finished.push_back(id);
         self.purge_finished();
-    }
-
-    pub(super) fn requeue_request(&mut self, c: &RequeueJob, at: u64) -> Outcome {
-        let id = c.job;
-        let Some(job) = self.jobs.get(&id) else {
-            return Outcome::NotFound {
-                message: format!("job {id} does not exist"),
-            };
-        };
-        if !c.admin && job.spec.user != c.by {
-            return Outcome::PermissionDenied {
-                message: not_yours(&job.display_id(), &job.spec.user, &c.by, "requeue"),
-            };
-        }
-        if job.state != JobState::Running {
-            return Outcome::Rejected {
-                message: format!(
-                    "job {id} is {}; only running jobs can be requeued",
-                    job.state
-                ),
-            };
-        }
-        let failure = Failure::new(FailureKind::Preempted, format!("requeued by {}", c.by), at);
-        self.begin_ending(id, failure, at);
-        Outcome::Ok
-    }
-
-    pub(super) fn hold(&mut self, c: &HoldJob) -> Outcome {
-        let id = c.job;
-        let targets = self.resolve(id);
-        if targets.is_empty() {
-            return Outcome::NotFound {
-                message: format!("job {id} does not exist"),
-            };
-        }
-        for t in targets {
-            let job = self.jobs.get_mut(&t).expect("resolved");
-            if !c.admin && job.spec.user != c.by {
-                let what = if c.hold { "hold" } else { "release" };
-                return Outcome::PermissionDenied {
-                    message: not_yours(&job.display_id(), &job.spec.user, &c.by, what),
-                };
-            }
-            if job.state == JobState::Pending {
-                job.held = c.hold;
-                job.reason = if c.hold {
-                    PendingReason::JobHeldUser
-                } else {
-                    PendingReason::None
-                };
-            }
-            self.note_schedulable(t);
-        }
-        Outcome::Ok
     }
 
     pub(super) fn preempt(&mut self, c: &Preempt, at: u64) -> Outcome {

@@ -2,18 +2,20 @@
 //! reaches the same state (and the same digest). No clock, randomness or IO in here; time
 //! comes from the leader's stamp in each envelope.
 //!
-//! The handlers live beside this file by what they change: [`jobs`] (submission, cancel,
-//! hold, requeue, placement, the end of a job and its accounting), [`runs`] (what agents
-//! report about their node's run of a job), [`steps`] (`grun`/`srun` steps recorded in
-//! their job) and [`nodes`] (registration, loss, health, drain);
-//! [`reservations`] (admin reservations and their windows);
-//! [`bulk`] applies one action to every job a selection names; [`dedup`] remembers
-//! applied request ids.
+//! The handlers live beside this file by what they change: [`jobs`] (submission,
+//! placement, preemption, the end of a job and its accounting), [`actions`] (the one
+//! action path: cancel, hold, release, requeue and update of every job a selection
+//! names, under one set of rules), [`runs`] (what agents report about their node's run
+//! of a job), [`steps`] (`grun`/`srun` steps recorded in their job) and [`nodes`]
+//! (registration, loss, health, drain); [`reservations`] (admin reservations and their
+//! windows); [`legacy`] replays the single-job commands old logs hold; [`dedup`]
+//! remembers applied request ids.
 
+mod actions;
 pub mod associations;
-mod bulk;
 mod dedup;
 mod jobs;
+mod legacy;
 mod nodes;
 pub mod payload;
 mod reservations;
@@ -21,6 +23,7 @@ mod runs;
 mod shared;
 mod steps;
 
+pub use actions::{Decision, Verdict};
 pub use dedup::DEDUP_CAPACITY;
 pub use shared::Shared;
 
@@ -462,9 +465,9 @@ impl ClusterState {
         let at = env.at_ms;
         let outcome = match &env.cmd {
             Command::SubmitJob(c) => self.submit(c, at),
-            Command::CancelJob(c) => self.cancel(c, at),
+            Command::CancelJob(c) => self.legacy_cancel(c, at),
             Command::ActOnJobs(c) => self.act_on_jobs(c, at),
-            Command::UpdateJob(c) => self.update_job(c),
+            Command::UpdateJob(c) => self.legacy_update(c),
             Command::StepStarted(c) => self.step_started(c, at),
             Command::StepEnded(c) => self.step_ended(c, at),
             Command::JobWarning(c) => self.job_warning(c),
@@ -487,8 +490,8 @@ impl ClusterState {
             Command::DrainNode(c) => self.drain_node(c, at),
             Command::ResumeNode(c) => self.resume_node(c, at),
             Command::HealthEvents(c) => self.health_events(c, at),
-            Command::RequeueJob(c) => self.requeue_request(c, at),
-            Command::HoldJob(c) => self.hold(c),
+            Command::RequeueJob(c) => self.legacy_requeue(c, at),
+            Command::HoldJob(c) => self.legacy_hold(c),
             Command::Preempt(c) => self.preempt(c, at),
             Command::EditAssociations(c) => self.edit_associations(c),
             Command::SetConfig(c) => {
@@ -511,6 +514,7 @@ impl ClusterState {
             }
             Command::Noop => Outcome::Ok,
             Command::CancelUnsatisfiable(c) => self.cancel_unsatisfiable(c, at),
+            Command::EndPastDeadline(c) => self.end_past_deadline(c, at),
             Command::NodeResponding(c) => self.node_responding(c, at),
         };
         if let Some(id) = &env.request_id {

@@ -121,8 +121,6 @@ impl ClusterState {
         }
     }
 
-    /// Records a node's warning on the job: one per kind and node (a newer one replaces
-    /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
     /// Replaces `node`'s usage summary (bounded: its GPU list and series as a node may
     /// send them, never more than the allocation's GPUs).
     fn keep_usage(usage: &mut Vec<NodeUsage>, node: &str, u: &NodeUsage) {
@@ -183,6 +181,8 @@ impl ClusterState {
         Outcome::Ok
     }
 
+    /// Records a node's warning on the job: one per kind and node (a newer one replaces
+    /// it), at most `MAX_JOB_WARNINGS` (the oldest goes).
     pub(super) fn job_warning(&mut self, c: &JobWarning) -> Outcome {
         let job = match self.reported_job(c.job, c.attempt) {
             Ok(job) => job,
@@ -226,6 +226,16 @@ impl ClusterState {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
+        // --no-kill: the job goes on without the node while its batch script (or, for a
+        // job that runs on every node, another node's run) does.
+        let carries_on = job.spec.no_kill
+            && job.state == JobState::Running
+            && !(job.spec.launch == LaunchMode::Batch
+                && job.runs.first().is_some_and(|r| r.node == node))
+            && job
+                .runs
+                .iter()
+                .any(|r| r.node != node && !r.state.is_done());
         let Some(run) = Self::run_mut(job, node) else {
             return;
         };
@@ -236,6 +246,8 @@ impl ClusterState {
         run.ended_ms = Some(at);
         let failure = Failure::new(FailureKind::NodeLost, why, at).on(node);
         run.failure = Some(failure.clone());
-        self.begin_ending(id, failure, at);
+        if !carries_on {
+            self.begin_ending(id, failure, at);
+        }
     }
 }

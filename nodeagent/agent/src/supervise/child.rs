@@ -19,6 +19,8 @@ pub(super) struct ChildSetup {
     pub(super) stdout: RawFd,
     pub(super) stderr: RawFd,
     pub(super) stdin: ChildStdin,
+    /// The CPUs the task is bound to (`srun --cpu-bind`); absent: not bound.
+    pub(super) affinity: Option<nix::sched::CpuSet>,
 }
 
 /// Where a task's stdin comes from.
@@ -30,6 +32,8 @@ pub(super) enum ChildStdin {
     /// This pseudo-terminal's slave, which is also its stdout, stderr and controlling
     /// terminal, in a session of its own.
     Pty(RawFd),
+    /// This open file (`sbatch --input`).
+    File(RawFd),
 }
 
 nix::ioctl_write_int_bad!(set_controlling_tty, libc::TIOCSCTTY);
@@ -76,6 +80,10 @@ impl ChildSetup {
             unsafe { signal::signal(sig, SigHandler::SigDfl) }?;
         }
         signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+        if let Some(set) = &self.affinity {
+            // CPUs this machine does not have (a fake node's) leave the task unbound.
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set);
+        }
         if let Some(gid) = self.gid {
             nix::unistd::setgroups(&self.groups)?;
             nix::unistd::setgid(gid)?;
@@ -103,6 +111,9 @@ impl ChildSetup {
                 return Ok(());
             }
             ChildStdin::Inherit => {}
+            ChildStdin::File(fd) => {
+                nix::unistd::dup2_stdin(borrow(fd))?;
+            }
             ChildStdin::Null => {
                 if let Ok(devnull) = nix::fcntl::open(c"/dev/null", OFlag::O_RDONLY, Mode::empty())
                 {

@@ -139,8 +139,16 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let wiring = Wiring::of(plan, crate::identity::is_root());
     let outputs = Outputs::open(dir, plan, &wiring)?;
     let streams = Streams::open(&wiring)?;
-    let setup = child_setup(plan, &wiring, &streams)?;
+    // `sbatch --input`: opened as the owner, kept open until the tasks have it.
+    let input = match &plan.input {
+        gsched_launch::plan::TaskInput::File { path } => {
+            Some(files::open_read_as(path, wiring.owner, &plan.groups)?)
+        }
+        _ => None,
+    };
+    let setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
     let spawned = spawn_tasks(plan, &wiring, setup);
+    drop(input);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
     let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
@@ -315,7 +323,12 @@ impl Streams {
     }
 }
 
-fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildSetup, String> {
+fn child_setup(
+    plan: &Plan,
+    wiring: &Wiring,
+    streams: &Streams,
+    input: Option<&std::fs::File>,
+) -> Result<ChildSetup, String> {
     let owner = wiring.owner;
     let stdout = streams.out.1.as_raw_fd();
     Ok(ChildSetup {
@@ -331,11 +344,13 @@ fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildS
         umask: wiring.umask.map(Mode::from_bits_truncate),
         stdout,
         stderr: streams.err.as_ref().map_or(stdout, |(_, w)| w.as_raw_fd()),
-        stdin: match (&streams.pty, wiring.stdin) {
-            (Some(p), _) => ChildStdin::Pty(p.slave.as_raw_fd()),
-            (None, Stdin::Caller) => ChildStdin::Inherit,
-            (None, _) => ChildStdin::Null,
+        stdin: match (&streams.pty, wiring.stdin, input) {
+            (Some(p), _, _) => ChildStdin::Pty(p.slave.as_raw_fd()),
+            (None, Stdin::Caller, _) => ChildStdin::Inherit,
+            (None, Stdin::File, Some(f)) => ChildStdin::File(f.as_raw_fd()),
+            (None, _, _) => ChildStdin::Null,
         },
+        affinity: plan.affinity.as_deref().map(cpu_set),
     })
 }
 
@@ -344,6 +359,32 @@ struct Spawned {
     children: Vec<std::process::Child>,
     pgid: Option<i32>,
     error: Option<String>,
+}
+
+/// A CPU list as the kernel's affinity set (ids beyond what it can hold are left out).
+fn cpu_set(cpus: &[u32]) -> nix::sched::CpuSet {
+    let mut set = nix::sched::CpuSet::new();
+    for c in cpus {
+        let _ = set.set(*c as usize);
+    }
+    set
+}
+
+/// What srun's `--cpu-bind=verbose` prints for a task: its mask, node, ranks and pid.
+fn bind_line(plan: &Plan, env: &[(String, String)], pid: u32) -> Option<String> {
+    let cpus = plan.affinity.as_ref().filter(|_| plan.affinity_verbose)?;
+    let var = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    Some(format!(
+        "cpu-bind=MASK - {}, task {:>2} {:>2} [{pid}]: mask {} set\n",
+        var("SLURMD_NODENAME"),
+        var("SLURM_PROCID"),
+        var("SLURM_LOCALID"),
+        gsched_launch::binding::hex_mask(cpus)
+    ))
 }
 
 fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
@@ -369,6 +410,11 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
         }
         match cmd.spawn() {
             Ok(child) => {
+                if let Some(line) = bind_line(plan, env, child.id()) {
+                    // SAFETY: `setup.stderr` is the task's stderr, open for the whole spawn.
+                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
+                    let _ = nix::unistd::write(fd, line.as_bytes());
+                }
                 out.pgid.get_or_insert(child.id() as i32);
                 out.children.push(child);
             }

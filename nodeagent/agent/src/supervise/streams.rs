@@ -46,7 +46,6 @@ impl OutputSink {
     }
 }
 
-/// Copies a task stream to the user's file and to the private copy, until end-of-file.
 /// Copies the supervisor's stdin (what `grun` sends) into the task's terminal.
 pub(super) fn copy_input(mut to: File) {
     let mut stdin = std::io::stdin().lock();
@@ -86,6 +85,7 @@ pub(super) fn follow_resizes(master: OwnedFd, path: &Path, done: &std::sync::ato
     }
 }
 
+/// Copies a task stream to the user's file and to the private copy, until end-of-file.
 pub(super) fn copy_output(
     mut from: File,
     mut user: OutputSink,

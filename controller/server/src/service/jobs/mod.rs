@@ -24,7 +24,6 @@ use gsched_proto::pb::jobs_server::Jobs;
 use gsched_proto::pb::{self, JobView};
 use gsched_state::Command;
 use gsched_state::view::ViewCache;
-use gsched_types::job::JobId;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -123,39 +122,6 @@ impl Jobs for JobsService {
         Ok(carry(&self.check_as(&caller, spec)?))
     }
 
-    async fn cancel(
-        &self,
-        req: Request<pb::CancelRequest>,
-    ) -> Result<Response<pb::CancelReply>, Status> {
-        let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let message = self
-            .cancel_as(&caller, &req.request_id, JobId(req.job_id))
-            .await?;
-        Ok(Response::new(pb::CancelReply { message }))
-    }
-
-    async fn requeue(
-        &self,
-        req: Request<pb::RequeueRequest>,
-    ) -> Result<Response<pb::RequeueReply>, Status> {
-        let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let message = self
-            .requeue_as(&caller, &req.request_id, JobId(req.job_id))
-            .await?;
-        Ok(Response::new(pb::RequeueReply { message }))
-    }
-
-    async fn hold(&self, req: Request<pb::HoldRequest>) -> Result<Response<pb::HoldReply>, Status> {
-        let caller = self.ctx.auth.caller(&req)?;
-        let req = req.into_inner();
-        let message = self
-            .hold_as(&caller, &req.request_id, JobId(req.job_id), req.hold)
-            .await?;
-        Ok(Response::new(pb::HoldReply { message }))
-    }
-
     async fn list_jobs(
         &self,
         req: Request<pb::ListJobsRequest>,
@@ -216,14 +182,6 @@ impl Jobs for JobsService {
         Ok(carry(
             &self.act_on_jobs_as(&caller, &msg.request_id, body).await?,
         ))
-    }
-
-    async fn signal_jobs(
-        &self,
-        req: Request<pb::SignalJobsRequest>,
-    ) -> Result<Response<pb::SignalJobsReply>, Status> {
-        let (caller, body, _) = caller_and(&self.ctx, req)?;
-        Ok(carry(&self.signal_jobs_as(&caller, body).await?))
     }
 
     async fn run_step(
@@ -289,14 +247,5 @@ impl Jobs for JobsService {
         Ok(carry(
             &self.associations_as(&caller, &msg.request_id, body).await?,
         ))
-    }
-
-    async fn update_job(
-        &self,
-        req: Request<pb::UpdateJobRequest>,
-    ) -> Result<Response<pb::UpdateJobReply>, Status> {
-        let (caller, body, msg) = caller_and(&self.ctx, req)?;
-        let message = self.update_job_as(&caller, &msg.request_id, body).await?;
-        Ok(Response::new(pb::UpdateJobReply { message }))
     }
 }

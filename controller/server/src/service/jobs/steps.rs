@@ -12,7 +12,7 @@ use gsched_types::agent::ControllerToAgent;
 use gsched_types::job::JobState;
 use gsched_types::steps::{
     INPUT_CHUNK, InputEvent, StepGpuError, StepInput, StepLaunch, StepRequest, StepState,
-    StepUpdate, TaskIo, claim_gpus,
+    StepUpdate, TaskIo, claim_gpus, task_status,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,11 +117,13 @@ impl JobsService {
             }
             Err(e) => return Err(Status::invalid_argument(e.to_string())),
         };
-        let name = body.argv[0]
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let name = body.name.clone().unwrap_or_else(|| {
+            body.argv[0]
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        });
         let recorded = self
             .ctx
             .propose(
@@ -158,6 +160,8 @@ impl JobsService {
                 pty: body.pty,
                 gpus: body.gpus.clone(),
                 gpu_slots: given.get(i).cloned(),
+                cpus_per_task: body.cpus_per_task,
+                binding: body.binding.clone(),
             };
             if !self
                 .ctx
@@ -184,8 +188,7 @@ impl JobsService {
         tokio::spawn(async move {
             // Ends when every task has exited; a node that cannot start its tasks, or a
             // caller that goes away, stops the rest (as srun aborts a step).
-            let mut exited = 0;
-            let (mut code, mut signal) = (0, None);
+            let mut tally = Tally::default();
             let end = loop {
                 tokio::select! {
                     u = updates.recv() => {
@@ -205,10 +208,8 @@ impl JobsService {
                             break StepState::Failed;
                         };
                         let failed = matches!(u, StepUpdate::Io(TaskIo::Failed { .. }));
-                        if let StepUpdate::Io(TaskIo::Exited { code: c, signal: s, .. }) = &u {
-                            exited += 1;
-                            code = code.max(c.unwrap_or(0));
-                            signal = signal.or(*s);
+                        if let StepUpdate::Io(TaskIo::Exited { code, signal, .. }) = &u {
+                            tally.add(*code, *signal);
                         }
                         if client_tx.send(Ok(RunStepReply::carrying(&u))).await.is_err() {
                             break StepState::Cancelled;
@@ -216,25 +217,21 @@ impl JobsService {
                         if failed {
                             break StepState::Failed;
                         }
-                        if exited >= ntasks {
-                            break if code == 0 && signal.is_none() {
-                                StepState::Completed
-                            } else {
-                                StepState::Failed
-                            };
+                        if tally.exited >= ntasks {
+                            break tally.state();
                         }
                     }
                     _ = client_tx.closed() => break StepState::Cancelled,
                 }
             };
             ctx.hub.close_step(job, step);
-            let stop = exited < ntasks;
+            let stop = tally.exited < ntasks;
             let ended = Command::StepEnded(StepEnded {
                 job,
                 step,
                 state: end,
-                exit_code: (exited > 0).then_some(code),
-                signal,
+                exit_code: tally.exit_code(),
+                signal: tally.signal,
             });
             if let Err(e) = ctx.propose(ended, None).await {
                 tracing::warn!(%job, step, "the end of step {job}.{step} was not recorded: {}", e.message());
@@ -285,5 +282,61 @@ impl JobsService {
             )));
         }
         Ok(())
+    }
+}
+
+/// What a step's task exits add up to: the state it ends in and the exit code and signal
+/// recorded for it (the highest code, the first signal), counted as `grun` counts them
+/// (`gsched_types::steps::task_status`).
+#[derive(Debug, Default)]
+struct Tally {
+    exited: u32,
+    code: i32,
+    signal: Option<i32>,
+}
+
+impl Tally {
+    fn add(&mut self, code: Option<i32>, signal: Option<i32>) {
+        self.exited += 1;
+        self.signal = self.signal.or(signal);
+        // A task that reported neither a code nor a signal counts as grun counts it: 1.
+        let code = code.or(signal.is_none().then(|| task_status(None, None)));
+        self.code = self.code.max(code.unwrap_or(0));
+    }
+
+    /// The state of a step whose every task exited.
+    fn state(&self) -> StepState {
+        if self.code == 0 && self.signal.is_none() {
+            StepState::Completed
+        } else {
+            StepState::Failed
+        }
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        (self.exited > 0).then_some(self.code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_exit_with_neither_code_nor_signal_fails_the_step_as_grun_exits_1() {
+        let mut t = Tally::default();
+        t.add(Some(0), None);
+        assert_eq!(t.state(), StepState::Completed);
+        // The agent learned neither how the task ended nor that it ended well.
+        t.add(None, None);
+        assert_eq!(t.state(), StepState::Failed);
+        assert_eq!(t.exit_code(), Some(1));
+        let mut t = Tally::default();
+        t.add(Some(0), Some(9));
+        t.add(Some(3), None);
+        assert_eq!(
+            (t.state(), t.exit_code(), t.signal),
+            (StepState::Failed, Some(3), Some(9))
+        );
     }
 }

@@ -1,0 +1,505 @@
+//! The step a `grun` asks for, from its options and the job's environment, as srun
+//! reads them: the nodes and tasks (the job's counts unless told otherwise), the GPUs,
+//! the binding, the environment to export, the program (`--multi-prog`'s per-rank lines).
+
+use super::args::RunArgs;
+use gsched_types::binding::{TaskBinding, parse_cpu_bind, parse_distribution, parse_hint};
+use gsched_types::gpubind::GpuBind;
+use gsched_types::job::JobId;
+use gsched_types::steps::{StepGpus, StepRequest, TermSize};
+use std::collections::BTreeMap;
+
+/// What the options ask for that gsched cannot do; each message says what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    Value(String),
+    #[error("{flag} {value}: {why}")]
+    Flag {
+        flag: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("--multi-prog {file}: {why}")]
+    MultiProg { file: String, why: String },
+}
+
+fn flag(flag: &'static str, value: &str, why: impl std::fmt::Display) -> RequestError {
+    RequestError::Flag {
+        flag,
+        value: value.to_string(),
+        why: why.to_string(),
+    }
+}
+
+/// Where a step is asked for from: the caller's environment and directory.
+pub struct Caller {
+    pub env: BTreeMap<String, String>,
+    pub cwd: String,
+    /// Reads `--multi-prog`'s file.
+    pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
+}
+
+impl Caller {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The step `args` ask for in `job`; `pty_size` is the terminal's for `--pty`.
+pub fn step_request(
+    args: &RunArgs,
+    job: u64,
+    caller: &Caller,
+    pty_size: impl FnOnce() -> TermSize,
+) -> Result<StepRequest, RequestError> {
+    let (nodelist, nodes) = step_nodes(args, caller)?;
+    let (ntasks, ntasks_per_node) = step_tasks(args, caller)?;
+    let argv = if args.multi_prog {
+        multi_prog(&args.command, caller)?
+    } else {
+        args.command.clone()
+    };
+    if argv.is_empty() {
+        return Err(RequestError::Value(
+            "no command given: grun [options] COMMAND [ARGS]".into(),
+        ));
+    }
+    match args.mpi.as_deref().or_else(|| caller.var("SLURM_MPI_TYPE")) {
+        None | Some("none") => {}
+        Some(other) => {
+            return Err(flag(
+                "--mpi",
+                other,
+                "gsched starts every task itself and runs no PMI server; use --mpi=none, or start MPI programs with mpirun inside the job",
+            ));
+        }
+    }
+    let cwd = match &args.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{}/{d}", caller.cwd.trim_end_matches('/')),
+        None => caller.cwd.clone(),
+    };
+    Ok(StepRequest {
+        job: JobId(job),
+        nodelist,
+        nodes,
+        ntasks,
+        ntasks_per_node,
+        argv,
+        env: exported(args.export.as_deref(), caller)?,
+        cwd,
+        pty: args.pty.then(pty_size),
+        gpus: step_gpus(args, caller, nodes)?,
+        overlap: args.overlap.is_some(),
+        name: args.job_name.clone(),
+        cpus_per_task: cpus_per_task(args, caller)?,
+        binding: binding(args, caller)?,
+    })
+}
+
+/// A count option's value.
+fn count(v: Option<&str>, name: &'static str) -> Result<Option<u32>, RequestError> {
+    v.map(|s| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| flag(name, s, "give a whole number"))
+    })
+    .transpose()
+}
+
+/// `-w`, `-x`, `-r` and `-N` over the job's nodes (`SLURM_JOB_NODELIST`).
+fn step_nodes(args: &RunArgs, caller: &Caller) -> Result<(Vec<String>, u32), RequestError> {
+    let expand =
+        |f: &'static str, l: &str| gsched_types::hostlist::expand(l).map_err(|e| flag(f, l, e));
+    let mut nodelist = match &args.nodelist {
+        Some(l) => expand("-w", l)?,
+        None => Vec::new(),
+    };
+    let job_nodes = || {
+        caller
+            .var("SLURM_JOB_NODELIST")
+            .or_else(|| caller.var("GSCHED_JOB_NODELIST"))
+            .map(|l| gsched_types::hostlist::expand(l).unwrap_or_default())
+            .unwrap_or_default()
+    };
+    if let Some(r) = &args.relative {
+        let start = count(Some(r), "--relative")?.unwrap_or(0) as usize;
+        let all = job_nodes();
+        if start >= all.len() {
+            return Err(flag(
+                "--relative",
+                r,
+                format!("the job has {} nodes, numbered from 0", all.len()),
+            ));
+        }
+        nodelist = all[start..].to_vec();
+    }
+    if let Some(x) = &args.exclude {
+        let out = expand("-x", x)?;
+        let base = if nodelist.is_empty() {
+            job_nodes()
+        } else {
+            nodelist
+        };
+        nodelist = base.into_iter().filter(|n| !out.contains(n)).collect();
+        if nodelist.is_empty() {
+            return Err(flag("-x", x, "no node of the job is left"));
+        }
+    }
+    let nodes = match args.nodes.as_deref() {
+        None => 0,
+        // "-N 2" or srun's "-N 1-2": the lower bound.
+        Some(n) => n
+            .split('-')
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| flag("-N", n, "give a number of nodes"))?,
+    };
+    // `-r` starts the step at a node and takes as many as -N asks from there.
+    if args.relative.is_some() && nodes > 0 {
+        nodelist.truncate(nodes as usize);
+    }
+    Ok((nodelist, nodes))
+}
+
+/// `-n` and `--ntasks-per-node`, or (as srun in a batch job) the job's task counts unless
+/// told otherwise; `--pty`: one task.
+fn step_tasks(args: &RunArgs, caller: &Caller) -> Result<(u32, u32), RequestError> {
+    let from_job = |var: &str| caller.var(var).and_then(|v| v.parse::<u32>().ok());
+    let ntasks_arg = count(args.ntasks.as_deref(), "--ntasks")?;
+    let per_node_arg = count(args.ntasks_per_node.as_deref(), "--ntasks-per-node")?;
+    let told = ntasks_arg.is_some() || args.nodes.is_some() || args.pty;
+    let ntasks_per_node = per_node_arg.unwrap_or_else(|| {
+        if told {
+            0
+        } else {
+            from_job("SLURM_NTASKS_PER_NODE").unwrap_or(0)
+        }
+    });
+    let ntasks = match (args.pty, ntasks_arg) {
+        (true, None) => 1,
+        (_, Some(n)) => n,
+        (false, None) if !told && per_node_arg.is_none() && ntasks_per_node == 0 => {
+            from_job("SLURM_NTASKS").unwrap_or(0)
+        }
+        _ => 0,
+    };
+    Ok((ntasks, ntasks_per_node))
+}
+
+/// `-c`, or `SRUN_CPUS_PER_TASK` as srun 22.05 reads it.
+fn cpus_per_task(args: &RunArgs, caller: &Caller) -> Result<Option<u32>, RequestError> {
+    count(
+        args.cpus_per_task
+            .as_deref()
+            .or_else(|| caller.var("SRUN_CPUS_PER_TASK")),
+        "--cpus-per-task",
+    )
+}
+
+/// `--distribution`, `--cpu-bind`, `--hint` and `--ntasks-per-socket`, or the job's
+/// (`SLURM_DISTRIBUTION`, `SLURM_CPU_BIND`, `SLURM_HINT`, `SLURM_NTASKS_PER_SOCKET`).
+fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError> {
+    let mut b = TaskBinding::default();
+    if let Some(d) = args
+        .distribution
+        .as_deref()
+        .or_else(|| caller.var("SLURM_DISTRIBUTION"))
+    {
+        (b.nodes, b.cpus) =
+            parse_distribution(d).map_err(|e| RequestError::Value(e.to_string()))?;
+    }
+    // srun's own SLURM_CPU_BIND in a task's environment describes that task: a step
+    // started from inside another takes only what the job asked for.
+    if let Some(c) = args.cpu_bind.as_deref() {
+        (b.bind, b.verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
+    }
+    if let Some(h) = args.hint.as_deref().or_else(|| caller.var("SLURM_HINT")) {
+        b.hint = Some(parse_hint(h).map_err(|e| RequestError::Value(e.to_string()))?);
+    }
+    b.per_socket = count(
+        args.ntasks_per_socket
+            .as_deref()
+            .or_else(|| caller.var("SLURM_NTASKS_PER_SOCKET")),
+        "--ntasks-per-socket",
+    )?;
+    Ok(b)
+}
+
+/// The environment the tasks get on top of the job's (`--export`).
+fn exported(spec: Option<&str>, caller: &Caller) -> Result<BTreeMap<String, String>, RequestError> {
+    let spec = spec.unwrap_or("ALL");
+    let mut env = BTreeMap::new();
+    for (i, part) in spec.split(',').enumerate() {
+        match part {
+            "ALL" if i == 0 => env.extend(caller.env.clone()),
+            "NONE" | "NIL" if i == 0 => {}
+            kv => {
+                let (k, v) = match kv.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => match caller.env.get(kv) {
+                        Some(v) => (kv.to_string(), v.clone()),
+                        None => continue,
+                    },
+                };
+                if k.is_empty() || k.contains('\0') {
+                    return Err(flag("--export", kv, "is not NAME=VALUE"));
+                }
+                env.insert(k, v);
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// The step's GPUs, from its options or, as srun reads them, the job's `SLURM_*` variables.
+fn step_gpus(args: &RunArgs, caller: &Caller, nodes: u32) -> Result<StepGpus, RequestError> {
+    use gsched_types::parse;
+    let from_env = |opt: &Option<String>, var: &str| {
+        opt.clone().or_else(|| caller.var(var).map(str::to_string))
+    };
+    let value = |e: gsched_types::error::InputError| RequestError::Value(e.to_string());
+    let count = |v: Option<String>, name: &str| {
+        v.map(|v| parse::gpus(&v, name).map(|r| r.count))
+            .transpose()
+            .map_err(value)
+    };
+    let explicit = from_env(&args.gpu_bind, "SLURM_GPU_BIND")
+        .map(|b| GpuBind::parse(&b))
+        .transpose()
+        .map_err(|e| RequestError::Value(e.to_string()))?;
+    let per_task = count(
+        from_env(&args.gpus_per_task, "SLURM_GPUS_PER_TASK"),
+        "--gpus-per-task",
+    )?;
+    let per_gpu = count(
+        from_env(&args.ntasks_per_gpu, "SLURM_NTASKS_PER_GPU"),
+        "--ntasks-per-gpu",
+    )?;
+    let per_node = match (&args.gres, &args.gpus_per_node, &args.gpus) {
+        (Some(g), _, _) if g == "none" => Some(0),
+        (Some(g), _, _) => Some(parse::gres(g).map_err(value)?.count),
+        (None, Some(g), _) => Some(parse::gpus(g, "--gpus-per-node").map_err(value)?.count),
+        (None, None, Some(g)) => {
+            let total = parse::gpus(g, "--gpus").map_err(value)?.count;
+            Some(total / nodes.max(1))
+        }
+        _ => None,
+    };
+    Ok(StepGpus {
+        per_node,
+        bind: GpuBind::implied(explicit, per_task, per_gpu),
+    })
+}
+
+/// `--multi-prog FILE`: each line `RANKS PROGRAM [ARGS]` (RANKS: `*`, `N`, `N-M`, lists
+/// of them), `%t` the task's rank and `%o` its offset within the line's ranks; `#` starts a
+/// comment. Returns a command that runs the right line for `$SLURM_PROCID`.
+pub fn multi_prog(command: &[String], caller: &Caller) -> Result<Vec<String>, RequestError> {
+    let file = command.first().ok_or_else(|| {
+        RequestError::Value("--multi-prog needs its configuration file as the command".into())
+    })?;
+    let bad = |why: String| RequestError::MultiProg {
+        file: file.clone(),
+        why,
+    };
+    let path = std::path::Path::new(&caller.cwd).join(file);
+    let text = (caller.read_file)(&path).map_err(|e| bad(e.to_string()))?;
+    let text = String::from_utf8(text).map_err(|_| bad("is not UTF-8 text".into()))?;
+    let mut arms = Vec::new();
+    let mut fallback = None;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let words =
+            crate::sbatch::split_words(line).map_err(|e| bad(format!("line {}: {e}", n + 1)))?;
+        let (ranks, program) = words
+            .split_first()
+            .filter(|(_, p)| !p.is_empty())
+            .ok_or_else(|| bad(format!("line {}: give RANKS PROGRAM [ARGS]", n + 1)))?;
+        if ranks == "*" {
+            fallback = Some(program.to_vec());
+            continue;
+        }
+        let mut listed = Vec::new();
+        for part in ranks.split(',') {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let (a, b) = (a.parse::<u32>(), b.parse::<u32>());
+            match (a, b) {
+                (Ok(a), Ok(b)) if a <= b && b - a < 4096 => listed.extend(a..=b),
+                _ => return Err(bad(format!("line {}: '{ranks}' is not a rank list", n + 1))),
+            }
+        }
+        for (offset, rank) in listed.iter().enumerate() {
+            let argv: Vec<String> = program
+                .iter()
+                .map(|w| {
+                    w.replace("%t", &rank.to_string())
+                        .replace("%o", &offset.to_string())
+                })
+                .collect();
+            arms.push((*rank, argv));
+        }
+    }
+    let quote = |argv: &[String]| -> String {
+        argv.iter()
+            .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut script = String::from("case \"$SLURM_PROCID\" in\n");
+    for (rank, argv) in &arms {
+        script.push_str(&format!("{rank}) exec {} ;;\n", quote(argv)));
+    }
+    match &fallback {
+        Some(argv) => {
+            let with_rank: Vec<String> = argv
+                .iter()
+                .map(|w| {
+                    w.replace("%t", "$SLURM_PROCID")
+                        .replace("%o", "$SLURM_PROCID")
+                })
+                .collect();
+            // %t in the catch-all line is the rank, which the shell knows.
+            let words: Vec<String> = with_rank
+                .iter()
+                .map(|w| {
+                    if w.contains("$SLURM_PROCID") {
+                        format!("\"{}\"", w.replace('"', "\\\""))
+                    } else {
+                        format!("'{}'", w.replace('\'', r"'\''"))
+                    }
+                })
+                .collect();
+            script.push_str(&format!("*) exec {} ;;\n", words.join(" ")));
+        }
+        None => script.push_str(&format!(
+            "*) echo \"grun: --multi-prog {}: no program for task $SLURM_PROCID\" >&2; exit 1 ;;\n",
+            file.replace('"', "")
+        )),
+    }
+    script.push_str("esac\n");
+    Ok(vec!["/bin/sh".into(), "-c".into(), script])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn caller(env: &[(&str, &str)]) -> Caller {
+        Caller {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: "/work".into(),
+            read_file: |p| match p.file_name().and_then(|n| n.to_str()) {
+                Some("multi.conf") => Ok(
+                    b"# ranks program\n0 hostname\n1-2 echo task %t offset %o\n* echo rest %t\n"
+                        .to_vec(),
+                ),
+                _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+            },
+        }
+    }
+
+    fn request(argv: &[&str], env: &[(&str, &str)]) -> Result<StepRequest, RequestError> {
+        let args =
+            RunArgs::try_parse_from(std::iter::once("grun").chain(argv.iter().copied())).unwrap();
+        step_request(&args, 7, &caller(env), || TermSize { rows: 24, cols: 80 })
+    }
+
+    #[test]
+    fn nodes_are_chosen_with_w_x_r_and_n() {
+        let job = [("SLURM_JOB_NODELIST", "n[1-4]")];
+        let r = request(&["-r", "1", "-N", "2", "hostname"], &job).unwrap();
+        assert_eq!(r.nodelist, ["n2", "n3"]);
+        let r = request(&["-x", "n[1-2]", "hostname"], &job).unwrap();
+        assert_eq!(r.nodelist, ["n3", "n4"]);
+        assert!(request(&["-r", "4", "hostname"], &job).is_err());
+        assert!(request(&["-x", "n[1-4]", "hostname"], &job).is_err());
+    }
+
+    #[test]
+    fn the_step_takes_its_name_directory_cpus_and_binding() {
+        let r = request(
+            &[
+                "-J",
+                "eval",
+                "-D",
+                "sub",
+                "-c",
+                "4",
+                "--cpu-bind=cores",
+                "-m",
+                "cyclic",
+                "true",
+            ],
+            &[("SLURM_HINT", "nomultithread")],
+        )
+        .unwrap();
+        assert_eq!(r.name.as_deref(), Some("eval"));
+        assert_eq!(r.cwd, "/work/sub");
+        assert_eq!(r.cpus_per_task, Some(4));
+        assert_eq!(r.binding.bind, gsched_types::binding::CpuBind::Cores);
+        assert_eq!(r.binding.nodes, gsched_types::binding::NodeDist::Cyclic);
+        assert_eq!(
+            r.binding.hint,
+            Some(gsched_types::binding::Hint::Nomultithread)
+        );
+        let r = request(
+            &["true"],
+            &[("SRUN_CPUS_PER_TASK", "2"), ("SLURM_CPUS_PER_TASK", "8")],
+        )
+        .unwrap();
+        assert_eq!(
+            r.cpus_per_task,
+            Some(2),
+            "srun 22.05 reads SRUN_CPUS_PER_TASK, not SLURM_"
+        );
+    }
+
+    #[test]
+    fn mpi_none_runs_and_pmi_is_refused() {
+        assert!(request(&["--mpi=none", "true"], &[]).is_ok());
+        let e = request(&["--mpi=pmix", "true"], &[]).unwrap_err();
+        assert!(e.to_string().contains("no PMI server"), "{e}");
+        assert!(request(&["true"], &[("SLURM_MPI_TYPE", "pmi2")]).is_err());
+    }
+
+    #[test]
+    fn multi_prog_runs_each_rank_its_line() {
+        let r = request(&["--multi-prog", "multi.conf"], &[]).unwrap();
+        assert_eq!(&r.argv[..2], ["/bin/sh", "-c"]);
+        let script = &r.argv[2];
+        assert!(script.contains("0) exec 'hostname' ;;"), "{script}");
+        assert!(
+            script.contains("2) exec 'echo' 'task' '2' 'offset' '1' ;;"),
+            "{script}"
+        );
+        assert!(
+            script.contains("*) exec 'echo' 'rest' \"$SLURM_PROCID\" ;;"),
+            "{script}"
+        );
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .env("SLURM_PROCID", "1")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "task 1 offset 0\n");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", script])
+            .env("SLURM_PROCID", "9")
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "rest 9\n");
+        assert!(request(&["--multi-prog", "missing.conf"], &[]).is_err());
+    }
+}
