@@ -3,6 +3,7 @@
 //! parsing and Slurm-shaped output.
 
 pub mod alloc;
+pub mod args;
 pub mod burnin;
 pub mod certs;
 pub mod client;
@@ -17,6 +18,7 @@ pub mod probe;
 pub mod queue_format;
 pub mod report;
 pub mod sbatch;
+pub mod sinfo;
 pub mod slurm;
 pub mod slurm_options;
 pub mod when;
