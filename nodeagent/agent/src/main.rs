@@ -293,26 +293,45 @@ enum Cmd {
 
 /// `gagentd diagnose`: every file's findings, as a table or `{"findings":[...]}`.
 fn diagnose(files: &[PathBuf], json: bool) {
-    use gsched_types::findings::{Component, Finding, Findings, Severity};
+    use gsched_types::findings::{Component, FileRead, Finding, Findings, Severity};
     let mut all = Findings::default();
+    let mut per_file: Vec<(FileRead, String, Vec<Finding>)> = Vec::new();
     for path in files {
         let name = path.display().to_string();
-        match std::fs::read(path) {
-            Ok(bytes) => all.findings.extend(gsched_agent::diagnose::diagnose(
-                &name,
-                &String::from_utf8_lossy(&bytes),
-            )),
-            Err(e) => all.findings.push(Finding {
-                node: None,
-                severity: Severity::Info,
-                component: Component::Input,
-                gpu: None,
-                pci_bus_id: None,
-                kind: "unreadable-file".into(),
-                evidence: format!("{name}: {e}"),
-                action: "give a file this user can read".into(),
-            }),
-        }
+        let (read, describe, found) = match std::fs::read(path) {
+            Ok(bytes) => {
+                let r = gsched_agent::diagnose::report(&name, &String::from_utf8_lossy(&bytes));
+                let read = FileRead {
+                    file: name.clone(),
+                    family: r.family.family().to_string(),
+                    findings: r.findings.len(),
+                    unread_lines: r.unread,
+                };
+                (read, r.family.describe().to_string(), r.findings)
+            }
+            Err(e) => {
+                let f = Finding {
+                    node: None,
+                    severity: Severity::Info,
+                    component: Component::Input,
+                    gpu: None,
+                    pci_bus_id: None,
+                    kind: "unreadable-file".into(),
+                    evidence: format!("{name}: {e}"),
+                    action: "give a file this user can read".into(),
+                };
+                let read = FileRead {
+                    file: name.clone(),
+                    family: "unreadable".into(),
+                    findings: 1,
+                    unread_lines: 0,
+                };
+                (read, "not readable".to_string(), vec![f])
+            }
+        };
+        all.findings.extend(found.iter().cloned());
+        all.files.push(read.clone());
+        per_file.push((read, describe, found));
     }
     if json {
         println!(
@@ -321,24 +340,30 @@ fn diagnose(files: &[PathBuf], json: bool) {
         );
         return;
     }
-    if all.findings.is_empty() {
-        println!("no findings");
-    }
-    for f in &all.findings {
-        let at = match (f.gpu, &f.pci_bus_id) {
-            (Some(g), Some(p)) => format!(" GPU {g} ({p})"),
-            (Some(g), None) => format!(" GPU {g}"),
-            (None, Some(p)) => format!(" {p}"),
-            (None, None) => String::new(),
-        };
-        println!(
-            "{:<8} {:?}{at} {}: {}\n         action: {}",
-            format!("{:?}", f.severity).to_uppercase(),
-            f.component,
-            f.kind,
-            f.evidence,
-            f.action
-        );
+    for (k, (read, describe, found)) in per_file.iter().enumerate() {
+        if k > 0 {
+            println!();
+        }
+        println!("{}: {describe}", read.file);
+        if found.is_empty() {
+            println!("  no findings: every line that reads like an error was read by a rule");
+        }
+        for f in found {
+            let at = match (f.gpu, &f.pci_bus_id) {
+                (Some(g), Some(p)) => format!(" GPU {g} ({p})"),
+                (Some(g), None) => format!(" GPU {g}"),
+                (None, Some(p)) => format!(" {p}"),
+                (None, None) => String::new(),
+            };
+            println!(
+                "  {:<8} {:?}{at} {}: {}\n           action: {}",
+                format!("{:?}", f.severity).to_uppercase(),
+                f.component,
+                f.kind,
+                f.evidence,
+                f.action
+            );
+        }
     }
 }
 
