@@ -321,24 +321,31 @@ fn t80_a_lost_node_fails_the_job_fast_and_requeue_moves_it() {
 /// A node whose GPUs all read idle (`--fake-gpu-util`), sampled every second, with the
 /// hang watch at `after`/`after_exit` seconds.
 fn idle_node(after: &str, after_exit: &str) -> Cluster {
+    idle_nodes(&["n1"], after, after_exit)
+}
+
+/// `idle_node`'s nodes, one agent each.
+fn idle_nodes(names: &[&str], after: &str, after_exit: &str) -> Cluster {
     let mut c = Cluster::controllers(1, &[]);
     let util = c.path("util.json");
     let cells: Vec<String> = (0..8).map(|g| format!("\"{g}\": 0")).collect();
     std::fs::write(&util, format!("{{{}}}", cells.join(", "))).unwrap();
-    c.add_agent(
-        "n1",
-        "rtx4090-8gpu.json",
-        &[
-            "--gpu-sample-interval",
-            "1",
-            "--fake-gpu-util",
-            &util.to_string_lossy(),
-            "--hang-after",
-            after,
-            "--hang-after-exit",
-            after_exit,
-        ],
-    );
+    for name in names {
+        c.add_agent(
+            name,
+            "rtx4090-8gpu.json",
+            &[
+                "--gpu-sample-interval",
+                "1",
+                "--fake-gpu-util",
+                &util.to_string_lossy(),
+                "--hang-after",
+                after,
+                "--hang-after-exit",
+                after_exit,
+            ],
+        );
+    }
     c
 }
 
@@ -460,4 +467,46 @@ fn t93_a_single_rank_job_that_erred_and_is_quiet_is_not_stopped() {
     let job = c.job(id).unwrap();
     assert_eq!(job["state"], "RUNNING", "{job}\n{}", c.logs());
     c.ok("gcancel", &[&id.to_string()]);
+}
+
+#[test]
+fn t94_a_rank_that_errs_and_hangs_on_one_node_stops_the_gang_on_every_node() {
+    // One rank per node: the second node's rank prints a traceback and waits; the first
+    // node's rank, which printed nothing, waits for it. The second node sees the hang and
+    // its report stops the gang.
+    let c = idle_nodes(&["n1", "n2"], "4", "2");
+    let pids = c.path("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let script = c.script(
+        "two-nodes.sh",
+        &format!(
+            "#!/bin/bash\necho $$ > {}/pid.$SLURM_NODEID\nif [ \"$SLURM_NODEID\" = 1 ]; then\n{TRACEBACK}\nfi\nexec sleep 600\n",
+            pids.display()
+        ),
+    );
+    let id = c.submit(&["-N", "2", "--gpus-per-node", "1", &script]);
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    let failure = &job["failure"];
+    assert_eq!(failure["kind"], "hang", "{failure}\n{}", c.logs());
+    assert_eq!(
+        failure["node"], job["allocation"]["nodes"][1]["node"],
+        "{failure}"
+    );
+    assert!(
+        failure["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("first error: RuntimeError: boom (at /w/train.py:12 in step);"),
+        "{failure}"
+    );
+    for n in 0..2 {
+        let pid: i32 = std::fs::read_to_string(pids.join(format!("pid.{n}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        wait_for("every rank to be stopped", Duration::from_secs(15), || {
+            (!pid_alive(pid)).then_some(())
+        });
+    }
 }
