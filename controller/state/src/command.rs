@@ -30,8 +30,9 @@ use serde::{Deserialize, Serialize};
 /// `update_job` are no longer written; adds `end_past_deadline`, a time limit a start may
 /// set (`--time-min`), and the job spec's comment, wckey, time-min, deadline,
 /// kill-on-invalid-dep, no-kill, input and mail fields; `start_jobs` may give an
-/// exclusive job every GPU of its nodes.
-pub const FORMAT_VERSION: u16 = 10;
+/// exclusive job every GPU of its nodes. 11: adds the failure kind `hang` (in
+/// `step_failed`, `step_exited` and the job records they reach).
+pub const FORMAT_VERSION: u16 = 11;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

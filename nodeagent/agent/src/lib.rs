@@ -19,6 +19,7 @@ pub mod devices;
 pub mod diagnose;
 pub mod discover;
 pub mod findings;
+pub mod hang;
 pub mod health;
 pub mod identity;
 pub mod isolation;
