@@ -87,7 +87,8 @@ SLURM_INTERNALS = {
 DESIGN = [
     ("cpu-share",
      lambda k, a, b: k.endswith(("SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE")),
-     "a GPU job gets its GPUs' share of the node's CPUs, not one CPU per task", False),
+     "a GPU job gets its GPUs' share of the node's CPUs, not one CPU per task (only for "
+     "scripts that name no CPU count: one that does gets that count)", False),
     ("gpus-per-node-always",
      lambda k, a, b: k.endswith("SLURM_GPUS_PER_NODE") and a is None,
      "SLURM_GPUS_PER_NODE is set for every GPU job, whichever spelling asked for GPUs",
@@ -109,13 +110,35 @@ DESIGN = [
      "heterogeneous jobs are refused at submission with a message naming the way out",
      True),
     ("output-dir-missing",
-     lambda k, a, b: (k == "jobs.state" and (a or "").startswith("FAILED")
+     lambda k, a, b: (k == "jobs.state" and a == "FAILED 0:53"
                       and (b or "").startswith("FAILED"))
      or (k.startswith("submit[") and k.endswith(".stderr") and not a
          and "does not exist here" in (b or "")),
      "an --output/--error directory missing where the job is submitted is warned about "
      "at submission; the job fails on both, but Slurm's ExitCode 0:53 is its internal "
-     "error number and gsched's is 0:0, the reason naming the file", True),
+     "error number (the batch step could not open its output) and gsched's is 0:0, the "
+     "reason naming the file", False),
+    ("ntasks-per-gpu-one-cpus",
+     lambda k, a, b: k.endswith(("SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE")),
+     "with --ntasks-per-gpu=1, Slurm 22.05 allocates one CPU per task whatever "
+     "--cpus-per-task says (4 GPUs, -c 4: 4 CPUs, where --ntasks-per-gpu=2 -c 2 gets 16); "
+     "gsched gives each task the CPUs it asked for", True),
+    ("torch-rendezvous-vars",
+     lambda k, a, b: k.startswith("file ")
+     and re.sub(r"MASTER_ADDR=\S*", "MASTER_ADDR=", a or "")
+     == re.sub(r"MASTER_ADDR=\S*", "MASTER_ADDR=", b or ""),
+     "every task of a gsched job has MASTER_ADDR and MASTER_PORT (torch.distributed's "
+     "rendezvous), where Slurm sets neither: a script that prints its own unset "
+     "MASTER_ADDR sees the first node's address", True),
+    ("never-runs-wording",
+     lambda k, a, b: k.startswith("submit[") and k.endswith(".stderr")
+     and bool(re.search(r"Batch job submission failed: (Invalid feature specification|"
+                        r"Requested node configuration is not available)", a or ""))
+     and "can never run here" in (b or ""),
+     "a job no node could ever run is refused at submission by both; gsched's message "
+     "names what no node has (a feature, a GPU model, a count) instead of Slurm's "
+     "'Invalid feature specification' or 'Requested node configuration is not "
+     "available'", False),
     ("slurm-internals",
      lambda k, a, b: b is None and k.rpartition(".")[2] in SLURM_INTERNALS,
      "variables that describe Slurm's own daemons and wiring (srun's ports, slurmctld's "
@@ -352,8 +375,11 @@ def id_map(obs):
 
 # What Slurm's srun prints while it waits for a step's resources to be let go by the
 # step before (a race on Slurm's side, with no counterpart in what a job does).
+# The Slurm side runs TaskPlugin=task/none (a 2-CPU VM cannot bind tasks as a GPU node
+# would), so its srun says so for every --cpu-bind; that line is the peer's, not Slurm's.
 SRUN_WAITING = re.compile(r"^srun: (Job \S+ step creation temporarily disabled, retrying"
-                          r" \(Requested nodes are busy\)|Step created for job \S+)$")
+                          r" \(Requested nodes are busy\)|Step created for job \S+"
+                          r"|cluster configuration lacks support for cpu binding)$")
 
 JOB_DIR = re.compile(r"/[^\s'\"]*/spool/n\d+/job\d+|/tmp/gsched-jobs/[\w.-]+")
 
@@ -438,13 +464,19 @@ def compare(a, b):
     return diffs
 
 
-def classify(name, diffs, open_diffs, declared):
+# A script that names a CPU count gets that count on both: cpu-share does not apply.
+NAMES_CPUS = re.compile(r"--cpus-per-task|--cpus-per-gpu|--mincpus|(^|\s)-c\s*\d", re.M)
+
+
+def classify(name, diffs, open_diffs, declared, names_cpus=False):
     if not diffs:
         return "identical", []
     reasons, bugs = set(), []
     for k, sv, gv in diffs:
         rule = next((r for r in DESIGN
-                     if (not r[3] or r[0] in declared) and r[1](k, sv, gv)), None)
+                     if (not r[3] or r[0] in declared)
+                     and not (r[0] == "cpu-share" and names_cpus)
+                     and r[1](k, sv, gv)), None)
         if rule:
             reasons.add(rule[0])
         else:
@@ -494,7 +526,10 @@ def main():
                 a, b = facts(fs.result()), facts(fg.result())
                 diffs = compare(a, b)
                 declared = headers(s.read_text())["design"]
-                verdict, notes = classify(s.stem, diffs, open_diffs, declared)
+                live = "\n".join(line for line in s.read_text().splitlines()
+                                 if not line.lstrip().startswith("##"))
+                names_cpus = bool(NAMES_CPUS.search(live))
+                verdict, notes = classify(s.stem, diffs, open_diffs, declared, names_cpus)
                 rows.append((s.stem, verdict, notes))
                 print(f"{s.stem:40} {verdict:10} {'; '.join(notes)}", flush=True)
                 if args.verbose and diffs:

@@ -194,7 +194,8 @@ pub struct RunArgs {
     /// Tasks in all (default: one per node, or the job's).
     #[arg(short = 'n', long = "ntasks")]
     pub ntasks: Option<String>,
-    #[arg(long = "ntasks-per-core", hide = true)]
+    /// Tasks on each core at most (1: each task is bound to whole cores).
+    #[arg(long = "ntasks-per-core")]
     pub ntasks_per_core: Option<String>,
     /// Tasks sharing each GPU (default: $SLURM_NTASKS_PER_GPU).
     #[arg(long = "ntasks-per-gpu", alias = "ntasks-per-tres")]

@@ -77,7 +77,7 @@ impl Route {
     pub fn of(value: Option<&str>) -> Route {
         match value {
             None => Route::Terminal,
-            Some("none") => Route::None,
+            Some(p) if p.eq_ignore_ascii_case("none") => Route::None,
             Some(p) => Route::File(p.to_string()),
         }
     }

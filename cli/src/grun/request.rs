@@ -136,6 +136,23 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
     if let Some(n) = per_gpu {
         env.insert("SLURM_NTASKS_PER_TRES".into(), n.to_string());
     }
+    if let Some(n) = count(
+        given(&args.ntasks_per_core, "SLURM_NTASKS_PER_CORE").as_deref(),
+        "--ntasks-per-core",
+    )? {
+        env.insert("SLURM_NTASKS_PER_CORE".into(), n.to_string());
+    }
+    // An explicit --cpu-bind=none is told to the tasks as srun tells a bound one.
+    if let Some(c) = args.cpu_bind.as_deref() {
+        let (bind, verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
+        if bind == gsched_types::binding::CpuBind::None {
+            let verbose = if verbose { "verbose" } else { "quiet" };
+            env.insert("SLURM_CPU_BIND".into(), format!("{verbose},none"));
+            env.insert("SLURM_CPU_BIND_TYPE".into(), "none".into());
+            env.insert("SLURM_CPU_BIND_LIST".into(), String::new());
+            env.insert("SLURM_CPU_BIND_VERBOSE".into(), verbose.into());
+        }
+    }
     if args.label {
         env.insert("SLURM_LABELIO".into(), "1".into());
     }
@@ -270,6 +287,12 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
             .as_deref()
             .or_else(|| caller.var("SLURM_NTASKS_PER_SOCKET")),
         "--ntasks-per-socket",
+    )?;
+    b.per_core = count(
+        args.ntasks_per_core
+            .as_deref()
+            .or_else(|| caller.var("SLURM_NTASKS_PER_CORE")),
+        "--ntasks-per-core",
     )?;
     Ok(b)
 }

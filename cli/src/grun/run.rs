@@ -237,7 +237,7 @@ fn start_step(
 fn input_source(args: &RunArgs, names: &Names, cwd: &str) -> Source {
     match args.input.as_deref() {
         None | Some("0") => Source::Stdin,
-        Some("none") => Source::Nothing,
+        Some(v) if v.eq_ignore_ascii_case("none") => Source::Nothing,
         Some(v) if v == "all" || v.parse::<u32>().is_ok() => fail(format!(
             "--input={v}: grun gives its stdin to task 0 only (the others read /dev/null); use --input=0, none or a file"
         )),

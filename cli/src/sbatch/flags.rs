@@ -276,7 +276,8 @@ pub struct SubArgs {
     pub mincpus: Option<String>,
     #[arg(long, hide = true)]
     pub network: Option<String>,
-    #[arg(long = "ntasks-per-core", hide = true)]
+    /// Tasks on each core at most (1: each task has whole cores).
+    #[arg(long = "ntasks-per-core")]
     pub ntasks_per_core: Option<String>,
     #[arg(short = 'O', long, hide = true, action = ArgAction::SetTrue)]
     pub overcommit: bool,

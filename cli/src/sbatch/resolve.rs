@@ -257,6 +257,7 @@ pub fn resolve(
             distribution: args.distribution.clone(),
             hint: args.hint.clone(),
             ntasks_per_socket: count(&args.ntasks_per_socket, "--ntasks-per-socket")?,
+            ntasks_per_core: count(&args.ntasks_per_core, "--ntasks-per-core")?,
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,
@@ -270,8 +271,8 @@ pub fn resolve(
             .map(gsched_types::parse::switches)
             .transpose()?,
         launch,
-        output: args.output.clone(),
-        error: args.error.clone(),
+        output: args.output.as_deref().map(stream_path),
+        error: args.error.as_deref().map(stream_path),
         requeue: args.requeue && !args.no_requeue,
         exclusive: place.exclusive,
         array,
@@ -308,9 +309,19 @@ pub fn resolve(
             Some("" | "on") => true,
             Some(v) => return Err(ResolveError::NoKill(v.to_string())),
         },
-        input: args.input.clone(),
+        input: args.input.as_deref().map(stream_path),
         mail: mail(args)?,
     })
+}
+
+/// An `--output`/`--error`/`--input` file: `none` (any case) is `/dev/null`, as Slurm's
+/// option parser reads it.
+fn stream_path(value: &str) -> String {
+    if value.eq_ignore_ascii_case("none") {
+        "/dev/null".into()
+    } else {
+        value.to_string()
+    }
 }
 
 /// `--mail-type` and `--mail-user`: a request only when a type other than NONE is given.

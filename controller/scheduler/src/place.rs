@@ -1085,18 +1085,22 @@ fn first_k(free: u64, k: u32) -> Choice {
     }
 }
 
-/// Memory per node for a job: explicit `--mem` (0 = all), `--mem-per-gpu` x GPUs, or by
-/// default a share of the node proportional to the GPUs (or CPUs) taken.
+/// Memory per node for a job: explicit `--mem` (0 = all), `--mem-per-gpu` x GPUs, all of
+/// it for an `--exclusive` job that named none (an exclusive job gets only the memory it
+/// asked for, as Slurm's), or by default a share of the node proportional to the GPUs (or
+/// CPUs) taken.
 pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
     let total = node.capacity.mem_mb;
-    if job.exclusive || job.mem_mb == Some(0) {
-        return total;
-    }
-    if let Some(m) = job.mem_mb {
-        return m;
+    match job.mem_mb {
+        Some(0) => return total,
+        Some(m) => return m,
+        None => {}
     }
     if let Some(per) = job.mem_per_gpu_mb {
         return per * u64::from(gpus);
+    }
+    if job.exclusive {
+        return total;
     }
     if node.capacity.gpu_count > 0 && gpus > 0 {
         total * u64::from(gpus) / u64::from(node.capacity.gpu_count)

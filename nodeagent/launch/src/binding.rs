@@ -33,6 +33,9 @@ pub fn task_cpus(
         // A hint with no binding of its own binds to cores, as task/affinity does.
         (CpuBind::None, Some(Hint::Multithread)) => CpuBind::Threads,
         (CpuBind::None, Some(_)) => CpuBind::Cores,
+        // One task per core: each task's CPUs are whole cores (task/affinity's
+        // dist_tasks.c with ntasks_per_core == 1).
+        (CpuBind::None, None) if b.per_core == Some(1) => CpuBind::Cores,
         (bind, _) => bind.clone(),
     };
     let sockets = by_socket(node, one_per_core);
@@ -230,6 +233,7 @@ mod tests {
             verbose,
             hint,
             per_socket: None,
+            per_core: None,
         };
         (0..tasks)
             .map(|t| task_cpus(&binding, c, &n, t, tasks).unwrap_or_default())
@@ -273,6 +277,32 @@ mod tests {
         assert_eq!(bound("*", "mask_cpu:0x3", None, 1, 1), [vec![0, 1]]);
         assert_eq!(bound("*", "map_ldom:1", None, 1, 1)[0].len(), 8);
         assert_eq!(bound("*", "none", None, 1, 2), [Vec::<u32>::new(), vec![]]);
+    }
+
+    #[test]
+    fn ntasks_per_core_one_binds_whole_cores() {
+        let all: Vec<u32> = (0..16).collect();
+        let (cpus, socket_of, core_of) = node(&all);
+        let n = NodeCpus {
+            cpus: &cpus,
+            socket_of: &socket_of,
+            core_of: &core_of,
+        };
+        let per_core = |k| TaskBinding {
+            per_core: k,
+            ..TaskBinding::default()
+        };
+        // One task per core: each task has both threads of its own core.
+        let one = per_core(Some(1));
+        let cores: Vec<Vec<u32>> = (0..3).map(|t| task_cpus(&one, 1, &n, t, 3).unwrap()).collect();
+        for c in &cores {
+            assert_eq!(c.len(), 2);
+            assert_eq!(core_of(c[0]), core_of(c[1]));
+        }
+        assert_ne!(core_of(cores[0][0]), core_of(cores[1][0]));
+        // More per core than a core has threads, or none given: no binding of its own.
+        assert_eq!(task_cpus(&per_core(Some(2)), 1, &n, 0, 3), None);
+        assert_eq!(task_cpus(&per_core(None), 1, &n, 0, 3), None);
     }
 
     #[test]

@@ -337,6 +337,9 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     if let Some(n) = spec.given.ntasks_per_socket {
         set("SLURM_NTASKS_PER_SOCKET", n.to_string());
     }
+    if let Some(n) = spec.given.ntasks_per_core {
+        set("SLURM_NTASKS_PER_CORE", n.to_string());
+    }
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());
     set(

@@ -95,6 +95,10 @@ pub struct TaskBinding {
     /// At most this many tasks on each socket (`--ntasks-per-socket`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_socket: Option<u32>,
+    /// At most this many tasks on each core (`--ntasks-per-core`): 1 binds each task to
+    /// whole cores, as Slurm's task/affinity does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_core: Option<u32>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

@@ -159,6 +159,9 @@ pub struct Given {
     /// `--ntasks-per-socket` (`SLURM_NTASKS_PER_SOCKET`, which the job's steps read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks_per_socket: Option<u32>,
+    /// `--ntasks-per-core` (`SLURM_NTASKS_PER_CORE`, which the job's steps read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks_per_core: Option<u32>,
     /// `--open-mode` was given (sbatch then passes `SLURM_OPEN_MODE` on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open_mode: bool,
