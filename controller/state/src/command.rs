@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 /// `reservation` in job specs. 9: adds `edit_associations`, and users, account
 /// parents, coordinators and limits in the configuration. 10: `act_on_jobs` takes the
 /// `update` action (a time limit); `cancel_job`, `requeue_job`, `hold_job` and
-/// `update_job` are no longer written.
+/// `update_job` are no longer written; adds `notify_claim` and `notify_done`, `notices`
+/// in jobs, and `notify` in users and association edits.
 pub const FORMAT_VERSION: u16 = 10;
 
 /// One Raft log entry's payload.
@@ -340,6 +341,40 @@ pub struct EditAssociations {
     pub admin: bool,
 }
 
+/// One notice of a job: its attempt, its event, and whether it is about the whole array.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeRef {
+    pub job: JobId,
+    pub attempt: u32,
+    pub event: gsched_types::notify::MailType,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub array: bool,
+}
+
+/// The leader claims notices before it sends them: committed first, so that a notice
+/// is sent at most once (by the controller that claimed it, while it leads in `term`).
+/// A time-limit notice is created by its claim, once `apply` finds the share crossed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotifyClaim {
+    pub by: u64,
+    pub term: u64,
+    pub notices: Vec<NoticeRef>,
+}
+
+/// What became of one claimed notice: each target's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeResult {
+    pub notice: NoticeRef,
+    pub deliveries: Vec<gsched_types::notify::Delivery>,
+}
+
+/// The outcomes of claimed notices (delivered, failed, or in doubt once their leader
+/// went away).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotifyDone {
+    pub results: Vec<NoticeResult>,
+}
+
 /// Every state change gsched makes. Each variant carries its own payload type, so the
 /// handler of a command takes exactly what the command says. A variant renamed in Rust
 /// keeps the name the log has always had (`#[serde(rename)]`, and [`Command::name`]).
@@ -395,6 +430,8 @@ pub enum Command {
     UpdateReservation(UpdateReservation),
     DeleteReservation(DeleteReservation),
     EditAssociations(EditAssociations),
+    NotifyClaim(NotifyClaim),
+    NotifyDone(NotifyDone),
 }
 
 impl Command {
@@ -434,6 +471,8 @@ impl Command {
             Command::UpdateReservation(_) => "update_reservation",
             Command::DeleteReservation(_) => "delete_reservation",
             Command::EditAssociations(_) => "edit_associations",
+            Command::NotifyClaim(_) => "notify_claim",
+            Command::NotifyDone(_) => "notify_done",
         }
     }
 }

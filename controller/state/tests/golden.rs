@@ -100,6 +100,8 @@ variants! {
     Command::UpdateReservation(_) => "update_reservation",
     Command::DeleteReservation(_) => "delete_reservation",
     Command::EditAssociations(_) => "edit_associations",
+    Command::NotifyClaim(_) => "notify_claim",
+    Command::NotifyDone(_) => "notify_done",
 }
 
 #[test]
