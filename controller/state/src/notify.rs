@@ -20,9 +20,7 @@
 
 use gsched_types::failure::FailureKind;
 use gsched_types::job::{JobRecord, JobState, PendingReason};
-use gsched_types::notify::{
-    MailType, Notice, NoticeState, NotifyMessage, NotifyTarget, UserNotify,
-};
+use gsched_types::notify::{MailType, Notice, NotifyMessage, NotifyTarget, UserNotify};
 use gsched_types::parse::format_hms;
 use gsched_types::usage::Efficiency;
 
@@ -440,37 +438,11 @@ pub fn message(job: &JobRecord, notice: &Notice, tasks: &[&JobRecord]) -> Notify
     }
 }
 
-/// One line per notice, as `gctl show job` prints them: `Notify=END mail:alice sent`,
-/// `Notify=FAIL mail:bob failed: the mail program exited 1: ...`.
-pub fn describe(notice: &Notice) -> Vec<String> {
-    let what = if notice.array {
-        format!("{} (array)", notice.event)
-    } else {
-        notice.event.to_string()
-    };
-    match &notice.state {
-        NoticeState::Due => vec![format!("{what} due")],
-        NoticeState::Sending { by, .. } => {
-            vec![format!("{what} sending (controller {by})")]
-        }
-        NoticeState::Done { deliveries, .. } if deliveries.is_empty() => {
-            vec![format!("{what} nobody to tell")]
-        }
-        NoticeState::Done { deliveries, .. } => deliveries
-            .iter()
-            .map(|d| match &d.error {
-                None => format!("{what} {} sent", d.to),
-                Some(e) => format!("{what} {} failed: {e}", d.to),
-            })
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use gsched_types::job::{ArrayTask, Attempt, JobId, JobSpec};
-    use gsched_types::notify::{Delivery, MailRequest, parse_mail_types};
+    use gsched_types::notify::{MailRequest, NoticeState, parse_mail_types};
     use gsched_types::{Failure, FailureKind};
 
     fn job(types: &str) -> JobRecord {
@@ -923,32 +895,5 @@ mod tests {
         assert!(m.efficiency.is_some());
         let begun = message(&failed, &notice(MailType::Begin, 2_000), &[]);
         assert!(begun.efficiency.is_none());
-    }
-
-    #[test]
-    fn described_as_gctl_show_job_prints_them() {
-        let mut n = notice(MailType::Fail, 1);
-        assert_eq!(describe(&n), ["FAIL due"]);
-        n.state = NoticeState::Done {
-            at_ms: 2,
-            deliveries: vec![
-                Delivery {
-                    to: NotifyTarget::Mail("bob".into()),
-                    error: Some("the mail program exited 1".into()),
-                },
-                Delivery {
-                    to: NotifyTarget::Webhook("http://h/x".into()),
-                    error: None,
-                },
-            ],
-        };
-        assert_eq!(
-            describe(&n),
-            [
-                "FAIL mail:bob failed: the mail program exited 1",
-                "FAIL webhook:http://h/x sent"
-            ]
-        );
-        assert!(n.failed());
     }
 }

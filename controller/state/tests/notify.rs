@@ -239,7 +239,7 @@ fn a_job_is_told_begin_and_end_once_each_and_the_outcomes_are_kept() {
     let lines: Vec<String> = s.jobs[&job]
         .notices
         .iter()
-        .flat_map(gsched_state::notify::describe)
+        .flat_map(|n| n.describe())
         .collect();
     assert_eq!(
         lines,
@@ -363,7 +363,7 @@ fn a_claim_whose_leader_went_away_is_in_doubt_and_never_sent_again() {
         }),
         63_200,
     );
-    let lines = gsched_state::notify::describe(&s.jobs[&job].notices[0]);
+    let lines = s.jobs[&job].notices[0].describe();
     assert!(
         lines[0]
             .starts_with("END mail:alice failed: not known to have been delivered: controller 1"),

@@ -392,8 +392,10 @@ impl JobRow {
     }
 
     /// Drops the failure evidence (log lines, which may show the job's data) from the row
-    /// and its node runs and attempts, keeping the kinds and nodes.
+    /// and its node runs and attempts, keeping the kinds and nodes, and its
+    /// notifications (they name recipients and webhooks).
     pub fn redact_evidence(&mut self) {
+        self.notices.clear();
         let failures = self
             .failure
             .iter_mut()

@@ -275,6 +275,31 @@ impl Notice {
         matches!(self.state, NoticeState::Done { .. })
     }
 
+    /// One line per target, as `gctl show job` prints them after `Notify=`: `END
+    /// mail:alice sent`, `FAIL mail:bob failed: the mail program ... exited 1`, `BEGIN
+    /// due`, `END (array) sending (controller 2)`.
+    pub fn describe(&self) -> Vec<String> {
+        let what = if self.array {
+            format!("{} (array)", self.event)
+        } else {
+            self.event.to_string()
+        };
+        match &self.state {
+            NoticeState::Due => vec![format!("{what} due")],
+            NoticeState::Sending { by, .. } => vec![format!("{what} sending (controller {by})")],
+            NoticeState::Done { deliveries, .. } if deliveries.is_empty() => {
+                vec![format!("{what} nobody to tell")]
+            }
+            NoticeState::Done { deliveries, .. } => deliveries
+                .iter()
+                .map(|d| match &d.error {
+                    None => format!("{what} {} sent", d.to),
+                    Some(e) => format!("{what} {} failed: {e}", d.to),
+                })
+                .collect(),
+        }
+    }
+
     /// Whether a delivery of it failed.
     pub fn failed(&self) -> bool {
         match &self.state {
@@ -412,6 +437,39 @@ mod tests {
         {
             assert_eq!(parse_mail_types(t.name()).unwrap(), [t]);
         }
+    }
+
+    #[test]
+    fn notices_are_described_as_gctl_show_job_prints_them() {
+        let mut n = Notice {
+            event: MailType::Fail,
+            attempt: 0,
+            array: false,
+            at_ms: 1,
+            state: NoticeState::Due,
+        };
+        assert_eq!(n.describe(), ["FAIL due"]);
+        n.state = NoticeState::Done {
+            at_ms: 2,
+            deliveries: vec![
+                Delivery {
+                    to: NotifyTarget::Mail("bob".into()),
+                    error: Some("the mail program exited 1".into()),
+                },
+                Delivery {
+                    to: NotifyTarget::Webhook("http://h/x".into()),
+                    error: None,
+                },
+            ],
+        };
+        assert_eq!(
+            n.describe(),
+            [
+                "FAIL mail:bob failed: the mail program exited 1",
+                "FAIL webhook:http://h/x sent"
+            ]
+        );
+        assert!(n.failed());
     }
 
     #[test]

@@ -272,6 +272,11 @@ fn print_job(j: &JobRow) {
             outln!("      Evidence={}", w.evidence);
         }
     }
+    for n in &j.notices {
+        for line in n.describe() {
+            outln!("   Notify={line}");
+        }
+    }
     for a in &j.attempts {
         outln!(
             "   Attempt[{}]: {} on {} {}",
