@@ -35,10 +35,10 @@ fn known_tests() -> std::collections::HashSet<String> {
                         .collect();
                     names.insert(id);
                 }
-            } else if p.parent().is_some_and(|d| d.ends_with("slurmdiff/corpus")) {
-                if let Some(stem) = p.file_stem() {
-                    names.insert(stem.to_string_lossy().into_owned());
-                }
+            } else if p.parent().is_some_and(|d| d.ends_with("slurmdiff/corpus"))
+                && let Some(stem) = p.file_stem()
+            {
+                names.insert(stem.to_string_lossy().into_owned());
             }
         }
     }

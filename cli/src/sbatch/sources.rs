@@ -313,10 +313,10 @@ mod tests {
             let asked = SubArgs::command()
                 .try_get_matches_from(&command_line)
                 .map_or(true, |m| m.get_flag("dry_run") || m.get_flag("test_only"));
-            if let Ok((_, action)) = read(&command_line, Some(&script), &no_env()) {
-                if asked {
-                    prop_assert_ne!(action, Action::Submit, "{:?} with {:?}", command_line, script);
-                }
+            if let Ok((_, action)) = read(&command_line, Some(&script), &no_env())
+                && asked
+            {
+                prop_assert_ne!(action, Action::Submit, "{:?} with {:?}", command_line, script);
             }
         }
     }
