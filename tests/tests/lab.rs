@@ -532,6 +532,15 @@ fn mail_type_sends_what_slurm_sends() {
         "broken",
         &broken,
     ]);
+    // Half its time limit: the leader's check, not a state change, tells it.
+    let nap = c.script("nap.sh", "#!/bin/sh\nsleep 7\n");
+    let half = c.submit(&[
+        "--mail-type=TIME_LIMIT_50",
+        "--time=0:10",
+        "-J",
+        "half",
+        &nap,
+    ]);
     // FAIL alone says nothing of a job that completes; no --mail-type, nothing at all.
     let fine = c.submit(&["--mail-type=FAIL", "-J", "fine", &quiet]);
     let silent = c.submit(&["-J", "silent", &quiet]);
@@ -539,11 +548,12 @@ fn mail_type_sends_what_slurm_sends() {
     c.wait_state(failed, &["FAILED"], Duration::from_secs(60));
     c.wait_state(fine, &["COMPLETED"], Duration::from_secs(60));
     c.wait_state(silent, &["COMPLETED"], Duration::from_secs(60));
+    c.wait_state(half, &["COMPLETED"], Duration::from_secs(60));
     let user = c.job(ok).unwrap()["user"].as_str().unwrap().to_string();
 
-    let all = wait_for("three mails", Duration::from_secs(30), || {
+    let all = wait_for("four mails", Duration::from_secs(30), || {
         let m = mails(sink.path());
-        (m.len() >= 3).then_some(m)
+        (m.len() >= 4).then_some(m)
     });
     let began = mails_for(sink.path(), &format!("Slurm Job_id={ok} Name=train Began"));
     assert_eq!(began.len(), 1, "{all:?}");
@@ -597,9 +607,18 @@ fn mail_type_sends_what_slurm_sends() {
         "{}",
         fail[0].body
     );
+    let halfway = mails_for(sink.path(), &format!("Slurm Job_id={half} Name=half"));
+    assert_eq!(halfway.len(), 1, "{all:?}");
+    assert!(
+        halfway[0].subject().starts_with(&format!(
+            "Slurm Job_id={half} Name=half Reached 50% of time limit, Run time 00:00:0"
+        )),
+        "{halfway:?}"
+    );
+    assert_eq!(halfway[0].to(), user);
     // Nothing else was sent, and the outcomes are on the jobs.
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(mails(sink.path()).len(), 3, "{:?}", mails(sink.path()));
+    assert_eq!(mails(sink.path()).len(), 4, "{:?}", mails(sink.path()));
     let shown = show_job(&c, ok);
     assert!(
         shown.contains(&format!("Notify=BEGIN mail:{user} sent"))
@@ -615,11 +634,11 @@ fn mail_type_sends_what_slurm_sends() {
     let metrics = http::request(&addr, "GET", "/metrics", "", b"");
     assert!(
         metrics
-            .contains("gsched_notifications_delivered_total{channel=\"mail\",outcome=\"sent\"} 3"),
+            .contains("gsched_notifications_delivered_total{channel=\"mail\",outcome=\"sent\"} 4"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("gsched_job_notifications{state=\"sent\"} 3"),
+        metrics.contains("gsched_job_notifications{state=\"sent\"} 4"),
         "{metrics}"
     );
 }

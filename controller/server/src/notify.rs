@@ -148,7 +148,8 @@ pub async fn outbox_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
     let cfg = Arc::new(ctx.cfg.notify.clone());
     let mut status = ctx.raft.status.clone();
     let me = ctx.cfg.id;
-    // What this leadership has started delivering: each at most once.
+    // What this leadership has started delivering and not yet seen recorded: each is
+    // delivered at most once.
     let mut started: BTreeSet<(u64, u32, String, bool)> = BTreeSet::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(cfg.parallel));
     // A round right after a committed claim delivers what it won without waiting; never
@@ -191,6 +192,9 @@ pub async fn outbox_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                 .collect();
             (round, outgoing)
         };
+        // Delivered and recorded: no longer claimed, so no longer remembered.
+        let claimed: BTreeSet<_> = round.claimed.iter().map(key).collect();
+        started.retain(|k| claimed.contains(k));
         if !round.in_doubt.is_empty() {
             for r in &round.in_doubt {
                 tracing::warn!(
