@@ -29,6 +29,9 @@ pub enum AllocError {
     Interrupted(u64),
     #[error("job allocation {id} ended {state} before it ran")]
     Ended { id: u64, state: &'static str },
+    /// `--immediate`: it could not start in time (Slurm's words).
+    #[error("Unable to allocate resources: {0}")]
+    NotImmediate(&'static str),
 }
 
 /// What an allocation's script does: nothing, until the allocation is given back
@@ -61,11 +64,14 @@ pub fn parse(tool: &str, raw: &[String]) -> Result<(SubArgs, Vec<String>), Alloc
 
 /// Submits the holder job and waits until it runs; prints progress to stderr as salloc
 /// does. Returns the running job's row.
+/// `immediate`: give up (and cancel it) if it has not started within that long
+/// (`--immediate`; zero: at its first scheduling pass).
 pub fn allocate(
     rt: &tokio::runtime::Runtime,
     client: &mut Client,
     args: &SubArgs,
     tool: &str,
+    immediate: Option<Duration>,
 ) -> Result<JobRow, AllocError> {
     let ctx = SubmitContext::here();
     let mut spec = resolve(args, None, None, &ctx)?;
@@ -93,6 +99,7 @@ pub fn allocate(
         ..Default::default()
     };
     let mut told_waiting = false;
+    let give_up = immediate.map(|d| std::time::Instant::now() + d);
     loop {
         let interrupted = rt.block_on(async {
             tokio::select! {
@@ -117,6 +124,22 @@ pub fn allocate(
                 return Ok(job);
             }
             JobState::Pending => {
+                if let Some(wait) = immediate {
+                    // With no time given, the first pass that leaves a reason decides.
+                    let out_of_time = if wait.is_zero() {
+                        job.reason != "None"
+                    } else {
+                        give_up.is_some_and(|t| std::time::Instant::now() >= t)
+                    };
+                    if out_of_time {
+                        release(rt, client, id);
+                        return Err(AllocError::NotImmediate(if wait.is_zero() {
+                            "Immediate execution impossible, insufficient priority"
+                        } else {
+                            "Requested nodes are busy"
+                        }));
+                    }
+                }
                 if !told_waiting {
                     eprintln!(
                         "{tool}: job {id} queued and waiting for resources ({})",

@@ -69,6 +69,21 @@ pub fn check(nodes: &[NodeRow]) -> Vec<Finding> {
                     .into();
             out.push(f);
         }
+        // What the agent found wrong with the host's setup (Slurm's clients first in a
+        // job's login shell...): its own finding, as it reported it.
+        for e in n
+            .health
+            .iter()
+            .filter(|e| e.kind == gsched_types::node::HealthKind::HostSetup)
+        {
+            if let Some(f) = &e.finding {
+                let mut f = f.clone();
+                f.node = Some(name.to_string());
+                if !out.contains(&f) {
+                    out.push(f);
+                }
+            }
+        }
         for g in &n.bad_gpus {
             let mut f = Finding::on_node(name, Severity::Drain, Component::Gpu, "gpu-withheld");
             f.gpu = Some(*g);

@@ -3,18 +3,22 @@
 //! parsing and Slurm-shaped output.
 
 pub mod alloc;
+pub mod args;
 pub mod burnin;
 pub mod certs;
 pub mod client;
 pub mod doctor;
 pub mod efficiency;
 pub mod format;
+pub mod galloc;
 pub mod grun;
 pub mod grun_job;
+pub mod option_words;
 pub mod probe;
 pub mod queue_format;
 pub mod report;
 pub mod sbatch;
+pub mod sinfo;
 pub mod slurm;
 pub mod slurm_options;
 pub mod when;

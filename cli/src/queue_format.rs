@@ -1,9 +1,33 @@
 //! squeue's `-o/--format` strings (`%.18i %.9P %j %T %R`...) rendered from queue rows.
 
-use gsched_types::api::QueueRow;
+use gsched_types::api::{JobRow, QueueRow};
 use gsched_types::job::JobState;
 use gsched_types::parse::{format_duration, format_timestamp};
 use std::borrow::Cow;
+
+/// The queue line of a whole job row (as the controller makes it from the record).
+pub fn queue_row(j: &JobRow) -> QueueRow {
+    QueueRow {
+        display_id: j.display_id.clone(),
+        partition: j.partition.clone(),
+        name: j.name.clone(),
+        user: j.user.clone(),
+        state: j.state,
+        start_ms: j.start_ms,
+        end_ms: j.end_ms,
+        nodes: j.nodes,
+        where_or_why: crate::format::nodelist_or_reason(j),
+        expected_start_ms: j.expected_start_ms,
+        time_limit_s: j.time_limit_s,
+    }
+}
+
+/// squeue's default format.
+pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+/// squeue's long format (`-l`).
+pub const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
+/// squeue's `--start` format.
+pub const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
 
 /// A field without a width is cut here, as every table cell is.
 const MAX_CELL: usize = 120;
@@ -24,7 +48,7 @@ enum Piece {
 pub struct QueueFormat(Vec<Piece>);
 
 /// The letters gsched knows, with squeue's header for each.
-const LETTERS: [(char, &str); 15] = [
+const LETTERS: [(char, &str); 16] = [
     ('i', "JOBID"),
     ('A', "JOBID"),
     ('j', "NAME"),
@@ -40,10 +64,11 @@ const LETTERS: [(char, &str); 15] = [
     ('l', "TIME_LIMIT"),
     ('S', "START_TIME"),
     ('e', "END_TIME"),
+    ('Y', "SCHEDNODES"),
 ];
 
 /// squeue's `-O` names for the letters above.
-const LONG_NAMES: [(&str, char); 15] = [
+const LONG_NAMES: [(&str, char); 16] = [
     ("JobID", 'i'),
     ("JobArrayID", 'i'),
     ("Name", 'j'),
@@ -59,6 +84,7 @@ const LONG_NAMES: [(&str, char); 15] = [
     ("TimeLimit", 'l'),
     ("StartTime", 'S'),
     ("EndTime", 'e'),
+    ("SchedNodes", 'Y'),
 ];
 
 /// A `gqueue -o`/`-O` format that cannot be used.
@@ -279,8 +305,86 @@ fn value(letter: char, j: &QueueRow, now_ms: u64) -> Cow<'_, str> {
             _ => stamp(j.start_ms),
         },
         'e' => stamp(j.end_ms),
+        // The nodes the scheduler plans for a pending job: gsched does not show them,
+        // as squeue does before the scheduler has picked any.
+        'Y' => Cow::Borrowed("(null)"),
         _ => Cow::Borrowed(""),
     }
+}
+
+/// squeue's `--sort` list: format letters, each after an optional `+` or `-` (descending).
+pub fn parse_sort(text: &str) -> Result<Vec<(char, bool)>, String> {
+    let mut keys = Vec::new();
+    let mut descending = false;
+    for c in text.chars() {
+        match c {
+            ',' => descending = false,
+            '+' => descending = false,
+            '-' => descending = true,
+            // Letters squeue takes but does not sort by.
+            'b' | 'c' | 'f' | 'h' | 'n' | 'O' => descending = false,
+            'i' | 'j' | 'u' | 't' | 'T' | 'M' | 'D' | 'P' | 'l' | 'S' | 'e' | 'V' | 'N' => {
+                keys.push((c, descending));
+                descending = false;
+            }
+            other => {
+                return Err(format!(
+                    "Invalid sort specification: {other} (gsched sorts by i j u t T M D P l S e V N)"
+                ));
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// A sort key's value for one job.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Number(u64, u64),
+    Text(String),
+}
+
+fn key(letter: char, j: &JobRow, now: u64) -> Key {
+    let time = |t: Option<u64>| Key::Number(t.unwrap_or(0), 0);
+    match letter {
+        'i' => match (j.array_job_id, j.array_task_id) {
+            (Some(a), Some(t)) => Key::Number(a.0, u64::from(t)),
+            _ => Key::Number(j.job_id.0, 0),
+        },
+        'j' => Key::Text(j.name.clone()),
+        'u' => Key::Text(j.user.clone()),
+        't' => Key::Text(j.state.code().into()),
+        'T' => Key::Text(j.state.name().into()),
+        'M' => Key::Number(
+            match (j.start_ms, j.end_ms) {
+                (Some(s), Some(e)) => e.saturating_sub(s),
+                (Some(s), None) if j.state != JobState::Pending => now.saturating_sub(s),
+                _ => 0,
+            },
+            0,
+        ),
+        'D' => Key::Number(u64::from(j.nodes), 0),
+        'P' => Key::Text(j.partition.clone()),
+        'l' => Key::Number(j.time_limit_s.filter(|s| *s > 0).unwrap_or(u64::MAX), 0),
+        'S' => time(match j.state {
+            JobState::Pending => j.expected_start_ms,
+            _ => j.start_ms,
+        }),
+        'e' => time(j.end_ms),
+        'V' => Key::Number(j.submit_ms, 0),
+        _ => Key::Text(j.node_list.clone()),
+    }
+}
+
+pub fn compare(keys: &[(char, bool)], a: &JobRow, b: &JobRow, now: u64) -> std::cmp::Ordering {
+    for (letter, descending) in keys {
+        let o = key(*letter, a, now).cmp(&key(*letter, b, now));
+        let o = if *descending { o.reverse() } else { o };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    std::cmp::Ordering::Equal
 }
 
 #[cfg(test)]
@@ -352,5 +456,95 @@ mod tests {
             QueueFormat::parse_long("JobID,Colour"),
             Err(FormatError::UnknownName { name, .. }) if name == "Colour"
         ));
+    }
+
+    /// A job row as the controller sends it (the fields squeue shows).
+    fn job(id: u64, name: &str, state: &str, nodes: u32, node_list: &str, reason: &str) -> JobRow {
+        serde_json::from_value(serde_json::json!({
+            "job_id": id, "display_id": id.to_string(), "name": name, "user": "root",
+            "account": "root", "partition": "gpu", "state": state, "reason": reason,
+            "nodes": nodes, "node_list": node_list, "gpus_per_node": 1, "gpus": 1,
+            "restarts": 0, "held": false, "submit_ms": id * 1000,
+            "start_ms": if state == "RUNNING" { Some(58_000u64) } else { None },
+        }))
+        .unwrap()
+    }
+
+    /// squeue's default, -l and --start listings of the same three jobs on Slurm 22.05
+    /// (the slurmdiff peer: `sbatch -N2 --gres=gpu:8 -J big`, `-J small -t 10`...).
+    #[test]
+    fn squeue_formats_match_slurms() {
+        let big = job(1000, "big", "RUNNING", 2, "n[1-2]", "None");
+        let mut small = job(1002, "small", "PENDING", 1, "", "Priority");
+        small.time_limit_s = Some(600);
+        let now = 60_000;
+        let lines = |format: &str| {
+            let f = QueueFormat::parse(format).unwrap();
+            let mut out = vec![f.header()];
+            out.extend([&small, &big].iter().map(|j| f.line(&queue_row(j), now)));
+            out
+        };
+        assert_eq!(
+            lines(DEFAULT_FORMAT),
+            [
+                "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)",
+                "              1002       gpu    small     root PD       0:00      1 (Priority)",
+                "              1000       gpu      big     root  R       0:02      2 n[1-2]",
+            ]
+        );
+        assert_eq!(
+            lines(LONG_FORMAT),
+            [
+                "             JOBID PARTITION     NAME     USER    STATE       TIME TIME_LIMI  NODES NODELIST(REASON)",
+                "              1002       gpu    small     root  PENDING       0:00     10:00      1 (Priority)",
+                "              1000       gpu      big     root  RUNNING       0:02 UNLIMITED      2 n[1-2]",
+            ]
+        );
+        assert_eq!(
+            lines(START_FORMAT)[..2],
+            [
+                "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)",
+                "              1002       gpu    small     root PD                 N/A      1 (null)               (Priority)",
+            ]
+        );
+        assert_eq!(
+            lines("%i %T")[1..],
+            ["1002 PENDING", "1000 RUNNING"],
+            "squeue -h -o '%i %T'"
+        );
+    }
+
+    /// `squeue -S` on Slurm 22.05 with a running job 1000 (2 nodes), a pending array
+    /// 1001 and a pending job 1002: `-S i`, `-S -i`, `-S u,-D`, `-S t,-i`.
+    #[test]
+    fn squeue_sort_orders_as_slurms() {
+        let big = job(1000, "big", "RUNNING", 2, "n[1-2]", "None");
+        let mut arr = job(1005, "arr", "PENDING", 1, "", "Resources");
+        arr.array_job_id = Some(gsched_types::job::JobId(1001));
+        arr.array_task_id = Some(1);
+        arr.display_id = "1001_1".into();
+        let small = job(1002, "small", "PENDING", 1, "", "Priority");
+        let order = |spec: &str| {
+            let keys = parse_sort(spec).unwrap();
+            let mut jobs = [small.clone(), arr.clone(), big.clone()];
+            jobs.sort_by(|a, b| compare(&keys, a, b, 60_000));
+            jobs.iter()
+                .map(|j| j.display_id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order("i"), ["1000", "1001_1", "1002"]);
+        assert_eq!(order("-i"), ["1002", "1001_1", "1000"]);
+        assert_eq!(order("u,-D")[0], "1000");
+        assert_eq!(order("t,-i"), ["1002", "1001_1", "1000"]);
+        assert_eq!(order("+j"), ["1001_1", "1000", "1002"]);
+        assert!(
+            parse_sort("p").is_err(),
+            "priorities are not shown: no sort by them"
+        );
+        assert_eq!(
+            parse_sort("c,i").unwrap(),
+            [('i', false)],
+            "letters squeue ignores"
+        );
     }
 }

@@ -108,21 +108,63 @@ pub fn scontrol(
     translate_scontrol(args, nodelist, job).map_err(Untranslatable)
 }
 
+/// What gsched's scontrol answers (its `--help`).
+const SCONTROL_ANSWERS: &str = "show hostnames|hostlist|job|node|reservation, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., update JobId=.. TimeLimit=.., create|update|delete reservation, ping, token (see gctl --help)";
+
 fn translate_scontrol(
     args: &[String],
     nodelist: Option<&str>,
     job: Option<&str>,
 ) -> Result<Scontrol, String> {
-    let words: Vec<&str> = args
-        .iter()
-        .map(String::as_str)
-        .filter(|a| {
-            !matches!(
-                *a,
-                "-d" | "--details" | "-o" | "--oneliner" | "-Q" | "--quiet" | "-a" | "--all"
-            )
-        })
-        .collect();
+    use crate::slurm_options::{Tool, given_longs, refusal};
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = crate::args::scontrol::Args::command();
+    let m = cmd
+        .clone()
+        .try_get_matches_from(std::iter::once("scontrol".to_string()).chain(args.iter().cloned()))
+        .map_err(|e| {
+            e.to_string()
+                .trim_start_matches("error: ")
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })?;
+    let given = given_longs(&cmd, &m);
+    if let Some(message) = refusal(Tool::Scontrol, given.iter().map(String::as_str)) {
+        return Err(message);
+    }
+    let opts = crate::args::scontrol::Args::from_arg_matches(&m).map_err(|e| e.to_string())?;
+    if opts.help {
+        return Ok(Scontrol::Print(format!(
+            "gsched's scontrol answers: {SCONTROL_ANSWERS}\n"
+        )));
+    }
+    if opts.version {
+        return Ok(Scontrol::Print(format!(
+            "scontrol (gsched) {}\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    let mut out = translate_words(&opts.words, nodelist, job)?;
+    if let Scontrol::Gctl(v) = &mut out {
+        if opts.oneliner && v.first().is_some_and(|w| w == "show") {
+            v.push("--oneliner".into());
+        }
+        // Informational messages are those of actions; what is shown stays.
+        if opts.quiet && !v.iter().take(2).any(|w| w == "show" || w == "status") {
+            v.push("--quiet".into());
+        }
+    }
+    Ok(out)
+}
+
+fn translate_words(
+    args: &[String],
+    nodelist: Option<&str>,
+    job: Option<&str>,
+) -> Result<Scontrol, String> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
     let gctl = |v: Vec<&str>| Ok(Scontrol::Gctl(v.into_iter().map(String::from).collect()));
     match lower
@@ -211,7 +253,7 @@ fn translate_scontrol(
             gctl(v)
         }
         _ => Err(format!(
-            "scontrol {}: not supported; gsched answers show hostnames|hostlist|job|node|reservation, hold, release, requeue, update NodeName=.. State=DRAIN|RESUME Reason=.., create|update|delete reservation, ping, token (see gctl --help)",
+            "scontrol {}: not supported; gsched answers {SCONTROL_ANSWERS}",
             words.join(" ")
         )),
     }
@@ -629,5 +671,45 @@ mod tests {
             assert!(run(bad).is_err(), "{bad}");
         }
         assert!(scontrol(&["show".into(), "hostnames".into()], None, None).is_err());
+    }
+
+    /// The options scontrol takes before its command (scontrol's getopt permutes, so
+    /// they may come after it too): -o puts each record on one line, -Q silences the
+    /// messages of actions, -d/-a/-M change nothing here, -u is refused.
+    #[test]
+    fn scontrol_options_before_the_command() {
+        let g = |v: &[&str]| Scontrol::Gctl(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            run("-o show job 7").unwrap(),
+            g(&["show", "job", "7", "--oneliner"])
+        );
+        assert_eq!(
+            run("--oneliner show node n1").unwrap(),
+            g(&["show", "node", "n1", "--oneliner"])
+        );
+        assert_eq!(
+            run("show job 7 -o").unwrap(),
+            g(&["show", "job", "7", "--oneliner"])
+        );
+        assert_eq!(run("-o hold 7").unwrap(), g(&["hold", "7"]));
+        assert_eq!(run("-Q hold 7").unwrap(), g(&["hold", "7", "--quiet"]));
+        assert_eq!(run("-Q -d show job 7").unwrap(), g(&["show", "job", "7"]));
+        assert_eq!(
+            run("-Q show reservation").unwrap(),
+            g(&["reservation", "show"])
+        );
+        assert_eq!(
+            run("-dav -M here -F show job 7").unwrap(),
+            g(&["show", "job", "7"])
+        );
+        let refused = run("-u 1000 hold 7").unwrap_err().to_string();
+        assert!(refused.contains("--uid is not supported"), "{refused}");
+        assert!(run("--bogus show job 7").is_err());
+        assert!(
+            matches!(run("--help").unwrap(), Scontrol::Print(t) if t.contains("show hostnames"))
+        );
+        assert!(
+            matches!(run("-V").unwrap(), Scontrol::Print(t) if t.starts_with("scontrol (gsched) "))
+        );
     }
 }

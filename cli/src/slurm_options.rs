@@ -174,6 +174,39 @@ pub fn refusal<'a>(tool: Tool, given: impl IntoIterator<Item = &'a str>) -> Opti
     })
 }
 
+/// The long names of the options the command line of `m` (parsed by `cmd`) gave.
+pub fn given_longs(cmd: &clap::Command, m: &clap::ArgMatches) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| {
+            m.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .filter_map(|a| a.get_long().map(String::from))
+        .collect()
+}
+
+/// Parses `argv` as `A` (clap's own message and exit for what it cannot read), then
+/// refuses, with the table's message and exit 1, the first option `tool`'s table
+/// refuses; `allowed` are refused rows this command still takes (gsched's own meaning
+/// under gsched's name, e.g. `--json`).
+pub fn parse_or_refuse<A: clap::Parser>(
+    tool: Tool,
+    name: &str,
+    argv: impl IntoIterator<Item = String>,
+    allowed: &[&str],
+) -> A {
+    let cmd = A::command();
+    let m = cmd.clone().get_matches_from(argv);
+    let given = given_longs(&cmd, &m);
+    let refusable = given
+        .iter()
+        .map(String::as_str)
+        .filter(|l| !allowed.contains(l));
+    if let Some(message) = refusal(tool, refusable) {
+        crate::client::die(name, message);
+    }
+    A::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+}
+
 /// What an input environment variable holding `value` means for an option of `arity`:
 /// the option's value, `Some("")` for a flag that is set, `None` for a flag that is not
 /// (Slurm: a flag is set by an empty value, `yes` or a number other than 0).

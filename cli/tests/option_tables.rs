@@ -146,3 +146,63 @@ fn grun_answers_to_every_srun_option_as_the_table_says() {
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn galloc_answers_to_every_salloc_option_as_the_table_says() {
+    let problems = check(
+        Tool::Salloc,
+        gsched_cli::galloc::AllocArgs::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn gqueue_answers_to_every_squeue_option_as_the_table_says() {
+    let problems = check(
+        Tool::Squeue,
+        gsched_cli::args::gqueue::Args::command(),
+        &["stale-ok", "controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn gacct_answers_to_every_sacct_option_as_the_table_says() {
+    let problems = check(
+        Tool::Sacct,
+        gsched_cli::args::gacct::Args::command(),
+        &["attempts", "csv", "eff", "controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn ginfo_answers_to_every_sinfo_option_as_the_table_says() {
+    let problems = check(
+        Tool::Sinfo,
+        gsched_cli::args::ginfo::Args::command(),
+        &["topo", "health", "controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn gcancel_answers_to_every_scancel_option_as_the_table_says() {
+    let problems = check(
+        Tool::Scancel,
+        gsched_cli::args::gcancel::Args::command(),
+        &["controllers"],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn scontrol_answers_to_every_option_before_its_command_as_the_table_says() {
+    let problems = check(
+        Tool::Scontrol,
+        gsched_cli::args::scontrol::Args::command(),
+        &[],
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

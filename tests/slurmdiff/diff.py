@@ -72,6 +72,15 @@ COMPARED_VARS = [
     "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HOME", "USER",
 ]
 
+# Slurm's own wiring in a task's environment (src/common/env.c, srun, slurmstepd).
+SLURM_INTERNALS = {
+    "SLURM_WORKING_CLUSTER", "SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN",
+    "SLURM_TASK_PID", "SLURM_PRIO_PROCESS", "SLURM_NODE_ALIASES", "SLURM_CONF",
+    "SRUN_DEBUG", "SLURM_STEP_LAUNCHER_PORT", "SLURM_SRUN_COMM_PORT",
+    "SLURM_SRUN_COMM_HOST", "SLURM_LAUNCH_NODE_IPADDR",
+    "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
+}
+
 # Differences gsched makes on purpose: (name, test on (key, slurm value, gsched value),
 # reason, scoped). A scoped one applies only to scripts that name it (`# design: NAME`).
 # README "Coming from Slurm" explains each.
@@ -107,6 +116,23 @@ DESIGN = [
      "an --output/--error directory missing where the job is submitted is warned about "
      "at submission; the job fails on both, but Slurm's ExitCode 0:53 is its internal "
      "error number and gsched's is 0:0, the reason naming the file", True),
+    ("slurm-internals",
+     lambda k, a, b: b is None and k.rpartition(".")[2] in SLURM_INTERNALS,
+     "variables that describe Slurm's own daemons and wiring (srun's ports, slurmctld's "
+     "address, the config file, the task's pid and scheduling priority, the topology "
+     "plugin's address) have no gsched counterpart; no job script reads them", False),
+    ("cluster-name",
+     lambda k, a, b: k.endswith("SLURM_CLUSTER_NAME") and b is None,
+     "gsched has one cluster per controller set and names none; SLURM_CLUSTER_NAME is "
+     "not set", False),
+    ("omp-threads",
+     lambda k, a, b: k.endswith("OMP_NUM_THREADS") and a is None,
+     "gsched sets OMP_NUM_THREADS to each process's share of the job's CPUs (as torchrun "
+     "does), so OpenMP code does not start a thread per CPU of the machine", False),
+    ("cuda-pci-order",
+     lambda k, a, b: k.endswith("CUDA_DEVICE_ORDER") and a is None and b == "PCI_BUS_ID",
+     "gsched sets CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA's GPU numbers are nvidia-smi's and "
+     "CUDA_VISIBLE_DEVICES names the GPUs it was given", False),
     ("tasks-from-cpus",
      lambda k, a, b: k.endswith(("SLURM_TASKS_PER_NODE", "SLURM_GTIDS")),
      "with no task count given, gsched counts one task per node; Slurm counts one per "
@@ -378,10 +404,16 @@ def facts(obs):
     return f
 
 
+# Every variable of these families either system sets in a task is compared.
+COMPARED_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "CUDA_", "GPU_",
+                     "OMP_", "DIFF_")
+
+
 def task_fact(rec, norm):
     env = rec["env"]
     t = {}
-    for k in COMPARED_VARS + sorted(k for k in env if k.startswith("DIFF_")):
+    keys = set(COMPARED_VARS) | {k for k in env if k.startswith(COMPARED_PREFIXES)}
+    for k in sorted(keys):
         if k in env and k != "DIFF_DEV_DIR":
             t[k] = norm(env[k])
     for k in ("SLURM_STEP_ID", "SLURM_STEPID"):

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-KEEP_PREFIXES = ("SLURM", "DIFF_")
+KEEP_PREFIXES = ("SLURM", "SBATCH_", "SRUN_", "SALLOC_", "CUDA_", "GPU_", "OMP_", "DIFF_")
 KEEP = {
     "CUDA_VISIBLE_DEVICES",
     "GPU_DEVICE_ORDINAL",

@@ -1,5 +1,6 @@
 //! `gagentd diagnose FILE... --json` on saved outputs (the fixtures, each from a public
-//! report): every family is read and turned into findings with the pinned JSON keys; a
+//! report): every family is read and turned into findings with the pinned JSON keys, each
+//! file named with its family and the error lines no rule read; a
 //! file that is none of them, or cannot be read, is reported as such.
 
 use gsched_tests::{bin, success_stdout, workspace};
@@ -139,7 +140,15 @@ fn t15_nccl_transport_and_missing_libraries() {
             && evidence.contains("nvmlwrap.cc:74 NCCL WARN Failed to open libnvidia-ml.so.1"),
         "{evidence}"
     );
-    assert_eq!(f.len(), 1, "it ran over IB: no transport finding: {f:#?}");
+    let unread = find(&f, "unrecognised-lines");
+    assert!(
+        unread["evidence"]
+            .as_str()
+            .unwrap()
+            .ends_with("read by no rule: .. gpu0301 pid 842624: Test failure common.cu:937"),
+        "nccl-tests' own failure line is said to be unread: {unread}"
+    );
+    assert_eq!(f.len(), 2, "it ran over IB: no transport finding: {f:#?}");
 
     // Devices that exist but cannot be opened in a container: sockets over IPoIB.
     let f = diagnose(&["nccl/ib-devices-unopenable-in-container-socket-over-ib0-EXCERPT.txt"]);
@@ -318,4 +327,67 @@ fn t20_unknown_and_unreadable_files_are_said_to_be_so() {
     std::fs::write(&topo, "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV4\t0-7\n").unwrap();
     let f = diagnose(&[topo.to_str().unwrap()]);
     assert_eq!(f[0]["kind"], "unreadable-topo", "{f:#?}");
+}
+
+#[test]
+fn t30_every_file_is_named_with_its_family_and_what_no_rule_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let dmesg = dir.path().join("dmesg.txt");
+    std::fs::write(
+        &dmesg,
+        "[  100.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
+         [  101.0] ACPI Error: AE_NOT_FOUND, While resolving a named reference package element\n",
+    )
+    .unwrap();
+    let job = dir.path().join("job.out");
+    std::fs::write(
+        &job,
+        "Traceback (most recent call last):\n  File \"/w/train.py\", line 12, in step\n    raise ValueError(\"bad shard\")\nValueError: bad shard\n",
+    )
+    .unwrap();
+    let out = Command::new(bin("gagentd"))
+        .args(["diagnose", "--json"])
+        .arg(&dmesg)
+        .arg(&job)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&success_stdout(&out, "gagentd diagnose")).unwrap();
+    let files: Vec<(&str, u64)> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["family"].as_str().unwrap(),
+                f["unread_lines"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(files, vec![("kernel-log", 1), ("job-log", 0)], "{v:#}");
+    let findings = v["findings"].as_array().unwrap();
+    let unread = find(findings, "unrecognised-lines");
+    assert!(
+        unread["evidence"].as_str().unwrap().contains("ACPI Error"),
+        "{unread}"
+    );
+    let exc = find(findings, "python-exception");
+    assert_eq!(
+        exc["evidence"],
+        "ValueError: bad shard (at /w/train.py:12 in step)"
+    );
+    // In words: each file's name with its family, then what came of it.
+    let out = Command::new(bin("gagentd"))
+        .arg("diagnose")
+        .arg(&dmesg)
+        .output()
+        .unwrap();
+    let text = success_stdout(&out, "gagentd diagnose");
+    assert!(
+        text.starts_with(&format!(
+            "{}: kernel log (dmesg, journalctl -k)\n",
+            dmesg.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("unrecognised-lines"), "{text}");
 }

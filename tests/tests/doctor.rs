@@ -243,3 +243,65 @@ fn t30_the_probe_checks_paths_and_the_training_network_between_nodes() {
         "n1 and n2 still reach each other: {v}"
     );
 }
+
+#[test]
+fn t40_a_node_whose_login_shells_would_find_slurms_own_clients_is_named() {
+    if !std::path::Path::new("/usr/bin/srun").exists() {
+        return;
+    }
+    let mut c = Cluster::controllers(1, &[]);
+    let links = c.slurm_links();
+    let profile_d = c.path("profile.d");
+    std::fs::create_dir_all(&profile_d).unwrap();
+    // n1 can install its snippet; n2's profile directory is not a directory.
+    c.add_agent(
+        "n1",
+        "rtx4090-8gpu.json",
+        &[
+            "--slurm-names",
+            &links,
+            "--profile-d",
+            profile_d.to_str().unwrap(),
+        ],
+    );
+    c.add_agent(
+        "n2",
+        "rtx4090-8gpu.json",
+        &[
+            "--slurm-names",
+            &links,
+            "--profile-d",
+            "/dev/null/profile.d",
+        ],
+    );
+    let snippet = std::fs::read_to_string(profile_d.join("gsched-slurm-names.sh")).unwrap();
+    assert!(
+        snippet.contains(&links) && snippet.contains("GSCHED_JOB_ID"),
+        "{snippet}"
+    );
+    let found = gsched_tests::wait_for(
+        "n2's host finding",
+        std::time::Duration::from_secs(30),
+        || {
+            let v = c.json("gctl", &["doctor"]);
+            let f: Vec<Value> = v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["kind"] == "slurm-names-shadowed")
+                .cloned()
+                .collect();
+            (!f.is_empty()).then_some(f)
+        },
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["node"], "n2");
+    assert!(
+        found[0]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("/usr/bin/srun"),
+        "{}",
+        found[0]
+    );
+}

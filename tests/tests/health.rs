@@ -621,8 +621,8 @@ fn p10_an_unknown_kernel_line_about_a_gpu_probes_it_and_each_bad_state_drains_it
     let (state, flags) = probe_flags(&c, "n1", 2);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     c.add_agent("n1", "rtx4090-8gpu.json", &flags);
-    // A healthy GPU's unknown line: probed, nothing found (checked once a later probe,
-    // queued after it, has reported).
+    // A healthy GPU's unknown line: a warning, probed, found healthy (checked once a later
+    // probe, queued after it, has reported).
     append(
         &c.kmsg("n1"),
         &format!(
@@ -675,8 +675,21 @@ fn p10_an_unknown_kernel_line_about_a_gpu_probes_it_and_each_bad_state_drains_it
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["gpu"] == 7 && e["severity"] != "info"),
-        "a healthy GPU's probe finds nothing: {node}"
+            .any(|e| e["gpu"] == 7 && e["severity"] == "critical"),
+        "a healthy GPU's probe finds nothing wrong: {node}"
+    );
+    // Unknown is visible, never silent: the line is a warning naming the GPU, and the
+    // probe's verdict follows as its own event.
+    let warned = probe_event(&c, "n1", 7, "nvrm-unrecognised").expect("a warning");
+    assert_eq!(warned["severity"], "warning", "{warned}");
+    let verdict = probe_event(&c, "n1", 7, "gpu-probe-healthy").expect("the verdict");
+    assert_eq!(verdict["severity"], "info", "{verdict}");
+    assert!(
+        verdict["finding"]["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("GPU 7 healthy"),
+        "{verdict}"
     );
 }
 

@@ -1,7 +1,8 @@
 //! Launching and stopping jobs through real processes: real torchrun (gloo) across two
 //! agents, a killed rank stopping the whole gang with the reason recorded, NCCL watchdog
 //! lines stopping the gang at once, time limits, re-adoption after an agent restart,
-//! running as the job's owner, and requeue after a node is lost.
+//! running as the job's owner, requeue after a node is lost, and hangs without words
+//! (a failed rank, silent idle peers) told from a job loading data or merely quiet.
 
 use gsched_tests::{Cluster, pid_alive, torch_available, wait_for, workspace};
 use std::time::Duration;
@@ -315,4 +316,197 @@ fn t80_a_lost_node_fails_the_job_fast_and_requeue_moves_it() {
     assert!(job["state"] == "PENDING" || job["state"] == "RUNNING");
     let ginfo = c.node("n1").unwrap();
     assert_eq!(ginfo["online"], false);
+}
+
+/// A node whose GPUs all read idle (`--fake-gpu-util`), sampled every second, with the
+/// hang watch at `after`/`after_exit` seconds.
+fn idle_node(after: &str, after_exit: &str) -> Cluster {
+    idle_nodes(&["n1"], after, after_exit)
+}
+
+/// `idle_node`'s nodes, one agent each.
+fn idle_nodes(names: &[&str], after: &str, after_exit: &str) -> Cluster {
+    let mut c = Cluster::controllers(1, &[]);
+    let util = c.path("util.json");
+    let cells: Vec<String> = (0..8).map(|g| format!("\"{g}\": 0")).collect();
+    std::fs::write(&util, format!("{{{}}}", cells.join(", "))).unwrap();
+    for name in names {
+        c.add_agent(
+            name,
+            "rtx4090-8gpu.json",
+            &[
+                "--gpu-sample-interval",
+                "1",
+                "--fake-gpu-util",
+                &util.to_string_lossy(),
+                "--hang-after",
+                after,
+                "--hang-after-exit",
+                after_exit,
+            ],
+        );
+    }
+    c
+}
+
+/// Two ranks on one node, two GPUs: `rank0` and `rank1` are their bash bodies.
+fn two_ranks(c: &Cluster, name: &str, rank0: &str, rank1: &str) -> u64 {
+    let script = c.script(
+        name,
+        &format!("#!/bin/bash\nif [ \"$SLURM_PROCID\" = 0 ]; then\n{rank0}\nelse\n{rank1}\nfi\n"),
+    );
+    c.submit(&["--ntasks-per-node", "2", "--gpus-per-node", "2", &script])
+}
+
+const TRACEBACK: &str = "cat <<'EOF'\nTraceback (most recent call last):\n  File \"/w/train.py\", line 40, in <module>\n    main()\n  File \"/w/train.py\", line 12, in step\n    raise RuntimeError(\"boom\")\nRuntimeError: boom\nEOF";
+
+fn silent_for_s(evidence: &str) -> u64 {
+    evidence
+        .split("stayed silent for ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no silence in {evidence}"))
+}
+
+#[test]
+fn t90_a_rank_that_exits_after_an_error_leaves_its_silent_idle_peer_stopped_as_hung() {
+    // The long window is two minutes: ending within one proves the shorter one (3 s after
+    // a rank exited) applied.
+    let c = idle_node("120", "3");
+    let pids = c.path("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let id = two_ranks(
+        &c,
+        "exit.sh",
+        &format!("echo $$ > {}/pid.0\nexec sleep 600", pids.display()),
+        "echo 'RuntimeError: boom' >&2\nexit 1",
+    );
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    let failure = &job["failure"];
+    assert_eq!(failure["kind"], "hang", "{failure}\n{}", c.logs());
+    let evidence = failure["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("first error: RuntimeError: boom; rank 1 exited with code 1;"),
+        "{evidence}"
+    );
+    assert!(silent_for_s(evidence) >= 3, "{evidence}");
+    let q = c.ok("gqueue", &["-t", "all"]);
+    assert!(q.contains("Hang"), "{q}");
+    let pid: i32 = std::fs::read_to_string(pids.join("pid.0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for(
+        "the silent rank to be stopped",
+        Duration::from_secs(15),
+        || (!pid_alive(pid)).then_some(()),
+    );
+}
+
+#[test]
+fn t91_a_traceback_then_silence_with_idle_gpus_is_a_hang_after_the_window() {
+    let c = idle_node("4", "2");
+    let id = two_ranks(
+        &c,
+        "traceback.sh",
+        &format!("{TRACEBACK}\nexec sleep 600"),
+        "exec sleep 600",
+    );
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    let failure = &job["failure"];
+    assert_eq!(failure["kind"], "hang", "{failure}\n{}", c.logs());
+    let evidence = failure["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("first error: RuntimeError: boom (at /w/train.py:12 in step);"),
+        "the exception with its deepest frame: {evidence}"
+    );
+    assert!(
+        evidence.contains("the ranks still running here (0, 1)"),
+        "{evidence}"
+    );
+    assert!(
+        silent_for_s(evidence) >= 4,
+        "not before the window: {evidence}"
+    );
+}
+
+#[test]
+fn t92_a_job_loading_data_or_compiling_is_not_stopped() {
+    let c = idle_node("3", "2");
+    // An error line printed, then the CPU busy (a cache rebuilt, a compile): kept.
+    let busy = two_ranks(
+        &c,
+        "busy.sh",
+        "echo 'ERROR: shard cache missing, rebuilding it'\nend=$((SECONDS+60)); while [ $SECONDS -lt $end ]; do :; done",
+        "exec sleep 600",
+    );
+    // Nothing printed at all, GPUs idle, both ranks quiet (loading): kept.
+    let quiet = two_ranks(&c, "quiet.sh", "exec sleep 600", "exec sleep 600");
+    c.wait_state(busy, &["RUNNING"], Duration::from_secs(30));
+    c.wait_state(quiet, &["RUNNING"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(10));
+    for id in [busy, quiet] {
+        let job = c.job(id).unwrap();
+        assert_eq!(job["state"], "RUNNING", "{job}\n{}", c.logs());
+    }
+    c.ok("gcancel", &[&busy.to_string(), &quiet.to_string()]);
+}
+
+#[test]
+fn t93_a_single_rank_job_that_erred_and_is_quiet_is_not_stopped() {
+    let c = idle_node("3", "2");
+    let script = c.script(
+        "one.sh",
+        &format!("#!/bin/bash\n{TRACEBACK}\nexec sleep 600\n"),
+    );
+    let id = c.submit(&["--gpus-per-node", "1", &script]);
+    c.wait_state(id, &["RUNNING"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(8));
+    let job = c.job(id).unwrap();
+    assert_eq!(job["state"], "RUNNING", "{job}\n{}", c.logs());
+    c.ok("gcancel", &[&id.to_string()]);
+}
+
+#[test]
+fn t94_a_rank_that_errs_and_hangs_on_one_node_stops_the_gang_on_every_node() {
+    // One rank per node: the second node's rank prints a traceback and waits; the first
+    // node's rank, which printed nothing, waits for it. The second node sees the hang and
+    // its report stops the gang.
+    let c = idle_nodes(&["n1", "n2"], "4", "2");
+    let pids = c.path("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let script = c.script(
+        "two-nodes.sh",
+        &format!(
+            "#!/bin/bash\necho $$ > {}/pid.$SLURM_NODEID\nif [ \"$SLURM_NODEID\" = 1 ]; then\n{TRACEBACK}\nfi\nexec sleep 600\n",
+            pids.display()
+        ),
+    );
+    let id = c.submit(&["-N", "2", "--gpus-per-node", "1", &script]);
+    let job = c.wait_state(id, &["FAILED", "COMPLETED"], Duration::from_secs(60));
+    let failure = &job["failure"];
+    assert_eq!(failure["kind"], "hang", "{failure}\n{}", c.logs());
+    assert_eq!(
+        failure["node"], job["allocation"]["nodes"][1]["node"],
+        "{failure}"
+    );
+    assert!(
+        failure["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("first error: RuntimeError: boom (at /w/train.py:12 in step);"),
+        "{failure}"
+    );
+    for n in 0..2 {
+        let pid: i32 = std::fs::read_to_string(pids.join(format!("pid.{n}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        wait_for("every rank to be stopped", Duration::from_secs(15), || {
+            (!pid_alive(pid)).then_some(())
+        });
+    }
 }

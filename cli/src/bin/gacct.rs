@@ -1,75 +1,28 @@
 //! `gacct`: accounting for finished (and running) jobs, sacct-style, with the failure
 //! reason and the evidence behind it.
 
-use clap::Parser;
 use gsched_cli::JobQuery;
+use gsched_cli::args::gacct::Args;
 use gsched_cli::client::{Client, controller_list, die};
 use gsched_cli::format::Table;
 use gsched_cli::out;
+use gsched_cli::slurm_options::{Tool, parse_or_refuse};
 use gsched_types::api::{JobRow, JobSelector, JobsDoc};
 use gsched_types::parse::{format_duration, format_timestamp};
-
-/// Job accounting: state, exit code, elapsed time, GPUs, and why a job failed.
-#[derive(Parser, Debug)]
-#[command(name = "gacct", version, about)]
-struct Args {
-    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
-    jobs: Vec<String>,
-    #[arg(short = 'u', long = "user")]
-    user: Option<String>,
-    /// Jobs active at or after this time (default: midnight today, or all time with -j):
-    /// now-1hour, 2026-11-30T08:00, 08:00, today...
-    #[arg(short = 'S', long = "starttime")]
-    starttime: Option<String>,
-    /// Jobs active at or before this time (default: now).
-    #[arg(short = 'E', long = "endtime")]
-    endtime: Option<String>,
-    /// Only jobs of these names (sacct's --name).
-    #[arg(long = "name", value_delimiter = ',')]
-    names: Vec<String>,
-    /// One row per attempt of requeued jobs.
-    #[arg(long)]
-    attempts: bool,
-    /// Columns, as sacct names them (JobID,JobName,State,ExitCode,Elapsed,NodeList...;
-    /// a %N suffix sets the width).
-    #[arg(short = 'o', long = "format")]
-    format: Option<String>,
-    /// No header line.
-    #[arg(short = 'n', long = "noheader")]
-    noheader: bool,
-    /// Fields split by `|`, none at the end of the line.
-    #[arg(short = 'P', long = "parsable2")]
-    parsable2: bool,
-    /// Fields split by `|`, one at the end of the line too.
-    #[arg(short = 'p', long = "parsable")]
-    parsable: bool,
-    /// Jobs only, not their steps.
-    #[arg(short = 'X', long = "allocations")]
-    allocations: bool,
-    /// Every user's jobs (gsched's default when no user is named).
-    #[arg(short = 'a', long = "allusers")]
-    allusers: bool,
-    /// Only jobs in these states (CD, F, CA, TO, R, PD... or full names).
-    #[arg(short = 's', long = "state", value_delimiter = ',')]
-    states: Vec<String>,
-    #[arg(long)]
-    json: bool,
-    /// Comma-separated values with a header line (fields quoted where they need it).
-    #[arg(long, conflicts_with_all = ["json", "parsable", "parsable2"])]
-    csv: bool,
-    /// The efficiency report of one job (as `seff JOBID`): a bar per GPU and per node and
-    /// advice; with --json the report as JSON.
-    #[arg(long = "eff", value_name = "JOBID")]
-    eff: Option<String>,
-    #[arg(long)]
-    controllers: Option<String>,
-}
 
 /// The arguments, `seff JOBID` read as `gacct --eff JOBID`.
 fn parse_args() -> Args {
     let argv = gsched_cli::text_args("gacct");
-    if gsched_cli::invoked_as() != "seff" {
-        return Args::parse_from(argv);
+    let invoked = gsched_cli::invoked_as();
+    if invoked != "seff" {
+        // --json is gsched's own document under gsched's name; sacct refuses it (Slurm's
+        // is another schema).
+        let (name, allowed): (&str, &[&str]) = if invoked == "sacct" {
+            ("sacct", &[])
+        } else {
+            ("gacct", &["json"])
+        };
+        return parse_or_refuse(Tool::Sacct, name, argv, allowed);
     }
     let mut rest: Vec<String> = argv.into_iter().skip(1).collect();
     let at = rest.iter().position(|a| !a.starts_with('-'));
@@ -81,7 +34,7 @@ fn parse_args() -> Args {
     let rest = rest
         .into_iter()
         .map(|a| if a == "-d" { "--json".into() } else { a });
-    Args::parse_from(
+    <Args as clap::Parser>::parse_from(
         ["gacct".to_string(), "--eff".into(), job]
             .into_iter()
             .chain(rest),
@@ -136,45 +89,66 @@ fn main() {
         efficiency(&args, job);
         return;
     }
+    if args.usage {
+        out!("Usage: sacct [options]\n\tUse --help for help\n");
+        return;
+    }
+    if args.helpformat {
+        out!("{}", help_fields());
+        return;
+    }
     let when = |t: &Option<String>| {
         t.as_deref()
             .map(|t| gsched_cli::when::parse(t).unwrap_or_else(|e| die("gacct", e)))
     };
-    let since_ms = when(&args.starttime).unwrap_or(if args.jobs.is_empty() {
+    // sacct's window: from midnight today; from now with -s (the jobs in those states
+    // now); all time for named jobs.
+    let since_ms = when(&args.starttime).unwrap_or(if !args.states.is_empty() {
+        gsched_cli::when::parse("now").unwrap_or_else(|e| die("gacct", e))
+    } else if args.jobs.is_empty() {
         gsched_cli::when::today_ms()
     } else {
         0
     });
+    // sacct's users: those named; everyone's with -a, -j or -N, or for root; else yours.
+    let users: Vec<String> = if !args.user.is_empty() {
+        args.user.clone()
+    } else if args.allusers
+        || !args.jobs.is_empty()
+        || args.nodelist.is_some()
+        || nix::unistd::getuid().is_root()
+    {
+        Vec::new()
+    } else {
+        vec![gsched_cli::client::current_user()]
+    };
+    let nodes = match &args.nodelist {
+        None => Vec::new(),
+        Some(list) => gsched_types::hostlist::expand(list)
+            .unwrap_or_else(|e| die("gacct", format!("--nodelist {list}: {e}"))),
+    };
+    let nnodes = args
+        .nnodes
+        .as_deref()
+        .map(|r| count_range(r).unwrap_or_else(|e| die("gacct", e)));
     let query = JobQuery {
         include_finished: true,
         detail: args.json || args.attempts,
         since_ms,
         until_ms: when(&args.endtime).unwrap_or(0),
         archive: true,
-        users: args.user.iter().cloned().collect(),
+        users,
+        partition: match args.partition.as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+        names: args.names.clone(),
         jobs: args
             .jobs
             .iter()
             .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gacct", e)))
             .collect(),
         ..Default::default()
-    };
-    let rt = gsched_cli::runtime();
-    let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gacct");
-    let now = list.now_ms;
-    let jobs: Vec<_> = list
-        .jobs
-        .into_iter()
-        .filter(|j| args.names.is_empty() || args.names.contains(&j.name))
-        .collect();
-    if args.json {
-        gsched_cli::print_json(&JobsDoc { jobs });
-        return;
-    }
-    let fields = match &args.format {
-        Some(f) => Field::parse_list(f).unwrap_or_else(|e| die("gacct", e)),
-        None => Field::DEFAULT.iter().map(|f| (*f, None)).collect(),
     };
     let wanted = |state: &str| {
         args.states.is_empty()
@@ -183,11 +157,43 @@ fn main() {
                     || s.eq_ignore_ascii_case(state)
             })
     };
+    let keeps = |j: &JobRow| {
+        wanted(j.state.name())
+            && (args.accounts.is_empty() || args.accounts.contains(&j.account))
+            && (args.partition.is_empty() || args.partition.contains(&j.partition))
+            && (args.qos.is_empty() || j.qos.as_ref().is_some_and(|q| args.qos.contains(q)))
+            && (args.wckeys.is_empty() || j.wckey.as_ref().is_some_and(|w| args.wckeys.contains(w)))
+            && (args.reason.is_empty()
+                || args
+                    .reason
+                    .iter()
+                    .any(|r| r.eq_ignore_ascii_case(&j.reason)))
+            && nnodes.is_none_or(|(lo, hi)| (lo..=hi).contains(&j.nodes))
+            && (nodes.is_empty()
+                || gsched_types::hostlist::expand(&j.node_list)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|n| nodes.contains(n)))
+    };
+    let rt = gsched_cli::runtime();
+    let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gacct");
+    let now = list.now_ms;
+    let jobs: Vec<_> = list.jobs.into_iter().filter(|j| keeps(j)).collect();
+    if args.json {
+        gsched_cli::print_json(&JobsDoc { jobs });
+        return;
+    }
+    let mut fields = match &args.format {
+        Some(f) => Field::parse_list(f).unwrap_or_else(|e| die("gacct", e)),
+        None if args.brief => Vec::new(),
+        None => Field::DEFAULT.iter().map(|f| (*f, None)).collect(),
+    };
+    if args.brief {
+        fields.extend(Field::BRIEF.iter().map(|f| (*f, None)));
+    }
     let mut rows: Vec<Row> = Vec::new();
     for j in &jobs {
-        if !wanted(j.state.name()) {
-            continue;
-        }
         rows.push(Row::job(j, now));
         if !args.allocations {
             for s in &j.steps {
@@ -212,14 +218,15 @@ fn main() {
         return;
     }
     if args.parsable || args.parsable2 {
-        let end = if args.parsable { "|" } else { "" };
+        let sep = args.delimiter.as_deref().unwrap_or("|");
+        let end = if args.parsable { sep } else { "" };
         if !args.noheader {
             let names: Vec<&str> = fields.iter().map(|(f, _)| f.name()).collect();
-            out!("{}{end}\n", names.join("|"));
+            out!("{}{end}\n", names.join(sep));
         }
         for r in &rows {
             let cells: Vec<String> = fields.iter().map(|(f, _)| r.get(*f)).collect();
-            out!("{}{end}\n", cells.join("|"));
+            out!("{}{end}\n", cells.join(sep));
         }
         return;
     }
@@ -250,6 +257,33 @@ fn main() {
     } else {
         out!("{rendered}");
     }
+}
+
+/// `MIN` or `MIN-MAX` (sacct's --nnodes).
+fn count_range(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--nnodes {text}: give MIN or MIN-MAX");
+    let (lo, hi) = text.split_once('-').unwrap_or((text, text));
+    let lo: u32 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: u32 = hi.trim().parse().map_err(|_| bad())?;
+    if lo > hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}
+
+/// The fields -o takes, four to a line, as `sacct -e` lists them.
+fn help_fields() -> String {
+    let mut out = String::new();
+    for (i, f) in Field::ALL.iter().enumerate() {
+        if i % 4 != 0 {
+            out.push(' ');
+        } else if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("{:<19}", f.name()));
+    }
+    out.push('\n');
+    out
 }
 
 /// A column sacct knows.
@@ -304,6 +338,7 @@ impl Field {
         Field::Comment,
         Field::WcKey,
     ];
+    const BRIEF: [Field; 3] = [Field::JobId, Field::State, Field::ExitCode];
     const DEFAULT: [Field; 11] = [
         Field::JobId,
         Field::JobName,

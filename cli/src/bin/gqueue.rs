@@ -1,236 +1,334 @@
 //! `gqueue`: the queue, as squeue shows it.
 
-use clap::Parser;
 use gsched_cli::JobQuery;
+use gsched_cli::args::gqueue::Args;
 use gsched_cli::client::{Client, controller_list, die};
-use gsched_cli::format::{Table, elapsed, nodelist_or_reason};
-use gsched_cli::out;
-use gsched_cli::queue_format::QueueFormat;
-use gsched_types::api::{JobSelector, JobsDoc};
+use gsched_cli::queue_format::{
+    DEFAULT_FORMAT, LONG_FORMAT, QueueFormat, START_FORMAT, compare, parse_sort, queue_row,
+};
+use gsched_cli::slurm_options::{Tool, parse_or_refuse};
+use gsched_cli::{out, outln};
+use gsched_types::api::{JobRow, JobSelector, JobsDoc};
 use gsched_types::job::JobState;
-use gsched_types::parse::format_timestamp;
-
-/// Show pending and running jobs (squeue-compatible columns).
-#[derive(Parser, Debug)]
-#[command(name = "gqueue", version, about, disable_help_flag = true)]
-struct Args {
-    /// Print help (-h is squeue's --noheader).
-    #[arg(long, action = clap::ArgAction::Help)]
-    help: Option<bool>,
-    /// No header line (squeue -h).
-    #[arg(short = 'h', long = "noheader")]
-    noheader: bool,
-    /// squeue's output format: `%[.][width]letter` fields, e.g. "%.18i %.9P %j %T %R"
-    /// (letters: i A j u t T M D R N r P l S e).
-    #[arg(short = 'o', long = "format", conflicts_with = "long_format")]
-    format: Option<String>,
-    /// squeue's long format: field names with optional widths, e.g.
-    /// "JobID,Name:30,State,ReasonList".
-    #[arg(short = 'O', long = "Format")]
-    long_format: Option<String>,
-    /// Only these users' jobs (comma separated).
-    #[arg(short = 'u', long = "user", value_delimiter = ',')]
-    user: Vec<String>,
-    /// Only these jobs (comma separated; 120 shows every task of array 120).
-    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
-    jobs: Vec<String>,
-    /// Only these states (PD,R,CG,CD,F,CA,TO,NF,OOM or names); `all` includes finished jobs.
-    #[arg(short = 't', long = "states", value_delimiter = ',')]
-    states: Vec<String>,
-    /// Only this partition.
-    #[arg(short = 'p', long = "partition")]
-    partition: Option<String>,
-    /// Expected start times of pending jobs (from the backfill plan).
-    #[arg(long = "start")]
-    start: bool,
-    /// Show failure reasons and evidence of ended jobs.
-    #[arg(short = 'l', long = "long")]
-    long: bool,
-    /// Running `grun`/`srun` steps (squeue -s): STEPID NAME PARTITION USER TIME NODELIST.
-    #[arg(short = 's', long = "steps")]
-    steps: bool,
-    /// Only my jobs (`-u $USER`).
-    /// Only jobs with these names.
-    #[arg(short = 'n', long = "name", value_delimiter = ',')]
-    name: Vec<String>,
-    /// One line per array task (gsched always lists them so).
-    #[arg(short = 'r', long = "array")]
-    array: bool,
-    #[arg(long = "me")]
-    me: bool,
-    /// Answer from the controller asked, without confirming with the leader (may lag by
-    /// a few milliseconds; spares the leader).
-    #[arg(long = "stale-ok")]
-    stale_ok: bool,
-    #[arg(long)]
-    json: bool,
-    #[arg(long)]
-    controllers: Option<String>,
-}
 
 fn main() {
-    let args = Args::parse();
-    let mut users = args.user.clone();
-    if args.me {
-        users.push(gsched_cli::client::current_user());
-    }
-    let mut query = JobQuery {
-        detail: args.json,
-        users,
-        partition: args.partition.clone(),
-        stale_ok: args.stale_ok,
-        names: args.name.clone(),
-        ..Default::default()
-    };
-    for s in &args.states {
-        if s.eq_ignore_ascii_case("all") {
-            query.include_finished = true;
-        } else if JobState::parse(s).is_some() {
-            query.states.push(s.clone());
-        } else {
-            die(
-                "gqueue",
-                format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"),
-            );
-        }
-    }
-    if query.include_finished {
-        query.states.clear();
-    }
-    query.jobs = args
-        .jobs
-        .iter()
-        .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die("gqueue", e)))
-        .collect();
-    let rt = gsched_cli::runtime();
-    let mut client = Client::new(controller_list(args.controllers.as_deref()));
-    if args.steps {
-        print_steps(&rt, &mut client, &query, !args.noheader);
+    let tool = gsched_cli::invoked_as();
+    let name = if tool == "squeue" { "squeue" } else { "gqueue" };
+    // --json is gsched's own document under gsched's name; squeue refuses it (Slurm's
+    // is another schema).
+    let allowed: &[&str] = if name == "gqueue" { &["json"] } else { &[] };
+    let args: Args = parse_or_refuse(Tool::Squeue, name, gsched_cli::text_args(name), allowed);
+    if args.usage {
+        outln!(
+            "Usage: {name} [-A account] [--clusters names] [-i seconds] [--job jobid]\n              [-n name] [-o format] [-p partitions] [--qos qos]\n              [--reservation reservation] [--sort fields] [--start]\n              [--step step_id] [-t states] [-u user_name] [--usage]\n              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]\n              [-ahjlrsv]"
+        );
         return;
     }
-    if !args.json && !args.long {
+    let plan = Plan::of(&args, name);
+    let rt = gsched_cli::runtime();
+    let mut client = Client::new(controller_list(args.controllers.as_deref()));
+    loop {
+        // squeue prints the time first when it repeats or lists long (not under -h).
+        if !args.noheader && (args.iterate.is_some() || args.long) && !args.json {
+            outln!("{}", slurm_date());
+        }
+        plan.run(&rt, &mut client);
+        match args.iterate {
+            Some(secs) => {
+                outln!();
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+            }
+            None => break,
+        }
+    }
+}
+
+/// The local time as Slurm's tools print it above a listing (`Tue Dec 01 10:00:00 2026`).
+fn slurm_date() -> String {
+    chrono::Local::now()
+        .format("%a %b %d %H:%M:%S %Y")
+        .to_string()
+}
+
+/// What one listing asks for, read once from the options.
+struct Plan {
+    name: &'static str,
+    query: JobQuery,
+    /// Steps rather than jobs (`-s`), and which (`JOB.STEP`; none: all).
+    steps: Option<Vec<String>>,
+    partitions: Vec<String>,
+    accounts: Vec<String>,
+    qos: Vec<String>,
+    reservation: Option<String>,
+    nodes: Vec<String>,
+    sort: Vec<(char, bool)>,
+    format: QueueFormat,
+    header: bool,
+    json: bool,
+    /// A FAILURE column after the format's (`-l`) when a job listed has one.
+    failures: bool,
+    /// Whole job rows are needed (filters and sort keys a queue line lacks).
+    rows: bool,
+}
+
+impl Plan {
+    fn of(args: &Args, name: &'static str) -> Plan {
+        let mut users = args.user.clone();
+        if args.me {
+            users.push(gsched_cli::client::current_user());
+        }
+        // `-j LIST`/`-s LIST`: squeue takes the list from the last word.
+        let mut list = args.list.iter();
+        let mut jobs_text = args.jobs.clone().filter(|j| !j.is_empty());
+        let mut steps_text = args.steps.clone().filter(|s| !s.is_empty());
+        if let Some(word) = list.next() {
+            if args.jobs.is_some() && jobs_text.is_none() {
+                jobs_text = Some(word.clone());
+            } else if args.steps.is_some() && steps_text.is_none() {
+                steps_text = Some(word.clone());
+            } else {
+                die(name, format!("Unrecognized option: {word}"));
+            }
+        }
+        if let Some(word) = list.next() {
+            die(name, format!("Unrecognized option: {word}"));
+        }
+        let split = |t: &Option<String>| -> Vec<String> {
+            t.iter()
+                .flat_map(|t| t.split(','))
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let steps = args.steps.as_ref().map(|_| split(&steps_text));
+        let mut states = args.states.clone();
+        if args.start && args.steps.is_none() && states.is_empty() {
+            // squeue --start lists pending jobs.
+            states.push("PD".into());
+        }
+        let mut query = JobQuery {
+            detail: args.json || args.reservation.is_some(),
+            users,
+            partition: match args.partitions.as_slice() {
+                [one] => Some(one.clone()),
+                _ => None,
+            },
+            stale_ok: args.stale_ok,
+            names: args.name.clone(),
+            ..Default::default()
+        };
+        for s in &states {
+            if s.eq_ignore_ascii_case("all") {
+                query.include_finished = true;
+            } else if JobState::parse(s).is_some() {
+                query.states.push(s.clone());
+            } else {
+                die(
+                    name,
+                    format!("invalid state '{s}': use PD, R, CG, CD, F, CA, TO, NF, OOM or all"),
+                );
+            }
+        }
+        if query.include_finished {
+            query.states.clear();
+        }
+        let mut job_words = split(&jobs_text);
+        // Steps named as JOB.STEP select their jobs.
+        if let Some(steps) = &steps {
+            job_words.extend(
+                steps
+                    .iter()
+                    .map(|s| s.split_once('.').map_or(s.as_str(), |(j, _)| j).to_string()),
+            );
+        }
+        query.jobs = job_words
+            .iter()
+            .map(|j| JobSelector::parse(j).unwrap_or_else(|e| die(name, e)))
+            .collect();
+        let nodes = match &args.nodelist {
+            None => Vec::new(),
+            Some(list) => gsched_types::hostlist::expand(list).unwrap_or_else(|e| {
+                die(name, format!("'{list}' invalid entry for --nodelist: {e}"))
+            }),
+        };
+        let sort = match &args.sort {
+            Some(s) => parse_sort(s).unwrap_or_else(|e| die(name, e)),
+            // squeue --start lists by expected start.
+            None if args.start => vec![('S', false)],
+            None => Vec::new(),
+        };
         let format = match (&args.format, &args.long_format) {
             (Some(f), _) => QueueFormat::parse(f),
             (_, Some(f)) => QueueFormat::parse_long(f),
-            _ => Ok(default_format(args.start)),
+            _ if args.long => QueueFormat::parse(LONG_FORMAT),
+            _ if args.start => QueueFormat::parse(START_FORMAT),
+            _ => QueueFormat::parse(DEFAULT_FORMAT),
         }
-        .unwrap_or_else(|e| die("gqueue", e));
-        print_queue(&rt, &mut client, &query, &format, !args.noheader);
-        return;
-    }
-    let list = gsched_cli::fetch_jobs(&rt, &mut client, &query, "gqueue");
-    let now = list.now_ms;
-    let jobs = list.jobs;
-    if args.json {
-        gsched_cli::print_json(&JobsDoc { jobs });
-        return;
-    }
-    let mut headers = vec![
-        ("JOBID", true),
-        ("PARTITION", true),
-        ("NAME", true),
-        ("USER", true),
-        ("ST", true),
-        ("TIME", true),
-        ("NODES", true),
-    ];
-    if args.start {
-        headers.push(("START_TIME", true));
-    }
-    headers.push(("NODELIST(REASON)", false));
-    if args.long {
-        headers.push(("FAILURE", false));
-    }
-    let mut t = Table::new(&headers);
-    for j in &jobs {
-        let mut row = vec![
-            j.display_id.clone(),
-            j.partition.clone(),
-            j.name.chars().take(16).collect(),
-            j.user.clone(),
-            j.state.code().into(),
-            elapsed(j, now),
-            j.nodes.to_string(),
-        ];
-        if args.start {
-            row.push(match (j.state, j.expected_start_ms, j.start_ms) {
-                (JobState::Pending, Some(t), _) => format_timestamp(t),
-                (JobState::Pending, None, _) => "N/A".into(),
-                (_, _, Some(s)) => format_timestamp(s),
-                _ => "N/A".into(),
-            });
+        .unwrap_or_else(|e| die(name, e));
+        let rows = args.json
+            || args.long
+            || !sort.is_empty()
+            || !args.accounts.is_empty()
+            || !args.qos.is_empty()
+            || args.reservation.is_some()
+            || !nodes.is_empty();
+        Plan {
+            name,
+            query,
+            steps,
+            partitions: args.partitions.clone(),
+            accounts: args.accounts.clone(),
+            qos: args.qos.clone(),
+            reservation: args.reservation.clone(),
+            nodes,
+            sort,
+            format,
+            header: !args.noheader,
+            json: args.json,
+            failures: args.long,
+            rows,
         }
-        row.push(nodelist_or_reason(j));
-        if args.long {
-            row.push(gsched_cli::format::failure_line(j));
-        }
-        t.row(row);
     }
-    out!("{}", t.render());
-}
 
-/// The running steps of the jobs `query` names, as `squeue -s` lists them.
-fn print_steps(rt: &tokio::runtime::Runtime, client: &mut Client, query: &JobQuery, header: bool) {
-    let list = gsched_cli::fetch_jobs(rt, client, query, "gqueue");
-    let mut t = Table::new(&[
-        ("STEPID", true),
-        ("NAME", true),
-        ("PARTITION", true),
-        ("USER", true),
-        ("TIME", true),
-        ("NODELIST", false),
-    ]);
-    for j in &list.jobs {
-        for s in j
-            .steps
+    fn run(&self, rt: &tokio::runtime::Runtime, client: &mut Client) {
+        if let Some(steps) = &self.steps {
+            self.print_steps(rt, client, steps);
+        } else if self.rows {
+            self.print_rows(rt, client);
+        } else {
+            self.print_queue(rt, client);
+        }
+    }
+
+    fn in_partitions(&self, partition: &str) -> bool {
+        self.partitions.is_empty() || self.partitions.iter().any(|p| p == partition)
+    }
+
+    /// The filters a queue line cannot answer, on a whole row.
+    fn keeps(&self, j: &JobRow) -> bool {
+        self.in_partitions(&j.partition)
+            && (self.accounts.is_empty() || self.accounts.contains(&j.account))
+            && (self.qos.is_empty() || j.qos.as_ref().is_some_and(|q| self.qos.contains(q)))
+            && self.reservation.as_ref().is_none_or(|r| {
+                j.spec
+                    .as_ref()
+                    .and_then(|s| s.reservation.as_ref())
+                    .is_some_and(|own| own == r)
+            })
+            && (self.nodes.is_empty() || {
+                let on = gsched_types::hostlist::expand(&j.node_list).unwrap_or_default();
+                !matches!(j.state, JobState::Pending) && on.iter().any(|n| self.nodes.contains(n))
+            })
+    }
+
+    /// Jobs as whole rows: filtered, sorted, then printed in the format (or as JSON).
+    fn print_rows(&self, rt: &tokio::runtime::Runtime, client: &mut Client) {
+        let list = gsched_cli::fetch_jobs(rt, client, &self.query, self.name);
+        let now = list.now_ms;
+        let mut jobs: Vec<JobRow> = list.jobs.into_iter().filter(|j| self.keeps(j)).collect();
+        if !self.sort.is_empty() {
+            jobs.sort_by(|a, b| compare(&self.sort, a, b, now));
+        }
+        if self.json {
+            gsched_cli::print_json(&JobsDoc { jobs });
+            return;
+        }
+        let lines: Vec<String> = jobs
             .iter()
-            .filter(|s| s.state == gsched_types::steps::StepState::Running)
-        {
-            t.row(vec![
-                format!("{}.{}", j.display_id, s.step),
-                s.name.chars().take(16).collect(),
-                j.partition.clone(),
-                j.user.clone(),
-                gsched_types::parse::format_duration(list.now_ms.saturating_sub(s.start_ms) / 1000),
-                gsched_types::hostlist::compress(&s.nodes),
-            ]);
-        }
-    }
-    let text = t.render();
-    if header {
-        out!("{text}");
-    } else {
-        out!("{}", text.split_once('\n').map_or("", |(_, rest)| rest));
-    }
-}
-
-/// squeue's default columns (`--start` adds START_TIME).
-fn default_format(start: bool) -> QueueFormat {
-    let f = if start {
-        "%.18i %.9P %.8j %.8u %.2t %.10M %.19S %.6D %R"
-    } else {
-        "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
-    };
-    QueueFormat::parse(f).expect("the default format parses")
-}
-
-/// The queue in `format`, printed page by page as the controller sends them.
-fn print_queue(
-    rt: &tokio::runtime::Runtime,
-    client: &mut Client,
-    query: &JobQuery,
-    format: &QueueFormat,
-    header: bool,
-) {
-    if header {
-        out!("{}\n", format.header());
-    }
-    gsched_cli::fetch_queue(rt, client, query, "gqueue", |page| {
-        let mut text = String::with_capacity(page.jobs.len() * 96);
-        for j in &page.jobs {
-            format.write_line(&mut text, j, page.now_ms);
+            .map(|j| self.format.line(&queue_row(j), now))
+            .collect();
+        let failures: Vec<String> = if self.failures {
+            jobs.iter().map(gsched_cli::format::failure_line).collect()
+        } else {
+            Vec::new()
+        };
+        let extra = failures.iter().any(|f| !f.is_empty());
+        let width = if extra {
+            lines
+                .iter()
+                .chain(std::iter::once(&self.format.header()))
+                .map(|l| l.chars().count())
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let mut text = String::new();
+        let mut push = |line: &str, failure: Option<&str>| {
+            text.push_str(line);
+            if let Some(f) = failure {
+                let pad = width.saturating_sub(line.chars().count());
+                text.extend(std::iter::repeat_n(' ', pad + 1));
+                text.push_str(&gsched_cli::format::printable(f));
+            }
             text.push('\n');
+        };
+        if self.header {
+            push(&self.format.header(), extra.then_some("FAILURE"));
+        }
+        for (i, line) in lines.iter().enumerate() {
+            push(line, extra.then(|| failures[i].as_str()));
         }
         out!("{text}");
-    });
+    }
+
+    /// The queue in the format, printed page by page as the controller sends them.
+    fn print_queue(&self, rt: &tokio::runtime::Runtime, client: &mut Client) {
+        if self.header {
+            out!("{}\n", self.format.header());
+        }
+        gsched_cli::fetch_queue(rt, client, &self.query, self.name, |page| {
+            let mut text = String::with_capacity(page.jobs.len() * 96);
+            for j in page
+                .jobs
+                .iter()
+                .filter(|j| self.in_partitions(&j.partition))
+            {
+                self.format.write_line(&mut text, j, page.now_ms);
+                text.push('\n');
+            }
+            out!("{text}");
+        });
+    }
+
+    /// The running steps of the jobs asked for, as `squeue -s` lists them.
+    fn print_steps(&self, rt: &tokio::runtime::Runtime, client: &mut Client, only: &[String]) {
+        let list = gsched_cli::fetch_jobs(rt, client, &self.query, self.name);
+        let mut t = gsched_cli::format::Table::new(&[
+            ("STEPID", true),
+            ("NAME", true),
+            ("PARTITION", true),
+            ("USER", true),
+            ("TIME", true),
+            ("NODELIST", false),
+        ]);
+        for j in list.jobs.iter().filter(|j| self.keeps(j)) {
+            for s in j
+                .steps
+                .iter()
+                .filter(|s| s.state == gsched_types::steps::StepState::Running)
+            {
+                let id = format!("{}.{}", j.display_id, s.step);
+                if !only.is_empty() && !only.contains(&id) {
+                    continue;
+                }
+                t.row(vec![
+                    id,
+                    s.name.chars().take(16).collect(),
+                    j.partition.clone(),
+                    j.user.clone(),
+                    gsched_types::parse::format_duration(
+                        list.now_ms.saturating_sub(s.start_ms) / 1000,
+                    ),
+                    gsched_types::hostlist::compress(&s.nodes),
+                ]);
+            }
+        }
+        let text = t.render();
+        if self.header {
+            out!("{text}");
+        } else {
+            out!("{}", text.split_once('\n').map_or("", |(_, rest)| rest));
+        }
+    }
 }

@@ -38,6 +38,8 @@ pub struct Caller {
     pub cwd: String,
     /// Reads `--multi-prog`'s file.
     pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
+    /// The caller's umask (`SLURM_UMASK` when its environment has none).
+    pub umask: u32,
 }
 
 impl Caller {
@@ -98,7 +100,56 @@ pub fn step_request(
         name: args.job_name.clone(),
         cpus_per_task: cpus_per_task(args, caller)?,
         binding: binding(args, caller)?,
+        srun_env: srun_env(args, caller)?,
     })
+}
+
+/// The variables srun sets for a step's tasks from its options and input variables, as
+/// Slurm 22.05 does (`src/common/env.c` `setup_env`, `srun_job.c`, slurmstepd's
+/// `SLURMD_TRES_BIND`).
+fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>, RequestError> {
+    let mut env = BTreeMap::new();
+    let given = |opt: &Option<String>, var: &str| {
+        opt.clone().or_else(|| caller.var(var).map(str::to_string))
+    };
+    if let Some(d) = given(&args.distribution, "SLURM_DISTRIBUTION") {
+        // Slurm names a plane distribution without its size.
+        let d = if d.starts_with("plane") {
+            "plane".into()
+        } else {
+            d
+        };
+        env.insert("SLURM_DISTRIBUTION".into(), d);
+    }
+    let per_gpu = count(
+        given(&args.ntasks_per_gpu, "SLURM_NTASKS_PER_GPU").as_deref(),
+        "--ntasks-per-gpu",
+    )?;
+    // srun's launch.c: an explicit --gpu-bind, else single:N from --ntasks-per-gpu, else
+    // per_task:N from --gpus-per-task.
+    let tres_bind = given(&args.gpu_bind, "SLURM_GPU_BIND")
+        .or_else(|| per_gpu.map(|n| format!("single:{n}")))
+        .or_else(|| {
+            given(&args.gpus_per_task, "SLURM_GPUS_PER_TASK")
+                .and_then(|g| gsched_types::parse::gpus(&g, "--gpus-per-task").ok())
+                .map(|r| format!("per_task:{}", r.count))
+        });
+    if let Some(b) = tres_bind {
+        env.insert("SLURMD_TRES_BIND".into(), format!("gpu:{b}"));
+    }
+    if let Some(n) = per_gpu {
+        env.insert("SLURM_NTASKS_PER_TRES".into(), n.to_string());
+    }
+    if args.label {
+        env.insert("SLURM_LABELIO".into(), "1".into());
+    }
+    if caller.var("SLURM_UMASK").is_none() {
+        env.insert(
+            "SLURM_UMASK".into(),
+            format!("{:04o}", caller.umask & 0o777),
+        );
+    }
+    Ok(env)
 }
 
 /// A count option's value.
@@ -400,6 +451,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             cwd: "/work".into(),
+            umask: 0o022,
             read_file: |p| match p.file_name().and_then(|n| n.to_str()) {
                 Some("multi.conf") => Ok(
                     b"# ranks program\n0 hostname\n1-2 echo task %t offset %o\n* echo rest %t\n"

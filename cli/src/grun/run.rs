@@ -152,7 +152,11 @@ pub fn main(raw: Vec<String>) -> i32 {
         None => {
             let (alloc_args, _) =
                 crate::alloc::parse("grun", &alloc_words).unwrap_or_else(|e| die("grun", e));
-            let job = crate::alloc::allocate(&rt, &mut client, &alloc_args, "grun")
+            let immediate = args
+                .immediate
+                .as_deref()
+                .map(|v| immediate_wait("--immediate", v));
+            let job = crate::alloc::allocate(&rt, &mut client, &alloc_args, "grun", immediate)
                 .unwrap_or_else(|e| die("grun", e));
             (job.job_id.0, true)
         }
@@ -163,6 +167,18 @@ pub fn main(raw: Vec<String>) -> i32 {
         crate::alloc::release(&rt, &mut client, job);
     }
     status
+}
+
+/// `--immediate[=SECONDS]`: how long an allocation may wait to start (none given: only
+/// until its first scheduling pass).
+pub fn immediate_wait(flag: &str, value: &str) -> Duration {
+    if value.is_empty() {
+        return Duration::ZERO;
+    }
+    value
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .unwrap_or_else(|_| die("grun", format!("{flag}={value}: give a number of seconds")))
 }
 
 /// How srun names a task's death by signal.
@@ -267,6 +283,12 @@ fn run(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
         read_file: |p| std::fs::read(p),
+        umask: {
+            use nix::sys::stat::{Mode, umask};
+            let old = umask(Mode::from_bits_truncate(0o077));
+            umask(old);
+            old.bits()
+        },
     };
     let request =
         step_request(args, job, &caller, terminal_size).unwrap_or_else(|e| die("grun", e));
@@ -280,10 +302,14 @@ fn run(
             .and_then(|a| a.parse().ok())
             .zip(env.get("SLURM_ARRAY_TASK_ID").and_then(|t| t.parse().ok())),
     };
-    let append = match args.open_mode.as_deref() {
-        None | Some("truncate") => false,
-        Some("append") => true,
-        Some(other) => fail(format!("--open-mode={other}: use append or truncate")),
+    let append = match args
+        .open_mode
+        .as_deref()
+        .map(gsched_types::job::OpenMode::parse)
+    {
+        None => false,
+        Some(Ok(mode)) => mode == gsched_types::job::OpenMode::Append,
+        Some(Err(e)) => fail(e.to_string()),
     };
     let mut sinks = Sinks::new(
         names.clone(),

@@ -246,6 +246,7 @@ pub fn resolve(
                 || ntasks_per_gpu.is_some(),
             ntasks_per_node: args.ntasks_per_node.is_some(),
             export: args.export.clone(),
+            open_mode: args.open_mode.is_some(),
             cpus_per_task: args.cpus_per_task.is_some(),
             mem_per_cpu_mb: args
                 .mem_per_cpu

@@ -184,6 +184,8 @@ pub struct PendingJob {
     pub mem_mb: Option<u64>,
     pub mem_per_gpu_mb: Option<u64>,
     pub time_limit_s: Option<u64>,
+    /// `--time-min`: backfill may start it with a limit this short (s).
+    pub time_min_s: Option<u64>,
     pub exclusive: bool,
     /// Required node features (all must be present).
     pub constraint: Option<gsched_types::constraint::Constraint>,
@@ -228,6 +230,7 @@ impl PendingJob {
             mem_mb: None,
             mem_per_gpu_mb: None,
             time_limit_s,
+            time_min_s: None,
             exclusive: false,
             constraint: None,
             nodelist: Vec::new(),

@@ -30,6 +30,9 @@ pub struct PlannedStart {
     pub allocation: Allocation,
     /// Started in a hole left by a backfill hold rather than in priority order.
     pub backfilled: bool,
+    /// The time limit it starts with when backfill shortened it towards its
+    /// `--time-min` to fit a hole (s); `None`: its own.
+    pub time_limit_s: Option<u64>,
 }
 
 /// A running job to requeue so that a higher-QOS job can start.
@@ -495,6 +498,12 @@ impl<'a> Pass<'a> {
                 } else {
                     PendingReason::Resources
                 };
+                if blocked_by_hold
+                    && let Some((limit, picks)) = self.shortened_start(job)
+                    && let Some(start) = self.start_limited(job, picks, true, Some(limit))
+                {
+                    return Ok(start);
+                }
                 if !blocked_by_hold && !blocked_by_window {
                     self.try_preempt(job);
                 }
@@ -622,6 +631,17 @@ impl<'a> Pass<'a> {
         picks: Vec<NodePick>,
         backfilled: bool,
     ) -> Option<PlannedStart> {
+        self.start_limited(job, picks, backfilled, None)
+    }
+
+    /// [`Plan::start`] with the time limit `shortened` to (backfill and `--time-min`).
+    fn start_limited(
+        &mut self,
+        job: &'a PendingJob,
+        picks: Vec<NodePick>,
+        backfilled: bool,
+        shortened: Option<u64>,
+    ) -> Option<PlannedStart> {
         let first = picks.first()?.node;
         let master_addr = self.snap.nodes[first].training_addr.as_str();
         let used = self.ports.entry(master_addr).or_default();
@@ -631,7 +651,9 @@ impl<'a> Pass<'a> {
         if used.len() >= self.port_range() {
             self.mark_no_port(master_addr);
         }
-        let end = job.time_limit_s.map(|t| self.now_ms + t * 1000);
+        let end = shortened
+            .or(job.time_limit_s)
+            .map(|t| self.now_ms + t * 1000);
         let mut nodes = Vec::with_capacity(picks.len());
         for p in picks {
             self.usage[p.node].add(&p.alloc);
@@ -658,7 +680,42 @@ impl<'a> Pass<'a> {
                 master_port: port,
             },
             backfilled,
+            time_limit_s: shortened,
         })
+    }
+
+    /// A job blocked only by backfill holds that accepts a shorter time limit
+    /// (`--time-min`): the longest limit from its time-min up that ends before the holds
+    /// in the way start, and the placement it gets with it.
+    fn shortened_start(&mut self, job: &PendingJob) -> Option<(u64, Vec<NodePick>)> {
+        let min = job.time_min_s?;
+        let limit = job.time_limit_s.unwrap_or(u64::MAX);
+        let mut starts: Vec<u64> = self
+            .holds
+            .iter()
+            .map(|h| h.start_ms)
+            .filter(|s| *s > self.now_ms)
+            .collect();
+        starts.sort_unstable_by(|a, b| b.cmp(a));
+        starts.dedup();
+        for start in starts {
+            let fits_s = (start - self.now_ms) / 1000;
+            if fits_s < min || fits_s >= limit {
+                continue;
+            }
+            let end_ms = Some(self.now_ms + fits_s * 1000);
+            let (holds, no_port, windows) = (&self.holds, &self.no_port, &self.windows);
+            let own = job.reservation.as_deref();
+            let now_ms = self.now_ms;
+            let placed = self.placer.place(job, &self.usage, &|ni| {
+                let closed = if no_port[ni] { CLOSED } else { 0 };
+                held_mask(holds, ni, end_ms) | closed | windows.mask(own, ni, now_ms, end_ms)
+            });
+            if let Ok(picks) = placed {
+                return Some((fits_s, picks));
+            }
+        }
+        None
     }
 
     /// Earliest time the job fits if running jobs end at their time limits and admin

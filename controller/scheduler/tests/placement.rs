@@ -867,3 +867,39 @@ fn constraints_place_as_slurms_grammar_says() {
         p.reasons
     );
 }
+
+#[test]
+fn time_min_lets_backfill_shorten_a_job() {
+    let topo = shipped("rtx4090-8gpu.json");
+    let node = with_usage(
+        NodeView::from_topology("n1", &topo, "10.0.0.1"),
+        &[running(1, "n1", &[0, 1, 2, 3])],
+    );
+    // The head of the queue wants all 8 GPUs: held for when job 1 ends (1 h).
+    let head = job(2, 1, 8);
+    let mut long = job(3, 1, 4);
+    long.time_limit_s = Some(2 * 3600);
+    let mut flexible = job(4, 1, 4);
+    flexible.time_limit_s = Some(2 * 3600);
+    flexible.time_min_s = Some(30 * 60);
+    let p = plan(
+        &snapshot(
+            vec![node],
+            vec![head, long, flexible],
+            vec![running(1, "n1", &[0, 1, 2, 3])],
+        ),
+        0,
+    );
+    let started: Vec<u64> = p.starts.iter().map(|s| s.job.0).collect();
+    assert_eq!(
+        started,
+        [4],
+        "only the job that accepts a shorter limit fits the hole"
+    );
+    assert_eq!(
+        p.starts[0].time_limit_s,
+        Some(3600),
+        "its limit ends with the hole"
+    );
+    assert!(p.starts[0].backfilled);
+}

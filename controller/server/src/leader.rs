@@ -254,6 +254,8 @@ async fn liveness_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>, since: In
                     .into_iter()
                     .map(Command::TimeoutJob),
             );
+            commands
+                .extend(decide::past_deadline(&r.state, now_ms()).map(Command::EndPastDeadline));
         }
         for cmd in commands {
             propose_logged(&ctx, cmd).await;

@@ -27,9 +27,13 @@ use serde::{Deserialize, Serialize};
 /// `reservation` in job specs. 9: adds `edit_associations`, and users, account
 /// parents, coordinators and limits in the configuration. 10: `act_on_jobs` takes the
 /// `update` action (a time limit); `cancel_job`, `requeue_job`, `hold_job` and
-/// `update_job` are no longer written; adds `notify_claim` and `notify_done`, `notices`
-/// in jobs, and `notify` in users and association edits.
-pub const FORMAT_VERSION: u16 = 10;
+/// `update_job` are no longer written; adds `end_past_deadline`, a time limit a start may
+/// set (`--time-min`), and the job spec's comment, wckey, time-min, deadline,
+/// kill-on-invalid-dep, no-kill, input and mail fields; `start_jobs` may give an
+/// exclusive job every GPU of its nodes. 11: adds the failure kind `hang` (in
+/// `step_failed`, `step_exited` and the job records they reach); adds `notify_claim` and
+/// `notify_done`, `notices` in jobs, and `notify` in users and association edits.
+pub const FORMAT_VERSION: u16 = 11;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +52,10 @@ pub struct Envelope {
 pub struct StartJob {
     pub job: JobId,
     pub allocation: Allocation,
+    /// The time limit the job starts with, when backfill shortened it towards its
+    /// `--time-min` to fit a hole (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
 }
 
 /// A node run an agent still knows about when it (re)registers.
@@ -290,6 +298,12 @@ pub struct SetConfig {
     pub config: Box<SchedConfig>,
 }
 
+/// End pending jobs that can no longer end by their `--deadline` (each is re-checked).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndPastDeadline {
+    pub jobs: Vec<JobId>,
+}
+
 /// Controller backstop when an agent did not enforce a time limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimeoutJob {
@@ -430,6 +444,7 @@ pub enum Command {
     UpdateReservation(UpdateReservation),
     DeleteReservation(DeleteReservation),
     EditAssociations(EditAssociations),
+    EndPastDeadline(EndPastDeadline),
     NotifyClaim(NotifyClaim),
     NotifyDone(NotifyDone),
 }
@@ -471,6 +486,7 @@ impl Command {
             Command::UpdateReservation(_) => "update_reservation",
             Command::DeleteReservation(_) => "delete_reservation",
             Command::EditAssociations(_) => "edit_associations",
+            Command::EndPastDeadline(_) => "end_past_deadline",
             Command::NotifyClaim(_) => "notify_claim",
             Command::NotifyDone(_) => "notify_done",
         }

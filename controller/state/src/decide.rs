@@ -7,8 +7,8 @@
 //! send. Time comes in as arguments, never from a clock.
 
 use crate::command::{
-    CancelUnsatisfiable, Command, NodeLost, NodeResponding, Preempt, SetPendingReasons, StartJob,
-    StartJobs,
+    CancelUnsatisfiable, Command, EndPastDeadline, NodeLost, NodeResponding, Preempt,
+    SetPendingReasons, StartJob, StartJobs,
 };
 use crate::command::{NoticeRef, NoticeResult, TimeoutJob};
 use crate::machine::ClusterState;
@@ -141,7 +141,12 @@ pub fn launch_spec(
         attempt: job.attempt,
         node_rank: rank as u32,
         nodes: alloc.nodes.iter().map(|n| n.node.clone()).collect(),
-        spec: state.full_spec(job),
+        spec: {
+            // The tasks name the partition the job runs in, the default one included.
+            let mut spec = state.full_spec(job);
+            spec.partition = Some(state.config.partition_of(&job.spec));
+            spec
+        },
         allocation: alloc.clone(),
         node_alloc: alloc.nodes.get(rank)?.clone(),
         start_ms: job.start_ms.unwrap_or(state.clock_ms),
@@ -319,6 +324,7 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
         .map(|s| StartJob {
             job: s.job,
             allocation: s.allocation,
+            time_limit_s: s.time_limit_s,
         })
         .filter(|s| state.check_start(s).is_ok())
         .collect();
@@ -330,7 +336,14 @@ pub fn commands_for(plan: Plan, state: &ClusterState) -> Vec<Command> {
         .iter()
         .filter(|(_, r)| *r == PendingReason::DependencyNeverSatisfied)
         .map(|(id, _)| *id)
-        .filter(|_| !state.config.keep_invalid_depend)
+        // The job's --kill-on-invalid-dep, else the cluster's setting.
+        .filter(|id| {
+            state
+                .jobs
+                .get(id)
+                .and_then(|j| j.spec.kill_on_invalid_dep)
+                .unwrap_or(!state.config.keep_invalid_depend)
+        })
         .collect();
     if !unsatisfiable.is_empty() {
         out.push(Command::CancelUnsatisfiable(CancelUnsatisfiable {
@@ -519,6 +532,28 @@ pub fn outgoing(state: &ClusterState, r: &NoticeRef) -> Option<Outgoing> {
         targets: crate::notify::targets(job, state.user_notify(&job.spec.user)),
         message: crate::notify::message(job, notice, &tasks),
     })
+}
+
+/// Pending jobs whose shortest run (`--time-min`, else their time limit) from `now_ms`
+/// would pass their `--deadline`: to be ended DEADLINE.
+pub fn past_deadline(state: &ClusterState, now_ms: u64) -> Option<EndPastDeadline> {
+    let jobs: Vec<JobId> = state
+        .jobs
+        .values()
+        .filter(|j| j.state == JobState::Pending)
+        .filter(|j| {
+            j.spec.deadline_ms.is_some_and(|deadline| {
+                let shortest = j
+                    .spec
+                    .time_min_s
+                    .or_else(|| state.config.time_limit_for(&j.spec))
+                    .unwrap_or(0);
+                now_ms.saturating_add(shortest.saturating_mul(1000)) > deadline
+            })
+        })
+        .map(|j| j.id)
+        .collect();
+    (!jobs.is_empty()).then_some(EndPastDeadline { jobs })
 }
 
 /// Running jobs past their time limit by more than `slack_s` (the agent should have

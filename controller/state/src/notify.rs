@@ -12,7 +12,7 @@
 //! Slurm's rules (22.05 `src/slurmctld/agent.c`, `mail_job_info`, `_mail_type_str`,
 //! `_set_job_time`, `_set_job_term_info`; `job_mgr.c`, `job_completion_logger`, as fixed
 //! in 23.02 so that END covers every end): FAIL is sent for an end in a failed state
-//! (FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY), END for every other end, or for a failed
+//! (FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE), END for every other end, or for a failed
 //! one when FAIL was not asked for; one of the two per end. An array without
 //! `ARRAY_TASKS` tells BEGIN when its first task starts and END/FAIL (and REQUEUE, when a
 //! task was requeued) when its last task ends, as an "Array Summary"; its other events
@@ -82,7 +82,11 @@ pub struct Due {
 pub fn failed_state(s: JobState) -> bool {
     matches!(
         s,
-        JobState::Failed | JobState::Timeout | JobState::NodeFail | JobState::OutOfMemory
+        JobState::Failed
+            | JobState::Timeout
+            | JobState::NodeFail
+            | JobState::OutOfMemory
+            | JobState::Deadline
     )
 }
 
@@ -470,6 +474,7 @@ mod tests {
                 JobState::Cancelled => FailureKind::Cancelled,
                 JobState::NodeFail => FailureKind::NodeLost,
                 JobState::OutOfMemory => FailureKind::Oom,
+                JobState::Deadline => FailureKind::Deadline,
                 _ => FailureKind::ExitCode {
                     code: code.unwrap_or(1),
                 },
@@ -518,6 +523,7 @@ mod tests {
             (JobState::Timeout, None, MailType::Fail),
             (JobState::NodeFail, None, MailType::Fail),
             (JobState::OutOfMemory, None, MailType::Fail),
+            (JobState::Deadline, None, MailType::Fail),
         ];
         for (state, code, with_both) in cases {
             let after = ended(both.clone(), state, code, 9_000);

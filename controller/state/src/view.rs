@@ -67,6 +67,7 @@ pub fn pending_view(job: &JobRecord, state: &ClusterState) -> PendingJob {
         mem_mb: spec.mem_mb,
         mem_per_gpu_mb: spec.mem_per_gpu_mb,
         time_limit_s: state.config.time_limit_for(spec),
+        time_min_s: spec.time_min_s,
         exclusive: spec.exclusive,
         constraint: spec.constraint.as_deref().map(constraint_of),
         nodelist: spec.nodelist.clone(),

@@ -662,3 +662,146 @@ fn jobs_purged_past_the_memory_window_wait_for_the_archive_in_end_order() {
     assert_eq!(s.jobs.len(), 2, "memory keeps the newest two");
     assert!(s.take_evicted().0.is_empty(), "taken once");
 }
+
+/// Submits `spec` (it may stay pending) and runs one scheduling pass as the leader does.
+fn submit_and_pass(s: &mut ClusterState, spec: JobSpec, at: u64) -> JobId {
+    let Outcome::Submitted { jobs } = apply(s, Command::SubmitJob(SubmitJob { spec }), at) else {
+        panic!("submit refused")
+    };
+    let p = plan(&snapshot(s, &mut ViewCache::default()), at);
+    for cmd in decide::commands_for(p, s) {
+        apply(s, cmd, at);
+    }
+    jobs[0]
+}
+
+#[test]
+fn kill_on_invalid_dep_ends_a_job_whose_dependency_failed() {
+    for (cluster_keeps, job_says, ends) in [
+        (false, None, true),
+        (false, Some(false), false),
+        (true, None, false),
+        (true, Some(true), true),
+    ] {
+        let config = SchedConfig {
+            keep_invalid_depend: cluster_keeps,
+            ..SchedConfig::default()
+        };
+        let mut s = cluster(&["n1"], config);
+        let first = run(&mut s, gpu_job(1, Some(60)), 10);
+        let node = s.jobs[&first].runs[0].node.clone();
+        let failed = Command::RunExited(RunExited {
+            job: first,
+            attempt: 0,
+            node,
+            code: Some(1),
+            signal: None,
+            failure: None,
+            usage: None,
+        });
+        apply(&mut s, failed, 20);
+        assert_eq!(s.jobs[&first].state, JobState::Failed);
+        let mut after = gpu_job(1, Some(60));
+        after.dependency = vec![gsched_types::job::Dependency {
+            kind: gsched_types::job::DependencyKind::AfterOk,
+            job: Some(first),
+        }];
+        after.kill_on_invalid_dep = job_says;
+        let second = submit_and_pass(&mut s, after, 30);
+        let j = &s.jobs[&second];
+        if ends {
+            assert_eq!(j.state, JobState::Cancelled, "{cluster_keeps} {job_says:?}");
+        } else {
+            assert_eq!(
+                (j.state, j.reason.to_string()),
+                (JobState::Pending, "DependencyNeverSatisfied".to_string()),
+                "{cluster_keeps} {job_says:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_job_that_cannot_end_by_its_deadline_ends_as_deadline() {
+    let mut s = cluster(&["n1"], SchedConfig::default());
+    // The node's GPUs are busy: both jobs below stay pending.
+    let mut busy = gpu_job(1, Some(3600));
+    busy.gpus_per_node = 4;
+    run(&mut s, busy, 10);
+    let deadline_ms = 10 + 20 * 60 * 1000;
+    let mut hour = gpu_job(1, Some(3600));
+    hour.deadline_ms = Some(deadline_ms);
+    let hour = submit_and_pass(&mut s, hour, 20);
+    let mut flexible = gpu_job(1, Some(3600));
+    flexible.deadline_ms = Some(deadline_ms);
+    flexible.time_min_s = Some(5 * 60);
+    let flexible = submit_and_pass(&mut s, flexible, 20);
+    // An hour's run from now cannot end in 20 minutes; five minutes' can, for 15 more.
+    let ended = decide::past_deadline(&s, 30).expect("one is past its deadline");
+    assert_eq!(ended.jobs, [hour]);
+    apply(&mut s, Command::EndPastDeadline(ended), 30);
+    assert_eq!(s.jobs[&hour].state, JobState::Deadline);
+    assert_eq!(
+        s.jobs[&hour].failure.as_ref().map(|f| f.kind.reason_name()),
+        Some("DeadLine".into())
+    );
+    assert_eq!(s.jobs[&flexible].state, JobState::Pending);
+    let later = deadline_ms - 4 * 60 * 1000;
+    let ended = decide::past_deadline(&s, later).expect("now it cannot either");
+    assert_eq!(ended.jobs, [flexible]);
+    // A stale command (the job started meanwhile, or the time is earlier) changes nothing.
+    apply(
+        &mut s,
+        Command::EndPastDeadline(EndPastDeadline {
+            jobs: vec![flexible],
+        }),
+        40,
+    );
+    assert_eq!(s.jobs[&flexible].state, JobState::Pending);
+}
+
+#[test]
+fn no_kill_keeps_a_job_running_when_one_of_its_nodes_is_lost() {
+    for no_kill in [false, true] {
+        let mut s = cluster(&["n1", "n2"], SchedConfig::default());
+        let mut spec = gpu_job(2, Some(3600));
+        spec.launch = gsched_types::job::LaunchMode::Batch;
+        spec.no_kill = no_kill;
+        let id = run(&mut s, spec, 10);
+        let nodes: Vec<String> = s.jobs[&id].runs.iter().map(|r| r.node.clone()).collect();
+        let lost = Command::NodeLost(NodeLost {
+            node: nodes[1].clone(),
+            reason: "not responding".into(),
+        });
+        apply(&mut s, lost, 20);
+        if !no_kill {
+            assert_ne!(
+                s.jobs[&id].state,
+                JobState::Running,
+                "without --no-kill it ends"
+            );
+            continue;
+        }
+        assert_eq!(
+            s.jobs[&id].state,
+            JobState::Running,
+            "--no-kill: it goes on"
+        );
+        assert_eq!(s.jobs[&id].runs[1].state, gsched_types::job::RunState::Lost);
+        let batch_done = Command::RunExited(RunExited {
+            job: id,
+            attempt: 0,
+            node: nodes[0].clone(),
+            code: Some(0),
+            signal: None,
+            failure: None,
+            usage: None,
+        });
+        apply(&mut s, batch_done, 30);
+        assert_eq!(
+            s.jobs[&id].state,
+            JobState::Completed,
+            "its batch script's end ends it"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v10.jsonl`) still decodes and encodes back to
+//! wrote it (`golden/v1.jsonl` to `golden/v11.jsonl`) still decodes and encodes back to
 //! the same bytes, so a replica running this build replays an old log. The commands no
 //! build proposes any more (`cancel_job`, `requeue_job`, `hold_job`, `update_job`) stay
 //! here: old logs hold them.
@@ -17,6 +17,7 @@ const V7: &str = include_str!("golden/v7.jsonl");
 const V8: &str = include_str!("golden/v8.jsonl");
 const V9: &str = include_str!("golden/v9.jsonl");
 const V10: &str = include_str!("golden/v10.jsonl");
+const V11: &str = include_str!("golden/v11.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -32,6 +33,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V8.lines())
         .chain(V9.lines())
         .chain(V10.lines())
+        .chain(V11.lines())
         .enumerate()
     {
         let env =
@@ -100,6 +102,7 @@ variants! {
     Command::UpdateReservation(_) => "update_reservation",
     Command::DeleteReservation(_) => "delete_reservation",
     Command::EditAssociations(_) => "edit_associations",
+    Command::EndPastDeadline(_) => "end_past_deadline",
     Command::NotifyClaim(_) => "notify_claim",
     Command::NotifyDone(_) => "notify_done",
 }

@@ -328,6 +328,7 @@ fn a_master_port_held_on_a_first_node_is_refused_until_its_job_ends() {
                 starts: vec![StartJob {
                     job: c,
                     allocation: on_a.clone(),
+                    time_limit_s: None,
                 }],
             }),
             at,
@@ -372,6 +373,7 @@ fn stale_plans_never_double_book() {
             starts: vec![StartJob {
                 job: a,
                 allocation: p1.starts[0].allocation.clone(),
+                time_limit_s: None,
             }],
         }),
         3,
@@ -381,6 +383,7 @@ fn stale_plans_never_double_book() {
             starts: vec![StartJob {
                 job: b,
                 allocation: alloc_b,
+                time_limit_s: None,
             }],
         }),
         4,
@@ -549,7 +552,7 @@ proptest! {
                 Op::Requeue { job } => pick(job).map(|j| Command::RequeueJob(RequeueJob { job: j, by: "alice".into(), admin: false })),
                 Op::Schedule => {
                     let p = plan(&snapshot(&s, &mut ViewCache::default()), at);
-                    Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation }).collect() }))
+                    Some(Command::StartJobs(StartJobs { starts: p.starts.into_iter().map(|x| StartJob { job: x.job, allocation: x.allocation, time_limit_s: x.time_limit_s }).collect() }))
                 }
                 Op::Exit { job, code } => pick(job).and_then(|j| {
                     let r = &s.jobs.get(&j)?;

@@ -2,12 +2,17 @@
 //! each file's kind is told from its text (`nvidia-smi` table, `-q`, `-L`, `--query-gpu`
 //! CSV, `topo -m`, kernel logs, InfiniBand tools, `ifconfig`/`ip`, NCCL/PyTorch logs) and
 //! read by the same parsers and findings the live agent uses.
-//! A file that is none of these is reported as such, never misread.
+//! A file that is none of these is reported as such, never misread; and in every file,
+//! the lines that read like errors and that no rule read are listed
+//! (`unrecognised-lines`): unknown is visible, never silent.
 
-use crate::findings::{Attribution, corrected_flood, device_handle_lost, kernel_finding};
+use crate::findings::{
+    Attribution, corrected_flood, device_handle_lost, error_words, kernel_finding,
+};
 use gsched_launch::transport::{TransportLog, missing_library};
 use gsched_launch::watch::{
-    LineReader, best_cause, classify_line, first_cause, is_fatal, is_nccl_warn, nccl_cause,
+    LineReader, best_cause, classify_line, first_cause, is_fatal, is_launcher_summary,
+    is_nccl_warn, nccl_cause, root_exception,
 };
 use gsched_topology::xid::{AerSeverity, KernelEvent, parse_log};
 use gsched_topology::{ib, parse_topo_matrix, smi, strip_ansi, strip_fixture_header};
@@ -37,6 +42,50 @@ pub enum Kind {
     NoRdmaDevices,
     JobLog,
     Unknown,
+}
+
+impl Kind {
+    /// The tool family's name in `--json` (`kernel-log`, `job-log`, `smi-table`...).
+    pub fn family(self) -> &'static str {
+        match self {
+            Kind::SmiTable => "smi-table",
+            Kind::SmiQuery => "smi-query",
+            Kind::TopoMatrix => "topo-matrix",
+            Kind::KernelLog => "kernel-log",
+            Kind::Ibstat => "ibstat",
+            Kind::Ibstatus => "ibstatus",
+            Kind::IbvDevinfo => "ibv-devinfo",
+            Kind::Ibdev2netdev => "ibdev2netdev",
+            Kind::Interfaces => "interfaces",
+            Kind::SmiList => "smi-list",
+            Kind::SmiCsv => "smi-csv",
+            Kind::ShowGids => "show-gids",
+            Kind::NoRdmaDevices => "ib-no-devices",
+            Kind::JobLog => "job-log",
+            Kind::Unknown => "unknown",
+        }
+    }
+
+    /// The tool family in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::SmiTable => "nvidia-smi table",
+            Kind::SmiQuery => "nvidia-smi -q",
+            Kind::TopoMatrix => "nvidia-smi topo -m",
+            Kind::KernelLog => "kernel log (dmesg, journalctl -k)",
+            Kind::Ibstat => "ibstat",
+            Kind::Ibstatus => "ibstatus",
+            Kind::IbvDevinfo => "ibv_devinfo",
+            Kind::Ibdev2netdev => "ibdev2netdev",
+            Kind::Interfaces => "ifconfig / ip",
+            Kind::SmiList => "nvidia-smi -L",
+            Kind::SmiCsv => "nvidia-smi --query-gpu CSV",
+            Kind::ShowGids => "show_gids",
+            Kind::NoRdmaDevices => "InfiniBand tool that found no device",
+            Kind::JobLog => "job output (NCCL, PyTorch, torchrun)",
+            Kind::Unknown => "not a known tool's output",
+        }
+    }
 }
 
 /// Tells a file's kind from its text (the most specific marker wins).
@@ -89,6 +138,7 @@ pub fn kind_of(text: &str) -> Kind {
         || has("ProcessGroupNCCL")
         || has("torchrun")
         || has("torch.distributed")
+        || has("Traceback (most recent call last):")
         || text.lines().any(|l| classify_line(l).is_some())
     {
         Kind::JobLog
@@ -106,20 +156,136 @@ pub fn kind_of(text: &str) -> Kind {
     }
 }
 
+/// One file read: its tool family, what was found, and how many lines that read like
+/// errors no rule read (listed in an `unrecognised-lines` finding).
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub family: Kind,
+    pub findings: Vec<Finding>,
+    pub unread: usize,
+}
+
 /// The findings of one file named `name` with contents `text`.
 pub fn diagnose(name: &str, text: &str) -> Vec<Finding> {
+    report(name, text).findings
+}
+
+/// How many unread lines an `unrecognised-lines` finding quotes.
+const UNREAD_QUOTED: usize = 5;
+
+/// One file named `name` with contents `text`: its family and findings, the lines no
+/// rule read among them.
+pub fn report(name: &str, text: &str) -> FileReport {
     let text = strip_fixture_header(text);
     let clean = strip_ansi(text);
     let kind = kind_of(&clean);
-    let mut out = by_kind(name, kind, &clean);
+    let mut findings = read(name, kind, &clean);
+    let unread = unread_lines(kind, &clean, &findings);
+    if !unread.is_empty() {
+        let quoted: Vec<String> = unread
+            .iter()
+            .take(UNREAD_QUOTED)
+            .map(|l| gsched_types::findings::clip(l, 160))
+            .collect();
+        findings.push(Finding::new(
+            Severity::Info,
+            Component::Input,
+            "unrecognised-lines",
+            &format!(
+                "{} line{} that read like errors, read by no rule: {}",
+                unread.len(),
+                if unread.len() == 1 { "" } else { "s" },
+                quoted.join(" | ")
+            ),
+            "gsched has no rule for these lines and did not judge them: if they matter, keep the file and report them; on a live node the GPU health probe (gagentd probe) tells the device's state whatever its words",
+        ));
+    }
+    FileReport {
+        family: kind,
+        unread: unread.len(),
+        findings,
+    }
+}
+
+/// The lines of a file that read like errors (`findings::error_words`) and that no rule
+/// read: not a kernel event (nor a benign NVRM line, nor an AER report's detail), not a
+/// classified job-log line or part of a Python traceback, not NCCL's own INFO, and not
+/// quoted by any finding.
+fn unread_lines<'a>(kind: Kind, text: &'a str, findings: &[Finding]) -> Vec<&'a str> {
+    let mut reader = LineReader::default();
+    let mut out = Vec::new();
+    // torchrun's failure summary after its ChildFailedError, between two rules of `=`:
+    // read as the launcher summary it is.
+    let mut summary_rules: Option<u8> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(rules) = summary_rules.as_mut() {
+            if t.starts_with("=====") {
+                *rules += 1;
+                if *rules == 2 {
+                    summary_rules = None;
+                }
+            }
+            continue;
+        }
+        if kind == Kind::JobLog && t.contains("ChildFailedError") {
+            summary_rules = Some(0);
+        }
+        let read_as_job_log = kind == Kind::JobLog && {
+            let finding = reader.line(line);
+            finding.is_some() || reader.in_traceback()
+        };
+        if t.is_empty() || read_as_job_log || !error_words(t) {
+            continue;
+        }
+        // Kernel events, benign NVRM lines (and an NVRM message's continuations), the
+        // lines of an AER report (read with its `PCIe Bus Error` line).
+        let read_as_kernel = line.contains("NVRM")
+            || gsched_topology::xid::parse_line(line).is_some()
+            || t.contains("AER:")
+            || crate::probe::when::aer_detail_or_corrected(t);
+        // nvidia-smi's lost GPUs, NCCL's own INFO level, torchrun stopping the other
+        // workers and pointing at its docs: read by the rules of their files.
+        let read_as_tool = t.contains("Unable to determine the device handle")
+            || (kind == Kind::SmiCsv && (t.contains("--query-gpu") || csv_header_row(t)))
+            || t.contains("NCCL INFO")
+            || t.contains("To enable traceback see")
+            || (t.contains("Sending process") && t.contains("closing signal"));
+        let quoted = || {
+            let head: String = t.chars().take(60).collect();
+            findings.iter().any(|f| f.evidence.contains(head.as_str()))
+        };
+        if read_as_kernel || read_as_tool || quoted() {
+            continue;
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// A `--query-gpu` CSV's header row: every cell a column name (`ecc.errors.uncorrected
+/// .volatile.total [unit]`).
+fn csv_header_row(line: &str) -> bool {
+    line.contains(',')
+        && line.split(',').all(|c| {
+            let name = c.trim().split(" [").next().unwrap_or("");
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch == '.' || ch == '_')
+        })
+}
+
+fn read(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
+    let mut out = by_kind(name, kind, clean);
     // Bundles often paste `nvidia-smi -q`'s remap section under a kernel log.
     if kind != Kind::SmiQuery && clean.contains("Remapped Rows") {
-        out.extend(smi_query(&clean));
+        out.extend(smi_query(clean));
     }
     // And kernel lines under another tool's output ("nvidia-smi says no devices; dmesg
     // says why").
     if !matches!(kind, Kind::KernelLog | Kind::JobLog) && clean.contains("NVRM") {
-        out.extend(kernel(&clean));
+        out.extend(kernel(clean));
     }
     out
 }
@@ -706,6 +872,17 @@ fn job_log(text: &str) -> Vec<Finding> {
     let findings: Vec<_> = text.lines().filter_map(|l| reader.line(l)).collect();
     let fatal = (0..findings.len()).find(|&i| is_fatal(&findings[..i], &findings[i]));
     let Some(i) = fatal else {
+        // A Python exception with nothing fatal around it: the job's own error (it may
+        // have caught it); the earliest root cause of all ranks.
+        out.extend(root_exception(&findings).map(|f| {
+            Finding::new(
+                Severity::Warn,
+                Component::Host,
+                "python-exception",
+                &f.line,
+                "the job raised it (the class and its deepest frame are named): if it ended the job, this is why; nothing points at the node",
+            )
+        }));
         out.extend(findings.iter().find(|f| is_nccl_warn(&f.line)).map(|f| {
             Finding::new(
                 Severity::Warn,
@@ -726,9 +903,13 @@ fn job_log(text: &str) -> Vec<Finding> {
     let cause = best_cause(findings.iter()).filter(|f| {
         nccl_cause(&f.line).is_some_and(|c| c.rank() > 1) || fatal.kind == FailureKind::NcclError
     });
-    let evidence = match cause {
-        Some(f) if !missing && f.line == fatal.line => f.line.clone(),
-        Some(f) if !missing => format!("{} (then: {})", f.line, fatal.line),
+    // A launcher's summary is explained by the earliest root exception of any rank,
+    // wherever the interleaved output put it.
+    let exception = root_exception(&findings).filter(|_| is_launcher_summary(&fatal.line));
+    let evidence = match (cause, exception) {
+        (_, Some(e)) if !missing => format!("{} (then: {})", e.line, fatal.line),
+        (Some(f), _) if !missing && f.line == fatal.line => f.line.clone(),
+        (Some(f), _) if !missing => format!("{} (then: {})", f.line, fatal.line),
         _ => first_cause(&findings[..i], fatal),
     };
     out.push(failure_finding(&fatal.kind, &evidence));
@@ -787,5 +968,95 @@ fn kind_name(kind: &FailureKind) -> String {
         FailureKind::ExitCode { code } => format!("exit-{code}"),
         FailureKind::Signal { signal } => format!("signal-{signal}"),
         other => other.reason_name().to_ascii_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(r: &FileReport) -> Vec<&str> {
+        r.findings.iter().map(|f| f.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn every_file_says_its_family_and_the_error_lines_no_rule_read() {
+        let r = report(
+            "dmesg.txt",
+            "[    1.0] pci 0000:3b:00.0: [10de:2330] type 00 class 0x030200\n\
+             [   12.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n\
+             [  100.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n\
+             [  101.0] ACPI Error: AE_NOT_FOUND, While resolving a named reference package element\n\
+             [  102.0] EXT4-fs (sda1): mounted filesystem\n",
+        );
+        assert_eq!(
+            (r.family, r.family.family()),
+            (Kind::KernelLog, "kernel-log")
+        );
+        assert_eq!(r.unread, 1);
+        let unread = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "unrecognised-lines")
+            .unwrap();
+        assert_eq!(unread.severity, Severity::Info);
+        assert!(
+            unread
+                .evidence
+                .starts_with("1 line that read like errors, read by no rule: [  101.0] ACPI Error"),
+            "{}",
+            unread.evidence
+        );
+        assert!(kinds(&r).contains(&"xid-79"));
+        // A tool output in a layout no rule knows: its error cells are listed.
+        let r = report(
+            "smi.txt",
+            "+---------------------------------------------------------+\n\
+             | NVIDIA-SMI 535.104.05   Driver Version: 535.104.05      |\n\
+             |   0  NVIDIA A100-SXM4-80GB  On | 00000000:07:00.0 Off |   ERR! |\n\
+             | N/A   ERR!  P0    ERR! / 400W |   0MiB / 81920MiB |      0%  Default |\n",
+        );
+        assert_eq!(r.family, Kind::SmiTable);
+        assert_eq!(r.unread, 2, "{:?}", r.findings);
+        // Nothing that reads like an error: no such finding.
+        let r = report("ok.txt", "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n");
+        assert_eq!((r.family, r.unread), (Kind::SmiList, 0));
+        assert!(!kinds(&r).contains(&"unrecognised-lines"));
+    }
+
+    #[test]
+    fn a_job_logs_traceback_is_read_and_its_lines_are_not_unread() {
+        let r = report(
+            "job.out",
+            "epoch 1 loss 0.3\n\
+             Traceback (most recent call last):\n  File \"/w/train.py\", line 12, in step\n    raise RuntimeError(\"shard error\")\n\
+             RuntimeError: shard error\n\
+             ERROR: something else entirely\n",
+        );
+        assert_eq!(r.family, Kind::JobLog);
+        let exc = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "python-exception")
+            .unwrap();
+        assert_eq!(
+            (exc.severity, exc.evidence.as_str()),
+            (
+                Severity::Warn,
+                "RuntimeError: shard error (at /w/train.py:12 in step)"
+            )
+        );
+        let unread = r
+            .findings
+            .iter()
+            .find(|f| f.kind == "unrecognised-lines")
+            .unwrap();
+        assert!(
+            unread.evidence.starts_with(
+                "1 line that read like errors, read by no rule: ERROR: something else entirely"
+            ),
+            "{}",
+            unread.evidence
+        );
     }
 }

@@ -312,23 +312,129 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
         }),
         KernelEvent::Unrecognised { device, line } => {
             let on = if device.is_empty() { "the driver".to_string() } else { device.clone() };
+            // Unknown is visible, never silent: a warning naming the device; the live
+            // agent's GPU health probe checks that GPU and reports its verdict after it.
             Some(Noted {
                 health: HealthKind::Driver,
                 xid: None,
                 headline: format!("unrecognised NVRM message on {on}"),
                 finding: finding(
-                    Severity::Info,
+                    Severity::Warn,
                     Component::Driver,
                     "nvrm-unrecognised".into(),
                     gpu_of(device),
                     if device.contains(':') { device } else { "" },
                     &format!("unrecognised NVRM message on {on}: {line}"),
-                    "gsched does not know this message: if a job fails with it or it repeats, keep the kernel log and an nvidia-bug-report".into(),
+                    UNKNOWN_DRIVER_LINE.into(),
                 ),
             })
         }
         KernelEvent::GpuIdentity { .. } => None,
     }
+}
+
+const UNKNOWN_DRIVER_LINE: &str = "gsched has no rule for this message: the node's GPU health probe checks the device it names and reports its verdict (gagentd probe does the same by hand); if a job fails with it or it repeats, keep the kernel log and an nvidia-bug-report";
+
+/// A line from a GPU, NVSwitch, PCIe or NIC driver that names `device` (a PCI address or
+/// `GPUn`) and that no rule reads: a warning naming the device (NVRM's own lines are
+/// `KernelEvent::Unrecognised`).
+pub fn driver_unrecognised(device: &str, gpu: Option<u32>, line: &str) -> Noted {
+    let msg = line.trim();
+    let (component, driver) = if msg.contains("mlx5") {
+        (Component::Nic, "mlx5")
+    } else if msg.contains("nvswitch") {
+        (Component::Nvswitch, "nvidia-nvswitch")
+    } else if msg.contains("pcieport") || msg.contains("AER") {
+        (Component::Pcie, "PCIe")
+    } else {
+        (Component::Driver, "nvidia")
+    };
+    Noted {
+        health: HealthKind::Driver,
+        xid: None,
+        headline: format!("unrecognised {driver} message on {device}"),
+        finding: finding(
+            Severity::Warn,
+            component,
+            "driver-unrecognised".into(),
+            gpu,
+            if device.contains(':') { device } else { "" },
+            &format!("unrecognised {driver} message on {device}: {msg}"),
+            UNKNOWN_DRIVER_LINE.into(),
+        ),
+    }
+}
+
+/// Whether a line reads like a report of something wrong: it speaks of an error, a
+/// failure, a fatal condition, an Xid, the NVIDIA driver (NVRM), a warning (`WARN`), a
+/// panic, an abort, an exception, or shows an `ERR!` cell; not a field that counts
+/// nothing (`Retired Pages : 0`, `ECC Errors : N/A`) or a bare heading.
+pub fn error_words(line: &str) -> bool {
+    let t = line.trim();
+    let lower = t.to_ascii_lowercase();
+    let words = [
+        "error",
+        "fail",
+        "fatal",
+        "xid",
+        "nvrm",
+        "panic",
+        "abort",
+        "segfault",
+        "exception",
+        "traceback",
+        "err!",
+    ];
+    let found: Vec<usize> = words
+        .iter()
+        .flat_map(|w| lower.match_indices(w).map(move |(p, _)| p + w.len()))
+        .collect();
+    if found.is_empty() && !t.contains("WARN") {
+        return false;
+    }
+    // Counters of nothing: `errors:0`, `RX errors 0`, `Fail count = 0`.
+    let zero = |end: usize| {
+        let rest = lower[end..]
+            .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+            .trim_start_matches([':', '=', ' ', '\t']);
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        !digits.is_empty() && digits.chars().all(|c| c == '0')
+    };
+    if !t.contains("WARN") && found.iter().all(|end| zero(*end)) {
+        return false;
+    }
+    let value = t
+        .split_once(" : ")
+        .or_else(|| t.split_once(": "))
+        .or_else(|| t.split_once(" = "))
+        .map(|(_, v)| v.trim().to_ascii_lowercase());
+    if let Some(v) = value {
+        let nothing = [
+            "0",
+            "n/a",
+            "[n/a]",
+            "<n/a>",
+            "none",
+            "no",
+            "disabled",
+            "not active",
+            "not supported",
+            "[not supported]",
+            "false",
+            "0 %",
+            "0x0",
+        ];
+        if nothing.contains(&v.as_str()) || v.parse::<f64>().is_ok_and(|n| n == 0.0) {
+            return false;
+        }
+    }
+    // A heading (`ECC Errors`, `Retired Pages`, `Failures:`).
+    let words: Vec<&str> = t.trim_end_matches(':').split_whitespace().collect();
+    let heading = words.len() <= 3
+        && words
+            .iter()
+            .all(|w| w.chars().all(|c| c.is_ascii_alphabetic() || c == '-'));
+    !heading
 }
 
 /// Many corrected PCIe errors on one link (`count` within `window_s`, or in a whole saved
@@ -422,5 +528,36 @@ pub fn observed(
             action.to_string(),
         ),
         headline,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_words;
+
+    #[test]
+    fn lines_that_read_like_errors_and_fields_that_count_nothing() {
+        for l in [
+            "[ 1234.5] NVRM: GPU at PCI:0000:3b:00: GPU-1234 something odd",
+            "        Uncorrectable Error          : 3",
+            "| N/A   ERR!  P0    ERR! / 300W |",
+            "0, NVIDIA H100, [Unknown Error]",
+            "mlx5_core 0000:5e:00.0: mlx5_cmd_out_err:838: QUERY_VPORT_COUNTER(0x770) op_mod(0x0) failed",
+            "host:1:2 [0] NCCL WARN something",
+        ] {
+            assert!(error_words(l), "{l}");
+        }
+        for l in [
+            "        Retired Pages : 0",
+            "    ECC Errors",
+            "        Volatile Uncorr. ECC : N/A",
+            "Failures:",
+            "Pending Page Blacklist : No",
+            "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)",
+            "RX packets:0 errors:0 dropped:0 overruns:0 frame:0",
+            "    RX errors 0  dropped 0  overruns 0  frame 0",
+        ] {
+            assert!(!error_words(l), "{l}");
+        }
     }
 }

@@ -92,8 +92,9 @@ impl XidIncidents {
 
 /// What the live monitor makes of the kernel log, line by line: multi-line records joined
 /// ([`KernelLog`]), corrected AER errors counted into floods, the Xids of one fault folded
-/// into one incident, and an unrecognised NVRM message reported once per device per
-/// [`UNRECOGNISED_QUIET`].
+/// into one incident, and an unrecognised message from a GPU, NVSwitch, PCIe or NIC
+/// driver (an NVRM line no rule reads, or another driver's error line about a device)
+/// reported as a warning once per device per [`UNRECOGNISED_QUIET`].
 #[derive(Default)]
 pub struct KernelWatch {
     log: KernelLog,
@@ -114,11 +115,45 @@ impl KernelWatch {
         behind: &dyn Fn(&str) -> Option<u32>,
         now: std::time::Instant,
     ) -> Vec<HealthEvent> {
-        self.log
+        let mut out: Vec<HealthEvent> = self
+            .log
             .push(line)
             .into_iter()
             .filter_map(|ev| self.event(&ev, topo, behind, now))
-            .collect()
+            .collect();
+        out.extend(self.other_driver(line, topo, behind, now));
+        out
+    }
+
+    /// A line from a device driver other than NVRM (nvidia, nvidia-nvswitch, pcieport,
+    /// mlx5) that names a device, reads like an error and that no rule reads. AER's own
+    /// lines ("AER: device recovery failed", "AER: Multiple Uncorrected (Fatal) error
+    /// received") come with the `PCIe Bus Error` report the AER rules read: they set the
+    /// probe off (`probe::when`) but are not warned about again.
+    fn other_driver(
+        &mut self,
+        line: &str,
+        topo: &Topology,
+        behind: &dyn Fn(&str) -> Option<u32>,
+        now: std::time::Instant,
+    ) -> Option<HealthEvent> {
+        if line.contains("NVRM") || line.contains(" AER: ") || !crate::findings::error_words(line) {
+            return None;
+        }
+        let dl = crate::probe::when::device_line(line)?;
+        let quiet = self
+            .unrecognised
+            .get(&dl.device)
+            .is_some_and(|at| now.duration_since(*at) < UNRECOGNISED_QUIET);
+        if quiet {
+            return None;
+        }
+        self.unrecognised.insert(dl.device.clone(), now);
+        let gpu = dl
+            .pci
+            .as_deref()
+            .and_then(|pci| kernel_event_gpu(topo, pci).or_else(|| behind(pci)));
+        Some(crate::findings::driver_unrecognised(&dl.device, gpu, line).event(now_ms()))
     }
 
     fn event(
@@ -805,5 +840,86 @@ mod aer_tests {
                     .is_none()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod unknown_line_tests {
+    use super::*;
+
+    fn one_gpu() -> Topology {
+        let mut t = Topology::empty("t");
+        let mut g = gsched_types::Gpu::new(0);
+        g.pci_bus_id = Some("00000000:3b:00.0".into());
+        t.gpus.push(g);
+        t
+    }
+
+    #[test]
+    fn an_unknown_line_from_a_device_driver_is_a_warning_naming_the_device() {
+        let topo = one_gpu();
+        let mut w = KernelWatch::default();
+        let t0 = std::time::Instant::now();
+        // An NVRM message is reported once its record ends (the next line starts).
+        assert!(
+            w.line(
+                "[ 812.5] NVRM: GPU 0000:3b:00.0: a message no rule knows",
+                &topo,
+                &|_| None,
+                t0,
+            )
+            .is_empty()
+        );
+        // Another driver's error line about a device: a warning too, once per device.
+        let line = "[ 813.0] mlx5_core 0000:5e:00.0: mlx5_cmd_out_err:838: QUERY_VPORT_COUNTER(0x770) op_mod(0x0) failed, status bad parameter(0x3)";
+        let ev = w.line(line, &topo, &|_| None, t0);
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        let f = ev[0].finding.as_ref().unwrap();
+        assert_eq!(
+            (ev[0].severity, f.kind.as_str(), ev[0].gpu),
+            (HealthSeverity::Warning, "nvrm-unrecognised", Some(0))
+        );
+        let f = ev[1].finding.as_ref().unwrap();
+        assert_eq!(
+            (
+                ev[1].severity,
+                f.kind.as_str(),
+                f.component,
+                f.pci_bus_id.as_deref()
+            ),
+            (
+                HealthSeverity::Warning,
+                "driver-unrecognised",
+                gsched_types::findings::Component::Nic,
+                Some("0000:5e:00")
+            )
+        );
+        assert!(
+            w.line(line, &topo, &|_| None, t0).is_empty(),
+            "once per device"
+        );
+        // Not an error (a driver saying hello), or a known event: nothing of this kind.
+        assert!(
+            w.line(
+                "[ 1.0] mlx5_core 0000:5f:00.0: firmware version: 28.39.1002",
+                &topo,
+                &|_| None,
+                t0
+            )
+            .is_empty()
+        );
+        let ev = w.line(
+            "[ 9.0] pcieport 0000:00:01.0: AER: Corrected error received: 0000:3b:00.0",
+            &topo,
+            &|_| None,
+            t0,
+        );
+        assert!(
+            ev.iter().all(|e| e
+                .finding
+                .as_ref()
+                .is_none_or(|f| f.kind != "driver-unrecognised")),
+            "{ev:?}"
+        );
     }
 }

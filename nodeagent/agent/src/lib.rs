@@ -11,6 +11,7 @@
 //! - [`health`]: the health monitor; [`probe`]: the GPU health probe (device state, the
 //!   active check, the verdict), run on unknown driver lines and between jobs.
 //! - [`outbox`]: events kept on disk until acknowledged.
+//! - [`slurm_names`]: Slurm's command names in jobs' login shells.
 
 pub mod contact;
 pub mod devfilter;
@@ -18,6 +19,7 @@ pub mod devices;
 pub mod diagnose;
 pub mod discover;
 pub mod findings;
+pub mod hang;
 pub mod health;
 pub mod identity;
 pub mod isolation;
@@ -29,6 +31,7 @@ pub mod outbox;
 pub mod probe;
 pub mod runs;
 pub mod session;
+pub mod slurm_names;
 pub mod supervise;
 pub mod sysfs;
 pub mod tasks;

@@ -84,6 +84,10 @@ struct RunArgs {
     /// job's PATH, so unmodified scripts find `scontrol`, `sbatch`, `squeue`...
     #[arg(long)]
     slurm_names: Option<String>,
+    /// Where login shells read profile snippets: with --slurm-names, the agent (as
+    /// root) installs one there that puts the links first inside jobs again.
+    #[arg(long, default_value = "/etc/profile.d")]
+    profile_d: PathBuf,
     /// A single-host development cluster: the controllers are on loopback, reached in
     /// plaintext, and know this agent by its uid (it must run as the controllers' user).
     #[arg(long, conflicts_with = "tls_dir")]
@@ -109,6 +113,8 @@ struct RunArgs {
     fake_gpu_util: Option<PathBuf>,
     #[command(flatten)]
     probe: ProbeArgs,
+    #[command(flatten)]
+    hang: HangArgs,
     #[arg(
         long,
         env = "GSCHED_LOG",
@@ -179,6 +185,32 @@ impl ProbeArgs {
             fake_state: fake,
         });
         Ok(Prober::new(reader, active, gpu_map.to_vec()))
+    }
+}
+
+/// When a multi-rank job is taken to hang (`gsched_agent::hang`).
+#[derive(clap::Args, Debug, Clone)]
+struct HangArgs {
+    /// Seconds a multi-rank job may stay silent, its GPUs under 5% and its CPUs idle,
+    /// after one of its ranks printed a traceback or an error line, before it is stopped
+    /// with reason Hang; 0 turns the hang watch off.
+    #[arg(long, default_value_t = 60.0)]
+    hang_after: f64,
+    /// The same once one of its ranks has exited with a failure (that rank will never
+    /// answer its peers).
+    #[arg(long, default_value_t = 15.0)]
+    hang_after_exit: f64,
+}
+
+impl HangArgs {
+    fn settings(&self) -> gsched_agent::hang::HangSettings {
+        let secs = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 86_400.0));
+        let after = secs(self.hang_after);
+        gsched_agent::hang::HangSettings {
+            after,
+            after_exit: secs(self.hang_after_exit).min(after),
+            ..Default::default()
+        }
     }
 }
 
@@ -265,26 +297,45 @@ enum Cmd {
 
 /// `gagentd diagnose`: every file's findings, as a table or `{"findings":[...]}`.
 fn diagnose(files: &[PathBuf], json: bool) {
-    use gsched_types::findings::{Component, Finding, Findings, Severity};
+    use gsched_types::findings::{Component, FileRead, Finding, Findings, Severity};
     let mut all = Findings::default();
+    let mut per_file: Vec<(FileRead, String, Vec<Finding>)> = Vec::new();
     for path in files {
         let name = path.display().to_string();
-        match std::fs::read(path) {
-            Ok(bytes) => all.findings.extend(gsched_agent::diagnose::diagnose(
-                &name,
-                &String::from_utf8_lossy(&bytes),
-            )),
-            Err(e) => all.findings.push(Finding {
-                node: None,
-                severity: Severity::Info,
-                component: Component::Input,
-                gpu: None,
-                pci_bus_id: None,
-                kind: "unreadable-file".into(),
-                evidence: format!("{name}: {e}"),
-                action: "give a file this user can read".into(),
-            }),
-        }
+        let (read, describe, found) = match std::fs::read(path) {
+            Ok(bytes) => {
+                let r = gsched_agent::diagnose::report(&name, &String::from_utf8_lossy(&bytes));
+                let read = FileRead {
+                    file: name.clone(),
+                    family: r.family.family().to_string(),
+                    findings: r.findings.len(),
+                    unread_lines: r.unread,
+                };
+                (read, r.family.describe().to_string(), r.findings)
+            }
+            Err(e) => {
+                let f = Finding {
+                    node: None,
+                    severity: Severity::Info,
+                    component: Component::Input,
+                    gpu: None,
+                    pci_bus_id: None,
+                    kind: "unreadable-file".into(),
+                    evidence: format!("{name}: {e}"),
+                    action: "give a file this user can read".into(),
+                };
+                let read = FileRead {
+                    file: name.clone(),
+                    family: "unreadable".into(),
+                    findings: 1,
+                    unread_lines: 0,
+                };
+                (read, "not readable".to_string(), vec![f])
+            }
+        };
+        all.findings.extend(found.iter().cloned());
+        all.files.push(read.clone());
+        per_file.push((read, describe, found));
     }
     if json {
         println!(
@@ -293,24 +344,30 @@ fn diagnose(files: &[PathBuf], json: bool) {
         );
         return;
     }
-    if all.findings.is_empty() {
-        println!("no findings");
-    }
-    for f in &all.findings {
-        let at = match (f.gpu, &f.pci_bus_id) {
-            (Some(g), Some(p)) => format!(" GPU {g} ({p})"),
-            (Some(g), None) => format!(" GPU {g}"),
-            (None, Some(p)) => format!(" {p}"),
-            (None, None) => String::new(),
-        };
-        println!(
-            "{:<8} {:?}{at} {}: {}\n         action: {}",
-            format!("{:?}", f.severity).to_uppercase(),
-            f.component,
-            f.kind,
-            f.evidence,
-            f.action
-        );
+    for (k, (read, describe, found)) in per_file.iter().enumerate() {
+        if k > 0 {
+            println!();
+        }
+        println!("{}: {describe}", read.file);
+        if found.is_empty() {
+            println!("  no findings: every line that reads like an error was read by a rule");
+        }
+        for f in found {
+            let at = match (f.gpu, &f.pci_bus_id) {
+                (Some(g), Some(p)) => format!(" GPU {g} ({p})"),
+                (Some(g), None) => format!(" GPU {g}"),
+                (None, Some(p)) => format!(" {p}"),
+                (None, None) => String::new(),
+            };
+            println!(
+                "  {:<8} {:?}{at} {}: {}\n           action: {}",
+                format!("{:?}", f.severity).to_uppercase(),
+                f.component,
+                f.kind,
+                f.evidence,
+                f.action
+            );
+        }
     }
 }
 
@@ -520,6 +577,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         controllers: args.controllers.join(","),
         min_uid: args.min_uid,
         probe: probe.clone(),
+        hang: args.hang.settings(),
     };
     let runs = RunManager::new(settings, outbox.clone());
     if let Some(p) = &probe {
@@ -595,15 +653,25 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             outbox.clone(),
             probe.clone(),
         );
+        let hang = args.hang.settings();
+        if hang.enabled() {
+            tracing::info!(
+                "hang watch: a multi-rank job whose rank failed is stopped after {:?} of silence with idle GPUs and CPUs ({:?} once a rank has exited)",
+                hang.after,
+                hang.after_exit
+            );
+        }
         tokio::spawn(sample_usage(
             agent.runs.clone(),
             usage_source(&args, &source),
             args.gpu_sample_interval,
+            hang.enabled().then(|| hang.sample_every()),
         ));
         let nic_policy = health::NicPolicy {
             training_iface,
             expected_mtu: args.training_mtu,
         };
+        check_slurm_names(&args, &outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -837,22 +905,91 @@ fn spawn_health_watches(
 }
 
 /// Samples every node run's usage each `interval_s` (on a blocking thread: NVML and
-/// cgroup reads are system calls).
+/// cgroup reads are system calls), and, every `suspects` between those, the runs the
+/// hang watch suspects.
 async fn sample_usage(
     runs: Arc<Mutex<RunManager>>,
     source: gsched_agent::usage::Source,
     interval_s: u32,
+    suspects: Option<Duration>,
 ) {
     let source = Arc::new(Mutex::new(source));
-    let mut tick = tokio::time::interval(Duration::from_secs(u64::from(interval_s)));
+    let full = Duration::from_secs(u64::from(interval_s));
+    let period = suspects.map_or(full, |s| s.min(full));
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let mut last_full = tokio::time::Instant::now();
     loop {
         tick.tick().await;
+        let due = last_full.elapsed() + period / 2 >= full;
+        if due {
+            last_full = tokio::time::Instant::now();
+        }
         let (runs, source) = (runs.clone(), source.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            runs.lock().sample_usage(&mut source.lock(), interval_s)
+            let mut runs = runs.lock();
+            if due {
+                runs.sample_usage(&mut source.lock(), interval_s)
+            } else {
+                runs.sample_suspects(&mut source.lock())
+            }
         })
         .await;
     }
+}
+
+/// With `--slurm-names`: installs the profile snippet that keeps the links first in jobs'
+/// login shells (as root), and reports Slurm's own clients a login shell would find
+/// first when the snippet is not in place.
+fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
+    use gsched_agent::slurm_names;
+    let Some(links) = &args.slurm_names else {
+        return;
+    };
+    let installed = if gsched_agent::identity::is_root() {
+        match slurm_names::install(&args.profile_d, links) {
+            Ok(path) => {
+                tracing::info!(
+                    "login shells in jobs find {links} first ({})",
+                    path.display()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot install {} in {}: {e}",
+                    slurm_names::SNIPPET,
+                    args.profile_d.display()
+                );
+                false
+            }
+        }
+    } else {
+        args.profile_d.join(slurm_names::SNIPPET).is_file()
+    };
+    let found = slurm_names::shadowing(std::path::Path::new(links), slurm_names::LOGIN_PATH);
+    if installed || found.is_empty() {
+        return;
+    }
+    let list: Vec<String> = found.iter().map(|p| p.display().to_string()).collect();
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "slurm-names-shadowed",
+        None,
+        format!(
+            "Slurm's own clients ({}) come first in a job's login shell (#!/bin/bash -l resets PATH), and {} is not in {}",
+            list.join(", "),
+            slurm_names::SNIPPET,
+            args.profile_d.display()
+        ),
+        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (deploy/one-server/install.sh does)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
 }

@@ -1,7 +1,8 @@
 //! What the run manager decides about one run each round, as pure functions of what it
 //! knew, what it observed and the time: the start report, failures from log findings, the
-//! `--signal` warning, the time limit, SIGTERM then SIGKILL, and how the run ended. The
-//! run manager (`runs.rs`) observes (files, processes) and carries out the actions.
+//! `--signal` warning, the time limit, a hang (`crate::hang` decides; the stop is here),
+//! SIGTERM then SIGKILL, and how the run ended. The run manager (`runs.rs`) observes
+//! (files, processes) and carries out the actions.
 
 use gsched_launch::transport::missing_library;
 use gsched_launch::watch::{
@@ -75,6 +76,8 @@ pub struct Observed {
     pub exit: Option<Ended>,
     /// No record, and the supervisor is gone (a re-adopted run after a reboot).
     pub supervisor_lost: bool,
+    /// The hang watch's verdict that the run hangs (`crate::hang::decide`): its evidence.
+    pub hang: Option<String>,
 }
 
 /// A run that has ended: the supervisor's record and what explains it.
@@ -211,7 +214,7 @@ pub fn round(
         if fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
             let evidence = first_cause(&watch.findings, &finding);
             let failure = cx.failure(finding.kind.clone(), evidence, now_ms);
-            if !explains(&finding, &failure.evidence) {
+            if !explains(&watch.findings, &finding, &failure.evidence) {
                 watch.held.get_or_insert((failure, now));
             } else {
                 watch.held = None;
@@ -245,6 +248,25 @@ pub fn round(
         } else {
             watch.held = Some((failure, since));
         }
+    }
+    if let Some(evidence) = seen.hang
+        && watch.stop.is_none()
+        && watch.fatal_reported.is_none()
+        && watch.held.is_none()
+    {
+        out.extend(begin_stop(
+            watch,
+            now,
+            cx.limits.kill_grace,
+            FailureKind::Hang,
+            &evidence,
+        ));
+        let failure = cx.failure(FailureKind::Hang, evidence, now_ms);
+        out.push(Action::Report(RunEvent::Failed {
+            job,
+            attempt,
+            failure,
+        }));
     }
     if !watch.warned && watch.stop.is_none() && warning_due(cx.limits, now_ms) {
         watch.warned = true;
@@ -315,13 +337,18 @@ pub fn round(
 }
 
 /// Whether a fatal line's evidence says why: not when the line only echoes a failure
-/// elsewhere and nothing before it names a cause other than a peer going away.
-fn explains(finding: &LogFinding, evidence: &str) -> bool {
+/// elsewhere (a peer gone, a launcher's summary) and nothing before it names a cause
+/// other than a peer going away: a specific NCCL WARN or a Python exception that is a
+/// root cause.
+fn explains(earlier: &[LogFinding], finding: &LogFinding, evidence: &str) -> bool {
     if !is_echo(&finding.line) || missing_library(evidence).is_some() {
         return true;
     }
     let head = evidence.split(" (then: ").next().unwrap_or(evidence);
     nccl_cause(head).is_some_and(|c| c.rank() > 1)
+        || earlier
+            .iter()
+            .any(|f| f.line == head && f.is_root_exception())
 }
 
 /// Why an ended run failed, if it did: what the supervisor recorded, else the fatal line
@@ -344,6 +371,10 @@ pub fn end_failure(watch: &Watch, cx: &Context, ended: &Ended, now_ms: u64) -> O
         return (!clean).then(|| f.clone());
     }
     if let Some(stop) = &watch.stop {
+        if stop.cause == FailureKind::Hang {
+            // Its evidence already starts with the run's first error.
+            return fail(FailureKind::Hang, stop.reason.clone());
+        }
         // Stopped from outside; keep what its own log said, it may be the root cause.
         let own = watch
             .findings
@@ -596,5 +627,86 @@ mod tests {
             [RunEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::LaunchFailed
         ));
         assert_eq!(a.last(), Some(&Action::Finish));
+    }
+
+    #[test]
+    fn a_hang_verdict_stops_the_run_once_and_its_end_says_hang() {
+        let l = limits(None);
+        let mut w = Watch::default();
+        let t = Instant::now();
+        let evidence = "first error: RuntimeError: boom; rank 1 exited with code 1; the ranks still running here (0) stayed silent for 15 s";
+        let hung = || Observed {
+            hang: Some(evidence.to_string()),
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), hung(), t, T0);
+        assert_eq!(a[0], Action::Terminate);
+        assert!(matches!(
+            reports(&a)[..],
+            [RunEvent::Failed { failure, .. }] if failure.kind == FailureKind::Hang && failure.evidence == evidence
+        ));
+        assert!(round(&mut w, &cx(&l), hung(), t, T0).is_empty(), "once");
+        let a = round(&mut w, &cx(&l), ended(143), t + Duration::from_secs(1), T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [RunEvent::Exited { failure: Some(f), .. }] if f.kind == FailureKind::Hang && f.evidence == evidence
+        ));
+        // A run already failing for a reason of its own is not also called hung.
+        let mut w = Watch::default();
+        let oom =
+            gsched_launch::watch::classify_line("torch.OutOfMemoryError: CUDA out of memory.")
+                .unwrap();
+        let seen = Observed {
+            findings: vec![oom],
+            hang: Some(evidence.to_string()),
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), seen, t, T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [RunEvent::Failed { failure, .. }] if failure.kind == FailureKind::Oom
+        ));
+    }
+
+    #[test]
+    fn a_launchers_summary_is_reported_with_the_workers_exception_as_its_cause() {
+        let l = limits(None);
+        let t = Instant::now();
+        let mut reader = gsched_launch::watch::LineReader::default();
+        let worker: Vec<LogFinding> = "[default1]:Traceback (most recent call last):
+[default1]:  File \"/w/data.py\", line 17, in load_shard
+[default1]:    raise FileNotFoundError(path)
+[default1]:FileNotFoundError: /data/shard-0003.bin"
+            .lines()
+            .filter_map(|x| reader.line(x))
+            .collect();
+        let summary = reader
+            .line("E0801 13:23:20.000000 32974 api.py:874] failed (exitcode: 1) local_rank: 1 (pid: 33054) of binary: /usr/bin/python3")
+            .unwrap();
+        assert!(summary.fatal);
+        // With the worker's traceback read first: reported at once, the exception first.
+        let mut w = Watch::default();
+        let seen = Observed {
+            findings: worker.into_iter().chain([summary.clone()]).collect(),
+            ..Default::default()
+        };
+        let a = round(&mut w, &cx(&l), seen, t, T0);
+        assert!(
+            matches!(reports(&a)[..], [RunEvent::Failed { failure, .. }]
+                if failure.evidence.starts_with("[default1]:FileNotFoundError: /data/shard-0003.bin (at /w/data.py:17 in load_shard) (then: ")),
+            "{a:?}"
+        );
+        // The summary alone waits for the worker's words, then goes as it is.
+        let mut w = Watch::default();
+        let seen = Observed {
+            findings: vec![summary],
+            ..Default::default()
+        };
+        assert!(reports(&round(&mut w, &cx(&l), seen, t, T0)).is_empty());
+        let a = round(&mut w, &cx(&l), Observed::default(), t + ECHO_WAIT, T0);
+        assert!(matches!(
+            reports(&a)[..],
+            [RunEvent::Failed { failure, .. }] if failure.evidence.contains("failed (exitcode: 1)")
+        ));
     }
 }

@@ -7,6 +7,7 @@
 // Every public item says what it is: the doc comment of `signal` once sat on `notice`.
 #![warn(missing_docs)]
 
+use crate::hang::{self, HangSettings};
 use crate::identity;
 use crate::isolation::Cgroups;
 use crate::layout::{self, JobRoot, RunFiles, Scratch};
@@ -18,7 +19,7 @@ use crate::tasks::GrunTasks;
 use crate::{devfilter, devices};
 use gsched_launch::plan::{self as run_plan, Owner, Plan, RunContext};
 use gsched_launch::transport::{NodeNet, TransportLog};
-use gsched_launch::watch::{LineReader, LogFinding, parse_error_file};
+use gsched_launch::watch::{LineReader, LogFinding, error_line, parse_error_file};
 use gsched_proto::clock::now_ms;
 use gsched_types::agent::{AgentToController, LaunchSpec, RunEvent, RunRef, RunUsage};
 use gsched_types::failure::{Failure, FailureKind};
@@ -29,7 +30,7 @@ use gsched_types::usage::{GpuUsage, NodeUsage};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -71,6 +72,8 @@ pub struct Settings {
     /// The GPU health probe, where this node has one: a failed run's GPUs are probed
     /// before its end is reported.
     pub probe: Option<Arc<ProbeService>>,
+    /// When a multi-rank job that failed is taken to hang (`--hang-after`).
+    pub hang: HangSettings,
 }
 
 /// A run that ended with a failure its GPUs may explain, its end not reported until they
@@ -114,6 +117,108 @@ struct Run {
     usage: NodeUsage,
     /// Ended, its report waiting for the probe of its GPUs.
     held: Option<Held>,
+    /// What the hang watch knows of the run.
+    hang: HangWatch,
+}
+
+/// What the hang watch (`crate::hang`) keeps of a run between rounds.
+struct HangWatch {
+    /// Ranks of the job on every node.
+    world: u32,
+    /// This node's tasks, by their place in the plan.
+    ranks: Vec<hang::Rank>,
+    /// How much of the supervisor's `task-exits.json` has been read.
+    exits_read: usize,
+    /// When this node's output last grew.
+    last_output_ms: u64,
+    /// The first error line of the run's output.
+    error: Option<hang::ErrorSeen>,
+    samples: VecDeque<hang::Sample>,
+    /// The last verdict logged, so each change is logged once.
+    logged: Option<hang::Keep>,
+}
+
+/// Usage samples a run's hang watch keeps (the oldest go first).
+const HANG_SAMPLES: usize = 256;
+
+impl HangWatch {
+    fn new(launch: &LaunchSpec, plan: Option<&Plan>, started_ms: u64) -> HangWatch {
+        let ranks = plan
+            .map(|p| {
+                p.tasks
+                    .iter()
+                    .enumerate()
+                    .map(|(k, env)| hang::Rank {
+                        rank: env
+                            .iter()
+                            .find(|(name, _)| name == "SLURM_PROCID")
+                            .and_then(|(_, v)| v.parse().ok())
+                            .unwrap_or(k as u32),
+                        exited: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        HangWatch {
+            world: world_size(launch),
+            ranks,
+            exits_read: 0,
+            last_output_ms: started_ms,
+            error: None,
+            samples: VecDeque::new(),
+            logged: None,
+        }
+    }
+
+    /// Whether a rank failed or an error was printed: the run's silence is worth
+    /// watching (and sampling often).
+    fn armed(&self, settings: &HangSettings) -> bool {
+        settings.enabled()
+            && self.world > 1
+            && (self.error.is_some()
+                || self
+                    .ranks
+                    .iter()
+                    .any(|r| r.exited.is_some_and(|x| x.failed())))
+    }
+
+    fn push(&mut self, sample: hang::Sample) {
+        self.samples.push_back(sample);
+        while self.samples.len() > HANG_SAMPLES {
+            self.samples.pop_front();
+        }
+    }
+
+    /// A line of the run's output: the first error line, or an error finding, is kept.
+    fn line(&mut self, line: &str, finding: Option<&LogFinding>, in_traceback: bool, at_ms: u64) {
+        if self.error.is_some() {
+            return;
+        }
+        let seen = match finding {
+            // NCCL's own WARN and unwinding lines are warnings it may go on after.
+            Some(f) if f.raised.is_none() && f.kind == FailureKind::NcclError && !f.fatal => None,
+            Some(f) => Some(f.line.clone()),
+            None if !in_traceback && error_line(line) => {
+                Some(gsched_types::findings::clip(line.trim(), 300))
+            }
+            None => None,
+        };
+        self.error = seen.map(|line| hang::ErrorSeen { line, at_ms });
+    }
+}
+
+/// How many ranks a job has on all its nodes, as gsched starts them: each node's tasks,
+/// or torchrun's workers. A batch script is one process: its steps' tasks are not
+/// counted (the ranks a script starts itself are not known).
+fn world_size(launch: &LaunchSpec) -> u32 {
+    let nodes = launch.nodes.len().max(1) as u32;
+    if launch.spec.torchrun.is_some() {
+        nodes * gsched_launch::torchrun::nproc_per_node(&launch.spec)
+    } else if launch.spec.launch == gsched_types::job::LaunchMode::Batch {
+        1
+    } else {
+        nodes * run_plan::task_count(launch)
+    }
 }
 
 impl Run {
@@ -141,8 +246,10 @@ impl Run {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
+        let hang = HangWatch::new(&launch, plan, limits.started_ms.max(now_ms()));
         Run {
             usage,
+            hang,
             held: None,
             key: RunRef {
                 job: launch.job,
@@ -311,14 +418,18 @@ impl RunManager {
     }
 
     /// Takes one usage sample of every node run (GPUs from `source`, CPU and memory
-    /// from its cgroup) and queues each run's summary for the controller.
+    /// from its cgroup) and queues each run's summary for the controller; the hang watch
+    /// keeps each run's figures too.
     pub fn sample_usage(&mut self, source: &mut crate::usage::Source, interval_s: u32) {
         source.begin();
+        let now = now_ms();
+        let hang = &self.settings.hang;
         let mut reports = Vec::new();
         for run in self.runs.values_mut() {
             let alloc = &run.launch.node_alloc;
             let threshold = run.launch.idle_threshold_pct.unwrap_or(1);
             let u = &mut run.usage;
+            let mut gpu_max: Option<u8> = None;
             if let Some(reader) = source.reader() {
                 for &gpu in &alloc.gpus {
                     let device = self
@@ -330,6 +441,7 @@ impl RunManager {
                     let Some(reading) = reader.read(gpu, device) else {
                         continue;
                     };
+                    gpu_max = gpu_max.max(Some(reading.util_pct));
                     let at = match u.gpus.iter().position(|g| g.gpu == gpu) {
                         Some(k) => k,
                         None => {
@@ -345,10 +457,12 @@ impl RunManager {
             u.sampled_s += u64::from(interval_s);
             u.cpus = alloc.cpus.len() as u32;
             u.mem_limit_mib = alloc.mem_mb;
+            let mut cpu_ms = None;
             if let Some(cg) = &run.cgroup {
-                let (cpu_ms, mem_mib) = crate::usage::cgroup_figures(cg);
-                u.cpu_ms = cpu_ms.unwrap_or(u.cpu_ms);
+                let (cpu, mem_mib) = crate::usage::cgroup_figures(cg);
+                u.cpu_ms = cpu.unwrap_or(u.cpu_ms);
                 u.mem_max_mib = u.mem_max_mib.max(mem_mib.unwrap_or(0));
+                cpu_ms = cpu;
             }
             if let Ok(b) = serde_json::to_vec(&u) {
                 let _ = layout::write_private(&run.files.usage(), &b);
@@ -358,9 +472,62 @@ impl RunManager {
                 attempt: run.key.attempt,
                 usage: u.clone(),
             });
+            if hang.enabled() && run.hang.world > 1 {
+                if cpu_ms.is_none() && run.hang.armed(hang) {
+                    cpu_ms = run
+                        .pgid
+                        .and_then(|g| crate::usage::group_cpu_ms(Path::new("/proc"), g));
+                }
+                run.hang.push(hang::Sample {
+                    at_ms: now,
+                    gpu_max_pct: gpu_max,
+                    cpu_ms,
+                });
+            }
         }
         reports.sort_by_key(|r| (r.job, r.attempt));
         self.usage_out = reports;
+    }
+
+    /// Samples the GPUs and CPU time of runs the hang watch suspects (a rank failed or an
+    /// error was printed), between the regular samples; nothing goes to their summaries.
+    pub fn sample_suspects(&mut self, source: &mut crate::usage::Source) {
+        let hang = &self.settings.hang;
+        if !self.runs.values().any(|r| r.hang.armed(hang)) {
+            return;
+        }
+        source.begin();
+        let now = now_ms();
+        for run in self.runs.values_mut() {
+            if !run.hang.armed(hang) || run.held.is_some() || run.watch.stop.is_some() {
+                continue;
+            }
+            let mut gpu_max: Option<u8> = None;
+            if let Some(reader) = source.reader() {
+                for &gpu in &run.launch.node_alloc.gpus {
+                    let device = self
+                        .settings
+                        .gpu_map
+                        .get(gpu as usize)
+                        .copied()
+                        .unwrap_or(gpu);
+                    if let Some(r) = reader.read(gpu, device) {
+                        gpu_max = gpu_max.max(Some(r.util_pct));
+                    }
+                }
+            }
+            let cpu_ms = match &run.cgroup {
+                Some(cg) => crate::usage::cgroup_figures(cg).0,
+                None => run
+                    .pgid
+                    .and_then(|g| crate::usage::group_cpu_ms(Path::new("/proc"), g)),
+            };
+            run.hang.push(hang::Sample {
+                at_ms: now,
+                gpu_max_pct: gpu_max,
+                cpu_ms,
+            });
+        }
     }
 
     /// The newest usage summaries not yet sent.
@@ -871,7 +1038,7 @@ impl RunManager {
                 continue;
             }
             let run = self.runs.get_mut(&key).expect("present");
-            let seen = observe(run, &node, &self.settings.topology);
+            let seen = observe(run, &node, &self.settings.topology, &self.settings.hang);
             let cx = monitor::Context {
                 job: key.0,
                 attempt: key.1,
@@ -1108,7 +1275,12 @@ fn read_pgid(files: &RunFiles) -> Option<i32> {
 
 /// What a round sees of a run: its process group, new log lines, the network NCCL chose
 /// (multi-node jobs), and whether and how it ended.
-fn observe(run: &mut Run, node: &str, topology: &RwLock<Topology>) -> monitor::Observed {
+fn observe(
+    run: &mut Run,
+    node: &str,
+    topology: &RwLock<Topology>,
+    hang_settings: &HangSettings,
+) -> monitor::Observed {
     if let Some(c) = run.supervisor.as_mut() {
         let _ = c.try_wait();
     }
@@ -1116,6 +1288,12 @@ fn observe(run: &mut Run, node: &str, topology: &RwLock<Topology>) -> monitor::O
         run.pgid = read_pgid(&run.files);
     }
     let findings = scan_logs(run);
+    let hang = if hang_settings.enabled() && run.hang.world > 1 {
+        read_task_exits(run);
+        judge_hang(run, hang_settings)
+    } else {
+        None
+    };
     // A one-node job's NCCL names a network too, but never sends over it.
     let transport = if run.launch.nodes.len() > 1 && run.transport.awaits_judgement() {
         let node_net = NodeNet::of(&topology.read());
@@ -1146,6 +1324,73 @@ fn observe(run: &mut Run, node: &str, topology: &RwLock<Topology>) -> monitor::O
         transport,
         exit,
         supervisor_lost,
+        hang,
+    }
+}
+
+/// Takes in the tasks the supervisor saw end while others still ran.
+fn read_task_exits(run: &mut Run) {
+    if run.hang.ranks.len() < 2 {
+        return;
+    }
+    let Ok(bytes) = std::fs::read(run.files.0.join(crate::supervise::TASK_EXITS)) else {
+        return;
+    };
+    let Ok(exits) = serde_json::from_slice::<Vec<crate::supervise::TaskExit>>(&bytes) else {
+        return;
+    };
+    let now = now_ms();
+    for x in exits.iter().skip(run.hang.exits_read) {
+        if let Some(r) = run.hang.ranks.get_mut(x.task) {
+            r.exited = Some(hang::RankExit {
+                at_ms: now,
+                code: x.code,
+                signal: x.signal,
+            });
+            tracing::info!(
+                "job {} attempt {}: rank {} ended (code {:?}, signal {:?}) while the others run",
+                run.key.job,
+                run.key.attempt,
+                r.rank,
+                x.code,
+                x.signal
+            );
+        }
+    }
+    run.hang.exits_read = run.hang.exits_read.max(exits.len());
+}
+
+/// The hang watch's verdict on a run going on: the evidence when it hangs.
+fn judge_hang(run: &mut Run, settings: &HangSettings) -> Option<String> {
+    if run.watch.stop.is_some() || !run.hang.armed(settings) {
+        return None;
+    }
+    let samples: Vec<hang::Sample> = run.hang.samples.iter().copied().collect();
+    let verdict = hang::decide(
+        settings,
+        &hang::Inputs {
+            world: run.hang.world,
+            ranks: &run.hang.ranks,
+            last_output_ms: run.hang.last_output_ms,
+            error: run.hang.error.as_ref(),
+            gpus: run.launch.node_alloc.gpus.len(),
+            samples: &samples,
+            now_ms: now_ms(),
+        },
+    );
+    match verdict {
+        hang::Verdict::Stop(evidence) => Some(evidence),
+        hang::Verdict::Keep(why) => {
+            if run.hang.logged != Some(why) {
+                tracing::debug!(
+                    "job {} attempt {}: hang watch keeps it ({why:?})",
+                    run.key.job,
+                    run.key.attempt
+                );
+                run.hang.logged = Some(why);
+            }
+            None
+        }
     }
 }
 
@@ -1240,11 +1485,17 @@ fn scan_logs(run: &mut Run) -> Vec<LogFinding> {
             .read_to_end(&mut buf)
             .unwrap_or(0);
         *offset += n as u64;
+        if n > 0 {
+            run.hang.last_output_ms = now_ms();
+        }
         partial.push_str(&String::from_utf8_lossy(&buf));
         while let Some(pos) = partial.find('\n') {
             let line: String = partial.drain(..=pos).collect();
             run.transport.line(&line);
-            if let Some(finding) = run.lines.line(&line) {
+            let finding = run.lines.line(&line);
+            run.hang
+                .line(&line, finding.as_ref(), run.lines.in_traceback(), now_ms());
+            if let Some(finding) = finding {
                 out.push(finding);
             }
         }
@@ -1354,6 +1605,7 @@ mod tests {
             controllers: String::new(),
             min_uid: 0,
             probe: None,
+            hang: HangSettings::default(),
         }
     }
 

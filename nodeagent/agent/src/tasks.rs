@@ -319,8 +319,8 @@ fn spawn(
     exe: &Path,
 ) -> Result<(std::process::Child, Option<InputPipe>), String> {
     layout::private_dir(&files.0).map_err(|e| format!("cannot make {}: {e}", files.0.display()))?;
-    let (input, stdin) = match plan.input {
-        TaskInput::None => (None, std::process::Stdio::null()),
+    let (input, stdin) = match &plan.input {
+        TaskInput::None | TaskInput::File { .. } => (None, std::process::Stdio::null()),
         TaskInput::Pipe | TaskInput::Pty(_) => {
             let (pipe, read_end) = InputPipe::open()?;
             (Some(pipe), std::process::Stdio::from(read_end))

@@ -131,9 +131,61 @@ pub fn cpu_usage_ms(stat: &str) -> Option<u64> {
     })
 }
 
+/// The CPU time (ms) of every process in process group `pgid`, their reaped children's
+/// included, from `/proc` (for runs without a cgroup); `None` when no process of the
+/// group is left or `/proc` cannot be read.
+pub fn group_cpu_ms(proc_root: &Path, pgid: i32) -> Option<u64> {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    let mut ticks = 0;
+    let mut found = false;
+    for entry in std::fs::read_dir(proc_root).ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((group, t)) = stat_cpu_ticks(&stat)
+            && group == pgid
+        {
+            ticks += t;
+            found = true;
+        }
+    }
+    found.then_some(ticks * 1000 / hz)
+}
+
+/// A `/proc/PID/stat` line's process group and CPU clock ticks (utime, stime, cutime,
+/// cstime), read after the command name (which may hold spaces and parentheses).
+pub fn stat_cpu_ticks(stat: &str) -> Option<(i32, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): pgrp is field 5, utime..cstime fields 14-17.
+    let pgrp = f.get(2)?.parse().ok()?;
+    let mut ticks = 0u64;
+    for k in 11..=14 {
+        ticks += f.get(k)?.parse::<i64>().ok()?.max(0) as u64;
+    }
+    Some((pgrp, ticks))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_stat_cpu_of_a_process_group() {
+        let stat = "4242 (python3 (worker) x) S 4200 4201 4201 0 -1 4194560 1000 0 0 0 250 50 7 3 20 0 4 0 100 1000 100 18446744073709551615";
+        assert_eq!(stat_cpu_ticks(stat), Some((4201, 310)));
+        assert_eq!(stat_cpu_ticks("garbage"), None);
+        // This test's own process group, through the real /proc.
+        let own = nix::unistd::getpgrp().as_raw();
+        assert!(group_cpu_ms(Path::new("/proc"), own).is_some());
+        assert_eq!(group_cpu_ms(Path::new("/proc"), i32::MAX), None);
+    }
 
     #[test]
     fn cpu_stat_usage() {

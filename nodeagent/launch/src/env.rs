@@ -500,6 +500,29 @@ fn slurm_request_vars(
         spec.ntasks_per_gpu.map(|n| n.to_string()),
     );
     set(
+        "SLURM_NTASKS_PER_TRES",
+        spec.ntasks_per_gpu.map(|n| n.to_string()),
+    );
+    set(
+        "SLURM_OPEN_MODE",
+        spec.open_mode.filter(|_| spec.given.open_mode).map(|m| {
+            match m {
+                gsched_types::job::OpenMode::Append => "a",
+                gsched_types::job::OpenMode::Truncate => "t",
+            }
+            .to_string()
+        }),
+    );
+    // sbatch asks for the owner's login environment whenever --export is not ALL.
+    set(
+        "SLURM_GET_USER_ENV",
+        spec.given
+            .export
+            .as_deref()
+            .filter(|e| !e.eq_ignore_ascii_case("ALL"))
+            .map(|_| "1".to_string()),
+    );
+    set(
         "SLURM_GPU_BIND",
         spec.gpu_bind.as_ref().map(|b| b.to_string()),
     );

@@ -3,13 +3,15 @@
 //! task is bound to ([`binding`]), the whole
 //! supervisor plan of a node run with its cgroup limits and device nodes ([`plan`]) and the
 //! classification of failures from exit statuses, torchrun error files and log lines
-//! ([`watch`]). No processes are started here; the agent does that.
+//! ([`watch`], with Python tracebacks read as a class by [`traceback`]). No processes are
+//! started here; the agent does that.
 
 pub mod binding;
 pub mod env;
 pub mod output;
 pub mod plan;
 pub mod torchrun;
+pub mod traceback;
 pub mod transport;
 pub mod watch;
 

@@ -77,13 +77,17 @@ pub struct Plan {
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
 /// stdin), as a pipe or through a pseudo-terminal that is also its stdout and stderr and
 /// its controlling terminal (`grun --pty`; resizes through the `winsize` file).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TaskInput {
     #[default]
     None,
     Pipe,
     Pty(gsched_types::steps::TermSize),
+    /// A file the job's owner can read (`sbatch --input`), absolute.
+    File {
+        path: String,
+    },
 }
 
 impl TaskInput {
@@ -186,6 +190,19 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         })
         .collect();
     let (stdout, stderr) = output::paths(launch, ctx.node);
+    let input = match &spec.input {
+        Some(pattern) => {
+            let path = output::expand(pattern, launch, ctx.node, 0);
+            TaskInput::File {
+                path: if path.starts_with('/') {
+                    path
+                } else {
+                    format!("{}/{path}", spec.workdir.trim_end_matches('/'))
+                },
+            }
+        }
+        None => TaskInput::None,
+    };
     Plan {
         argv,
         tasks,
@@ -201,7 +218,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         devices: ctx.devices.clone(),
         contact_file: ctx.contact_file.map(str::to_string),
         split_capture: false,
-        input: TaskInput::None,
+        input,
         truncate_output: spec.open_mode == Some(gsched_types::job::OpenMode::Truncate)
             && launch.attempt == 0
             && launch.node_rank == 0,
@@ -295,8 +312,20 @@ pub fn step_task(
         ("SLURM_STEP_TASKS_PER_NODE", tasks_per_node.clone()),
         ("SLURM_TASKS_PER_NODE", tasks_per_node),
         ("SLURM_GTIDS", gtids.join(",")),
+        (
+            "SLURM_DISTRIBUTION",
+            default_distribution(layout.ntasks, layout.nodes.len()).into(),
+        ),
     ] {
         env.insert(k.to_string(), v);
+    }
+    for (k, v) in &step.srun_env {
+        // Slurm 22.05's tasks were seen without an implied per-task GPU binding where a
+        // node has one task of the step (tests/slurmdiff corpus 03, 48, 55).
+        if k == "SLURMD_TRES_BIND" && v.starts_with("gpu:per_task:") && here == 1 {
+            continue;
+        }
+        env.insert(k.clone(), v.clone());
     }
     step_gpu_vars(
         &mut env,
@@ -346,6 +375,16 @@ pub fn step_task(
         gpus: Vec::new(),
         affinity,
         affinity_verbose: step.binding.verbose,
+    }
+}
+
+/// The distribution Slurm's step manager chooses when srun names none: one task per node
+/// goes round the nodes (`cyclic`), more fill each node in turn (`block`).
+fn default_distribution(ntasks: u32, nodes: usize) -> &'static str {
+    if ntasks as usize <= nodes {
+        "cyclic"
+    } else {
+        "block"
     }
 }
 
@@ -501,6 +540,7 @@ mod tests {
             gpu_slots: None,
             cpus_per_task: None,
             binding: Default::default(),
+            srun_env: BTreeMap::new(),
         }
     }
 
@@ -580,5 +620,20 @@ mod tests {
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES").as_deref(), Some(""));
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
         assert_eq!(var(&t, "SLURM_GPUS_ON_NODE"), None);
+    }
+
+    #[test]
+    fn every_input_round_trips_through_the_plan_file() {
+        for input in [
+            TaskInput::None,
+            TaskInput::Pipe,
+            TaskInput::Pty(gsched_types::steps::TermSize { rows: 2, cols: 3 }),
+            TaskInput::File {
+                path: "/home/a/in.txt".into(),
+            },
+        ] {
+            let json = serde_json::to_string(&input).expect("serialises");
+            assert_eq!(serde_json::from_str::<TaskInput>(&json).unwrap(), input);
+        }
     }
 }

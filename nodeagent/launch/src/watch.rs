@@ -1,11 +1,15 @@
 //! Failure classification from what a step leaves behind: log lines (PyTorch NCCL watchdog
 //! and heartbeat monitor, NCCL warnings and remote errors, CUDA out of memory, torchrun's
-//! ChildFailedError summary), torchrun's error file, and the exit status.
+//! ChildFailedError summary), Python tracebacks of any exception (`crate::traceback`: its
+//! class and deepest frame), torchrun's error file, and the exit status. A launcher's
+//! summary of a failed process ("failed (exitcode: 1)", `ChildFailedError`) only echoes
+//! that process's own error: the earliest exception that is a root cause explains it.
 //!
 //! Lines marked `fatal` mean the job cannot make progress any more: the agent reports them
 //! at once so the whole gang is stopped in seconds, instead of waiting for every rank to
 //! time out or for PyTorch to finish dumping debug information.
 
+use crate::traceback::{Exception, Role, Tracebacks};
 use crate::transport::missing_library;
 use gsched_types::failure::FailureKind;
 use serde::{Deserialize, Serialize};
@@ -17,6 +21,25 @@ pub struct LogFinding {
     pub line: String,
     /// Stop the gang now rather than waiting for the process to exit.
     pub fatal: bool,
+    /// The Python exception whose traceback the line ends, when it ends one (`line` is
+    /// then the exception with its deepest frame).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raised: Option<Raised>,
+}
+
+/// A Python exception read from a traceback: its class and what it says of the failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Raised {
+    pub class: String,
+    pub role: Role,
+}
+
+impl LogFinding {
+    /// A Python exception that is the job's own error (not a launcher's summary or an
+    /// interrupt), and not one that only echoes a failure elsewhere (a peer gone).
+    pub fn is_root_exception(&self) -> bool {
+        self.raised.as_ref().is_some_and(|r| r.role == Role::Cause) && !is_echo(&self.line)
+    }
 }
 
 const MAX_EVIDENCE: usize = 400;
@@ -109,6 +132,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
                 kind: kind.clone(),
                 line: evidence(line),
                 fatal: *fatal,
+                raised: None,
             });
         }
     }
@@ -120,6 +144,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             kind: FailureKind::NcclError,
             line: evidence(line),
             fatal,
+            raised: None,
         });
     }
     if unwinds(line) {
@@ -127,6 +152,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             kind: FailureKind::NcclError,
             line: evidence(line),
             fatal: false,
+            raised: None,
         });
     }
     // torchrun's agent noticing a dead worker: "failed (exitcode: -9) local_rank: 1 ...".
@@ -144,6 +170,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
                 kind,
                 line: evidence(line),
                 fatal: true,
+                raised: None,
             });
         }
     }
@@ -162,6 +189,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             kind: FailureKind::Signal { signal },
             line: evidence(&named),
             fatal: true,
+            raised: None,
         });
     }
     if line.contains("ChildFailedError")
@@ -171,6 +199,7 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             kind: FailureKind::ExitCode { code: 1 },
             line: evidence(line),
             fatal: false,
+            raised: None,
         });
     }
     None
@@ -178,16 +207,22 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
 
 /// Reads a job's output line by line: each "Last error:" that PyTorch prints alone is
 /// read together with the line after it (NCCL's own account of what failed), so that
-/// NCCL's explanation counts as the WARN it is.
+/// NCCL's explanation counts as the WARN it is; a Python traceback's exception line is
+/// read as the exception, with its class and deepest frame.
 #[derive(Debug, Default)]
 pub struct LineReader {
     last_error: Option<String>,
+    tracebacks: Tracebacks,
 }
 
 impl LineReader {
     pub fn line(&mut self, line: &str) -> Option<LogFinding> {
+        let raised = self.tracebacks.line(line);
         if let Some(head) = self.last_error.take() {
             return classify_line(&format!("{} {}", head.trim_end(), line.trim()));
+        }
+        if let Some(e) = raised {
+            return Some(exception_finding(line, &e));
         }
         if line.trim_end().ends_with("Last error:") {
             self.last_error = Some(line.to_string());
@@ -195,6 +230,101 @@ impl LineReader {
         }
         classify_line(line)
     }
+
+    /// Whether the last line read was part of a Python traceback (its header, frames,
+    /// exception line or chain marker).
+    pub fn in_traceback(&self) -> bool {
+        self.tracebacks.inside()
+    }
+}
+
+/// The finding of a traceback's exception line `raw`: what the line's words say (CUDA out
+/// of memory, an NCCL error...) or else the job's own error, its evidence the exception
+/// with its deepest frame (and the prefix a launcher put before it, which names the rank).
+pub fn exception_finding(raw: &str, e: &Exception) -> LogFinding {
+    let prefix = raw.find(e.class.as_str()).map_or("", |p| &raw[..p]);
+    let line = evidence(&format!("{}{}", prefix.trim_start(), e.evidence()));
+    let raised = Some(Raised {
+        class: e.class.clone(),
+        role: e.role(),
+    });
+    match classify_line(raw) {
+        Some(f) => LogFinding {
+            kind: f.kind,
+            line,
+            fatal: f.fatal,
+            raised,
+        },
+        None => LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line,
+            fatal: false,
+            raised,
+        },
+    }
+}
+
+/// The earliest root cause among `findings` (in the order they were read): the first
+/// Python exception that is the job's own error, not a launcher's summary of it, an
+/// interrupt, or a rank noticing a peer went away.
+pub fn root_exception(findings: &[LogFinding]) -> Option<&LogFinding> {
+    findings.iter().find(|f| f.is_root_exception())
+}
+
+/// A launcher's account of a process it started failing with an exit status
+/// ("failed (exitcode: 1) local_rank: 3", `ChildFailedError`, a `subprocess` or
+/// `torch.multiprocessing` failure): the process's own error is the cause. A negative
+/// exit code (killed by a signal) is a cause of its own.
+pub fn is_launcher_summary(line: &str) -> bool {
+    (line.contains("failed (exitcode: ") && !line.contains("failed (exitcode: -"))
+        || [
+            "ChildFailedError",
+            "ProcessRaisedException",
+            "ProcessExitedException",
+            "CalledProcessError",
+        ]
+        .iter()
+        .any(|n| line.contains(n))
+}
+
+/// An error line of a job's output that no rule reads: a log level of error or fatal
+/// (`ERROR`, `FATAL`, glog's `E0801 13:23:20`), `error:`, `Error:` or `fatal:` after a
+/// word, a crash the shell reports. The hang watch takes the first as its evidence.
+pub fn error_line(line: &str) -> bool {
+    let t = line.trim();
+    if t.is_empty() {
+        return false;
+    }
+    let words = |w: &str| {
+        t.split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|x| x == w)
+    };
+    words("ERROR")
+        || words("FATAL")
+        || words("CRITICAL")
+        || t.contains("Error:")
+        || t.contains("error:")
+        || t.contains("Exception:")
+        || t.contains("fatal:")
+        || t.contains("Fatal error")
+        || t.contains("Segmentation fault")
+        || t.contains("core dumped")
+        || glog_error(t)
+}
+
+/// A glog line at error or fatal level (`E0801 13:23:20.000000 32974 api.py:874] ...`,
+/// also after a prefix such as `[rank1]:[`).
+fn glog_error(line: &str) -> bool {
+    line.match_indices(['E', 'F']).any(|(pos, _)| {
+        let before = line[..pos].chars().last();
+        let rest = &line.as_bytes()[pos + 1..];
+        before.is_none_or(|c| matches!(c, '[' | ' ' | ':'))
+            && rest.len() > 8
+            && rest[..4].iter().all(u8::is_ascii_digit)
+            && rest[4] == b' '
+            && rest[5..7].iter().all(u8::is_ascii_digit)
+            && rest[7] == b':'
+    })
 }
 
 /// The signal of a torchrun failure summary's "exitcode : -N" or "Signal N (...) received
@@ -374,9 +504,10 @@ fn old_nccl_warn(line: &str) -> bool {
 
 /// Lines that only echo a failure seen first elsewhere in the same log: a rank's own
 /// "unhandled system error" after the WARN that says why, a peer hanging up after a
-/// connect failed.
+/// connect failed, a launcher's summary of a worker's failure.
 pub fn is_echo(line: &str) -> bool {
-    unwinds(line)
+    is_launcher_summary(line)
+        || unwinds(line)
         || nccl_cause(line) == Some(NcclCause::PeerGone)
         || [
             "unhandled system error",
@@ -395,8 +526,10 @@ pub fn is_echo(line: &str) -> bool {
 
 /// The evidence for a fatal finding: the line itself, or, when it only echoes an earlier
 /// failure, its cause logged before it, then the line. A library NCCL needs and could not
-/// load (libnvidia-ml, libcuda) is named as the cause; otherwise the first NCCL WARN (a
-/// refused or aborted connect). A missing libibverbs is not a cause: NCCL then uses
+/// load (libnvidia-ml, libcuda) is named as the cause; otherwise, for NCCL's echoes, a
+/// WARN that names a specific cause, else the earliest Python exception that is a root
+/// cause, else the first WARN (a peer that went away); for a launcher's summary, the
+/// earliest root exception first. A missing libibverbs is not a cause: NCCL then uses
 /// sockets (the transport warning says so).
 pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
     if !is_echo(&fatal.line) {
@@ -418,7 +551,15 @@ pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
             cause.line, fatal.line
         ));
     }
-    match best_cause(candidates()) {
+    let warn = best_cause(candidates());
+    let specific = warn.filter(|w| nccl_cause(&w.line).is_some_and(|c| c.rank() > 1));
+    let exception = root_exception(earlier).filter(|f| f.line != fatal.line);
+    let cause = if is_launcher_summary(&fatal.line) {
+        exception.or(warn)
+    } else {
+        specific.or(exception).or(warn)
+    };
+    match cause {
         Some(cause) => evidence(&format!("{} (then: {})", cause.line, fatal.line)),
         None => fatal.line.clone(),
     }
@@ -515,6 +656,9 @@ pub fn classify_exit(
             format!("{}; torchrun error file: {msg}", status.1),
         ));
     }
+    if let Some(f) = root_exception(findings) {
+        return Some((status.0, format!("{}; first error: {}", status.1, f.line)));
+    }
     if let Some(f) = findings.iter().rev().find(|f| !f.fatal) {
         return Some((
             status.0,
@@ -562,5 +706,150 @@ mod tests {
                 .0,
             FailureKind::NcclTimeout
         );
+    }
+}
+
+#[cfg(test)]
+mod traceback_tests {
+    use super::*;
+
+    fn read(text: &str) -> Vec<LogFinding> {
+        let mut r = LineReader::default();
+        text.lines().filter_map(|l| r.line(l)).collect()
+    }
+
+    const WORKER: &str = "[default1]:Traceback (most recent call last):
+[default1]:  File \"/w/train.py\", line 88, in <module>
+[default1]:    main()
+[default1]:  File \"/w/data.py\", line 17, in load_shard
+[default1]:    raise FileNotFoundError(path)
+[default1]:FileNotFoundError: /data/shard-0003.bin
+";
+
+    const TORCHRUN: &str = "E0801 13:23:20.000000 32974 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 1 (pid: 33054) of binary: /usr/bin/python3
+Traceback (most recent call last):
+  File \"/usr/local/bin/torchrun\", line 8, in <module>
+    sys.exit(main())
+  File \"/usr/local/lib/python3.10/dist-packages/torch/distributed/launcher/api.py\", line 263, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+train.py FAILED
+";
+
+    #[test]
+    fn a_launchers_summary_never_outranks_the_error_it_summarises() {
+        let f = read(&format!("{WORKER}{TORCHRUN}"));
+        let worker = &f[0];
+        assert_eq!(worker.kind, FailureKind::ExitCode { code: 1 });
+        assert!(!worker.fatal && worker.is_root_exception());
+        assert_eq!(
+            worker.line,
+            "[default1]:FileNotFoundError: /data/shard-0003.bin (at /w/data.py:17 in load_shard)"
+        );
+        let (kind, evidence) = classify_exit(Some(1), None, &f, None, false).unwrap();
+        assert_eq!(kind, FailureKind::ExitCode { code: 1 });
+        assert!(
+            evidence.starts_with("[default1]:FileNotFoundError: /data/shard-0003.bin (at /w/data.py:17 in load_shard) (then: E0801"),
+            "{evidence}"
+        );
+        assert!(evidence.contains("local_rank: 1"), "{evidence}");
+        // The summary alone still says what it can.
+        let f = read(TORCHRUN);
+        let (_, evidence) = classify_exit(Some(1), None, &f, None, false).unwrap();
+        assert!(evidence.starts_with("E0801") && evidence.contains("failed (exitcode: 1)"));
+        // ChildFailedError's own traceback is a launcher's, never a root cause.
+        assert!(f.iter().all(|x| !x.is_root_exception()), "{f:?}");
+    }
+
+    #[test]
+    fn the_earliest_root_cause_across_ranks_wins_over_the_peers_that_noticed() {
+        let log = "[rank1]: Traceback (most recent call last):
+[rank1]:   File \"/w/train.py\", line 40, in <module>
+[rank1]:     step(batch)
+[rank1]:   File \"/w/model.py\", line 12, in forward
+[rank1]:     assert x.shape[0] == self.n, x.shape
+[rank1]: AssertionError: torch.Size([7, 512])
+[rank0]: Traceback (most recent call last):
+[rank0]:   File \"/w/train.py\", line 41, in <module>
+[rank0]:     dist.all_reduce(loss)
+[rank0]:   File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 2501, in all_reduce
+[rank0]:     work = group.allreduce([tensor], opts)
+[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.20.5
+";
+        let f = read(log);
+        assert_eq!(f.len(), 2, "{f:?}");
+        let peer = &f[1];
+        assert!(peer.fatal && peer.kind == FailureKind::NcclError);
+        assert!(
+            !peer.is_root_exception(),
+            "a peer noticing is not the cause"
+        );
+        assert!(
+            peer.line
+                .contains("(at …/torch/distributed/distributed_c10d.py:2501 in all_reduce)")
+        );
+        let evidence = first_cause(&f[..1], peer);
+        assert!(
+            evidence.starts_with("[rank1]: AssertionError: torch.Size([7, 512]) (at /w/model.py:12 in forward) (then: [rank0]: torch.distributed.DistBackendError"),
+            "{evidence}"
+        );
+        // A WARN that names a specific NCCL cause still comes first.
+        let warn = classify_line("host:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.2<43523> failed : Connection refused").unwrap();
+        let mut with_warn = vec![warn];
+        with_warn.extend(f[..1].iter().cloned());
+        assert!(first_cause(&with_warn, peer).starts_with("host:1:2"));
+    }
+
+    #[test]
+    fn an_exceptions_own_words_keep_their_rule() {
+        let f = read("Traceback (most recent call last):
+  File \"/w/train.py\", line 9, in <module>
+    y = model(x)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB
+");
+        assert_eq!((f[0].kind.clone(), f[0].fatal), (FailureKind::Oom, true));
+        assert!(
+            f[0].line.ends_with("(at /w/train.py:9 in <module>)"),
+            "{}",
+            f[0].line
+        );
+        // A KeyboardInterrupt is read, but it is the job being stopped, not its cause.
+        let f = read(
+            "Traceback (most recent call last):
+  File \"/w/train.py\", line 9, in <module>
+    time.sleep(1)
+KeyboardInterrupt
+",
+        );
+        assert_eq!(f[0].raised.as_ref().map(|r| r.role), Some(Role::Interrupt));
+        assert!(root_exception(&f).is_none());
+        let (_, evidence) = classify_exit(Some(130), None, &f, None, false).unwrap();
+        assert!(
+            evidence.contains("last error line: KeyboardInterrupt"),
+            "{evidence}"
+        );
+    }
+
+    #[test]
+    fn error_lines_are_told_by_their_level_not_their_topic() {
+        for l in [
+            "RuntimeError: boom",
+            "2026-01-02 10:00:00 ERROR train: shard missing",
+            "[rank1]:[E1129 21:35:42.450680241 ProcessGroupNCCL.cpp:689] something",
+            "E0801 13:23:20.000000 32974 api.py:874] failed",
+            "fatal: not a git repository",
+            "/var/spool/job.sh: line 3: 4242 Segmentation fault (core dumped) ./a.out",
+        ] {
+            assert!(error_line(l), "{l}");
+        }
+        for l in [
+            "epoch 3 train error 0.12 val error 0.15",
+            "W0801 13:23:17.366000 32974 api.py:900] Sending process 33051 closing signal SIGTERM",
+            "loading 0 errors",
+            "",
+        ] {
+            assert!(!error_line(l), "{l}");
+        }
     }
 }

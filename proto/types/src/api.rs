@@ -746,6 +746,26 @@ pub struct NodeList {
     pub applied_index: u64,
     pub consistent: bool,
     pub now_ms: u64,
+    /// The partitions, in the configuration's order (`sinfo` lists nodes by partition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionRow>,
+}
+
+/// A partition as `sinfo` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PartitionRow {
+    pub name: String,
+    /// Jobs that name no partition run here.
+    #[serde(default)]
+    pub default: bool,
+    /// Its nodes (every node when the configuration names none).
+    pub nodes: Vec<String>,
+    /// The longest time limit a job may have here; `None`: no limit.
+    #[serde(default)]
+    pub max_time_s: Option<u64>,
+    /// The most nodes a job may have here; `None`: no limit.
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
 }
 
 /// One controller as `gctl status` shows it.

@@ -46,6 +46,13 @@ pub enum FailureKind {
     /// Ended while pending: a job it depends on ended in a way that rules the dependency
     /// out (Slurm's `kill_invalid_depend`).
     DependencyNeverSatisfied,
+    /// Ended while pending: it could no longer end by its `--deadline`.
+    Deadline,
+    /// Stopped by its node as hung: a rank of a multi-rank job failed (exited non-zero,
+    /// or printed a traceback or an error line) and the ranks still running stayed
+    /// silent, with their GPUs and CPUs idle, for the node's `--hang-after` (shorter once a
+    /// rank has exited). The evidence starts with the first error line. Log format 11.
+    Hang,
 }
 
 impl FailureKind {
@@ -81,6 +88,7 @@ impl FailureKind {
             | FailureKind::IdleGpus
             | FailureKind::Preempted
             | FailureKind::DependencyNeverSatisfied => JobState::Cancelled,
+            FailureKind::Deadline => JobState::Deadline,
             _ => JobState::Failed,
         }
     }
@@ -105,6 +113,8 @@ impl FailureKind {
             FailureKind::Preempted => "Preempted".into(),
             FailureKind::IdleGpus => "IdleGPUs".into(),
             FailureKind::DependencyNeverSatisfied => "DependencyNeverSatisfied".into(),
+            FailureKind::Deadline => "DeadLine".into(),
+            FailureKind::Hang => "Hang".into(),
         }
     }
 
@@ -120,7 +130,8 @@ impl FailureKind {
             FailureKind::Cancelled
             | FailureKind::IdleGpus
             | FailureKind::Preempted
-            | FailureKind::DependencyNeverSatisfied => 6,
+            | FailureKind::DependencyNeverSatisfied
+            | FailureKind::Deadline => 6,
             FailureKind::NcclTimeout => 5,
             // A rank's CUDA context failing explains its peers' NCCL errors.
             FailureKind::CudaError => 5,
@@ -130,6 +141,9 @@ impl FailureKind {
             FailureKind::Signal { signal } if !matches!(signal, 1 | 2 | 6 | 15) => 5,
             FailureKind::NcclError => 4,
             FailureKind::LaunchFailed | FailureKind::OutputFailed => 4,
+            // A hang names the error that started it: more than a bare exit status, less
+            // than any specific cause another node reports.
+            FailureKind::Hang => 3,
             FailureKind::Signal { .. } => 3,
             FailureKind::ExitCode { .. } => 2,
             FailureKind::GangStopped => 0,
@@ -236,6 +250,20 @@ mod tests {
         assert!(NcclError.precedence() > ExitCode { code: 1 }.precedence());
         assert!(GpuLost { gpu: Some(1) }.precedence() > Signal { signal: 9 }.precedence());
         assert!(Signal { signal: 15 }.precedence() > GangStopped.precedence());
+    }
+
+    #[test]
+    fn a_hang_is_the_jobs_own_failure_and_outranks_a_bare_exit_status() {
+        assert_eq!(Hang.final_state(), crate::job::JobState::Failed);
+        assert!(!Hang.is_requeueable() && !Hang.blames_node());
+        assert_eq!(Hang.reason_name(), "Hang");
+        assert!(Hang.precedence() > ExitCode { code: 1 }.precedence());
+        assert!(Hang.precedence() > GangStopped.precedence());
+        assert!(NcclError.precedence() > Hang.precedence());
+        assert_eq!(
+            serde_json::to_string(&super::Failure::new(Hang, "x", 1)).unwrap(),
+            r#"{"kind":"hang","node":null,"evidence":"x","at_ms":1}"#
+        );
     }
 
     #[test]

@@ -105,4 +105,20 @@ impl Finding {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Findings {
     pub findings: Vec<Finding>,
+    /// Each file read: which tool family it is and what came of it (`gagentd diagnose`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileRead>,
+}
+
+/// One file `gagentd diagnose` read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FileRead {
+    pub file: String,
+    /// The tool family told from its text (`kernel-log`, `job-log`, `smi-query`...,
+    /// `unknown`), or `unreadable`.
+    pub family: String,
+    /// Findings from it, the `unrecognised-lines` one included.
+    pub findings: usize,
+    /// Lines that read like errors and that no rule read.
+    pub unread_lines: usize,
 }

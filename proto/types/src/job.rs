@@ -159,6 +159,9 @@ pub struct Given {
     /// `--ntasks-per-socket` (`SLURM_NTASKS_PER_SOCKET`, which the job's steps read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks_per_socket: Option<u32>,
+    /// `--open-mode` was given (sbatch then passes `SLURM_OPEN_MODE` on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open_mode: bool,
 }
 
 impl Given {
@@ -460,11 +463,13 @@ pub enum JobState {
     Timeout,
     NodeFail,
     OutOfMemory,
+    /// Ended while pending: it could no longer end by its `--deadline`.
+    Deadline,
 }
 
 impl JobState {
     /// Every state, in the order jobs go through them.
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completing,
@@ -474,6 +479,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Deadline,
     ];
 
     pub fn is_terminal(self) -> bool {
@@ -495,6 +501,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Deadline => "DL",
         }
     }
 
@@ -509,6 +516,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Deadline => "DEADLINE",
         }
     }
 

@@ -68,6 +68,9 @@ pub enum HealthKind {
     RemapPending,
     /// A driver message that names no known fault (an NVRM line gsched does not know).
     Driver,
+    /// The host's setup would make jobs misbehave (Slurm's own commands found first in
+    /// a login shell).
+    HostSetup,
 }
 
 impl HealthKind {
@@ -84,6 +87,7 @@ impl HealthKind {
             HealthKind::Ecc => "ecc",
             HealthKind::RemapPending => "remap_pending",
             HealthKind::Driver => "driver",
+            HealthKind::HostSetup => "host_setup",
         }
     }
 

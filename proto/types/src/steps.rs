@@ -53,6 +53,11 @@ pub struct StepRequest {
         skip_serializing_if = "crate::binding::TaskBinding::is_default"
     )]
     pub binding: crate::binding::TaskBinding,
+    /// Variables srun itself sets for the step's tasks (`SLURM_DISTRIBUTION` as given,
+    /// `SLURMD_TRES_BIND`, `SLURM_LABELIO`, `SLURM_NTASKS_PER_TRES`, `SLURM_UMASK`): over
+    /// the job's and the caller's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub srun_env: BTreeMap<String, String>,
 }
 
 /// A terminal's size in characters.
@@ -371,6 +376,11 @@ pub struct StepLaunch {
         skip_serializing_if = "crate::binding::TaskBinding::is_default"
     )]
     pub binding: crate::binding::TaskBinding,
+    /// Variables srun itself sets for the step's tasks (`SLURM_DISTRIBUTION` as given,
+    /// `SLURMD_TRES_BIND`, `SLURM_LABELIO`, `SLURM_NTASKS_PER_TRES`, `SLURM_UMASK`): over
+    /// the job's and the caller's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub srun_env: BTreeMap<String, String>,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -524,6 +534,7 @@ mod tests {
             name: None,
             cpus_per_task: None,
             binding: Default::default(),
+            srun_env: BTreeMap::new(),
         }
     }
 

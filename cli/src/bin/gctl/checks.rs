@@ -79,7 +79,10 @@ pub fn doctor(
         }
     }
     if json {
-        gsched_cli::print_json(&gsched_types::findings::Findings { findings });
+        gsched_cli::print_json(&gsched_types::findings::Findings {
+            findings,
+            ..Default::default()
+        });
     } else if findings.is_empty() {
         outln!("no findings on {} node(s)", picked.len());
     } else {

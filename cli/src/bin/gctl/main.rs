@@ -24,6 +24,9 @@ use gsched_types::assoc::AssocEntity;
 struct Args {
     #[arg(long, global = true)]
     controllers: Option<String>,
+    /// No informational messages from actions (scontrol -Q); errors are still printed.
+    #[arg(long, global = true, hide = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -169,6 +172,14 @@ fn main() {
     let mut client = Client::new(addrs.clone());
     let (rt, client) = (&rt, &mut client);
     let controllers = args.controllers;
+    if args.quiet
+        && !matches!(
+            args.cmd,
+            Cmd::Show { .. } | Cmd::Status { .. } | Cmd::Token { .. }
+        )
+    {
+        quiet_stdout();
+    }
     match args.cmd {
         Cmd::Status { json } => rt.block_on(status::status(client, addrs, json)),
         Cmd::Show { what } => show::run(rt, client, what),
@@ -259,6 +270,17 @@ fn slurm_names(dir: &std::path::Path) {
             "gctl: warning: {tool} is not in {}: its Slurm name was not linked",
             bin.display()
         );
+    }
+}
+
+/// Sends what the command would print on stdout nowhere (`--quiet`); stderr stays.
+fn quiet_stdout() {
+    use std::os::fd::AsRawFd;
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto stdout's descriptor with a descriptor this process owns.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), libc::STDOUT_FILENO);
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 use clap::Subcommand;
 use gsched_cli::JobQuery;
 use gsched_cli::client::{Client, die};
-use gsched_cli::outln;
+use gsched_cli::{out, outln};
 use gsched_types::api::{JobRow, JobSelector};
+use std::fmt::Write;
 
 #[derive(Subcommand, Debug)]
 pub enum Show {
@@ -12,22 +13,53 @@ pub enum Show {
         job: String,
         #[arg(long)]
         json: bool,
+        /// Each record on one line (scontrol -o).
+        #[arg(long)]
+        oneliner: bool,
     },
     Node {
         node: String,
         #[arg(long)]
         json: bool,
+        /// On one line (scontrol -o).
+        #[arg(long)]
+        oneliner: bool,
     },
 }
 
 pub fn run(rt: &tokio::runtime::Runtime, client: &mut Client, what: Show) {
     match what {
-        Show::Job { job, json } => show_job(rt, client, &job, json),
-        Show::Node { node, json } => show_node(rt, client, &node, json),
+        Show::Job {
+            job,
+            json,
+            oneliner,
+        } => show_job(rt, client, &job, json, oneliner),
+        Show::Node {
+            node,
+            json,
+            oneliner,
+        } => show_node(rt, client, &node, json, oneliner),
     }
 }
 
-fn show_job(rt: &tokio::runtime::Runtime, client: &mut Client, job: &str, json: bool) {
+/// A record as `scontrol -o` prints it: its `Key=Value` lines on one line, one space
+/// between them.
+fn one_line(record: &str) -> String {
+    let words: Vec<&str> = record
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("{}\n", words.join(" "))
+}
+
+fn show_job(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    job: &str,
+    json: bool,
+    oneliner: bool,
+) {
     let sel = JobSelector::parse(job).unwrap_or_else(|e| die("gctl", e));
     let query = JobQuery {
         include_finished: true,
@@ -60,14 +92,25 @@ fn show_job(rt: &tokio::runtime::Runtime, client: &mut Client, job: &str, json: 
         vec![j]
     };
     for (i, r) in records.iter().enumerate() {
+        let text = job_record(r);
+        if oneliner {
+            out!("{}", one_line(&text));
+            continue;
+        }
         if i > 0 {
             outln!();
         }
-        print_job(r);
+        out!("{text}");
     }
 }
 
-fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json: bool) {
+fn show_node(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    node: &str,
+    json: bool,
+    oneliner: bool,
+) {
     let nodes = gsched_cli::fetch_nodes(rt, client, false, "gctl").nodes;
     let Some(n) = nodes.iter().find(|n| n.name == *node) else {
         die("gctl", format!("no node named {node}"))
@@ -75,7 +118,15 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
     if json {
         gsched_cli::print_json(n);
     } else {
-        outln!(
+        let mut o = String::new();
+        macro_rules! put {
+            ($($t:tt)*) => {
+                {
+                    let _ = writeln!(o, $($t)*);
+                }
+            };
+        }
+        put!(
             "NodeName={} State={} Online={} Address={} TrainingAddr={}",
             n.name,
             n.drain_reason
@@ -86,7 +137,7 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
             n.address,
             n.training_addr
         );
-        outln!(
+        put!(
             "   GPUs={} Model={} GPUsInUse={:?} BadGPUs={:?} Jobs={:?}",
             n.gpus_total,
             n.gpu_model.as_deref().unwrap_or("-"),
@@ -94,7 +145,7 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
             n.bad_gpus,
             n.jobs.iter().map(|j| j.0).collect::<Vec<_>>()
         );
-        outln!(
+        put!(
             "   CPUsInUse={} MemoryUsedMB={} Features={:?} AgentVersion={}",
             n.cpus_used,
             n.memory_used_mb,
@@ -102,14 +153,19 @@ fn show_node(rt: &tokio::runtime::Runtime, client: &mut Client, node: &str, json
             n.agent_version
         );
         for h in &n.health {
-            outln!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
+            put!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
             if let Some(f) = h
                 .finding
                 .as_ref()
                 .filter(|f| !h.message.contains(&f.evidence))
             {
-                outln!("      Evidence={}", f.evidence);
+                put!("      Evidence={}", f.evidence);
             }
+        }
+        if oneliner {
+            out!("{}", one_line(&o));
+        } else {
+            out!("{o}");
         }
     }
 }
@@ -136,24 +192,33 @@ fn output_path(pattern: &str, j: &JobRow, workdir: &str) -> String {
     }
 }
 
-fn print_job(j: &JobRow) {
+/// A job's record, as `scontrol show job` prints it (lines of `Key=Value` words).
+fn job_record(j: &JobRow) -> String {
+    let mut o = String::new();
+    macro_rules! put {
+        ($($t:tt)*) => {
+            {
+                let _ = writeln!(o, $($t)*);
+            }
+        };
+    }
     // Slurm's field names and order where Slurm has the field (scripts grep them), then
     // gsched's own.
-    outln!("JobId={} JobName={}", j.display_id, j.name);
+    put!("JobId={} JobName={}", j.display_id, j.name);
     let uid = j
         .spec
         .as_ref()
         .and_then(|s| s.uid)
         .map(|u| format!("({u})"))
         .unwrap_or_default();
-    outln!(
+    put!(
         "   UserId={}{uid} Account={} Partition={} QOS={}",
         j.user,
         j.account,
         j.partition,
         j.qos.as_deref().unwrap_or("normal")
     );
-    outln!(
+    put!(
         "   JobState={} Reason={} Restarts={} ExitCode={}",
         j.state.name(),
         j.reason,
@@ -163,7 +228,7 @@ fn print_job(j: &JobRow) {
             .unwrap_or_else(|| "0:0".into())
     );
     if let Some(c) = &j.comment {
-        outln!("   Comment={c}");
+        put!("   Comment={c}");
     }
     let time_limit = j
         .time_limit_s
@@ -177,7 +242,7 @@ fn print_job(j: &JobRow) {
         }
     };
     if let Some(s) = &j.spec {
-        outln!(
+        put!(
             "   ReqNodeList={} ExcNodeList={}",
             list_or_null(&s.nodelist),
             list_or_null(&s.exclude)
@@ -190,7 +255,7 @@ fn print_job(j: &JobRow) {
     };
     match &j.spec {
         Some(s) => {
-            outln!(
+            put!(
                 "   NodeList={node_list} NumNodes={} NumTasks={} CPUs/Task={} GPUsPerNode={} GpuType={} Mem={} TimeLimit={time_limit}",
                 s.nodes,
                 s.ntasks,
@@ -202,7 +267,7 @@ fn print_job(j: &JobRow) {
                     .unwrap_or_else(|| "default".into()),
             );
             if s.gpus_per_node > 0 {
-                outln!("   TresPerNode=gres:gpu:{}", s.gpus_per_node);
+                put!("   TresPerNode=gres:gpu:{}", s.gpus_per_node);
             }
             let default = if j.array_task_id.is_some() {
                 "gsched-%A_%a.out"
@@ -210,30 +275,30 @@ fn print_job(j: &JobRow) {
                 "gsched-%j.out"
             };
             let out = s.output.as_deref().unwrap_or(default);
-            outln!("   WorkDir={}", s.workdir);
-            outln!("   StdOut={}", output_path(out, j, &s.workdir));
-            outln!(
+            put!("   WorkDir={}", s.workdir);
+            put!("   StdOut={}", output_path(out, j, &s.workdir));
+            put!(
                 "   StdErr={}",
                 output_path(s.error.as_deref().unwrap_or(out), j, &s.workdir)
             );
             if let Some(w) = s.switches {
-                outln!("   Switches={}", switches(w));
+                put!("   Switches={}", switches(w));
             }
         }
-        None => outln!(
+        None => put!(
             "   NodeList={node_list} NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
             j.nodes,
             j.gpus_per_node
         ),
     }
     if let Some(a) = &j.allocation {
-        outln!(
+        put!(
             "   MasterAddr={} MasterPort={}",
             a.master_addr,
             a.master_port
         );
         for (rank, n) in a.nodes.iter().enumerate() {
-            outln!(
+            put!(
                 "   Node[{rank}]={} GPUs={:?} CPUs={} Mem={}M NIC={}",
                 n.node,
                 n.gpus,
@@ -244,7 +309,7 @@ fn print_job(j: &JobRow) {
         }
     }
     for st in &j.runs {
-        outln!(
+        put!(
             "   Step[{}]: {:?}{}",
             st.node,
             st.state,
@@ -255,21 +320,21 @@ fn print_job(j: &JobRow) {
         );
     }
     if let Some(f) = &j.failure {
-        outln!("   Failure={}", f.kind.reason_name());
-        outln!("   Evidence={}", f.evidence);
+        put!("   Failure={}", f.kind.reason_name());
+        put!("   Evidence={}", f.evidence);
     }
     if let Some(idle) = &j.idle {
-        outln!("   IdleWarning={}", idle.message());
+        put!("   IdleWarning={}", idle.message());
     }
     for w in &j.warnings {
-        outln!(
+        put!(
             "   Warning[{}]={}: {}",
             w.node.as_deref().unwrap_or("?"),
             w.kind,
             w.action
         );
         if !w.evidence.is_empty() {
-            outln!("      Evidence={}", w.evidence);
+            put!("      Evidence={}", w.evidence);
         }
     }
     for n in &j.notices {
@@ -278,7 +343,7 @@ fn print_job(j: &JobRow) {
         }
     }
     for a in &j.attempts {
-        outln!(
+        put!(
             "   Attempt[{}]: {} on {} {}",
             a.number,
             a.state.name(),
@@ -289,6 +354,7 @@ fn print_job(j: &JobRow) {
                 .unwrap_or_default()
         );
     }
+    o
 }
 
 /// `--switches` as `scontrol show job` prints it: `COUNT@[D-]HH:MM:SS`; a request without

@@ -4,7 +4,8 @@
 
 use super::{ClusterState, Shared, payload};
 use crate::command::{
-    CancelUnsatisfiable, Outcome, Preempt, SetPendingReasons, StartJob, SubmitJob, TimeoutJob,
+    CancelUnsatisfiable, EndPastDeadline, Outcome, Preempt, SetPendingReasons, StartJob, SubmitJob,
+    TimeoutJob,
 };
 use crate::notify::Before;
 use gsched_scheduler::DepView;
@@ -213,6 +214,41 @@ impl ClusterState {
         Outcome::Ok
     }
 
+    /// Ends the jobs of `c` that are still pending and can no longer end by their
+    /// deadline: their shortest run (`--time-min`, else their time limit) from `at`
+    /// passes it.
+    pub(super) fn end_past_deadline(&mut self, c: &EndPastDeadline, at: u64) -> Outcome {
+        for id in &c.jobs {
+            let Some(job) = self.jobs.get(id).filter(|j| j.state == JobState::Pending) else {
+                continue;
+            };
+            let Some(deadline) = job.spec.deadline_ms else {
+                continue;
+            };
+            let shortest = job
+                .spec
+                .time_min_s
+                .or_else(|| self.config.time_limit_for(&job.spec))
+                .unwrap_or(0);
+            if at.saturating_add(shortest.saturating_mul(1000)) <= deadline {
+                continue;
+            }
+            let why = format!(
+                "it could no longer end by its deadline {}: {} s to run from now",
+                gsched_types::parse::format_timestamp(deadline),
+                shortest
+            );
+            let job = self.jobs.get_mut(id).expect("present");
+            let before = Before::of(job);
+            job.state = JobState::Deadline;
+            job.end_ms = Some(at);
+            job.failure = Some(Failure::new(FailureKind::Deadline, why, at));
+            self.note(*id, before, at);
+            self.retire(*id);
+        }
+        Outcome::Ok
+    }
+
     pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons, at: u64) -> Outcome {
         // A dependency found never to be met is told (INVALID_DEPEND).
         let mut noted = Vec::new();
@@ -247,6 +283,10 @@ impl ClusterState {
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
                     job.allocation = Some(s.allocation.clone());
+                    // Backfill shortened it towards its --time-min to fit a hole.
+                    if let Some(limit) = s.time_limit_s {
+                        job.spec.time_limit_s = Some(limit);
+                    }
                     job.runs = s
                         .allocation
                         .nodes

@@ -527,6 +527,7 @@ impl ClusterState {
             }
             Command::Noop => Outcome::Ok,
             Command::CancelUnsatisfiable(c) => self.cancel_unsatisfiable(c, at),
+            Command::EndPastDeadline(c) => self.end_past_deadline(c, at),
             Command::NodeResponding(c) => self.node_responding(c, at),
         };
         if let Some(id) = &env.request_id {

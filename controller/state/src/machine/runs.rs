@@ -226,6 +226,16 @@ impl ClusterState {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
+        // --no-kill: the job goes on without the node while its batch script (or, for a
+        // job that runs on every node, another node's run) does.
+        let carries_on = job.spec.no_kill
+            && job.state == JobState::Running
+            && !(job.spec.launch == LaunchMode::Batch
+                && job.runs.first().is_some_and(|r| r.node == node))
+            && job
+                .runs
+                .iter()
+                .any(|r| r.node != node && !r.state.is_done());
         let Some(run) = Self::run_mut(job, node) else {
             return;
         };
@@ -236,6 +246,8 @@ impl ClusterState {
         run.ended_ms = Some(at);
         let failure = Failure::new(FailureKind::NodeLost, why, at).on(node);
         run.failure = Some(failure.clone());
-        self.begin_ending(id, failure, at);
+        if !carries_on {
+            self.begin_ending(id, failure, at);
+        }
     }
 }

@@ -255,6 +255,48 @@ impl Outcome {
     }
 }
 
+/// The event saying the GPUs an unknown kernel line set the probe off for passed it
+/// (informational: the line stays unexplained, the GPUs are fine).
+pub fn passed(report: &Report, evidence: &str) -> HealthEvent {
+    let gpus: Vec<String> = report.gpus.iter().map(|g| g.gpu.to_string()).collect();
+    let checked = report.gpus.iter().filter(|g| g.active.is_some()).count();
+    let what = if checked > 0 {
+        "state and active check"
+    } else {
+        "state"
+    };
+    let one = (report.gpus.len() == 1).then(|| &report.gpus[0]);
+    let finding = Finding {
+        gpu: one.map(|g| g.gpu),
+        pci_bus_id: one.and_then(|g| g.pci_bus_id.clone()),
+        ..Finding::new(
+            Severity::Info,
+            gsched_types::findings::Component::Gpu,
+            "gpu-probe-healthy",
+            &format!(
+                "GPU {} healthy ({what}) in {} ms; probed after: {}",
+                gpus.join(", "),
+                report.elapsed_ms,
+                evidence.trim()
+            ),
+            "nothing to do for the GPU: its state is good; the line itself stays unexplained",
+        )
+    };
+    HealthEvent {
+        severity: gsched_types::node::HealthSeverity::Info,
+        kind: gsched_types::node::HealthKind::Driver,
+        gpu: finding.gpu,
+        xid: None,
+        message: format!(
+            "health probe: GPU {} healthy after an unknown kernel line",
+            gpus.join(", ")
+        ),
+        at_ms: now_ms(),
+        stops_node_jobs: false,
+        finding: Some(finding),
+    }
+}
+
 /// Counts for the agent's metrics.
 #[derive(Debug, Default)]
 pub struct ProbeStats {
@@ -367,14 +409,17 @@ impl ProbeService {
             );
             match request.trigger {
                 Trigger::KernelLine => {
-                    if !outcome.events.is_empty() {
-                        for e in &outcome.events {
-                            tracing::warn!("health: {:?} {}", e.severity, e.message);
-                        }
-                        let events = outcome.events;
-                        self.outbox
-                            .push(|seq| AgentToController::Health { seq, events });
+                    for e in &outcome.events {
+                        tracing::warn!("health: {:?} {}", e.severity, e.message);
                     }
+                    // The verdict is always told: the line's warning says a probe follows.
+                    let events = if outcome.events.is_empty() {
+                        vec![passed(&outcome.report, &request.evidence)]
+                    } else {
+                        outcome.events
+                    };
+                    self.outbox
+                        .push(|seq| AgentToController::Health { seq, events });
                 }
                 Trigger::FailedRun => {
                     self.results.lock().insert(ticket, outcome);

@@ -88,7 +88,7 @@ fn from_a_device_driver(msg: &str) -> bool {
 
 /// The lines of an AER report after its first (status bits, TLP header) and corrected
 /// errors, which are normal one at a time and counted into floods elsewhere.
-fn aer_detail_or_corrected(msg: &str) -> bool {
+pub(crate) fn aer_detail_or_corrected(msg: &str) -> bool {
     let lower = msg.to_ascii_lowercase();
     lower.contains("error status/mask")
         || lower.contains("tlp header")

@@ -32,6 +32,8 @@ pub(super) enum ChildStdin {
     /// This pseudo-terminal's slave, which is also its stdout, stderr and controlling
     /// terminal, in a session of its own.
     Pty(RawFd),
+    /// This open file (`sbatch --input`).
+    File(RawFd),
 }
 
 nix::ioctl_write_int_bad!(set_controlling_tty, libc::TIOCSCTTY);
@@ -109,6 +111,9 @@ impl ChildSetup {
                 return Ok(());
             }
             ChildStdin::Inherit => {}
+            ChildStdin::File(fd) => {
+                nix::unistd::dup2_stdin(borrow(fd))?;
+            }
             ChildStdin::Null => {
                 if let Ok(devnull) = nix::fcntl::open(c"/dev/null", OFlag::O_RDONLY, Mode::empty())
                 {

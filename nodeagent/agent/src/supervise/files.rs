@@ -5,6 +5,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{Gid, Uid};
 use std::fs::File;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 
 pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     nix::unistd::pipe2(OFlag::O_CLOEXEC)
@@ -34,6 +35,36 @@ pub(super) fn open_as(
         nix::sys::stat::umask(old);
     }
     result.map_err(|e| super::policy::open_error(e.raw_os_error(), &e.to_string(), path))
+}
+
+/// Opens a file for reading with the job owner's file-system identity (its stdin, from
+/// `sbatch --input`), so only what the owner may read is read.
+pub(super) fn open_read_as(
+    path: &str,
+    owner: Option<(u32, u32)>,
+    groups: &[u32],
+) -> Result<File, String> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+    };
+    let file = match owner {
+        None => open(),
+        Some((uid, gid)) => as_owner(uid, gid, groups, open),
+    }
+    .map_err(|e| format!("cannot open the job's input {path}: {e}"))?;
+    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(format!("the job's input {path} is not a regular file"));
+    }
+    // Reads block as a file's do (the open did not wait on a FIFO's writer).
+    let flags = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)
+        .map_err(|e| format!("cannot read the job's input {path}: {e}"))?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(flags))
+        .map_err(|e| format!("cannot read the job's input {path}: {e}"))?;
+    Ok(file)
 }
 
 /// Runs `f` with the file-system identity (fsuid, fsgid, groups) of `uid`/`gid`, and

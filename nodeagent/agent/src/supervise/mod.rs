@@ -8,8 +8,9 @@
 //! supervisor copies both to the user's files and to `DIR/output.log`, this node's private
 //! copy, which the agent scans for failure evidence: on a shared file system every node of
 //! a job appends to the same output file, and another node's lines must not be blamed on
-//! this one. It records the process group in `DIR/pgid` and, when all tasks have ended, the
-//! outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
+//! this one. It records the process group in `DIR/pgid`, each task that ends while others
+//! still run in `DIR/task-exits.json` (the hang watch reads it), and, when all tasks have
+//! ended, the outcome in `DIR/exit.json`, which the agent (current or restarted) reports.
 //!
 //! A `grun` task 0 reads the input its caller sends: the supervisor's own stdin, a pipe
 //! from the agent, becomes the task's stdin, or with `grun --pty` is copied into a
@@ -34,7 +35,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use streams::{OutputSink, copy_input, copy_output, follow_resizes};
@@ -139,8 +140,16 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let wiring = Wiring::of(plan, crate::identity::is_root());
     let outputs = Outputs::open(dir, plan, &wiring)?;
     let streams = Streams::open(&wiring)?;
-    let setup = child_setup(plan, &wiring, &streams)?;
+    // `sbatch --input`: opened as the owner, kept open until the tasks have it.
+    let input = match &plan.input {
+        gsched_launch::plan::TaskInput::File { path } => {
+            Some(files::open_read_as(path, wiring.owner, &plan.groups)?)
+        }
+        _ => None,
+    };
+    let setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
     let spawned = spawn_tasks(plan, &wiring, setup);
+    drop(input);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
     let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
@@ -166,13 +175,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         )),
         _ => None,
     };
-    let mut tasks = Vec::new();
-    for mut c in spawned.children {
-        let status = c
-            .wait()
-            .map_err(|e| format!("waiting for a task failed: {e}"))?;
-        tasks.push((status.code(), status.signal()));
-    }
+    let tasks = wait_tasks(dir, spawned.children)?;
     let output_error = copying.drain();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     // Wake the lease watcher from its wait, or the run's exit is reported up to one
@@ -192,6 +195,63 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         lease_expired,
         output_error,
     })
+}
+
+/// One task that ended while others of its run still ran (`DIR/task-exits.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskExit {
+    /// The task's index on this node (its place in the plan).
+    pub task: usize,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// The file of tasks that ended early, in the order they ended.
+pub const TASK_EXITS: &str = "task-exits.json";
+
+/// A task's exit code and signal, as `ExitRecord::tasks` holds them.
+type Status = (Option<i32>, Option<i32>);
+
+/// Waits for every task in the order they end, recording each that ends while others
+/// still run; returns each task's (code, signal) in plan order.
+fn wait_tasks(dir: &Path, children: Vec<std::process::Child>) -> Result<Vec<Status>, String> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
+    // Reaped below by pid, not through `Child` (dropping one neither waits nor kills).
+    drop(children);
+    let mut ended: Vec<Option<Status>> = vec![None; pids.len()];
+    let mut early = Vec::new();
+    let mut left = pids.len();
+    while left > 0 {
+        let (pid, status) = match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) => (pid, (Some(code), None)),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, (None, Some(sig as i32))),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(format!("waiting for a task failed: {e}")),
+        };
+        let Some(task) = pids.iter().position(|p| *p == pid.as_raw()) else {
+            continue;
+        };
+        if ended[task].is_none() {
+            ended[task] = Some(status);
+            left -= 1;
+            if left > 0 {
+                early.push(TaskExit {
+                    task,
+                    code: status.0,
+                    signal: status.1,
+                });
+                let _ = write_private(
+                    &dir.join(TASK_EXITS),
+                    &serde_json::to_vec(&early).unwrap_or_default(),
+                );
+            }
+        }
+    }
+    Ok(ended
+        .into_iter()
+        .map(|e| e.unwrap_or((None, None)))
+        .collect())
 }
 
 /// The user's output files (opened as the owner) and this node's private copies.
@@ -315,7 +375,12 @@ impl Streams {
     }
 }
 
-fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildSetup, String> {
+fn child_setup(
+    plan: &Plan,
+    wiring: &Wiring,
+    streams: &Streams,
+    input: Option<&std::fs::File>,
+) -> Result<ChildSetup, String> {
     let owner = wiring.owner;
     let stdout = streams.out.1.as_raw_fd();
     Ok(ChildSetup {
@@ -331,10 +396,11 @@ fn child_setup(plan: &Plan, wiring: &Wiring, streams: &Streams) -> Result<ChildS
         umask: wiring.umask.map(Mode::from_bits_truncate),
         stdout,
         stderr: streams.err.as_ref().map_or(stdout, |(_, w)| w.as_raw_fd()),
-        stdin: match (&streams.pty, wiring.stdin) {
-            (Some(p), _) => ChildStdin::Pty(p.slave.as_raw_fd()),
-            (None, Stdin::Caller) => ChildStdin::Inherit,
-            (None, _) => ChildStdin::Null,
+        stdin: match (&streams.pty, wiring.stdin, input) {
+            (Some(p), _, _) => ChildStdin::Pty(p.slave.as_raw_fd()),
+            (None, Stdin::Caller, _) => ChildStdin::Inherit,
+            (None, Stdin::File, Some(f)) => ChildStdin::File(f.as_raw_fd()),
+            (None, _, _) => ChildStdin::Null,
         },
         affinity: plan.affinity.as_deref().map(cpu_set),
     })

@@ -26,6 +26,8 @@ pub enum Stdin {
         rows: u16,
         cols: u16,
     },
+    /// The plan's input file (`sbatch --input`), opened as the job's owner.
+    File,
 }
 
 /// How the run's files and streams are set up, decided from the plan alone.
@@ -59,7 +61,8 @@ impl Wiring {
                     cols: size.cols,
                 },
                 TaskInput::Pipe => Stdin::Caller,
-                _ => Stdin::Null,
+                TaskInput::File { .. } => Stdin::File,
+                TaskInput::None => Stdin::Null,
             },
             separate_stderr: plan.stderr.is_some(),
             separate_capture: plan.split_capture,

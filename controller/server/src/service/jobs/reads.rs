@@ -163,11 +163,14 @@ impl JobsService {
     pub async fn nodes(&self, detail: bool) -> Result<NodeList, Status> {
         self.ctx.read_barrier().await?;
         let r = self.ctx.raft.replica.read();
+        let nodes = node_rows(&r.state, detail, gsched_proto::clock::now_ms());
+        let partitions = partition_rows(&r.state.config, &nodes);
         Ok(NodeList {
-            nodes: node_rows(&r.state, detail, gsched_proto::clock::now_ms()),
+            nodes,
             applied_index: r.applied,
             consistent: true,
             now_ms: now_ms(),
+            partitions,
         })
     }
 
@@ -343,4 +346,40 @@ impl JobFilter {
             .as_ref()
             .is_none_or(|p| *p == config.partition_of(&j.spec))
     }
+}
+
+/// The configuration's partitions with their nodes (every node where a partition names
+/// none; without partitions, the default one the scheduler uses, with every node).
+fn partition_rows(
+    config: &gsched_scheduler::SchedConfig,
+    nodes: &[gsched_types::api::NodeRow],
+) -> Vec<gsched_types::api::PartitionRow> {
+    let all = || nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+    let default = config.default_partition();
+    if config.partitions.is_empty() {
+        return vec![gsched_types::api::PartitionRow {
+            name: default,
+            default: true,
+            nodes: all(),
+            max_time_s: None,
+            max_nodes: None,
+        }];
+    }
+    config
+        .partitions
+        .iter()
+        .map(|p| gsched_types::api::PartitionRow {
+            name: p.name.clone(),
+            default: p.name == default,
+            nodes: match &p.nodes {
+                None => all(),
+                Some(list) => {
+                    let members = gsched_types::hostlist::expand(list).unwrap_or_default();
+                    all().into_iter().filter(|n| members.contains(n)).collect()
+                }
+            },
+            max_time_s: p.max_time_s,
+            max_nodes: p.max_nodes,
+        })
+        .collect()
 }

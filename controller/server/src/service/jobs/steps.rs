@@ -162,6 +162,7 @@ impl JobsService {
                 gpu_slots: given.get(i).cloned(),
                 cpus_per_task: body.cpus_per_task,
                 binding: body.binding.clone(),
+                srun_env: body.srun_env.clone(),
             };
             if !self
                 .ctx
