@@ -423,3 +423,458 @@ fn t30_greport_and_gctl_share_count_known_workloads() {
     );
     assert!(text.lines().any(|l| l.contains("|root|")), "{text}");
 }
+
+// Notifications: `--mail-type`/`--mail-user` through the configured mail program, called
+// as Slurm calls its MailProg; users' webhooks; failures shown; at most once across a
+// leader's death.
+
+/// A mail program that keeps each call (its arguments, one per line, `---`, then its
+/// stdin) as a file of its own in `dir/mail`, and then sleeps `dir/slow` seconds if that
+/// file exists, or fails with `dir/fail`'s text if that file exists.
+fn mail_program(dir: &std::path::Path) -> std::path::PathBuf {
+    let inbox = dir.join("mail");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let prog = dir.join("mail.sh");
+    let d = dir.display();
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\n\
+             if [ -f {d}/fail ]; then cat {d}/fail >&2; exit 1; fi\n\
+             tmp=$(mktemp {d}/mail/.call.XXXXXX)\n\
+             for a in \"$@\"; do printf '%s\\n' \"$a\"; done > \"$tmp\"\n\
+             echo --- >> \"$tmp\"\n\
+             cat >> \"$tmp\"\n\
+             mv \"$tmp\" \"$tmp.msg\"\n\
+             if [ -f {d}/slow ]; then sleep $(cat {d}/slow); fi\n\
+             exit 0\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    prog
+}
+
+/// One call of the mail program: its arguments and what it read.
+#[derive(Debug, Clone)]
+struct Mail {
+    args: Vec<String>,
+    body: String,
+}
+
+impl Mail {
+    fn subject(&self) -> &str {
+        self.args.get(1).map(String::as_str).unwrap_or("")
+    }
+    fn to(&self) -> &str {
+        self.args.get(2).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// Every call kept so far.
+fn mails(dir: &std::path::Path) -> Vec<Mail> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir.join("mail")) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "msg") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        let (head, body) = text.split_once("---\n").unwrap_or((&text, ""));
+        out.push(Mail {
+            args: head.lines().map(String::from).collect(),
+            body: body.to_string(),
+        });
+    }
+    out
+}
+
+/// The mails whose subject starts with `prefix`.
+fn mails_for(dir: &std::path::Path, prefix: &str) -> Vec<Mail> {
+    mails(dir)
+        .into_iter()
+        .filter(|m| m.subject().starts_with(prefix))
+        .collect()
+}
+
+fn notify_config(dir: &std::path::Path, extra: &str) -> String {
+    format!(
+        "[notify]\nmail_prog = \"{}\"\nretry_delay_s = 0.2\n{extra}",
+        mail_program(dir).display()
+    )
+}
+
+#[test]
+fn mail_type_sends_what_slurm_sends() {
+    let sink = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let (c, _, _conf) = lab(&notify_config(sink.path(), ""), &addr);
+    let work = c.script("work.sh", "#!/bin/sh\nsleep 4\n");
+    let broken = c.script("broken.sh", "#!/bin/sh\nexit 3\n");
+    let quiet = c.script("quiet.sh", "#!/bin/sh\ntrue\n");
+    let ok = c.submit(&[
+        "--mail-type=BEGIN,END",
+        "-J",
+        "train",
+        "-w",
+        "busy",
+        "--gpus-per-node",
+        "1",
+        &work,
+    ]);
+    let failed = c.submit(&[
+        "--mail-type=FAIL",
+        "--mail-user=bob@lab.org",
+        "-J",
+        "broken",
+        &broken,
+    ]);
+    // Half its time limit: the leader's check, not a state change, tells it.
+    let nap = c.script("nap.sh", "#!/bin/sh\nsleep 7\n");
+    let half = c.submit(&[
+        "--mail-type=TIME_LIMIT_50",
+        "--time=0:10",
+        "-J",
+        "half",
+        &nap,
+    ]);
+    // FAIL alone says nothing of a job that completes; no --mail-type, nothing at all.
+    let fine = c.submit(&["--mail-type=FAIL", "-J", "fine", &quiet]);
+    let silent = c.submit(&["-J", "silent", &quiet]);
+    c.wait_state(ok, &["COMPLETED"], Duration::from_secs(60));
+    c.wait_state(failed, &["FAILED"], Duration::from_secs(60));
+    c.wait_state(fine, &["COMPLETED"], Duration::from_secs(60));
+    c.wait_state(silent, &["COMPLETED"], Duration::from_secs(60));
+    c.wait_state(half, &["COMPLETED"], Duration::from_secs(60));
+    let user = c.job(ok).unwrap()["user"].as_str().unwrap().to_string();
+
+    let all = wait_for("four mails", Duration::from_secs(30), || {
+        let m = mails(sink.path());
+        (m.len() >= 4).then_some(m)
+    });
+    let began = mails_for(sink.path(), &format!("Slurm Job_id={ok} Name=train Began"));
+    assert_eq!(began.len(), 1, "{all:?}");
+    assert_eq!(
+        began[0].args[0], "-s",
+        "PROG -s SUBJECT RECIPIENT: {began:?}"
+    );
+    assert_eq!(began[0].to(), user, "the job's user by default: {began:?}");
+    assert!(
+        began[0].subject().starts_with(&format!(
+            "Slurm Job_id={ok} Name=train Began, Queued time 00:00:0"
+        )),
+        "{began:?}"
+    );
+    let ended = mails_for(sink.path(), &format!("Slurm Job_id={ok} Name=train Ended"));
+    assert_eq!(ended.len(), 1, "{all:?}");
+    let subject = ended[0].subject();
+    assert!(
+        subject.starts_with(&format!(
+            "Slurm Job_id={ok} Name=train Ended, Run time 00:00:0"
+        )) && subject.ends_with(", COMPLETED, ExitCode 0"),
+        "{subject}"
+    );
+    assert_eq!(ended[0].to(), user);
+    // The body: state, reason, elapsed time and the GPU efficiency summary and report.
+    let body = &ended[0].body;
+    assert!(body.contains("State: COMPLETED"), "{body}");
+    assert!(body.contains("Reason: None"), "{body}");
+    assert!(body.contains("Elapsed: 00:00:0"), "{body}");
+    assert!(
+        body.contains("GPU efficiency: 1 GPU(s), mean 95.0% (max 95%)"),
+        "{body}"
+    );
+    assert!(
+        body.contains("GPU utilisation (mean over the job"),
+        "{body}"
+    );
+
+    let fail = mails_for(sink.path(), &format!("Slurm Job_id={failed} Name=broken"));
+    assert_eq!(fail.len(), 1, "{all:?}");
+    assert_eq!(fail[0].to(), "bob@lab.org");
+    let subject = fail[0].subject();
+    assert!(
+        subject.starts_with(&format!(
+            "Slurm Job_id={failed} Name=broken Failed, Run time 00:00:0"
+        )) && subject.ends_with(", FAILED, ExitCode 3"),
+        "{subject}"
+    );
+    assert!(
+        fail[0].body.contains("Reason: NonZeroExitCode:3"),
+        "{}",
+        fail[0].body
+    );
+    let halfway = mails_for(sink.path(), &format!("Slurm Job_id={half} Name=half"));
+    assert_eq!(halfway.len(), 1, "{all:?}");
+    assert!(
+        halfway[0].subject().starts_with(&format!(
+            "Slurm Job_id={half} Name=half Reached 50% of time limit, Run time 00:00:0"
+        )),
+        "{halfway:?}"
+    );
+    assert_eq!(halfway[0].to(), user);
+    // Nothing else was sent, and the outcomes are on the jobs.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(mails(sink.path()).len(), 4, "{:?}", mails(sink.path()));
+    let shown = show_job(&c, ok);
+    assert!(
+        shown.contains(&format!("Notify=BEGIN mail:{user} sent"))
+            && shown.contains(&format!("Notify=END mail:{user} sent")),
+        "{shown}"
+    );
+    assert!(
+        show_job(&c, failed).contains("Notify=FAIL mail:bob@lab.org sent"),
+        "{}",
+        show_job(&c, failed)
+    );
+    assert!(!show_job(&c, fine).contains("Notify="));
+    let metrics = http::request(&addr, "GET", "/metrics", "", b"");
+    assert!(
+        metrics
+            .contains("gsched_notifications_delivered_total{channel=\"mail\",outcome=\"sent\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gsched_job_notifications{state=\"sent\"} 4"),
+        "{metrics}"
+    );
+}
+
+/// A local HTTP server that answers 200 and hands over each request's path and body.
+fn http_sink() -> (String, std::sync::mpsc::Receiver<(String, String)>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { continue };
+            s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8192];
+            let (path, body) = loop {
+                let Ok(n) = s.read(&mut buf) else {
+                    break (String::new(), String::new());
+                };
+                if n == 0 {
+                    break (String::new(), String::new());
+                }
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_string();
+                let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                    continue;
+                };
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                    break (path, body.to_string());
+                }
+            };
+            let _ =
+                s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            if tx.send((path, body)).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn t40_a_users_webhooks_get_json_and_a_failing_mail_program_is_shown() {
+    let sink = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = notify_config(sink.path(), "tries = 2\nwebhook_private = true\n");
+    let (c, _, _conf) = lab(&config, &addr);
+    let (hook, requests) = http_sink();
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    // Users' own settings live in the associations: an account, the user, and where
+    // their jobs' notifications go and which events they tell by default.
+    c.ok("gctl", &["account", "add", "lab"]);
+    c.ok("gctl", &["user", "add", &me, "--account", "lab"]);
+    let targets = format!("webhook:http://{hook}/gsched,slack:http://{hook}/slack");
+    c.ok(
+        "gctl",
+        &[
+            "user",
+            "modify",
+            &me,
+            "--notify",
+            &targets,
+            "--notify-on",
+            "END",
+        ],
+    );
+    let users = c.ok("gctl", &["user", "show"]);
+    assert!(users.contains(&format!("{targets} on END")), "{users}");
+    let bad = c.cli("gctl", &["user", "modify", &me, "--notify", "mail:-oX"]);
+    assert!(!bad.status.success(), "{bad:?}");
+
+    // A job without --mail-type tells END, by the user's settings, to both hooks and no
+    // mail (the settings name no mail target).
+    let quiet = c.script("quiet.sh", "#!/bin/sh\nexit 0\n");
+    let job = c.submit(&["-J", "hooked", "-w", "busy", "--gpus-per-node", "1", &quiet]);
+    c.wait_state(job, &["COMPLETED"], Duration::from_secs(60));
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            requests
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a webhook request"),
+        );
+    }
+    got.sort();
+    assert_eq!(got[0].0, "/gsched", "{got:?}");
+    let doc: serde_json::Value = serde_json::from_str(&got[0].1).unwrap();
+    assert_eq!(doc["job_id"], job, "{doc}");
+    assert_eq!(doc["name"], "hooked", "{doc}");
+    assert_eq!(doc["user"], me.as_str(), "{doc}");
+    assert_eq!(doc["event"], "END", "{doc}");
+    assert_eq!(doc["state"], "COMPLETED", "{doc}");
+    assert_eq!(doc["reason"], "None", "{doc}");
+    assert_eq!(doc["exit_code"], 0, "{doc}");
+    assert!(doc["elapsed_s"].is_u64(), "{doc}");
+    assert!(
+        doc["subject"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Slurm Job_id={job} Name=hooked Ended, Run time ")),
+        "{doc}"
+    );
+    assert!(
+        doc["efficiency_summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("GPU efficiency"),
+        "{doc}"
+    );
+    assert_eq!(got[1].0, "/slack", "{got:?}");
+    let slack: serde_json::Value = serde_json::from_str(&got[1].1).unwrap();
+    assert_eq!(
+        slack.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["text"],
+        "Slack's form: {slack}"
+    );
+    assert!(
+        slack["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Slurm Job_id={job} Name=hooked Ended")),
+        "{slack}"
+    );
+    assert!(mails(sink.path()).is_empty());
+    wait_for("the webhooks recorded", Duration::from_secs(10), || {
+        let s = show_job(&c, job);
+        (s.contains(&format!("Notify=END webhook:http://{hook}/gsched sent"))
+            && s.contains(&format!("Notify=END slack:http://{hook}/slack sent")))
+        .then_some(())
+    });
+
+    // A mail program that fails: tried again, then shown on the job and counted.
+    std::fs::write(sink.path().join("fail"), "mail: cannot send to nobody\n").unwrap();
+    let failing = c.submit(&[
+        "--mail-type=END",
+        "--mail-user=nobody",
+        "-J",
+        "unlucky",
+        &quiet,
+    ]);
+    c.wait_state(failing, &["COMPLETED"], Duration::from_secs(60));
+    let shown = wait_for("the failed delivery", Duration::from_secs(30), || {
+        let s = show_job(&c, failing);
+        s.contains("Notify=END mail:nobody failed").then_some(s)
+    });
+    assert!(
+        shown.contains("exited 1: mail: cannot send to nobody (try 2 of 2)"),
+        "{shown}"
+    );
+    // The user's webhooks still got it (--mail-user replaces only the mail targets).
+    let (path, _) = requests.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(path == "/gsched" || path == "/slack", "{path}");
+    let metrics = http::request(&addr, "GET", "/metrics", "", b"");
+    assert!(
+        metrics.contains(
+            "gsched_notifications_delivered_total{channel=\"mail\",outcome=\"failed\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "gsched_notifications_delivered_total{channel=\"webhook\",outcome=\"sent\"} 2"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gsched_job_notifications{state=\"failed\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn t41_a_leader_killed_while_it_sends_does_not_make_the_next_one_send_again() {
+    let sink = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(&conf, notify_config(sink.path(), "in_doubt_after_s = 3\n")).unwrap();
+    let mut c = Cluster::controllers(3, &["--config", &conf.to_string_lossy()]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let quick = c.script("quick.sh", "#!/bin/sh\ntrue\n");
+    // The mail program takes its time: the leader is killed while it runs, after the
+    // claim was committed.
+    std::fs::write(sink.path().join("slow"), "20").unwrap();
+    let job = c.submit(&["--mail-type=END", "-J", "first", &quick]);
+    c.wait_state(job, &["COMPLETED"], Duration::from_secs(60));
+    let prefix = format!("Slurm Job_id={job} Name=first Ended");
+    wait_for("the mail program started", Duration::from_secs(30), || {
+        (!mails_for(sink.path(), &prefix).is_empty()).then_some(())
+    });
+    let old = c.leader(Duration::from_secs(10));
+    c.kill_leader();
+    std::fs::remove_file(sink.path().join("slow")).unwrap();
+    let new = c.leader(Duration::from_secs(20));
+    assert_ne!(old, new);
+    // The new leader does not send it again: after the delivery window it puts the
+    // claim down as not known to be delivered.
+    let shown = wait_for(
+        "the claim put down as in doubt",
+        Duration::from_secs(30),
+        || {
+            let s = show_job(&c, job);
+            s.contains("not known to have been delivered").then_some(s)
+        },
+    );
+    assert!(
+        shown.contains(&format!("controller {old} claimed it")),
+        "{shown}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(mails_for(sink.path(), &prefix).len(), 1, "sent once");
+
+    // A job that ends under the new leader is told once, by it.
+    let next = c.submit(&["--mail-type=END", "-J", "second", &quick]);
+    c.wait_state(next, &["COMPLETED"], Duration::from_secs(60));
+    let prefix = format!("Slurm Job_id={next} Name=second Ended");
+    wait_for("the new leader's mail", Duration::from_secs(30), || {
+        (!mails_for(sink.path(), &prefix).is_empty()).then_some(())
+    });
+    wait_for("its outcome recorded", Duration::from_secs(20), || {
+        show_job(&c, next)
+            .contains("Notify=END mail:")
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(mails_for(sink.path(), &prefix).len(), 1);
+}

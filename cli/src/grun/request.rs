@@ -114,7 +114,11 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
     };
     if let Some(d) = given(&args.distribution, "SLURM_DISTRIBUTION") {
         // Slurm names a plane distribution without its size.
-        let d = if d.starts_with("plane") { "plane".into() } else { d };
+        let d = if d.starts_with("plane") {
+            "plane".into()
+        } else {
+            d
+        };
         env.insert("SLURM_DISTRIBUTION".into(), d);
     }
     let per_gpu = count(
@@ -157,7 +161,10 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
         env.insert("SLURM_LABELIO".into(), "1".into());
     }
     if caller.var("SLURM_UMASK").is_none() {
-        env.insert("SLURM_UMASK".into(), format!("{:04o}", caller.umask & 0o777));
+        env.insert(
+            "SLURM_UMASK".into(),
+            format!("{:04o}", caller.umask & 0o777),
+        );
     }
     Ok(env)
 }

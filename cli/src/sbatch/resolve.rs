@@ -324,18 +324,19 @@ fn stream_path(value: &str) -> String {
     }
 }
 
-/// `--mail-type` and `--mail-user`: a request only when a type other than NONE is given.
+/// `--mail-type` and `--mail-user`: a request when `--mail-type` is given; `NONE` is a
+/// request for nothing, which also keeps the user's own `--notify-on` events from
+/// applying. Without `--mail-type` the user's settings decide (as Slurm, `--mail-user`
+/// alone asks for nothing).
 fn mail(args: &SubArgs) -> Result<Option<gsched_types::notify::MailRequest>, ResolveError> {
     let Some(text) = &args.mail_type else {
         return Ok(None);
     };
     let types = gsched_types::notify::parse_mail_types(text)?;
-    Ok(
-        (!types.is_empty()).then(|| gsched_types::notify::MailRequest {
-            types,
-            user: args.mail_user.clone(),
-        }),
-    )
+    Ok(Some(gsched_types::notify::MailRequest {
+        types,
+        user: args.mail_user.clone(),
+    }))
 }
 
 /// Nodes, tasks and CPUs per task.

@@ -147,6 +147,7 @@ fn job(id: u64, jobs: u64, rng: &mut Rng) -> JobRow {
         usage: usage.into_iter().collect(),
         comment: None,
         wckey: None,
+        notices: Vec::new(),
     }
 }
 

@@ -7,6 +7,7 @@ use gsched_types::failure::Failure;
 use gsched_types::findings::Finding;
 use gsched_types::job::{Attempt, NodeRun};
 use gsched_types::job::{JobId, JobState};
+use gsched_types::notify::Notice;
 use gsched_types::resources::Allocation;
 use gsched_types::steps::StepRecord;
 use gsched_types::usage::{IdleNotice, NodeUsage};
@@ -40,6 +41,8 @@ struct Detail {
     comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     wckey: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notices: Vec<Notice>,
 }
 
 /// The LZ4 dictionary `detail` documents are compressed against: the keys and shapes a
@@ -95,6 +98,7 @@ pub fn upsert(
         usage: job.usage.clone(),
         comment: job.comment.clone(),
         wckey: job.wckey.clone(),
+        notices: job.notices.clone(),
     };
     let json = serde_json::to_vec(&detail).expect("rows always serialise");
     let blob = (json.len() > 2).then(|| compress(&json));
@@ -188,5 +192,6 @@ pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         usage: detail.usage,
         comment: detail.comment,
         wckey: detail.wckey,
+        notices: detail.notices,
     })
 }

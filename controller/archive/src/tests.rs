@@ -42,6 +42,7 @@ pub(crate) fn ended(id: u64, user: &str, t: u64, secs: u64, gpus: u32, node: &st
         usage: Vec::new(),
         comment: None,
         wckey: None,
+        notices: Vec::new(),
     }
 }
 

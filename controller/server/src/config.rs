@@ -43,6 +43,8 @@ pub struct ControllerConfig {
     pub liveness: Liveness,
     /// Kill graces and the dispatcher's timings.
     pub dispatch: DispatchConfig,
+    /// How notifications are delivered (`[notify]`: the mail program, webhooks).
+    pub notify: crate::notify::NotifyConfig,
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
@@ -75,6 +77,7 @@ impl ControllerConfig {
                 lost: Duration::from_secs(60),
             },
             dispatch: DispatchConfig::default(),
+            notify: crate::notify::NotifyConfig::default(),
             raft_tick: Duration::from_millis(50),
             election_ticks: 5,
             snapshot_every: 5_000,
@@ -119,6 +122,9 @@ pub struct ConfigFile {
     /// `[idle_gpu]`: warn about, or cancel, running jobs whose GPUs all stay idle.
     #[serde(default)]
     pub idle_gpu: Option<gsched_state::idle::IdlePolicy>,
+    /// `[notify]`: the mail program (Slurm's MailProg) and webhook delivery.
+    #[serde(default)]
+    pub notify: Option<crate::notify::NotifyConfig>,
 }
 
 /// Why the controller's configuration cannot be used.
@@ -143,6 +149,11 @@ pub enum ConfigError {
     IdlePolicy {
         path: String,
         source: gsched_state::idle::IdlePolicyError,
+    },
+    #[error("{path}: {source}")]
+    Notify {
+        path: String,
+        source: crate::notify::NotifyConfigError,
     },
     #[error("invalid peer '{0}': use ID=HOST:PORT")]
     Peer(String),
@@ -175,6 +186,12 @@ impl ConfigFile {
         }
         if let Some(p) = &file.idle_gpu {
             p.validate().map_err(|source| ConfigError::IdlePolicy {
+                path: shown(),
+                source,
+            })?;
+        }
+        if let Some(n) = &file.notify {
+            n.validate().map_err(|source| ConfigError::Notify {
                 path: shown(),
                 source,
             })?;
@@ -215,6 +232,9 @@ impl ConfigFile {
         }
         if let Some(p) = self.idle_gpu {
             cfg.dispatch.idle = Some(p);
+        }
+        if let Some(n) = self.notify {
+            cfg.notify = n;
         }
     }
 }
@@ -259,9 +279,23 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../deploy/config/gctld.example.toml");
         let file = super::ConfigFile::load(&path).unwrap();
+        let notify = file.notify.clone().expect("a [notify] section");
+        assert_eq!(
+            notify.mail_prog.as_deref(),
+            Some(std::path::Path::new("/usr/bin/mail"))
+        );
         let scheduler = file.scheduler.expect("a [scheduler] section");
         assert_eq!(scheduler.topology_wait_s, 43_200);
         assert_eq!(scheduler.topology_wait_share, None);
+    }
+
+    #[test]
+    fn a_relative_mail_program_is_refused_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gctld.toml");
+        std::fs::write(&path, "[notify]\nmail_prog = \"mail\"\n").unwrap();
+        let err = super::ConfigFile::load(&path).unwrap_err().to_string();
+        assert!(err.contains("absolute path"), "{err}");
     }
 
     #[test]

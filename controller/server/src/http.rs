@@ -593,6 +593,7 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         Gauge::<i64>::default(),
     );
     let submitted = Counter::<u64>::default();
+    let notices = Family::<StateLabel, Gauge>::default();
     {
         let r = ctx.raft.replica.read();
         let mut by_state: BTreeMap<&str, i64> = BTreeMap::new();
@@ -648,6 +649,26 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
                 })
                 .set(n);
         }
+        let mut by_notice: BTreeMap<&str, i64> = ["due", "sending", "sent", "failed"]
+            .iter()
+            .map(|s| (*s, 0))
+            .collect();
+        for n in r.state.jobs.values().flat_map(|j| &j.notices) {
+            let state = match n.state {
+                gsched_types::notify::NoticeState::Due => "due",
+                gsched_types::notify::NoticeState::Sending { .. } => "sending",
+                _ if n.failed() => "failed",
+                _ => "sent",
+            };
+            *by_notice.entry(state).or_default() += 1;
+        }
+        for (state, n) in by_notice {
+            notices
+                .get_or_create(&StateLabel {
+                    state: state.to_string(),
+                })
+                .set(n);
+        }
         gpus_total.set(total);
         gpus_bad.set(bad);
         gpus_allocated.set(allocated);
@@ -669,6 +690,11 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         submitted,
     );
     reg.register("nodes", "Registered nodes by state", nodes);
+    reg.register(
+        "job_notifications",
+        "Notifications of the jobs this controller holds, by state (failed: a target did not get it)",
+        notices,
+    );
     reg.register("gpus", "GPUs on registered nodes", gpus_total);
     reg.register(
         "gpus_unhealthy",
@@ -722,6 +748,16 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "scheduler_pass_panics",
         "Scheduling passes that panicked (a bug; each is logged and the pass skipped)",
         t.pass_panics.clone(),
+    );
+    reg.register(
+        "notifications_delivered",
+        "Notification deliveries this controller made as leader, by channel and outcome",
+        t.notifications.clone(),
+    );
+    reg.register(
+        "notifications_in_doubt",
+        "Notifications a leader gone had claimed, put down as not known to be delivered (never resent)",
+        t.notify_in_doubt.clone(),
     );
     reg.register("raft_role", "1 for this controller's Raft role", role);
     reg.register("raft_term", "Raft term", gauge(s.term));

@@ -1,5 +1,6 @@
 //! Work only the leader does: scheduling passes, sending launches and kills to agents,
-//! declaring silent nodes lost, and the time-limit backstop. Started when this controller
+//! declaring silent nodes lost, the time-limit backstop, and the notification outbox
+//! (`notify.rs`). Started when this controller
 //! becomes leader and stopped when it stops being one; everything is level-triggered from
 //! the committed state, so a new leader simply picks up where the old one left off. The
 //! decisions themselves are pure functions in `gsched_state::decide`; these loops read,
@@ -78,7 +79,8 @@ async fn lead(ctx: Arc<Ctx>, stop: watch::Receiver<bool>) {
     tokio::join!(
         scheduler_loop(ctx.clone(), stop.clone()),
         dispatcher_loop(ctx.clone(), stop.clone()),
-        liveness_loop(ctx.clone(), stop.clone(), since)
+        liveness_loop(ctx.clone(), stop.clone(), since),
+        crate::notify::outbox_loop(ctx.clone(), stop.clone())
     );
 }
 

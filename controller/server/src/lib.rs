@@ -20,6 +20,7 @@ pub mod http;
 pub mod hub;
 pub mod leader;
 pub mod membership;
+pub mod notify;
 pub mod openapi;
 pub mod service;
 pub mod storage;

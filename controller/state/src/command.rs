@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 /// set (`--time-min`), and the job spec's comment, wckey, time-min, deadline,
 /// kill-on-invalid-dep, no-kill, input and mail fields; `start_jobs` may give an
 /// exclusive job every GPU of its nodes. 11: adds the failure kind `hang` (in
-/// `step_failed`, `step_exited` and the job records they reach).
+/// `step_failed`, `step_exited` and the job records they reach); adds `notify_claim` and
+/// `notify_done`, `notices` in jobs, and `notify` in users and association edits.
 pub const FORMAT_VERSION: u16 = 11;
 
 /// One Raft log entry's payload.
@@ -354,6 +355,40 @@ pub struct EditAssociations {
     pub admin: bool,
 }
 
+/// One notice of a job: its attempt, its event, and whether it is about the whole array.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoticeRef {
+    pub job: JobId,
+    pub attempt: u32,
+    pub event: gsched_types::notify::MailType,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub array: bool,
+}
+
+/// The leader claims notices before it sends them: committed first, so that a notice
+/// is sent at most once (by the controller that claimed it, while it leads in `term`).
+/// A time-limit notice is created by its claim, once `apply` finds the share crossed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotifyClaim {
+    pub by: u64,
+    pub term: u64,
+    pub notices: Vec<NoticeRef>,
+}
+
+/// What became of one claimed notice: each target's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoticeResult {
+    pub notice: NoticeRef,
+    pub deliveries: Vec<gsched_types::notify::Delivery>,
+}
+
+/// The outcomes of claimed notices (delivered, failed, or in doubt once their leader
+/// went away).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotifyDone {
+    pub results: Vec<NoticeResult>,
+}
+
 /// Every state change gsched makes. Each variant carries its own payload type, so the
 /// handler of a command takes exactly what the command says. A variant renamed in Rust
 /// keeps the name the log has always had (`#[serde(rename)]`, and [`Command::name`]).
@@ -410,6 +445,8 @@ pub enum Command {
     DeleteReservation(DeleteReservation),
     EditAssociations(EditAssociations),
     EndPastDeadline(EndPastDeadline),
+    NotifyClaim(NotifyClaim),
+    NotifyDone(NotifyDone),
 }
 
 impl Command {
@@ -450,6 +487,8 @@ impl Command {
             Command::DeleteReservation(_) => "delete_reservation",
             Command::EditAssociations(_) => "edit_associations",
             Command::EndPastDeadline(_) => "end_past_deadline",
+            Command::NotifyClaim(_) => "notify_claim",
+            Command::NotifyDone(_) => "notify_done",
         }
     }
 }

@@ -1,15 +1,16 @@
 //! The leader's decisions as pure functions of the committed state and of what the
 //! leader knows about the connected agents: which launches and kills to send
 //! ([`dispatch`]), which commands a scheduling plan becomes ([`commands_for`]), what the
-//! silence of agents means ([`liveness`]) and which jobs ran past their time limit
-//! ([`overdue_jobs`]). The leader's loops only read the state, call these, propose and
+//! silence of agents means ([`liveness`]), which jobs ran past their time limit
+//! ([`overdue_jobs`]) and what the notification outbox claims and sends
+//! ([`notify_round`], [`outgoing`]). The leader's loops only read the state, call these, propose and
 //! send. Time comes in as arguments, never from a clock.
 
-use crate::command::TimeoutJob;
 use crate::command::{
     CancelUnsatisfiable, Command, EndPastDeadline, NodeLost, NodeResponding, Preempt,
     SetPendingReasons, StartJob, StartJobs,
 };
+use crate::command::{NoticeRef, NoticeResult, TimeoutJob};
 use crate::machine::ClusterState;
 use gsched_scheduler::Plan;
 use gsched_types::agent::{ControllerToAgent, KillRun, LaunchSpec, RunRef};
@@ -418,6 +419,119 @@ pub fn liveness(
         }
     }
     out
+}
+
+/// One round of the leader's notification outbox, decided from the committed state.
+#[derive(Debug, Default, PartialEq)]
+pub struct NotifyRound {
+    /// Notices to claim (due ones, and shares of time limits crossed by now): the claim
+    /// is committed before anything is sent.
+    pub claim: Vec<NoticeRef>,
+    /// Notices this controller claimed while leading in this term: its outbox delivers
+    /// each once.
+    pub claimed: Vec<NoticeRef>,
+    /// Claims of another leader, or of an earlier term, unresolved for longer than the
+    /// delivery could take: recorded as not known to be delivered, never sent again.
+    pub in_doubt: Vec<NoticeResult>,
+}
+
+fn notice_ref(job: &JobRecord, n: &gsched_types::notify::Notice) -> NoticeRef {
+    NoticeRef {
+        job: job.id,
+        attempt: n.attempt,
+        event: n.event,
+        array: n.array,
+    }
+}
+
+/// What the outbox of controller `me`, leading in `term`, does at `now_ms`; a claim
+/// older than `in_doubt_after_ms` that is not its own is put down as in doubt.
+pub fn notify_round(
+    state: &ClusterState,
+    me: u64,
+    term: u64,
+    now_ms: u64,
+    in_doubt_after_ms: u64,
+) -> NotifyRound {
+    use gsched_types::notify::{Delivery, NoticeState};
+    let mut out = NotifyRound::default();
+    for job in state.notifying_jobs() {
+        for n in &job.notices {
+            match n.state {
+                NoticeState::Due => out.claim.push(notice_ref(job, n)),
+                NoticeState::Sending { by, term: t, .. } if by == me && t == term => {
+                    out.claimed.push(notice_ref(job, n));
+                }
+                NoticeState::Sending {
+                    by,
+                    term: t,
+                    since_ms,
+                } if now_ms.saturating_sub(since_ms) >= in_doubt_after_ms => {
+                    let error = format!(
+                        "not known to have been delivered: controller {by} claimed it while leading in term {t} and stopped leading before it recorded the outcome; not sent again (at most once)"
+                    );
+                    let targets = crate::notify::targets(job, state.user_notify(&job.spec.user));
+                    out.in_doubt.push(NoticeResult {
+                        notice: notice_ref(job, n),
+                        deliveries: targets
+                            .into_iter()
+                            .map(|to| Delivery {
+                                to,
+                                error: Some(error.clone()),
+                            })
+                            .collect(),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    for job in state
+        .allocated_jobs()
+        .filter(|j| j.state == JobState::Running)
+    {
+        let wants = crate::notify::wanted(job, state.user_notify(&job.spec.user));
+        if !wants.iter().any(|t| t.time_limit_pct().is_some()) {
+            continue;
+        }
+        let limit = state.config.time_limit_for(&job.spec);
+        for d in crate::notify::time_limit_due(job, limit, wants, now_ms) {
+            out.claim.push(NoticeRef {
+                job: job.id,
+                attempt: d.attempt,
+                event: d.event,
+                array: d.array,
+            });
+        }
+    }
+    out
+}
+
+/// A claimed notice ready to go: where to, and what it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub notice: NoticeRef,
+    pub targets: Vec<gsched_types::notify::NotifyTarget>,
+    pub message: gsched_types::notify::NotifyMessage,
+}
+
+/// The targets and message of notice `r` as the committed state has it now.
+pub fn outgoing(state: &ClusterState, r: &NoticeRef) -> Option<Outgoing> {
+    let job = state.jobs.get(&r.job)?;
+    let notice = job
+        .notices
+        .iter()
+        .find(|n| n.is(r.attempt, r.event, r.array))?;
+    let tasks = if notice.array {
+        state.array_tasks(job)
+    } else {
+        Vec::new()
+    };
+    Some(Outgoing {
+        notice: r.clone(),
+        targets: crate::notify::targets(job, state.user_notify(&job.spec.user)),
+        message: crate::notify::message(job, notice, &tasks),
+    })
 }
 
 /// Pending jobs whose shortest run (`--time-min`, else their time limit) from `now_ms`

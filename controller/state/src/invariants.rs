@@ -31,6 +31,8 @@ pub enum Violation {
     AllocatedIndex { indexed: usize, held: usize },
     #[error("the schedulable index lists {indexed} jobs, {pending} are pending and not held")]
     SchedulableIndex { indexed: usize, pending: usize },
+    #[error("the notification index lists {indexed} jobs, {open} have notices under way")]
+    NotifyingIndex { indexed: usize, open: usize },
     #[error("usage on {node} counts {counted} GPUs, jobs hold {held}")]
     UsageCount {
         node: String,
@@ -112,6 +114,21 @@ pub fn check(state: &ClusterState) -> Result<(), Violation> {
         return Err(Violation::SchedulableIndex {
             indexed: state.schedulable_count(),
             pending,
+        });
+    }
+    let open = state
+        .jobs
+        .values()
+        .filter(|j| j.notices.iter().any(|n| !n.is_done()))
+        .count();
+    if state.notifying_count() != open
+        || state
+            .notifying_jobs()
+            .any(|j| j.notices.iter().all(|n| n.is_done()))
+    {
+        return Err(Violation::NotifyingIndex {
+            indexed: state.notifying_count(),
+            open,
         });
     }
     if state.ports_held() != ports.len() {

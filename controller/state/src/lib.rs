@@ -10,6 +10,7 @@ pub mod decide;
 pub mod idle;
 pub mod invariants;
 pub mod machine;
+pub mod notify;
 pub mod rows;
 pub mod validate;
 pub mod view;

@@ -84,6 +84,10 @@ pub enum SpecError {
     ArrayLimitZero,
     #[error("--max-restarts is over 1000")]
     MaxRestarts,
+    #[error(
+        "--mail-user={0}: give an address or a user name, without spaces, not starting with '-'"
+    )]
+    MailUser(String),
     #[error("{0} jobs named; at most {MAX_NAMED_JOBS} in one request")]
     TooManyJobsNamed(usize),
 }
@@ -129,6 +133,12 @@ pub fn new_job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecErr
     job_spec(spec, limits)?;
     if let Some(c) = &spec.constraint {
         gsched_types::constraint::Constraint::parse(c)?;
+    }
+    // The recipient is the mail program's argument: it must not read as an option.
+    if let Some(to) = spec.mail.as_ref().and_then(|m| m.user.as_ref())
+        && !gsched_types::notify::valid_recipient(to)
+    {
+        return Err(SpecError::MailUser(to.clone()));
     }
     Ok(())
 }
@@ -342,6 +352,19 @@ mod tests {
             change(&mut s);
             let err = job_spec(&s, &limits).unwrap_err();
             assert!(err.to_string().contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_mail_user_that_reads_as_an_option_is_refused_at_submission() {
+        let limits = SubmitLimits::default();
+        let mut s = JobSpec::simple("j", "alice", "#!/bin/sh\ntrue\n");
+        for (to, ok) in [("alice@lab.org", true), ("-oX", false), ("a b", false)] {
+            s.mail = Some(gsched_types::notify::MailRequest {
+                types: vec![gsched_types::notify::MailType::End],
+                user: Some(to.into()),
+            });
+            assert_eq!(new_job_spec(&s, &limits).is_ok(), ok, "{to}");
         }
     }
 }

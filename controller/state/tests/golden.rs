@@ -103,6 +103,8 @@ variants! {
     Command::DeleteReservation(_) => "delete_reservation",
     Command::EditAssociations(_) => "edit_associations",
     Command::EndPastDeadline(_) => "end_past_deadline",
+    Command::NotifyClaim(_) => "notify_claim",
+    Command::NotifyDone(_) => "notify_done",
 }
 
 #[test]

@@ -297,6 +297,10 @@ pub struct JobRow {
     /// `--wckey` as submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wckey: Option<String>,
+    /// Its notifications and their delivery (detailed rows, for its owner only: they
+    /// name recipients).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<crate::notify::Notice>,
 }
 
 /// Values of a job that depend on the cluster's configuration.
@@ -365,6 +369,7 @@ impl JobRow {
             usage: Vec::new(),
             comment: job.spec.comment.clone(),
             wckey: job.spec.wckey.clone(),
+            notices: Vec::new(),
         }
     }
 
@@ -381,13 +386,16 @@ impl JobRow {
             spec.script.clear();
             spec.env.clear();
             row.spec = Some(spec);
+            row.notices = job.notices.clone();
         }
         row
     }
 
     /// Drops the failure evidence (log lines, which may show the job's data) from the row
-    /// and its node runs and attempts, keeping the kinds and nodes.
+    /// and its node runs and attempts, keeping the kinds and nodes, and its
+    /// notifications (they name recipients and webhooks).
     pub fn redact_evidence(&mut self) {
+        self.notices.clear();
         let failures = self
             .failure
             .iter_mut()

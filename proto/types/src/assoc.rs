@@ -75,6 +75,10 @@ pub struct UserConfig {
     /// Jobs queued or running (`MaxSubmitJobs`), over the account's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_submit_jobs: Option<u32>,
+    /// Where their jobs' notifications go and, for jobs without `--mail-type`, which
+    /// events they notify (`gctl user modify NAME --notify ... --notify-on ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<crate::notify::UserNotify>,
 }
 
 /// What an edit is about.
@@ -171,6 +175,12 @@ pub struct AssocFields {
     /// `Coordinator` (account).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordinators: Option<Vec<String>>,
+    /// Where the user's jobs' notifications go (user; empty: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Vec<crate::notify::NotifyTarget>>,
+    /// The events their jobs without `--mail-type` notify (user; empty: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify_on: Option<Vec<crate::notify::MailType>>,
 }
 
 impl AssocFields {
@@ -205,6 +215,8 @@ impl AssocFields {
                 self.coordinators.is_some(),
                 [true, false, false],
             ),
+            ("Notify", self.notify.is_some(), [false, true, false]),
+            ("NotifyOn", self.notify_on.is_some(), [false, true, false]),
         ];
         let column = entity as usize;
         set.iter()
@@ -238,6 +250,27 @@ pub enum AssocEdit {
 }
 
 impl AssocEdit {
+    /// The user whose own notification settings this edit changes, and nothing else: a
+    /// user may make such an edit of their own record.
+    pub fn own_notify_settings(&self) -> Option<&str> {
+        match self {
+            AssocEdit::Modify {
+                entity: AssocEntity::User,
+                name,
+                fields,
+            } => {
+                let only_notify = AssocFields {
+                    notify: None,
+                    notify_on: None,
+                    ..fields.clone()
+                } == AssocFields::default();
+                (only_notify && (fields.notify.is_some() || fields.notify_on.is_some()))
+                    .then_some(name.as_str())
+            }
+            _ => None,
+        }
+    }
+
     pub fn entity(&self) -> AssocEntity {
         match self {
             AssocEdit::Add { entity, .. }
@@ -388,6 +421,7 @@ impl Associations<'_> {
                             accounts: wanted,
                             max_jobs: None,
                             max_submit_jobs: None,
+                            notify: None,
                         };
                         set_user_limits(&mut u, f)?;
                         self.users.push(u);
@@ -657,8 +691,33 @@ fn set_user_limits(u: &mut UserConfig, f: &AssocFields) -> Result<(), AssocError
     if let Some(l) = f.max_submit_jobs {
         u.max_submit_jobs = l.to_u32()?;
     }
+    if f.notify.is_some() || f.notify_on.is_some() {
+        let mut n = u.notify.take().unwrap_or_default();
+        if let Some(to) = &f.notify {
+            if to.len() > MAX_NOTIFY_TARGETS {
+                return Err(AssocError::Invalid(format!(
+                    "--notify names {} targets; at most {MAX_NOTIFY_TARGETS}",
+                    to.len()
+                )));
+            }
+            for t in to {
+                t.check().map_err(|e| AssocError::Invalid(e.to_string()))?;
+            }
+            n.to = to.clone();
+        }
+        if let Some(on) = &f.notify_on {
+            let mut on = on.clone();
+            on.sort();
+            on.dedup();
+            n.on = on;
+        }
+        u.notify = (!n.is_empty()).then_some(n);
+    }
     Ok(())
 }
+
+/// How many targets a user's notification settings may name.
+pub const MAX_NOTIFY_TARGETS: usize = 8;
 
 fn check_name(name: &str) -> Result<(), AssocError> {
     if crate::parse::is_plain_name(name) {

@@ -155,9 +155,9 @@ pub fn parse_distribution(text: &str) -> Result<(NodeDist, CpuDist), BindingErro
     }
 }
 
-fn list<T: std::str::FromStr>(text: &str, hex: bool) -> Option<Vec<T>>
+fn list<T>(text: &str, hex: bool) -> Option<Vec<T>>
 where
-    T: TryFrom<u64>,
+    T: std::str::FromStr + TryFrom<u64>,
 {
     text.split(',')
         .map(|v| {

@@ -761,6 +761,10 @@ pub struct JobRecord {
     /// evaluation, in practice its submission).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_wait_since_ms: Option<u64>,
+    /// The notifications its changes called for (`--mail-type`, the user's `--notify`
+    /// settings) and how far each got, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<crate::notify::Notice>,
 }
 
 /// How many warnings a job keeps.
@@ -802,6 +806,7 @@ impl JobRecord {
             usage: Vec::new(),
             idle: None,
             placement_wait_since_ms: None,
+            notices: Vec::new(),
         }
     }
 

@@ -69,6 +69,16 @@ pub struct Fields {
     /// Account: users who may add and remove its users (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub coordinators: Option<Vec<String>>,
+    /// User: where their jobs' notifications go: mail:ADDRESS, slack:URL (Slack,
+    /// Mattermost, Discord's /slack, Matrix bridges), webhook:URL (the whole message as
+    /// JSON), comma-separated; none clears. A job's --mail-user replaces the mail ones.
+    /// Users may set their own.
+    #[arg(long)]
+    pub notify: Option<String>,
+    /// User: the events their jobs without --mail-type notify (--mail-type's words:
+    /// BEGIN, END, FAIL, REQUEUE, TIME_LIMIT_50/80/90, TIME_LIMIT, ALL...; NONE clears).
+    #[arg(long = "notify-on")]
+    pub notify_on: Option<String>,
 }
 
 impl Fields {
@@ -88,6 +98,18 @@ impl Fields {
                 None => Some(Limit::Clear),
             },
         };
+        let notify = self
+            .notify
+            .as_deref()
+            .map(|t| gsched_types::notify::parse_targets(t).map_err(|e| format!("--notify: {e}")))
+            .transpose()?;
+        let notify_on = self
+            .notify_on
+            .as_deref()
+            .map(|t| {
+                gsched_types::notify::parse_mail_types(t).map_err(|e| format!("--notify-on: {e}"))
+            })
+            .transpose()?;
         Ok(AssocFields {
             parent: self.parent.clone(),
             fairshare: self.fairshare,
@@ -101,6 +123,8 @@ impl Fields {
             accounts: self.account.clone(),
             default_account: self.default_account.clone(),
             coordinators: self.coordinators.clone(),
+            notify,
+            notify_on,
         })
     }
 }
@@ -179,7 +203,14 @@ fn print_table(entity: AssocEntity, reply: &AssocReply) {
             reply.accounts.iter().map(account_row).collect(),
         ),
         AssocEntity::User => (
-            vec!["User", "Def Acct", "Accounts", "MaxJobs", "MaxSubmit"],
+            vec![
+                "User",
+                "Def Acct",
+                "Accounts",
+                "MaxJobs",
+                "MaxSubmit",
+                "Notify",
+            ],
             reply.users.iter().map(user_row).collect(),
         ),
         AssocEntity::Qos => (
@@ -239,7 +270,22 @@ fn user_row(u: &UserConfig) -> Vec<String> {
         u.accounts.join(","),
         opt(u.max_jobs),
         opt(u.max_submit_jobs),
+        notify(u.notify.as_ref()),
     ]
+}
+
+/// A user's notification settings in one cell: `mail:a@b,webhook:URL on END,FAIL`.
+fn notify(n: Option<&gsched_types::notify::UserNotify>) -> String {
+    let Some(n) = n else {
+        return String::new();
+    };
+    let to: Vec<String> = n.to.iter().map(|t| t.to_string()).collect();
+    let on: Vec<&str> = n.on.iter().map(|t| t.name()).collect();
+    match (to.is_empty(), on.is_empty()) {
+        (_, true) => to.join(","),
+        (true, false) => format!("on {}", on.join(",")),
+        (false, false) => format!("{} on {}", to.join(","), on.join(",")),
+    }
 }
 
 fn qos_row(q: &QosConfig) -> Vec<String> {

@@ -337,6 +337,11 @@ fn job_record(j: &JobRow) -> String {
             put!("      Evidence={}", w.evidence);
         }
     }
+    for n in &j.notices {
+        for line in n.describe() {
+            outln!("   Notify={line}");
+        }
+    }
     for a in &j.attempts {
         put!(
             "   Attempt[{}]: {} on {} {}",

@@ -400,9 +400,11 @@ impl ClusterState {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
+        let before = crate::notify::Before::of(job);
         job.state = JobState::Cancelled;
         job.end_ms = Some(at);
         job.failure = Some(failure);
+        self.note(id, before, at);
         self.retire(id);
     }
 

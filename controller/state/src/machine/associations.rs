@@ -19,10 +19,11 @@ pub(super) struct Kept {
 
 impl ClusterState {
     pub(super) fn edit_associations(&mut self, c: &EditAssociations) -> Outcome {
-        if !c.admin && !coordinates(&self.config, &c.by, &c.edit) {
+        let own = c.edit.own_notify_settings() == Some(c.by.as_str());
+        if !c.admin && !own && !coordinates(&self.config, &c.by, &c.edit) {
             return Outcome::PermissionDenied {
                 message: format!(
-                    "{} may not change accounts, users or QOS: admins only (an account's coordinators may add and remove its users)",
+                    "{} may not change accounts, users or QOS: admins only (an account's coordinators may add and remove its users; users may set their own --notify and --notify-on)",
                     c.by
                 ),
             };

@@ -7,6 +7,7 @@ use crate::command::{
     CancelUnsatisfiable, EndPastDeadline, Outcome, Preempt, SetPendingReasons, StartJob, SubmitJob,
     TimeoutJob,
 };
+use crate::notify::Before;
 use gsched_scheduler::DepView;
 use gsched_scheduler::decay::decay;
 use gsched_scheduler::deps::{self, DepStatus};
@@ -202,10 +203,12 @@ impl ClusterState {
             let Some(why) = self.unsatisfiable(job) else {
                 continue;
             };
+            let before = Before::of(job);
             let job = self.jobs.get_mut(id).expect("present");
             job.state = JobState::Cancelled;
             job.end_ms = Some(at);
             job.failure = Some(Failure::new(FailureKind::DependencyNeverSatisfied, why, at));
+            self.note(*id, before, at);
             self.retire(*id);
         }
         Outcome::Ok
@@ -236,15 +239,19 @@ impl ClusterState {
                 shortest
             );
             let job = self.jobs.get_mut(id).expect("present");
+            let before = Before::of(job);
             job.state = JobState::Deadline;
             job.end_ms = Some(at);
             job.failure = Some(Failure::new(FailureKind::Deadline, why, at));
+            self.note(*id, before, at);
             self.retire(*id);
         }
         Outcome::Ok
     }
 
     pub(super) fn set_pending_reasons(&mut self, c: &SetPendingReasons, at: u64) -> Outcome {
+        // A dependency found never to be met is told (INVALID_DEPEND).
+        let mut noted = Vec::new();
         for (id, reason) in &c.reasons {
             if let Some(j) = self.jobs.get_mut(id)
                 && j.state == JobState::Pending
@@ -252,8 +259,14 @@ impl ClusterState {
                 if *reason == PendingReason::TopologyWait {
                     j.placement_wait_since_ms.get_or_insert(at);
                 }
+                if *reason == PendingReason::DependencyNeverSatisfied && j.reason != *reason {
+                    noted.push((*id, Before::of(j)));
+                }
                 j.reason = reason.clone();
             }
+        }
+        for (id, before) in noted {
+            self.note(id, before, at);
         }
         Outcome::Ok
     }
@@ -265,6 +278,7 @@ impl ClusterState {
             match self.check_start(s) {
                 Ok(()) => {
                     let job: &mut JobRecord = self.jobs.get_mut(&s.job).expect("checked");
+                    let before = Before::of(job);
                     job.state = JobState::Running;
                     job.reason = PendingReason::None;
                     job.start_ms = Some(at);
@@ -306,6 +320,7 @@ impl ClusterState {
                             .insert((first.node.clone(), s.allocation.master_port));
                     }
                     started.push(s.job);
+                    self.note(s.job, before, at);
                 }
                 Err(why) => stale.push((s.job, why.to_string())),
             }
@@ -402,6 +417,7 @@ impl ClusterState {
             return;
         }
         let max_restarts = self.config.max_restarts;
+        let before = Before::of(job);
         let job: &mut JobRecord = self.jobs.get_mut(&id).expect("present");
         let final_state = job.ending_as.unwrap_or(if job.failure.is_some() {
             JobState::Failed
@@ -487,6 +503,7 @@ impl ClusterState {
             f64::from(gpus) * at.saturating_sub(start) as f64 / 1000.0,
             at,
         );
+        self.note(id, before, at);
         if !requeue {
             self.retire(id);
         }

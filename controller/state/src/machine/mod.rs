@@ -17,6 +17,7 @@ mod dedup;
 mod jobs;
 mod legacy;
 mod nodes;
+mod notices;
 pub mod payload;
 mod reservations;
 mod runs;
@@ -25,6 +26,7 @@ mod steps;
 
 pub use actions::{Decision, Verdict};
 pub use dedup::DEDUP_CAPACITY;
+pub use notices::MAX_NOTICES;
 pub use shared::Shared;
 
 use crate::command::{Command, Envelope, Outcome};
@@ -134,6 +136,9 @@ pub struct ClusterState {
     /// a pass walks these instead of every job (held and ended ones cost it nothing).
     #[serde(skip)]
     schedulable: std::collections::BTreeSet<JobId>,
+    /// Jobs with a notification due or being sent: the leader's outbox walks these.
+    #[serde(skip)]
+    notifying: std::collections::BTreeSet<JobId>,
     /// Jobs not ended, in all and per user (for the queue limits).
     #[serde(skip)]
     queued: Queued,
@@ -211,6 +216,7 @@ impl Default for ClusterState {
             ports_in_use: Default::default(),
             allocated: Default::default(),
             schedulable: Default::default(),
+            notifying: Default::default(),
             queued: Queued::default(),
             evicted: Evicted::default(),
         }
@@ -249,6 +255,7 @@ impl ClusterState {
                 break;
             };
             if let Some(job) = self.jobs.remove(&old) {
+                self.notifying.remove(&old);
                 if self.evicted.jobs.len() == EVICTED_KEPT {
                     self.evicted.jobs.pop_front();
                     self.evicted.dropped += 1;
@@ -270,6 +277,7 @@ impl ClusterState {
         self.ports_in_use.clear();
         self.allocated.clear();
         self.schedulable.clear();
+        self.notifying.clear();
         self.queued = Queued::default();
         // Snapshots from before payloads kept scripts in the records: move them out.
         for job in self.jobs.values_mut() {
@@ -300,6 +308,9 @@ impl ClusterState {
         for job in self.jobs.values() {
             if schedulable(job) {
                 self.schedulable.insert(job.id);
+            }
+            if job.notices.iter().any(|n| !n.is_done()) {
+                self.notifying.insert(job.id);
             }
             if matches!(job.state, JobState::Running | JobState::Completing)
                 && let Some(a) = &job.allocation
@@ -494,6 +505,8 @@ impl ClusterState {
             Command::HoldJob(c) => self.legacy_hold(c),
             Command::Preempt(c) => self.preempt(c, at),
             Command::EditAssociations(c) => self.edit_associations(c),
+            Command::NotifyClaim(c) => self.notify_claim(c, at),
+            Command::NotifyDone(c) => self.notify_done(c, at),
             Command::SetConfig(c) => {
                 let kept = self.associations_edited.then(|| self.take_associations());
                 self.config = (*c.config).clone();

@@ -24,7 +24,16 @@ impl JobsService {
                 let mut reply = AssocReply::default();
                 match entity {
                     AssocEntity::Account => reply.accounts = c.accounts.clone(),
-                    AssocEntity::User => reply.users = c.users.clone(),
+                    AssocEntity::User => {
+                        reply.users = c.users.clone();
+                        // A webhook's URL is its password: only its user and admins
+                        // see a user's notification settings.
+                        if !caller.is_admin() {
+                            for u in reply.users.iter_mut().filter(|u| u.name != caller.user) {
+                                u.notify = None;
+                            }
+                        }
+                    }
                     AssocEntity::Qos => reply.qos = c.qos.clone(),
                 }
                 Ok(reply)
