@@ -5,6 +5,7 @@
 
 mod associations;
 mod bulk;
+mod clients;
 mod dashboard;
 mod diagnose;
 mod doctor;
