@@ -1833,3 +1833,207 @@ fn t89_agents_splitting_one_machine_keep_their_steps_cgroups_apart() {
     assert!(!fake.path().join(format!("gsched/job_{job}_0")).exists());
     ok_as(&c, &alice, "gcancel", &[&job.to_string()]);
 }
+
+#[test]
+fn t100_a_process_that_leaves_its_session_does_not_outlive_its_job() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let dir = c.user_dir(&alice);
+    // A child in a session of its own, and a double-forked grandchild that ignores TERM;
+    // the job itself ends at once (COMPLETED) or is cancelled while it sleeps.
+    let strays = |tag: &str, then: &str| {
+        format!(
+            "setsid bash -c 'echo $$ > {d}/{tag}-setsid.pid; exec sleep 300' & \
+             ( trap '' TERM; bash -c 'echo $$ > {d}/{tag}-double.pid; exec sleep 301' & ) ; \
+             sleep 1; {then}",
+            d = dir.display()
+        )
+    };
+    let ended = submit_as(
+        &c,
+        &alice,
+        &["--gpus", "1", "--wrap", &strays("ended", "true")],
+    );
+    let done = c.wait_state(ended, &["COMPLETED", "FAILED"], Duration::from_secs(60));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let cancelled = submit_as(
+        &c,
+        &alice,
+        &["--gpus", "1", "--wrap", &strays("cancelled", "sleep 300")],
+    );
+    c.wait_state(cancelled, &["RUNNING"], Duration::from_secs(60));
+    wait_for("the strays to start", Duration::from_secs(20), || {
+        dir.join("cancelled-double.pid").exists().then_some(())
+    });
+    ok_as(&c, &alice, "gcancel", &[&cancelled.to_string()]);
+    c.wait_state(cancelled, &["CANCELLED"], Duration::from_secs(60));
+    for tag in [
+        "ended-setsid",
+        "ended-double",
+        "cancelled-setsid",
+        "cancelled-double",
+    ] {
+        let pid: i32 = std::fs::read_to_string(dir.join(format!("{tag}.pid")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        wait_for(
+            &format!("the job's stray process {pid} ({tag}) to be killed"),
+            Duration::from_secs(10),
+            || (!gsched_tests::pid_alive(pid)).then_some(()),
+        );
+        assert!(
+            c.logs().contains(&format!("killed process {pid} (sleep)")),
+            "the agent says what it killed ({tag})"
+        );
+    }
+}
+
+/// A process of `user` that tries to listen on `addr`: `Some(child)` holding it once it
+/// listens, `None` when the address is in use (or this host lacks it).
+fn listen_as(user: &TestUser, addr: &str) -> Option<std::process::Child> {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let family = if host.contains(':') {
+        "AF_INET6"
+    } else {
+        "AF_INET"
+    };
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import socket,sys,time\n\
+                 s=socket.socket(socket.{family})\n\
+                 try:\n    s.bind(('{host}',{port})); s.listen()\n\
+                 except OSError as e:\n    print('refused', e, flush=True); sys.exit(1)\n\
+                 print('held', flush=True); time.sleep(300)\n"
+            ),
+        ])
+        .uid(user.uid)
+        .gid(user.gid)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    if line.starts_with("held") {
+        Some(child)
+    } else {
+        let _ = child.wait();
+        None
+    }
+}
+
+/// Does this host have an IPv6 loopback address?
+fn has_ipv6_loopback() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
+
+#[test]
+fn t101_a_user_holding_the_http_port_neither_stops_gctld_nor_gets_its_callers() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let port = gsched_tests::free_port();
+    let v4 = format!("127.0.0.1:{port}");
+    // bob takes the port before gctld starts (as during a restart).
+    let mut squat = listen_as(&bob, &v4).expect("bob binds the free port");
+    let mut c = Cluster::controllers(1, &["--http", &v4]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    // gctld runs and schedules: a job completes through gRPC.
+    let job = c.submit(&["--wrap", "true"]);
+    c.wait_state(job, &["COMPLETED"], Duration::from_secs(60));
+    wait_for(
+        "gctld to say who holds its port",
+        Duration::from_secs(20),
+        || {
+            c.logs()
+                .contains(&format!("held by {} (uid {})", bob.name, bob.uid))
+                .then_some(())
+        },
+    );
+    // Freed, the address is gctld's within a few seconds.
+    let _ = squat.kill();
+    let _ = squat.wait();
+    wait_for(
+        "gctld to take its HTTP port",
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(&v4).ok().map(|_| ()),
+    );
+    let r = gsched_tests::http::request(&v4, "GET", "/metrics", "", b"");
+    assert_eq!(gsched_tests::http::status(&r), "200", "{r}");
+    // ::1 on the same port is gctld's too: browsers try `localhost` there first.
+    if has_ipv6_loopback() {
+        assert!(
+            listen_as(&bob, &format!("[::1]:{port}")).is_none(),
+            "bob must not be able to listen on [::1]:{port} beside gctld"
+        );
+        let r = gsched_tests::http::request(&format!("[::1]:{port}"), "GET", "/metrics", "", b"");
+        assert_eq!(gsched_tests::http::status(&r), "200", "{r}");
+    } else {
+        eprintln!("no IPv6 loopback on this host: the [::1] half of t101 is skipped");
+    }
+}
+
+#[test]
+fn t102_gctld_serves_http_on_the_sockets_systemd_holds() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let port = gsched_tests::free_port();
+    let v6 = has_ipv6_loopback();
+    // Stands for systemd's gctld.socket: binds the loopback addresses, passes them as
+    // descriptors 3.. with LISTEN_FDS and LISTEN_PID, and execs gctld.
+    let activate = format!(
+        "import os,socket,sys\n\
+         fams=[(socket.AF_INET,'127.0.0.1')]+([(socket.AF_INET6,'::1')] if {v6} else [])\n\
+         socks=[]\n\
+         for fam,host in fams:\n    s=socket.socket(fam)\n    \
+         if fam==socket.AF_INET6: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n    \
+         s.bind((host,{port})); s.listen(128); socks.append(s)\n\
+         for i,s in enumerate(socks): os.dup2(s.fileno(), 3+i); os.set_inheritable(3+i, True)\n\
+         os.environ['LISTEN_FDS']=str(len(socks)); os.environ['LISTEN_PID']=str(os.getpid())\n\
+         os.execv(sys.argv[1], sys.argv[1:])\n",
+        v6 = if v6 { "True" } else { "False" },
+    );
+    let addr = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let placement = gsched_tests::Placement {
+        controllers: vec![(
+            addr,
+            vec!["python3".to_string(), "-c".to_string(), activate],
+        )],
+        cli: Vec::new(),
+    };
+    let c =
+        Cluster::controllers_placed(1, &["--http", "systemd"], Security::dev_local(), placement);
+    let v4 = format!("127.0.0.1:{port}");
+    wait_for(
+        "systemd's stand-in to listen",
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(&v4).ok().map(|_| ()),
+    );
+    let r = wait_for(
+        "the HTTP API on systemd's socket",
+        Duration::from_secs(20),
+        || {
+            let r = gsched_tests::http::request(&v4, "GET", "/metrics", "", b"");
+            (gsched_tests::http::status(&r) == "200").then_some(r)
+        },
+    );
+    assert!(r.contains("raft_role"), "{r}");
+    assert!(c.logs().contains("(systemd's socket)"), "{}", c.logs());
+    assert!(listen_as(&bob, &v4).is_none(), "the port is held");
+    if v6 {
+        let r = gsched_tests::http::request(&format!("[::1]:{port}"), "GET", "/metrics", "", b"");
+        assert_eq!(gsched_tests::http::status(&r), "200", "{r}");
+    }
+}

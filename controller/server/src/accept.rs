@@ -264,48 +264,65 @@ const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 impl HttpListener {
     /// Starts accepting on `listener`; with `tls`, every connection is HTTPS.
     pub fn start(
-        listener: tokio::net::TcpListener,
+        mut listeners: tokio::sync::mpsc::Receiver<tokio::net::TcpListener>,
         admission: Arc<Admission>,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> std::io::Result<HttpListener> {
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
-            loop {
-                let (stream, remote) = accepting(&admission, || listener.accept()).await;
-                let Ok(conn) = Conn::tcp(stream, remote.ip().is_loopback()) else {
-                    continue;
-                };
-                let uid = conn.info().peer_uid;
-                let peer = admission.peer_of(uid, Some(remote.ip()));
-                let Some(permit) = admission.admit(peer) else {
-                    continue;
-                };
-                let conn = conn.admitted(permit, admission.limits().first_bytes);
-                let who = HttpPeer { remote, uid };
-                match &tls {
-                    None => {
-                        if tx.send((HttpIo::Plain(conn), who)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Some(acceptor) => {
-                        let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                        tokio::spawn(async move {
-                            match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(conn)).await {
-                                Ok(Ok(s)) => {
-                                    let _ = tx.send((HttpIo::Tls(Box::new(s)), who)).await;
-                                }
-                                Ok(Err(e)) => tracing::debug!("HTTPS handshake with {remote}: {e}"),
-                                Err(_) => {
-                                    tracing::debug!("HTTPS handshake with {remote} timed out")
-                                }
-                            }
-                        });
-                    }
-                }
+            while let Some(listener) = listeners.recv().await {
+                tokio::spawn(Self::accept_on(
+                    listener,
+                    admission.clone(),
+                    tls.clone(),
+                    tx.clone(),
+                ));
             }
         });
         Ok(HttpListener { ready })
+    }
+
+    /// Admits connections on one listener until the receiving end is gone.
+    async fn accept_on(
+        listener: tokio::net::TcpListener,
+        admission: Arc<Admission>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        tx: tokio::sync::mpsc::Sender<(HttpIo, HttpPeer)>,
+    ) {
+        loop {
+            let (stream, remote) = accepting(&admission, || listener.accept()).await;
+            let Ok(conn) = Conn::tcp(stream, remote.ip().is_loopback()) else {
+                continue;
+            };
+            let uid = conn.info().peer_uid;
+            let peer = admission.peer_of(uid, Some(remote.ip()));
+            let Some(permit) = admission.admit(peer) else {
+                continue;
+            };
+            let conn = conn.admitted(permit, admission.limits().first_bytes);
+            let who = HttpPeer { remote, uid };
+            match &tls {
+                None => {
+                    if tx.send((HttpIo::Plain(conn), who)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(conn)).await {
+                            Ok(Ok(s)) => {
+                                let _ = tx.send((HttpIo::Tls(Box::new(s)), who)).await;
+                            }
+                            Ok(Err(e)) => tracing::debug!("HTTPS handshake with {remote}: {e}"),
+                            Err(_) => {
+                                tracing::debug!("HTTPS handshake with {remote} timed out")
+                            }
+                        }
+                    });
+                }
+            }
+        }
     }
 }
 

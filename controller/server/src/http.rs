@@ -53,7 +53,11 @@ struct RoleLabel {
 
 /// Serves the dashboard, `/metrics` and the REST API on `listener` until the process
 /// ends: HTTPS with the controller's certificate on a cluster with certificates.
-pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
+pub async fn serve(
+    ctx: Arc<Ctx>,
+    listeners: tokio::sync::mpsc::Receiver<tokio::net::TcpListener>,
+    loopback: bool,
+) {
     let tls = match &ctx.cfg.security {
         crate::config::Security::Cluster { certs, .. } => {
             match crate::accept::https(certs, ctx.cfg.id) {
@@ -66,7 +70,6 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
         }
         crate::config::Security::DevLocal => None,
     };
-    let local = listener.local_addr().ok();
     let api = Api {
         jobs: Arc::new(crate::service::jobs::JobsService::new(ctx.clone())),
         ctx: ctx.clone(),
@@ -98,12 +101,12 @@ pub async fn serve(ctx: Arc<Ctx>, listener: tokio::net::TcpListener) {
             )
         })
         .layer(axum::middleware::from_fn_with_state(
-            Guard { local },
+            Guard { loopback },
             browser_guard,
         ))
         .with_state(api);
     let admission = crate::accept::Admission::new(crate::accept::Limits::default_for_process());
-    let listener = match crate::accept::HttpListener::start(listener, admission, tls) {
+    let listener = match crate::accept::HttpListener::start(listeners, admission, tls) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!("the HTTP endpoint cannot start: {e}");
@@ -150,7 +153,8 @@ async fn serve_connections(app: Router, mut listener: crate::accept::HttpListene
 /// What a browser can be tricked into sending, refused before any handler runs.
 #[derive(Clone, Copy)]
 struct Guard {
-    local: Option<std::net::SocketAddr>,
+    /// Serving on loopback addresses only.
+    loopback: bool,
 }
 
 /// The header (besides a bearer token) that a write must carry: a cross-site form or a
@@ -188,7 +192,7 @@ fn check_browser_request(
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if guard.local.is_some_and(|l| l.ip().is_loopback()) && !gsched_proto::dial::is_loopback(host) {
+    if guard.loopback && !gsched_proto::dial::is_loopback(host) {
         return Err(format!(
             "Host '{host}' is not this loopback address: use http://127.0.0.1 or http://localhost (a page of another site that resolves to this host is refused)"
         ));
@@ -821,9 +825,7 @@ mod guard_tests {
 
     #[test]
     fn cross_site_requests_are_refused_and_tools_pass() {
-        let g = Guard {
-            local: Some("127.0.0.1:9817".parse().unwrap()),
-        };
+        let g = Guard { loopback: true };
         let host = ("host", "127.0.0.1:9817");
         // A cross-site form: text/plain, a foreign Origin.
         let form = headers(&[

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod config;
 pub mod ctx;
 pub mod http;
+pub mod http_edge;
 pub mod hub;
 pub mod leader;
 pub mod membership;
@@ -231,13 +232,33 @@ pub async fn run(
     });
     tokio::spawn(leader::watch_leadership(ctx.clone()));
     tokio::spawn(sync_address_book(ctx.clone()));
-    if let Some(addr) = &ctx.cfg.http {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    if let Some(value) = &ctx.cfg.http {
+        let (found, listeners) = tokio::sync::mpsc::channel(4);
         let scheme = if dev_local { "http" } else { "https" };
-        tracing::info!("metrics and the HTTP API on {scheme}://{addr}/");
-        tokio::spawn(http::serve(ctx.clone(), listener));
+        let loopback = if value == http_edge::SYSTEMD {
+            let sockets = http_edge::systemd_sockets().map_err(anyhow::Error::msg)?;
+            let mut loopback = true;
+            for s in sockets {
+                let addr = s.local_addr()?;
+                loopback &= addr.ip().is_loopback();
+                tracing::info!("metrics and the HTTP API on {scheme}://{addr}/ (systemd's socket)");
+                let _ = found.try_send(tokio::net::TcpListener::from_std(s)?);
+            }
+            if dev_local && !loopback {
+                anyhow::bail!(
+                    "--http systemd: a --dev-local controller serves HTTP on loopback only, but systemd passed a socket on another address (see gctld.socket's ListenStream=)"
+                );
+            }
+            loopback
+        } else {
+            let addrs = http_edge::addresses(value).map_err(anyhow::Error::msg)?;
+            for addr in &addrs {
+                tracing::info!("metrics and the HTTP API on {scheme}://{addr}/");
+                tokio::spawn(http_edge::bind_when_free(*addr, found.clone()));
+            }
+            addrs.iter().all(|a| a.ip().is_loopback())
+        };
+        tokio::spawn(http::serve(ctx.clone(), listeners, loopback));
     }
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
     // Idle connections are pinged; one that does not answer is closed (gRPC clients

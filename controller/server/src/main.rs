@@ -55,8 +55,10 @@ struct Args {
     /// munged's socket, when it is not the default /run/munge/munge.socket.2.
     #[arg(long)]
     munge_socket: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 10.0.0.1:9817; keep it on the
-    /// management network).
+    /// Serve the dashboard, the REST API and Prometheus metrics at ADDR (e.g.
+    /// 10.0.0.1:9817; keep it on the management network). A loopback address means both
+    /// 127.0.0.1 and ::1; `systemd` takes the sockets systemd holds for gctld
+    /// (gctld.socket), which no user can bind while gctld restarts.
     #[arg(long)]
     http: Option<String>,
     /// The key the tokens of `gctl token` (for the HTTP API and the dashboard) are signed
@@ -149,7 +151,11 @@ fn real_main(args: Args) -> anyhow::Result<()> {
                     "--dev-local serves loopback only, but {a} is not a loopback address; a cluster on several hosts needs certificates (--tls-dir, see `gctl certs`)"
                 );
             }
-            if let Some(h) = args.http.as_deref().filter(|h| !is_loopback(h)) {
+            if let Some(h) = args
+                .http
+                .as_deref()
+                .filter(|h| *h != gsched_controller::http_edge::SYSTEMD && !is_loopback(h))
+            {
                 anyhow::bail!(
                     "--http {h}: a --dev-local controller knows HTTP callers by their loopback socket, so its HTTP API stays on loopback (127.0.0.1:PORT); reach it from elsewhere through an SSH tunnel, or run a cluster with certificates"
                 );

@@ -130,6 +130,18 @@ impl Cgroups {
     pub fn remove(dir: &Path) {
         let _ = std::fs::remove_dir(dir);
     }
+
+    /// Removes a killed cgroup once its processes are gone (at most half a second).
+    pub fn remove_when_empty(dir: &Path) {
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            if procs.trim().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Self::remove(dir);
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod probe;
 pub mod runs;
 pub mod session;
 pub mod slurm_names;
+pub mod strays;
 pub mod supervise;
 pub mod sysfs;
 pub mod tasks;

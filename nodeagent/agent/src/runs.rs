@@ -1203,8 +1203,17 @@ impl RunManager {
                 key.0
             );
         }
+        // Nothing of a job outlives it: its cgroup, and what still carries its marker.
+        let logs = run.scratch.as_ref().map(|s| s.logs());
+        let left = crate::strays::end(run.cgroup.as_deref(), logs.as_deref());
+        for (pid, comm) in left {
+            tracing::warn!(
+                "job {}: killed process {pid} ({comm}), left behind when the job's run ended",
+                key.0
+            );
+        }
         if let Some(cg) = &run.cgroup {
-            Cgroups::remove(cg);
+            Cgroups::remove_when_empty(cg);
         }
         if let Some(s) = &run.scratch {
             let _ = std::fs::remove_dir_all(&s.0);
