@@ -208,12 +208,25 @@ fn dial_status(e: DialError) -> Status {
     match e {
         DialError::Unreachable { .. } => Status::unavailable(e.to_string()),
         DialError::UntrustedServer { .. } | DialError::UnknownServer { .. } => {
-            Status::permission_denied(e.to_string())
+            let mut s = Status::permission_denied(e.to_string());
+            s.metadata_mut().insert(
+                REFUSED_SERVER,
+                tonic::metadata::MetadataValue::from_static("1"),
+            );
+            s
         }
         DialError::BadAddress { .. } | DialError::PlaintextOffHost { .. } => {
             Status::invalid_argument(e.to_string())
         }
     }
+}
+
+/// Marks a status as this client's refusal of a server it could not trust (nothing was
+/// sent to it): another controller of the list may still be tried.
+const REFUSED_SERVER: &str = "x-gsched-refused-server";
+
+fn refused_server(s: &Status) -> bool {
+    s.metadata().contains_key(REFUSED_SERVER)
 }
 
 fn retryable(s: &Status) -> bool {
@@ -299,13 +312,24 @@ impl Client {
         let start = Instant::now();
         let mut delay = RETRY_FIRST_DELAY;
         let mut hops = 0;
+        let mut refused: Vec<usize> = Vec::new();
         loop {
+            if !refused.is_empty() {
+                self.skip(&refused);
+            }
             let result = match self.channel().await {
                 Ok((ch, addr)) => f(self.api(ch, &addr)?).await.map(|r| r.into_inner()),
                 Err(e) => Err(e),
             };
             match result {
                 Ok(v) => return Ok(v),
+                Err(s) if refused_server(&s) && refused.len() + 1 < self.addrs.len() => {
+                    // Nothing was sent to it; say so and try the others.
+                    eprintln!("{}; trying the next controller", s.message());
+                    refused.push(self.current % self.addrs.len());
+                    self.channel = None;
+                    self.current += 1;
+                }
                 Err(s) if retryable(&s) && start.elapsed() < self.budget => {
                     let hint = s
                         .metadata()
@@ -335,6 +359,16 @@ impl Client {
                 }
                 Err(s) => return Err(s),
             }
+        }
+    }
+
+    /// Moves past the controllers this call refused to trust.
+    fn skip(&mut self, refused: &[usize]) {
+        for _ in 0..self.addrs.len() {
+            if !refused.contains(&(self.current % self.addrs.len())) {
+                return;
+            }
+            self.current += 1;
         }
     }
 

@@ -2037,3 +2037,46 @@ fn t102_gctld_serves_http_on_the_sockets_systemd_holds() {
         assert_eq!(gsched_tests::http::status(&r), "200", "{r}");
     }
 }
+
+#[test]
+fn t103_the_cli_goes_past_a_squatted_controller_to_the_next() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(3, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let job = submit_as(&c, &bob, &["--wrap", "sleep 300"]);
+    c.wait_state(job, &["RUNNING"], Duration::from_secs(60));
+    c.kill_controller(0);
+    let addr = c.controllers[0].1.clone();
+    let home = c.user_dir(&alice);
+    let (mut squatter, capture) = wait_for("the port to be free", Duration::from_secs(20), || {
+        std::net::TcpListener::bind(&addr)
+            .ok()
+            .map(drop)
+            .map(|_| squat(&alice, &addr, &home))
+    });
+    // bob's list names the squatted address first: the CLI refuses it, says so, and asks
+    // the next controller.
+    let out = Command::new(bin("gqueue"))
+        .args(["--json"])
+        .current_dir(c.user_dir(&bob))
+        .env("GSCHED_CONTROLLERS", c.controllers_arg())
+        .env("GSCHED_RETRY_S", "10")
+        .uid(bob.uid)
+        .gid(bob.gid)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("not as a gsched daemon") && err.contains("trying the next controller"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{job}")));
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let got = std::fs::read(&capture).unwrap();
+    assert!(got.is_empty(), "bob's CLI sent her {} bytes", got.len());
+    ok_as(&c, &bob, "gcancel", &[&job.to_string()]);
+}
