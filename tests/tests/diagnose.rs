@@ -79,7 +79,7 @@ fn t10_every_family_of_saved_output() {
     );
     assert_eq!(find(&f, "xid-149")["severity"], "fail-job");
     let f = diagnose(&["xid/xid63-row-remapper-a100-plus-nvidia-smi-q-remap-pending.txt"]);
-    assert_eq!(find(&f, "row-remap-pending")["pci_bus_id"], "0000:10:1c");
+    assert_eq!(find(&f, "ecc-remap-pending")["pci_bus_id"], "0000:10:1c");
     let f = diagnose(&["smi/unable-to-determine-device-handle-nospace-variant-tesla-p4.txt"]);
     assert_eq!(find(&f, "gpu-lost")["severity"], "drain");
     let f = diagnose(&["ib/ibstatus-2port-roce-edr-one-down.txt"]);
