@@ -298,9 +298,16 @@ fn read(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
     // above the job's "No CUDA GPUs are available"): the job's outcome as well.
     if !matches!(kind, Kind::KernelLog | Kind::JobLog) && {
         let mut reader = LineReader::default();
-        clean.lines().filter_map(|l| reader.line(l)).any(|f| f.fatal)
+        clean
+            .lines()
+            .filter_map(|l| reader.line(l))
+            .any(|f| f.fatal)
     } {
-        out.extend(job_log(clean).into_iter().filter(|f| f.severity == Severity::FailJob || f.severity == Severity::Drain));
+        out.extend(
+            job_log(clean)
+                .into_iter()
+                .filter(|f| f.severity == Severity::FailJob || f.severity == Severity::Drain),
+        );
     }
     // And kernel lines under another tool's output ("nvidia-smi says no devices; dmesg
     // says why").
@@ -510,7 +517,11 @@ fn smi_query(text: &str) -> Vec<Finding> {
         } else {
             continue;
         };
-        let which = if bus.is_empty() { "a GPU".to_string() } else { format!("GPU {bus}") };
+        let which = if bus.is_empty() {
+            "a GPU".to_string()
+        } else {
+            format!("GPU {bus}")
+        };
         let mut f = Finding::new(
             Severity::Drain,
             Component::Gpu,
@@ -724,7 +735,9 @@ fn nvlink_status(text: &str) -> Vec<Finding> {
     let mut gpu: Option<(Option<u32>, String)> = None;
     let mut inactive: Vec<u32> = Vec::new();
     let mut active = 0;
-    let mut flush = |gpu: &Option<(Option<u32>, String)>, inactive: &mut Vec<u32>, active: &mut u32| {
+    let mut flush = |gpu: &Option<(Option<u32>, String)>,
+                     inactive: &mut Vec<u32>,
+                     active: &mut u32| {
         if !inactive.is_empty() {
             let (index, name) = gpu.clone().unwrap_or((None, "a GPU".into()));
             let mut f = Finding::new(
@@ -733,7 +746,11 @@ fn nvlink_status(text: &str) -> Vec<Finding> {
                 "nvlink-inactive",
                 &format!(
                     "{name}: NVLink {} inactive ({} of {} links up)",
-                    inactive.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+                    inactive
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     active,
                     *active as usize + inactive.len()
                 ),
@@ -752,7 +769,10 @@ fn nvlink_status(text: &str) -> Vec<Finding> {
             && n.trim().chars().all(|c| c.is_ascii_digit())
         {
             flush(&gpu, &mut inactive, &mut active);
-            gpu = Some((n.trim().parse().ok(), t.split(" (UUID").next().unwrap_or(t).to_string()));
+            gpu = Some((
+                n.trim().parse().ok(),
+                t.split(" (UUID").next().unwrap_or(t).to_string(),
+            ));
         } else if let Some((n, speed)) = nvlink_link(t) {
             match speed {
                 Some(_) => active += 1,

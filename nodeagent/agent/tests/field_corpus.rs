@@ -217,7 +217,13 @@ fn misread(a: &Artifact, findings: &[Finding]) -> Option<String> {
         })
     };
     let names_drain = a.expects.iter().any(|e| {
-        matches!(e, Expect::Finding { severity: Severity::Drain, .. })
+        matches!(
+            e,
+            Expect::Finding {
+                severity: Severity::Drain,
+                ..
+            }
+        )
     });
     findings
         .iter()
@@ -442,7 +448,10 @@ fn the_live_agent_reads_kernel_logs_and_job_output_as_diagnose_does() {
     let batches: std::collections::BTreeSet<u32> = artifacts().iter().map(|a| a.batch).collect();
     for batch in batches {
         for split in ["train", "heldout"] {
-            let s = score(|a| a.batch == batch && a.split == split && live_reads(a), live);
+            let s = score(
+                |a| a.batch == batch && a.split == split && live_reads(a),
+                live,
+            );
             println!(
                 "live agent, batch {batch}, {split}: {} of {} right ({:.0}%)",
                 s.right,

@@ -294,7 +294,9 @@ mod tests {
         };
         // One task per core: each task has both threads of its own core.
         let one = per_core(Some(1));
-        let cores: Vec<Vec<u32>> = (0..3).map(|t| task_cpus(&one, 1, &n, t, 3).unwrap()).collect();
+        let cores: Vec<Vec<u32>> = (0..3)
+            .map(|t| task_cpus(&one, 1, &n, t, 3).unwrap())
+            .collect();
         for c in &cores {
             assert_eq!(c.len(), 2);
             assert_eq!(core_of(c[0]), core_of(c[1]));

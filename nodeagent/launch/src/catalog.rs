@@ -96,7 +96,8 @@ const CUDA_ANCHORS: [&str; 7] = [
 pub fn cuda_error_in(line: &str) -> Option<&'static CudaError> {
     let table = cuda_errors();
     if let Some(e) = table.iter().find(|e| {
-        contains_word(line, e.name) || (!e.driver_name.is_empty() && contains_word(line, e.driver_name))
+        contains_word(line, e.name)
+            || (!e.driver_name.is_empty() && contains_word(line, e.driver_name))
     }) {
         return Some(e);
     }
@@ -197,7 +198,8 @@ pub fn wc_status_in(line: &str) -> Option<&'static WcStatus> {
     let failed = table.iter().skip(1);
     if let Some(s) = failed.clone().find(|s| {
         contains_word(line, s.name)
-            || (s.text.split_whitespace().count() >= 3 && lower.contains(&s.text.to_ascii_lowercase()))
+            || (s.text.split_whitespace().count() >= 3
+                && lower.contains(&s.text.to_ascii_lowercase()))
             || (!s.ucx.is_empty()
                 && s.ucx.split_whitespace().count() >= 3
                 && lower.contains(&s.ucx.to_ascii_lowercase()))
@@ -226,7 +228,9 @@ pub const QP_STATES: [&str; 7] = ["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "
 /// with the state it was moving to when the line says.
 pub fn qp_transition_failed(line: &str) -> Option<&'static str> {
     let lower = line.to_ascii_lowercase();
-    let modify = lower.contains("modify qp") || lower.contains("ibv_modify_qp") || lower.contains("modify_qp");
+    let modify = lower.contains("modify qp")
+        || lower.contains("ibv_modify_qp")
+        || lower.contains("modify_qp");
     let failed = lower.contains("fail") || lower.contains("timed out") || lower.contains("error");
     if !(modify && failed) {
         return None;
@@ -281,12 +285,16 @@ pub fn crash_signal_in(line: &str) -> Option<&'static Signal> {
         by_number(t[pos + 14..].split_whitespace().next()?)
     } else if let Some(pos) = t.find("Signal: ") {
         let rest = &t[pos + 8..];
-        let n = rest.rsplit_once('(').map(|(_, n)| n.trim_end_matches(')'))?;
+        let n = rest
+            .rsplit_once('(')
+            .map(|(_, n)| n.trim_end_matches(')'))?;
         by_number(n)
     } else if let Some(rest) = t.split("Fatal Python error: ").nth(1) {
         table.iter().find(|s| rest.starts_with(s.text))
     } else if t.contains("*** SIG") && t.contains("received") {
-        table.iter().find(|s| t.contains(&format!("*** {} ", s.name)))
+        table
+            .iter()
+            .find(|s| t.contains(&format!("*** {} ", s.name)))
     } else {
         None
     };
@@ -320,12 +328,19 @@ mod tests {
         assert!(device.contains(&"cudaErrorECCUncorrectable"));
         assert!(device.contains(&"cudaErrorDevicesUnavailable"));
         assert_eq!(
-            cuda_error_in("Test CUDA failure common.cu:297 'an illegal memory access was encountered'")
-                .unwrap()
-                .reading,
+            cuda_error_in(
+                "Test CUDA failure common.cu:297 'an illegal memory access was encountered'"
+            )
+            .unwrap()
+            .reading,
             CudaReading::Program
         );
-        assert_eq!(cuda_error_in("RuntimeError: No CUDA GPUs are available").unwrap().code, 100);
+        assert_eq!(
+            cuda_error_in("RuntimeError: No CUDA GPUs are available")
+                .unwrap()
+                .code,
+            100
+        );
         // Short messages need a CUDA failure to be about.
         assert!(cuda_error_in("loading cuda kernels: unknown error in config").is_none());
         assert!(cuda_error_in("ValueError: invalid argument").is_none());
@@ -335,14 +350,20 @@ mod tests {
     fn every_rendezvous_failure_is_named() {
         for (what, kind) in rendezvous_errors() {
             assert!(kind.starts_with("rendezvous-"), "{what}");
-            assert_eq!(rendezvous_error_in(&format!("x: {what}: y")), Some(*kind), "{what}");
+            assert_eq!(
+                rendezvous_error_in(&format!("x: {what}: y")),
+                Some(*kind),
+                "{what}"
+            );
         }
         assert_eq!(
             rendezvous_error_in(r#"    "message": "RendezvousTimeoutError: ","#),
             Some("rendezvous-timeout")
         );
         assert_eq!(
-            rendezvous_error_in("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed."),
+            rendezvous_error_in(
+                "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed."
+            ),
             Some("rendezvous-connection")
         );
         assert_eq!(rendezvous_error_in("rendezvous complete"), None);
@@ -366,11 +387,15 @@ mod tests {
             "ib-wc-retry-exc-err"
         );
         assert_eq!(
-            wc_status_in("  Failed status 4: wr_id 0 syndrom 0x51").unwrap().name,
+            wc_status_in("  Failed status 4: wr_id 0 syndrom 0x51")
+                .unwrap()
+                .name,
             "IBV_WC_LOC_PROT_ERR"
         );
         assert_eq!(
-            qp_transition_failed("[Handshake] Failed to modify QP to RTR, check mtu, gid: Connection timed out [110]"),
+            qp_transition_failed(
+                "[Handshake] Failed to modify QP to RTR, check mtu, gid: Connection timed out [110]"
+            ),
             Some("RTR")
         );
     }
@@ -380,7 +405,10 @@ mod tests {
         for s in signals() {
             assert!(s.name.starts_with("SIG"));
             let ompi = format!("[host:01] Signal: {} ({})", s.text, s.number);
-            assert_eq!(crash_signal_in(&ompi).map(|c| c.number), s.crash.then_some(s.number));
+            assert_eq!(
+                crash_signal_in(&ompi).map(|c| c.number),
+                s.crash.then_some(s.number)
+            );
         }
         assert_eq!(
             crash_signal_in("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)")
@@ -388,7 +416,12 @@ mod tests {
                 .name,
             "SIGBUS"
         );
-        assert_eq!(crash_signal_in("Fatal Python error: Segmentation fault").unwrap().number, 11);
+        assert_eq!(
+            crash_signal_in("Fatal Python error: Segmentation fault")
+                .unwrap()
+                .number,
+            11
+        );
         assert!(crash_signal_in("Signal: Terminated (15)").is_none());
     }
 }

@@ -140,7 +140,9 @@ mod tests {
         assert_eq!(rows, 149);
         for s in catalogue().values() {
             assert!(
-                s.name.starts_with("NV_ERR_") || s.name.starts_with("NV_WARN_") || s.name == "NV_OK",
+                s.name.starts_with("NV_ERR_")
+                    || s.name.starts_with("NV_WARN_")
+                    || s.name == "NV_OK",
                 "{}",
                 s.name
             );
@@ -162,7 +164,10 @@ mod tests {
         let by_name = "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874";
         assert_eq!(state_in(by_name).unwrap().name, "NV_ERR_RESET_REQUIRED");
         // A call's own result says nothing of the GPU.
-        assert!(state_in("NVRM: _issueRpcAndWait: rpc failed [NV_ERR_TIMEOUT] status=0x00000065").is_none());
+        assert!(
+            state_in("NVRM: _issueRpcAndWait: rpc failed [NV_ERR_TIMEOUT] status=0x00000065")
+                .is_none()
+        );
         assert!(state_in("NVRM: GPU at PCI:0000:01:00: GPU-1").is_none());
     }
 }
