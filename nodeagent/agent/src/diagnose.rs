@@ -620,10 +620,9 @@ fn kernel(text: &str) -> Vec<Finding> {
         }
         // A fault that fails the job also keeps the GPU from new jobs (the live agent's
         // critical event does both): its second outcome.
-        if f.severity == Severity::FailJob {
-            out.push(crate::findings::withheld(&f));
-        }
+        let twin = (f.severity == Severity::FailJob).then(|| crate::findings::withheld(&f));
         out.push(f);
+        out.extend(twin);
     }
     for (_, (n, mut f)) in unrecognised {
         if n > 1 {
