@@ -1245,6 +1245,70 @@ mod tests {
         assert!(!kinds(&r).contains(&"unrecognised-lines"));
     }
 
+    fn worst(text: &str) -> Vec<(Severity, String)> {
+        let mut f: Vec<(Severity, String)> = diagnose("x.txt", text)
+            .into_iter()
+            .filter(|f| f.severity >= Severity::Warn)
+            .map(|f| (f.severity, f.kind))
+            .collect();
+        f.sort();
+        f
+    }
+
+    /// The same state in words no artifact of the corpus uses (hand-made from the tables'
+    /// names and messages): read the same way, from the state the words carry.
+    #[test]
+    fn a_state_is_read_from_its_code_or_name_whatever_the_message() {
+        // An NVRM line of another message carrying a status that says the GPU needs a
+        // reset, or lost its memory.
+        assert_eq!(
+            worst("[ 1.0] NVRM: kgspBootstrap_IMPL: some new wording [NV_ERR_GPU_IN_FULLCHIP_RESET] (0x00000010)
+"),
+            [(Severity::Drain, "gpu-reset-required".to_string())]
+        );
+        assert_eq!(
+            worst(
+                "[ 1.0] NVRM: fbAlloc: status=0x00000072 on GPU 0000:3b:00.0
+"
+            ),
+            [(Severity::Drain, "ecc-driver-status".to_string())]
+        );
+        // A call's own failure is no state.
+        assert!(
+            worst(
+                "[ 1.0] NVRM: rpcSendMessage: failed [NV_ERR_INVALID_ARGUMENT] (0x0000001f)
+"
+            )
+            .iter()
+            .all(|(s, _)| *s < Severity::Drain)
+        );
+        // CUDA's driver API name for an uncorrectable ECC error, in a C++ program's log.
+        assert_eq!(
+            worst(
+                "worker.cc:88 cuMemcpy failed: CUDA_ERROR_ECC_UNCORRECTABLE
+"
+            ),
+            [
+                (Severity::Drain, "ecc-uncorrectable".to_string()),
+                (Severity::FailJob, "cuda-error".to_string())
+            ]
+        );
+        // A work completion by its ibv_wc_status_str words, from another RDMA program.
+        assert_eq!(
+            worst(
+                "rdma_engine: send to peer 7 failed: RNR retry counter exceeded
+"
+            ),
+            [(Severity::FailJob, "ib-wc-rnr-retry-exc-err".to_string())]
+        );
+        // A rendezvous failure by its class inside another launcher's line.
+        assert_eq!(
+            worst("[launcher] agent 3 gave up: torch.distributed.elastic.rendezvous.api.RendezvousClosedError
+"),
+            [(Severity::FailJob, "rendezvous-closed".to_string())]
+        );
+    }
+
     #[test]
     fn a_job_logs_traceback_is_read_and_its_lines_are_not_unread() {
         let r = report(

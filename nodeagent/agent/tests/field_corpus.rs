@@ -361,6 +361,12 @@ fn live_step(text: &str) -> Vec<Finding> {
     let take = |actions: Vec<Action>, out: &mut Vec<Finding>| {
         for action in actions {
             match action {
+                // The job's failure, and where its CUDA error is a `device` row of the
+                // CUDA error table, the GPU's state that row names. The agent itself
+                // withholds the GPU when its between-jobs probe (set off by the CUDA
+                // error) reads that state (new uncorrected ECC errors, a GPU that needs a
+                // reset or refuses a context); this harness runs no probe, and counts the
+                // row's reading in its place.
                 Action::Report(RunEvent::Failed { failure, .. }) => {
                     out.extend(failure_findings(&failure.kind, &failure.evidence))
                 }
