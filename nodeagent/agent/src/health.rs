@@ -481,9 +481,13 @@ fn probe_on_line(
         .as_deref()
         .and_then(|pci| kernel_event_gpu(topo, pci).or_else(|| behind(pci)));
     tracing::info!(
-        "probing {} after an unknown kernel line about {}",
+        "probing {} after a kernel line about {}",
         gpu.map_or("every GPU".to_string(), |g| format!("GPU {g}")),
-        dl.device
+        if dl.device.is_empty() {
+            "a GPU it does not name"
+        } else {
+            dl.device.as_str()
+        }
     );
     probe.request(crate::probe::Request {
         gpus: gpu.map(|g| vec![g]),
