@@ -55,15 +55,33 @@ fn t10_every_family_of_saved_output() {
     }
     // rsyslog's RFC 3339 lines (a remote syslog server's file) and journalctl's.
     let f = diagnose(&["xid/xid79-xid154-rsyslog-rfc3339-and-journal-rtx4080.txt"]);
-    let count = |kind: &str| f.iter().filter(|x| x["kind"] == kind).count();
+    let count = |kind: &str, severity: &str| {
+        f.iter()
+            .filter(|x| x["kind"] == kind && x["severity"] == severity)
+            .count()
+    };
     assert_eq!(
-        (count("xid-79"), count("xid-154"), count("gpu-lost")),
+        (
+            count("xid-79", "fail-job"),
+            count("xid-154", "fail-job"),
+            count("gpu-lost", "fail-job")
+        ),
+        (4, 4, 3),
+        "{f:#?}"
+    );
+    // Each also withholds its GPU: the fault's second outcome, as a drain.
+    assert_eq!(
+        (
+            count("xid-79", "drain"),
+            count("xid-154", "drain"),
+            count("gpu-lost", "drain")
+        ),
         (4, 4, 3),
         "{f:#?}"
     );
     assert!(
-        f.iter()
-            .all(|x| x["pci_bus_id"] == "0000:01:00" && x["severity"] == "fail-job"),
+        f.iter().all(|x| x["pci_bus_id"] == "0000:01:00"
+            && (x["severity"] == "fail-job" || x["severity"] == "drain")),
         "{f:#?}"
     );
     let f = diagnose(&["xid/aer-surprise-down-then-xid79-tesla.txt"]);
@@ -79,7 +97,7 @@ fn t10_every_family_of_saved_output() {
     );
     assert_eq!(find(&f, "xid-149")["severity"], "fail-job");
     let f = diagnose(&["xid/xid63-row-remapper-a100-plus-nvidia-smi-q-remap-pending.txt"]);
-    assert_eq!(find(&f, "row-remap-pending")["pci_bus_id"], "0000:10:1c");
+    assert_eq!(find(&f, "ecc-remap-pending")["pci_bus_id"], "0000:10:1c");
     let f = diagnose(&["smi/unable-to-determine-device-handle-nospace-variant-tesla-p4.txt"]);
     assert_eq!(find(&f, "gpu-lost")["severity"], "drain");
     let f = diagnose(&["ib/ibstatus-2port-roce-edr-one-down.txt"]);

@@ -41,6 +41,9 @@ pub enum Kind {
     /// An InfiniBand tool that found no RDMA device at all.
     NoRdmaDevices,
     JobLog,
+    /// `nvidia-smi nvlink -s` (or `--status`): each GPU's links, their speed or
+    /// `<inactive>`.
+    NvlinkStatus,
     Unknown,
 }
 
@@ -62,6 +65,7 @@ impl Kind {
             Kind::ShowGids => "show-gids",
             Kind::NoRdmaDevices => "ib-no-devices",
             Kind::JobLog => "job-log",
+            Kind::NvlinkStatus => "nvlink-status",
             Kind::Unknown => "unknown",
         }
     }
@@ -83,6 +87,7 @@ impl Kind {
             Kind::ShowGids => "show_gids",
             Kind::NoRdmaDevices => "InfiniBand tool that found no device",
             Kind::JobLog => "job output (NCCL, PyTorch, torchrun)",
+            Kind::NvlinkStatus => "nvidia-smi nvlink -s",
             Kind::Unknown => "not a known tool's output",
         }
     }
@@ -113,7 +118,7 @@ pub fn kind_of(text: &str) -> Kind {
         Kind::SmiTable
     } else if has("Infiniband device '") {
         Kind::Ibstatus
-    } else if has("CA '") && has("Port ") {
+    } else if (has("CA '") || has("Physical state:")) && has("Port ") {
         Kind::Ibstat
     } else if has("hca_id:") {
         Kind::IbvDevinfo
@@ -142,10 +147,17 @@ pub fn kind_of(text: &str) -> Kind {
         || text.lines().any(|l| classify_line(l).is_some())
     {
         Kind::JobLog
-    } else if has("NVRM") || has("pcieport") || has("PCIe Bus Error") || has("SXid") {
+    } else if has("NVRM")
+        || has("pcieport")
+        || has("PCIe Bus Error")
+        || has("SXid")
+        || has("mlx5_core 0")
+    {
         Kind::KernelLog
     } else if has("--query-gpu") || has("--format=csv") || csv_header(text).is_some() {
         Kind::SmiCsv
+    } else if text.lines().any(|l| nvlink_link(l).is_some()) {
+        Kind::NvlinkStatus
     } else if text
         .lines()
         .any(|l| l.trim_start().starts_with("GPU ") && l.contains("(UUID: GPU-"))
@@ -282,6 +294,21 @@ fn read(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
     if kind != Kind::SmiQuery && clean.contains("Remapped Rows") {
         out.extend(smi_query(clean));
     }
+    // And a job's failure under a tool's output ("nvidia-smi cannot talk to the driver"
+    // above the job's "No CUDA GPUs are available"): the job's outcome as well.
+    if !matches!(kind, Kind::KernelLog | Kind::JobLog) && {
+        let mut reader = LineReader::default();
+        clean
+            .lines()
+            .filter_map(|l| reader.line(l))
+            .any(|f| f.fatal)
+    } {
+        out.extend(
+            job_log(clean)
+                .into_iter()
+                .filter(|f| f.severity == Severity::FailJob || f.severity == Severity::Drain),
+        );
+    }
     // And kernel lines under another tool's output ("nvidia-smi says no devices; dmesg
     // says why").
     if !matches!(kind, Kind::KernelLog | Kind::JobLog) && clean.contains("NVRM") {
@@ -296,7 +323,11 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
         Kind::SmiQuery => smi_query(clean),
         Kind::TopoMatrix => topo(clean),
         Kind::KernelLog => kernel(clean),
-        Kind::Ibstat => ib_ports(ib::parse_ibstat(clean), "ibstat"),
+        Kind::Ibstat => {
+            let mut out = ib_ports(ib::parse_ibstat(clean), "ibstat");
+            out.extend(ib_tool_errors(clean));
+            out
+        }
         Kind::Ibstatus => ib_ports(ib::parse_ibstatus(clean), "ibstatus"),
         Kind::IbvDevinfo => ib_ports(ib::parse_ibv_devinfo(clean), "ibv_devinfo"),
         Kind::Ibdev2netdev => ibdev2netdev(clean),
@@ -304,6 +335,7 @@ fn by_kind(name: &str, kind: Kind, clean: &str) -> Vec<Finding> {
         Kind::SmiList => smi_list(clean),
         Kind::SmiCsv => smi_csv(clean),
         Kind::JobLog => job_log(clean),
+        Kind::NvlinkStatus => nvlink_status(clean),
         Kind::ShowGids => show_gids(clean),
         Kind::NoRdmaDevices => vec![Finding::new(
             Severity::Warn,
@@ -469,29 +501,35 @@ fn smi_table(text: &str) -> Vec<Finding> {
 fn smi_query(text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     for (bus, pending, failed) in smi::remapped_rows(text) {
-        let (severity, kind, action) = if failed {
+        // The state the probe reads through NVML (`probe::judge`: a remap pending or
+        // failed makes the GPU unusable until it is reset or replaced), read from
+        // nvidia-smi's field names.
+        let (kind, action) = if failed {
             (
-                Severity::Drain,
-                "row-remap-failure",
+                "ecc-remap-failed",
                 "remapping failed: the GPU can no longer hide bad memory; replace it",
             )
         } else if pending {
             (
-                Severity::Warn,
-                "row-remap-pending",
-                "reset the GPU (nvidia-smi -r) when it is idle to apply the remap",
+                "ecc-remap-pending",
+                "uncorrectable memory errors wait for a row remap that only a GPU reset applies: reset the GPU (nvidia-smi -r) before it takes another job",
             )
         } else {
             continue;
         };
+        let which = if bus.is_empty() {
+            "a GPU".to_string()
+        } else {
+            format!("GPU {bus}")
+        };
         let mut f = Finding::new(
-            severity,
+            Severity::Drain,
             Component::Gpu,
             kind,
-            &format!("GPU {bus}: Remapped Rows pending={pending} failure={failed}"),
+            &format!("{which}: Remapped Rows pending={pending} failure={failed}"),
             action,
         );
-        f.pci_bus_id = Some(bus);
+        f.pci_bus_id = (!bus.is_empty()).then_some(bus);
         out.push(f);
     }
     out
@@ -573,11 +611,18 @@ fn kernel(text: &str) -> Vec<Finding> {
             KernelEvent::GpuInitFailed { .. }
                 | KernelEvent::NoGpus { .. }
                 | KernelEvent::GpuAerUnrecoverable { .. }
+                | KernelEvent::DeviceStatus { .. }
+                | KernelEvent::DriverMismatch { .. }
+                | KernelEvent::NicFirmwareStuck { .. }
         );
         if once && !seen.insert((f.kind.clone(), f.pci_bus_id.clone().unwrap_or_default())) {
             continue;
         }
+        // A fault that fails the job also keeps the GPU from new jobs (the live agent's
+        // critical event does both): its second outcome.
+        let twin = (f.severity == Severity::FailJob).then(|| crate::findings::withheld(&f));
         out.push(f);
+        out.extend(twin);
     }
     for (_, (n, mut f)) in unrecognised {
         if n > 1 {
@@ -665,6 +710,95 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// A link line of `nvidia-smi nvlink -s`: its number and speed (`None` when
+/// `<inactive>`, the tool's word for a link that is not up).
+fn nvlink_link(line: &str) -> Option<(u32, Option<f64>)> {
+    let rest = line.trim().strip_prefix("Link ")?;
+    let (n, state) = rest.split_once(':')?;
+    let n: u32 = n.trim().parse().ok()?;
+    let state = state.trim();
+    if state == "<inactive>" {
+        return Some((n, None));
+    }
+    let speed: f64 = state.strip_suffix("GB/s")?.trim().parse().ok()?;
+    Some((n, Some(speed)))
+}
+
+/// `nvidia-smi nvlink -s`: a GPU with links that are not up, beside the ones that are,
+/// runs NVLink traffic on fewer links or over PCIe (the state the probe reads as each
+/// link's `nvmlDeviceGetNvLinkState` against what was registered).
+fn nvlink_status(text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut gpu: Option<(Option<u32>, String)> = None;
+    let mut inactive: Vec<u32> = Vec::new();
+    let mut active = 0;
+    let mut flush = |gpu: &Option<(Option<u32>, String)>,
+                     inactive: &mut Vec<u32>,
+                     active: &mut u32| {
+        if !inactive.is_empty() {
+            let (index, name) = gpu.clone().unwrap_or((None, "a GPU".into()));
+            let mut f = Finding::new(
+                Severity::Warn,
+                Component::Nvlink,
+                "nvlink-inactive",
+                &format!(
+                    "{name}: NVLink {} inactive ({} of {} links up)",
+                    inactive
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    active,
+                    *active as usize + inactive.len()
+                ),
+                "NVLink traffic of this GPU runs on fewer links (or over PCIe): check the NVLink bridge or baseboard, then reset the GPU; on NVSwitch systems the fabric manager",
+            );
+            f.gpu = index;
+            out.push(f);
+        }
+        inactive.clear();
+        *active = 0;
+    };
+    for l in text.lines() {
+        let t = l.trim();
+        if let Some(rest) = t.strip_prefix("GPU ")
+            && let Some((n, _)) = rest.split_once(':')
+            && n.trim().chars().all(|c| c.is_ascii_digit())
+        {
+            flush(&gpu, &mut inactive, &mut active);
+            gpu = Some((
+                n.trim().parse().ok(),
+                t.split(" (UUID").next().unwrap_or(t).to_string(),
+            ));
+        } else if let Some((n, speed)) = nvlink_link(t) {
+            match speed {
+                Some(_) => active += 1,
+                None => inactive.push(n),
+            }
+        }
+    }
+    flush(&gpu, &mut inactive, &mut active);
+    out
+}
+
+/// infiniband-diags' own errors (`ibpanic:`/`ibwarn:` from its IBPANIC and IBWARN
+/// macros): a device the tool could not read is missing or broken.
+fn ib_tool_errors(text: &str) -> Vec<Finding> {
+    text.lines()
+        .map(str::trim)
+        .filter(|t| t.starts_with("ibpanic:") || t.starts_with("ibwarn:"))
+        .map(|t| {
+            Finding::new(
+                Severity::Warn,
+                Component::Ib,
+                "ib-device-unreadable",
+                t,
+                "the InfiniBand tool could not read this device (gone, or its driver failed): check dmesg for mlx5 errors and that the adapter is listed by ibv_devices; its rail is not usable",
+            )
+        })
+        .collect()
 }
 
 /// `mlx5_1 port 1 ==> enp27s0f0np0 (Down)`: a RoCE port's netdev without link means no
@@ -912,7 +1046,7 @@ fn job_log(text: &str) -> Vec<Finding> {
         (Some(f), _) if !missing => format!("{} (then: {})", f.line, fatal.line),
         _ => first_cause(&findings[..i], fatal),
     };
-    out.push(failure_finding(&fatal.kind, &evidence));
+    out.extend(failure_findings(&fatal.kind, &evidence));
     out
 }
 
@@ -932,6 +1066,9 @@ pub fn failure_finding(kind: &FailureKind, evidence: &str) -> Finding {
         );
     }
     let head = evidence.split(" (then: ").next().unwrap_or(evidence);
+    if let Some(f) = failure_by_catalogue(kind, head, evidence) {
+        return f;
+    }
     match nccl_cause(head).filter(|c| c.rank() > 1 || *kind == FailureKind::NcclError) {
         Some(c) => Finding::new(
             Severity::FailJob,
@@ -948,6 +1085,90 @@ pub fn failure_finding(kind: &FailureKind, evidence: &str) -> Finding {
             "the job cannot go on: the evidence is the first cause found in the log",
         ),
     }
+}
+
+/// A failure the tables of `gsched_launch::catalog` name: a bus error inside NCCL (NCCL
+/// maps its shared-memory segments from /dev/shm; touching a page a too-small tmpfs
+/// cannot back raises SIGBUS, as mmap(2) says), a rendezvous or c10d store failure, an
+/// RDMA work completion in error, a queue pair that could not be connected.
+fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Option<Finding> {
+    use gsched_launch::catalog;
+    if *kind == (FailureKind::Signal { signal: 7 }) && head.contains("nccl") {
+        let c = gsched_launch::watch::NcclCause::Shm;
+        return Some(Finding::new(
+            Severity::FailJob,
+            Component::Nccl,
+            c.kind(head),
+            evidence,
+            c.advice(),
+        ));
+    }
+    if nccl_cause(head).is_some() {
+        return None;
+    }
+    if let Some(k) = catalog::rendezvous_error_in(head) {
+        return Some(Finding::new(
+            Severity::FailJob,
+            Component::Host,
+            k,
+            evidence,
+            "the job's processes never formed their group (PyTorch's rendezvous or its c10d store failed): check that every node reaches the rendezvous endpoint (MASTER_ADDR/--rdzv_endpoint and its port, firewalls, the interface it resolves to on multi-NIC hosts) and that all nodes started; nothing points at the GPUs",
+        ));
+    }
+    if let Some(s) = catalog::wc_status_in(head) {
+        return Some(Finding::new(
+            Severity::FailJob,
+            Component::Ib,
+            s.kind(),
+            evidence,
+            format!(
+                "an RDMA transfer completed in error ({}: {}): the queue pair is broken and the job with it; check both ends' ports (ibstat), cables and switch ports, and for a protection or access error the memory registration (GPUDirect RDMA: the nvidia-peermem module, ACS/IOMMU settings)",
+                s.name, s.text
+            ),
+        ));
+    }
+    if let Some(state) = catalog::qp_transition_failed(head) {
+        let kind = if state.is_empty() {
+            "ib-qp-transition".to_string()
+        } else {
+            format!("ib-qp-to-{}", state.to_ascii_lowercase())
+        };
+        return Some(Finding::new(
+            Severity::FailJob,
+            Component::Ib,
+            kind,
+            evidence,
+            "a queue pair to the peer could not be connected: check the GID index and MTU both ends use, that the peer's port is reachable over this NIC (on multi-NIC hosts, the NIC the peer expects), and the fabric's routing",
+        ));
+    }
+    None
+}
+
+/// A job's failure on both axes: the job's finding, and where its CUDA error is one that
+/// says the GPU's state (the CUDA error table's `device` rows: an uncorrectable ECC
+/// error, devices unavailable, an uncorrectable NVLink error, a driver mismatch), the
+/// GPU's: it takes no new job until it is reset or fixed.
+pub fn failure_findings(kind: &FailureKind, evidence: &str) -> Vec<Finding> {
+    let job = failure_finding(kind, evidence);
+    let state = gsched_launch::catalog::cuda_error_in(evidence)
+        .filter(|e| e.reading == gsched_launch::catalog::CudaReading::Device)
+        .map(|e| {
+            Finding::new(
+                Severity::Drain,
+                if e.state_kind().starts_with("driver") {
+                    Component::Driver
+                } else {
+                    Component::Gpu
+                },
+                e.state_kind(),
+                evidence,
+                format!(
+                    "CUDA reported {} ({}) on the job's GPU: the GPU takes no new job until it is reset (nvidia-smi -r) or fixed; the node's GPU health probe checks it between jobs",
+                    e.name, e.message
+                ),
+            )
+        });
+    std::iter::once(job).chain(state).collect()
 }
 
 fn component_of(kind: &FailureKind) -> Component {
@@ -1022,6 +1243,70 @@ mod tests {
         let r = report("ok.txt", "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n");
         assert_eq!((r.family, r.unread), (Kind::SmiList, 0));
         assert!(!kinds(&r).contains(&"unrecognised-lines"));
+    }
+
+    fn worst(text: &str) -> Vec<(Severity, String)> {
+        let mut f: Vec<(Severity, String)> = diagnose("x.txt", text)
+            .into_iter()
+            .filter(|f| f.severity >= Severity::Warn)
+            .map(|f| (f.severity, f.kind))
+            .collect();
+        f.sort();
+        f
+    }
+
+    /// The same state in words no artifact of the corpus uses (hand-made from the tables'
+    /// names and messages): read the same way, from the state the words carry.
+    #[test]
+    fn a_state_is_read_from_its_code_or_name_whatever_the_message() {
+        // An NVRM line of another message carrying a status that says the GPU needs a
+        // reset, or lost its memory.
+        assert_eq!(
+            worst("[ 1.0] NVRM: kgspBootstrap_IMPL: some new wording [NV_ERR_GPU_IN_FULLCHIP_RESET] (0x00000010)
+"),
+            [(Severity::Drain, "gpu-reset-required".to_string())]
+        );
+        assert_eq!(
+            worst(
+                "[ 1.0] NVRM: fbAlloc: status=0x00000072 on GPU 0000:3b:00.0
+"
+            ),
+            [(Severity::Drain, "ecc-driver-status".to_string())]
+        );
+        // A call's own failure is no state.
+        assert!(
+            worst(
+                "[ 1.0] NVRM: rpcSendMessage: failed [NV_ERR_INVALID_ARGUMENT] (0x0000001f)
+"
+            )
+            .iter()
+            .all(|(s, _)| *s < Severity::Drain)
+        );
+        // CUDA's driver API name for an uncorrectable ECC error, in a C++ program's log.
+        assert_eq!(
+            worst(
+                "worker.cc:88 cuMemcpy failed: CUDA_ERROR_ECC_UNCORRECTABLE
+"
+            ),
+            [
+                (Severity::Drain, "ecc-uncorrectable".to_string()),
+                (Severity::FailJob, "cuda-error".to_string())
+            ]
+        );
+        // A work completion by its ibv_wc_status_str words, from another RDMA program.
+        assert_eq!(
+            worst(
+                "rdma_engine: send to peer 7 failed: RNR retry counter exceeded
+"
+            ),
+            [(Severity::FailJob, "ib-wc-rnr-retry-exc-err".to_string())]
+        );
+        // A rendezvous failure by its class inside another launcher's line.
+        assert_eq!(
+            worst("[launcher] agent 3 gave up: torch.distributed.elastic.rendezvous.api.RendezvousClosedError
+"),
+            [(Severity::FailJob, "rendezvous-closed".to_string())]
+        );
     }
 
     #[test]

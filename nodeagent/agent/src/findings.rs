@@ -43,6 +43,33 @@ impl Noted {
     }
 }
 
+/// A finding on both of the axes the controller acts on. A critical health event fails
+/// the job on its GPU *and* withholds the GPU and drains the node
+/// (`gsched_state`'s `health_events`); its finding carries the job's outcome
+/// (`FailJob`), and this gives the GPU's: the same fault as a `Drain` finding. An event
+/// that drains only (a GPU that never came up) is one finding already.
+pub fn event_findings(ev: &HealthEvent) -> Vec<Finding> {
+    let Some(f) = ev.finding.clone() else {
+        return Vec::new();
+    };
+    let twin = (ev.severity == HealthSeverity::Critical && f.severity == Severity::FailJob)
+        .then(|| withheld(&f));
+    std::iter::once(f).chain(twin).collect()
+}
+
+/// The GPU's outcome of a fault that also fails the job on it: no new job on the GPU
+/// (its node drained) until it is reset or the host rebooted.
+pub fn withheld(f: &Finding) -> Finding {
+    Finding {
+        severity: Severity::Drain,
+        action: format!(
+            "no new job on it until it is dealt with (the GPU is withheld and the node drained): {}",
+            f.action
+        ),
+        ..f.clone()
+    }
+}
+
 /// The GPU of the node at (or below) a PCI address.
 pub type GpuOf<'a> = &'a dyn Fn(&str) -> Option<u32>;
 
@@ -329,9 +356,115 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
                 ),
             })
         }
+        KernelEvent::DeviceStatus {
+            pci,
+            status,
+            state,
+            line,
+        } => {
+            use gsched_topology::nv_status::GpuState;
+            let gpu = gpu_of(pci);
+            let which = if pci.is_empty() { "a GPU".to_string() } else { format!("GPU {pci}") };
+            let (severity, component, kind, health, action) = match state {
+                GpuState::ResetRequired => (
+                    Severity::Drain,
+                    Component::Gpu,
+                    "gpu-reset-required",
+                    HealthKind::GpuLost,
+                    "the GPU refuses work until it is reset: reset it (nvidia-smi -r) or reboot the node when idle; replace it if it recurs",
+                ),
+                GpuState::Lost => (
+                    Severity::Drain,
+                    Component::Gpu,
+                    "gpu-lost",
+                    HealthKind::GpuLost,
+                    "the GPU is gone until the node reboots: check its riser, slot and PCIe power",
+                ),
+                GpuState::Memory => (
+                    Severity::Drain,
+                    Component::Gpu,
+                    "ecc-driver-status",
+                    HealthKind::Ecc,
+                    "the GPU's memory failed: reset it when idle and check its remapped rows (nvidia-smi -q -d ROW_REMAPPER); replace it if it recurs",
+                ),
+                GpuState::DriverMismatch => (
+                    Severity::Drain,
+                    Component::Driver,
+                    "driver-mismatch",
+                    HealthKind::Driver,
+                    DRIVER_MISMATCH,
+                ),
+                GpuState::InitFailed => (
+                    Severity::Drain,
+                    Component::Gpu,
+                    "gpu-init-failed",
+                    HealthKind::GpuLost,
+                    "the GPU is unusable until fixed: check its firmware (VBIOS), the driver's support for it, and reboot after the fix",
+                ),
+                GpuState::Firmware => (
+                    Severity::Warn,
+                    Component::Gpu,
+                    "gpu-firmware-error",
+                    HealthKind::Driver,
+                    "a microcontroller on the GPU asserted or halted: the node's GPU health probe checks the GPU and reports its verdict",
+                ),
+                GpuState::Nvlink => (
+                    Severity::Warn,
+                    Component::Nvlink,
+                    "nvlink-driver-status",
+                    HealthKind::Driver,
+                    "an NVLink or the fabric failed: check nvidia-smi nvlink -s and, on NVSwitch systems, the fabric manager",
+                ),
+                GpuState::Call => return None,
+            };
+            Some(Noted {
+                health,
+                xid: None,
+                headline: format!("the driver reports {status} on {which}"),
+                finding: finding(
+                    severity,
+                    component,
+                    kind.into(),
+                    gpu,
+                    pci,
+                    line,
+                    action.into(),
+                ),
+            })
+        }
+        KernelEvent::DriverMismatch { line } => Some(Noted {
+            health: HealthKind::Driver,
+            xid: None,
+            headline: "the NVIDIA kernel module and its clients are of different versions".into(),
+            finding: finding(
+                Severity::Drain,
+                Component::Driver,
+                "driver-mismatch".into(),
+                None,
+                "",
+                line,
+                DRIVER_MISMATCH.into(),
+            ),
+        }),
+        KernelEvent::NicFirmwareStuck { pci, line } => Some(Noted {
+            health: HealthKind::NicDown,
+            xid: None,
+            headline: format!("the ConnectX adapter {pci} does not complete its firmware commands"),
+            finding: finding(
+                Severity::Drain,
+                Component::Ib,
+                "ib-firmware-cmd-timeout".into(),
+                None,
+                pci,
+                line,
+                "the adapter's firmware stopped answering (RDMA set-up on it fails): reset the adapter (mlxfwreset) or reboot, and update its firmware before the node takes multi-node jobs".into(),
+            ),
+        }),
         KernelEvent::GpuIdentity { .. } => None,
     }
 }
+
+const DRIVER_MISMATCH: &str = "the NVIDIA user-space libraries and the loaded kernel module are of different versions (an upgrade under a loaded module, a DKMS build for another version, a container's libraries): no CUDA or NVML client works; reboot into (or load) the matching module, or install matching libraries, then resume the node";
 
 const UNKNOWN_DRIVER_LINE: &str = "gsched has no rule for this message: the node's GPU health probe checks the device it names and reports its verdict (gagentd probe does the same by hand); if a job fails with it or it repeats, keep the kernel log and an nvidia-bug-report";
 

@@ -34,7 +34,14 @@ pub fn kernel_event_to_health(
     let port = matches!(ev, KernelEvent::PcieAer { .. });
     let gpu_of =
         |pci: &str| kernel_event_gpu(topo, pci).or_else(|| if port { behind(pci) } else { None });
-    kernel_finding(ev, Attribution::Known(&gpu_of)).map(|n| n.event(now_ms()))
+    // A node that knows none of its GPUs (discovery found none, or all are gone) cannot
+    // say that no GPU sits below a device: it reads the line as a saved log is read.
+    let at = if topo.gpus.is_empty() {
+        Attribution::Unknown
+    } else {
+        Attribution::Known(&gpu_of)
+    };
+    kernel_finding(ev, at).map(|n| n.event(now_ms()))
 }
 
 /// Memory-error Xids that one fault raises together on a GPU: an uncorrectable ECC error
@@ -474,9 +481,13 @@ fn probe_on_line(
         .as_deref()
         .and_then(|pci| kernel_event_gpu(topo, pci).or_else(|| behind(pci)));
     tracing::info!(
-        "probing {} after an unknown kernel line about {}",
+        "probing {} after a kernel line about {}",
         gpu.map_or("every GPU".to_string(), |g| format!("GPU {g}")),
-        dl.device
+        if dl.device.is_empty() {
+            "a GPU it does not name"
+        } else {
+            dl.device.as_str()
+        }
     );
     probe.request(crate::probe::Request {
         gpus: gpu.map(|g| vec![g]),

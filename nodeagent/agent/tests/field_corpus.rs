@@ -12,7 +12,8 @@
 //! finding is more severe than the most severe one expected. The test prints the accuracy
 //! of each split and every miss, and fails below the floors it states.
 
-use gsched_agent::diagnose::{Kind, diagnose, failure_finding, kind_of};
+use gsched_agent::diagnose::{Kind, diagnose, failure_findings, kind_of};
+use gsched_agent::findings::event_findings;
 use gsched_agent::health::KernelWatch;
 use gsched_agent::monitor::{Action, Context, ECHO_WAIT, Limits, Observed, Watch, round};
 use gsched_launch::transport::TransportLog;
@@ -207,8 +208,31 @@ fn misread(a: &Artifact, findings: &[Finding]) -> Option<String> {
             }
         }
     }
+    // A fault that fails the job and withholds its GPU is two findings, one per outcome
+    // (`findings::event_findings`): where the truth names only the GPU's (`drain`, a log
+    // with no job in it), the job's outcome of the same fault is not more than expected.
+    let drained = |f: &Finding| {
+        findings.iter().any(|d| {
+            d.severity == Severity::Drain && d.kind == f.kind && d.pci_bus_id == f.pci_bus_id
+        })
+    };
+    let names_drain = a.expects.iter().any(|e| {
+        matches!(
+            e,
+            Expect::Finding {
+                severity: Severity::Drain,
+                ..
+            }
+        )
+    });
     findings
         .iter()
+        .filter(|f| {
+            !(names_drain
+                && ceiling == Severity::Drain
+                && f.severity == Severity::FailJob
+                && drained(f))
+        })
         .find(|f| f.severity > ceiling)
         .map(|f| format!("{:?} {} is more than expected", f.severity, f.kind))
 }
@@ -308,7 +332,7 @@ fn live(a: &Artifact) -> Vec<Finding> {
                         t0 + Duration::from_millis(i as u64 * 5),
                     )
                 })
-                .filter_map(|e| e.finding)
+                .flat_map(|e| event_findings(&e))
                 .collect()
         }
         Kind::JobLog => live_step(text),
@@ -337,8 +361,14 @@ fn live_step(text: &str) -> Vec<Finding> {
     let take = |actions: Vec<Action>, out: &mut Vec<Finding>| {
         for action in actions {
             match action {
+                // The job's failure, and where its CUDA error is a `device` row of the
+                // CUDA error table, the GPU's state that row names. The agent itself
+                // withholds the GPU when its between-jobs probe (set off by the CUDA
+                // error) reads that state (new uncorrected ECC errors, a GPU that needs a
+                // reset or refuses a context); this harness runs no probe, and counts the
+                // row's reading in its place.
                 Action::Report(RunEvent::Failed { failure, .. }) => {
-                    out.push(failure_finding(&failure.kind, &failure.evidence))
+                    out.extend(failure_findings(&failure.kind, &failure.evidence))
                 }
                 Action::Report(RunEvent::Warning { finding, .. }) => out.push(finding),
                 _ => {}
@@ -376,7 +406,7 @@ fn live_step(text: &str) -> Vec<Finding> {
 
 /// The lowest accuracy each split may fall to (right, of total): the figures measured
 /// when the rules last changed, so that a change that reads fewer artifacts right fails.
-const FLOORS: [(&str, usize); 2] = [("train", 80), ("heldout", 28)];
+const FLOORS: [(&str, usize); 2] = [("train", 80), ("heldout", 70)];
 
 fn percent(s: &Score) -> f64 {
     100.0 * s.right as f64 / s.total.max(1) as f64
@@ -417,10 +447,25 @@ fn the_corpus_is_read_as_its_expectations_say() {
 }
 
 /// The live agent's reading of the same artifacts, scored by the same expectations.
-const LIVE_FLOORS: [(&str, usize); 2] = [("train", 55), ("heldout", 22)];
+const LIVE_FLOORS: [(&str, usize); 2] = [("train", 55), ("heldout", 52)];
 
 #[test]
 fn the_live_agent_reads_kernel_logs_and_job_output_as_diagnose_does() {
+    let batches: std::collections::BTreeSet<u32> = artifacts().iter().map(|a| a.batch).collect();
+    for batch in batches {
+        for split in ["train", "heldout"] {
+            let s = score(
+                |a| a.batch == batch && a.split == split && live_reads(a),
+                live,
+            );
+            println!(
+                "live agent, batch {batch}, {split}: {} of {} right ({:.0}%)",
+                s.right,
+                s.total,
+                percent(&s)
+            );
+        }
+    }
     for (split, floor) in LIVE_FLOORS {
         let s = score(|a| a.split == split && live_reads(a), live);
         println!(

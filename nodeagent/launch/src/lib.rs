@@ -7,6 +7,7 @@
 //! started here; the agent does that.
 
 pub mod binding;
+pub mod catalog;
 pub mod env;
 pub mod output;
 pub mod plan;

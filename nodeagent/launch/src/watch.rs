@@ -155,6 +155,42 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             raised: None,
         });
     }
+    // Read by the tables of `crate::catalog`, whatever tool printed the line: a CUDA
+    // error by its name or message (nccl-tests' "Test CUDA failure ... 'an illegal
+    // memory access was encountered'", PyTorch's "No CUDA GPUs are available"); a
+    // rendezvous or c10d store failure (the job's ranks never met); an RDMA work
+    // completion in error or a queue pair that could not be connected (UCX, perftest,
+    // an RDMA engine's own log).
+    if crate::catalog::cuda_error_in(line).is_some() {
+        return Some(LogFinding {
+            kind: FailureKind::CudaError,
+            line: evidence(line),
+            fatal: true,
+            raised: None,
+        });
+    }
+    if crate::catalog::rendezvous_error_in(line).is_some()
+        || crate::catalog::wc_status_in(line).is_some()
+        || crate::catalog::qp_transition_failed(line).is_some()
+    {
+        return Some(LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line: evidence(line),
+            fatal: true,
+            raised: None,
+        });
+    }
+    // A crash handler's report (Open MPI, UCX, glog, Python's faulthandler): the process
+    // died of the signal. Not fatal on this line: `LineReader` reads the backtrace after
+    // it, which says where it died (inside NCCL or not).
+    if let Some(sig) = crate::catalog::crash_signal_in(line) {
+        return Some(LogFinding {
+            kind: FailureKind::Signal { signal: sig.number },
+            line: evidence(line),
+            fatal: false,
+            raised: None,
+        });
+    }
     // torchrun's agent noticing a dead worker: "failed (exitcode: -9) local_rank: 1 ...".
     // The rank is gone, so the step can no longer make progress.
     if let Some(pos) = line.find("failed (exitcode: ") {
@@ -213,10 +249,49 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
 pub struct LineReader {
     last_error: Option<String>,
     tracebacks: Tracebacks,
+    /// A crash handler's report being read: its signal line, until its backtrace ends.
+    crash: Option<LogFinding>,
+}
+
+/// A line of a crash handler's report after its signal line: its details and backtrace
+/// frames (Open MPI's "[host:pid] [ 4] /lib/libnccl.so.2(+0xbd72c)[0x7d1d]", UCX's " 4
+/// 0x0000000000059e97 ncclGetUniqueId()  ???:0", "==== backtrace (tid: 3095) ====").
+fn crash_report_line(line: &str) -> bool {
+    let t = line.trim();
+    t.contains("Signal code")
+        || t.contains("Failing at address")
+        || t.contains("backtrace")
+        || t.contains("*** ")
+        || (t.contains("0x") && (t.contains("(+0x") || t.contains("()") || t.contains(".so")))
+}
+
+/// A backtrace frame inside NCCL: its library or one of its functions (`ncclGroupEnd`).
+fn nccl_frame(line: &str) -> bool {
+    line.contains("libnccl")
+        || line.match_indices("nccl").any(|(at, _)| {
+            line[at + 4..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase())
+        })
 }
 
 impl LineReader {
     pub fn line(&mut self, line: &str) -> Option<LogFinding> {
+        if let Some(crash) = self.crash.as_mut() {
+            if crash_report_line(line) {
+                if !nccl_frame(line) {
+                    return None;
+                }
+                let mut f = self.crash.take().expect("a crash");
+                f.line = evidence(&format!("{} (in {})", f.line, line.trim()));
+                f.fatal = true;
+                return Some(f);
+            }
+            // The report ended: the process died of its signal.
+            crash.fatal = true;
+            return self.crash.take();
+        }
         let raised = self.tracebacks.line(line);
         if let Some(head) = self.last_error.take() {
             return classify_line(&format!("{} {}", head.trim_end(), line.trim()));
@@ -228,7 +303,14 @@ impl LineReader {
             self.last_error = Some(line.to_string());
             return None;
         }
-        classify_line(line)
+        let f = classify_line(line)?;
+        if matches!(f.kind, FailureKind::Signal { .. })
+            && !f.fatal
+            && crate::catalog::crash_signal_in(line).is_some()
+        {
+            self.crash = Some(f.clone());
+        }
+        Some(f)
     }
 
     /// Whether the last line read was part of a Python traceback (its header, frames,

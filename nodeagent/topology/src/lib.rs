@@ -8,6 +8,7 @@
 
 pub mod fake;
 pub mod ib;
+pub mod nv_status;
 pub mod nvlink;
 pub mod pci;
 pub mod render;

@@ -46,7 +46,9 @@ fn number(s: &str) -> Option<u64> {
 pub fn handle_errors(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| {
-            let pos = l.find("device handle for GPU")? + "device handle for GPU".len();
+            // nvidia-smi has said "for GPU" and "for gpu".
+            let pos = l.to_ascii_lowercase().find("device handle for gpu")?
+                + "device handle for gpu".len();
             let rest = l[pos..].trim_start();
             let id: String = rest
                 .chars()
@@ -228,8 +230,9 @@ pub fn remapped_rows(text: &str) -> Vec<(String, bool, bool)> {
                  failure: bool,
                  in_remap: bool,
                  out: &mut Vec<(String, bool, bool)>| {
-        if let (Some(g), true) = (gpu, in_remap) {
-            out.push((g.clone(), pending, failure));
+        // A `-q` fragment without its GPU header still says the state (no bus then).
+        if in_remap {
+            out.push((gpu.clone().unwrap_or_default(), pending, failure));
         }
     };
     for l in text.lines() {

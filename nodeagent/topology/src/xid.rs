@@ -60,6 +60,28 @@ pub enum KernelEvent {
         device: String,
         line: String,
     },
+    /// An NVRM line that carries a driver status code saying what state the GPU is in
+    /// (`crate::nv_status`: reset required, lost, memory failed...), whatever its words.
+    /// `pci` is empty when the line names no address.
+    DeviceStatus {
+        pci: String,
+        /// The code's name (`NV_ERR_RESET_REQUIRED`).
+        status: String,
+        state: crate::nv_status::GpuState,
+        line: String,
+    },
+    /// NVRM's "API mismatch" family: a client (library, X server, container) of another
+    /// driver version than the loaded kernel module; no CUDA or NVML client can work.
+    DriverMismatch {
+        line: String,
+    },
+    /// A ConnectX (mlx5) adapter stopped completing its firmware commands (the mlx5
+    /// driver's command-interface timeouts): RDMA on it fails until its firmware is dealt
+    /// with.
+    NicFirmwareStuck {
+        pci: String,
+        line: String,
+    },
     /// An NVRM message none of the above explains, about `device` (a PCI address, a
     /// `GPUn` name, or empty): reported as such, never dropped.
     Unrecognised {
@@ -321,6 +343,12 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
             line: line.trim().to_string(),
         });
     }
+    if msg.contains("mlx5_core") && MLX5_CMD_STUCK.iter().any(|w| msg.contains(w)) {
+        return Some(KernelEvent::NicFirmwareStuck {
+            pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
+            line: line.trim().to_string(),
+        });
+    }
     if !msg.contains("NVRM") {
         return None;
     }
@@ -339,6 +367,19 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
     if has(BENIGN) {
         return None;
     }
+    if has(API_MISMATCH) {
+        return Some(KernelEvent::DriverMismatch {
+            line: line.trim().to_string(),
+        });
+    }
+    if let Some(s) = crate::nv_status::state_in(msg) {
+        return Some(KernelEvent::DeviceStatus {
+            pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
+            status: s.name.clone(),
+            state: s.state,
+            line: line.trim().to_string(),
+        });
+    }
     let lower = msg.to_ascii_lowercase();
     if lower.contains("nvlink") && (lower.contains("fail") || lower.contains("fatal")) {
         return Some(KernelEvent::NvlinkFailure {
@@ -351,6 +392,25 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
         line: line.trim().to_string(),
     })
 }
+
+/// NVRM's message family for driver components of different versions (`kernel-open/
+/// nvidia/nv.c` of NVIDIA's open kernel modules: "API mismatch: the client has the
+/// version %s, but this kernel module has the version %s", and since 5xx "the client
+/// '%s' (pid %u) has the version"), and the status a client gets for it
+/// (`NV_ERR_LIB_RM_VERSION_MISMATCH`, read from `crate::nv_status`).
+const API_MISMATCH: &[&str] = &["API mismatch"];
+
+/// The mlx5 driver's words for a firmware command that never completed
+/// (`drivers/net/ethernet/mellanox/mlx5/core/cmd.c` in Linux: `wait_func` "%s(0x%x)
+/// timeout. Will cause a leak of a command resource", `wait_func_handle_exec_timeout`
+/// "cmd[%d]: %s(0x%x) No done completion", and the "cmd exec timeout" / "command
+/// timeout" of its polling mode).
+const MLX5_CMD_STUCK: &[&str] = &[
+    "Will cause a leak of a command resource",
+    "No done completion",
+    "cmd exec timeout",
+    "command timeout",
+];
 
 /// The driver's words for finding no GPU it can use, old and new.
 const NO_GPUS: &[&str] = &[

@@ -103,19 +103,110 @@ fn parse(csv: &str) -> BTreeMap<u32, XidEntry> {
 /// application hit it or it needs a look; info: nothing to do).
 pub fn meaning(entry: &XidEntry) -> (XidAction, HealthSeverity) {
     use HealthSeverity::*;
-    match entry.bucket {
-        Bucket::RestartApp | Bucket::ByCause => (XidAction::RestartApp, Warning),
-        Bucket::Ignore => (XidAction::Ignore, Info),
-        Bucket::ResetGpu | Bucket::EccWorkflow | Bucket::NvlinkWorkflow => {
-            (XidAction::ResetGpu, Critical)
-        }
-        Bucket::RestartHost | Bucket::RestartVm => (XidAction::RebootNode, Critical),
-        Bucket::ReportIssue if entry.fatal => (XidAction::ResetGpu, Critical),
-        Bucket::ReportIssue
+    let severity = match outcome(entry) {
+        Outcome {
+            job: JobOutcome::Fails,
+            ..
+        } => Critical,
+        Outcome {
+            job: JobOutcome::Warned,
+            ..
+        } => Warning,
+        Outcome {
+            job: JobOutcome::Unaffected,
+            ..
+        } => Info,
+    };
+    let action = match entry.bucket {
+        Bucket::RestartApp | Bucket::ByCause => XidAction::RestartApp,
+        Bucket::Ignore => XidAction::Ignore,
+        Bucket::RestartHost | Bucket::RestartVm => XidAction::RebootNode,
+        Bucket::ResetGpu
+        | Bucket::EccWorkflow
+        | Bucket::NvlinkWorkflow
+        | Bucket::ReportIssue
         | Bucket::CheckMechanicals
         | Bucket::UpdateSoftware
         | Bucket::CheckUvm
-        | Bucket::FollowMessage => (XidAction::ResetGpu, Warning),
+        | Bucket::FollowMessage => XidAction::ResetGpu,
+    };
+    (action, severity)
+}
+
+/// What an Xid means on the two axes a scheduler acts on: the job running on the GPU,
+/// and the GPU itself (whether it may take a new job). NVIDIA's catalogue gives one
+/// "immediate action" per Xid; an action that resets the GPU or reboots the host both ends
+/// the job on it and keeps the GPU from new work until it is done, so the two are told
+/// apart here rather than folded into one severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub job: JobOutcome,
+    pub gpu: GpuOutcome,
+}
+
+/// What happens to the job on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JobOutcome {
+    /// Nothing to do (informational).
+    Unaffected,
+    /// The application hit it, or it needs a look: a warning; the job decides.
+    Warned,
+    /// The job cannot go on on this GPU.
+    Fails,
+}
+
+/// What happens to the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GpuOutcome {
+    /// It takes new jobs.
+    Keeps,
+    /// It is withheld from new jobs (and its node drained) until it is reset or the host
+    /// rebooted, as the action says.
+    Withheld,
+}
+
+/// Every catalogue action's outcome: a reset or reboot action (`RESET_GPU`, `RESTART_BM`,
+/// `RESTART_VM`, the ECC and NVLink workflows, which begin with a reset, and an
+/// unexpected error NVIDIA calls fatal) fails the job and withholds the GPU; restarting
+/// the application, a cause-dependent Xid 45 and the look-at-it actions (mechanicals,
+/// software update, UVM, a non-fatal unexpected error, Xid 154 without its message) warn;
+/// `IGNORE` is information.
+pub fn outcome(entry: &XidEntry) -> Outcome {
+    let (job, gpu) = match entry.bucket {
+        Bucket::ResetGpu
+        | Bucket::EccWorkflow
+        | Bucket::NvlinkWorkflow
+        | Bucket::RestartHost
+        | Bucket::RestartVm => (JobOutcome::Fails, GpuOutcome::Withheld),
+        Bucket::ReportIssue if entry.fatal => (JobOutcome::Fails, GpuOutcome::Withheld),
+        Bucket::RestartApp
+        | Bucket::ByCause
+        | Bucket::ReportIssue
+        | Bucket::CheckMechanicals
+        | Bucket::UpdateSoftware
+        | Bucket::CheckUvm
+        | Bucket::FollowMessage => (JobOutcome::Warned, GpuOutcome::Keeps),
+        Bucket::Ignore => (JobOutcome::Unaffected, GpuOutcome::Keeps),
+    };
+    Outcome { job, gpu }
+}
+
+/// The outcome of a health severity (the one axis a `HealthEvent` carries): a critical
+/// event fails the job on its GPU and withholds the GPU, as the controller applies it.
+pub fn outcome_of_severity(severity: HealthSeverity) -> Outcome {
+    match severity {
+        HealthSeverity::Critical => Outcome {
+            job: JobOutcome::Fails,
+            gpu: GpuOutcome::Withheld,
+        },
+        HealthSeverity::Warning => Outcome {
+            job: JobOutcome::Warned,
+            gpu: GpuOutcome::Keeps,
+        },
+        HealthSeverity::Info => Outcome {
+            job: JobOutcome::Unaffected,
+            gpu: GpuOutcome::Keeps,
+        },
     }
 }
 
@@ -194,6 +285,54 @@ mod tests {
             ("GSP_RPC_TIMEOUT", Bucket::ResetGpu, true)
         );
         assert_eq!(catalogue()[&154].bucket, Bucket::FollowMessage);
+    }
+
+    /// Every row of the catalogue has a defined outcome on both axes, and the two axes
+    /// agree with the action: a reset or reboot fails the job and withholds the GPU; no
+    /// other action withholds it; the one-axis severity is the job's.
+    #[test]
+    fn every_row_of_the_catalogue_has_an_outcome_for_the_job_and_the_gpu() {
+        let mut withheld = 0;
+        for entry in catalogue().values() {
+            let o = outcome(entry);
+            let resets = matches!(
+                entry.bucket,
+                Bucket::ResetGpu
+                    | Bucket::EccWorkflow
+                    | Bucket::NvlinkWorkflow
+                    | Bucket::RestartHost
+                    | Bucket::RestartVm
+            ) || (entry.bucket == Bucket::ReportIssue && entry.fatal);
+            assert_eq!(
+                o.gpu == GpuOutcome::Withheld,
+                resets,
+                "Xid {} ({:?})",
+                entry.code,
+                entry.bucket
+            );
+            assert_eq!(
+                o.job == JobOutcome::Fails,
+                o.gpu == GpuOutcome::Withheld,
+                "Xid {}: a withheld GPU's job fails, and only then",
+                entry.code
+            );
+            let (_, severity) = meaning(entry);
+            assert_eq!(outcome_of_severity(severity), o, "Xid {}", entry.code);
+            withheld += usize::from(resets);
+        }
+        // 15 RESET_GPU, 2 RESTART_BM, 1 RESTART_VM, the two workflows' 9 rows and the
+        // fatal unexpected errors.
+        assert!(withheld > 27, "{withheld}");
+        for code in [62, 79, 109, 119, 120] {
+            assert_eq!(
+                outcome(&catalogue()[&code]),
+                Outcome {
+                    job: JobOutcome::Fails,
+                    gpu: GpuOutcome::Withheld
+                },
+                "Xid {code}"
+            );
+        }
     }
 
     #[test]

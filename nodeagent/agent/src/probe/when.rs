@@ -124,10 +124,16 @@ pub fn device_line(line: &str) -> Option<DeviceLine> {
     if !from_a_device_driver(msg) || aer_detail_or_corrected(msg) {
         return None;
     }
-    if !matches!(
-        parse_line(line),
-        None | Some(KernelEvent::Unrecognised { .. })
-    ) {
+    // A driver status code that says the GPU's state (`gsched_topology::nv_status`) is
+    // acted on by itself, and the probe reads the GPU too: the state decides, the line is
+    // evidence. Every GPU is probed when the line names none.
+    let status = matches!(parse_line(line), Some(KernelEvent::DeviceStatus { .. }));
+    if !status
+        && !matches!(
+            parse_line(line),
+            None | Some(KernelEvent::Unrecognised { .. })
+        )
+    {
         return None;
     }
     if let Some(pci) = first_pci(msg) {
@@ -142,6 +148,12 @@ pub fn device_line(line: &str) -> Option<DeviceLine> {
         .map(|w| DeviceLine {
             device: w.to_string(),
             pci: None,
+        })
+        .or_else(|| {
+            status.then(|| DeviceLine {
+                device: String::new(),
+                pci: None,
+            })
         })
 }
 
@@ -265,6 +277,18 @@ mod tests {
         assert_eq!(
             gpu("mlx5_core 0000:5e:00.0: mlx5_health_try_recover: health recovery flow aborted"),
             Some("0000:5e:00".into())
+        );
+        // A status code that says the GPU's state: its GPU, or every GPU when the line
+        // names none.
+        assert_eq!(
+            gpu(
+                "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)"
+            ),
+            Some(String::new())
+        );
+        assert_eq!(
+            gpu("NVRM: GPU 0000:21:00.0: rpc failed status=0x00000062"),
+            Some("0000:21:00".into())
         );
         // A level-3 /dev/kmsg record counts; an informational one does not.
         assert!(gpu("3,881,91222,-;nvidia 0000:21:00.0: failed to recover").is_some());
