@@ -93,6 +93,39 @@ fn t10_limits_change_on_a_running_cluster_and_survive_a_leader_change() {
     assert!(stderr(&o).contains("may not change"), "{}", stderr(&o));
     let o = c.cli_as(&bob, "gctl", &["account", "add", "mine"]);
     assert!(stderr(&o).contains("may not change"), "{}", stderr(&o));
+    // A coordinator adds existing users at or above min_uid only: not root, not a name
+    // nobody has (which a later Unix user could take).
+    for (who, why) in [
+        ("root", "system user"),
+        ("gsnosuchuser", "no user gsnosuchuser"),
+    ] {
+        let o = c.cli_as(&bob, "gctl", &["user", "add", who, "--account", "vision"]);
+        assert!(!o.status.success(), "{who} was added by a coordinator");
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+    }
+    let users = c.ok("gctl", &["user", "show"]);
+    assert!(!users.contains("gsnosuchuser"), "{users}");
+    // Limits are capped like job time limits.
+    let o = slurm(
+        &c,
+        &links,
+        "sacctmgr",
+        &[
+            "-i",
+            "modify",
+            "account",
+            "where",
+            "name=nlp",
+            "set",
+            "MaxWall=99999999-00:00:00",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("longer than ten years"),
+        "{}",
+        stderr(&o)
+    );
 
     // Alice charges nlp by default and may not charge vision.
     let o = c.cli_as(&alice, "gsub", &["-A", "vision", "--wrap", "true"]);

@@ -300,13 +300,27 @@ fn t50_writes_over_http_follow_the_cli_rules() {
         Some(id),
         "{again}"
     );
-    // The same key on another kind of request is another request (it once answered with
-    // the submit's outcome, a 500).
+    // The key is tied to its first request: another body or another request with it is
+    // refused (409), never answered with the first one's outcome, and changes nothing.
+    let mut other = spec.clone();
+    other["name"] = "another".into();
+    let r = send(&addr, "POST", "/api/v1/jobs", &headers, &other.to_string());
+    assert!(r.starts_with("HTTP/1.1 409"), "{r}");
+    assert!(r.contains("first used for another request"), "{r}");
     let r = send(
         &addr,
         "POST",
         &format!("/api/v1/jobs/{id}/hold"),
         &headers,
+        "",
+    );
+    assert!(r.starts_with("HTTP/1.1 409"), "{r}");
+    // With a key of its own, the hold is done.
+    let r = send(
+        &addr,
+        "POST",
+        &format!("/api/v1/jobs/{id}/hold"),
+        &format!("{as_alice}Idempotency-Key: t50-hold\r\n"),
         "",
     );
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");

@@ -73,6 +73,7 @@ pub async fn serve(
     let api = Api {
         jobs: Arc::new(crate::service::jobs::JobsService::new(ctx.clone())),
         ctx: ctx.clone(),
+        keys: Default::default(),
     };
     let app = Router::new()
         .route(
@@ -242,6 +243,7 @@ fn check_browser_request(
 struct Api {
     ctx: Arc<Ctx>,
     jobs: Arc<crate::service::jobs::JobsService>,
+    keys: Arc<parking_lot::Mutex<KeyUses>>,
 }
 
 /// `?user=alice,bob&state=PD,R&all=1&detail=1`
@@ -297,7 +299,7 @@ impl IntoResponse for ApiError {
             Code::InvalidArgument => StatusCode::BAD_REQUEST,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Code::FailedPrecondition => StatusCode::CONFLICT,
+            Code::FailedPrecondition | Code::AlreadyExists => StatusCode::CONFLICT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (
@@ -345,8 +347,9 @@ impl axum::extract::FromRequestParts<Api> for Verified {
     }
 }
 
-/// A client's key for a write it may retry (`Idempotency-Key`), as the request id.
-struct IdempotencyKey(String);
+/// A client's key for a write it may retry (`Idempotency-Key`), with the method and path
+/// it came on; [`IdempotencyKey::request_id`] ties it to its caller and body.
+struct IdempotencyKey(Option<(String, String)>);
 
 impl<S: Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
     type Rejection = ApiError;
@@ -355,15 +358,70 @@ impl<S: Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
         parts: &mut axum::http::request::Parts,
         _: &S,
     ) -> Result<IdempotencyKey, ApiError> {
+        let target = format!("{} {}", parts.method, parts.uri.path());
         match parts.headers.get("idempotency-key").map(|v| v.to_str()) {
-            None => Ok(IdempotencyKey(String::new())),
+            None => Ok(IdempotencyKey(None)),
             Some(Ok(k)) if !k.is_empty() && k.len() <= 128 => {
-                Ok(IdempotencyKey(format!("http:{k}")))
+                Ok(IdempotencyKey(Some((k.to_string(), target))))
             }
             Some(_) => Err(ApiError(tonic::Status::invalid_argument(
                 "Idempotency-Key must be 1 to 128 visible ASCII characters",
             ))),
         }
+    }
+}
+
+/// The requests each caller's keys were first used for (a fingerprint of method, path and
+/// body), at most [`KEYS_KEPT`], the oldest forgotten first.
+#[derive(Default)]
+struct KeyUses {
+    first: std::collections::HashMap<String, [u8; 32]>,
+    order: std::collections::VecDeque<String>,
+}
+
+const KEYS_KEPT: usize = 100_000;
+
+impl IdempotencyKey {
+    /// The request id of this write: empty without a key; else the caller's key with the
+    /// request's fingerprint, so a key reused for another request is never answered with
+    /// the first one's outcome (409 while this controller remembers the first use, a new
+    /// request after).
+    fn request_id(
+        &self,
+        api: &Api,
+        who: &crate::auth::Caller,
+        body: &[u8],
+    ) -> Result<String, ApiError> {
+        use sha2::Digest;
+        let Some((key, target)) = &self.0 else {
+            return Ok(String::new());
+        };
+        let mut h = sha2::Sha256::new();
+        h.update(target.as_bytes());
+        h.update([0]);
+        h.update(body);
+        let print: [u8; 32] = h.finalize().into();
+        let owned = format!("{}:{key}", who.uid);
+        let mut uses = api.keys.lock();
+        match uses.first.get(&owned) {
+            Some(first) if *first != print => {
+                return Err(ApiError(tonic::Status::already_exists(format!(
+                    "Idempotency-Key {key} was first used for another request; give each new request a key of its own"
+                ))));
+            }
+            Some(_) => {}
+            None => {
+                if uses.order.len() >= KEYS_KEPT
+                    && let Some(old) = uses.order.pop_front()
+                {
+                    uses.first.remove(&old);
+                }
+                uses.first.insert(owned.clone(), print);
+                uses.order.push_back(owned.clone());
+            }
+        }
+        let hex: String = print[..8].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(format!("http:{owned}:{hex}"))
     }
 }
 
@@ -447,9 +505,10 @@ async fn detailed_row(
 async fn submit(
     axum::extract::State(api): axum::extract::State<Api>,
     Verified(who): Verified,
-    IdempotencyKey(request_id): IdempotencyKey,
+    key: IdempotencyKey,
     body: axum::body::Bytes,
 ) -> ApiResult {
+    let request_id = key.request_id(&api, &who, &body)?;
     let spec = body_as::<pb::SubmitRequest>(body)?;
     let ids: Vec<u64> = api
         .jobs
@@ -468,9 +527,10 @@ async fn submit(
 async fn act_on_jobs(
     axum::extract::State(api): axum::extract::State<Api>,
     Verified(who): Verified,
-    IdempotencyKey(request_id): IdempotencyKey,
+    key: IdempotencyKey,
     body: axum::body::Bytes,
 ) -> ApiResult {
+    let request_id = key.request_id(&api, &who, &body)?;
     let action = body_as::<pb::ActOnJobsRequest>(body)?;
     Ok(reply(
         &api.jobs.act_on_jobs_as(&who, &request_id, action).await?,
@@ -480,10 +540,11 @@ async fn act_on_jobs(
 async fn act_on_job(
     axum::extract::State(api): axum::extract::State<Api>,
     Verified(who): Verified,
-    IdempotencyKey(request_id): IdempotencyKey,
+    key: IdempotencyKey,
     axum::extract::Path((id, action)): axum::extract::Path<(String, String)>,
 ) -> ApiResult {
     use gsched_types::api::{JobAction, JobActionRequest, JobSelection, JobSelector};
+    let request_id = key.request_id(&api, &who, b"")?;
     let action = match action.as_str() {
         "cancel" => JobAction::Cancel,
         "hold" => JobAction::Hold,
@@ -516,10 +577,11 @@ struct NodeActionBody {
 async fn node_action(
     axum::extract::State(api): axum::extract::State<Api>,
     Verified(who): Verified,
-    IdempotencyKey(request_id): IdempotencyKey,
+    key: IdempotencyKey,
     axum::extract::Path((name, action)): axum::extract::Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> ApiResult {
+    let request_id = key.request_id(&api, &who, &body)?;
     let b: NodeActionBody = if body.is_empty() {
         NodeActionBody::default()
     } else {

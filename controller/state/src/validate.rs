@@ -18,7 +18,7 @@ const MAX_TASKS_PER_NODE: u32 = 4096;
 const MAX_CPUS_PER_TASK: u32 = 4096;
 const MAX_LIST: usize = 4096;
 /// Ten years: a time limit beyond it is a typo.
-pub const MAX_TIME_S: u64 = 10 * 365 * 86_400;
+pub const MAX_TIME_S: u64 = gsched_types::parse::MAX_TIME_LIMIT_S;
 
 /// Why a job spec or a bulk selection was refused; each message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

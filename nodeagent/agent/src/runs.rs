@@ -96,6 +96,9 @@ enum HeldPhase {
     Draining(u64),
 }
 
+/// How long `gagentd notice` may take to append its line.
+const NOTICE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct Run {
     key: RunRef,
     files: RunFiles,
@@ -908,13 +911,28 @@ impl RunManager {
             .stderr(std::process::Stdio::piped())
             .spawn();
         match spawned {
-            Ok(child) => {
-                std::thread::spawn(move || match child.wait_with_output() {
-                    Ok(out) if !out.status.success() => tracing::warn!(
-                        "job {job}: the notice was not written: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                    _ => {}
+            Ok(mut child) => {
+                std::thread::spawn(move || {
+                    // A writer that cannot finish (a full disk, a hung file system) is
+                    // stopped rather than left behind.
+                    let deadline = std::time::Instant::now() + NOTICE_LIMIT;
+                    while matches!(child.try_wait(), Ok(None)) {
+                        if std::time::Instant::now() > deadline {
+                            let _ = child.kill();
+                            tracing::warn!(
+                                "job {job}: the notice was not written within {NOTICE_LIMIT:?}; stopped"
+                            );
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    match child.wait_with_output() {
+                        Ok(out) if !out.status.success() => tracing::warn!(
+                            "job {job}: the notice was not written: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        ),
+                        _ => {}
+                    }
                 });
             }
             Err(e) => tracing::warn!("job {job}: cannot start gagentd notice: {e}"),

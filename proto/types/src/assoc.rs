@@ -346,6 +346,13 @@ impl Associations<'_> {
             if !foreign.is_empty() {
                 return Err(AssocError::Foreign(entity, foreign));
             }
+            if let Some(Limit::Set(wall)) = fields.max_wall_s
+                && wall > crate::parse::MAX_TIME_LIMIT_S
+            {
+                return Err(AssocError::Invalid(format!(
+                    "MaxWall of {wall} s is longer than ten years (3650-00:00:00, the longest time limit gsched keeps); use -1 for none"
+                )));
+            }
         }
         match edit {
             AssocEdit::Add { name, fields, .. } => self.add(entity, name, fields),

@@ -7,6 +7,10 @@ use thiserror::Error;
 pub enum InputError {
     #[error("invalid time limit '{0}': use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")]
     TimeLimit(String),
+    #[error(
+        "time limit '{0}' is longer than ten years (3650-00:00:00, the longest gsched keeps); use UNLIMITED for no limit"
+    )]
+    TimeLimitTooLong(String),
     #[error("invalid memory size '{0}': use a number of megabytes or a K/M/G/T suffix, e.g. 64G")]
     MemorySize(String),
     #[error("unknown generic resource '{resource}' in --gres={text}: only 'gpu' is supported")]

@@ -43,8 +43,15 @@ pub fn time_limit(text: &str) -> Result<Option<u64>, InputError> {
             _ => return Err(bad()),
         }
     };
+    if secs > MAX_TIME_LIMIT_S {
+        return Err(InputError::TimeLimitTooLong(text.to_string()));
+    }
     Ok(Some(secs))
 }
+
+/// The longest time limit a job, an account's or a QOS's MaxWall may have: ten years
+/// (beyond it is a typo; UNLIMITED is the way to say none).
+pub const MAX_TIME_LIMIT_S: u64 = 10 * 365 * 86_400;
 
 /// Milliseconds since the epoch as Slurm prints times: `YYYY-MM-DDTHH:MM:SS` (UTC).
 pub fn format_timestamp(ms: u64) -> String {
@@ -419,6 +426,20 @@ pub fn is_plain_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_time_limit_past_ten_years_is_a_typo_refused() {
+        assert!(matches!(
+            time_limit("99999999-00:00:00"),
+            Err(InputError::TimeLimitTooLong(_))
+        ));
+        assert!(matches!(
+            time_limit("3651-00:00:00"),
+            Err(InputError::TimeLimitTooLong(_))
+        ));
+        assert_eq!(time_limit("3650-00:00:00"), Ok(Some(MAX_TIME_LIMIT_S)));
+        assert_eq!(time_limit("UNLIMITED"), Ok(Some(0)));
+    }
     #[test]
     fn signal_specs_in_sbatch_forms() {
         let w = warn_signal("B:USR1@120").unwrap();

@@ -26,6 +26,10 @@ pub enum TokenError {
         "the token key {path} has {len} bytes; it needs {MIN_KEY_BYTES} or more (head -c 32 /dev/urandom > FILE, the same file on every controller)"
     )]
     ShortKey { path: String, len: usize },
+    #[error(
+        "the token key {path} can be read by others (mode {mode:04o}): whoever reads it can make tokens for any user; chmod 600 {path} (owned by the user gctld runs as)"
+    )]
+    ExposedKey { path: String, mode: u32 },
     #[error("not a gsched token (get one with gctl token)")]
     Malformed,
     #[error("this token was not issued by this cluster's controllers (or was altered)")]
@@ -37,6 +41,20 @@ pub enum TokenError {
 impl TokenKey {
     /// The key in `path` (at least 32 bytes; `head -c 32 /dev/urandom > FILE` makes one).
     pub fn from_file(path: &std::path::Path) -> Result<TokenKey, TokenError> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|source| TokenError::ReadKey {
+                path: path.display().to_string(),
+                source,
+            })?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(TokenError::ExposedKey {
+                path: path.display().to_string(),
+                mode: mode & 0o7777,
+            });
+        }
         let bytes = std::fs::read(path).map_err(|source| TokenError::ReadKey {
             path: path.display().to_string(),
             source,
@@ -125,6 +143,21 @@ pub struct Claims {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_key_others_can_read_is_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token.key");
+        std::fs::write(&path, [7u8; 32]).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let Err(e) = TokenKey::from_file(&path) else {
+            panic!("a world-readable key was used");
+        };
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(TokenKey::from_file(&path).is_ok());
+    }
     use super::*;
 
     #[test]

@@ -13,7 +13,9 @@ pub(super) fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 }
 
 /// Opens (creating, appending) an output file with the job owner's file-system identity
-/// and umask, so permissions are checked, and the file is created, as that user.
+/// and umask, so permissions are checked, and the file is created, as that user. The
+/// open never waits (a FIFO with no reader is refused, not waited on), and only a
+/// regular file or a character device such as /dev/null is written.
 pub(super) fn open_as(
     path: &str,
     owner: Option<(u32, u32)>,
@@ -24,6 +26,7 @@ pub(super) fn open_as(
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
     };
     let saved_umask = umask.map(nix::sys::stat::umask);
@@ -34,7 +37,26 @@ pub(super) fn open_as(
     if let Some(old) = saved_umask {
         nix::sys::stat::umask(old);
     }
-    result.map_err(|e| super::policy::open_error(e.raw_os_error(), &e.to_string(), path))
+    let file =
+        result.map_err(|e| super::policy::open_error(e.raw_os_error(), &e.to_string(), path))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("cannot read what {path} is: {e}"))?
+        .file_type();
+    if !(kind.is_file() || std::os::unix::fs::FileTypeExt::is_char_device(&kind)) {
+        return Err(format!(
+            "{path} is not a regular file (a FIFO, socket or directory): the job's output goes to a file or /dev/null"
+        ));
+    }
+    blocking(&file).map_err(|e| format!("cannot write {path}: {e}"))?;
+    Ok(file)
+}
+
+/// Clears `O_NONBLOCK`: writes wait as a file's do.
+fn blocking(file: &File) -> nix::Result<()> {
+    let flags = nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_GETFL)?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_SETFL(flags)).map(drop)
 }
 
 /// Opens a file for reading with the job owner's file-system identity (its stdin, from
@@ -59,11 +81,7 @@ pub(super) fn open_read_as(
         return Err(format!("the job's input {path} is not a regular file"));
     }
     // Reads block as a file's do (the open did not wait on a FIFO's writer).
-    let flags = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)
-        .map_err(|e| format!("cannot read the job's input {path}: {e}"))?;
-    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(flags))
-        .map_err(|e| format!("cannot read the job's input {path}: {e}"))?;
+    blocking(&file).map_err(|e| format!("cannot read the job's input {path}: {e}"))?;
     Ok(file)
 }
 
@@ -95,4 +113,31 @@ fn as_owner(
     nix::unistd::setfsgid(Gid::from_raw(0));
     nix::unistd::setgroups(&saved)?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_in_place_of_the_output_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("slurm-7.out");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let path = fifo.to_str().unwrap();
+        // No reader: the open fails at once instead of waiting for one.
+        assert!(open_as(path, None, &[], None).is_err());
+        // With a reader: opened, then refused for what it is.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let err = open_as(path, None, &[], None).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        // A file and /dev/null are written as before.
+        let file = dir.path().join("out.txt");
+        assert!(open_as(file.to_str().unwrap(), None, &[], None).is_ok());
+        assert!(open_as("/dev/null", None, &[], None).is_ok());
+    }
 }

@@ -39,6 +39,9 @@ impl JobsService {
                 Ok(reply)
             }
             AssocRequest::Edit { edit: e } => {
+                if !caller.is_admin() {
+                    self.check_user_added_by_coordinator(&e)?;
+                }
                 let message = {
                     let r = self.ctx.raft.replica.read();
                     let mut config = r.state.config.clone();
@@ -58,6 +61,41 @@ impl JobsService {
                     ..AssocReply::default()
                 })
             }
+        }
+    }
+}
+
+impl JobsService {
+    /// A coordinator adds only users this host knows, at or above `min_uid`: never root
+    /// or a system account, never a name nobody has (which a later user could take).
+    fn check_user_added_by_coordinator(
+        &self,
+        e: &gsched_types::assoc::AssocEdit,
+    ) -> Result<(), Status> {
+        use gsched_types::assoc::AssocEdit;
+        let (AssocEdit::Add {
+            entity: AssocEntity::User,
+            name,
+            ..
+        }
+        | AssocEdit::Modify {
+            entity: AssocEntity::User,
+            name,
+            ..
+        }) = e
+        else {
+            return Ok(());
+        };
+        let min_uid = self.ctx.auth.policy().min_uid;
+        match nix::unistd::User::from_name(name) {
+            Ok(Some(u)) if u.uid.as_raw() >= min_uid => Ok(()),
+            Ok(Some(u)) => Err(Status::permission_denied(format!(
+                "{name} is a system user (uid {} below min_uid {min_uid}): only an admin may add it",
+                u.uid
+            ))),
+            _ => Err(Status::permission_denied(format!(
+                "there is no user {name} on this host: a coordinator adds existing users only (create the Unix user first, or ask an admin)"
+            ))),
         }
     }
 }
