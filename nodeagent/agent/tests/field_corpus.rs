@@ -521,9 +521,7 @@ fn every_artifact_names_its_source_and_a_third_is_held_out() {
         all.iter()
             .all(|a| a.split == "train" || a.split == "heldout")
     );
-    assert!(
-        held * 4 >= all.len() && held * 2 <= all.len(),
-        "{held} of {} held out",
-        all.len()
-    );
+    // Each fresh batch comes in whole as held out (scored once before any rule), so the
+    // held-out share only grows; it must never fall below a quarter.
+    assert!(held * 4 >= all.len(), "{held} of {} held out", all.len());
 }
