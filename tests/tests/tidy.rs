@@ -1,6 +1,7 @@
 //! Tidy checks over the workspace's own sources and manifests (in the spirit of
-//! rust-analyzer's), for what clippy cannot check (its rules are in clippy.toml): the pure
-//! crates depend on no runtime, transport, storage or clock; the replicated state machine
+//! rust-analyzer's), for what clippy cannot check (its rules are in clippy.toml): every
+//! member `cargo metadata` lists keeps to what ARCHITECTURE.md's crate table says it must
+//! not depend on (runtime, transport, storage, clock); the replicated state machine
 //! and the scheduler import no randomly seeded map; every `unsafe` says why it is sound; every module says what it is; every crate
 //! uses the workspace lints and every dependency it declares; nothing stray sits at the
 //! root.
@@ -10,30 +11,69 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The crates that must stay pure (no IO, no async, no clock), by package name and folder.
-const PURE: &[(&str, &str)] = &[
-    ("gsched-types", "proto/types"),
-    ("gsched-scheduler", "controller/scheduler"),
-    ("gsched-state", "controller/state"),
-    ("gsched-topology", "nodeagent/topology"),
-    ("gsched-launch", "nodeagent/launch"),
-];
+/// Every workspace member as `cargo metadata` lists it: package name and folder (relative
+/// to the workspace root).
+fn members() -> Vec<(String, String)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(&cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let root = workspace();
+    meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            let manifest = PathBuf::from(p["manifest_path"].as_str().expect("manifest_path"));
+            let dir = manifest
+                .parent()
+                .expect("a folder")
+                .strip_prefix(&root)
+                .expect("in the workspace");
+            (
+                p["name"].as_str().expect("name").to_string(),
+                dir.to_string_lossy().into_owned(),
+            )
+        })
+        .collect()
+}
 
-/// Every workspace member's folder.
-const MEMBERS: &[&str] = &[
-    "proto",
-    "proto/types",
-    "controller/state",
-    "controller/scheduler",
-    "controller/raft",
-    "controller/server",
-    "controller/sim",
-    "nodeagent/topology",
-    "nodeagent/launch",
-    "nodeagent/agent",
-    "cli",
-    "tests",
-];
+/// ARCHITECTURE.md's crate table: each crate's folder and what it must not depend on
+/// ("clock" means reading the wall or monotonic clock; "tonic" the whole HTTP/2 stack).
+fn must_not_depend_on() -> Vec<(String, String, Vec<String>)> {
+    read(&workspace().join("ARCHITECTURE.md"))
+        .lines()
+        .filter(|l| l.starts_with("| `gsched-"))
+        .map(|l| {
+            let cells: Vec<&str> = l
+                .split(" | ")
+                .map(|c| c.trim_matches(['|', ' ', '`']))
+                .collect();
+            let banned = cells
+                .last()
+                .unwrap()
+                .split(", ")
+                .filter(|w| *w != "—" && !w.is_empty())
+                .map(str::to_string)
+                .collect();
+            (cells[0].to_string(), cells[1].to_string(), banned)
+        })
+        .collect()
+}
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -79,9 +119,21 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 }
 
 #[test]
-fn pure_crates_depend_on_no_runtime_transport_storage_or_clock() {
+fn every_crate_keeps_to_what_architecture_md_says_it_must_not_depend_on() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for (package, dir) in PURE {
+    let rows = must_not_depend_on();
+    let members = members();
+    for (name, dir) in &members {
+        assert!(
+            rows.iter().any(|(n, d, _)| n == name && d == dir),
+            "{name} ({dir}) has no row in ARCHITECTURE.md's crate table"
+        );
+    }
+    for (package, dir, banned) in rows.iter().filter(|(_, _, b)| !b.is_empty()) {
+        assert!(
+            members.iter().any(|(n, _)| n == package),
+            "ARCHITECTURE.md names {package}, which is not a workspace member"
+        );
         let out = Command::new(&cargo)
             .args([
                 "tree",
@@ -109,18 +161,27 @@ fn pure_crates_depend_on_no_runtime_transport_storage_or_clock() {
             .lines()
             .filter_map(|l| l.split_whitespace().next())
             .collect();
-        for banned in ["tokio", "tonic", "sled", "hyper", "axum", "h2"] {
-            assert!(
-                !names.contains(banned),
-                "{package} depends on {banned} (normal dependencies: {names:?})"
-            );
+        for word in banned.iter().filter(|w| *w != "clock") {
+            let family: &[&str] = match word.as_str() {
+                "tonic" => &["tonic", "hyper", "h2", "axum"],
+                other => &[other][..],
+            };
+            for banned in family {
+                assert!(
+                    !names.contains(banned),
+                    "{package} depends on {banned}, which ARCHITECTURE.md rules out (normal dependencies: {names:?})"
+                );
+            }
+        }
+        if !banned.iter().any(|w| w == "clock") {
+            continue;
         }
         for file in rust_files(&workspace().join(dir).join("src")) {
             for (n, line) in code_lines(&read(&file)) {
                 for clock in ["SystemTime::now", "Instant::now", "UNIX_EPOCH"] {
                     assert!(
                         !line.contains(clock),
-                        "{}:{n} reads the clock ({clock}) in a pure crate",
+                        "{}:{n} reads the clock ({clock}) in a crate that must not",
                         file.display()
                     );
                 }
@@ -249,24 +310,28 @@ fn replicated_state_uses_no_seeded_maps() {
 fn the_rules_clippy_enforces_stay_configured() {
     // clippy.toml replaces, not extends, the workspace's for the crate it sits in.
     let workspace_rules = read(&workspace().join("clippy.toml"));
-    let state_rules = read(&workspace().join("controller/state/clippy.toml"));
-    for rules in [&workspace_rules, &state_rules] {
+    // The crates whose results replicas and followers must agree on bit for bit: the
+    // state machine, and the scheduler (followers estimate start times with it).
+    let agreeing: Vec<String> = ["controller/state", "controller/scheduler"]
+        .iter()
+        .map(|d| read(&workspace().join(d).join("clippy.toml")))
+        .collect();
+    for rules in std::iter::once(&workspace_rules).chain(&agreeing) {
         for path in ["std::env::args", "std::sync::Mutex", "std::sync::RwLock"] {
             assert!(rules.contains(&format!("path = \"{path}\"")), "{path}");
         }
     }
-    for f in ["exp", "powf", "powi", "ln", "log2", "log10", "sqrt"] {
-        assert!(
-            state_rules.contains(&format!("path = \"f64::{f}\"")),
-            "f64::{f}"
-        );
+    for rules in &agreeing {
+        for f in ["exp", "powf", "powi", "ln", "log2", "log10", "sqrt"] {
+            assert!(rules.contains(&format!("path = \"f64::{f}\"")), "f64::{f}");
+        }
     }
 }
 
 #[test]
 fn every_unsafe_says_why_it_is_sound() {
     let mut missing = Vec::new();
-    for member in MEMBERS {
+    for (_, member) in &members() {
         // This file names the patterns it looks for.
         for file in crate_sources(&workspace().join(member))
             .into_iter()
@@ -299,7 +364,7 @@ fn every_unsafe_says_why_it_is_sound() {
 #[test]
 fn every_module_says_what_it_is() {
     let mut missing = Vec::new();
-    for member in MEMBERS {
+    for (_, member) in &members() {
         for file in crate_sources(&workspace().join(member)) {
             let text = read(&file);
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -339,7 +404,7 @@ fn every_crate_uses_the_workspace_lints_and_every_dependency_it_declares() {
     // Used only by code a build script generates.
     let generated = [("proto", "prost"), ("proto", "tonic-prost")];
     let mut problems = Vec::new();
-    for member in MEMBERS {
+    for (_, member) in &members() {
         let dir = workspace().join(member);
         let manifest = read(&dir.join("Cargo.toml"));
         if !manifest.contains("[lints]\nworkspace = true") {
@@ -363,7 +428,7 @@ fn every_crate_uses_the_workspace_lints_and_every_dependency_it_declares() {
                 ]
                 .iter()
                 .any(|p| sources.contains(p.as_str()));
-                if !used && !generated.contains(&(*member, dep.as_str())) {
+                if !used && !generated.contains(&(member.as_str(), dep.as_str())) {
                     problems.push(format!("{member}: [{section}] {dep} is never used"));
                 }
             }

@@ -1,3 +1,6 @@
+//! The archive's tests: upserts by id and cursor, paged queries by user, state, partition,
+//! window and id, and the GPU-hour totals reports read.
+
 use super::*;
 use gsched_types::job::JobId;
 

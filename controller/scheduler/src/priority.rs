@@ -232,7 +232,10 @@ pub fn priority(
         .unwrap_or(0) as f64
         / max_qos;
     let short = match job.time_limit_s {
-        Some(t) => 1.0 - ((t as f64 / 60.0).max(1.0).ln() / (7.0 * 24.0 * 60.0f64).ln()).min(1.0),
+        // libm, not the platform's ln: followers estimate start times with this too.
+        Some(t) => {
+            1.0 - (libm::log((t as f64 / 60.0).max(1.0)) / libm::log(7.0 * 24.0 * 60.0)).min(1.0)
+        }
         None => 0.0,
     };
     w.age * age - f64::from(job.nice)
