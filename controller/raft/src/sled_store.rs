@@ -73,8 +73,8 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Entries per segment tree, as a shift: 1,024.
 const SEGMENT_SHIFT: u32 = 10;
 const SEGMENT_PREFIX: &str = "log.";
-/// The single tree that held the whole log before segments; migrated on open.
-const LEGACY_LOG: &str = "log";
+/// The single tree that held the whole log in development builds before segments.
+const SINGLE_TREE_LOG: &str = "log";
 
 fn segment_of(index: u64) -> u64 {
     index >> SEGMENT_SHIFT
@@ -209,7 +209,7 @@ impl SledStore {
             last: 0,
             obsolete: Vec::new(),
         };
-        store.migrate_legacy_log()?;
+        store.refuse_single_tree_log()?;
         let recorded_first = match store.meta.get("log_first").map_err(io)? {
             Some(b) => index_of(&b)?,
             None => 0,
@@ -242,26 +242,20 @@ impl SledStore {
         Ok(store)
     }
 
-    /// Moves entries from the pre-segment `log` tree into segments (once; repeating it
-    /// after a crash rewrites the same entries).
-    fn migrate_legacy_log(&mut self) -> Result<()> {
-        if !self
+    /// Refuses a store with the single `log` tree of development builds before segments
+    /// (no release wrote one): reading past it would lose its entries without a word.
+    fn refuse_single_tree_log(&self) -> Result<()> {
+        if self
             .db
             .tree_names()
             .iter()
-            .any(|n| n.as_ref() == LEGACY_LOG.as_bytes())
+            .any(|n| n.as_ref() == SINGLE_TREE_LOG.as_bytes())
         {
-            return Ok(());
+            return Err(StoreError::Corrupt(format!(
+                "{} holds a Raft log in the single-tree layout of development builds before segmented logs; start this controller with an empty --data-dir and it catches up from its peers",
+                self.dir.display()
+            )));
         }
-        let legacy = self.db.open_tree(LEGACY_LOG).map_err(io)?;
-        for item in legacy.iter() {
-            let (k, v) = item.map_err(io)?;
-            self.segment(segment_of(index_of(&k)?))?
-                .insert(k, v)
-                .map_err(io)?;
-        }
-        self.db.flush().map_err(io)?;
-        self.db.drop_tree(LEGACY_LOG).map_err(io)?;
         Ok(())
     }
 
@@ -532,24 +526,19 @@ mod tests {
     }
 
     #[test]
-    fn a_log_in_the_single_tree_of_earlier_versions_is_migrated() {
+    fn a_log_in_the_single_tree_layout_is_refused_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         {
             let db = sled::open(dir.path().join("raft.sled")).unwrap();
-            let log = db.open_tree(LEGACY_LOG).unwrap();
-            for i in 1..=2_500u64 {
-                log.insert(i.to_be_bytes(), encode(&entry(i, 1))).unwrap();
-            }
+            let log = db.open_tree(SINGLE_TREE_LOG).unwrap();
+            log.insert(1u64.to_be_bytes(), encode(&entry(1, 1)))
+                .unwrap();
             db.flush().unwrap();
         }
-        let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
-        assert_eq!(s.entries(1_000, 1_030, None).unwrap()[5], entry(1_005, 1));
-        assert!(!s.db.tree_names().iter().any(|n| n.as_ref() == b"log"));
-        assert_eq!(s.segments.len(), 3, "1..=2,500 spans segments 0, 1 and 2");
-        drop(s);
-        let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!((s.first_index(), s.last_index()), (1, 2_500));
+        let Err(e) = SledStore::open(dir.path()) else {
+            panic!("a single-tree log was opened");
+        };
+        assert!(e.to_string().contains("empty --data-dir"), "{e}");
     }
 
     /// A store in a fresh directory holding entries `1..=last` of term 1.

@@ -127,14 +127,6 @@ impl AgentHub {
             .collect()
     }
 
-    /// The connected agent on `node` takes several kills in one message.
-    pub fn batches_kills(&self, node: &str) -> bool {
-        self.conns
-            .lock()
-            .get(node)
-            .is_some_and(|c| c.capabilities.batched_kills)
-    }
-
     pub fn takes_notices(&self, node: &str) -> bool {
         self.conns
             .lock()

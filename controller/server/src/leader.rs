@@ -199,7 +199,7 @@ async fn dispatcher_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
             decide::dispatch(&r.state, &connected, &mut memo, &cfg, Instant::now())
         };
         waiting = round.waiting;
-        for (node, msg) in decide::batch_kills(round.sends, |n| ctx.hub.batches_kills(n)) {
+        for (node, msg) in decide::batch_kills(round.sends) {
             ctx.hub.send(&node, &msg);
         }
     }

@@ -170,14 +170,10 @@ fn kill(job: JobId, attempt: u32, order: KillOrder) -> ControllerToAgent {
     }
 }
 
-/// Folds the kills a round sends to one node into one `Kills` message, for the nodes
-/// `batches` says understand it (their agents announced `batched_kills`); every other
+/// Folds the kills a round sends to one node into one `Kills` message; every other
 /// message, and a node's only kill, goes as it was, in order (a node's batch where its
 /// first kill was).
-pub fn batch_kills(
-    sends: Vec<(String, ControllerToAgent)>,
-    batches: impl Fn(&str) -> bool,
-) -> Vec<(String, ControllerToAgent)> {
+pub fn batch_kills(sends: Vec<(String, ControllerToAgent)>) -> Vec<(String, ControllerToAgent)> {
     let mut kills_per_node: BTreeMap<String, usize> = BTreeMap::new();
     for (node, msg) in &sends {
         if matches!(msg, ControllerToAgent::Kill { .. }) {
@@ -187,7 +183,7 @@ pub fn batch_kills(
     let mut out: Vec<(String, ControllerToAgent)> = Vec::with_capacity(sends.len());
     let mut batch_at: BTreeMap<String, usize> = BTreeMap::new();
     for (node, msg) in sends {
-        let batched = kills_per_node.get(&node).is_some_and(|n| *n > 1) && batches(&node);
+        let batched = kills_per_node.get(&node).is_some_and(|n| *n > 1);
         let one = match msg {
             ControllerToAgent::Kill {
                 job,

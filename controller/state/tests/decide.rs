@@ -383,7 +383,7 @@ fn silent_agents_stop_answering_first_and_are_lost_later() {
 }
 
 #[test]
-fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
+fn a_nodes_kills_in_one_round_go_as_one_message() {
     let kill = |job: u64| ControllerToAgent::Kill {
         job: JobId(job),
         attempt: 0,
@@ -402,11 +402,11 @@ fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
         ("n2".to_string(), kill(2)),
         ("n1".to_string(), signal.clone()),
         ("n1".to_string(), kill(3)),
-        ("old".to_string(), kill(4)),
-        ("old".to_string(), kill(5)),
+        ("n4".to_string(), kill(4)),
+        ("n4".to_string(), kill(5)),
         ("n3".to_string(), kill(6)),
     ];
-    let out = decide::batch_kills(sends, |node| node != "old");
+    let out = decide::batch_kills(sends);
     let shape: Vec<(&str, Vec<u64>)> = out
         .iter()
         .map(|(n, m)| {
@@ -424,8 +424,7 @@ fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
             ("n1", vec![1, 3]),
             ("n2", vec![2]),
             ("n1", vec![]),
-            ("old", vec![4]),
-            ("old", vec![5]),
+            ("n4", vec![4, 5]),
             ("n3", vec![6]),
         ],
         "{out:?}"
@@ -436,10 +435,7 @@ fn a_nodes_kills_in_one_round_go_as_one_message_to_agents_that_take_them() {
         "a node's only kill stays a Kill"
     );
     assert_eq!(out[2].1, signal);
-    assert!(
-        matches!(out[3].1, ControllerToAgent::Kill { .. }),
-        "an agent that did not announce batched kills gets them one by one"
-    );
+    assert!(matches!(out[3].1, ControllerToAgent::Kills { .. }));
     let ControllerToAgent::Kills { kills } = &out[0].1 else {
         unreachable!()
     };

@@ -176,7 +176,6 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         known_runs: known,
         capabilities: AgentCapabilities {
-            batched_kills: true,
             output_notices: true,
         },
     })?;

@@ -5,8 +5,8 @@
 //! keeps (its part of each job's attempt), and reports run events and health events,
 //! each with a sequence number it keeps on disk until the controller acknowledges that
 //! the event is committed. The controller sends launches and kills (several kills for
-//! one node in one `Kills` message, to agents that announced `batched_kills`); both are
-//! idempotent, so resending after a failover is safe.
+//! one node in one `Kills` message); both are idempotent, so resending after a failover is
+//! safe.
 
 use crate::failure::{Failure, FailureKind};
 use crate::job::JobId;
@@ -75,9 +75,6 @@ impl RunEvent {
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
 pub struct AgentCapabilities {
-    /// `ControllerToAgent::Kills`: several node runs stopped by one message.
-    #[serde(default)]
-    pub batched_kills: bool,
     /// `ControllerToAgent::Notice`: a line appended to a job's output file.
     #[serde(default)]
     pub output_notices: bool,
@@ -173,8 +170,7 @@ pub enum ControllerToAgent {
         reason: String,
         grace_s: u64,
     },
-    /// Stop several node runs (a bulk cancel, a node's jobs requeued): each as `Kill`. Sent
-    /// only to agents that announced `batched_kills`.
+    /// Stop several node runs (a bulk cancel, a node's jobs requeued): each as `Kill`.
     Kills {
         kills: Vec<KillRun>,
     },
