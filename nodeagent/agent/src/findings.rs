@@ -123,345 +123,421 @@ pub fn kernel_finding(ev: &KernelEvent, at: Attribution<'_>) -> Option<Noted> {
         Attribution::Unknown => (false, &|_| None),
     };
     match ev {
-        KernelEvent::Xid(x) => {
-            let code = x.effective_code();
-            let (action, severity) = classify_event(x);
-            let gpu = gpu_of(&x.pci);
-            let severity = match severity {
-                HealthSeverity::Critical => Severity::FailJob,
-                HealthSeverity::Warning => Severity::Warn,
-                HealthSeverity::Info => Severity::Info,
-            };
-            let cause = if x.code == 45 && x.caused_by.is_some() {
-                format!(" (Xid 45 caused by Xid {code})")
-            } else {
-                String::new()
-            };
-            let on = match gpu {
-                Some(g) => format!("GPU {g} ({})", x.pci),
-                None if known => format!("a GPU this node cannot name (PCI {})", x.pci),
-                None => format!("GPU {}", x.pci),
-            };
-            let mut action = xid_action(action).to_string();
-            if known && gpu.is_none() && severity == Severity::FailJob {
-                action = format!("{action}; {STOPS_NODE}");
-            }
-            let component = if (144..=150).contains(&code) || code == 74 {
-                Component::Nvlink
-            } else {
-                Component::Gpu
-            };
-            Some(Noted {
-                health: if code == 79 {
-                    HealthKind::GpuLost
-                } else {
-                    HealthKind::Xid
-                },
-                xid: Some(code),
-                headline: format!("Xid {}{cause} on {on}: {}", x.code, x.message),
-                finding: finding(
-                    severity,
-                    component,
-                    format!("xid-{code}"),
-                    gpu,
-                    &x.pci,
-                    &x.line,
-                    action,
-                ),
-            })
-        }
-        KernelEvent::FallenOffBus { pci } => {
-            let gpu = gpu_of(pci);
-            let headline = match gpu {
-                Some(_) => format!("GPU at {pci} has fallen off the bus"),
-                None if known => format!(
-                    "a GPU this node cannot name (PCI {}) has fallen off the bus",
-                    if pci.is_empty() { "unknown" } else { pci }
-                ),
-                None => format!("GPU {pci} has fallen off the bus"),
-            };
-            let mut action = xid_action(XidAction::RebootNode).to_string();
-            if known && gpu.is_none() {
-                action = format!("{action}; {STOPS_NODE}");
-            }
-            Some(Noted {
-                health: HealthKind::GpuLost,
-                xid: Some(79),
-                finding: finding(
-                    Severity::FailJob,
-                    Component::Gpu,
-                    "gpu-lost".into(),
-                    gpu,
-                    pci,
-                    &headline,
-                    action,
-                ),
-                headline,
-            })
-        }
+        KernelEvent::Xid(x) => xid_finding(x, known, gpu_of),
+        KernelEvent::FallenOffBus { pci } => fallen_off_bus(pci, known, gpu_of),
         KernelEvent::SXid {
             pci,
             code,
             fatal,
             message,
-        } => {
-            // The line says Fatal or Non-fatal on most drivers; NVIDIA's catalogue says
-            // for the lines that do not.
-            let entry = gsched_topology::xid_catalog::sxid_catalogue().get(code);
-            let fatal = fatal.or(entry.map(|e| e.fatal)).unwrap_or(false);
-            let headline = format!("NVSwitch {pci} SXid {code}: {message}");
-            let action = entry
-                .map(|e| gsched_topology::xid_catalog::sxid_advice(&e.action))
-                .unwrap_or("NVSwitch fabric error: see the fabric manager log");
-            Some(Noted {
-                health: HealthKind::NvswitchSxid,
-                xid: None,
-                finding: finding(
-                    if fatal { Severity::Drain } else { Severity::Info },
-                    Component::Nvswitch,
-                    format!("sxid-{code}"),
-                    None,
-                    pci,
-                    &headline,
-                    action.into(),
-                ),
-                headline,
-            })
-        }
+        } => sxid_finding(pci, code, fatal, message),
         KernelEvent::PcieAer {
             pci,
             severity,
             detail,
-        } => {
-            if *severity == AerSeverity::Corrected {
-                return None;
-            }
-            let gpu = gpu_of(pci);
-            let on = match gpu {
-                Some(g) => format!("GPU {g}'s PCIe link ({pci})"),
-                None if known => format!("PCIe device {pci} (no GPU below it)"),
-                None => format!("PCIe device {pci}"),
-            };
-            let fatal = *severity == AerSeverity::Fatal;
-            // A fatal error takes the device below off the bus: a GPU there is lost. On a
-            // saved log the GPUs below are unknown, so any fatal one may be a GPU's.
-            let loses_gpu = fatal && (gpu.is_some() || !known);
-            let headline = if loses_gpu && gpu.is_some() {
-                format!("fatal PCIe error ({detail}) on {on}: the GPU is off the bus")
-            } else {
-                format!("{severity:?} PCIe error ({detail}) on {on}")
-            };
-            Some(Noted {
-                health: if loses_gpu {
-                    HealthKind::GpuLost
-                } else {
-                    HealthKind::PcieDegraded
-                },
-                xid: None,
-                finding: finding(
-                    if loses_gpu {
-                        Severity::FailJob
-                    } else {
-                        Severity::Warn
-                    },
-                    Component::Pcie,
-                    if fatal { "pcie-fatal" } else { "pcie-nonfatal" }.into(),
-                    gpu,
-                    pci,
-                    &headline,
-                    "a GPU on this port (or the port itself) dropped off the link: check its riser, cable, slot and power".into(),
-                ),
-                headline,
-            })
-        }
-        KernelEvent::GpuInitFailed { pci, line } => {
-            let gpu = gpu_of(pci);
-            let which = if pci.is_empty() { "a GPU".to_string() } else { format!("GPU {pci}") };
-            Some(Noted {
-                health: HealthKind::GpuLost,
-                xid: None,
-                headline: format!("the driver could not initialise {which}"),
-                finding: finding(
-                    Severity::Drain,
-                    Component::Gpu,
-                    "gpu-init-failed".into(),
-                    gpu,
-                    pci,
-                    line,
-                    "the GPU is unusable until fixed: check Above 4G Decoding and Resizable BAR in the BIOS, its seating and PCIe power, and that the driver supports it (the RmInitAdapter code goes in an nvidia-bug-report); reboot after the fix".into(),
-                ),
-            })
-        }
-        KernelEvent::NoGpus { line } => Some(Noted {
-            health: HealthKind::GpuCount,
-            xid: None,
-            headline: "the NVIDIA driver found no GPU it can use".into(),
-            finding: finding(
-                Severity::Drain,
-                Component::Driver,
-                "no-gpus".into(),
-                None,
-                "",
-                line,
-                "check that lspci lists the GPUs, that nouveau is blacklisted (it takes the GPUs first), and that this driver supports them".into(),
-            ),
-        }),
-        KernelEvent::GpuAerUnrecoverable { pci, line } => {
-            let gpu = gpu_of(pci);
-            Some(Noted {
-                health: HealthKind::GpuLost,
-                xid: None,
-                headline: format!("the GPU at {pci} cannot recover from a fatal PCIe error"),
-                finding: finding(
-                    Severity::FailJob,
-                    Component::Pcie,
-                    "pcie-fatal".into(),
-                    gpu,
-                    pci,
-                    line,
-                    "the GPU is off the bus until the node reboots: check its riser, cable, slot and PCIe power".into(),
-                ),
-            })
-        }
-        KernelEvent::NvlinkFailure { device, line } => Some(Noted {
-            health: HealthKind::Driver,
-            xid: None,
-            headline: format!("an NVLink of {} failed to come up", if device.is_empty() { "a GPU" } else { device }),
-            finding: finding(
-                Severity::Warn,
-                Component::Nvlink,
-                "nvlink-failed".into(),
-                gpu_of(device),
-                if device.contains(':') { device } else { "" },
-                line,
-                "jobs on this GPU fall back to PCIe (slower) or hang in NVLink collectives: check the NVLink bridge or baseboard, nvidia-smi nvlink -s, and the fabric manager on NVSwitch systems".into(),
-            ),
-        }),
-        KernelEvent::Unrecognised { device, line } => {
-            let on = if device.is_empty() { "the driver".to_string() } else { device.clone() };
-            // Unknown is visible, never silent: a warning naming the device; the live
-            // agent's GPU health probe checks that GPU and reports its verdict after it.
-            Some(Noted {
-                health: HealthKind::Driver,
-                xid: None,
-                headline: format!("unrecognised NVRM message on {on}"),
-                finding: finding(
-                    Severity::Warn,
-                    Component::Driver,
-                    "nvrm-unrecognised".into(),
-                    gpu_of(device),
-                    if device.contains(':') { device } else { "" },
-                    &format!("unrecognised NVRM message on {on}: {line}"),
-                    UNKNOWN_DRIVER_LINE.into(),
-                ),
-            })
-        }
+        } => pcie_aer(pci, severity, detail, known, gpu_of),
+        KernelEvent::GpuInitFailed { pci, line } => gpu_init_failed(pci, line, gpu_of),
+        KernelEvent::NoGpus { line } => no_gpus(line),
+        KernelEvent::GpuAerUnrecoverable { pci, line } => gpu_aer_unrecoverable(pci, line, gpu_of),
+        KernelEvent::NvlinkFailure { device, line } => nvlink_failure(device, line, gpu_of),
+        KernelEvent::Unrecognised { device, line } => unrecognised(device, line, gpu_of),
         KernelEvent::DeviceStatus {
             pci,
             status,
             state,
             line,
-        } => {
-            use gsched_topology::nv_status::GpuState;
-            let gpu = gpu_of(pci);
-            let which = if pci.is_empty() { "a GPU".to_string() } else { format!("GPU {pci}") };
-            let (severity, component, kind, health, action) = match state {
-                GpuState::ResetRequired => (
-                    Severity::Drain,
-                    Component::Gpu,
-                    "gpu-reset-required",
-                    HealthKind::GpuLost,
-                    "the GPU refuses work until it is reset: reset it (nvidia-smi -r) or reboot the node when idle; replace it if it recurs",
-                ),
-                GpuState::Lost => (
-                    Severity::Drain,
-                    Component::Gpu,
-                    "gpu-lost",
-                    HealthKind::GpuLost,
-                    "the GPU is gone until the node reboots: check its riser, slot and PCIe power",
-                ),
-                GpuState::Memory => (
-                    Severity::Drain,
-                    Component::Gpu,
-                    "ecc-driver-status",
-                    HealthKind::Ecc,
-                    "the GPU's memory failed: reset it when idle and check its remapped rows (nvidia-smi -q -d ROW_REMAPPER); replace it if it recurs",
-                ),
-                GpuState::DriverMismatch => (
-                    Severity::Drain,
-                    Component::Driver,
-                    "driver-mismatch",
-                    HealthKind::Driver,
-                    DRIVER_MISMATCH,
-                ),
-                GpuState::InitFailed => (
-                    Severity::Drain,
-                    Component::Gpu,
-                    "gpu-init-failed",
-                    HealthKind::GpuLost,
-                    "the GPU is unusable until fixed: check its firmware (VBIOS), the driver's support for it, and reboot after the fix",
-                ),
-                GpuState::Firmware => (
-                    Severity::Warn,
-                    Component::Gpu,
-                    "gpu-firmware-error",
-                    HealthKind::Driver,
-                    "a microcontroller on the GPU asserted or halted: the node's GPU health probe checks the GPU and reports its verdict",
-                ),
-                GpuState::Nvlink => (
-                    Severity::Warn,
-                    Component::Nvlink,
-                    "nvlink-driver-status",
-                    HealthKind::Driver,
-                    "an NVLink or the fabric failed: check nvidia-smi nvlink -s and, on NVSwitch systems, the fabric manager",
-                ),
-                GpuState::Call => return None,
-            };
-            Some(Noted {
-                health,
-                xid: None,
-                headline: format!("the driver reports {status} on {which}"),
-                finding: finding(
-                    severity,
-                    component,
-                    kind.into(),
-                    gpu,
-                    pci,
-                    line,
-                    action.into(),
-                ),
-            })
-        }
-        KernelEvent::DriverMismatch { line } => Some(Noted {
-            health: HealthKind::Driver,
-            xid: None,
-            headline: "the NVIDIA kernel module and its clients are of different versions".into(),
-            finding: finding(
-                Severity::Drain,
-                Component::Driver,
-                "driver-mismatch".into(),
-                None,
-                "",
-                line,
-                DRIVER_MISMATCH.into(),
-            ),
-        }),
-        KernelEvent::NicFirmwareStuck { pci, line } => Some(Noted {
-            health: HealthKind::NicDown,
-            xid: None,
-            headline: format!("the ConnectX adapter {pci} does not complete its firmware commands"),
-            finding: finding(
-                Severity::Drain,
-                Component::Ib,
-                "ib-firmware-cmd-timeout".into(),
-                None,
-                pci,
-                line,
-                "the adapter's firmware stopped answering (RDMA set-up on it fails): reset the adapter (mlxfwreset) or reboot, and update its firmware before the node takes multi-node jobs".into(),
-            ),
-        }),
+        } => device_status(pci, status, state, line, gpu_of),
+        KernelEvent::DriverMismatch { line } => driver_mismatch(line),
+        KernelEvent::NicFirmwareStuck { pci, line } => nic_firmware_stuck(pci, line),
         KernelEvent::GpuIdentity { .. } => None,
     }
+}
+
+/// An Xid, as NVIDIA's catalogue reads it.
+fn xid_finding(
+    x: &gsched_topology::xid::XidEvent,
+    known: bool,
+    gpu_of: GpuOf<'_>,
+) -> Option<Noted> {
+    let code = x.effective_code();
+    let (action, severity) = classify_event(x);
+    let gpu = gpu_of(&x.pci);
+    let severity = match severity {
+        HealthSeverity::Critical => Severity::FailJob,
+        HealthSeverity::Warning => Severity::Warn,
+        HealthSeverity::Info => Severity::Info,
+    };
+    let cause = if x.code == 45 && x.caused_by.is_some() {
+        format!(" (Xid 45 caused by Xid {code})")
+    } else {
+        String::new()
+    };
+    let on = match gpu {
+        Some(g) => format!("GPU {g} ({})", x.pci),
+        None if known => format!("a GPU this node cannot name (PCI {})", x.pci),
+        None => format!("GPU {}", x.pci),
+    };
+    let mut action = xid_action(action).to_string();
+    if known && gpu.is_none() && severity == Severity::FailJob {
+        action = format!("{action}; {STOPS_NODE}");
+    }
+    let component = if (144..=150).contains(&code) || code == 74 {
+        Component::Nvlink
+    } else {
+        Component::Gpu
+    };
+    Some(Noted {
+        health: if code == 79 {
+            HealthKind::GpuLost
+        } else {
+            HealthKind::Xid
+        },
+        xid: Some(code),
+        headline: format!("Xid {}{cause} on {on}: {}", x.code, x.message),
+        finding: finding(
+            severity,
+            component,
+            format!("xid-{code}"),
+            gpu,
+            &x.pci,
+            &x.line,
+            action,
+        ),
+    })
+}
+
+/// A GPU that fell off the bus (Xid 79 in other words).
+fn fallen_off_bus(pci: &str, known: bool, gpu_of: GpuOf<'_>) -> Option<Noted> {
+    let gpu = gpu_of(pci);
+    let headline = match gpu {
+        Some(_) => format!("GPU at {pci} has fallen off the bus"),
+        None if known => format!(
+            "a GPU this node cannot name (PCI {}) has fallen off the bus",
+            if pci.is_empty() { "unknown" } else { pci }
+        ),
+        None => format!("GPU {pci} has fallen off the bus"),
+    };
+    let mut action = xid_action(XidAction::RebootNode).to_string();
+    if known && gpu.is_none() {
+        action = format!("{action}; {STOPS_NODE}");
+    }
+    Some(Noted {
+        health: HealthKind::GpuLost,
+        xid: Some(79),
+        finding: finding(
+            Severity::FailJob,
+            Component::Gpu,
+            "gpu-lost".into(),
+            gpu,
+            pci,
+            &headline,
+            action,
+        ),
+        headline,
+    })
+}
+
+/// An NVSwitch SXid.
+fn sxid_finding(pci: &str, code: &u32, fatal: &Option<bool>, message: &str) -> Option<Noted> {
+    // The line says Fatal or Non-fatal on most drivers; NVIDIA's catalogue says
+    // for the lines that do not.
+    let entry = gsched_topology::xid_catalog::sxid_catalogue().get(code);
+    let fatal = fatal.or(entry.map(|e| e.fatal)).unwrap_or(false);
+    let headline = format!("NVSwitch {pci} SXid {code}: {message}");
+    let action = entry
+        .map(|e| gsched_topology::xid_catalog::sxid_advice(&e.action))
+        .unwrap_or("NVSwitch fabric error: see the fabric manager log");
+    Some(Noted {
+        health: HealthKind::NvswitchSxid,
+        xid: None,
+        finding: finding(
+            if fatal {
+                Severity::Drain
+            } else {
+                Severity::Info
+            },
+            Component::Nvswitch,
+            format!("sxid-{code}"),
+            None,
+            pci,
+            &headline,
+            action.into(),
+        ),
+        headline,
+    })
+}
+
+/// An uncorrected PCIe AER error; a fatal one below a GPU loses the GPU.
+fn pcie_aer(
+    pci: &str,
+    severity: &AerSeverity,
+    detail: &str,
+    known: bool,
+    gpu_of: GpuOf<'_>,
+) -> Option<Noted> {
+    if *severity == AerSeverity::Corrected {
+        return None;
+    }
+    let gpu = gpu_of(pci);
+    let on = match gpu {
+        Some(g) => format!("GPU {g}'s PCIe link ({pci})"),
+        None if known => format!("PCIe device {pci} (no GPU below it)"),
+        None => format!("PCIe device {pci}"),
+    };
+    let fatal = *severity == AerSeverity::Fatal;
+    // A fatal error takes the device below off the bus: a GPU there is lost. On a
+    // saved log the GPUs below are unknown, so any fatal one may be a GPU's.
+    let loses_gpu = fatal && (gpu.is_some() || !known);
+    let headline = if loses_gpu && gpu.is_some() {
+        format!("fatal PCIe error ({detail}) on {on}: the GPU is off the bus")
+    } else {
+        format!("{severity:?} PCIe error ({detail}) on {on}")
+    };
+    Some(Noted {
+        health: if loses_gpu {
+            HealthKind::GpuLost
+        } else {
+            HealthKind::PcieDegraded
+        },
+        xid: None,
+        finding: finding(
+            if loses_gpu {
+                Severity::FailJob
+            } else {
+                Severity::Warn
+            },
+            Component::Pcie,
+            if fatal { "pcie-fatal" } else { "pcie-nonfatal" }.into(),
+            gpu,
+            pci,
+            &headline,
+            "a GPU on this port (or the port itself) dropped off the link: check its riser, cable, slot and power".into(),
+        ),
+        headline,
+    })
+}
+
+/// A GPU the driver could not initialise.
+fn gpu_init_failed(pci: &str, line: &str, gpu_of: GpuOf<'_>) -> Option<Noted> {
+    let gpu = gpu_of(pci);
+    let which = if pci.is_empty() {
+        "a GPU".to_string()
+    } else {
+        format!("GPU {pci}")
+    };
+    Some(Noted {
+        health: HealthKind::GpuLost,
+        xid: None,
+        headline: format!("the driver could not initialise {which}"),
+        finding: finding(
+            Severity::Drain,
+            Component::Gpu,
+            "gpu-init-failed".into(),
+            gpu,
+            pci,
+            line,
+            "the GPU is unusable until fixed: check Above 4G Decoding and Resizable BAR in the BIOS, its seating and PCIe power, and that the driver supports it (the RmInitAdapter code goes in an nvidia-bug-report); reboot after the fix".into(),
+        ),
+    })
+}
+
+/// A driver that found no GPU it can use.
+fn no_gpus(line: &str) -> Option<Noted> {
+    Some(Noted {
+    health: HealthKind::GpuCount,
+    xid: None,
+    headline: "the NVIDIA driver found no GPU it can use".into(),
+    finding: finding(
+        Severity::Drain,
+        Component::Driver,
+        "no-gpus".into(),
+        None,
+        "",
+        line,
+        "check that lspci lists the GPUs, that nouveau is blacklisted (it takes the GPUs first), and that this driver supports them".into(),
+    ),
+})
+}
+
+/// A GPU that cannot recover from a fatal PCIe error.
+fn gpu_aer_unrecoverable(pci: &str, line: &str, gpu_of: GpuOf<'_>) -> Option<Noted> {
+    let gpu = gpu_of(pci);
+    Some(Noted {
+        health: HealthKind::GpuLost,
+        xid: None,
+        headline: format!("the GPU at {pci} cannot recover from a fatal PCIe error"),
+        finding: finding(
+            Severity::FailJob,
+            Component::Pcie,
+            "pcie-fatal".into(),
+            gpu,
+            pci,
+            line,
+            "the GPU is off the bus until the node reboots: check its riser, cable, slot and PCIe power".into(),
+        ),
+    })
+}
+
+/// An NVLink that did not come up.
+fn nvlink_failure(device: &str, line: &str, gpu_of: GpuOf<'_>) -> Option<Noted> {
+    Some(Noted {
+    health: HealthKind::Driver,
+    xid: None,
+    headline: format!("an NVLink of {} failed to come up", if device.is_empty() { "a GPU" } else { device }),
+    finding: finding(
+        Severity::Warn,
+        Component::Nvlink,
+        "nvlink-failed".into(),
+        gpu_of(device),
+        if device.contains(':') { device } else { "" },
+        line,
+        "jobs on this GPU fall back to PCIe (slower) or hang in NVLink collectives: check the NVLink bridge or baseboard, nvidia-smi nvlink -s, and the fabric manager on NVSwitch systems".into(),
+    ),
+})
+}
+
+/// An NVRM line no rule knows: a warning naming the device.
+fn unrecognised(device: &str, line: &str, gpu_of: GpuOf<'_>) -> Option<Noted> {
+    let on = if device.is_empty() {
+        "the driver".to_string()
+    } else {
+        device.to_string()
+    };
+    // Unknown is visible, never silent: a warning naming the device; the live
+    // agent's GPU health probe checks that GPU and reports its verdict after it.
+    Some(Noted {
+        health: HealthKind::Driver,
+        xid: None,
+        headline: format!("unrecognised NVRM message on {on}"),
+        finding: finding(
+            Severity::Warn,
+            Component::Driver,
+            "nvrm-unrecognised".into(),
+            gpu_of(device),
+            if device.contains(':') { device } else { "" },
+            &format!("unrecognised NVRM message on {on}: {line}"),
+            UNKNOWN_DRIVER_LINE.into(),
+        ),
+    })
+}
+
+/// A driver status code that says the GPU's state.
+fn device_status(
+    pci: &str,
+    status: &str,
+    state: &gsched_topology::nv_status::GpuState,
+    line: &str,
+    gpu_of: GpuOf<'_>,
+) -> Option<Noted> {
+    use gsched_topology::nv_status::GpuState;
+    let gpu = gpu_of(pci);
+    let which = if pci.is_empty() {
+        "a GPU".to_string()
+    } else {
+        format!("GPU {pci}")
+    };
+    let (severity, component, kind, health, action) = match state {
+        GpuState::ResetRequired => (
+            Severity::Drain,
+            Component::Gpu,
+            "gpu-reset-required",
+            HealthKind::GpuLost,
+            "the GPU refuses work until it is reset: reset it (nvidia-smi -r) or reboot the node when idle; replace it if it recurs",
+        ),
+        GpuState::Lost => (
+            Severity::Drain,
+            Component::Gpu,
+            "gpu-lost",
+            HealthKind::GpuLost,
+            "the GPU is gone until the node reboots: check its riser, slot and PCIe power",
+        ),
+        GpuState::Memory => (
+            Severity::Drain,
+            Component::Gpu,
+            "ecc-driver-status",
+            HealthKind::Ecc,
+            "the GPU's memory failed: reset it when idle and check its remapped rows (nvidia-smi -q -d ROW_REMAPPER); replace it if it recurs",
+        ),
+        GpuState::DriverMismatch => (
+            Severity::Drain,
+            Component::Driver,
+            "driver-mismatch",
+            HealthKind::Driver,
+            DRIVER_MISMATCH,
+        ),
+        GpuState::InitFailed => (
+            Severity::Drain,
+            Component::Gpu,
+            "gpu-init-failed",
+            HealthKind::GpuLost,
+            "the GPU is unusable until fixed: check its firmware (VBIOS), the driver's support for it, and reboot after the fix",
+        ),
+        GpuState::Firmware => (
+            Severity::Warn,
+            Component::Gpu,
+            "gpu-firmware-error",
+            HealthKind::Driver,
+            "a microcontroller on the GPU asserted or halted: the node's GPU health probe checks the GPU and reports its verdict",
+        ),
+        GpuState::Nvlink => (
+            Severity::Warn,
+            Component::Nvlink,
+            "nvlink-driver-status",
+            HealthKind::Driver,
+            "an NVLink or the fabric failed: check nvidia-smi nvlink -s and, on NVSwitch systems, the fabric manager",
+        ),
+        GpuState::Call => return None,
+    };
+    Some(Noted {
+        health,
+        xid: None,
+        headline: format!("the driver reports {status} on {which}"),
+        finding: finding(
+            severity,
+            component,
+            kind.into(),
+            gpu,
+            pci,
+            line,
+            action.into(),
+        ),
+    })
+}
+
+/// Kernel module and user-space libraries of different versions.
+fn driver_mismatch(line: &str) -> Option<Noted> {
+    Some(Noted {
+        health: HealthKind::Driver,
+        xid: None,
+        headline: "the NVIDIA kernel module and its clients are of different versions".into(),
+        finding: finding(
+            Severity::Drain,
+            Component::Driver,
+            "driver-mismatch".into(),
+            None,
+            "",
+            line,
+            DRIVER_MISMATCH.into(),
+        ),
+    })
+}
+
+/// A ConnectX adapter whose firmware stopped answering.
+fn nic_firmware_stuck(pci: &str, line: &str) -> Option<Noted> {
+    Some(Noted {
+    health: HealthKind::NicDown,
+    xid: None,
+    headline: format!("the ConnectX adapter {pci} does not complete its firmware commands"),
+    finding: finding(
+        Severity::Drain,
+        Component::Ib,
+        "ib-firmware-cmd-timeout".into(),
+        None,
+        pci,
+        line,
+        "the adapter's firmware stopped answering (RDMA set-up on it fails): reset the adapter (mlxfwreset) or reboot, and update its firmware before the node takes multi-node jobs".into(),
+    ),
+})
 }
 
 const DRIVER_MISMATCH: &str = "the NVIDIA user-space libraries and the loaded kernel module are of different versions (an upgrade under a loaded module, a DKMS build for another version, a container's libraries): no CUDA or NVML client works; reboot into (or load) the matching module, or install matching libraries, then resume the node";
