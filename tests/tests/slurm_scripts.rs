@@ -80,9 +80,12 @@ srun /usr/bin/torchrun \
   --nproc_per_node 2 \
   --rdzv_id $RANDOM \
   --rdzv_backend c10d \
-  --rdzv_endpoint $head_node_ip:$((29500 + SLURM_JOB_ID % 500)) \
+  --rdzv_endpoint $head_node_ip:{} \
   {} {}
 "#,
+            // A port no other test's job uses (the script's own 29500 + job id collided
+            // with other clusters' first jobs on a shared host).
+            gsched_tests::free_port(),
             OLD_TORCHRUN,
             allreduce()
         ),

@@ -184,6 +184,37 @@ fn propose_retrying(rt: &tokio::runtime::Runtime, c: &Cluster, env: &Envelope) -
     }
 }
 
+/// Changes the membership through whichever replica leads, again while leadership moves
+/// (a loaded machine can delay a heartbeat past an election timeout); a change the
+/// previous leader committed before it stepped down is the change done.
+fn change_membership_retrying(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    change: Membership,
+    done: impl Fn(&Cluster) -> bool,
+) -> Result<Outcome, ProposeError> {
+    let start = Instant::now();
+    let mut tried = false;
+    loop {
+        let id = c.leader(Duration::from_secs(10));
+        match rt.block_on(c.handle(id).change_membership(change.clone())) {
+            Err(
+                ProposeError::NoLeader
+                | ProposeError::Dropped
+                | ProposeError::Timeout
+                | ProposeError::LeadershipChanged,
+            ) if start.elapsed() < Duration::from_secs(20) => {
+                tried = true;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(ProposeError::BadConfChange(_)) if tried && done(c) => {
+                return Ok(Outcome::Ok);
+            }
+            other => return other,
+        }
+    }
+}
+
 #[test]
 fn sled_store_conforms() {
     let dirs: Vec<tempfile::TempDir> = (0..9).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -326,18 +357,29 @@ fn membership_add_and_remove() {
     let rt = runtime();
     let mut c = Cluster::new(3, 1000);
     propose_retrying(&rt, &c, &submit_env(0));
-    let leader = c.leader(Duration::from_secs(5));
+    c.leader(Duration::from_secs(5));
     // A fourth replica joins empty and catches up.
     c.dirs.insert(4, tempfile::tempdir().unwrap());
     c.voters = vec![];
     c.start(4);
-    let out = rt
-        .block_on(c.handle(leader).change_membership(Membership::Add {
+    let out = change_membership_retrying(
+        &rt,
+        &c,
+        Membership::Add {
             id: 4,
             address: "127.0.0.1:4".into(),
-        }))
-        .unwrap();
+        },
+        |c| {
+            c.handle(c.leader(Duration::from_secs(10)))
+                .status
+                .borrow()
+                .voters
+                .contains(&4)
+        },
+    )
+    .unwrap();
     assert_eq!(out, Outcome::Ok);
+    let leader = c.leader(Duration::from_secs(10));
     propose_retrying(&rt, &c, &submit_env(1));
     let target = c.handle(leader).replica.read().applied;
     c.wait_applied_everywhere(target, Duration::from_secs(10));
@@ -353,13 +395,16 @@ fn membership_add_and_remove() {
             .map(String::as_str),
         Some("127.0.0.1:4")
     );
-    let out = rt
-        .block_on(
-            c.handle(leader)
-                .change_membership(Membership::Remove { id: 4 }),
-        )
-        .unwrap();
+    let out = change_membership_retrying(&rt, &c, Membership::Remove { id: 4 }, |c| {
+        !c.handle(c.leader(Duration::from_secs(10)))
+            .status
+            .borrow()
+            .voters
+            .contains(&4)
+    })
+    .unwrap();
     assert_eq!(out, Outcome::Ok);
+    let leader = c.leader(Duration::from_secs(10));
     let bad = rt.block_on(
         c.handle(leader)
             .change_membership(Membership::Remove { id: 9 }),

@@ -1106,11 +1106,11 @@ fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Optio
     if nccl_cause(head).is_some() {
         return None;
     }
-    if let Some(k) = catalog::rendezvous_error_in(head) {
+    if let Some(e) = catalog::rendezvous_error_in(head) {
         return Some(Finding::new(
             Severity::FailJob,
             Component::Host,
-            k,
+            e.kind,
             evidence,
             "the job's processes never formed their group (PyTorch's rendezvous or its c10d store failed): check that every node reaches the rendezvous endpoint (MASTER_ADDR/--rdzv_endpoint and its port, firewalls, the interface it resolves to on multi-NIC hosts) and that all nodes started; nothing points at the GPUs",
         ));

@@ -123,14 +123,34 @@ fn contains_word(line: &str, word: &str) -> bool {
     })
 }
 
-/// PyTorch's rendezvous and c10d store failures: the class or message, and the finding
-/// kind (`rendezvous-timeout`...).
-pub fn rendezvous_errors() -> &'static [(&'static str, &'static str)] {
-    static TABLE: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+/// One of PyTorch's rendezvous and c10d store failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RendezvousError {
+    /// The exception class or the socket message.
+    pub what: &'static str,
+    /// The finding kind (`rendezvous-timeout`...).
+    pub kind: &'static str,
+    /// A message PyTorch recovers from by itself (a server socket falling back to a client,
+    /// a client retrying its connection): evidence, never fatal alone.
+    pub retried: bool,
+}
+
+/// PyTorch's rendezvous and c10d store failures, from `catalog/rendezvous.csv`.
+pub fn rendezvous_errors() -> &'static [RendezvousError] {
+    static TABLE: OnceLock<Vec<RendezvousError>> = OnceLock::new();
     TABLE.get_or_init(|| {
         rows(include_str!("../catalog/rendezvous.csv"))
             .filter_map(|c| match c.as_slice() {
-                [what, kind] => Some((*what, *kind)),
+                [what, kind] => Some(RendezvousError {
+                    what,
+                    kind,
+                    retried: false,
+                }),
+                [what, kind, "retried"] => Some(RendezvousError {
+                    what,
+                    kind,
+                    retried: true,
+                }),
                 _ => None,
             })
             .collect()
@@ -138,11 +158,10 @@ pub fn rendezvous_errors() -> &'static [(&'static str, &'static str)] {
 }
 
 /// The rendezvous failure a line names (the most specific: a subclass before its base).
-pub fn rendezvous_error_in(line: &str) -> Option<&'static str> {
+pub fn rendezvous_error_in(line: &str) -> Option<&'static RendezvousError> {
     rendezvous_errors()
         .iter()
-        .find(|(what, _)| contains_word(line, what) || (what.contains(' ') && line.contains(what)))
-        .map(|(_, kind)| *kind)
+        .find(|e| contains_word(line, e.what) || (e.what.contains(' ') && line.contains(e.what)))
 }
 
 /// One RDMA work completion status.
@@ -348,25 +367,44 @@ mod tests {
 
     #[test]
     fn every_rendezvous_failure_is_named() {
-        for (what, kind) in rendezvous_errors() {
-            assert!(kind.starts_with("rendezvous-"), "{what}");
+        let kind = |line: &str| rendezvous_error_in(line).map(|e| e.kind);
+        for e in rendezvous_errors() {
+            assert!(e.kind.starts_with("rendezvous-"), "{}", e.what);
             assert_eq!(
-                rendezvous_error_in(&format!("x: {what}: y")),
-                Some(*kind),
-                "{what}"
+                kind(&format!("x: {}: y", e.what)),
+                Some(e.kind),
+                "{}",
+                e.what
             );
         }
         assert_eq!(
-            rendezvous_error_in(r#"    "message": "RendezvousTimeoutError: ","#),
+            kind(r#"    "message": "RendezvousTimeoutError: ","#),
             Some("rendezvous-timeout")
         );
         assert_eq!(
-            rendezvous_error_in(
+            kind(
                 "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed."
             ),
             Some("rendezvous-connection")
         );
-        assert_eq!(rendezvous_error_in("rendezvous complete"), None);
+        assert_eq!(kind("rendezvous complete"), None);
+        // Two agents on one host: the second's store cannot bind and becomes a client; a
+        // client retries until the store is up. Neither is a failure on its own.
+        for line in [
+            "W20261206 08:37:42.216817  2067 socket.cpp:426] [c10d] The server socket has failed to bind to [::]:18399 (errno: 98 - Address already in use).",
+            "E20261206 08:37:42.222675  2067 socket.cpp:462] [c10d] The server socket has failed to listen on any local network address.",
+            "W1206 socket.cpp:697] [c10d] The client socket has failed to connect to [n1]:29500 (errno: 111 - Connection refused).",
+        ] {
+            assert!(
+                rendezvous_error_in(line).is_some_and(|e| e.retried),
+                "{line}"
+            );
+        }
+        assert!(
+            !rendezvous_error_in("RendezvousTimeoutError: x")
+                .unwrap()
+                .retried
+        );
     }
 
     #[test]

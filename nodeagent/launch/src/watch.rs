@@ -169,8 +169,17 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             raised: None,
         });
     }
-    if crate::catalog::rendezvous_error_in(line).is_some()
-        || crate::catalog::wc_status_in(line).is_some()
+    if let Some(e) = crate::catalog::rendezvous_error_in(line) {
+        // A warning naming it (torchrun's agent failing to shut a finished rendezvous
+        // down once its peer's store is gone) is evidence, not the failure.
+        return Some(LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line: evidence(line),
+            fatal: !e.retried && !warning_line(line),
+            raised: None,
+        });
+    }
+    if crate::catalog::wc_status_in(line).is_some()
         || crate::catalog::qp_transition_failed(line).is_some()
     {
         return Some(LogFinding {
@@ -372,6 +381,19 @@ pub fn is_launcher_summary(line: &str) -> bool {
 /// An error line of a job's output that no rule reads: a log level of error or fatal
 /// (`ERROR`, `FATAL`, glog's `E0801 13:23:20`), `error:`, `Error:` or `fatal:` after a
 /// word, a crash the shell reports. The hang watch takes the first as its evidence.
+/// A line logged at warning level: Python's `WARNING:...`, glog's `W1206 ...` (also as
+/// `[W1206 ...]` and after torch's `[rank0]:` prefix).
+pub fn warning_line(line: &str) -> bool {
+    let t = line.trim_start();
+    let t = match t.strip_prefix("[rank") {
+        Some(rest) => rest.split_once("]:").map_or(t, |(_, after)| after),
+        None => t,
+    };
+    let t = t.strip_prefix('[').unwrap_or(t);
+    t.starts_with("WARNING")
+        || (t.starts_with('W') && t.len() > 5 && t.as_bytes()[1..5].iter().all(u8::is_ascii_digit))
+}
+
 pub fn error_line(line: &str) -> bool {
     let t = line.trim();
     if t.is_empty() {
@@ -911,6 +933,25 @@ KeyboardInterrupt
             evidence.contains("last error line: KeyboardInterrupt"),
             "{evidence}"
         );
+    }
+
+    #[test]
+    fn a_rendezvous_named_in_a_warning_is_evidence_not_the_failure() {
+        let shut = "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'localhost_17920_0' has failed to shutdown the rendezvous '3844' due to an error of type RendezvousConnectionError.";
+        let f = classify_line(shut).unwrap();
+        assert!(!f.fatal, "{f:?}");
+        let raised = "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.";
+        assert!(classify_line(raised).unwrap().fatal);
+        for l in [
+            shut,
+            "W1206 08:37:42.2 2067 socket.cpp:426] x",
+            "[rank0]:[W1206 x] y",
+        ] {
+            assert!(warning_line(l), "{l}");
+        }
+        assert!(!warning_line(
+            "Watchdog caught collective operation timeout"
+        ));
     }
 
     #[test]
