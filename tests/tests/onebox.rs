@@ -1,0 +1,76 @@
+//! The one-server lab as people really use it, through real daemons and the CLI: CPU-only
+//! jobs start while every GPU runs a default-share job, a launch the node refuses tells
+//! the submitter why, admin tools run as root through the service user, GPU use outside
+//! jobs is seen and kept from new jobs, and no `gsub --dry-run` ever submits.
+
+use gsched_tests::{Cluster, topology};
+use serde_json::Value;
+use std::time::Duration;
+
+/// A 1-GPU, 16-CPU, 64 GiB workstation: the 2-GPU fake cut down to its first GPU.
+fn one_gpu_topology(c: &Cluster) -> std::path::PathBuf {
+    let mut t: Value =
+        serde_json::from_slice(&std::fs::read(topology("ws-2gpu-nvlink.json")).unwrap()).unwrap();
+    t["source"] = "fake: 1-GPU 16-CPU workstation".into();
+    t["gpus"] = Value::Array(vec![t["gpus"][0].clone()]);
+    t["gpus"][0]["cpus"] = "0-15".into();
+    t["gpu_links"] = serde_json::json!([["X"]]);
+    t["gpu_nic_links"] = serde_json::json!([["PHB", "SYS"]]);
+    t["numa_nodes"] = serde_json::json!([{"id": 0, "cpus": "0-15", "memory_mib": 65536}]);
+    t["cpus"] = 16.into();
+    t["memory_mib"] = 65536.into();
+    let p = c.path("ws-1gpu.json");
+    std::fs::write(&p, t.to_string()).unwrap();
+    p
+}
+
+/// The CPU ids job `id` holds on its first node.
+fn cpus_of(c: &Cluster, id: u64) -> usize {
+    let v = c.json("gctl", &["show", "job", &id.to_string()]);
+    v["allocation"]["nodes"][0]["cpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no allocation in {v}"))
+        .len()
+}
+
+#[test]
+fn t10_a_cpu_only_job_starts_while_every_gpu_runs_a_default_share_job() {
+    let mut c = Cluster::controllers(1, &[]);
+    let one = one_gpu_topology(&c);
+    c.add_agent_with("one", one, &[]);
+    c.add_agent("eight", "rtx4090-8gpu.json", &[]);
+    c.wait_node_online("one");
+    c.wait_node_online("eight");
+    let sleep = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+
+    // The 1-GPU node: its one GPU job takes the default share, 16 less the 2 kept.
+    let gpu = c.submit(&["-w", "one", "--gpus", "1", &sleep]);
+    c.wait_state(gpu, &["RUNNING"], Duration::from_secs(30));
+    assert_eq!(cpus_of(&c, gpu), 14);
+    let cpu_only = c.submit(&["-w", "one", &sleep]);
+    c.wait_state(cpu_only, &["RUNNING"], Duration::from_secs(30));
+
+    // The 8-GPU node (128 CPUs): all 8 GPUs busy, 15 CPUs each, 8 kept.
+    let gpu_jobs: Vec<u64> = (0..8)
+        .map(|_| c.submit(&["-w", "eight", "--gpus", "1", &sleep]))
+        .collect();
+    for j in &gpu_jobs {
+        c.wait_state(*j, &["RUNNING"], Duration::from_secs(30));
+        assert_eq!(cpus_of(&c, *j), 15);
+    }
+    let cpu_only8 = c.submit(&["-w", "eight", "-c", "4", &sleep]);
+    c.wait_state(cpu_only8, &["RUNNING"], Duration::from_secs(30));
+
+    // A GPU job that names its CPUs still gets them, up to the whole node.
+    c.ok("gcancel", &[&gpu.to_string(), &cpu_only.to_string()]);
+    c.wait_state(cpu_only, &["CANCELLED"], Duration::from_secs(30));
+    c.wait_state(gpu, &["CANCELLED"], Duration::from_secs(30));
+    let wide = c.submit(&["-w", "one", "--gpus", "1", "-c", "16", &sleep]);
+    c.wait_state(wide, &["RUNNING"], Duration::from_secs(30));
+    assert_eq!(cpus_of(&c, wide), 16);
+    // ...and then a CPU-only job waits for it, as it asked for everything.
+    let waits = c.submit(&["-w", "one", &sleep]);
+    let pending = c.wait_state(waits, &["PENDING"], Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(c.job(waits).unwrap()["state"], "PENDING", "{pending}");
+}
