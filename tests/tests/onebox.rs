@@ -3,7 +3,7 @@
 //! the submitter why, admin tools run as root through the service user, GPU use outside
 //! jobs is seen and kept from new jobs, and no `gsub --dry-run` ever submits.
 
-use gsched_tests::{Cluster, topology};
+use gsched_tests::{Cluster, test_users, topology, torch_available};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -73,4 +73,138 @@ fn t10_a_cpu_only_job_starts_while_every_gpu_runs_a_default_share_job() {
     let pending = c.wait_state(waits, &["PENDING"], Duration::from_secs(10));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(c.job(waits).unwrap()["state"], "PENDING", "{pending}");
+}
+
+#[test]
+fn t20_a_refused_launch_tells_the_submitter_why_and_admin_tools_run_as_the_service_user() {
+    let Some((alice, _bob)) = test_users() else {
+        return;
+    };
+    let mut c = Cluster::controllers(1, &[]);
+    // A real node's agent: no job below uid 1000, root's included.
+    c.add_agent("n1", "ws-2gpu-nvlink.json", &["--min-uid", "1000"]);
+    c.wait_node_online("n1");
+
+    // gsub --wait: the exit status and the node's words.
+    let o = c.cli("gsub", &["--parsable", "--wait", "--wrap", "true"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("before it ran: LaunchFailed on n1: this node runs no job as root (uid 0)")
+            && err.contains("--min-uid is 1000"),
+        "{err}"
+    );
+    let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+
+    // gqueue's reason (JSON row, %r, NODELIST(REASON)) and gacct's.
+    let row = c.job(id).unwrap();
+    let reason = row["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("LaunchFailed: this node runs no job as root")
+            && reason.contains("--min-uid is 1000"),
+        "{row}"
+    );
+    let q = c.ok(
+        "gqueue",
+        &["-t", "all", "-j", &id.to_string(), "-o", "%i %r"],
+    );
+    assert!(
+        q.contains("LaunchFailed: this node runs no job as root"),
+        "{q}"
+    );
+    let q = c.ok("gqueue", &["-t", "all", "-j", &id.to_string()]);
+    assert!(
+        q.contains("(LaunchFailed: this node runs no job as root"),
+        "{q}"
+    );
+    let acct = c.ok(
+        "gacct",
+        &[
+            "-j",
+            &id.to_string(),
+            "-X",
+            "-P",
+            "-o",
+            "JobID,State,Reason",
+        ],
+    );
+    assert!(
+        acct.contains(&format!(
+            "{id}|FAILED|LaunchFailed on n1: this node runs no job as root"
+        )),
+        "{acct}"
+    );
+
+    // grun (srun): its error names the node's reason.
+    let o = c.cli("grun", &["-N", "1", "true"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains(
+            "ended FAILED before it ran: LaunchFailed on n1: this node runs no job as root"
+        ),
+        "{err}"
+    );
+
+    // gctl doctor --probe as root: its job runs as the service user, and the node takes it.
+    let o = c.cli(
+        "gctl",
+        &["doctor", "--probe", "--json", "--as-user", &alice.name],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("running the jobs as {}", alice.name)),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kinds: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k.contains("probe")),
+        "the probe ran and reported: {v}"
+    );
+    let probe = c.json("gqueue", &["-t", "all", "-n", "doctor-probe"]);
+    let job = &probe["jobs"][0];
+    assert_eq!(job["user"], alice.name.as_str(), "{probe}");
+    assert_eq!(job["state"], "COMPLETED", "{probe}");
+    // Without a service user, root's probe is refused and gctl says what to do.
+    let o = c.cli("gctl", &["doctor", "--probe", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the nodes refuse jobs as root: create a service user"),
+        "{err}"
+    );
+    // A service user that is not there stops gctl before any job.
+    let o = c.cli(
+        "gctl",
+        &["doctor", "--probe", "--as-user", "no-such-user-54"],
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("there is no Unix user no-such-user-54"),
+        "{o:?}"
+    );
+    // burn-in as root through the service user (it needs PyTorch on the node).
+    if torch_available() {
+        let dir = c.path("burnin");
+        let o = c.cli(
+            "gctl",
+            &[
+                "burn-in",
+                "--quick",
+                "--python",
+                "/usr/bin/python3",
+                "--as-user",
+                &alice.name,
+                "--out",
+                dir.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
 }

@@ -326,7 +326,7 @@ impl JobRow {
         };
         let reason = match (job.state, &job.failure) {
             (JobState::Pending, _) => job.reason.to_string(),
-            (_, Some(f)) => f.kind.reason_name(),
+            (_, Some(f)) => f.reason(),
             (_, None) => "None".into(),
         };
         JobRow {
@@ -550,7 +550,7 @@ impl QueueRow {
         let where_or_why = match (job.state, &job.failure) {
             (JobState::Pending, _) => format!("({})", job.reason),
             (JobState::Running | JobState::Completing, _) | (_, None) => nodes(),
-            (_, Some(f)) => format!("{} ({})", nodes(), f.kind.reason_name()),
+            (_, Some(f)) => format!("{} ({})", nodes(), f.reason()),
         };
         QueueRow {
             display_id: job.display_id(),
