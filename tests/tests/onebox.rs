@@ -208,3 +208,118 @@ fn t20_a_refused_launch_tells_the_submitter_why_and_admin_tools_run_as_the_servi
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+/// A 2-GPU fake node whose GPUs' device nodes are files in the cluster's directory
+/// (`device_path`, as NVML's minor numbers give `/dev/nvidiaN` on a real node).
+fn two_gpus_with_device_files(c: &Cluster) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+    let mut t: Value =
+        serde_json::from_slice(&std::fs::read(topology("ws-2gpu-nvlink.json")).unwrap()).unwrap();
+    let mut devs = Vec::new();
+    for g in 0..2 {
+        let dev = c.path(&format!("dev-nvidia{g}"));
+        std::fs::write(&dev, b"").unwrap();
+        t["gpus"][g]["device_path"] = dev.to_string_lossy().into_owned().into();
+        devs.push(dev);
+    }
+    let p = c.path("ws-2gpu-devs.json");
+    std::fs::write(&p, t.to_string()).unwrap();
+    (p, devs)
+}
+
+#[test]
+fn t30_another_users_process_on_a_gpu_is_reported_and_no_new_job_lands_there() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let addr = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let mut c = Cluster::controllers(1, &["--http", &addr]);
+    let (topo, devs) = two_gpus_with_device_files(&c);
+    c.add_agent_with("n1", topo, &["--gpu-sample-interval", "1"]);
+    c.wait_node_online("n1");
+
+    // bob's process holds GPU 0's device node, outside any job (opened for it, as his
+    // shell's Python would open /dev/nvidia0).
+    let mut holder = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("600")
+            .uid(bob.uid)
+            .gid(bob.gid)
+            .stdin(std::fs::File::open(&devs[0]).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let pid = holder.id();
+    // Reported within a sampling interval (1 s) and a heartbeat.
+    let seen = std::time::Instant::now();
+    let node = gsched_tests::wait_for("bob's process in ginfo", Duration::from_secs(10), || {
+        c.node("n1")
+            .filter(|n| n["outside_jobs"].as_array().is_some_and(|a| !a.is_empty()))
+    });
+    assert!(
+        seen.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        seen.elapsed()
+    );
+    let u = &node["outside_jobs"][0];
+    assert_eq!(u["gpu"], 0, "{node}");
+    assert_eq!(u["pid"], pid, "{node}");
+    assert_eq!(u["user"], bob.name.as_str(), "{node}");
+    assert_eq!(u["command"], "sleep 600", "{node}");
+    let shown = c.ok("gctl", &["show", "node", "n1"]);
+    assert!(
+        shown.contains(&format!(
+            "OutsideJobs: gpu0: pid {pid} ({}) sleep 600, outside any job",
+            bob.name
+        )),
+        "{shown}"
+    );
+    let metrics = gsched_tests::http::request(&addr, "GET", "/metrics", "", b"");
+    assert!(
+        metrics.contains(&format!(
+            "gsched_gpu_processes_outside_jobs{{node=\"n1\",gpu=\"0\",user=\"{}\"}} 1",
+            bob.name
+        )),
+        "{metrics}"
+    );
+
+    // A new 1-GPU job gets GPU 1, not bob's; the next one waits, naming GPU 0.
+    let sleep = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
+    let first = c.submit(&["--gpus", "1", &sleep]);
+    c.wait_state(first, &["RUNNING"], Duration::from_secs(30));
+    let v = c.json("gctl", &["show", "job", &first.to_string()]);
+    assert_eq!(
+        v["allocation"]["nodes"][0]["gpus"],
+        serde_json::json!([1]),
+        "{v}"
+    );
+    let second = c.submit(&["--gpus", "1", &sleep]);
+    let waiting =
+        gsched_tests::wait_for("the reason naming GPU 0", Duration::from_secs(15), || {
+            c.job(second).filter(|j| {
+                j["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("GPUs used outside jobs: n1:gpu0"))
+            })
+        });
+    assert_eq!(waiting["state"], "PENDING", "{waiting}");
+    assert!(
+        c.logs()
+            .contains(&format!("GPU used outside jobs: gpu0: pid {pid}"))
+    );
+
+    // bob's process ends: the report clears and the waiting job gets GPU 0.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    c.wait_state(second, &["RUNNING"], Duration::from_secs(15));
+    let v = c.json("gctl", &["show", "job", &second.to_string()]);
+    assert_eq!(
+        v["allocation"]["nodes"][0]["gpus"],
+        serde_json::json!([0]),
+        "{v}"
+    );
+    gsched_tests::wait_for("the report to clear", Duration::from_secs(10), || {
+        c.node("n1")
+            .filter(|n| n["outside_jobs"].as_array().is_none_or(|a| a.is_empty()))
+    });
+}

@@ -421,6 +421,20 @@ impl<'a> Placer<'a> {
         &self.snap.nodes
     }
 
+    /// `node:gpuN` for each GPU used outside jobs on a node that could host `job`.
+    pub fn outside_in_the_way(&self, job: &PendingJob) -> Vec<String> {
+        if job.gpus_per_node == 0 {
+            return Vec::new();
+        }
+        self.snap
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(ni, n)| !n.outside_gpus.is_empty() && self.ineligible(job, *ni).is_none())
+            .flat_map(|(_, n)| n.outside_gpus.iter().map(|g| format!("{}:gpu{g}", n.name)))
+            .collect()
+    }
+
     /// The CPUs `node` keeps out of GPU jobs' default share.
     fn reserve(&self, node: &NodeView) -> u32 {
         self.snap
@@ -1073,7 +1087,10 @@ type GangRank = (usize, SetQuality, (bool, u64), u32, Vec<usize>);
 pub fn free_mask(node: &NodeView, usage: &NodeUsage) -> u64 {
     let mut mask = 0u64;
     for g in 0..node.capacity.gpu_count.min(64) {
-        if !usage.gpus.contains(g) && !node.capacity.bad_gpus.contains(g) {
+        if !usage.gpus.contains(g)
+            && !node.capacity.bad_gpus.contains(g)
+            && !node.outside_gpus.contains(&g)
+        {
             mask |= 1 << g;
         }
     }

@@ -672,6 +672,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             expected_mtu: args.training_mtu,
         };
         check_slurm_names(&args, &outbox);
+        check_device_files(&outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -930,13 +931,39 @@ async fn sample_usage(
         let _ = tokio::task::spawn_blocking(move || {
             let mut runs = runs.lock();
             if due {
-                runs.sample_usage(&mut source.lock(), interval_s)
+                let mut source = source.lock();
+                runs.sample_usage(&mut source, interval_s);
+                runs.watch_outside(&mut source);
             } else {
                 runs.sample_suspects(&mut source.lock())
             }
         })
         .await;
     }
+}
+
+/// Reports (for `gctl doctor`) a driver that re-creates `/dev/nvidia*` with its own mode
+/// whenever CUDA starts (`NVreg_ModifyDeviceFiles=1`, the default): device-node ownership
+/// cannot keep users off GPUs outside their jobs then.
+fn check_device_files(outbox: &Arc<outbox::Outbox>) {
+    let params = std::fs::read_to_string("/proc/driver/nvidia/params").unwrap_or_default();
+    if gsched_agent::devices::driver_resets_device_modes(&params) != Some(true) {
+        return;
+    }
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "nvidia-device-files-reset",
+        None,
+        "the NVIDIA driver re-creates /dev/nvidia* with mode 0666 whenever CUDA starts (NVreg_ModifyDeviceFiles=1): anyone with a shell can open a GPU outside their jobs, whatever gsched sets".into(),
+        "add `options nvidia NVreg_ModifyDeviceFiles=0` to /etc/modprobe.d/gsched.conf, then reload the driver (rmmod/modprobe nvidia with no GPU in use) or reboot; GPU use outside jobs is reported meanwhile (ginfo, gctl show node)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
 }
 
 /// With `--slurm-names`: installs the profile snippet that keeps the links first in jobs'

@@ -689,6 +689,10 @@ pub struct NodeRow {
     /// Recent health events, oldest first.
     #[serde(default)]
     pub health: Vec<HealthEvent>,
+    /// Processes using its GPUs outside the jobs holding them, as its agent last reported
+    /// (the leader's view; a GPU listed here is given to no new job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_jobs: Vec<crate::outside::OutsideUse>,
     /// The node's wiring (detailed rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
