@@ -323,3 +323,69 @@ fn t30_another_users_process_on_a_gpu_is_reported_and_no_new_job_lands_there() {
             .filter(|n| n["outside_jobs"].as_array().is_none_or(|a| a.is_empty()))
     });
 }
+
+#[test]
+fn t40_no_dry_run_ever_creates_a_job() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "ws-2gpu-nvlink.json", &[]);
+    c.wait_node_online("n1");
+    let jobs = |c: &Cluster| -> usize {
+        c.json("gqueue", &["-t", "all"])["jobs"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    let scripts = [
+        // A typographic dash, as word processors and chat clients write it.
+        (
+            "dash.sh",
+            "#!/bin/sh\n#SBATCH \u{2013}gres=gpu:8\necho hi\n",
+        ),
+        // A directive after the first command (sbatch ignores it).
+        (
+            "trailing.sh",
+            "#!/bin/sh\n#SBATCH -N 1\necho hi\n#SBATCH --exclusive\n",
+        ),
+        (
+            "normal.sh",
+            "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --gpus=1\n#SBATCH -t 10\nsrun hostname\n",
+        ),
+        ("bare.sh", "#!/bin/sh\nhostname\n"),
+        (
+            "array.sh",
+            "#!/bin/sh\n#SBATCH --array=0-3\n#SBATCH --mail-type=END\necho $SLURM_ARRAY_TASK_ID\n",
+        ),
+        (
+            "unknown.sh",
+            "#!/bin/sh\n#SBATCH --no-such-option\necho hi\n",
+        ),
+    ];
+    let links = c.slurm_links();
+    for (name, body) in scripts {
+        let path = c.script(name, body);
+        for flags in [
+            &["--dry-run"][..],
+            &["--dry-run", "--json"],
+            &["--dry"],
+            &["--test-only"],
+            &["--dry-run", "--exclusive"],
+        ] {
+            let mut args = flags.to_vec();
+            args.push(&path);
+            let o = c.cli("gsub", &args);
+            assert_eq!(jobs(&c), 0, "gsub {args:?} created a job: {o:?}");
+            let o = c.slurm_name(&links, "sbatch", &args);
+            assert_eq!(jobs(&c), 0, "sbatch {args:?} created a job: {o:?}");
+        }
+    }
+    for args in [
+        &["--dry-run", "--wrap", "hostname"][..],
+        &["--wrap", "hostname", "--dry-run"],
+        &["--dry-run", "--array=0-9", "--wrap", "true"],
+    ] {
+        let o = c.cli("gsub", args);
+        assert_eq!(jobs(&c), 0, "gsub {args:?} created a job: {o:?}");
+    }
+    // The count does see a job that is submitted.
+    c.submit(&["--wrap", "true"]);
+    assert_eq!(jobs(&c), 1);
+}
