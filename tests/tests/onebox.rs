@@ -389,3 +389,147 @@ fn t40_no_dry_run_ever_creates_a_job() {
     c.submit(&["--wrap", "true"]);
     assert_eq!(jobs(&c), 1);
 }
+
+/// Every path under `root`, with its kind and mode (`d755 etc/gsched`).
+fn tree(root: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            let kind = if m.file_type().is_symlink() {
+                'l'
+            } else if m.is_dir() {
+                stack.push(e.path());
+                'd'
+            } else {
+                'f'
+            };
+            out.push(format!("{kind}{:o} {rel}", m.permissions().mode() & 0o7777));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn t50_the_one_server_install_is_idempotent_and_reversible_in_a_scratch_root() {
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("root");
+    // A real Slurm's srun already in /usr/local/bin: the install must leave it alone.
+    std::fs::create_dir_all(root.join("usr/local/bin")).unwrap();
+    std::fs::write(root.join("usr/local/bin/srun"), "#!/bin/sh\necho slurm\n").unwrap();
+    // Stand-ins for the binaries (the script copies whatever --bin-dir holds).
+    let bins = scratch.path().join("bin");
+    std::fs::create_dir(&bins).unwrap();
+    let tools = [
+        "gctld", "gagentd", "gsub", "grun", "galloc", "gqueue", "ginfo", "gcancel", "gacct",
+        "greport", "gctl",
+    ];
+    for t in tools {
+        let p = bins.join(t);
+        std::fs::write(&p, format!("#!/bin/sh\necho {t}\n")).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let before = tree(&root);
+    let script = gsched_tests::workspace().join("deploy/one-server/install.sh");
+    let run = |args: &[&str]| -> String {
+        let o = std::process::Command::new("bash")
+            .arg(&script)
+            .args(["--root", root.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "install.sh {args:?}: {text}");
+        text
+    };
+    let bin_dir = bins.to_str().unwrap();
+    let first = run(&["--bin-dir", bin_dir]);
+    assert!(
+        first.contains("NVreg_ModifyDeviceFiles=0 takes effect at the next driver load"),
+        "{first}"
+    );
+    assert!(first.contains("left /usr/local/bin/srun alone"), "{first}");
+    let installed = tree(&root);
+    for want in [
+        "f755 usr/local/bin/gctld",
+        "f755 usr/local/bin/gsub",
+        "l777 usr/local/bin/sbatch",
+        "f644 etc/systemd/system/gctld.service",
+        "f644 etc/systemd/system/gagentd.service",
+        "f644 etc/profile.d/gsched.sh",
+        "f644 etc/gsched/gctld.toml",
+        "f600 etc/gsched/token.key",
+        "f644 etc/modprobe.d/gsched-nvidia.conf",
+        "d700 var/lib/gsched",
+    ] {
+        assert!(
+            installed.iter().any(|l| l == want),
+            "no {want} in {installed:#?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(root.join("usr/local/bin/sbatch")).unwrap(),
+        std::path::Path::new("gsub")
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("usr/local/bin/srun")).unwrap(),
+        "#!/bin/sh\necho slurm\n"
+    );
+    assert_eq!(
+        std::fs::read(root.join("etc/gsched/token.key"))
+            .unwrap()
+            .len(),
+        32
+    );
+    assert!(
+        std::fs::read_to_string(root.join("etc/modprobe.d/gsched-nvidia.conf"))
+            .unwrap()
+            .contains("options nvidia NVreg_ModifyDeviceFiles=0")
+    );
+    let unit = std::fs::read_to_string(root.join("etc/systemd/system/gctld.service")).unwrap();
+    assert!(
+        unit.contains("--listen unix:/run/gsched/gctld.sock"),
+        "{unit}"
+    );
+    let key = std::fs::read(root.join("etc/gsched/token.key")).unwrap();
+
+    // Again: nothing changes, not even the key.
+    let second = run(&["--bin-dir", bin_dir]);
+    assert!(second.contains("0 changed"), "{second}");
+    assert_eq!(tree(&root), installed);
+    assert_eq!(
+        std::fs::read(root.join("etc/gsched/token.key")).unwrap(),
+        key
+    );
+    // A new build: the binary is replaced, nothing else.
+    std::fs::write(bins.join("gsub"), "#!/bin/sh\necho gsub 2\n").unwrap();
+    let upgrade = run(&["--bin-dir", bin_dir]);
+    assert!(
+        upgrade.contains("installed /usr/local/bin/gsub") && upgrade.contains("1 changed"),
+        "{upgrade}"
+    );
+
+    // Uninstalled: the tree is as it was, the Slurm client still there.
+    let gone = run(&["--uninstall"]);
+    assert!(gone.contains("uninstalled"), "{gone}");
+    assert_eq!(tree(&root), before);
+
+    // A config the admin edited survives an uninstall, and is said to.
+    run(&["--bin-dir", bin_dir]);
+    std::fs::write(
+        root.join("etc/gsched/gctld.toml"),
+        "[outside_jobs]\naction = \"warn\"\n",
+    )
+    .unwrap();
+    let kept = run(&["--uninstall"]);
+    assert!(kept.contains("kept /etc/gsched/gctld.toml"), "{kept}");
+    assert!(root.join("etc/gsched/gctld.toml").exists());
+}
