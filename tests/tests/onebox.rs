@@ -533,3 +533,71 @@ fn t50_the_one_server_install_is_idempotent_and_reversible_in_a_scratch_root() {
     assert!(kept.contains("kept /etc/gsched/gctld.toml"), "{kept}");
     assert!(root.join("etc/gsched/gctld.toml").exists());
 }
+
+#[test]
+fn t31_nvmls_process_list_is_read_and_the_kill_policy_ends_the_process() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(
+        &conf,
+        "[outside_jobs]\naction = \"kill\"\ngrace_s = 2\nexempt_users = []\n",
+    )
+    .unwrap();
+    let mut c = Cluster::controllers(1, &["--config", conf.to_str().unwrap()]);
+    let (topo, _devs) = two_gpus_with_device_files(&c);
+    // bob's process, which NVML (scripted) lists on GPU 1 with 3000 MiB.
+    let mut holder = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("601")
+            .uid(bob.uid)
+            .gid(bob.gid)
+            .spawn()
+            .unwrap()
+    };
+    let pid = holder.id();
+    let util = c.path("util.json");
+    std::fs::write(
+        &util,
+        format!("{{\"1\": {{\"util\": 40, \"mem_mib\": 3000, \"procs\": [{{\"pid\": {pid}, \"mem_mib\": 3000}}]}}}}"),
+    )
+    .unwrap();
+    c.add_agent_with(
+        "n1",
+        topo,
+        &[
+            "--gpu-sample-interval",
+            "1",
+            "--fake-gpu-util",
+            util.to_str().unwrap(),
+        ],
+    );
+    c.wait_node_online("n1");
+    let node = gsched_tests::wait_for("bob's process in ginfo", Duration::from_secs(10), || {
+        c.node("n1")
+            .filter(|n| n["outside_jobs"].as_array().is_some_and(|a| !a.is_empty()))
+    });
+    let u = &node["outside_jobs"][0];
+    assert_eq!(
+        (u["gpu"].clone(), u["pid"].clone()),
+        (1.into(), pid.into()),
+        "{node}"
+    );
+    assert_eq!(u["gpu_mem_mib"], 3000, "{node}");
+    assert_eq!(u["command"], "sleep 601", "{node}");
+    // Past the grace, the agent ends it (SIGTERM), and says so.
+    let ended = gsched_tests::wait_for(
+        "bob's process to be killed",
+        Duration::from_secs(15),
+        || holder.try_wait().unwrap(),
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&ended),
+        Some(15),
+        "{ended:?}"
+    );
+    assert!(c.logs().contains(&format!("killed process {pid}")));
+}
