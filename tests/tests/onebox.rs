@@ -234,8 +234,39 @@ fn t30_another_users_process_on_a_gpu_is_reported_and_no_new_job_lands_there() {
     let addr = format!("127.0.0.1:{}", gsched_tests::free_port());
     let mut c = Cluster::controllers(1, &["--http", &addr]);
     let (topo, devs) = two_gpus_with_device_files(&c);
-    c.add_agent_with("n1", topo, &["--gpu-sample-interval", "1"]);
+    // The driver as it ships: device nodes re-created 0666 whenever CUDA starts.
+    let params = c.path("nvidia-params");
+    std::fs::write(
+        &params,
+        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
+    )
+    .unwrap();
+    c.add_agent_with(
+        "n1",
+        topo,
+        &[
+            "--gpu-sample-interval",
+            "1",
+            "--nvidia-params",
+            params.to_str().unwrap(),
+        ],
+    );
     c.wait_node_online("n1");
+    // gctl doctor says so, with the fix.
+    let doctor = gsched_tests::wait_for("the driver finding", Duration::from_secs(10), || {
+        let v = c.json("gctl", &["doctor"]);
+        v["findings"]
+            .as_array()?
+            .iter()
+            .find(|f| f["kind"] == "nvidia-device-files-reset")
+            .cloned()
+    });
+    assert!(
+        doctor["action"]
+            .as_str()
+            .is_some_and(|a| a.contains("options nvidia NVreg_ModifyDeviceFiles=0")),
+        "{doctor}"
+    );
 
     // bob's process holds GPU 0's device node, outside any job (opened for it, as his
     // shell's Python would open /dev/nvidia0).
@@ -285,7 +316,12 @@ fn t30_another_users_process_on_a_gpu_is_reported_and_no_new_job_lands_there() {
 
     // A new 1-GPU job gets GPU 1, not bob's; the next one waits, naming GPU 0.
     let sleep = c.script("sleep.sh", "#!/bin/sh\nexec sleep 600\n");
-    let first = c.submit(&["--gpus", "1", &sleep]);
+    // The first job's own process opens its GPU's device node: that is no finding.
+    let on_its_gpu = c.script(
+        "on-its-gpu.sh",
+        &format!("#!/bin/sh\nexec sleep 600 < {}\n", devs[1].display()),
+    );
+    let first = c.submit(&["--gpus", "1", &on_its_gpu]);
     c.wait_state(first, &["RUNNING"], Duration::from_secs(30));
     let v = c.json("gctl", &["show", "job", &first.to_string()]);
     assert_eq!(
@@ -293,6 +329,9 @@ fn t30_another_users_process_on_a_gpu_is_reported_and_no_new_job_lands_there() {
         serde_json::json!([1]),
         "{v}"
     );
+    std::thread::sleep(Duration::from_secs(3));
+    let uses = c.node("n1").unwrap()["outside_jobs"].clone();
+    assert_eq!(uses.as_array().map(Vec::len), Some(1), "only bob's: {uses}");
     let second = c.submit(&["--gpus", "1", &sleep]);
     let waiting =
         gsched_tests::wait_for("the reason naming GPU 0", Duration::from_secs(15), || {

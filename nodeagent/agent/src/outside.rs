@@ -94,8 +94,9 @@ fn run_of<'r>(p: &ProcFacts, pid: u32, runs: &'r [RunFacts]) -> Option<&'r RunFa
 /// Judges one look: `procs` are the processes on the GPUs with their facts, `runs` the
 /// node's runs, `me` the agent's pid, `seen` what the last look remembered. A process in
 /// a run that holds its GPU is fine; any other (outside every run, or in a run without
-/// that GPU) is a use outside jobs, acted on once it has lasted `grace_s` unless its user
-/// is exempt: `warn` once, `kill` with SIGTERM and then SIGKILL.
+/// that GPU) is a use outside jobs, acted on once it has lasted `grace_s` (and was seen
+/// by an earlier look) unless its user is exempt: `warn` once, `kill` with SIGTERM and
+/// then SIGKILL.
 pub fn judge(
     procs: &[(GpuProc, ProcFacts)],
     runs: &[RunFacts],
@@ -123,7 +124,10 @@ pub fn judge(
             since_ms: before.map_or(now_ms, |s| s.since_ms),
             acted: before.and_then(|s| s.acted),
         };
-        let due = now_ms.saturating_sub(mem.since_ms) >= policy.grace_s * 1000
+        // Never on a first sighting: a run that started since the runs were read would
+        // look like no job's for one look.
+        let due = before.is_some()
+            && now_ms.saturating_sub(mem.since_ms) >= policy.grace_s * 1000
             && !policy.exempt_users.contains(&p.user);
         if due {
             match (policy.action, mem.acted) {
@@ -268,6 +272,49 @@ pub fn facts(proc_root: &Path, pid: u32) -> Option<ProcFacts> {
         sid: num(3),
         ancestors,
     })
+}
+
+/// One look, gathered under the run manager's lock
+/// (`RunManager::outside_look`) and taken without it: the `/proc` reads, the judgement
+/// and the acts.
+pub struct Look {
+    pub policy: OutsidePolicy,
+    /// What NVML listed.
+    pub procs: Vec<GpuProc>,
+    /// GPUs NVML could not say about, with their device nodes.
+    pub by_files: Vec<(u32, String)>,
+    pub runs: Vec<RunFacts>,
+    pub seen: BTreeMap<(u32, u32), Seen>,
+    pub node: String,
+}
+
+impl Look {
+    /// Reads `/proc`, judges, carries out the acts; returns the verdict.
+    pub fn take(mut self, me: u32, now_ms: u64) -> Verdict {
+        let proc_root = Path::new("/proc");
+        if !self.by_files.is_empty() {
+            self.procs.extend(scan(proc_root, &self.by_files));
+        }
+        let with_facts: Vec<(GpuProc, ProcFacts)> = self
+            .procs
+            .into_iter()
+            .filter_map(|p| {
+                let f = facts(proc_root, p.pid)?;
+                Some((p, f))
+            })
+            .collect();
+        let verdict = judge(
+            &with_facts,
+            &self.runs,
+            &self.policy,
+            me,
+            now_ms,
+            &self.seen,
+            &self.node,
+        );
+        act(&verdict.acts);
+        verdict
+    }
 }
 
 /// Carries out the policy's acts: a message to each terminal (`/dev/pts/N`) the user
@@ -427,10 +474,14 @@ mod tests {
             grace_s: 0,
             exempt_users: vec![],
         };
+        // Even with no grace, not on the first sighting.
         let first = judge(&procs[..1], &[], &kill, 1, 0, &BTreeMap::new(), "n1");
-        assert_eq!(first.acts, vec![Act::Term(20)]);
+        assert!(first.acts.is_empty());
         let second = judge(&procs[..1], &[], &kill, 1, 1_000, &first.seen, "n1");
-        assert_eq!(second.acts, vec![Act::Kill(20)]);
+        assert_eq!(second.acts, vec![Act::Term(20)]);
+        let third = judge(&procs[..1], &[], &kill, 1, 2_000, &second.seen, "n1");
+        assert_eq!(third.acts, vec![Act::Kill(20)]);
+        let second = third;
         // A process gone is forgotten.
         let gone = judge(&[], &[], &kill, 1, 2_000, &second.seen, "n1");
         assert!(gone.seen.is_empty() && gone.uses.is_empty());

@@ -564,16 +564,16 @@ impl RunManager {
         self.outside.out.take()
     }
 
-    /// Looks at the processes on this node's GPUs (NVML's lists from `source` where it
-    /// has them, else the device nodes' open files) and judges them against the runs
-    /// (`crate::outside::judge`); carries out the policy's acts and keeps the report.
-    pub fn watch_outside(&mut self, source: &mut crate::usage::Source) {
+    /// What a look at the processes on this node's GPUs needs from here (taken under the
+    /// lock): NVML's lists from `source` where it has them, the device nodes to look for
+    /// in `/proc` otherwise, the runs and what the last look saw. `None` until a
+    /// controller that takes the reports gave a policy. The look itself
+    /// (`crate::outside::Look::take`) runs without the lock; [`Self::outside_seen`] keeps
+    /// its verdict.
+    pub fn outside_look(&self, source: &mut crate::usage::Source) -> Option<crate::outside::Look> {
         use crate::outside;
-        let Some(policy) = self.outside.policy.clone() else {
-            return;
-        };
-        let proc_root = Path::new("/proc");
-        let topo = self.settings.topology.read().clone();
+        let policy = self.outside.policy.clone()?;
+        let topo = self.settings.topology.read();
         let mut procs: Vec<outside::GpuProc> = Vec::new();
         let mut by_files: Vec<(u32, String)> = Vec::new();
         for (i, g) in topo.gpus.iter().enumerate() {
@@ -590,17 +590,7 @@ impl RunManager {
                 None => by_files.extend(g.device_path.clone().map(|p| (gpu, p))),
             }
         }
-        if !by_files.is_empty() {
-            procs.extend(outside::scan(proc_root, &by_files));
-        }
-        let with_facts: Vec<(outside::GpuProc, outside::ProcFacts)> = procs
-            .into_iter()
-            .filter_map(|p| {
-                let f = outside::facts(proc_root, p.pid)?;
-                Some((p, f))
-            })
-            .collect();
-        let runs: Vec<outside::RunFacts> = self
+        let runs = self
             .runs
             .values()
             .map(|r| outside::RunFacts {
@@ -614,16 +604,19 @@ impl RunManager {
                 supervisor: r.supervisor_pid.map(|p| p as u32),
             })
             .collect();
-        let verdict = outside::judge(
-            &with_facts,
-            &runs,
-            &policy,
-            std::process::id(),
-            now_ms(),
-            &self.outside.seen,
-            &self.settings.node,
-        );
-        outside::act(&verdict.acts);
+        Some(outside::Look {
+            policy,
+            procs,
+            by_files,
+            runs,
+            seen: self.outside.seen.clone(),
+            node: self.settings.node.clone(),
+        })
+    }
+
+    /// Keeps a look's verdict: what it saw for the next look, and the report for the
+    /// next heartbeat (an empty one once, when the uses are gone).
+    pub fn outside_seen(&mut self, verdict: crate::outside::Verdict) {
         self.outside.seen = verdict.seen;
         let empty = verdict.uses.is_empty();
         if !empty || !self.outside.last_empty {
