@@ -100,6 +100,9 @@ impl AgentHub {
         let mut conns = self.conns.lock();
         if conns.get(node).is_some_and(|c| c.conn_id == conn_id) {
             conns.remove(node);
+            // Its report of GPU use outside jobs is as old as its session: it reports
+            // again when it registers again.
+            self.outside.lock().remove(node);
         }
     }
 
