@@ -640,3 +640,74 @@ fn t31_nvmls_process_list_is_read_and_the_kill_policy_ends_the_process() {
     );
     assert!(c.logs().contains(&format!("killed process {pid}")));
 }
+
+#[test]
+fn t32_the_warn_policy_writes_to_the_users_terminal() {
+    let Some((_alice, bob)) = test_users() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("gctld.toml");
+    std::fs::write(&conf, "[outside_jobs]\naction = \"warn\"\ngrace_s = 1\n").unwrap();
+    let mut c = Cluster::controllers(1, &["--config", conf.to_str().unwrap()]);
+    let (topo, devs) = two_gpus_with_device_files(&c);
+    c.add_agent_with("n1", topo, &["--gpu-sample-interval", "1"]);
+    c.wait_node_online("n1");
+    // bob's terminal: a pseudo-terminal whose slave side is his, as a login gives him.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let tty = nix::unistd::ttyname(&pty.slave).unwrap();
+    nix::unistd::chown(
+        &tty,
+        Some(nix::unistd::Uid::from_raw(bob.uid)),
+        Some(nix::unistd::Gid::from_raw(bob.gid)),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let mut master = std::fs::File::from(pty.master);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+            if n == 0
+                || tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut holder = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("602")
+            .uid(bob.uid)
+            .gid(bob.gid)
+            .stdin(std::fs::File::open(&devs[0]).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let pid = holder.id();
+    let mut said = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !said.contains("outside any job") && std::time::Instant::now() < deadline {
+        if let Ok(t) = rx.recv_timeout(Duration::from_millis(500)) {
+            said.push_str(&t);
+        }
+    }
+    assert!(
+        said.contains(&format!(
+            "gsched: your process {pid} (sleep 602) is using GPU 0 of n1 outside any job"
+        )),
+        "bob's terminal got {said:?}"
+    );
+    let node = gsched_tests::wait_for("the warning in ginfo", Duration::from_secs(10), || {
+        c.node("n1")
+            .filter(|n| n["outside_jobs"][0]["acted"] == "warn")
+    });
+    assert_eq!(node["outside_jobs"][0]["pid"], pid, "{node}");
+    // Warned, not killed.
+    assert!(holder.try_wait().unwrap().is_none());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    drop(pty.slave);
+}
