@@ -1022,7 +1022,7 @@ fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
             slurm_names::SNIPPET,
             args.profile_d.display()
         ),
-        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (deploy/one-server/install.sh does)",
+        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (or put the links in /usr/local/bin, ahead of Slurm's in a login PATH, as deploy/one-server/install.sh does)",
     )
     .event(gsched_proto::clock::now_ms());
     outbox.push(|seq| gsched_types::agent::AgentToController::Health {
