@@ -27,8 +27,14 @@ pub enum AllocError {
     NoJobId,
     #[error("interrupted; job allocation {0} cancelled")]
     Interrupted(u64),
-    #[error("job allocation {id} ended {state} before it ran")]
-    Ended { id: u64, state: &'static str },
+    /// `why`: the failure as `gacct` shows it (the node's reason for refusing the
+    /// launch, say), led by ": ", or empty.
+    #[error("job allocation {id} ended {state} before it ran{why}")]
+    Ended {
+        id: u64,
+        state: &'static str,
+        why: String,
+    },
     /// `--immediate`: it could not start in time (Slurm's words).
     #[error("Unable to allocate resources: {0}")]
     NotImmediate(&'static str),
@@ -149,9 +155,15 @@ pub fn allocate(
                 }
             }
             other => {
+                let why = job
+                    .failure
+                    .as_ref()
+                    .map(|f| format!(": {f}"))
+                    .unwrap_or_default();
                 return Err(AllocError::Ended {
                     id,
                     state: other.name(),
+                    why,
                 });
             }
         }

@@ -101,7 +101,7 @@ pub fn nodelist_or_reason(job: &JobRow) -> String {
     match (job.state, &job.failure) {
         (JobState::Pending, _) => format!("({})", job.reason),
         (JobState::Running | JobState::Completing, _) | (_, None) => job.node_list.clone(),
-        (_, Some(f)) => format!("{} ({})", job.node_list, f.kind.reason_name()),
+        (_, Some(f)) => format!("{} ({})", job.node_list, f.reason()),
     }
 }
 

@@ -704,6 +704,7 @@ impl StandIn for NodeRow {
             features: Vec::new(),
             agent_version: String::new(),
             health: Vec::new(),
+            outside_jobs: Vec::new(),
             topology: None,
         }
     }

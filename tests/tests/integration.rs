@@ -19,6 +19,7 @@ mod lab;
 mod launch;
 mod livefuzz;
 mod metrics;
+mod onebox;
 mod reservations;
 mod slurm;
 mod slurm_scripts;

@@ -165,6 +165,20 @@ fn wait_for(rt: &tokio::runtime::Runtime, client: &mut Client, id: u64) -> i32 {
     loop {
         let jobs = gsched_cli::fetch_jobs(rt, client, &query, "gsub").jobs;
         if !jobs.is_empty() && jobs.iter().all(|j| j.state.is_terminal()) {
+            // A job its node refused to start wrote no output that could say why.
+            for j in &jobs {
+                if let Some(f) = j
+                    .failure
+                    .as_ref()
+                    .filter(|f| matches!(f.kind, gsched_types::failure::FailureKind::LaunchFailed))
+                {
+                    eprintln!(
+                        "gsub: job {} ended {} before it ran: {f}",
+                        j.display_id,
+                        j.state.name()
+                    );
+                }
+            }
             return jobs
                 .iter()
                 .map(|j| match (j.state, j.exit_code) {

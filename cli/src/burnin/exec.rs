@@ -21,6 +21,8 @@ pub struct Options {
     pub partition: Option<String>,
     /// Each run's time limit, in sbatch's forms.
     pub time_limit: String,
+    /// The service user the runs are submitted as (root's runs), else the caller.
+    pub run_as: Option<crate::grun_job::ServiceUser>,
 }
 
 fn command(run: &Run, opts: &Options) -> Command {
@@ -33,6 +35,7 @@ fn command(run: &Run, opts: &Options) -> Command {
         time_limit: &opts.time_limit,
         partition: opts.partition.as_deref(),
         controllers: opts.controllers.as_deref(),
+        run_as: opts.run_as.as_ref(),
     };
     let mut c = job.command(&[
         &opts.python,

@@ -74,6 +74,8 @@ pub struct Options {
     pub controllers: Option<String>,
     /// Paths whose free space each node reports (`--paths /models,/datasets`).
     pub paths: Vec<String>,
+    /// The service user the probe job is submitted as (root's), else the caller.
+    pub run_as: Option<crate::grun_job::ServiceUser>,
 }
 
 /// What the probe job gave: each node's report, and grun's stderr when some are missing.
@@ -100,6 +102,7 @@ pub fn run(nodes: &[(String, String)], opts: &Options) -> Outcome {
         time_limit: "10",
         partition: opts.partition.as_deref(),
         controllers: opts.controllers.as_deref(),
+        run_as: opts.run_as.as_ref(),
     };
     let nodes_json = serde_json::to_string(&table).expect("a node table serialises");
     let paths_json = serde_json::to_string(&opts.paths).expect("paths serialise");

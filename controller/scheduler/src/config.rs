@@ -224,6 +224,21 @@ pub struct SchedConfig {
     /// `topology_wait_s`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topology_wait_share: Option<f64>,
+    /// CPUs of each GPU node that GPU jobs' default share (`JobSpec::gpu_share_cpus`)
+    /// leaves to CPU-only jobs, with the same fraction of the node's memory: the default
+    /// per-GPU share is counted over the node's CPUs less these. A GPU job that names a
+    /// CPU count or memory still gets it, up to the whole node. Unset:
+    /// [`default_cpu_reserve`] (a sixteenth of the node's CPUs, at least 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_reserved_for_cpu_jobs: Option<u32>,
+}
+
+/// The CPUs a GPU node keeps for CPU-only jobs when `cpus_reserved_for_cpu_jobs` is
+/// unset: a sixteenth of them, at least 2 (one CPU-only job of Slurm's default shape, 1
+/// CPU, plus room for a second or a two-thread one), so that a CPU-only job can start on
+/// a node whose GPUs all run default-share jobs.
+pub fn default_cpu_reserve(cpus: u32) -> u32 {
+    (cpus / 16).max(2)
 }
 
 /// [`SchedConfig::topology_wait_s`] when the configuration names none.
@@ -261,11 +276,24 @@ impl Default for SchedConfig {
             keep_invalid_depend: false,
             topology_wait_s: DEFAULT_TOPOLOGY_WAIT_S,
             topology_wait_share: None,
+            cpus_reserved_for_cpu_jobs: None,
         }
     }
 }
 
 impl SchedConfig {
+    /// The CPUs a node with `cpus` CPUs and `gpus` GPUs keeps out of its GPU jobs'
+    /// default share: none on a node without GPUs, and never so many that a GPU would
+    /// have no CPU of its own.
+    pub fn cpu_reserve(&self, cpus: u32, gpus: u32) -> u32 {
+        if gpus == 0 {
+            return 0;
+        }
+        self.cpus_reserved_for_cpu_jobs
+            .unwrap_or_else(|| default_cpu_reserve(cpus))
+            .min(cpus.saturating_sub(gpus))
+    }
+
     pub fn partition(&self, name: &str) -> Option<&PartitionConfig> {
         self.partitions.iter().find(|p| p.name == name)
     }

@@ -37,6 +37,10 @@ pub struct NodeView {
     /// CPUs of each NUMA node (id, cpus).
     pub numa_cpus: Vec<(u32, Vec<u32>)>,
     pub nics: Vec<NicView>,
+    /// GPUs processes outside the jobs holding them are using (the leader's latest
+    /// report from the agent, `gsched_types::outside`): given to no new job, and named as
+    /// the pending reason of jobs they keep waiting.
+    pub outside_gpus: Vec<u32>,
 }
 
 impl NodeView {
@@ -60,6 +64,7 @@ impl NodeView {
             switch: None,
             numa_cpus: vec![(0, (0..cpus).collect())],
             nics: Vec::new(),
+            outside_gpus: Vec::new(),
         }
     }
 
@@ -126,13 +131,17 @@ impl NodeView {
             switch: None,
             numa_cpus,
             nics,
+            outside_gpus: Vec::new(),
         }
     }
 
     pub fn free_gpu_mask(&self) -> u64 {
         let mut mask = 0u64;
         for g in 0..self.capacity.gpu_count.min(64) {
-            if !self.usage.gpus.contains(g) && !self.capacity.bad_gpus.contains(g) {
+            if !self.usage.gpus.contains(g)
+                && !self.capacity.bad_gpus.contains(g)
+                && !self.outside_gpus.contains(&g)
+            {
                 mask |= 1 << g;
             }
         }

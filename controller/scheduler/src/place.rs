@@ -421,6 +421,27 @@ impl<'a> Placer<'a> {
         &self.snap.nodes
     }
 
+    /// `node:gpuN` for each GPU used outside jobs on a node that could host `job`.
+    pub fn outside_in_the_way(&self, job: &PendingJob) -> Vec<String> {
+        if job.gpus_per_node == 0 {
+            return Vec::new();
+        }
+        self.snap
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(ni, n)| !n.outside_gpus.is_empty() && self.ineligible(job, *ni).is_none())
+            .flat_map(|(_, n)| n.outside_gpus.iter().map(|g| format!("{}:gpu{g}", n.name)))
+            .collect()
+    }
+
+    /// The CPUs `node` keeps out of GPU jobs' default share.
+    fn reserve(&self, node: &NodeView) -> u32 {
+        self.snap
+            .config
+            .cpu_reserve(node.capacity.cpus.len() as u32, node.capacity.gpu_count)
+    }
+
     /// Why `node` can never host `job` (static facts only), or `None` if it could.
     fn ineligible(&self, job: &PendingJob, ni: usize) -> Option<Ineligible> {
         let node = &self.snap.nodes[ni];
@@ -474,7 +495,7 @@ impl<'a> Placer<'a> {
                 wanted: job.cpus_per_node,
             });
         }
-        let mem = mem_for(job, node, job.gpus_per_node);
+        let mem = mem_for(job, node, job.gpus_per_node, self.reserve(node));
         if mem > node.capacity.mem_mb {
             return Some(Ineligible::Memory {
                 has_mb: node.capacity.mem_mb,
@@ -655,10 +676,10 @@ impl<'a> Placer<'a> {
         let cpus = if job.exclusive {
             node.capacity.cpus.len()
         } else {
-            cpus_on(job, node) as usize
+            cpus_on(job, node, self.reserve(node)) as usize
         };
         node.free_cpus_under(usage) >= cpus
-            && mem_for(job, node, job.gpus_per_node)
+            && mem_for(job, node, job.gpus_per_node, self.reserve(node))
                 <= node.capacity.mem_mb.saturating_sub(usage.mem_mb)
     }
 
@@ -702,8 +723,15 @@ impl<'a> Placer<'a> {
     pub fn materialize(&self, job: &PendingJob, e: &Eval, usage: &NodeUsage) -> Option<NodePick> {
         let node = &self.snap.nodes[e.node];
         let gpus = mask_to_ids(e.choice.mask);
-        let cpus = choose_cpus(node, usage, &gpus, cpus_on(job, node), job.exclusive)?;
-        let mem = mem_for(job, node, job.gpus_per_node);
+        let reserve = self.reserve(node);
+        let cpus = choose_cpus(
+            node,
+            usage,
+            &gpus,
+            cpus_on(job, node, reserve),
+            job.exclusive,
+        )?;
+        let mem = mem_for(job, node, job.gpus_per_node, reserve);
         let nic = choose_nic(node, &gpus);
         let alloc = NodeAlloc {
             node: node.name.clone(),
@@ -1059,7 +1087,10 @@ type GangRank = (usize, SetQuality, (bool, u64), u32, Vec<usize>);
 pub fn free_mask(node: &NodeView, usage: &NodeUsage) -> u64 {
     let mut mask = 0u64;
     for g in 0..node.capacity.gpu_count.min(64) {
-        if !usage.gpus.contains(g) && !node.capacity.bad_gpus.contains(g) {
+        if !usage.gpus.contains(g)
+            && !node.capacity.bad_gpus.contains(g)
+            && !node.outside_gpus.contains(&g)
+        {
             mask |= 1 << g;
         }
     }
@@ -1088,8 +1119,9 @@ fn first_k(free: u64, k: u32) -> Choice {
 /// Memory per node for a job: explicit `--mem` (0 = all), `--mem-per-gpu` x GPUs, all of
 /// it for an `--exclusive` job that named none (an exclusive job gets only the memory it
 /// asked for, as Slurm's), or by default a share of the node proportional to the GPUs (or
-/// CPUs) taken.
-pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
+/// CPUs) taken; a GPU job's share is of the memory left after the `reserve` CPUs' part
+/// (kept for CPU-only jobs, [`crate::config::SchedConfig::cpu_reserve`]).
+pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32, reserve: u32) -> u64 {
     let total = node.capacity.mem_mb;
     match job.mem_mb {
         Some(0) => return total,
@@ -1103,7 +1135,9 @@ pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
         return total;
     }
     if node.capacity.gpu_count > 0 && gpus > 0 {
-        total * u64::from(gpus) / u64::from(node.capacity.gpu_count)
+        let cpus = node.capacity.cpus.len().max(1) as u64;
+        let shared = total - total * u64::from(reserve) / cpus;
+        shared * u64::from(gpus) / u64::from(node.capacity.gpu_count)
     } else {
         let cpus = node.capacity.cpus.len().max(1) as u64;
         (total * u64::from(job.cpus_per_node) / cpus).max(1.min(total))
@@ -1111,13 +1145,15 @@ pub fn mem_for(job: &PendingJob, node: &NodeView, gpus: u32) -> u64 {
 }
 
 /// The CPUs `job` takes on `node`: what its tasks need, or its GPUs' share of the node's
-/// CPUs when it asked for no CPU count and that is more.
-pub fn cpus_on(job: &PendingJob, node: &NodeView) -> u32 {
+/// CPUs less the `reserve` kept for CPU-only jobs ([`crate::config::SchedConfig::cpu_reserve`]) when it
+/// asked for no CPU count and that is more.
+pub fn cpus_on(job: &PendingJob, node: &NodeView, reserve: u32) -> u32 {
     let gpus = node.capacity.gpu_count;
     if !job.gpu_share_cpus || job.gpus_per_node == 0 || gpus == 0 {
         return job.cpus_per_node;
     }
-    let per_gpu = (node.capacity.cpus.len() as u32 / gpus).max(1);
+    let shared = (node.capacity.cpus.len() as u32).saturating_sub(reserve);
+    let per_gpu = (shared / gpus).max(1);
     job.cpus_per_node.max(per_gpu * job.gpus_per_node)
 }
 

@@ -489,8 +489,15 @@ impl<'a> Pass<'a> {
                     && own.is_none()
                     && !windows.is_empty()
                     && self.placer.place(job, &self.usage, &|_| 0).is_ok();
+                let outside = if blocked_by_hold {
+                    Vec::new()
+                } else {
+                    self.placer.outside_in_the_way(job)
+                };
                 let reason = if blocked_by_hold {
                     PendingReason::Priority
+                } else if !outside.is_empty() {
+                    PendingReason::GpusUsedOutsideJobs(outside)
                 } else if blocked_by_window && windows.maint_in_the_way(own, now_ms, end_ms) {
                     PendingReason::ReservedForMaintenance
                 } else if blocked_by_window {

@@ -336,7 +336,9 @@ fn requeued_job_avoids_the_node_it_failed_on_unless_it_is_all_there_is() {
 fn a_gpu_job_without_a_cpu_count_gets_its_gpus_share_of_the_cpus() {
     let topo = shipped("rtx4090-8gpu.json");
     let node = NodeView::from_topology("n1", &topo, "10.0.0.1");
-    let per_gpu = node.capacity.cpus.len() / 8;
+    // The share is of the CPUs left after those kept for CPU-only jobs (128 / 16 = 8).
+    let per_gpu = (node.capacity.cpus.len() - 8) / 8;
+    assert_eq!(per_gpu, 15);
     let mut j = job(1, 1, 2);
     j.gpu_share_cpus = true;
     let p = plan(&snapshot(vec![node.clone()], vec![j], vec![]), 0);
@@ -349,6 +351,60 @@ fn a_gpu_job_without_a_cpu_count_gets_its_gpus_share_of_the_cpus() {
     // An explicit count wins.
     let p = plan(&snapshot(vec![node], vec![job(2, 1, 2)], vec![]), 0);
     assert_eq!(p.starts[0].allocation.nodes[0].cpus.len(), 1);
+}
+
+#[test]
+fn a_cpu_only_job_starts_while_every_gpu_runs_a_default_share_job() {
+    let topo = shipped("rtx4090-8gpu.json");
+    let node = NodeView::from_topology("n1", &topo, "10.0.0.1");
+    let share = |id: u64| {
+        let mut j = job(id, 1, 1);
+        j.gpu_share_cpus = true;
+        j
+    };
+    let mut cpu_only = job(9, 1, 0);
+    cpu_only.cpus_per_node = 4;
+    // All eight GPUs taken by default-share jobs, and the CPU-only job still starts.
+    let mut pending: Vec<_> = (1..=8).map(share).collect();
+    pending.push(cpu_only.clone());
+    let p = plan(&snapshot(vec![node.clone()], pending.clone(), vec![]), 0);
+    assert_eq!(p.starts.len(), 9);
+    let gpu_cpus: usize = p
+        .starts
+        .iter()
+        .filter(|s| !s.allocation.nodes[0].gpus.is_empty())
+        .map(|s| s.allocation.nodes[0].cpus.len())
+        .sum();
+    assert_eq!(gpu_cpus, 120);
+    // With no CPUs kept (`cpus_reserved_for_cpu_jobs = 0`), the old share: it waits.
+    let mut snap = snapshot(vec![node.clone()], pending, vec![]);
+    snap.config = Arc::new(SchedConfig {
+        cpus_reserved_for_cpu_jobs: Some(0),
+        ..SchedConfig::default()
+    });
+    let p = plan(&snap, 0);
+    assert_eq!(p.starts.len(), 8);
+    // A GPU job that names its CPUs still gets them, the reserve included.
+    let mut wide = job(10, 1, 1);
+    wide.cpus_per_node = 128;
+    let p = plan(&snapshot(vec![node], vec![wide], vec![]), 0);
+    assert_eq!(p.starts[0].allocation.nodes[0].cpus.len(), 128);
+}
+
+#[test]
+fn the_reserve_never_leaves_a_gpu_without_a_cpu() {
+    let c = SchedConfig::default();
+    assert_eq!(c.cpu_reserve(16, 1), 2);
+    assert_eq!(c.cpu_reserve(128, 8), 8);
+    assert_eq!(c.cpu_reserve(256, 8), 16);
+    assert_eq!(c.cpu_reserve(8, 8), 0);
+    assert_eq!(c.cpu_reserve(9, 8), 1);
+    assert_eq!(c.cpu_reserve(64, 0), 0, "CPU-only nodes keep nothing back");
+    let set = SchedConfig {
+        cpus_reserved_for_cpu_jobs: Some(40),
+        ..SchedConfig::default()
+    };
+    assert_eq!(set.cpu_reserve(32, 4), 28);
 }
 
 #[test]

@@ -45,6 +45,8 @@ pub struct ControllerConfig {
     pub dispatch: DispatchConfig,
     /// How notifications are delivered (`[notify]`: the mail program, webhooks).
     pub notify: crate::notify::NotifyConfig,
+    /// What agents do about processes using GPUs outside jobs (`[outside_jobs]`).
+    pub outside_jobs: gsched_types::outside::OutsidePolicy,
     pub raft_tick: Duration,
     pub election_ticks: usize,
     pub snapshot_every: u64,
@@ -78,6 +80,7 @@ impl ControllerConfig {
             },
             dispatch: DispatchConfig::default(),
             notify: crate::notify::NotifyConfig::default(),
+            outside_jobs: Default::default(),
             raft_tick: Duration::from_millis(50),
             election_ticks: 5,
             snapshot_every: 5_000,
@@ -125,6 +128,9 @@ pub struct ConfigFile {
     /// `[notify]`: the mail program (Slurm's MailProg) and webhook delivery.
     #[serde(default)]
     pub notify: Option<crate::notify::NotifyConfig>,
+    /// `[outside_jobs]`: report, warn or kill processes using GPUs outside jobs.
+    #[serde(default)]
+    pub outside_jobs: Option<gsched_types::outside::OutsidePolicy>,
 }
 
 /// Why the controller's configuration cannot be used.
@@ -235,6 +241,9 @@ impl ConfigFile {
         }
         if let Some(n) = self.notify {
             cfg.notify = n;
+        }
+        if let Some(o) = self.outside_jobs {
+            cfg.outside_jobs = o;
         }
     }
 }

@@ -825,6 +825,29 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "Notifications a leader gone had claimed, put down as not known to be delivered (never resent)",
         t.notify_in_doubt.clone(),
     );
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct NodeGpuLabel {
+        node: String,
+        gpu: String,
+        user: String,
+    }
+    let outside = Family::<NodeGpuLabel, Gauge>::default();
+    for (node, uses) in ctx.hub.outside_all() {
+        for u in uses {
+            outside
+                .get_or_create(&NodeGpuLabel {
+                    node: node.clone(),
+                    gpu: u.gpu.to_string(),
+                    user: u.user.clone(),
+                })
+                .inc();
+        }
+    }
+    reg.register(
+        "gpu_processes_outside_jobs",
+        "Processes using a GPU outside the jobs holding it, by node, GPU and user (the leader's latest reports)",
+        outside,
+    );
     reg.register("raft_role", "1 for this controller's Raft role", role);
     reg.register("raft_term", "Raft term", gauge(s.term));
     reg.register(

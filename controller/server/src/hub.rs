@@ -61,6 +61,8 @@ pub struct AgentHub {
     step_ids: Mutex<HashMap<JobId, u32>>,
     /// Last heartbeat (or registration) per node seen by this controller.
     last_seen: Mutex<HashMap<String, Instant>>,
+    /// Each node's latest report of processes using its GPUs outside jobs.
+    outside: Mutex<HashMap<String, Vec<gsched_types::outside::OutsideUse>>>,
     next_id: Mutex<u64>,
     pub changed: tokio::sync::Notify,
 }
@@ -98,6 +100,9 @@ impl AgentHub {
         let mut conns = self.conns.lock();
         if conns.get(node).is_some_and(|c| c.conn_id == conn_id) {
             conns.remove(node);
+            // Its report of GPU use outside jobs is as old as its session: it reports
+            // again when it registers again.
+            self.outside.lock().remove(node);
         }
     }
 
@@ -113,6 +118,58 @@ impl AgentHub {
         }
         self.touch(node);
         self.changed.notify_one();
+    }
+
+    /// Records `node`'s report of GPU use outside jobs; returns the uses it had not
+    /// reported before (by GPU and pid), for the log.
+    pub fn set_outside(
+        &self,
+        node: &str,
+        uses: Vec<gsched_types::outside::OutsideUse>,
+    ) -> Vec<gsched_types::outside::OutsideUse> {
+        let mut all = self.outside.lock();
+        let before = all.remove(node).unwrap_or_default();
+        let new = uses
+            .iter()
+            .filter(|u| !before.iter().any(|b| b.gpu == u.gpu && b.pid == u.pid))
+            .cloned()
+            .collect();
+        if !uses.is_empty() {
+            all.insert(node.to_string(), uses);
+        }
+        self.changed.notify_one();
+        new
+    }
+
+    /// `node`'s processes using GPUs outside jobs, as last reported.
+    pub fn outside(&self, node: &str) -> Vec<gsched_types::outside::OutsideUse> {
+        self.outside.lock().get(node).cloned().unwrap_or_default()
+    }
+
+    /// Every node's processes using GPUs outside jobs.
+    pub fn outside_all(&self) -> Vec<(String, Vec<gsched_types::outside::OutsideUse>)> {
+        let mut all: Vec<_> = self
+            .outside
+            .lock()
+            .iter()
+            .map(|(n, u)| (n.clone(), u.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// The GPUs used outside jobs, per node.
+    pub fn outside_gpus(&self) -> HashMap<String, Vec<u32>> {
+        self.outside
+            .lock()
+            .iter()
+            .map(|(n, uses)| {
+                let mut gpus: Vec<u32> = uses.iter().map(|u| u.gpu).collect();
+                gpus.sort_unstable();
+                gpus.dedup();
+                (n.clone(), gpus)
+            })
+            .collect()
     }
 
     pub fn last_seen(&self, node: &str) -> Option<Instant> {
@@ -160,6 +217,7 @@ impl AgentHub {
     pub fn clear(&self) {
         self.conns.lock().clear();
         self.last_seen.lock().clear();
+        self.outside.lock().clear();
         self.steps.lock().clear();
     }
 

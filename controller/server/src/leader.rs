@@ -131,7 +131,13 @@ async fn scheduler_loop(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
             last_applied = r.applied;
-            snapshot(&r.state, &mut cache)
+            let mut snap = snapshot(&r.state, &mut cache);
+            // GPUs the agents see used outside jobs are given to no new job.
+            let outside = ctx.hub.outside_gpus();
+            for n in &mut snap.nodes {
+                n.outside_gpus = outside.get(&n.name).cloned().unwrap_or_default();
+            }
+            snap
         };
         last_pass = Instant::now();
         let now = now_ms();

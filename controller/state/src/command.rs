@@ -33,7 +33,9 @@ use serde::{Deserialize, Serialize};
 /// exclusive job every GPU of its nodes. 11: adds the failure kind `hang` (in
 /// `step_failed`, `step_exited` and the job records they reach); adds `notify_claim` and
 /// `notify_done`, `notices` in jobs, and `notify` in users and association edits.
-pub const FORMAT_VERSION: u16 = 11;
+/// 12: adds the pending reason `GpusUsedOutsideJobs` (in `set_pending_reasons` and the
+/// job records it reaches).
+pub const FORMAT_VERSION: u16 = 12;
 
 /// One Raft log entry's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

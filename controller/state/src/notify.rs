@@ -334,7 +334,7 @@ pub fn subject(job: &JobRecord, notice: &Notice, tasks: &[&JobRecord]) -> String
 fn reason(job: &JobRecord) -> String {
     match (job.state, &job.failure) {
         (JobState::Pending, _) => job.reason.to_string(),
-        (_, Some(f)) => f.kind.reason_name(),
+        (_, Some(f)) => f.reason(),
         (_, None) => "None".into(),
     }
 }

@@ -128,6 +128,7 @@ pub fn node_rows(state: &ClusterState, with_topology: bool, now_ms: u64) -> Vec<
                 features: n.features.clone(),
                 agent_version: n.agent_version.clone(),
                 health: n.health.clone(),
+                outside_jobs: Vec::new(),
                 topology: with_topology.then(|| n.topology.clone()),
             }
         })

@@ -1,5 +1,5 @@
 //! Log compatibility: every command variant as the format version that introduced it
-//! wrote it (`golden/v1.jsonl` to `golden/v11.jsonl`) still decodes and encodes back to
+//! wrote it (`golden/v1.jsonl` to `golden/v12.jsonl`) still decodes and encodes back to
 //! the same bytes, so a replica running this build replays an old log. The commands no
 //! build proposes any more (`cancel_job`, `requeue_job`, `hold_job`, `update_job`) stay
 //! here: old logs hold them.
@@ -18,6 +18,7 @@ const V8: &str = include_str!("golden/v8.jsonl");
 const V9: &str = include_str!("golden/v9.jsonl");
 const V10: &str = include_str!("golden/v10.jsonl");
 const V11: &str = include_str!("golden/v11.jsonl");
+const V12: &str = include_str!("golden/v12.jsonl");
 
 #[test]
 fn every_version_decodes_and_reencodes_byte_for_byte() {
@@ -34,6 +35,7 @@ fn every_version_decodes_and_reencodes_byte_for_byte() {
         .chain(V9.lines())
         .chain(V10.lines())
         .chain(V11.lines())
+        .chain(V12.lines())
         .enumerate()
     {
         let env =

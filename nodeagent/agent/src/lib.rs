@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod nvml;
 pub mod outbox;
+pub mod outside;
 pub mod probe;
 pub mod runs;
 pub mod session;

@@ -61,6 +61,9 @@ struct RunArgs {
     /// Kernel log to watch for Xid lines.
     #[arg(long, default_value = "/dev/kmsg")]
     kmsg: PathBuf,
+    /// The NVIDIA driver's parameters (`NVreg_ModifyDeviceFiles` is read from it).
+    #[arg(long, default_value = "/proc/driver/nvidia/params", hide = true)]
+    nvidia_params: PathBuf,
     /// cgroup v2 root for per-step cgroups ("off" to disable).
     #[arg(long)]
     cgroup_root: Option<String>,
@@ -672,6 +675,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
             expected_mtu: args.training_mtu,
         };
         check_slurm_names(&args, &outbox);
+        check_device_files(&args, &outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -801,7 +805,7 @@ impl Isolation {
             }
             (_, false) => false,
         };
-        let params = std::fs::read_to_string("/proc/driver/nvidia/params").unwrap_or_default();
+        let params = std::fs::read_to_string(&args.nvidia_params).unwrap_or_default();
         if private_gpus && devices::driver_resets_device_modes(&params) == Some(true) {
             tracing::warn!(
                 "the NVIDIA driver re-creates /dev/nvidia* with its own mode whenever CUDA starts (NVreg_ModifyDeviceFiles=1), undoing device-node ownership; {} set `options nvidia NVreg_ModifyDeviceFiles=0` in /etc/modprobe.d to make ownership hold",
@@ -928,15 +932,48 @@ async fn sample_usage(
         }
         let (runs, source) = (runs.clone(), source.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            let mut runs = runs.lock();
             if due {
-                runs.sample_usage(&mut source.lock(), interval_s)
+                let look = {
+                    let mut runs = runs.lock();
+                    let mut source = source.lock();
+                    runs.sample_usage(&mut source, interval_s);
+                    runs.outside_look(&mut source)
+                };
+                // /proc is read without holding the runs.
+                if let Some(look) = look {
+                    let verdict = look.take(std::process::id(), gsched_proto::clock::now_ms());
+                    runs.lock().outside_seen(verdict);
+                }
             } else {
-                runs.sample_suspects(&mut source.lock())
+                runs.lock().sample_suspects(&mut source.lock())
             }
         })
         .await;
     }
+}
+
+/// Reports (for `gctl doctor`) a driver that re-creates `/dev/nvidia*` with its own mode
+/// whenever CUDA starts (`NVreg_ModifyDeviceFiles=1`, the default): device-node ownership
+/// cannot keep users off GPUs outside their jobs then.
+fn check_device_files(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
+    let params = std::fs::read_to_string(&args.nvidia_params).unwrap_or_default();
+    if gsched_agent::devices::driver_resets_device_modes(&params) != Some(true) {
+        return;
+    }
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "nvidia-device-files-reset",
+        None,
+        "the NVIDIA driver re-creates /dev/nvidia* with mode 0666 whenever CUDA starts (NVreg_ModifyDeviceFiles=1): anyone with a shell can open a GPU outside their jobs, whatever gsched sets".into(),
+        "add `options nvidia NVreg_ModifyDeviceFiles=0` to /etc/modprobe.d/gsched.conf, then reload the driver (rmmod/modprobe nvidia with no GPU in use) or reboot; GPU use outside jobs is reported meanwhile (ginfo, gctl show node)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
 }
 
 /// With `--slurm-names`: installs the profile snippet that keeps the links first in jobs'
@@ -985,7 +1022,7 @@ fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
             slurm_names::SNIPPET,
             args.profile_d.display()
         ),
-        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (deploy/one-server/install.sh does)",
+        "run gagentd as root (it installs the snippet), or install gsched-slurm-names.sh in /etc/profile.d by hand (or put the links in /usr/local/bin, ahead of Slurm's in a login PATH, as deploy/one-server/install.sh does)",
     )
     .event(gsched_proto::clock::now_ms());
     outbox.push(|seq| gsched_types::agent::AgentToController::Health {

@@ -292,6 +292,21 @@ pub struct RunManager {
     grun: GrunTasks,
     /// Usage summaries of the last sample, waiting for the next heartbeat.
     usage_out: Vec<RunUsage>,
+    /// GPU use outside jobs: the policy, what the last look saw, the report to send.
+    outside: OutsideWatch,
+}
+
+/// What the agent keeps of GPU use outside jobs between looks (`crate::outside`).
+#[derive(Default)]
+struct OutsideWatch {
+    /// The controller's `[outside_jobs]`; `None` until a controller that takes the
+    /// reports registered this agent.
+    policy: Option<gsched_types::outside::OutsidePolicy>,
+    seen: std::collections::BTreeMap<(u32, u32), crate::outside::Seen>,
+    /// The last report, to send at the next heartbeat (an empty one once, when the
+    /// uses are gone).
+    out: Option<Vec<gsched_types::outside::OutsideUse>>,
+    last_empty: bool,
 }
 
 /// What stopping a run leaves to do once the run manager's lock is released: the signal
@@ -385,6 +400,7 @@ impl RunManager {
             runs: HashMap::new(),
             grun: GrunTasks::default(),
             usage_out: Vec::new(),
+            outside: OutsideWatch::default(),
         };
         m.readopt();
         m
@@ -536,6 +552,80 @@ impl RunManager {
     /// The newest usage summaries not yet sent.
     pub fn take_usage(&mut self) -> Vec<RunUsage> {
         std::mem::take(&mut self.usage_out)
+    }
+
+    /// The controller's `[outside_jobs]` policy (at registration; `None`: a controller
+    /// that takes no reports of GPU use outside jobs).
+    pub fn set_outside_policy(&mut self, policy: Option<gsched_types::outside::OutsidePolicy>) {
+        self.outside.policy = policy;
+        // A new leader knows nothing yet: the next look reports even an empty list.
+        self.outside.last_empty = false;
+    }
+
+    /// The report of GPU use outside jobs waiting for the next heartbeat.
+    pub fn take_outside(&mut self) -> Option<Vec<gsched_types::outside::OutsideUse>> {
+        self.outside.out.take()
+    }
+
+    /// What a look at the processes on this node's GPUs needs from here (taken under the
+    /// lock): NVML's lists from `source` where it has them, the device nodes to look for
+    /// in `/proc` otherwise, the runs and what the last look saw. `None` until a
+    /// controller that takes the reports gave a policy. The look itself
+    /// (`crate::outside::Look::take`) runs without the lock; [`Self::outside_seen`] keeps
+    /// its verdict.
+    pub fn outside_look(&self, source: &mut crate::usage::Source) -> Option<crate::outside::Look> {
+        use crate::outside;
+        let policy = self.outside.policy.clone()?;
+        let topo = self.settings.topology.read();
+        let mut procs: Vec<outside::GpuProc> = Vec::new();
+        let mut by_files: Vec<(u32, String)> = Vec::new();
+        for (i, g) in topo.gpus.iter().enumerate() {
+            let gpu = i as u32;
+            let device = self.settings.gpu_map.get(i).copied().unwrap_or(gpu);
+            match source.reader().and_then(|r| r.processes(gpu, device)) {
+                Some(list) => {
+                    procs.extend(list.into_iter().map(|(pid, mem_mib)| outside::GpuProc {
+                        gpu,
+                        pid,
+                        mem_mib,
+                    }))
+                }
+                None => by_files.extend(g.device_path.clone().map(|p| (gpu, p))),
+            }
+        }
+        let runs = self
+            .runs
+            .values()
+            .map(|r| outside::RunFacts {
+                job: r.key.job,
+                gpus: r.launch.node_alloc.gpus.clone(),
+                cgroup: r.cgroup.as_ref().map(|c| {
+                    let c = c.to_string_lossy();
+                    c.strip_prefix("/sys/fs/cgroup").unwrap_or(&c).to_string()
+                }),
+                pgid: r.pgid,
+                supervisor: r.supervisor_pid.map(|p| p as u32),
+            })
+            .collect();
+        Some(outside::Look {
+            policy,
+            procs,
+            by_files,
+            runs,
+            seen: self.outside.seen.clone(),
+            node: self.settings.node.clone(),
+        })
+    }
+
+    /// Keeps a look's verdict: what it saw for the next look, and the report for the
+    /// next heartbeat (an empty one once, when the uses are gone).
+    pub fn outside_seen(&mut self, verdict: crate::outside::Verdict) {
+        self.outside.seen = verdict.seen;
+        let empty = verdict.uses.is_empty();
+        if !empty || !self.outside.last_empty {
+            self.outside.out = Some(verdict.uses);
+        }
+        self.outside.last_empty = empty;
     }
 
     /// Runs still going on, for heartbeats.

@@ -196,8 +196,14 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
             anyhow::anyhow!("no answer to the registration within {silence_limit:.0?}")
         })??;
     match first.document()? {
-        ControllerToAgent::Registered { kill, lease_ms, .. } => {
+        ControllerToAgent::Registered {
+            kill,
+            lease_ms,
+            outside_jobs,
+            ..
+        } => {
             tracing::info!("registered with controller {addr}");
+            agent.runs.lock().set_outside_policy(outside_jobs);
             agent.contact.renew(lease_ms);
             // Runs of jobs that ended while this node was away: stop them before
             // anything else (the node takes no new job until they have).
@@ -292,13 +298,16 @@ async fn session(agent: &Agent, addr: &str) -> anyhow::Result<End> {
                     );
                     return Ok(End::Closed);
                 }
-                let (running, usage) = {
+                let (running, usage, outside) = {
                     let mut runs = agent.runs.lock();
-                    (runs.running(), runs.take_usage())
+                    (runs.running(), runs.take_usage(), runs.take_outside())
                 };
                 send(&AgentToController::Heartbeat { running })?;
                 if !usage.is_empty() {
                     send(&AgentToController::Usage { runs: usage })?;
+                }
+                if let Some(uses) = outside {
+                    send(&AgentToController::OutsideJobs { uses })?;
                 }
                 relay_task_io(agent, &tx, &send)?;
                 flush(agent, &send, &mut sent, true)?;

@@ -10,6 +10,13 @@ use std::path::{Path, PathBuf};
 pub trait GpuReader: Send {
     /// `gpu` is the agent's index, `device` the machine's (NVML's) index.
     fn read(&mut self, gpu: u32, device: u32) -> Option<GpuReading>;
+
+    /// The processes using the GPU (pid, GPU memory in MiB where known): NVML's compute
+    /// and graphics lists; `None` where this reader cannot say (then the device node's
+    /// open files tell, `crate::outside::scan`).
+    fn processes(&mut self, _gpu: u32, _device: u32) -> Option<Vec<(u32, Option<u64>)>> {
+        None
+    }
 }
 
 /// NVML's figures.
@@ -24,6 +31,25 @@ impl GpuReader for NvmlReader {
             mem_used_mib: d.memory_info().map(|m| m.used >> 20).unwrap_or(0),
             power_w: d.power_usage().ok().map(|mw| mw / 1000),
         })
+    }
+
+    fn processes(&mut self, _gpu: u32, device: u32) -> Option<Vec<(u32, Option<u64>)>> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let d = self.0.nvml().device_by_index(device).ok()?;
+        let mut all = d.running_compute_processes().ok()?;
+        all.extend(d.running_graphics_processes().unwrap_or_default());
+        let mut out: Vec<(u32, Option<u64>)> = Vec::new();
+        for p in all {
+            let mem = match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b >> 20),
+                UsedGpuMemory::Unavailable => None,
+            };
+            match out.iter_mut().find(|(pid, _)| *pid == p.pid) {
+                Some((_, m)) => *m = (*m).max(mem),
+                None => out.push((p.pid, mem)),
+            }
+        }
+        Some(out)
     }
 }
 
@@ -45,7 +71,17 @@ enum FakeGpu {
         mem_mib: u64,
         #[serde(default)]
         power_w: Option<u32>,
+        /// NVML's process list, scripted: `[{"pid": 4242, "mem_mib": 2048}]`.
+        #[serde(default)]
+        procs: Option<Vec<FakeProc>>,
     },
+}
+
+#[derive(serde::Deserialize)]
+struct FakeProc {
+    pid: u32,
+    #[serde(default)]
+    mem_mib: Option<u64>,
 }
 
 impl FakeReader {
@@ -76,11 +112,21 @@ impl GpuReader for FakeReader {
                 util,
                 mem_mib,
                 power_w,
+                ..
             } => Some(GpuReading {
                 util_pct: *util,
                 mem_used_mib: *mem_mib,
                 power_w: *power_w,
             }),
+        }
+    }
+
+    fn processes(&mut self, gpu: u32, _device: u32) -> Option<Vec<(u32, Option<u64>)>> {
+        match self.cache.as_ref()?.get(&gpu.to_string())? {
+            FakeGpu::Full {
+                procs: Some(procs), ..
+            } => Some(procs.iter().map(|p| (p.pid, p.mem_mib)).collect()),
+            _ => None,
         }
     }
 }

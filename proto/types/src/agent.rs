@@ -131,6 +131,13 @@ pub enum AgentToController {
         #[serde(rename = "steps")]
         runs: Vec<RunUsage>,
     },
+    /// Every process now using one of the node's GPUs outside the jobs holding it (each
+    /// `--gpu-sample-interval` while there are any, and once empty when they are gone;
+    /// not kept on disk and not in the controllers' log: the leader keeps the latest).
+    /// Sent only to controllers that announced `outside_jobs` when registering it.
+    OutsideJobs {
+        uses: Vec<crate::outside::OutsideUse>,
+    },
 }
 
 /// One node run's usage on the sending node.
@@ -155,6 +162,10 @@ pub enum ControllerToAgent {
         /// only then lets the jobs run elsewhere).
         #[serde(default)]
         lease_ms: u64,
+        /// `[outside_jobs]`: what to do about processes using GPUs outside jobs. Its
+        /// presence also says the controller takes [`AgentToController::OutsideJobs`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outside_jobs: Option<crate::outside::OutsidePolicy>,
     },
     /// The leader's answer to a heartbeat: it still hears this agent.
     Alive {

@@ -326,7 +326,7 @@ impl JobRow {
         };
         let reason = match (job.state, &job.failure) {
             (JobState::Pending, _) => job.reason.to_string(),
-            (_, Some(f)) => f.kind.reason_name(),
+            (_, Some(f)) => f.reason(),
             (_, None) => "None".into(),
         };
         JobRow {
@@ -550,7 +550,7 @@ impl QueueRow {
         let where_or_why = match (job.state, &job.failure) {
             (JobState::Pending, _) => format!("({})", job.reason),
             (JobState::Running | JobState::Completing, _) | (_, None) => nodes(),
-            (_, Some(f)) => format!("{} ({})", nodes(), f.kind.reason_name()),
+            (_, Some(f)) => format!("{} ({})", nodes(), f.reason()),
         };
         QueueRow {
             display_id: job.display_id(),
@@ -689,6 +689,10 @@ pub struct NodeRow {
     /// Recent health events, oldest first.
     #[serde(default)]
     pub health: Vec<HealthEvent>,
+    /// Processes using its GPUs outside the jobs holding them, as its agent last reported
+    /// (the leader's view; a GPU listed here is given to no new job).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_jobs: Vec<crate::outside::OutsideUse>,
     /// The node's wiring (detailed rows only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,

@@ -203,6 +203,20 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The job's reason column (`gqueue`'s `%r` and NODELIST(REASON), `gacct`, the JSON
+    /// row's `reason`): the kind's name, and for a launch the node refused (the owner's
+    /// uid below `--min-uid`, an unknown user, a working directory that is not there)
+    /// the node's words too, since the job never ran and wrote no output that could say
+    /// why: `LaunchFailed: this node runs no job as root (uid 0): ...`.
+    pub fn reason(&self) -> String {
+        match self.kind {
+            FailureKind::LaunchFailed if !self.evidence.is_empty() => {
+                format!("{}: {}", self.kind.reason_name(), self.evidence)
+            }
+            _ => self.kind.reason_name(),
+        }
+    }
+
     /// A failure of `kind` seen at `at_ms`, not tied to a node.
     pub fn new(kind: FailureKind, evidence: impl Into<String>, at_ms: u64) -> Failure {
         Failure {

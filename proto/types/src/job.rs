@@ -599,6 +599,9 @@ pub enum PendingReason {
     ReservedForMaintenance,
     /// The GPUs it could use are set aside by a reservation it would overlap.
     ReservedForOther,
+    /// The GPUs it could use are taken, some by processes outside any job that holds
+    /// them (`node:gpuN`, see `ginfo`'s `outside_jobs`). Log format 12.
+    GpusUsedOutsideJobs(Vec<String>),
 }
 
 impl fmt::Display for PendingReason {
@@ -641,6 +644,9 @@ impl fmt::Display for PendingReason {
             }
             PendingReason::ReservedForOther => {
                 f.write_str("ReqNodeNotAvail, May be reserved for other job")
+            }
+            PendingReason::GpusUsedOutsideJobs(gpus) => {
+                write!(f, "Resources, GPUs used outside jobs: {}", gpus.join(","))
             }
         }
     }

@@ -20,6 +20,7 @@ pub mod job;
 pub mod launch;
 pub mod node;
 pub mod notify;
+pub mod outside;
 pub mod parse;
 pub mod report;
 pub mod reservation;

@@ -25,6 +25,23 @@ pub struct Doctor {
     pub python: String,
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
+    /// Run as root, submit the probe job as this user (default: GSCHED_SERVICE_USER,
+    /// else gsched-admin when it exists): nodes refuse root's jobs.
+    #[arg(long = "as-user", value_name = "USER")]
+    pub as_user: Option<String>,
+}
+
+/// Whom the admin tools' jobs run as, or gctl stops with what to do.
+fn run_as(flag: Option<&str>) -> Option<gsched_cli::grun_job::ServiceUser> {
+    let user = gsched_cli::grun_job::service_user_here(flag)
+        .unwrap_or_else(|e| die("gctl", e.to_string()));
+    if let Some(u) = &user {
+        eprintln!(
+            "gctl: running the jobs as {} (uid {}): nodes refuse root's",
+            u.name, u.uid
+        );
+    }
+    user
 }
 
 pub fn doctor(
@@ -40,6 +57,7 @@ pub fn doctor(
         paths,
         python,
         partition,
+        as_user,
     } = d;
     let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
     let picked: Vec<_> = all
@@ -68,8 +86,12 @@ pub fn doctor(
                 partition,
                 controllers,
                 paths,
+                run_as: run_as(as_user.as_deref()),
             };
             let outcome = gsched_cli::probe::run(&up, &opts);
+            if let Some(hint) = gsched_cli::grun_job::refused_root_hint(&outcome.stderr_tail) {
+                eprintln!("gctl: {hint}");
+            }
             let names: Vec<String> = up.into_iter().map(|(n, _)| n).collect();
             findings.extend(gsched_cli::probe::judge::judge(
                 &outcome.reports,
@@ -115,6 +137,10 @@ pub struct BurnIn {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run as root, submit the runs as this user (default: GSCHED_SERVICE_USER, else
+    /// gsched-admin when it exists): nodes refuse root's jobs.
+    #[arg(long = "as-user", value_name = "USER")]
+    pub as_user: Option<String>,
 }
 
 pub fn burn_in_nodes(
@@ -131,6 +157,7 @@ pub fn burn_in_nodes(
         partition,
         time,
         json,
+        as_user,
     } = b;
     let all = gsched_cli::fetch_nodes(rt, client, true, "gctl").nodes;
     let wanted = nodes.as_deref().map(|l| {
@@ -156,6 +183,7 @@ pub fn burn_in_nodes(
         controllers,
         partition,
         time_limit: time,
+        run_as: run_as(as_user.as_deref()),
     };
     let dir = out.unwrap_or_else(|| {
         format!("burnin-{}", chrono::Local::now().format("%Y%m%d-%H%M%S")).into()
@@ -219,6 +247,13 @@ fn burn_in(
         })
         .map(|n| n.name.clone())
         .collect();
+    if let Some(hint) = results
+        .iter()
+        .filter_map(|r| r.error.as_deref())
+        .find_map(gsched_cli::grun_job::refused_root_hint)
+    {
+        eprintln!("gctl: burn-in: {hint}");
+    }
     let findings = judge::judge(&results, &rdma_nodes);
     let doc = Report {
         started,

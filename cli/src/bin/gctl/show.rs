@@ -152,6 +152,9 @@ fn show_node(
             n.features,
             n.agent_version
         );
+        for u in &n.outside_jobs {
+            put!("   OutsideJobs: {}", u.line());
+        }
         for h in &n.health {
             put!("   Health: {:?} {} {}", h.severity, h.kind, h.message);
             if let Some(f) = h

@@ -153,6 +153,7 @@ async fn serve(
         node: name.clone(),
         kill,
         lease_ms: ctx.cfg.liveness.lease().as_millis() as u64,
+        outside_jobs: Some(ctx.cfg.outside_jobs.clone()),
     }));
     tracing::info!("agent {name} registered");
     ctx.hub.changed.notify_one();
@@ -196,6 +197,8 @@ trait Host: Send + Sync + 'static {
     /// Whether `conn` is still the node's session here.
     fn holds(&self, node: &str, conn: u64) -> bool;
     fn heartbeat(&self, node: &str, running: Vec<gsched_types::agent::RunRef>);
+    /// The node's latest report of GPU use outside jobs.
+    fn outside_jobs(&self, node: &str, uses: Vec<gsched_types::outside::OutsideUse>);
     fn lease_ms(&self) -> u64;
     fn attempt_placed_on(&self, job: JobId, attempt: u32, node: &str) -> bool;
     fn job_placed_on(&self, job: JobId, node: &str) -> bool;
@@ -214,6 +217,11 @@ impl Host for Ctx {
     }
     fn heartbeat(&self, node: &str, running: Vec<gsched_types::agent::RunRef>) {
         self.hub.heartbeat(node, running);
+    }
+    fn outside_jobs(&self, node: &str, uses: Vec<gsched_types::outside::OutsideUse>) {
+        for u in self.hub.set_outside(node, uses) {
+            tracing::warn!("node {node}: GPU used outside jobs: {}", u.line());
+        }
     }
     fn lease_ms(&self) -> u64 {
         self.cfg.liveness.lease().as_millis() as u64
@@ -430,6 +438,7 @@ where
                     });
                 }
             }
+            AgentToController::OutsideJobs { uses } => host.outside_jobs(node, uses),
             AgentToController::Register { .. } => {
                 return Err(Status::invalid_argument("already registered"));
             }
@@ -467,6 +476,7 @@ mod tests {
         fn heartbeat(&self, _: &str, _: Vec<RunRef>) {
             *self.heartbeats.lock() += 1;
         }
+        fn outside_jobs(&self, _: &str, _: Vec<gsched_types::outside::OutsideUse>) {}
         fn lease_ms(&self) -> u64 {
             1000
         }

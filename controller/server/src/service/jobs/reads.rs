@@ -163,7 +163,10 @@ impl JobsService {
     pub async fn nodes(&self, detail: bool) -> Result<NodeList, Status> {
         self.ctx.read_barrier().await?;
         let r = self.ctx.raft.replica.read();
-        let nodes = node_rows(&r.state, detail, gsched_proto::clock::now_ms());
+        let mut nodes = node_rows(&r.state, detail, gsched_proto::clock::now_ms());
+        for n in &mut nodes {
+            n.outside_jobs = self.ctx.hub.outside(&n.name);
+        }
         let partitions = partition_rows(&r.state.config, &nodes);
         Ok(NodeList {
             nodes,
