@@ -121,7 +121,7 @@ put_once() {
 uninstall() {
     [ -f "$MANIFEST" ] || die "nothing to uninstall: no $MANIFEST"
     if [ "$REAL" = 1 ] && command -v systemctl >/dev/null; then
-        systemctl disable --now gagentd.service gctld.service 2>/dev/null || true
+        systemctl disable --now gagentd.service gctld.service gctld.socket 2>/dev/null || true
     fi
     local kind path sum at
     # Files and links first, then directories deepest first, then users.
@@ -211,6 +211,7 @@ for pair in "${SLURM_NAMES[@]}"; do
 done
 
 put "$UNITS/gctld.service" /etc/systemd/system/gctld.service 0644
+put "$UNITS/gctld.socket" /etc/systemd/system/gctld.socket 0644
 put "$UNITS/gagentd.service" /etc/systemd/system/gagentd.service 0644
 put "$UNITS/gsched.sh" /etc/profile.d/gsched.sh 0644
 
@@ -253,7 +254,7 @@ fi
 
 if [ "$REAL" = 1 ] && [ "$START" = 1 ] && command -v systemctl >/dev/null; then
     systemctl daemon-reload
-    systemctl enable --now gctld.service gagentd.service
+    systemctl enable --now gctld.socket gctld.service gagentd.service
     if [ -n "$ACCOUNT" ]; then
         for _ in $(seq 1 30); do
             /usr/local/bin/gctl status >/dev/null 2>&1 && break

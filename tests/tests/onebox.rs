@@ -502,6 +502,7 @@ fn t50_the_one_server_install_is_idempotent_and_reversible_in_a_scratch_root() {
         "f755 usr/local/bin/gsub",
         "l777 usr/local/bin/sbatch",
         "f644 etc/systemd/system/gctld.service",
+        "f644 etc/systemd/system/gctld.socket",
         "f644 etc/systemd/system/gagentd.service",
         "f644 etc/profile.d/gsched.sh",
         "f644 etc/gsched/gctld.toml",
@@ -535,8 +536,14 @@ fn t50_the_one_server_install_is_idempotent_and_reversible_in_a_scratch_root() {
     );
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/gctld.service")).unwrap();
     assert!(
-        unit.contains("--listen unix:/run/gsched/gctld.sock"),
+        unit.contains("--listen unix:/run/gsched/gctld.sock") && unit.contains("--http systemd"),
         "{unit}"
+    );
+    let socket = std::fs::read_to_string(root.join("etc/systemd/system/gctld.socket")).unwrap();
+    assert!(
+        socket.contains("ListenStream=127.0.0.1:9817")
+            && socket.contains("ListenStream=[::1]:9817"),
+        "{socket}"
     );
     let key = std::fs::read(root.join("etc/gsched/token.key")).unwrap();
 
