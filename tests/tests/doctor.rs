@@ -276,7 +276,7 @@ fn t40_a_node_whose_login_shells_would_find_slurms_own_clients_is_named() {
     );
     let snippet = std::fs::read_to_string(profile_d.join("gsched-slurm-names.sh")).unwrap();
     assert!(
-        snippet.contains(&links) && snippet.contains("GSCHED_JOB_ID"),
+        snippet.contains("$GSCHED_SLURM_NAMES") && snippet.contains("GSCHED_JOB_ID"),
         "{snippet}"
     );
     let found = gsched_tests::wait_for(

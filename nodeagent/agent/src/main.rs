@@ -985,7 +985,7 @@ fn check_slurm_names(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
         return;
     };
     let installed = if gsched_agent::identity::is_root() {
-        match slurm_names::install(&args.profile_d, links) {
+        match slurm_names::install(&args.profile_d) {
             Ok(path) => {
                 tracing::info!(
                     "login shells in jobs find {links} first ({})",

@@ -17,26 +17,26 @@ const NAMES: [&str; 8] = [
     "srun", "sbatch", "salloc", "scontrol", "squeue", "scancel", "sinfo", "sacct",
 ];
 
-/// The snippet's text for `links` (the `--slurm-names` directory).
-pub fn snippet(links: &str) -> String {
-    let quoted = links.replace('\'', r"'\''");
-    format!(
-        "# Installed by gagentd --slurm-names: inside a gsched job, Slurm's command names\n\
-         # are gsched's, in login shells too (which /etc/profile gives a fresh PATH).\n\
-         if [ -n \"${{GSCHED_JOB_ID:-}}\" ]; then\n\
-         \x20   PATH='{quoted}':\"$PATH\"\n\
-         \x20   export PATH\n\
-         fi\n"
-    )
+/// The snippet: the same for every agent of a host (each job names its own agent's links
+/// in `GSCHED_SLURM_NAMES`), so agents of several clusters on one host never rewrite one
+/// another's.
+pub fn snippet() -> &'static str {
+    "# Installed by gagentd --slurm-names: inside a gsched job, Slurm's command names\n\
+     # are gsched's, in login shells too (which /etc/profile gives a fresh PATH).\n\
+     if [ -n \"${GSCHED_JOB_ID:-}\" ] && [ -n \"${GSCHED_SLURM_NAMES:-}\" ]; then\n\
+     \x20   PATH=\"$GSCHED_SLURM_NAMES:$PATH\"\n\
+     \x20   export PATH\n\
+     fi\n"
 }
 
 /// Writes the snippet into `profile_d` unless it is there already; returns its path.
-pub fn install(profile_d: &Path, links: &str) -> std::io::Result<PathBuf> {
+pub fn install(profile_d: &Path) -> std::io::Result<PathBuf> {
     let path = profile_d.join(SNIPPET);
-    let text = snippet(links);
-    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
-        let tmp = profile_d.join(format!(".{SNIPPET}.tmp"));
-        std::fs::write(&tmp, &text)?;
+    let text = snippet();
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        // A name of this process's own: agents installing at once never share a file.
+        let tmp = profile_d.join(format!(".{SNIPPET}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, text)?;
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         std::fs::rename(&tmp, &path)?;
     }
@@ -76,7 +76,7 @@ mod tests {
         let profile_d = dir.path().join("profile.d");
         std::fs::create_dir_all(&links).unwrap();
         std::fs::create_dir_all(&profile_d).unwrap();
-        let path = install(&profile_d, links.to_str().unwrap()).unwrap();
+        let path = install(&profile_d).unwrap();
         // As /etc/profile does: a fresh PATH, then every snippet.
         let run = |job: Option<&str>| {
             let mut cmd = std::process::Command::new("/bin/sh");
@@ -87,7 +87,8 @@ mod tests {
                 ))
                 .env_clear();
             if let Some(j) = job {
-                cmd.env("GSCHED_JOB_ID", j);
+                cmd.env("GSCHED_JOB_ID", j)
+                    .env("GSCHED_SLURM_NAMES", &links);
             }
             String::from_utf8(cmd.output().unwrap().stdout).unwrap()
         };
@@ -95,7 +96,7 @@ mod tests {
         assert_eq!(run(None).trim(), LOGIN_PATH, "outside jobs nothing changes");
         // Installing again leaves it as it is.
         let before = std::fs::metadata(&path).unwrap().modified().unwrap();
-        install(&profile_d, links.to_str().unwrap()).unwrap();
+        install(&profile_d).unwrap();
         assert_eq!(
             std::fs::metadata(&path).unwrap().modified().unwrap(),
             before

@@ -168,6 +168,8 @@ pub fn add_cluster_tools(
         if !path.split(':').any(|p| p == dir) {
             env.insert("PATH".into(), format!("{dir}:{path}"));
         }
+        // Read by the login-shell snippet (`gagentd`'s slurm_names): this node's links.
+        env.insert("GSCHED_SLURM_NAMES".into(), dir.to_string());
     }
     if !controllers.is_empty() && !env.contains_key("GSCHED_CONTROLLERS") {
         env.insert("GSCHED_CONTROLLERS".into(), controllers.to_string());
