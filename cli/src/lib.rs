@@ -207,6 +207,8 @@ pub fn fetch_queue(
 }
 
 /// Lists the jobs `query` names in `view`, following `next_after` until the last page.
+/// The next page is asked for while this one is decoded and handed to `page` (its cursor
+/// comes outside the page's document); at most two pages wait undecoded.
 fn for_each_page<R>(
     rt: &tokio::runtime::Runtime,
     client: &mut client::Client,
@@ -216,39 +218,71 @@ fn for_each_page<R>(
     tool: &str,
     mut page: impl FnMut(JobList<R>),
 ) {
-    let mut after = 0;
-    loop {
-        let req = gsched_proto::pb::ListJobsRequest {
-            include_finished: query.include_finished,
-            detail: query.detail,
-            users: query.users.clone(),
-            states: query.states.clone(),
-            jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
-            partition: query.partition.clone().unwrap_or_default(),
-            limit: 0,
-            after,
-            stale_ok: query.stale_ok,
-            since_ms: query.since_ms,
-            until_ms: query.until_ms,
-            view: view as i32,
-            archive: query.archive,
-        };
-        let reply = rt
-            .block_on(client.call(|mut c| {
-                let req = req.clone();
-                async move { c.list_jobs(req).await }
-            }))
-            .unwrap_or_else(|s| client::die(tool, client::describe(&s)));
-        let list = rows(&reply).unwrap_or_else(|e| {
-            client::die(tool, format!("the controller's reply is unreadable: {e}"))
+    let (replies, arrived) = std::sync::mpsc::sync_channel(1);
+    let (cursors, cursor) = std::sync::mpsc::channel::<Option<u64>>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut after = 0;
+            loop {
+                let reply = fetch_page(rt, client, query, view, after, tool);
+                let said = reply.next_after;
+                if replies.send(reply).is_err() {
+                    return;
+                }
+                // A controller that does not say the cursor: wait for the decoded page's.
+                let next = match said {
+                    Some(0) => None,
+                    Some(id) => Some(id),
+                    None => cursor.recv().ok().flatten(),
+                };
+                match next {
+                    Some(id) => after = id,
+                    None => return,
+                }
+            }
         });
-        let next = list.next_after;
-        page(list);
-        match next {
-            Some(id) => after = id.0,
-            None => return,
+        for reply in arrived {
+            let list = rows(&reply).unwrap_or_else(|e| {
+                client::die(tool, format!("the controller's reply is unreadable: {e}"))
+            });
+            if reply.next_after.is_none() {
+                let _ = cursors.send(list.next_after.map(|id| id.0));
+            }
+            page(list);
         }
-    }
+    });
+}
+
+/// One `ListJobs` page from `after` on; exits with `tool: error: ...` when no controller
+/// answers.
+fn fetch_page(
+    rt: &tokio::runtime::Runtime,
+    client: &mut client::Client,
+    query: &JobQuery,
+    view: gsched_proto::pb::JobView,
+    after: u64,
+    tool: &str,
+) -> gsched_proto::pb::ListJobsReply {
+    let req = gsched_proto::pb::ListJobsRequest {
+        include_finished: query.include_finished,
+        detail: query.detail,
+        users: query.users.clone(),
+        states: query.states.clone(),
+        jobs: query.jobs.iter().map(|j| j.to_string()).collect(),
+        partition: query.partition.clone().unwrap_or_default(),
+        limit: 0,
+        after,
+        stale_ok: query.stale_ok,
+        since_ms: query.since_ms,
+        until_ms: query.until_ms,
+        view: view as i32,
+        archive: query.archive,
+    };
+    rt.block_on(client.call(|mut c| {
+        let req = req.clone();
+        async move { c.list_jobs(req).await }
+    }))
+    .unwrap_or_else(|s| client::die(tool, client::describe(&s)))
 }
 
 /// Fetches every node's row (with its wiring when `detail`).

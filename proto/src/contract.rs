@@ -151,6 +151,7 @@ impl pb::ListJobsReply {
             page: Some(pb::list_jobs_reply::Page::Rows(
                 serde_json::to_vec(page).expect("gsched documents serialise"),
             )),
+            next_after: Some(page.next_after.map_or(0, |j| j.0)),
         }
     }
 
@@ -159,6 +160,7 @@ impl pb::ListJobsReply {
             page: Some(pb::list_jobs_reply::Page::Queue(
                 serde_json::to_vec(page).expect("gsched documents serialise"),
             )),
+            next_after: Some(page.next_after.map_or(0, |j| j.0)),
         }
     }
 
@@ -250,6 +252,16 @@ mod tests {
         };
         let reply = pb::ListJobsReply::queue(&page);
         assert_eq!(reply.queue_rows().unwrap().applied_index, 3);
+        assert_eq!(
+            reply.next_after,
+            Some(0),
+            "the last page says so outside its JSON"
+        );
+        let more = JobList {
+            next_after: Some(gsched_types::job::JobId(7)),
+            ..page
+        };
+        assert_eq!(pb::ListJobsReply::queue(&more).next_after, Some(7));
         assert!(reply.job_rows().is_err());
         assert!(pb::ListJobsReply::default().document().is_err());
     }

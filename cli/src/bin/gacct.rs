@@ -194,16 +194,12 @@ fn main() {
     }
     let mut rows: Vec<Row> = Vec::new();
     for j in &jobs {
-        rows.push(Row::job(j, now));
+        rows.push(Row::Job(j, now));
         if !args.allocations {
-            for s in &j.steps {
-                rows.push(Row::step(j, s, now));
-            }
+            rows.extend(j.steps.iter().map(|s| Row::Step(j, s, now)));
         }
         if args.attempts {
-            for a in &j.attempts {
-                rows.push(Row::attempt(j, a));
-            }
+            rows.extend(j.attempts.iter().map(|a| Row::Attempt(j, a)));
         }
     }
     if args.csv {
@@ -418,100 +414,100 @@ impl Field {
     }
 }
 
-/// One output row: a job, one of its steps, or an attempt.
-struct Row(std::collections::BTreeMap<&'static str, String>);
+/// One output row: a job, one of its steps, or an attempt. Its cells are made when asked
+/// for, so a listing costs only the fields it shows.
+enum Row<'a> {
+    Job(&'a JobRow, u64),
+    Step(&'a JobRow, &'a gsched_types::steps::StepRecord, u64),
+    Attempt(&'a JobRow, &'a gsched_types::job::Attempt),
+}
 
-impl Row {
+impl Row<'_> {
     fn get(&self, f: Field) -> String {
-        self.0.get(f.name()).cloned().unwrap_or_default()
+        match *self {
+            Row::Job(j, now) => job_cell(j, now, f),
+            Row::Step(j, s, now) => step_cell(j, s, now, f),
+            Row::Attempt(j, a) => attempt_cell(j, a, f),
+        }
     }
+}
 
-    fn job(j: &JobRow, now: u64) -> Row {
-        let exit = match (j.exit_code, j.failure.as_ref().map(|f| &f.kind)) {
+fn job_cell(j: &JobRow, now: u64, field: Field) -> String {
+    let elapsed_s = || match (j.start_ms, j.end_ms) {
+        (Some(s), Some(e)) => e.saturating_sub(s) / 1000,
+        (Some(s), None) => now.saturating_sub(s) / 1000,
+        _ => 0,
+    };
+    let time = |t: Option<u64>| t.map(format_timestamp).unwrap_or_else(|| "Unknown".into());
+    match field {
+        Field::JobId => j.display_id.clone(),
+        Field::JobIdRaw => j.job_id.to_string(),
+        Field::JobName => j.name.clone(),
+        Field::Partition => j.partition.clone(),
+        Field::Account => j.account.clone(),
+        Field::User => j.user.clone(),
+        Field::AllocGpus => j.gpus.to_string(),
+        Field::AllocTres => format!("gres/gpu={},node={}", j.gpus, j.nodes),
+        Field::NNodes => j.nodes.to_string(),
+        Field::State => j.state.name().into(),
+        Field::ExitCode => match (j.exit_code, j.failure.as_ref().map(|f| &f.kind)) {
             (_, Some(gsched_types::FailureKind::Signal { signal })) => format!("0:{signal}"),
             (Some(c), _) => format!("{c}:0"),
             (None, _) => "0:0".into(),
-        };
-        let elapsed_s = match (j.start_ms, j.end_ms) {
-            (Some(s), Some(e)) => e.saturating_sub(s) / 1000,
-            (Some(s), None) => now.saturating_sub(s) / 1000,
-            _ => 0,
-        };
-        let time = |t: Option<u64>| t.map(format_timestamp).unwrap_or_else(|| "Unknown".into());
-        Row(std::collections::BTreeMap::from([
-            ("JobID", j.display_id.clone()),
-            ("JobIDRaw", j.job_id.to_string()),
-            ("JobName", j.name.clone()),
-            ("Partition", j.partition.clone()),
-            ("Account", j.account.clone()),
-            ("User", j.user.clone()),
-            ("AllocGPUS", j.gpus.to_string()),
-            ("AllocTRES", format!("gres/gpu={},node={}", j.gpus, j.nodes)),
-            ("NNodes", j.nodes.to_string()),
-            ("State", j.state.name().into()),
-            ("ExitCode", exit),
-            ("Elapsed", format_duration(elapsed_s)),
-            ("ElapsedRaw", elapsed_s.to_string()),
-            ("Start", time(j.start_ms)),
-            ("End", time(j.end_ms)),
-            ("Submit", format_timestamp(j.submit_ms)),
-            (
-                "Timelimit",
-                j.time_limit_s
-                    .map(format_duration)
-                    .unwrap_or_else(|| "UNLIMITED".into()),
-            ),
-            ("Restarts", j.attempt.to_string()),
-            ("NodeList", j.node_list.clone()),
-            ("Reason", gsched_cli::format::failure_line(j)),
-            ("Comment", j.comment.clone().unwrap_or_default()),
-            ("WCKey", j.wckey.clone().unwrap_or_default()),
-        ]))
+        },
+        Field::Elapsed => format_duration(elapsed_s()),
+        Field::ElapsedRaw => elapsed_s().to_string(),
+        Field::Start => time(j.start_ms),
+        Field::End => time(j.end_ms),
+        Field::Submit => format_timestamp(j.submit_ms),
+        Field::Timelimit => j
+            .time_limit_s
+            .map(format_duration)
+            .unwrap_or_else(|| "UNLIMITED".into()),
+        Field::Restarts => j.attempt.to_string(),
+        Field::NodeList => j.node_list.clone(),
+        Field::Reason => gsched_cli::format::failure_line(j),
+        Field::Comment => j.comment.clone().unwrap_or_default(),
+        Field::WcKey => j.wckey.clone().unwrap_or_default(),
     }
+}
 
-    fn step(j: &JobRow, s: &gsched_types::steps::StepRecord, now: u64) -> Row {
-        let el = s.end_ms.unwrap_or(now).saturating_sub(s.start_ms) / 1000;
-        Row(std::collections::BTreeMap::from([
-            ("JobID", format!("{}.{}", j.display_id, s.step)),
-            ("JobIDRaw", format!("{}.{}", j.job_id, s.step)),
-            ("JobName", s.name.clone()),
-            ("Account", j.account.clone()),
-            ("NNodes", s.nodes.len().to_string()),
-            ("State", s.state.name().into()),
-            (
-                "ExitCode",
-                format!("{}:{}", s.exit_code.unwrap_or(0), s.signal.unwrap_or(0)),
-            ),
-            ("Elapsed", format_duration(el)),
-            ("ElapsedRaw", el.to_string()),
-            ("Start", format_timestamp(s.start_ms)),
-            (
-                "End",
-                s.end_ms
-                    .map(format_timestamp)
-                    .unwrap_or_else(|| "Unknown".into()),
-            ),
-            ("NodeList", gsched_types::hostlist::compress(&s.nodes)),
-        ]))
+fn step_cell(j: &JobRow, s: &gsched_types::steps::StepRecord, now: u64, field: Field) -> String {
+    let el = || s.end_ms.unwrap_or(now).saturating_sub(s.start_ms) / 1000;
+    match field {
+        Field::JobId => format!("{}.{}", j.display_id, s.step),
+        Field::JobIdRaw => format!("{}.{}", j.job_id, s.step),
+        Field::JobName => s.name.clone(),
+        Field::Account => j.account.clone(),
+        Field::NNodes => s.nodes.len().to_string(),
+        Field::State => s.state.name().into(),
+        Field::ExitCode => format!("{}:{}", s.exit_code.unwrap_or(0), s.signal.unwrap_or(0)),
+        Field::Elapsed => format_duration(el()),
+        Field::ElapsedRaw => el().to_string(),
+        Field::Start => format_timestamp(s.start_ms),
+        Field::End => s
+            .end_ms
+            .map(format_timestamp)
+            .unwrap_or_else(|| "Unknown".into()),
+        Field::NodeList => gsched_types::hostlist::compress(&s.nodes),
+        _ => String::new(),
     }
+}
 
-    fn attempt(j: &JobRow, a: &gsched_types::job::Attempt) -> Row {
-        let el = match (a.start_ms, a.end_ms) {
+fn attempt_cell(j: &JobRow, a: &gsched_types::job::Attempt, field: Field) -> String {
+    match field {
+        Field::JobId => format!("{}.attempt{}", j.display_id, a.number),
+        Field::State => a.state.name().into(),
+        Field::Elapsed => match (a.start_ms, a.end_ms) {
             (Some(s), Some(e)) => format_duration(e.saturating_sub(s) / 1000),
             _ => "-".into(),
-        };
-        Row(std::collections::BTreeMap::from([
-            ("JobID", format!("{}.attempt{}", j.display_id, a.number)),
-            ("State", a.state.name().into()),
-            ("Elapsed", el),
-            ("NodeList", gsched_types::hostlist::compress(&a.nodes)),
-            (
-                "Reason",
-                a.failure
-                    .as_ref()
-                    .map(|f| f.to_string())
-                    .unwrap_or_default(),
-            ),
-        ]))
+        },
+        Field::NodeList => gsched_types::hostlist::compress(&a.nodes),
+        Field::Reason => a
+            .failure
+            .as_ref()
+            .map(|f| f.to_string())
+            .unwrap_or_default(),
+        _ => String::new(),
     }
 }

@@ -296,14 +296,7 @@ impl Archive {
                 page.more = true;
                 break;
             }
-            let mut job = row::read(r)?;
-            if !q.detail {
-                job.allocation = None;
-                job.runs.clear();
-                job.attempts.clear();
-                job.usage.clear();
-            }
-            page.rows.push(job);
+            page.rows.push(row::read(r, q.detail)?);
         }
         Ok(page)
     }

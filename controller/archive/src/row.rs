@@ -135,7 +135,43 @@ fn bad(col: usize, what: String) -> rusqlite::Error {
 }
 
 /// The row a `SELECT COLUMNS, detail` row holds.
-pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+/// What a summary row keeps of the detail document: the allocation, runs, attempts and
+/// usage are skipped while it is parsed, never built.
+#[derive(Default, Deserialize)]
+struct Summary {
+    #[serde(default)]
+    failure: Option<Failure>,
+    #[serde(default, rename = "grun_steps")]
+    steps: Vec<StepRecord>,
+    #[serde(default)]
+    warnings: Vec<Finding>,
+    #[serde(default)]
+    idle: Option<IdleNotice>,
+    #[serde(default)]
+    comment: Option<String>,
+    #[serde(default)]
+    wckey: Option<String>,
+    #[serde(default)]
+    notices: Vec<Notice>,
+}
+
+impl From<Summary> for Detail {
+    fn from(s: Summary) -> Detail {
+        Detail {
+            failure: s.failure,
+            steps: s.steps,
+            warnings: s.warnings,
+            idle: s.idle,
+            comment: s.comment,
+            wckey: s.wckey,
+            notices: s.notices,
+            ..Detail::default()
+        }
+    }
+}
+
+/// A row as stored: detailed (allocation, runs, attempts and usage too) or a summary.
+pub fn read(r: &rusqlite::Row<'_>, detailed: bool) -> rusqlite::Result<JobRow> {
     let u = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)? as u64) };
     let uo = |i: usize| -> rusqlite::Result<Option<u64>> {
         Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
@@ -147,7 +183,12 @@ pub fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         None => Detail::default(),
         Some(blob) => {
             let json = decompress(&blob).map_err(|e| bad(20, e))?;
-            serde_json::from_slice(&json).map_err(|e| bad(20, e.to_string()))?
+            let parsed = if detailed {
+                serde_json::from_slice(&json)
+            } else {
+                serde_json::from_slice::<Summary>(&json).map(Detail::from)
+            };
+            parsed.map_err(|e| bad(20, e.to_string()))?
         }
     };
     let id = JobId(u(0)?);
