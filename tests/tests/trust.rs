@@ -923,6 +923,24 @@ fn t80_daemons_refuse_to_start_without_security_or_off_loopback() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
 }
 
+/// Stops controller 1 and has `user` listen on its port once it is free: the address, the
+/// listener and the file that receives whatever is sent to it.
+fn stop_and_squat(
+    c: &mut Cluster,
+    user: &TestUser,
+) -> (String, std::process::Child, std::path::PathBuf) {
+    c.kill_controller(0);
+    let addr = c.controllers[0].1.clone();
+    let home = c.user_dir(user);
+    let (squatter, capture) = wait_for("the port to be free", Duration::from_secs(20), || {
+        std::net::TcpListener::bind(&addr)
+            .ok()
+            .map(drop)
+            .map(|_| squat(user, &addr, &home))
+    });
+    (addr, squatter, capture)
+}
+
 /// A Python listener run as `user` on `addr` (`HOST:PORT`, or a Unix socket path): it
 /// writes `ready` once listening and appends every byte it receives to `capture`.
 fn squat(user: &TestUser, addr: &str, dir: &Path) -> (std::process::Child, std::path::PathBuf) {
@@ -986,15 +1004,7 @@ fn t90_a_stopped_controllers_port_taken_by_another_user_gets_nothing() {
     let running = submit_as(&c, &alice, &["--wrap", "sleep 300"]);
     c.wait_state(running, &["RUNNING"], Duration::from_secs(30));
     // The controller stops (an upgrade, a crash); alice takes its port.
-    c.kill_controller(0);
-    let addr = c.controllers[0].1.clone();
-    let home = c.user_dir(&alice);
-    let (mut squatter, capture) = wait_for("the port to be free", Duration::from_secs(20), || {
-        std::net::TcpListener::bind(&addr)
-            .ok()
-            .map(drop)
-            .map(|_| squat(&alice, &addr, &home))
-    });
+    let (addr, mut squatter, capture) = stop_and_squat(&mut c, &alice);
     // A restarted agent dials her listener, and bob's tools do too.
     c.kill_agent(0);
     c.start_agent(0);
@@ -2047,15 +2057,7 @@ fn t103_the_cli_goes_past_a_squatted_controller_to_the_next() {
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     let job = submit_as(&c, &bob, &["--wrap", "sleep 300"]);
     c.wait_state(job, &["RUNNING"], Duration::from_secs(60));
-    c.kill_controller(0);
-    let addr = c.controllers[0].1.clone();
-    let home = c.user_dir(&alice);
-    let (mut squatter, capture) = wait_for("the port to be free", Duration::from_secs(20), || {
-        std::net::TcpListener::bind(&addr)
-            .ok()
-            .map(drop)
-            .map(|_| squat(&alice, &addr, &home))
-    });
+    let (_, mut squatter, capture) = stop_and_squat(&mut c, &alice);
     // bob's list names the squatted address first: the CLI refuses it, says so, and asks
     // the next controller.
     let out = Command::new(bin("gqueue"))
