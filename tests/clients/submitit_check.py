@@ -38,19 +38,29 @@ def sacct_state(job):
     return job.state
 
 
+def final_state(job, limit_s=60):
+    """The job's state once it has ended. A result file is written before the task exits,
+    so `result()` returns while sacct (Slurm's as well as gsched's) can still say RUNNING."""
+    deadline = time.time() + limit_s
+    while sacct_state(job) in ("PENDING", "RUNNING", "COMPLETING", "UNKNOWN") and time.time() < deadline:
+        time.sleep(0.2)
+    return sacct_state(job)
+
+
 def main(folder):
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     ex.update_parameters(timeout_min=5, slurm_partition=os.environ.get("CHECK_PARTITION", "gpu"))
 
     job = ex.submit(add, 2, 3)
     assert job.result() == 5, job.result()
-    print("submit: ok", job.job_id, sacct_state(job))
-    assert sacct_state(job) == "COMPLETED", sacct_state(job)
+    state = final_state(job)
+    print("submit: ok", job.job_id, state)
+    assert state == "COMPLETED", state
 
     jobs = ex.map_array(add, [1, 2, 3], [10, 20, 30])
     results = [j.result() for j in jobs]
     assert results == [11, 22, 33], results
-    states = [sacct_state(j) for j in jobs]
+    states = [final_state(j) for j in jobs]
     print("map_array: ok", [j.job_id for j in jobs], states)
     assert all(s == "COMPLETED" for s in states), states
 
@@ -61,7 +71,7 @@ def main(folder):
     assert sorted(r[0] for r in res) == [0, 1, 2, 3], res
     assert all(r[1] == 4 and r[3] == 2 for r in res), res
     assert sorted(set(r[2] for r in res)) == [0, 1], res
-    assert sacct_state(job) == "COMPLETED", sacct_state(job)
+    assert final_state(job) == "COMPLETED", sacct_state(job)
 
     ex.update_parameters(nodes=1, tasks_per_node=1)
     job = ex.submit(sleep_long, 300)
@@ -82,7 +92,7 @@ def main(folder):
         marker = os.path.join(folder, "requeue-marker")
         job = ex.submit(Checkpointed(), marker)
         out = job.result()
-        print("requeue on timeout:", out, sacct_state(job))
+        print("requeue on timeout:", out, final_state(job))
         assert out == "second run", out
     print("submitit: all checks passed")
 
