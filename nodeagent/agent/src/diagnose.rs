@@ -156,7 +156,10 @@ pub fn kind_of(text: &str) -> Kind {
         Kind::KernelLog
     } else if has("--query-gpu") || has("--format=csv") || csv_header(text).is_some() {
         Kind::SmiCsv
-    } else if text.lines().any(|l| nvlink_link(l).is_some()) {
+    } else if text
+        .lines()
+        .any(|l| nvlink_link(l).is_some() || all_links_inactive(l))
+    {
         Kind::NvlinkStatus
     } else if text
         .lines()
@@ -726,11 +729,57 @@ fn nvlink_link(line: &str) -> Option<(u32, Option<f64>)> {
     Some((n, Some(speed)))
 }
 
+/// What `nvidia-smi nvlink -s` prints for a GPU none of whose links is up ("NVML: Unable
+/// to retrieve NVLink information as all links are inActive").
+fn all_links_inactive(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    lower.contains("nvlink information") && lower.contains("all links are inactive")
+}
+
+/// Whether a GPU of this name only comes as a module on an NVLink baseboard (SXM and the
+/// Blackwell HGX/NVL parts, H100 SXM5 named by its HBM3, H200 SXM), so that no link up
+/// means it is cut off from its peers; PCIe cards print the same with no bridge fitted.
+fn nvlink_only(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n.contains("SXM")
+        || ["B100", "B200", "B300", "GB200", "GB300"].iter().any(|m| {
+            n.split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == *m)
+        })
+        || (n.contains("H100") && n.contains("HBM3"))
+        || (n.contains("H200") && !n.contains("NVL"))
+}
+
+/// A GPU with no NVLink up: drained where the part only works on NVLink (it cannot reach
+/// its peers), a warning where it may be a PCIe card without a bridge.
+fn nvlink_all_inactive(gpu: &Option<(Option<u32>, String)>) -> Finding {
+    let (index, name) = gpu.clone().unwrap_or((None, "a GPU".into()));
+    let only = nvlink_only(&name);
+    let mut f = Finding::new(
+        if only {
+            Severity::Drain
+        } else {
+            Severity::Warn
+        },
+        Component::Nvlink,
+        "nvlink-all-inactive",
+        &format!("{name}: no NVLink is up (nvidia-smi: all links are inactive)"),
+        if only {
+            "this GPU is an NVLink module with every link down: it cannot reach its peers (NCCL hangs or falls back, CUDA peer access fails); reset the GPU, check the baseboard and, on NVSwitch systems, the fabric manager (nvidia-fabricmanager, nvidia-smi -q | grep -i fabric)"
+        } else {
+            "if this GPU has an NVLink bridge, the bridge is not seated or has failed (reset the GPU, reseat the bridge); a PCIe card without one prints the same and is fine"
+        },
+    );
+    f.gpu = index;
+    f
+}
+
 /// `nvidia-smi nvlink -s`: a GPU with links that are not up, beside the ones that are,
 /// runs NVLink traffic on fewer links or over PCIe (the state the probe reads as each
-/// link's `nvmlDeviceGetNvLinkState` against what was registered).
+/// link's `nvmlDeviceGetNvLinkState` against what was registered); a GPU with none up.
 fn nvlink_status(text: &str) -> Vec<Finding> {
     let mut out = Vec::new();
+    let mut none_up = Vec::new();
     let mut gpu: Option<(Option<u32>, String)> = None;
     let mut inactive: Vec<u32> = Vec::new();
     let mut active = 0;
@@ -772,6 +821,8 @@ fn nvlink_status(text: &str) -> Vec<Finding> {
                 n.trim().parse().ok(),
                 t.split(" (UUID").next().unwrap_or(t).to_string(),
             ));
+        } else if all_links_inactive(t) {
+            none_up.push(nvlink_all_inactive(&gpu));
         } else if let Some((n, speed)) = nvlink_link(t) {
             match speed {
                 Some(_) => active += 1,
@@ -780,6 +831,7 @@ fn nvlink_status(text: &str) -> Vec<Finding> {
         }
     }
     flush(&gpu, &mut inactive, &mut active);
+    out.extend(none_up);
     out
 }
 
@@ -1090,7 +1142,8 @@ pub fn failure_finding(kind: &FailureKind, evidence: &str) -> Finding {
 /// A failure the tables of `gsched_launch::catalog` name: a bus error inside NCCL (NCCL
 /// maps its shared-memory segments from /dev/shm; touching a page a too-small tmpfs
 /// cannot back raises SIGBUS, as mmap(2) says), a rendezvous or c10d store failure, an
-/// RDMA work completion in error, a queue pair that could not be connected.
+/// RDMA work completion in error, a verbs resource the RDMA stack refused, a queue pair
+/// that could not be connected.
 fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Option<Finding> {
     use gsched_launch::catalog;
     if *kind == (FailureKind::Signal { signal: 7 }) && head.contains("nccl") {
@@ -1106,11 +1159,14 @@ fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Optio
     if nccl_cause(head).is_some() {
         return None;
     }
-    if let Some(e) = catalog::rendezvous_error_in(head) {
+    let rendezvous = catalog::rendezvous_error_in(head)
+        .map(|e| e.kind)
+        .or_else(|| catalog::in_rendezvous_module(head).then_some("rendezvous-store"));
+    if let Some(kind) = rendezvous {
         return Some(Finding::new(
             Severity::FailJob,
             Component::Host,
-            e.kind,
+            kind,
             evidence,
             "the job's processes never formed their group (PyTorch's rendezvous or its c10d store failed): check that every node reaches the rendezvous endpoint (MASTER_ADDR/--rdzv_endpoint and its port, firewalls, the interface it resolves to on multi-NIC hosts) and that all nodes started; nothing points at the GPUs",
         ));
@@ -1125,6 +1181,15 @@ fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Optio
                 "an RDMA transfer completed in error ({}: {}): the queue pair is broken and the job with it; check both ends' ports (ibstat), cables and switch ports, and for a protection or access error the memory registration (GPUDirect RDMA: the nvidia-peermem module, ACS/IOMMU settings)",
                 s.name, s.text
             ),
+        ));
+    }
+    if let Some(v) = catalog::verbs_call_failed(head) {
+        return Some(Finding::new(
+            Severity::FailJob,
+            Component::Ib,
+            v.kind(),
+            evidence,
+            verbs_advice(&v),
         ));
     }
     if let Some(state) = catalog::qp_transition_failed(head) {
@@ -1142,6 +1207,29 @@ fn failure_by_catalogue(kind: &FailureKind, head: &str, evidence: &str) -> Optio
         ));
     }
     None
+}
+
+/// What to check when the RDMA stack refused a verbs resource, by what its errno says.
+fn verbs_advice(v: &gsched_launch::catalog::VerbsFailure) -> String {
+    use gsched_launch::catalog::Errno;
+    let what = format!(
+        "the RDMA stack refused the job a {} ({})",
+        v.resource, v.call
+    );
+    match v.errno {
+        Some(Errno::NoMemory) => format!(
+            "{what}, out of memory: first the locked-memory limit the job inherits (`ulimit -l` inside a job must say unlimited: gagentd's unit sets LimitMEMLOCK=infinity as slurmd's does; `gctl doctor` names a node whose agent runs with less), then the device's own limits (queue pairs per device with many ranks per node, the mlx5 driver's memory translation table)"
+        ),
+        Some(Errno::Denied) => format!(
+            "{what}, permission denied: the job's user must be able to open /dev/infiniband/uverbs* (udev rules, the rdma group) and, with a cgroup device filter, the filter must let the job's NIC through"
+        ),
+        Some(Errno::NoDevice) => format!(
+            "{what}: the device is gone (a firmware reset, a driver reload or a failing card): check `ibstat` and the kernel log on the node"
+        ),
+        _ => format!(
+            "{what}: check that the job's libraries (rdma-core, UCX, the NCCL network plugin) match the node's driver and firmware, and the arguments the library passed (its own log around this line)"
+        ),
+    }
 }
 
 /// A job's failure on both axes: the job's finding, and where its CUDA error is one that
@@ -1343,5 +1431,40 @@ mod tests {
             "{}",
             unread.evidence
         );
+    }
+
+    #[test]
+    fn a_gpu_with_no_nvlink_up_is_drained_only_where_it_is_an_nvlink_module() {
+        let said = |gpu: &str| {
+            let text = format!(
+                "GPU 2: {gpu} (UUID: GPU-1)\nNVML: Unable to retrieve NVLink information as all links are inActive\n"
+            );
+            let r = report("nvlink-s.txt", &text);
+            assert_eq!(r.family, Kind::NvlinkStatus, "{gpu}");
+            let f = r
+                .findings
+                .iter()
+                .find(|f| f.kind == "nvlink-all-inactive")
+                .unwrap_or_else(|| panic!("{gpu}: {:?}", r.findings));
+            assert_eq!(f.gpu, Some(2));
+            f.severity
+        };
+        for module in [
+            "NVIDIA B200",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H200",
+            "NVIDIA GB200",
+        ] {
+            assert_eq!(said(module), Severity::Drain, "{module}");
+        }
+        for card in [
+            "NVIDIA GeForce RTX 3090",
+            "NVIDIA H100 PCIe",
+            "NVIDIA H200 NVL",
+            "NVIDIA A100 80GB PCIe",
+        ] {
+            assert_eq!(said(card), Severity::Warn, "{card}");
+        }
     }
 }

@@ -11,7 +11,8 @@
 //! - [`health`]: the health monitor; [`probe`]: the GPU health probe (device state, the
 //!   active check, the verdict), run on unknown driver lines and between jobs.
 //! - [`outbox`]: events kept on disk until acknowledged.
-//! - [`slurm_names`]: Slurm's command names in jobs' login shells.
+//! - [`slurm_names`]: Slurm's command names in jobs' login shells; [`limits`]: the
+//!   locked-memory limit jobs inherit.
 
 pub mod contact;
 pub mod devfilter;
@@ -24,6 +25,7 @@ pub mod health;
 pub mod identity;
 pub mod isolation;
 pub mod layout;
+pub mod limits;
 pub mod metrics;
 pub mod monitor;
 pub mod nvml;

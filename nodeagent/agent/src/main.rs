@@ -676,6 +676,7 @@ fn run_agent(args: RunArgs) -> anyhow::Result<()> {
         };
         check_slurm_names(&args, &outbox);
         check_device_files(&args, &outbox);
+        check_memlock(&topology.read(), &outbox);
         spawn_health_watches(&args, &source, topology, nic_policy, gpu_map, outbox);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
@@ -968,6 +969,34 @@ fn check_device_files(args: &RunArgs, outbox: &Arc<outbox::Outbox>) {
         None,
         "the NVIDIA driver re-creates /dev/nvidia* with mode 0666 whenever CUDA starts (NVreg_ModifyDeviceFiles=1): anyone with a shell can open a GPU outside their jobs, whatever gsched sets".into(),
         "add `options nvidia NVreg_ModifyDeviceFiles=0` to /etc/modprobe.d/gsched.conf, then reload the driver (rmmod/modprobe nvidia with no GPU in use) or reboot; GPU use outside jobs is reported meanwhile (ginfo, gctl show node)",
+    )
+    .event(gsched_proto::clock::now_ms());
+    outbox.push(|seq| gsched_types::agent::AgentToController::Health {
+        seq,
+        events: vec![event],
+    });
+}
+
+/// Raises the locked-memory limit jobs inherit to unlimited on a node with RDMA devices
+/// and reports (for `gctl doctor`) a node where it stays finite. Fake topologies have no
+/// devices to pin memory for.
+fn check_memlock(topo: &gsched_types::topology::Topology, outbox: &Arc<outbox::Outbox>) {
+    use gsched_agent::limits;
+    if topo.source.starts_with("fake:") || !topo.nics.iter().any(|n| n.kind.is_rdma()) {
+        return;
+    }
+    let Some(headline) = limits::memlock_shortfall(topo, limits::raise_memlock()) else {
+        return;
+    };
+    tracing::warn!("{headline}");
+    let event = gsched_agent::findings::observed(
+        gsched_types::node::HealthKind::HostSetup,
+        gsched_types::findings::Severity::Warn,
+        gsched_types::findings::Component::Host,
+        "memlock-limited",
+        None,
+        headline,
+        "run gagentd as root, or set LimitMEMLOCK=infinity in its unit (deploy/systemd/gagentd.service does, as slurmd's unit does) or `* - memlock unlimited` in /etc/security/limits.conf for an agent started from a shell",
     )
     .event(gsched_proto::clock::now_ms());
     outbox.push(|seq| gsched_types::agent::AgentToController::Health {

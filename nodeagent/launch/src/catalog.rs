@@ -1,8 +1,9 @@
 //! The vocabularies a job's output is read with, as data (`nodeagent/launch/catalog/`,
 //! each file naming its source): CUDA's error codes with what each says of the GPU,
 //! PyTorch's rendezvous and c10d store failures, RDMA work-completion statuses and queue
-//! pair states, and the signals crash handlers report. A line is read by the table's
-//! names and messages, whichever tool printed them, not by one report's wording.
+//! pair states, the verbs calls that make RDMA resources, and the signals crash handlers
+//! report. A line is read by the table's names and messages, whichever tool printed them,
+//! not by one report's wording.
 
 use std::sync::OnceLock;
 
@@ -79,15 +80,15 @@ pub fn cuda_errors() -> &'static [CudaError] {
 }
 
 /// Words that say a line reports a CUDA call's failure (PyTorch's "CUDA error:", NCCL's
-/// and nccl-tests' "CUDA failure", the C++ API's "cuda runtime error", a status name).
-const CUDA_ANCHORS: [&str; 7] = [
-    "CUDA error",
-    "CUDA failure",
-    "Cuda failure",
+/// and nccl-tests' "CUDA failure", the C++ API's "cuda runtime error", a status name), in
+/// any case ("Cuda error:" of older samples and programs).
+const CUDA_ANCHORS: [&str; 6] = [
+    "cuda error",
+    "cuda failure",
     "cuda runtime error",
-    "CUDA driver error",
-    "cudaError",
-    "CUDA_ERROR_",
+    "cuda driver error",
+    "cudaerror",
+    "cuda_error_",
 ];
 
 /// The CUDA error a line reports, by its name (runtime or driver API) or its message:
@@ -101,12 +102,11 @@ pub fn cuda_error_in(line: &str) -> Option<&'static CudaError> {
     }) {
         return Some(e);
     }
-    let anchored = CUDA_ANCHORS.iter().any(|a| line.contains(a));
-    let cuda = anchored || line.contains("CUDA") || line.contains("cuda");
-    if !cuda {
+    let lower = line.to_ascii_lowercase();
+    let anchored = CUDA_ANCHORS.iter().any(|a| lower.contains(a));
+    if !lower.contains("cuda") {
         return None;
     }
-    let lower = line.to_ascii_lowercase();
     table
         .iter()
         .filter(|e| anchored || e.message.split_whitespace().count() >= 4)
@@ -162,6 +162,24 @@ pub fn rendezvous_error_in(line: &str) -> Option<&'static RendezvousError> {
     rendezvous_errors()
         .iter()
         .find(|e| contains_word(line, e.what) || (e.what.contains(' ') && line.contains(e.what)))
+}
+
+/// The PyTorch modules of the rendezvous and its c10d store (pytorch/pytorch:
+/// torch/distributed/elastic/rendezvous/, torch/distributed/rendezvous.py, the elastic
+/// agent's store helpers in torch/distributed/elastic/utils/store.py): an exception raised
+/// in them, whatever its class or words ("RuntimeError: Connection reset by peer" from
+/// `_call_store`), is the job's processes failing to meet. Written as the last parts of
+/// the path, which is what evidence keeps of a long one (`…/elastic/rendezvous/x.py`).
+const RENDEZVOUS_MODULES: [&str; 3] = [
+    "elastic/rendezvous/",
+    "torch/distributed/rendezvous.py",
+    "elastic/utils/store.py",
+];
+
+/// Whether `path` (a traceback frame's file, or evidence naming it) is in PyTorch's
+/// rendezvous or c10d store code.
+pub fn in_rendezvous_module(path: &str) -> bool {
+    RENDEZVOUS_MODULES.iter().any(|m| path.contains(m))
 }
 
 /// One RDMA work completion status.
@@ -259,6 +277,101 @@ pub fn qp_transition_failed(line: &str) -> Option<&'static str> {
             .any(|w| w == **s)
     });
     Some(state.copied().unwrap_or(""))
+}
+
+/// An RDMA verbs call that failed: which call, the resource it was making, and the
+/// errno text the line gives ("Cannot allocate memory"), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsFailure {
+    /// `ibv_create_cq`.
+    pub call: &'static str,
+    /// `completion queue`.
+    pub resource: &'static str,
+    pub errno: Option<Errno>,
+}
+
+impl VerbsFailure {
+    /// `ib-verbs-create-cq`, `ib-verbs-devx-obj-create`.
+    pub fn kind(&self) -> String {
+        let call = self
+            .call
+            .trim_start_matches("ibv_")
+            .trim_start_matches("mlx5dv_");
+        format!("ib-verbs-{}", call.replace('_', "-"))
+    }
+}
+
+/// The errno values a failed verbs call reports that say different things to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Errno {
+    /// ENOMEM: the locked-memory limit or the device's own resource limits.
+    NoMemory,
+    /// EACCES/EPERM: the device files or the cgroup's device filter.
+    Denied,
+    /// ENODEV/ENXIO: the device is gone.
+    NoDevice,
+    /// EINVAL and the rest: the caller's arguments or versions.
+    Other,
+}
+
+impl Errno {
+    fn in_line(line: &str) -> Option<Errno> {
+        let lower = line.to_ascii_lowercase();
+        let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+        if has(&[
+            "cannot allocate memory",
+            "enomem",
+            "errno 12",
+            "errno: 12",
+            "errno=12",
+        ]) {
+            Some(Errno::NoMemory)
+        } else if has(&[
+            "permission denied",
+            "operation not permitted",
+            "eacces",
+            "eperm",
+        ]) {
+            Some(Errno::Denied)
+        } else if has(&["no such device", "enodev", "enxio"]) {
+            Some(Errno::NoDevice)
+        } else if has(&["invalid argument", "not supported", "errno", "error"]) {
+            Some(Errno::Other)
+        } else {
+            None
+        }
+    }
+}
+
+fn verbs_calls() -> &'static [(&'static str, &'static str)] {
+    static TABLE: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        rows(include_str!("../catalog/verbs_calls.csv"))
+            .filter_map(|c| match c.as_slice() {
+                [call, resource] => Some((*call, *resource)),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// The verbs call a line says failed ("ibv_create_cq(cqe=4096) failed: Cannot allocate
+/// memory", "mlx5dv_devx_obj_create(QP) failed, syndrome 0", NCCL's "Call to ibv_reg_mr
+/// failed"), by the names of `catalog/verbs_calls.csv`.
+pub fn verbs_call_failed(line: &str) -> Option<VerbsFailure> {
+    let lower = line.to_ascii_lowercase();
+    if !(lower.contains("fail") || lower.contains("error") || lower.contains("returned")) {
+        return None;
+    }
+    let (call, resource) = verbs_calls()
+        .iter()
+        .filter(|(call, _)| contains_word(line, call))
+        .max_by_key(|(call, _)| call.len())?;
+    Some(VerbsFailure {
+        call,
+        resource,
+        errno: Errno::in_line(line),
+    })
 }
 
 /// One signal: its number, name, `strsignal` text, and whether it is a crash.
@@ -360,6 +473,12 @@ mod tests {
                 .code,
             100
         );
+        assert_eq!(
+            cuda_error_in("Cuda error: rp_many_kernel in file '' in line 111 : the launch timed out and was terminated.")
+                .unwrap()
+                .name,
+            "cudaErrorLaunchTimeout"
+        );
         // Short messages need a CUDA failure to be about.
         assert!(cuda_error_in("loading cuda kernels: unknown error in config").is_none());
         assert!(cuda_error_in("ValueError: invalid argument").is_none());
@@ -435,6 +554,43 @@ mod tests {
                 "[Handshake] Failed to modify QP to RTR, check mtu, gid: Connection timed out [110]"
             ),
             Some("RTR")
+        );
+    }
+
+    #[test]
+    fn every_verbs_call_is_read_when_it_fails_with_what_its_errno_means() {
+        let rows = rows(include_str!("../catalog/verbs_calls.csv")).count();
+        assert_eq!(verbs_calls().len(), rows);
+        for (call, resource) in verbs_calls() {
+            let line = format!("UCX  ERROR {call}(x=1) failed: Cannot allocate memory");
+            let f = verbs_call_failed(&line).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!((f.call, f.resource), (*call, *resource));
+            assert_eq!(f.errno, Some(Errno::NoMemory));
+            assert!(f.kind().starts_with("ib-verbs-") && !f.kind().contains('_'));
+            assert!(verbs_call_failed(&format!("calling {call} for rank 3")).is_none());
+        }
+        let f = verbs_call_failed("[0] ib_mlx5_dv.c:161  UCX  ERROR   mlx5dv_devx_obj_create(QP) failed, syndrome 0: Cannot allocate memory").unwrap();
+        assert_eq!(f.kind(), "ib-verbs-devx-obj-create");
+        let f = verbs_call_failed(
+            "ib_iface.c:1035 UCX  ERROR ibv_create_cq(cqe=4096) failed: Cannot allocate memory",
+        )
+        .unwrap();
+        assert_eq!(
+            (f.kind().as_str(), f.errno),
+            ("ib-verbs-create-cq", Some(Errno::NoMemory))
+        );
+        // The longest name that fits: ibv_create_cq_ex is not ibv_create_cq.
+        assert_eq!(
+            verbs_call_failed("ibv_create_cq_ex failed: Permission denied")
+                .unwrap()
+                .call,
+            "ibv_create_cq_ex"
+        );
+        assert_eq!(
+            verbs_call_failed("NET/IB : Call to ibv_reg_mr failed with error No such device")
+                .unwrap()
+                .errno,
+            Some(Errno::NoDevice)
         );
     }
 

@@ -159,8 +159,8 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
     // error by its name or message (nccl-tests' "Test CUDA failure ... 'an illegal
     // memory access was encountered'", PyTorch's "No CUDA GPUs are available"); a
     // rendezvous or c10d store failure (the job's ranks never met); an RDMA work
-    // completion in error or a queue pair that could not be connected (UCX, perftest,
-    // an RDMA engine's own log).
+    // completion in error, a queue pair that could not be connected or a verbs resource
+    // that could not be made (UCX, perftest, an RDMA engine's own log).
     if crate::catalog::cuda_error_in(line).is_some() {
         return Some(LogFinding {
             kind: FailureKind::CudaError,
@@ -182,6 +182,27 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
     if crate::catalog::wc_status_in(line).is_some()
         || crate::catalog::qp_transition_failed(line).is_some()
     {
+        return Some(LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line: evidence(line),
+            fatal: true,
+            raised: None,
+        });
+    }
+    // A verbs resource the RDMA stack refused: evidence, not the failure (UCX probes
+    // every device and goes on over another transport; what fails next says whether the
+    // job could not).
+    if crate::catalog::verbs_call_failed(line).is_some() {
+        return Some(LogFinding {
+            kind: FailureKind::ExitCode { code: 1 },
+            line: evidence(line),
+            fatal: false,
+            raised: None,
+        });
+    }
+    // MPI giving up (MPICH's and Intel MPI's "Fatal error in PMPI_Init", Open MPI's
+    // "MPI_ABORT was invoked", its PML failing to start UCX): the job cannot go on.
+    if mpi_fatal(line) {
         return Some(LogFinding {
             kind: FailureKind::ExitCode { code: 1 },
             line: evidence(line),
@@ -346,10 +367,15 @@ pub fn exception_finding(raw: &str, e: &Exception) -> LogFinding {
             fatal: f.fatal,
             raised,
         },
+        // Raised inside PyTorch's rendezvous or its store: the ranks cannot meet, in
+        // whatever words the socket or the store chose.
         None => LogFinding {
             kind: FailureKind::ExitCode { code: 1 },
             line,
-            fatal: false,
+            fatal: e
+                .frame
+                .as_ref()
+                .is_some_and(|f| crate::catalog::in_rendezvous_module(&f.file)),
             raised,
         },
     }
@@ -434,6 +460,9 @@ fn glog_error(line: &str) -> bool {
 /// The signal of a torchrun failure summary's "exitcode : -N" or "Signal N (...) received
 /// by PID" line.
 fn summary_signal(line: &str) -> Option<i32> {
+    if let Some(signal) = python_child_signal(line).or_else(|| shell_child_signal(line)) {
+        return Some(signal);
+    }
     let lower = line.to_ascii_lowercase();
     if let Some(pos) = lower.find("signal ")
         && lower.contains("received by pid")
@@ -444,6 +473,66 @@ fn summary_signal(line: &str) -> Option<i32> {
     let rest = lower[pos + 8..].trim_start().strip_prefix(':')?;
     let code: i32 = rest.split_whitespace().next()?.parse().ok()?;
     (code < 0 && rest.contains("pid")).then_some(-code)
+}
+
+/// MPI's own words for a job it ends: MPICH and its derivatives (Intel MPI, MVAPICH)
+/// print "Fatal error in PMPI_Init: Other MPI error, error stack:" (src/mpi/errhan,
+/// `MPIR_Err_return_comm`); Open MPI "MPI_ABORT was invoked on rank 3", "*** An error
+/// occurred in MPI_Init" (ompi/errhandler) and, when its UCX PML cannot start,
+/// "pml_ucx.c:309 Error: Failed to create UCP worker".
+fn mpi_fatal(line: &str) -> bool {
+    line.contains("Fatal error in PMPI_")
+        || line.contains("Fatal error in MPI_")
+        || line.contains("MPI_ABORT was invoked")
+        || line.contains("An error occurred in MPI_")
+        || (line.contains("pml_ucx") && line.contains("Failed to create UCP worker"))
+}
+
+/// A child's death by a signal as Python's launchers say it: `subprocess`'s
+/// CalledProcessError ("died with <Signals.SIGSEGV: 11>", "died with unknown signal 40",
+/// as torch.distributed.launch and many wrappers raise it) and torch.multiprocessing's
+/// ProcessExitedException ("process 0 terminated with signal SIGSEGV").
+fn python_child_signal(line: &str) -> Option<i32> {
+    if let Some(pos) = line.find("<Signals.SIG") {
+        let rest = &line[pos + "<Signals.".len()..];
+        let number = rest.split_once(':')?.1.trim_start();
+        let digits: String = number.chars().take_while(char::is_ascii_digit).collect();
+        return digits.parse().ok();
+    }
+    if let Some(pos) = line.find("died with unknown signal ") {
+        let rest = &line[pos + "died with unknown signal ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        return digits.parse().ok();
+    }
+    let pos = line.find("terminated with signal ")?;
+    let name = line[pos + "terminated with signal ".len()..]
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .next()?;
+    crate::catalog::signals()
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.number)
+}
+
+/// A foreground command killed by a signal as a non-interactive bash reports it on the
+/// job's stderr: "job.sh: line 12: 4242 Segmentation fault      (core dumped) python
+/// train.py", "line 5: 77 Killed python x.py" (the pid, then `strsignal`'s text).
+fn shell_child_signal(line: &str) -> Option<i32> {
+    let pos = line.find(": line ")?;
+    let rest = &line[pos + ": line ".len()..];
+    let (number, rest) = rest.split_once(':')?;
+    number.trim().parse::<u32>().ok()?;
+    let rest = rest.trim_start();
+    let pid_len = rest.chars().take_while(char::is_ascii_digit).count();
+    if pid_len == 0 {
+        return None;
+    }
+    let text = rest[pid_len..].trim_start();
+    crate::catalog::signals()
+        .iter()
+        .filter(|s| text.starts_with(s.text))
+        .max_by_key(|s| s.text.len())
+        .map(|s| s.number)
 }
 
 /// An NCCL WARN line, of any version (NCCL 2.0-2.2's have no "NCCL" token:
@@ -634,8 +723,17 @@ pub fn is_echo(line: &str) -> bool {
 /// WARN that names a specific cause, else the earliest Python exception that is a root
 /// cause, else the first WARN (a peer that went away); for a launcher's summary, the
 /// earliest root exception first. A missing libibverbs is not a cause: NCCL then uses
-/// sockets (the transport warning says so).
+/// sockets (the transport warning says so). MPI giving up is explained by a verbs call
+/// that failed before it.
 pub fn first_cause(earlier: &[LogFinding], fatal: &LogFinding) -> String {
+    // MPI giving up is explained by the RDMA resource it could not get before.
+    if mpi_fatal(&fatal.line)
+        && let Some(cause) = earlier
+            .iter()
+            .find(|f| crate::catalog::verbs_call_failed(&f.line).is_some())
+    {
+        return evidence(&format!("{} (then: {})", cause.line, fatal.line));
+    }
     if !is_echo(&fatal.line) {
         return fatal.line.clone();
     }
@@ -699,17 +797,10 @@ pub fn parse_error_file(text: &str) -> Option<String> {
 
 /// Signal names for evidence text.
 pub fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        15 => "SIGTERM",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        _ => "signal",
-    }
+    crate::catalog::signals()
+        .iter()
+        .find(|s| s.number == sig)
+        .map_or("signal", |s| s.name)
 }
 
 /// Explains a step's end. `None` for a clean exit. Log findings outrank the error file,
@@ -933,6 +1024,63 @@ KeyboardInterrupt
             evidence.contains("last error line: KeyboardInterrupt"),
             "{evidence}"
         );
+    }
+
+    #[test]
+    fn a_childs_death_by_a_signal_is_read_in_every_launchers_words() {
+        let signal = |line: &str| {
+            let f = classify_line(line).unwrap_or_else(|| panic!("{line}"));
+            assert!(f.fatal, "{line}");
+            f.kind
+        };
+        // Python's subprocess (CalledProcessError.__str__), torch.multiprocessing's
+        // ProcessExitedException, a non-interactive bash, for every crash in the table.
+        for s in crate::catalog::signals().iter().filter(|s| s.crash) {
+            let sig = FailureKind::Signal { signal: s.number };
+            for line in [
+                format!(
+                    "subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.{}: {}>.",
+                    s.name, s.number
+                ),
+                format!(
+                    "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal {}",
+                    s.name
+                ),
+                format!(
+                    "/var/spool/job.sh: line 12: 4242 {}      (core dumped) python train.py",
+                    s.text
+                ),
+            ] {
+                assert_eq!(signal(&line), sig, "{line}");
+            }
+        }
+        assert_eq!(
+            signal("Command '['a']' died with unknown signal 40."),
+            FailureKind::Signal { signal: 40 }
+        );
+        assert_eq!(
+            signal("./run.sh: line 5: 77 Killed                  python x.py"),
+            FailureKind::Signal { signal: 9 }
+        );
+        // A launcher stopping its children, or a process ending itself, is not the cause.
+        for line in [
+            "Command '['a']' died with <Signals.SIGTERM: 15>.",
+            "process 0 terminated with signal SIGABRT",
+            "job.sh: line 3: 12 Terminated   sleep 100",
+        ] {
+            assert!(
+                classify_line(line).is_none_or(|f| !matches!(f.kind, FailureKind::Signal { .. })),
+                "{line}"
+            );
+        }
+        // Inside a traceback the exception line keeps the signal.
+        let f = read("Traceback (most recent call last):
+  File \"/opt/torch/distributed/launch.py\", line 259, in main
+    cmd=cmd)
+subprocess.CalledProcessError: Command '['/bin/python3', '-u', 'train.py', '--local_rank=7']' died with <Signals.SIGSEGV: 11>.
+");
+        let (kind, _) = classify_exit(Some(1), None, &f, None, false).unwrap();
+        assert_eq!(kind, FailureKind::Signal { signal: 11 }, "{f:?}");
     }
 
     #[test]

@@ -126,8 +126,12 @@ pub fn device_line(line: &str) -> Option<DeviceLine> {
     }
     // A driver status code that says the GPU's state (`gsched_topology::nv_status`) is
     // acted on by itself, and the probe reads the GPU too: the state decides, the line is
-    // evidence. Every GPU is probed when the line names none.
-    let status = matches!(parse_line(line), Some(KernelEvent::DeviceStatus { .. }));
+    // evidence. Every GPU is probed when the line names none. So is a memory error the
+    // catalogue does not call fatal (Xid 94's contained ECC error, 63's retirement, 92's
+    // SBE flood): whether a row remap waits for a reset is the GPU's state, not the line's.
+    let parsed = parse_line(line);
+    let status = matches!(parsed, Some(KernelEvent::DeviceStatus { .. }))
+        || matches!(&parsed, Some(KernelEvent::Xid(x)) if nonfatal_memory_xid(x.code));
     if !status
         && !matches!(
             parse_line(line),
@@ -154,6 +158,19 @@ pub fn device_line(line: &str) -> Option<DeviceLine> {
                 device: String::new(),
                 pci: None,
             })
+        })
+}
+
+/// An Xid NVIDIA's catalogue calls non-fatal whose mnemonic names the GPU's memory (ECC,
+/// contained errors, DRAM retirement, single-bit error floods).
+fn nonfatal_memory_xid(code: u32) -> bool {
+    gsched_topology::xid_catalog::catalogue()
+        .get(&code)
+        .is_some_and(|e| {
+            !e.fatal
+                && ["ECC", "CONTAINED", "DRAM_RETIREMENT", "SBE"]
+                    .iter()
+                    .any(|w| e.mnemonic.contains(w))
         })
 }
 
@@ -289,6 +306,26 @@ mod tests {
         assert_eq!(
             gpu("NVRM: GPU 0000:21:00.0: rpc failed status=0x00000062"),
             Some("0000:21:00".into())
+        );
+        // A memory error NVIDIA does not call fatal: the GPU's remap state decides.
+        assert_eq!(
+            gpu(
+                "NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). RST: No, D-RST: No"
+            ),
+            Some("0000:00:08".into())
+        );
+        assert_eq!(
+            gpu(
+                "NVRM: Xid (PCI:0000:21:00): 63, pid=12, Row Remapper: New row marked for remapping, reset gpu to activate."
+            ),
+            Some("0000:21:00".into())
+        );
+        // An application's fault is not.
+        assert_eq!(
+            gpu(
+                "NVRM: Xid (PCI:0000:00:07): 31, pid=2512125, name=python3.10, Ch 00000008, intr 00000000. MMU Fault"
+            ),
+            None
         );
         // A level-3 /dev/kmsg record counts; an informational one does not.
         assert!(gpu("3,881,91222,-;nvidia 0000:21:00.0: failed to recover").is_some());
