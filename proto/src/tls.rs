@@ -6,7 +6,7 @@
 //! identity, `controller-ID.pem`/`controller-ID.key` or `node-NAME.pem`/`node-NAME.key`.
 
 use std::path::{Path, PathBuf};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// Who a certificate was issued to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -114,18 +114,6 @@ impl CertDir {
             Self::read(&self.cert(who))?,
             Self::read(&self.key(who))?,
         ))
-    }
-
-    /// A controller's server side: its own certificate; clients are verified against
-    /// the cluster CA when they present a certificate (daemons must; users need not,
-    /// they authenticate with MUNGE).
-    pub fn server(&self, controller: u64) -> Result<ServerTlsConfig, CertError> {
-        Ok(ServerTlsConfig::new()
-            .identity(self.identity(&PeerIdentity::Controller(controller))?)
-            .client_ca_root(self.ca_certificate()?)
-            .client_auth_optional(true)
-            // A client that starts a handshake and stalls holds a descriptor: not for long.
-            .timeout(std::time::Duration::from_secs(10)))
     }
 
     /// A daemon dialing a controller: verifies the controller against the cluster CA and

@@ -1514,6 +1514,140 @@ fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
     assert!(closed_after >= Duration::from_secs(8), "{closed_after:?}");
 }
 
+/// Opens `count` TLS connections to `addr` as `user` (handshaken with the cluster's CA,
+/// no client certificate), sends nothing more, and reports as JSON how many the server had
+/// closed after `early` and after `late` seconds.
+fn flood_tls(
+    user: &TestUser,
+    addr: &str,
+    ca: &str,
+    count: usize,
+    early: f64,
+    late: f64,
+) -> std::process::Child {
+    let prog = r#"
+import json, resource, socket, ssl, sys, time
+addr, ca, count, early, late = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+host, port = addr.rsplit(":", 1)
+ctx = ssl.create_default_context(cafile=ca)
+ctx.set_alpn_protocols(["h2"])
+socks, refused = [], 0
+for _ in range(count):
+    try:
+        s = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=5), server_hostname=host)
+        s.setblocking(False)
+        socks.append(s)
+    except OSError:
+        refused += 1
+start = time.time()
+def closed():
+    n = 0
+    for s in socks:
+        try:
+            while True:
+                if s.recv(65536) == b"":
+                    n += 1
+                    break
+        except (BlockingIOError, ssl.SSLWantReadError):
+            pass
+        except OSError:
+            n += 1
+    return n
+time.sleep(max(0.0, early - (time.time() - start)))
+print(json.dumps({"phase": "early", "opened": len(socks), "refused": refused, "closed": closed()}), flush=True)
+time.sleep(max(0.0, late - (time.time() - start)))
+print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), flush=True)
+"#;
+    Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            prog,
+            addr,
+            ca,
+            &count.to_string(),
+            &early.to_string(),
+            &late.to_string(),
+        ])
+        .uid(user.uid)
+        .gid(user.gid)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 for the flood")
+}
+
+#[test]
+fn t104_with_certificates_a_flood_of_tls_connections_costs_its_sender_and_agents_still_register() {
+    let Some((alice, bob)) = test_users() else {
+        return;
+    };
+    let Some(munged) = Munged::start() else {
+        return;
+    };
+    let certs = issue_certs(&[(1, vec!["127.0.0.1".to_string()])], &["n1", "n2"]);
+    let d = certs.path().to_string_lossy().into_owned();
+    let sock = munged.socket().to_string_lossy().into_owned();
+    let mut c = Cluster::controllers_with(1, &[], with_certs(&d, &sock, Some(&sock)));
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let grpc = c.controllers[0].1.clone();
+    let timed = |n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                ok_as(&c, &alice, "gqueue", &[]);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect()
+    };
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let quiet = timed(5);
+    // Bob, on the same host as everyone (one address), holds 400 TLS connections that
+    // never identify themselves: over the address's 128, each new one costs him his
+    // oldest, and none outlives the 10 s deadline.
+    let mut flood = flood_tls(&bob, &grpc, &format!("{d}/ca.pem"), 400, 3.0, 16.0);
+    std::thread::sleep(Duration::from_millis(2500));
+    let loaded = timed(5);
+    // A node agent from that host registers meanwhile.
+    let began = std::time::Instant::now();
+    c.add_agent("n2", "rtx4090-8gpu.json", &[]);
+    let registered = began.elapsed();
+    let out = flood.wait_with_output_ref();
+    let r: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    println!(
+        "alice's gqueue with certificates: {:.1} ms quiet, {:.1} ms under bob's TLS flood (medians of 5); n2 registered in {:.2} s; flood {r:?}",
+        median(&quiet),
+        median(&loaded),
+        registered.as_secs_f64()
+    );
+    let (early, late) = (&r[0], &r[1]);
+    let opened = early["opened"].as_u64().unwrap();
+    let kept = opened - early["closed"].as_u64().unwrap();
+    assert!(
+        opened > 128,
+        "the flood reached past one address's share: {r:?}"
+    );
+    assert!(
+        kept <= 128,
+        "bob kept {kept} connections, more than 128: {r:?}"
+    );
+    assert_eq!(
+        late["closed"], late["opened"],
+        "connections that never identified themselves are closed after 10 s: {r:?}"
+    );
+    assert!(median(&loaded) < 1000.0, "{loaded:?}");
+    assert!(registered < Duration::from_secs(20), "{registered:?}");
+    // Alice's own commands still work after the flood: her connections count as hers.
+    ok_as(&c, &alice, "gqueue", &[]);
+}
+
 /// Waits for a child and returns its standard output.
 trait WaitOutput {
     fn wait_with_output_ref(&mut self) -> String;

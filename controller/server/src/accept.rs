@@ -2,7 +2,12 @@
 //! one host, else an IP address), each must send its first bytes within a deadline, and an
 //! accept that fails for want of file descriptors backs off instead of spinning. A flood of
 //! idle connections from one user costs that user their own connections, not anyone
-//! else's reads.
+//! else's reads. With TLS the gRPC port's handshakes are made here: a connection counts
+//! against its IP address until it is identified — a daemon by its certificate at once,
+//! a user by the first request that authenticates — and then against that identity;
+//! one that is not identified in time is closed, and a full address gives up its oldest
+//! unidentified connection for a new one, so agents on a host whose users flood it still
+//! get in.
 
 use crate::auth::conn::Conn;
 use parking_lot::Mutex;
@@ -21,6 +26,9 @@ pub struct Limits {
     pub per_peer: usize,
     /// A connection that sends nothing for this long after it is accepted is closed.
     pub first_bytes: Duration,
+    /// A TLS connection whose caller is not identified (a certificate, or a request that
+    /// authenticates) this long after it is accepted is closed.
+    pub identify: Duration,
 }
 
 impl Limits {
@@ -31,6 +39,7 @@ impl Limits {
             total: (raise_fd_limit() / 4).clamp(64, 16_384),
             per_peer: 128,
             first_bytes: Duration::from_secs(10),
+            identify: Duration::from_secs(10),
         }
     }
 }
@@ -100,17 +109,108 @@ pub struct Admission {
     counts: Mutex<Counts>,
     own_uid: u32,
     last_warned: Mutex<Option<Instant>>,
+    /// Unidentified connections by address, oldest first (evicted for newer ones).
+    pending: Mutex<HashMap<IpAddr, std::collections::VecDeque<std::sync::Weak<Slot>>>>,
 }
 
 /// A connection's place, given back when the connection is dropped.
 pub struct Permit {
-    admission: Arc<Admission>,
-    peer: Peer,
+    slot: Arc<Slot>,
+}
+
+impl Permit {
+    /// The place, shared with what the connection's requests carry (`ConnInfo`), so that
+    /// authenticating a request can identify the connection.
+    pub fn slot(&self) -> Arc<Slot> {
+        self.slot.clone()
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.admission.counts.lock().release(self.peer);
+        let mut state = self.slot.state.lock();
+        if let Some(peer) = state.peer.take() {
+            self.slot.admission.counts.lock().release(peer);
+        }
+    }
+}
+
+/// What one connection counts against, and whether it has been identified or told to
+/// close (evicted for a newer connection, or refused once identified).
+pub struct Slot {
+    admission: Arc<Admission>,
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    /// `None` once the place was given back.
+    peer: Option<Peer>,
+    identified: bool,
+    closed: bool,
+    waker: Option<std::task::Waker>,
+}
+
+impl Slot {
+    pub fn identified(&self) -> bool {
+        self.state.lock().identified
+    }
+
+    pub fn closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Wakes the connection's reader when the slot is closed.
+    pub fn on_close(&self, waker: &std::task::Waker) {
+        self.state.lock().waker = Some(waker.clone());
+    }
+
+    /// The connection belongs to `who`: it counts against `who` from now on (a daemon's
+    /// never refused). Over `who`'s share, the connection is closed and the refusal said.
+    pub fn identify(&self, who: Peer) -> Result<(), Refusal> {
+        let mut state = self.state.lock();
+        if state.identified || state.closed {
+            return if state.closed {
+                Err(Refusal::PeerFull {
+                    per_peer: self.admission.limits.per_peer,
+                })
+            } else {
+                Ok(())
+            };
+        }
+        let mut counts = self.admission.counts.lock();
+        if let Some(old) = state.peer.take() {
+            counts.release(old);
+        }
+        match counts.admit(who, &self.admission.limits) {
+            Ok(()) => {
+                state.peer = Some(who);
+                state.identified = true;
+                Ok(())
+            }
+            Err(why) => {
+                state.closed = true;
+                if let Some(w) = state.waker.take() {
+                    w.wake();
+                }
+                Err(why)
+            }
+        }
+    }
+
+    /// Closes an unidentified connection to make room (its place is given back now).
+    fn evict(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.identified || state.closed {
+            return false;
+        }
+        state.closed = true;
+        if let Some(peer) = state.peer.take() {
+            self.admission.counts.lock().release(peer);
+        }
+        if let Some(w) = state.waker.take() {
+            w.wake();
+        }
+        true
     }
 }
 
@@ -121,6 +221,7 @@ impl Admission {
             counts: Mutex::new(Counts::default()),
             own_uid: nix::unistd::getuid().as_raw(),
             last_warned: Mutex::new(None),
+            pending: Mutex::new(HashMap::new()),
         })
     }
 
@@ -138,20 +239,63 @@ impl Admission {
         }
     }
 
+    fn permit(self: &Arc<Self>, peer: Peer, identified: bool) -> Permit {
+        Permit {
+            slot: Arc::new(Slot {
+                admission: self.clone(),
+                state: Mutex::new(SlotState {
+                    peer: Some(peer),
+                    identified,
+                    closed: false,
+                    waker: None,
+                }),
+            }),
+        }
+    }
+
+    /// A permit for an unidentified connection from `ip`: when the address holds its
+    /// share, its oldest unidentified connection is closed to make room (one that is
+    /// identified in time is never evicted). `None` when the listener is full.
+    pub fn admit_unidentified(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
+        let peer = Peer::Ip(ip);
+        let mut refused = self.counts.lock().admit(peer, &self.limits);
+        if matches!(refused, Err(Refusal::PeerFull { .. })) {
+            let mut pending = self.pending.lock();
+            let queue = pending.entry(ip).or_default();
+            while let Some(old) = queue.pop_front() {
+                if old.upgrade().is_some_and(|slot| slot.evict()) {
+                    break;
+                }
+            }
+            refused = self.counts.lock().admit(peer, &self.limits);
+        }
+        if let Err(why) = refused {
+            self.warn_refused(peer, why);
+            return None;
+        }
+        let permit = self.permit(peer, false);
+        let mut pending = self.pending.lock();
+        let queue = pending.entry(ip).or_default();
+        queue.retain(|w| w.upgrade().is_some_and(|s| !s.identified()));
+        queue.push_back(Arc::downgrade(&permit.slot));
+        Some(permit)
+    }
+
+    fn warn_refused(&self, peer: Peer, why: Refusal) {
+        let mut last = self.last_warned.lock();
+        if last.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+            *last = Some(Instant::now());
+            tracing::warn!("connection from {peer:?} refused: {why:?}");
+        }
+    }
+
     /// A permit for a connection of `peer`, or `None` (logged at most every 10 s).
     pub fn admit(self: &Arc<Self>, peer: Peer) -> Option<Permit> {
         let refused = self.counts.lock().admit(peer, &self.limits);
         match refused {
-            Ok(()) => Some(Permit {
-                admission: self.clone(),
-                peer,
-            }),
+            Ok(()) => Some(self.permit(peer, true)),
             Err(why) => {
-                let mut last = self.last_warned.lock();
-                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    *last = Some(Instant::now());
-                    tracing::warn!("connection from {peer:?} refused: {why:?}");
-                }
+                self.warn_refused(peer, why);
                 None
             }
         }
@@ -192,13 +336,23 @@ pub fn raise_fd_limit() -> usize {
     usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
 }
 
-/// Accepted gRPC connections that passed admission, for tonic's `serve_with_incoming`.
+/// Accepted gRPC connections that passed admission, for tonic's `serve_with_incoming`;
+/// with `tls`, handshaken here (each by a task of its own) and identified by their
+/// certificate or, for users, by their first authenticated request (`crate::auth`).
 pub fn grpc_incoming(
     listener: crate::Listener,
     dev_local: bool,
     admission: Arc<Admission>,
-) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Conn>> {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<GrpcIo>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let listener = match (tls, listener) {
+        (Some(acceptor), crate::Listener::Tcp(l)) => {
+            tokio::spawn(accept_tls(l, admission, acceptor, tx));
+            return tokio_stream::wrappers::ReceiverStream::new(rx);
+        }
+        (_, plain) => plain,
+    };
     tokio::spawn(async move {
         loop {
             let conn = accepting(&admission, || async {
@@ -216,12 +370,116 @@ pub fn grpc_incoming(
                 continue;
             };
             let conn = conn.admitted(permit, admission.limits().first_bytes);
-            if tx.send(Ok(conn)).await.is_err() {
+            if tx.send(Ok(GrpcIo::Plain(conn))).await.is_err() {
                 return;
             }
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// The gRPC port with TLS: every connection counts against its address until identified,
+/// is handshaken by a task of its own, and a verified daemon certificate identifies it.
+async fn accept_tls(
+    listener: tokio::net::TcpListener,
+    admission: Arc<Admission>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<GrpcIo>>,
+) {
+    loop {
+        let (stream, remote) = accepting(&admission, || listener.accept()).await;
+        let Ok(conn) = Conn::tcp(stream, false) else {
+            continue;
+        };
+        let Some(permit) = admission.admit_unidentified(remote.ip()) else {
+            continue;
+        };
+        let slot = permit.slot();
+        let limits = admission.limits();
+        let conn = conn.admitted(permit, limits.first_bytes);
+        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+        tokio::spawn(async move {
+            let began = tokio::time::Instant::now();
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(conn)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!("TLS handshake with {remote}: {e}"),
+                Err(_) => return tracing::debug!("TLS handshake with {remote} timed out"),
+            };
+            let certs =
+                tls.get_ref().1.peer_certificates().map(|c| {
+                    Arc::new(c.iter().map(|c| c.clone().into_owned()).collect::<Vec<_>>())
+                });
+            let daemon = certs.as_ref().is_some_and(|c| {
+                c.first()
+                    .is_some_and(|c| gsched_proto::tls::peer_identity(c.as_ref()).is_some())
+            });
+            if daemon {
+                let _ = slot.identify(Peer::Daemon);
+            }
+            let conn = crate::auth::conn::TlsConn::new(tls, certs, slot, began + limits.identify);
+            let _ = tx.send(Ok(GrpcIo::Tls(Box::new(conn)))).await;
+        });
+    }
+}
+
+/// One accepted gRPC connection: as accepted (a Unix socket, loopback TCP), or with TLS.
+pub enum GrpcIo {
+    Plain(Conn),
+    Tls(Box<crate::auth::conn::TlsConn>),
+}
+
+impl tonic::transport::server::Connected for GrpcIo {
+    type ConnectInfo = crate::auth::conn::ConnInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            GrpcIo::Plain(c) => c.info().clone(),
+            GrpcIo::Tls(c) => c.info().clone(),
+        }
+    }
+}
+
+macro_rules! either {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            GrpcIo::Plain($s) => $e,
+            GrpcIo::Tls($s) => $e,
+        }
+    };
+}
+
+impl tokio::io::AsyncRead for GrpcIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl tokio::io::AsyncWrite for GrpcIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        either!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        either!(self, s => std::pin::Pin::new(s).poll_shutdown(cx))
+    }
 }
 
 /// Calls `accept` until it gives a connection: at once after an error of one connection,
@@ -408,6 +666,24 @@ pub fn https(
     certs: &gsched_proto::tls::CertDir,
     id: u64,
 ) -> Result<tokio_rustls::TlsAcceptor, HttpsError> {
+    server_tls(certs, id, false)
+}
+
+/// The TLS settings of the gRPC port: the controller's certificate, HTTP/2, and a client
+/// certificate verified against the cluster CA when one is presented (daemons must show
+/// one; users need not, they authenticate with MUNGE).
+pub fn grpc_tls(
+    certs: &gsched_proto::tls::CertDir,
+    id: u64,
+) -> Result<tokio_rustls::TlsAcceptor, HttpsError> {
+    server_tls(certs, id, true)
+}
+
+fn server_tls(
+    certs: &gsched_proto::tls::CertDir,
+    id: u64,
+    grpc: bool,
+) -> Result<tokio_rustls::TlsAcceptor, HttpsError> {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -428,15 +704,44 @@ pub fn https(
         path: cert.display().to_string(),
         why: e.to_string(),
     };
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(refused)?
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .map_err(refused)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(refused)?;
+    let mut config = if grpc {
+        let ca = certs.ca();
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&ca).map_err(read(&ca))? {
+            roots
+                .add(c.map_err(read(&ca))?)
+                .map_err(|e| HttpsError::Certificate {
+                    path: ca.display().to_string(),
+                    why: e.to_string(),
+                })?;
+        }
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| HttpsError::Certificate {
+                    path: ca.display().to_string(),
+                    why: e.to_string(),
+                })?;
+        builder
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(refused)?
+    } else {
+        builder
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(refused)?
+    };
+    config.alpn_protocols = if grpc {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -449,7 +754,55 @@ mod tests {
             total: 4,
             per_peer: 2,
             first_bytes: Duration::from_secs(1),
+            identify: Duration::from_secs(1),
         }
+    }
+
+    #[test]
+    fn an_address_full_of_unidentified_connections_gives_up_its_oldest() {
+        let admission = Admission::new(limits());
+        let ip: IpAddr = "10.0.0.9".parse().unwrap();
+        let first = admission.admit_unidentified(ip).unwrap();
+        let second = admission.admit_unidentified(ip).unwrap();
+        // A third from the same host (its agent, say) gets in: the oldest goes.
+        let agent = admission.admit_unidentified(ip).unwrap();
+        assert!(first.slot().closed() && !second.slot().closed());
+        assert_eq!(agent.slot().identify(Peer::Daemon), Ok(()));
+        // Identified, it no longer counts against its address and is never evicted.
+        let more = admission.admit_unidentified(ip).unwrap();
+        assert!(!second.slot().closed(), "room without evicting");
+        let _again = admission.admit_unidentified(ip).unwrap();
+        assert!(second.slot().closed() && !more.slot().closed());
+        assert!(!agent.slot().closed());
+        drop((first, second));
+        assert_eq!(admission.counts.lock().held(Peer::Ip(ip)), 2);
+        assert_eq!(admission.counts.lock().held(Peer::Daemon), 1);
+    }
+
+    #[test]
+    fn a_user_identified_counts_against_their_uid_wherever_they_come_from() {
+        let admission = Admission::new(limits());
+        let alice = Peer::Uid(1001);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let p1 = admission.admit_unidentified(a).unwrap();
+        let p2 = admission.admit_unidentified(b).unwrap();
+        assert_eq!(p1.slot().identify(alice), Ok(()));
+        assert_eq!(p1.slot().identify(alice), Ok(()), "once is enough");
+        assert_eq!(p2.slot().identify(alice), Ok(()));
+        assert_eq!(admission.counts.lock().held(alice), 2);
+        assert_eq!(admission.counts.lock().held(Peer::Ip(a)), 0);
+        // A third of alice's, over her share: refused and closed.
+        let p3 = admission.admit_unidentified(b).unwrap();
+        assert_eq!(
+            p3.slot().identify(alice),
+            Err(Refusal::PeerFull { per_peer: 2 })
+        );
+        assert!(p3.slot().closed());
+        drop(p3);
+        drop(p1);
+        assert_eq!(admission.counts.lock().held(alice), 1);
+        assert_eq!(admission.counts.lock().total, 1);
     }
 
     #[test]

@@ -167,7 +167,7 @@ pub async fn run(
             let dialer = Dialer {
                 tls: Some(certs.client(&me).map_err(|e| anyhow::anyhow!(e))?),
             };
-            let server = certs.server(cfg.id).map_err(|e| anyhow::anyhow!(e))?;
+            let server = accept::grpc_tls(certs, cfg.id).map_err(|e| anyhow::anyhow!(e))?;
             (
                 Mode::Cluster {
                     munge,
@@ -263,14 +263,9 @@ pub async fn run(
     tracing::info!("gctld {} serving on {}", ctx.cfg.id, ctx.cfg.advertise);
     // Idle connections are pinged; one that does not answer is closed (gRPC clients
     // answer by themselves, a socket held open and silent does not).
-    let mut server = tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)));
-    if let Some(tls) = server_tls {
-        server = server
-            .tls_config(tls)
-            .map_err(|e| anyhow::anyhow!("TLS setup: {e}"))?;
-    }
     // Streams that never end by themselves (peers' `Peer.Stream`, agents' sessions) would
     // keep a graceful shutdown waiting for ever: they get SHUTDOWN_GRACE to finish.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -300,7 +295,7 @@ pub async fn run(
                 .max_decoding_message_size(MAX_MESSAGE),
         )
         .serve_with_incoming_shutdown(
-            accept::grpc_incoming(listener, dev_local, ctx.admission.clone()),
+            accept::grpc_incoming(listener, dev_local, ctx.admission.clone(), server_tls),
             stopped(stop_rx.clone()),
         );
     tokio::select! {

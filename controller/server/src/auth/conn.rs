@@ -1,25 +1,46 @@
 //! Accepted connections and what the kernel says about them: the addresses, and the uid
 //! of the client — `SO_PEERCRED` on a Unix socket, one exact `sock_diag` lookup for a
 //! loopback TCP connection (`gsched_proto::peer`; no scan of `/proc/net/tcp`) — which
-//! controllers on one host (`--dev-local`) use as the caller's identity.
+//! controllers on one host (`--dev-local`) use as the caller's identity. With TLS, the
+//! certificates the client presented and its place among the listener's connections,
+//! which its first authenticated request identifies.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use tonic::transport::server::Connected;
 
 /// Facts about one accepted connection, attached to every request on it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ConnInfo {
     pub local: Option<SocketAddr>,
     /// The client's address (none for a Unix socket).
     pub remote: Option<SocketAddr>,
     /// The uid of the client, when the kernel can tell and it was asked for.
     pub peer_uid: Option<u32>,
+    /// The certificate chain a TLS client presented, verified against the cluster CA.
+    pub peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// The connection's place (`crate::accept`), identified by its first authenticated
+    /// request when the connection was not identified on arrival.
+    pub slot: Option<Arc<crate::accept::Slot>>,
+}
+
+impl std::fmt::Debug for ConnInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnInfo")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("peer_uid", &self.peer_uid)
+            .field("certificates", &self.peer_certs.as_ref().map(|c| c.len()))
+            .field("identified", &self.slot.as_ref().map(|s| s.identified()))
+            .finish()
+    }
 }
 
 enum Stream {
@@ -54,6 +75,7 @@ impl Conn {
                 local,
                 remote,
                 peer_uid,
+                ..ConnInfo::default()
             },
             _permit: None,
             first_bytes: None,
@@ -67,6 +89,7 @@ impl Conn {
     /// The connection holds `permit` while it lives, and is closed if it sends nothing
     /// within `first_bytes`.
     pub fn admitted(mut self, permit: crate::accept::Permit, first_bytes: Duration) -> Conn {
+        self.info.slot = Some(permit.slot());
         self._permit = Some(permit);
         self.first_bytes = Some(Box::pin(tokio::time::sleep(first_bytes)));
         self
@@ -78,9 +101,8 @@ impl Conn {
         Ok(Conn {
             stream: Stream::Unix(stream),
             info: ConnInfo {
-                local: None,
-                remote: None,
                 peer_uid,
+                ..ConnInfo::default()
             },
             _permit: None,
             first_bytes: None,
@@ -166,6 +188,100 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// A TLS connection of the gRPC port: closed when its place is taken for a newer one, or
+/// when it is still unidentified at its deadline, whatever it sends meanwhile (HTTP/2
+/// pings, requests that do not authenticate).
+pub struct TlsConn {
+    io: tokio_rustls::server::TlsStream<Conn>,
+    info: ConnInfo,
+    identify_by: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl TlsConn {
+    pub fn new(
+        io: tokio_rustls::server::TlsStream<Conn>,
+        peer_certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+        slot: Arc<crate::accept::Slot>,
+        identify_by: tokio::time::Instant,
+    ) -> TlsConn {
+        let mut info = io.get_ref().0.info().clone();
+        info.peer_certs = peer_certs;
+        info.slot = Some(slot);
+        TlsConn {
+            io,
+            info,
+            identify_by: Some(Box::pin(tokio::time::sleep_until(identify_by))),
+        }
+    }
+
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        let Some(slot) = self.info.slot.clone() else {
+            return read;
+        };
+        if slot.identified() {
+            self.identify_by = None;
+            return read;
+        }
+        slot.on_close(cx.waker());
+        if slot.closed() {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "closed for a newer connection from the same address",
+            )));
+        }
+        if let Some(by) = self.identify_by.as_mut()
+            && by.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not identify itself in time",
+            )));
+        }
+        read
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
 /// The owner of the client end of a loopback connection: the socket whose local address
 /// is the client's and whose remote address is ours.
 pub fn loopback_peer_uid(ours: SocketAddr, theirs: SocketAddr) -> Option<u32> {
@@ -186,6 +302,7 @@ mod tests {
             total: 8,
             per_peer: 1,
             first_bytes: Duration::from_millis(100),
+            identify: Duration::from_millis(100),
         });
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let _silent = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();

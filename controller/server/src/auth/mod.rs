@@ -15,7 +15,6 @@ use gsched_proto::tls::{PeerIdentity, peer_identity};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Status};
 
 /// How callers prove who they are.
@@ -163,11 +162,7 @@ impl Auth {
     }
 
     fn conn<T>(req: &Request<T>) -> Option<&ConnInfo> {
-        req.extensions().get::<ConnInfo>().or_else(|| {
-            req.extensions()
-                .get::<TlsConnectInfo<ConnInfo>>()
-                .map(|t| t.get_ref())
-        })
+        req.extensions().get::<ConnInfo>()
     }
 
     /// The client's address.
@@ -225,7 +220,17 @@ impl Auth {
             .extensions()
             .get::<digest::RequestDigest>()
             .map(|d| d.0.as_str());
-        self.verify(peer_uid, cred, digest)
+        let caller = self.verify(peer_uid, cred, digest)?;
+        // The connection now counts against its user (it counted against its address).
+        if let Some(slot) = Self::conn(req).and_then(|c| c.slot.as_ref())
+            && let Err(why) = slot.identify(crate::accept::Peer::Uid(caller.uid))
+        {
+            return Err(Status::resource_exhausted(format!(
+                "{} holds too many connections to this controller ({why:?}): close some (each gsched command needs one)",
+                caller.user
+            )));
+        }
+        Ok(caller)
     }
 
     /// The verified user from what a connection carries: on a --dev-local cluster the
@@ -296,10 +301,8 @@ impl Auth {
                 }
             }
             Mode::Cluster { .. } => {
-                let certs = req
-                    .extensions()
-                    .get::<TlsConnectInfo<ConnInfo>>()
-                    .and_then(|t| t.peer_certs())
+                let certs = Self::conn(req)
+                    .and_then(|c| c.peer_certs.clone())
                     .ok_or_else(|| {
                         Status::permission_denied(
                             "agents and controllers must present a certificate of this cluster (gctl certs issue)",
