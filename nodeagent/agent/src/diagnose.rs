@@ -451,7 +451,7 @@ fn smi_table(text: &str) -> Vec<Finding> {
         )];
     }
     let t = smi::parse_table(text);
-    let mut out = Vec::new();
+    let mut out = err_cells(text);
     for bus in &t.failed {
         out.push(device_handle_lost(None, bus, "reported by nvidia-smi").finding);
     }
@@ -772,6 +772,70 @@ fn nvlink_all_inactive(gpu: &Option<(Option<u32>, String)>) -> Finding {
     );
     f.gpu = index;
     f
+}
+
+/// The default table's `ERR!` cells (NVML could not read that field of the GPU): a GPU
+/// whose very name is unreadable is one NVML cannot talk to (drained, at its bus id); an
+/// unreadable field beside readable ones is a sensor or a field the driver failed (a
+/// warning). A GPU's block is its first line (index, name, bus id) and the lines after
+/// it up to the next rule.
+fn err_cells(text: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        let cells: Vec<&str> = l.trim().trim_matches('|').split('|').collect();
+        let Some(first) = cells.first() else { continue };
+        let mut words = first.split_whitespace();
+        let Some(index) = words.next().and_then(|w| w.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(bus) = cells
+            .get(1)
+            .and_then(|c| c.split_whitespace().next())
+            .filter(|b| b.len() >= 12 && b.contains(':') && b.contains('.'))
+        else {
+            continue;
+        };
+        let block: Vec<&str> = std::iter::once(*l)
+            .chain(
+                lines[i + 1..]
+                    .iter()
+                    .take_while(|x| !x.trim_start().starts_with('+'))
+                    .copied(),
+            )
+            .collect();
+        let errs = block
+            .iter()
+            .map(|x| x.matches("ERR!").count())
+            .sum::<usize>();
+        if errs == 0 {
+            continue;
+        }
+        let name_unreadable = words.next() == Some("ERR!");
+        let mut f = if name_unreadable {
+            Finding::new(
+                Severity::Drain,
+                Component::Gpu,
+                "gpu-unreadable",
+                &format!(
+                    "nvidia-smi: GPU {index} ({bus}): {errs} fields read ERR!, its name among them"
+                ),
+                "NVML cannot read this GPU (its name, temperature and power come back as errors): it takes no job until it is reset (nvidia-smi -r) or the node rebooted; check the kernel log for Xids and the card's power and seating",
+            )
+        } else {
+            Finding::new(
+                Severity::Warn,
+                Component::Gpu,
+                "gpu-field-unreadable",
+                &format!("nvidia-smi: GPU {index} ({bus}): {errs} field(s) read ERR!"),
+                "a sensor or field of this GPU could not be read (a fan or its controller, often): check nvidia-smi -q for the field and the GPU's recovery action; the GPU health probe reads its state between jobs",
+            )
+        };
+        f.gpu = Some(index);
+        f.pci_bus_id = Some(gsched_topology::xid::normalize_pci(bus));
+        out.push(f);
+    }
+    out
 }
 
 /// `nvidia-smi nvlink -s`: a GPU with links that are not up, beside the ones that are,
@@ -1466,5 +1530,42 @@ mod tests {
         ] {
             assert_eq!(said(card), Severity::Warn, "{card}");
         }
+    }
+
+    #[test]
+    fn err_cells_drain_a_gpu_nvml_cannot_name_and_warn_of_one_unreadable_field() {
+        let table =
+            "|   0  ERR!                On   | 00000000:19:00.0 Off |                 ERR! |
+|ERR!  ERR! ERR!    ERR! / ERR! |      0MiB / 46068MiB |    ERR!      Default |
++-------------------------------+----------------------+----------------------+
+|   1  NVIDIA A40          On   | 00000000:1A:00.0 Off |                    0 |
+|ERR!   26C    P8    12W / 300W |      0MiB / 46068MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+|   2  NVIDIA A40          On   | 00000000:1B:00.0 Off |                    0 |
+|  0%   26C    P8    12W / 300W |      0MiB / 46068MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+";
+        let f = err_cells(table);
+        let got: Vec<_> = f
+            .iter()
+            .map(|f| (f.severity, f.kind.as_str(), f.gpu, f.pci_bus_id.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Severity::Drain,
+                    "gpu-unreadable",
+                    Some(0),
+                    Some("0000:19:00")
+                ),
+                (
+                    Severity::Warn,
+                    "gpu-field-unreadable",
+                    Some(1),
+                    Some("0000:1a:00")
+                ),
+            ]
+        );
     }
 }

@@ -365,7 +365,9 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
             set("SLURM_ARRAY_TASK_STEP", span.step.to_string());
         }
     }
-    if let Some(home) = t.home {
+    // The submitted environment's HOME, as Slurm keeps it (a login shell reads its startup
+    // files there); the owner's home directory where the environment names none.
+    if let Some(home) = t.home.filter(|_| !spec.env.contains_key("HOME")) {
         set("HOME", home.to_string());
     }
     set("USER", spec.user.clone());
@@ -767,8 +769,25 @@ mod tests {
         assert_eq!(env["SLURM_JOB_NODELIST"], "n[1-2]");
         assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
         assert_eq!(env["MASTER_PORT"], "29501");
-        assert_eq!(env["HOME"], "/home/alice");
+        assert_eq!(
+            env["HOME"], "/wrong",
+            "the submitted HOME, as Slurm keeps it"
+        );
         assert_eq!(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3");
+        let mut bare = l.clone();
+        bare.spec.env.remove("HOME");
+        let env = task_env(&TaskEnv {
+            launch: &bare,
+            node: "n2",
+            local_task: 0,
+            net: &net,
+            log_dir: "/x",
+            agent_env: &agent_env,
+            home: Some("/home/alice"),
+            gpu_map: &[],
+            devices_filtered: false,
+        });
+        assert_eq!(env["HOME"], "/home/alice", "none submitted: the owner's");
         let mut l2 = l.clone();
         l2.spec
             .env_overrides

@@ -245,6 +245,17 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
     // of the signal: that is the cause, not the launcher's ChildFailedError traceback
     // around it. SIGABRT and SIGTERM summaries only echo an error the log shows earlier
     // (NCCL aborting, the launcher stopping the others): they explain the exit instead.
+    // The launcher itself signalled (torch elastic's agent: "Received 1 death signal,
+    // shutting down workers", its SignalException "Process 7 got signal: 1"): the job was
+    // ended from outside, by that signal (a closed terminal's SIGHUP, a kill).
+    if let Some(signal) = launcher_signalled(line) {
+        return Some(LogFinding {
+            kind: FailureKind::Signal { signal },
+            line: evidence(line),
+            fatal: true,
+            raised: None,
+        });
+    }
     if let Some(signal) = summary_signal(line).filter(|s| !matches!(s, 1 | 2 | 6 | 15)) {
         let named = if line.contains("SIG") {
             line.to_string()
@@ -475,6 +486,34 @@ fn summary_signal(line: &str) -> Option<i32> {
     (code < 0 && rest.contains("pid")).then_some(-code)
 }
 
+/// The signal a launcher says it received itself (torch elastic's agent).
+fn launcher_signalled(line: &str) -> Option<i32> {
+    let number_or_name = |w: &str| -> Option<i32> {
+        let w = w.trim_start_matches("Signals.");
+        w.parse().ok().or_else(|| {
+            crate::catalog::signals()
+                .iter()
+                .find(|s| s.name == w)
+                .map(|s| s.number)
+        })
+    };
+    if let Some(pos) = line.find("Received ")
+        && line[pos..].contains(" death signal")
+    {
+        return number_or_name(line[pos + "Received ".len()..].split_whitespace().next()?);
+    }
+    let pos = line.find(" got signal: ")?;
+    line.contains("SignalException")
+        .then(|| {
+            number_or_name(
+                line[pos + " got signal: ".len()..]
+                    .split_whitespace()
+                    .next()?,
+            )
+        })
+        .flatten()
+}
+
 /// MPI's own words for a job it ends: MPICH and its derivatives (Intel MPI, MVAPICH)
 /// print "Fatal error in PMPI_Init: Other MPI error, error stack:" (src/mpi/errhan,
 /// `MPIR_Err_return_comm`); Open MPI "MPI_ABORT was invoked on rank 3", "*** An error
@@ -491,7 +530,8 @@ fn mpi_fatal(line: &str) -> bool {
 /// A child's death by a signal as Python's launchers say it: `subprocess`'s
 /// CalledProcessError ("died with <Signals.SIGSEGV: 11>", "died with unknown signal 40",
 /// as torch.distributed.launch and many wrappers raise it) and torch.multiprocessing's
-/// ProcessExitedException ("process 0 terminated with signal SIGSEGV").
+/// ProcessExitedException ("process 0 terminated with signal SIGSEGV"), and Open MPI's
+/// mpirun ("exited on signal 9 (Killed)").
 fn python_child_signal(line: &str) -> Option<i32> {
     if let Some(pos) = line.find("<Signals.SIG") {
         let rest = &line[pos + "<Signals.".len()..];
@@ -501,6 +541,12 @@ fn python_child_signal(line: &str) -> Option<i32> {
     }
     if let Some(pos) = line.find("died with unknown signal ") {
         let rest = &line[pos + "died with unknown signal ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        return digits.parse().ok();
+    }
+    // Open MPI's mpirun: "process rank 7 with PID 0 on node n1 exited on signal 9 (Killed)".
+    if let Some(pos) = line.find("exited on signal ") {
+        let rest = &line[pos + "exited on signal ".len()..];
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         return digits.parse().ok();
     }
@@ -1062,6 +1108,20 @@ KeyboardInterrupt
             signal("./run.sh: line 5: 77 Killed                  python x.py"),
             FailureKind::Signal { signal: 9 }
         );
+        assert_eq!(
+            signal(
+                "mpirun noticed that process rank 7 with PID 0 on node n1 exited on signal 9 (Killed)."
+            ),
+            FailureKind::Signal { signal: 9 }
+        );
+        // The launcher itself signalled: the signal ended the job, SIGHUP included.
+        for line in [
+            "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers",
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2973575 got signal: 1",
+            "Received Signals.SIGHUP death signal, shutting down workers",
+        ] {
+            assert_eq!(signal(line), FailureKind::Signal { signal: 1 }, "{line}");
+        }
         // A launcher stopping its children, or a process ending itself, is not the cause.
         for line in [
             "Command '['a']' died with <Signals.SIGTERM: 15>.",

@@ -113,9 +113,14 @@ impl JobsService {
         })
     }
 
-    /// Who the job runs as is decided here, from the verified caller.
+    /// Who the job runs as is decided here, from the verified caller. A job submitted
+    /// for another user (root, an operator's tool) does not take the submitter's HOME: it
+    /// gets its owner's (jobs otherwise keep the submitted HOME, as Slurm's do).
     fn run_as_caller(&self, caller: &Caller, spec: &mut JobSpec) -> Result<(), Status> {
         let (user, uid, gid) = self.ctx.auth.run_as(caller, spec.uid, &spec.user)?;
+        if uid != caller.uid {
+            spec.env.remove("HOME");
+        }
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
         Ok(())
     }
