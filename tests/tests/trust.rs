@@ -1521,18 +1521,19 @@ fn flood_tls(
     user: &TestUser,
     addr: &str,
     ca: &str,
+    alpn: &str,
     count: usize,
     early: f64,
     late: f64,
 ) -> std::process::Child {
     let prog = r#"
 import json, resource, socket, ssl, sys, time
-addr, ca, count, early, late = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+addr, ca, alpn, count, early, late = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 host, port = addr.rsplit(":", 1)
 ctx = ssl.create_default_context(cafile=ca)
-ctx.set_alpn_protocols(["h2"])
+ctx.set_alpn_protocols([alpn])
 socks, refused = [], 0
 for _ in range(count):
     try:
@@ -1566,6 +1567,7 @@ print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), f
             prog,
             addr,
             ca,
+            alpn,
             &count.to_string(),
             &early.to_string(),
             &late.to_string(),
@@ -1588,9 +1590,42 @@ fn t104_with_certificates_a_flood_of_tls_connections_costs_its_sender_and_agents
     let certs = issue_certs(&[(1, vec!["127.0.0.1".to_string()])], &["n1", "n2"]);
     let d = certs.path().to_string_lossy().into_owned();
     let sock = munged.socket().to_string_lossy().into_owned();
-    let mut c = Cluster::controllers_with(1, &[], with_certs(&d, &sock, Some(&sock)));
+    let http = format!("127.0.0.1:{}", gsched_tests::free_port());
+    let mut c =
+        Cluster::controllers_with(1, &["--http", &http], with_certs(&d, &sock, Some(&sock)));
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     let grpc = c.controllers[0].1.clone();
+    let v: Value = serde_json::from_str(&ok_as(&c, &alice, "gctl", &["token", "--json"])).unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    // Alice's script reading the REST API over HTTPS, as t98's does.
+    let https_get = || {
+        let prog = r#"
+import ssl, sys, urllib.request
+url, ca, token = sys.argv[1], sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=ca)
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+    print(r.status)
+"#;
+        let out = Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                prog,
+                &format!("https://{http}/api/v1/jobs"),
+                &format!("{d}/ca.pem"),
+                &token,
+            ])
+            .uid(alice.uid)
+            .gid(alice.gid)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "200",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
     let timed = |n: usize| -> Vec<f64> {
         (0..n)
             .map(|_| {
@@ -1609,39 +1644,50 @@ fn t104_with_certificates_a_flood_of_tls_connections_costs_its_sender_and_agents
     // Bob, on the same host as everyone (one address), holds 400 TLS connections that
     // never identify themselves: over the address's 128, each new one costs him his
     // oldest, and none outlives the 10 s deadline.
-    let mut flood = flood_tls(&bob, &grpc, &format!("{d}/ca.pem"), 400, 3.0, 16.0);
+    let ca = format!("{d}/ca.pem");
+    let mut flood = flood_tls(&bob, &grpc, &ca, "h2", 400, 3.0, 16.0);
+    let mut flood_http = flood_tls(&bob, &http, &ca, "http/1.1", 400, 3.0, 16.0);
     std::thread::sleep(Duration::from_millis(2500));
     let loaded = timed(5);
+    https_get();
     // A node agent from that host registers meanwhile.
     let began = std::time::Instant::now();
     c.add_agent("n2", "rtx4090-8gpu.json", &[]);
     let registered = began.elapsed();
-    let out = flood.wait_with_output_ref();
-    let r: Vec<Value> = out
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let read = |child: &mut std::process::Child| -> Vec<Value> {
+        child
+            .wait_with_output_ref()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let (r, rh) = (read(&mut flood), read(&mut flood_http));
     println!(
-        "alice's gqueue with certificates: {:.1} ms quiet, {:.1} ms under bob's TLS flood (medians of 5); n2 registered in {:.2} s; flood {r:?}",
+        "alice's gqueue with certificates: {:.1} ms quiet, {:.1} ms under bob's TLS flood (medians of 5); n2 registered in {:.2} s; gRPC flood {r:?}; HTTPS flood {rh:?}",
         median(&quiet),
         median(&loaded),
         registered.as_secs_f64()
     );
-    let (early, late) = (&r[0], &r[1]);
-    let opened = early["opened"].as_u64().unwrap();
-    let kept = opened - early["closed"].as_u64().unwrap();
-    assert!(
-        opened > 128,
-        "the flood reached past one address's share: {r:?}"
-    );
-    assert!(
-        kept <= 128,
-        "bob kept {kept} connections, more than 128: {r:?}"
-    );
-    assert_eq!(
-        late["closed"], late["opened"],
-        "connections that never identified themselves are closed after 10 s: {r:?}"
-    );
+    for (name, r) in [("gRPC", &r), ("HTTPS", &rh)] {
+        let (early, late) = (&r[0], &r[1]);
+        let opened = early["opened"].as_u64().unwrap();
+        let kept = opened - early["closed"].as_u64().unwrap();
+        // On gRPC a connection counts against its address until identified, so bob's
+        // floods past 128 (each new one costing him his oldest); HTTPS on loopback knows
+        // his uid from the kernel at once and refuses his 129th.
+        assert!(
+            name == "HTTPS" || opened > 128,
+            "{name}: the flood reached past one address's share: {r:?}"
+        );
+        assert!(
+            kept <= 128,
+            "{name}: bob kept {kept} connections, more than 128: {r:?}"
+        );
+        assert_eq!(
+            late["closed"], late["opened"],
+            "{name}: connections that never identified themselves are closed after 10 s: {r:?}"
+        );
+    }
     assert!(median(&loaded) < 1000.0, "{loaded:?}");
     assert!(registered < Duration::from_secs(20), "{registered:?}");
     // Alice's own commands still work after the flood: her connections count as hers.

@@ -554,11 +554,22 @@ impl HttpListener {
             };
             let uid = conn.info().peer_uid;
             let peer = admission.peer_of(uid, Some(remote.ip()));
-            let Some(permit) = admission.admit(peer) else {
+            // An HTTPS client the kernel cannot name counts against its address until a
+            // request of it authenticates (`http::rest`'s `Verified`), as on the gRPC port.
+            let permit = match (peer, &tls) {
+                (Peer::Ip(ip), Some(_)) => admission.admit_unidentified(ip),
+                _ => admission.admit(peer),
+            };
+            let Some(permit) = permit else {
                 continue;
             };
+            let slot = permit.slot();
             let conn = conn.admitted(permit, admission.limits().first_bytes);
-            let who = HttpPeer { remote, uid };
+            let who = HttpPeer {
+                remote,
+                uid,
+                slot: Some(slot),
+            };
             match &tls {
                 None => {
                     if tx.send((HttpIo::Plain(conn), who)).await.is_err() {
@@ -633,11 +644,12 @@ impl tokio::io::AsyncWrite for HttpIo {
     }
 }
 
-/// Who an HTTP connection came from.
-#[derive(Debug, Clone, Copy)]
+/// Who an HTTP connection came from, and its place among the listener's connections.
+#[derive(Clone)]
 pub struct HttpPeer {
     pub remote: std::net::SocketAddr,
     pub uid: Option<u32>,
+    pub slot: Option<Arc<Slot>>,
 }
 
 impl HttpListener {

@@ -361,3 +361,27 @@ fn max_jobs_and_max_wall_pend_with_slurms_reasons() {
     assert_eq!(reason_of(&reasons, long), "AssocMaxWallDurationPerJobLimit");
     assert_eq!(reason_of(&reasons, q), "QOSMaxWallDurationPerJobLimit");
 }
+
+#[test]
+fn a_qos_name_is_refused_only_where_the_cluster_defines_qos() {
+    let mut s = cluster();
+    let with_qos = |s: &mut ClusterState, q: &str| {
+        let mut spec = JobSpec::simple("j", "alice", "#!/bin/sh\ntrue\n");
+        spec.qos = Some(q.into());
+        s.apply(&env(Command::SubmitJob(SubmitJob { spec })))
+    };
+    // None defined: another site's --qos is taken and limits nothing, as Slurm without
+    // QOS enforcement does.
+    submitted(with_qos(&mut s, "boost_qos_dbg"));
+    assert_eq!(
+        add(&mut s, AssocEntity::Qos, "debug", AssocFields::default()),
+        Outcome::Ok
+    );
+    submitted(with_qos(&mut s, "debug"));
+    match with_qos(&mut s, "boost_qos_dbg") {
+        Outcome::Rejected { message } => {
+            assert!(message.contains("known QOS are debug"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

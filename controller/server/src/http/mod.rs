@@ -113,12 +113,13 @@ async fn serve_connections(app: Router, mut listener: crate::accept::HttpListene
     loop {
         let (io, peer) = listener.accept().await;
         let app = app.clone();
+        let remote = peer.remote;
         tokio::spawn(async move {
             let service = tower::ServiceExt::map_request(
                 app,
                 move |mut req: axum::http::Request<hyper::body::Incoming>| {
                     req.extensions_mut()
-                        .insert(axum::extract::ConnectInfo(peer));
+                        .insert(axum::extract::ConnectInfo(peer.clone()));
                     req
                 },
             );
@@ -131,7 +132,7 @@ async fn serve_connections(app: Router, mut listener: crate::accept::HttpListene
                 )
                 .with_upgrades();
             if let Err(e) = conn.await {
-                tracing::debug!("HTTP connection from {}: {e}", peer.remote);
+                tracing::debug!("HTTP connection from {remote}: {e}");
             }
         });
     }

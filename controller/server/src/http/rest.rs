@@ -105,25 +105,36 @@ impl axum::extract::FromRequestParts<Api> for Verified {
         api: &Api,
     ) -> Result<Verified, ApiError> {
         let headers = &parts.headers;
-        if let Some(token) = headers
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<crate::accept::HttpPeer>>()
+            .map(|c| c.0.clone());
+        let caller = if let Some(token) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         {
             let replica = api.ctx.raft.replica.clone();
             let revoked = move |uid| replica.read().state.token_revocations.revoked_before(uid);
-            return Ok(Verified(api.ctx.auth.caller_of_token(
-                token,
-                gsched_proto::clock::now_ms(),
-                revoked,
-            )?));
+            api.ctx
+                .auth
+                .caller_of_token(token, gsched_proto::clock::now_ms(), revoked)?
+        } else {
+            let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
+            api.ctx
+                .auth
+                .caller_of(peer.as_ref().and_then(|p| p.uid), cred)?
+        };
+        // The connection now counts against its user (it counted against its address).
+        if let Some(slot) = peer.as_ref().and_then(|p| p.slot.as_ref())
+            && let Err(why) = slot.identify(crate::accept::Peer::Uid(caller.uid))
+        {
+            return Err(ApiError(tonic::Status::resource_exhausted(format!(
+                "{} holds too many connections to this controller ({why:?}): close some",
+                caller.user
+            ))));
         }
-        let peer_uid = parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<crate::accept::HttpPeer>>()
-            .and_then(|c| c.0.uid);
-        let cred = headers.get("x-gsched-munge").and_then(|v| v.to_str().ok());
-        Ok(Verified(api.ctx.auth.caller_of(peer_uid, cred)?))
+        Ok(Verified(caller))
     }
 }
 

@@ -122,10 +122,18 @@ impl ClusterState {
                 names.join(", ")
             ));
         }
+        // As partitions: a cluster that defines no QOS takes any name and applies no QOS
+        // limit (Slurm without QOS enforcement does the same), so scripts from another
+        // site's `--qos` run; one that defines some refuses the others.
         if let Some(q) = &spec.qos
+            && !self.config.qos.is_empty()
             && self.config.qos(Some(q)).is_none()
         {
-            return Err(format!("invalid QOS '{q}'"));
+            let names: Vec<&str> = self.config.qos.iter().map(|q| q.name.as_str()).collect();
+            return Err(format!(
+                "invalid QOS '{q}': known QOS are {}",
+                names.join(", ")
+            ));
         }
         let partition = self.config.partition_of(spec);
         let max_time = self
