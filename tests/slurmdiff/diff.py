@@ -383,7 +383,7 @@ def id_map(obs):
 # step before (a race on Slurm's side, with no counterpart in what a job does).
 # The Slurm side runs TaskPlugin=task/none (a 2-CPU VM cannot bind tasks as a GPU node
 # would), so its srun says so for every --cpu-bind; that line is the peer's, not Slurm's.
-SRUN_WAITING = re.compile(r"^srun: (Job \S+ step creation temporarily disabled, retrying"
+SRUN_WAITING = re.compile(r"^srun: (Job \S+ step creation (temporarily|still) disabled, retrying"
                           r" \(Requested nodes are busy\)|Step created for job \S+"
                           r"|cluster configuration lacks support for cpu binding)$")
 

@@ -38,19 +38,8 @@ fn main() {
         sources::read(&raw, text.as_deref(), &env).unwrap_or_else(|e| die("gsub", e));
     let quiet = args.quiet || gsched_cli::invoked_as() == "sbatch";
     let ctx = SubmitContext::here();
-    let mut spec = resolve(&args, text, name.as_deref(), &ctx).unwrap_or_else(|e| die("gsub", e));
-    // sbatch's own defaults: its output file name (scripts and tools look for
-    // slurm-*.out) and opening it afresh.
-    if gsched_cli::invoked_as() == "sbatch" && spec.open_mode.is_none() {
-        spec.open_mode = Some(gsched_types::job::OpenMode::Truncate);
-    }
-    if spec.output.is_none() && gsched_cli::invoked_as() == "sbatch" {
-        spec.output = Some(if spec.array.is_some() {
-            "slurm-%A_%a.out".into()
-        } else {
-            "slurm-%j.out".into()
-        });
-    }
+    let build = |args: &SubArgs| build_spec(args, text.clone(), name.as_deref(), &ctx);
+    let mut spec = build(&args).unwrap_or_else(|e| die("gsub", e));
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
         if let Some(p) = pattern {
             check_output(flag, p, &spec.workdir, quiet).unwrap_or_else(|e| die("gsub", e));
@@ -62,13 +51,25 @@ fn main() {
     }
     let mut client = Client::new(controller_list(args.controllers.as_deref()));
     if action == sources::Action::TestOnly {
+        if let Some(wider) = spread(&rt, &mut client, &args, &spec, &build) {
+            spec = wider;
+        }
         return test_only(&rt, &mut client, &spec);
     }
-    let req = SubmitRequest::carrying(&spec).with_request_id(request_id());
-    let reply = rt.block_on(client.call(|mut c| {
-        let req = req.clone();
-        async move { c.submit(req).await }
-    }));
+    let submit = |client: &mut Client, spec: &JobSpec| {
+        let req = SubmitRequest::carrying(spec).with_request_id(request_id());
+        rt.block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.submit(req).await }
+        }))
+    };
+    let mut reply = submit(&mut client, &spec);
+    if let Err(s) = &reply
+        && never_fits(s)
+        && let Some(wider) = spread(&rt, &mut client, &args, &spec, &build)
+    {
+        reply = submit(&mut client, &wider);
+    }
     match reply {
         Ok(r) => {
             let id = r.job_ids.first().copied().unwrap_or(0);
@@ -86,6 +87,76 @@ fn main() {
         Err(s) => die("gsub", describe(&s)),
     }
 }
+
+/// The job `args` ask for, with sbatch's own defaults when run as `sbatch`: its output
+/// file name (scripts and tools look for slurm-*.out) and opening it afresh.
+fn build_spec(
+    args: &SubArgs,
+    text: Option<String>,
+    name: Option<&str>,
+    ctx: &SubmitContext,
+) -> Result<JobSpec, gsched_cli::sbatch::ResolveError> {
+    let mut spec = resolve(args, text, name, ctx)?;
+    if gsched_cli::invoked_as() == "sbatch" && spec.open_mode.is_none() {
+        spec.open_mode = Some(gsched_types::job::OpenMode::Truncate);
+    }
+    if spec.output.is_none() && gsched_cli::invoked_as() == "sbatch" {
+        spec.output = Some(if spec.array.is_some() {
+            "slurm-%A_%a.out".into()
+        } else {
+            "slurm-%j.out".into()
+        });
+    }
+    Ok(spec)
+}
+
+/// Whether the controller refused a job as one no node set could ever run.
+fn never_fits(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::InvalidArgument && s.message().contains("can never run here")
+}
+
+/// sbatch's node count where none is fixed: with tasks and no `-N` (or a `-N MIN-MAX`),
+/// Slurm allocates "enough nodes to satisfy" the tasks, CPUs and GPUs asked for
+/// (sbatch(1), --nodes). When the job could never run on the fewest nodes, the job as
+/// if `-N k` had been given for the least k (up to the range's top, or one node per
+/// task) that the controller says could run; `None` when there is no such k.
+fn spread(
+    rt: &tokio::runtime::Runtime,
+    client: &mut Client,
+    args: &SubArgs,
+    spec: &JobSpec,
+    build: &dyn Fn(&SubArgs) -> Result<JobSpec, gsched_cli::sbatch::ResolveError>,
+) -> Option<JobSpec> {
+    let (low, high) = match args.nodes.as_deref() {
+        None if args.ntasks.is_some() => (1, spec.ntasks),
+        None => return None,
+        Some(range) => {
+            let (a, b) = range.split_once('-')?;
+            (a.parse().ok()?, b.parse().ok()?)
+        }
+    };
+    for k in (low.max(spec.nodes) + 1)..=high.min(MAX_SPREAD) {
+        let mut wider = args.clone();
+        wider.nodes = Some(k.to_string());
+        let Ok(candidate) = build(&wider) else {
+            continue;
+        };
+        let req = CheckRequest::carrying(&candidate);
+        let fits = rt.block_on(client.call(|mut c| {
+            let req = req.clone();
+            async move { c.check(req).await }
+        }));
+        match fits {
+            Ok(_) => return Some(candidate),
+            Err(s) if never_fits(&s) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The most nodes a job without `-N` is spread over.
+const MAX_SPREAD: u32 = 64;
 
 /// The batch script's text and path (`None` for `--wrap` and `--torchrun`); from stdin
 /// when no path is given, as sbatch reads it.

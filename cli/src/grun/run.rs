@@ -213,16 +213,16 @@ fn start_step(
         match tried {
             Ok(stream) => {
                 if waited > 0 && !quiet {
-                    eprintln!("{tool}: Step created for job {job}");
+                    say(&format!("{tool}: Step created for job {job}"));
                 }
                 return stream;
             }
             Err(s) if s.code() == tonic::Code::ResourceExhausted => {
                 let how = if waited == 0 { "temporarily" } else { "still" };
                 if (waited == 0 || waited.is_power_of_two()) && !quiet {
-                    eprintln!(
+                    say(&format!(
                         "{tool}: Job {job} step creation {how} disabled, retrying (Requested nodes are busy)"
-                    );
+                    ));
                 }
                 waited += 1;
                 std::thread::sleep(pause);
@@ -468,4 +468,11 @@ fn run(
         status = 1;
     }
     status
+}
+
+/// One line to stderr in one write: concurrent steps of a job share its output file, and
+/// `eprintln!` may write a line in pieces that interleave with theirs.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
