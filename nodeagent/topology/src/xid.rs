@@ -337,7 +337,12 @@ pub fn parse_line(line: &str) -> Option<KernelEvent> {
             line: line.trim().to_string(),
         });
     }
-    if msg.contains("probe with driver nvidia failed") {
+    // The kernel's driver core failing to bind the nvidia driver to a device
+    // (drivers/base/dd.c): "0000:06:00.0: probe with driver nvidia failed with error -1"
+    // since Linux 5.x, "nvidia: probe of 0000:06:00.0 failed with error -1" before.
+    if msg.contains("probe with driver nvidia failed")
+        || (msg.contains("nvidia: probe of ") && msg.contains(" failed"))
+    {
         return Some(KernelEvent::GpuInitFailed {
             pci: first_pci(msg).map(normalize_pci).unwrap_or_default(),
             line: line.trim().to_string(),
@@ -657,5 +662,19 @@ mod tests {
         }
         assert!(parse_line("random text").is_none());
         assert!(parse_line("NVRM: Xid (PCI:0000:05:00): notanumber").is_none());
+    }
+
+    #[test]
+    fn the_driver_core_failing_to_bind_nvidia_names_the_device_in_both_forms() {
+        for line in [
+            "[   28.109040] nvidia: probe of 0000:06:00.0 failed with error -1",
+            "[    3.2] nvidia 0000:06:00.0: probe with driver nvidia failed with error -1",
+        ] {
+            match parse_line(line) {
+                Some(KernelEvent::GpuInitFailed { pci, .. }) => assert_eq!(pci, "0000:06:00"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        assert!(parse_line("e1000e: probe of 0000:00:1f.6 failed with error -5").is_none());
     }
 }
