@@ -115,11 +115,9 @@ fn never_fits(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::InvalidArgument && s.message().contains("can never run here")
 }
 
-/// sbatch's node count where none is fixed: with tasks and no `-N` (or a `-N MIN-MAX`),
-/// Slurm allocates "enough nodes to satisfy" the tasks, CPUs and GPUs asked for
-/// (sbatch(1), --nodes). When the job could never run on the fewest nodes, the job as
-/// if `-N k` had been given for the least k (up to the range's top, or one node per
-/// task) that the controller says could run; `None` when there is no such k.
+/// sbatch's node count where none is fixed (`sbatch::wider_node_counts`): when the job
+/// could never run on the fewest nodes, the job as if `-N k` had been given for the least
+/// k that the controller says could run; `None` when there is no such k.
 fn spread(
     rt: &tokio::runtime::Runtime,
     client: &mut Client,
@@ -127,15 +125,7 @@ fn spread(
     spec: &JobSpec,
     build: &dyn Fn(&SubArgs) -> Result<JobSpec, gsched_cli::sbatch::ResolveError>,
 ) -> Option<JobSpec> {
-    let (low, high) = match args.nodes.as_deref() {
-        None if args.ntasks.is_some() => (1, spec.ntasks),
-        None => return None,
-        Some(range) => {
-            let (a, b) = range.split_once('-')?;
-            (a.parse().ok()?, b.parse().ok()?)
-        }
-    };
-    for k in (low.max(spec.nodes) + 1)..=high.min(MAX_SPREAD) {
+    for k in gsched_cli::sbatch::wider_node_counts(args, spec) {
         let mut wider = args.clone();
         wider.nodes = Some(k.to_string());
         let Ok(candidate) = build(&wider) else {
@@ -154,9 +144,6 @@ fn spread(
     }
     None
 }
-
-/// The most nodes a job without `-N` is spread over.
-const MAX_SPREAD: u32 = 64;
 
 /// The batch script's text and path (`None` for `--wrap` and `--torchrun`); from stdin
 /// when no path is given, as sbatch reads it.

@@ -12,7 +12,7 @@ pub mod sources;
 
 pub use directives::{DirectiveError, directives, split_words};
 pub use flags::SubArgs;
-pub use resolve::{ResolveError, SubmitContext, dry_run_json, resolve};
+pub use resolve::{ResolveError, SubmitContext, dry_run_json, resolve, wider_node_counts};
 
 #[cfg(test)]
 mod tests {
@@ -302,6 +302,26 @@ mod tests {
             !s.gpu_share_cpus,
             "a CPU job keeps Slurm's one CPU per task"
         );
+    }
+
+    #[test]
+    fn node_counts_to_try_follow_what_fixes_the_count() {
+        let tried = |argv: &[&str]| {
+            let mut all = argv.to_vec();
+            all.push("x.sh");
+            let a = parse_args(&all);
+            let spec = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+            wider_node_counts(&a, &spec).collect::<Vec<u32>>()
+        };
+        assert_eq!(
+            tried(&["-n", "4"]),
+            vec![2, 3, 4],
+            "one node per task at most"
+        );
+        assert!(tried(&["-N", "2", "-n", "4"]).is_empty(), "-N fixes it");
+        assert!(tried(&["-c", "8"]).is_empty(), "no tasks asked for");
+        assert_eq!(tried(&["-N", "2-4"]), vec![3, 4]);
+        assert_eq!(tried(&["-n", "200"]).last(), Some(&64));
     }
 
     #[test]

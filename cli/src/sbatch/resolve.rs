@@ -349,6 +349,27 @@ struct Tasks {
 
 /// `required`: how many nodes `--nodelist`/`--nodefile` name (sbatch takes that many
 /// when `--nodes` is not given).
+/// The most nodes a job without `-N` is spread over.
+const MAX_SPREAD: u32 = 64;
+
+/// The node counts to try, fewest first, for a job no `-N` fixes: with tasks and no `-N`
+/// Slurm allocates "enough nodes to satisfy" the tasks, CPUs and GPUs asked for, and with
+/// `-N MIN-MAX` any count in the range (sbatch(1), --nodes); `spec` was resolved with the
+/// fewest. Empty when `-N` fixes one count or no tasks were asked for.
+pub fn wider_node_counts(args: &SubArgs, spec: &JobSpec) -> impl Iterator<Item = u32> {
+    let bounds = match args.nodes.as_deref() {
+        None if args.ntasks.is_some() => Some((1, spec.ntasks)),
+        None => None,
+        Some(range) => match range.split_once('-').map(|(a, b)| (a.parse(), b.parse())) {
+            Some((Ok(a), Ok(b))) => Some((a, b)),
+            _ => None,
+        },
+    };
+    bounds
+        .into_iter()
+        .flat_map(move |(low, high): (u32, u32)| (low.max(spec.nodes) + 1)..=high.min(MAX_SPREAD))
+}
+
 fn tasks(args: &SubArgs, required: usize) -> Result<Tasks, ResolveError> {
     let nodes = match args.nodes.as_deref() {
         None => (required as u32).max(1),
