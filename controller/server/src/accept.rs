@@ -422,6 +422,58 @@ async fn accept_tls(
     }
 }
 
+/// `AsyncRead` and `AsyncWrite` for an enum of a connection as accepted (`Plain`) and
+/// one with TLS (`Tls`), passed through to whichever it is.
+macro_rules! plain_or_tls {
+    ($ty:ident) => {
+        impl tokio::io::AsyncRead for $ty {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+                    $ty::Tls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+                }
+            }
+        }
+
+        impl tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $ty::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+                    $ty::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+                }
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+                    $ty::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
+                }
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+                    $ty::Tls(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+                }
+            }
+        }
+    };
+}
+
 /// One accepted gRPC connection: as accepted (a Unix socket, loopback TCP), or with TLS.
 pub enum GrpcIo {
     Plain(Conn),
@@ -439,48 +491,7 @@ impl tonic::transport::server::Connected for GrpcIo {
     }
 }
 
-macro_rules! either {
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self.get_mut() {
-            GrpcIo::Plain($s) => $e,
-            GrpcIo::Tls($s) => $e,
-        }
-    };
-}
-
-impl tokio::io::AsyncRead for GrpcIo {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
-    }
-}
-
-impl tokio::io::AsyncWrite for GrpcIo {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        either!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_shutdown(cx))
-    }
-}
+plain_or_tls!(GrpcIo);
 
 /// Calls `accept` until it gives a connection: at once after an error of one connection,
 /// 100 ms later when the process is out of descriptors (said at most every 10 s).
@@ -601,48 +612,7 @@ pub enum HttpIo {
     Tls(Box<tokio_rustls::server::TlsStream<Conn>>),
 }
 
-macro_rules! either {
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self.get_mut() {
-            HttpIo::Plain($s) => $e,
-            HttpIo::Tls($s) => $e,
-        }
-    };
-}
-
-impl tokio::io::AsyncRead for HttpIo {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_read(cx, buf))
-    }
-}
-
-impl tokio::io::AsyncWrite for HttpIo {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        either!(self, s => std::pin::Pin::new(s).poll_write(cx, buf))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_flush(cx))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        either!(self, s => std::pin::Pin::new(s).poll_shutdown(cx))
-    }
-}
+plain_or_tls!(HttpIo);
 
 /// Who an HTTP connection came from, and its place among the listener's connections.
 #[derive(Clone)]
