@@ -131,6 +131,14 @@ DESIGN = [
      "every task of a gsched job has MASTER_ADDR and MASTER_PORT (torch.distributed's "
      "rendezvous), where Slurm sets neither: a script that prints its own unset "
      "MASTER_ADDR sees the first node's address", True),
+    ("no-pmi-warning",
+     lambda k, a, b: k.startswith("file ")
+     and "\n".join(l for l in (b or "").split("\n")
+                   if not re.match(r"^srun: warning: --mpi=\S+: gsched starts every task itself", l))
+     == (a or ""),
+     "srun --mpi=pmi2/pmix runs the step as Slurm does, and says once that gsched runs no "
+     "PMI server (an MPI program that needs one fails in MPI_Init; mpirun inside the job "
+     "works)", False),
     ("never-runs-wording",
      lambda k, a, b: k.startswith("submit[") and k.endswith(".stderr")
      and bool(re.search(r"Batch job submission failed: (Invalid feature specification|"

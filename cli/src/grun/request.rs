@@ -70,16 +70,6 @@ pub fn step_request(
             "no command given: grun [options] COMMAND [ARGS]".into(),
         ));
     }
-    match args.mpi.as_deref().or_else(|| caller.var("SLURM_MPI_TYPE")) {
-        None | Some("none") => {}
-        Some(other) => {
-            return Err(flag(
-                "--mpi",
-                other,
-                "gsched starts every task itself and runs no PMI server; use --mpi=none, or start MPI programs with mpirun inside the job",
-            ));
-        }
-    }
     let cwd = match &args.chdir {
         Some(d) if d.starts_with('/') => d.clone(),
         Some(d) => format!("{}/{d}", caller.cwd.trim_end_matches('/')),
@@ -104,6 +94,18 @@ pub fn step_request(
     })
 }
 
+/// What `--mpi` (or `SLURM_MPI_TYPE`) other than `none` is told: the step runs (many
+/// scripts pass `--mpi=pmi2` by habit, for programs that need no PMI at all, and Slurm
+/// runs them), but no PMI server is there for an MPI program that needs one.
+pub fn mpi_warning(args: &RunArgs, caller: &Caller) -> Option<String> {
+    match args.mpi.as_deref().or_else(|| caller.var("SLURM_MPI_TYPE")) {
+        None | Some("none") => None,
+        Some(other) => Some(format!(
+            "--mpi={other}: gsched starts every task itself and runs no PMI server; an MPI program that needs one fails in MPI_Init: start MPI programs with mpirun inside the job"
+        )),
+    }
+}
+
 /// The variables srun sets for a step's tasks from its options and input variables, as
 /// Slurm 22.05 does (`src/common/env.c` `setup_env`, `srun_job.c`, slurmstepd's
 /// `SLURMD_TRES_BIND`).
@@ -112,6 +114,9 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
     let given = |opt: &Option<String>, var: &str| {
         opt.clone().or_else(|| caller.var(var).map(str::to_string))
     };
+    if let Some(m) = given(&args.mpi, "SLURM_MPI_TYPE") {
+        env.insert("SLURM_MPI_TYPE".into(), m);
+    }
     if let Some(d) = given(&args.distribution, "SLURM_DISTRIBUTION") {
         // Slurm names a plane distribution without its size.
         let d = if d.starts_with("plane") {
@@ -542,11 +547,17 @@ mod tests {
     }
 
     #[test]
-    fn mpi_none_runs_and_pmi_is_refused() {
+    fn pmi_runs_with_a_warning_and_its_type_in_the_tasks_environment() {
         assert!(request(&["--mpi=none", "true"], &[]).is_ok());
-        let e = request(&["--mpi=pmix", "true"], &[]).unwrap_err();
-        assert!(e.to_string().contains("no PMI server"), "{e}");
-        assert!(request(&["true"], &[("SLURM_MPI_TYPE", "pmi2")]).is_err());
+        let r = request(&["--mpi=pmix", "true"], &[]).unwrap();
+        assert_eq!(r.srun_env["SLURM_MPI_TYPE"], "pmix");
+        let r = request(&["true"], &[("SLURM_MPI_TYPE", "pmi2")]).unwrap();
+        assert_eq!(r.srun_env["SLURM_MPI_TYPE"], "pmi2");
+        let args = RunArgs::try_parse_from(["grun", "--mpi=pmi2", "true"]).unwrap();
+        let warned = mpi_warning(&args, &caller(&[])).unwrap();
+        assert!(warned.contains("no PMI server"), "{warned}");
+        let args = RunArgs::try_parse_from(["grun", "--mpi=none", "true"]).unwrap();
+        assert!(mpi_warning(&args, &caller(&[])).is_none());
     }
 
     #[test]

@@ -292,6 +292,11 @@ fn run(
     };
     let request =
         step_request(args, job, &caller, terminal_size).unwrap_or_else(|e| die("grun", e));
+    if let Some(w) = super::request::mpi_warning(args, &caller)
+        && !args.quiet
+    {
+        say(&format!("{}: warning: {w}", crate::invoked_as()));
+    }
     let names = Names {
         job,
         step: 0,

@@ -305,6 +305,23 @@ mod tests {
     }
 
     #[test]
+    fn tasks_and_tasks_per_node_without_nodes_take_the_nodes_they_need() {
+        let a = parse_args(&["--ntasks=4", "--ntasks-per-node=2", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.nodes, s.ntasks, s.ntasks_per_node), (2, 4, 2));
+        let a = parse_args(&[
+            "--ntasks=5",
+            "--ntasks-per-node=2",
+            "--launch=batch",
+            "x.sh",
+        ]);
+        let s = resolve(&a, Some("#!/bin/sh\ntrue\n".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!((s.nodes, s.ntasks), (3, 5));
+        let a = parse_args(&["-N", "1", "--ntasks=4", "--ntasks-per-node=2", "x.sh"]);
+        assert!(resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).is_err());
+    }
+
+    #[test]
     fn node_counts_to_try_follow_what_fixes_the_count() {
         let tried = |argv: &[&str]| {
             let mut all = argv.to_vec();

@@ -372,7 +372,15 @@ pub fn wider_node_counts(args: &SubArgs, spec: &JobSpec) -> impl Iterator<Item =
 
 fn tasks(args: &SubArgs, required: usize) -> Result<Tasks, ResolveError> {
     let nodes = match args.nodes.as_deref() {
-        None => (required as u32).max(1),
+        // -n with --ntasks-per-node and no -N: as many nodes as the count per node needs
+        // (sbatch(1): -n takes precedence, --ntasks-per-node is then a maximum per node).
+        None => match (
+            count(&args.ntasks, "--ntasks")?,
+            count(&args.ntasks_per_node, "--ntasks-per-node")?,
+        ) {
+            (Some(n), Some(m)) if m > 0 => n.div_ceil(m).max(required as u32).max(1),
+            _ => (required as u32).max(1),
+        },
         Some(s) => {
             // sbatch accepts MIN-MAX; gsched takes the minimum.
             let first = if s.starts_with('-') {

@@ -243,7 +243,11 @@ pub fn wc_status_in(line: &str) -> Option<&'static WcStatus> {
     }) {
         return Some(s);
     }
-    let completion = lower.contains("wr_id") || lower.contains("completion with error");
+    // A completion reported with its status number: perftest's "wr_id", "Completion with
+    // error", a network plugin's "Got completion ... status=12 ... vendor err 129".
+    let completion = lower.contains("wr_id")
+        || lower.contains("completion with error")
+        || (lower.contains("completion") && lower.contains("vendor err"));
     if !completion {
         return None;
     }
@@ -537,6 +541,12 @@ mod tests {
             assert_eq!(wc_status_in(&line).unwrap().name, s.name, "{line}");
         }
         assert!(wc_status_in("Completion with error: status 0").is_none());
+        assert_eq!(
+            wc_status_in("NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12 opcode=32698 len=32696 vendor err 129 (Send)")
+                .unwrap()
+                .name,
+            "IBV_WC_RETRY_EXC_ERR"
+        );
         assert_eq!(
             wc_status_in("UCX  ERROR Error on QP 0x61f5 wqe[0]: Transport retry count exceeded (synd 0x15 vend 0x81)")
                 .unwrap()

@@ -269,6 +269,17 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             raised: None,
         });
     }
+    // A summary naming SIGHUP, SIGINT, SIGABRT or SIGTERM: the launcher is ending the job,
+    // and an error before it (a rank's exception, NCCL's WARN) is what explains it
+    // (`first_cause`); with none, the signal does.
+    if let Some(signal) = summary_signal(line) {
+        return Some(LogFinding {
+            kind: FailureKind::Signal { signal },
+            line: evidence(line),
+            fatal: true,
+            raised: None,
+        });
+    }
     if line.contains("ChildFailedError")
         || (line.contains("received by PID") && line.contains("Signal"))
     {
@@ -522,9 +533,27 @@ fn launcher_signalled(line: &str) -> Option<i32> {
 fn mpi_fatal(line: &str) -> bool {
     line.contains("Fatal error in PMPI_")
         || line.contains("Fatal error in MPI_")
+        || (line.contains("Abort(") && line.contains("Fatal error in "))
         || line.contains("MPI_ABORT was invoked")
         || line.contains("An error occurred in MPI_")
         || (line.contains("pml_ucx") && line.contains("Failed to create UCP worker"))
+        || ucx_fatal(line)
+}
+
+/// UCX's own fatal level (ucs/debug/log.c: `ucs_fatal` prints "Fatal:" after the source
+/// location and aborts the process; `UCX  FATAL` in its level-named form).
+fn ucx_fatal(line: &str) -> bool {
+    line.contains("UCX  FATAL")
+        || line.contains("UCX FATAL")
+        || line.split_once(" Fatal: ").is_some_and(|(head, _)| {
+            head.trim_end().rsplit(' ').next().is_some_and(|loc| {
+                loc.contains(".c:")
+                    && loc
+                        .rsplit(':')
+                        .next()
+                        .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()))
+            })
+        })
 }
 
 /// A child's death by a signal as Python's launchers say it: `subprocess`'s
@@ -541,6 +570,13 @@ fn python_child_signal(line: &str) -> Option<i32> {
     }
     if let Some(pos) = line.find("died with unknown signal ") {
         let rest = &line[pos + "died with unknown signal ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        return digits.parse().ok();
+    }
+    // DeepSpeed's launcher (deepspeed/launcher/launch.py `sigkill_handler`): "... exits
+    // with return code = -9".
+    if let Some(pos) = line.find("exits with return code = -") {
+        let rest = &line[pos + "exits with return code = -".len()..];
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
         return digits.parse().ok();
     }
@@ -1122,17 +1158,29 @@ KeyboardInterrupt
         ] {
             assert_eq!(signal(line), FailureKind::Signal { signal: 1 }, "{line}");
         }
-        // A launcher stopping its children, or a process ending itself, is not the cause.
+        // A launcher stopping its children, or a process ending itself, ends the job; an
+        // error before it explains it (`first_cause`).
         for line in [
             "Command '['a']' died with <Signals.SIGTERM: 15>.",
             "process 0 terminated with signal SIGABRT",
             "job.sh: line 3: 12 Terminated   sleep 100",
         ] {
-            assert!(
-                classify_line(line).is_none_or(|f| !matches!(f.kind, FailureKind::Signal { .. })),
-                "{line}"
-            );
+            assert!(classify_line(line).is_some_and(|f| f.fatal), "{line}");
         }
+        // DeepSpeed's launcher, UCX's fatal level, MPICH 4's abort.
+        assert_eq!(
+            signal(
+                "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['python3', '-u', 'main.py'] exits with return code = -9"
+            ),
+            FailureKind::Signal { signal: 9 }
+        );
+        for line in [
+            "[h:31658:0:31658]    ud_iface.c:48   Fatal: iface 0xb32050: failed to get peer address",
+            "Abort(675407631) on node 0: Fatal error in internal_Init: Other MPI error, error stack:",
+        ] {
+            assert!(classify_line(line).is_some_and(|f| f.fatal), "{line}");
+        }
+        assert!(classify_line("Fatal: the user's own message").is_none());
         // Inside a traceback the exception line keeps the signal.
         let f = read("Traceback (most recent call last):
   File \"/opt/torch/distributed/launch.py\", line 259, in main
