@@ -269,14 +269,15 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             raised: None,
         });
     }
-    // A summary naming SIGHUP, SIGINT, SIGABRT or SIGTERM: the launcher is ending the job,
-    // and an error before it (a rank's exception, NCCL's WARN) is what explains it
-    // (`first_cause`); with none, the signal does.
+    // A summary naming SIGHUP or SIGABRT: the launcher is ending the job, and an error
+    // before it (a rank's exception, NCCL's WARN) is what explains it (`first_cause`);
+    // with none, the signal does. SIGINT and SIGTERM are how a job is stopped (a cancel,
+    // a time limit, the launcher stopping the other ranks): the sender explains them.
     if let Some(signal) = summary_signal(line) {
         return Some(LogFinding {
             kind: FailureKind::Signal { signal },
             line: evidence(line),
-            fatal: true,
+            fatal: !matches!(signal, 2 | 15),
             raised: None,
         });
     }
@@ -497,8 +498,14 @@ fn summary_signal(line: &str) -> Option<i32> {
     (code < 0 && rest.contains("pid")).then_some(-code)
 }
 
-/// The signal a launcher says it received itself (torch elastic's agent).
+/// The signal a launcher says it received itself (torch elastic's agent), except SIGINT
+/// and SIGTERM, which are how jobs are stopped (the sender explains those).
 fn launcher_signalled(line: &str) -> Option<i32> {
+    launcher_signal_number(line).filter(|s| !matches!(s, 2 | 15))
+}
+
+/// The number in "Received N death signal" or a SignalException's "got signal: N".
+fn launcher_signal_number(line: &str) -> Option<i32> {
     let number_or_name = |w: &str| -> Option<i32> {
         let w = w.trim_start_matches("Signals.");
         w.parse().ok().or_else(|| {
@@ -1158,14 +1165,15 @@ KeyboardInterrupt
         ] {
             assert_eq!(signal(line), FailureKind::Signal { signal: 1 }, "{line}");
         }
-        // A launcher stopping its children, or a process ending itself, ends the job; an
-        // error before it explains it (`first_cause`).
+        // A process ending itself ends the job (an error before it explains it,
+        // `first_cause`); a stop someone sent is the sender's to explain.
+        assert!(classify_line("process 0 terminated with signal SIGABRT").is_some_and(|f| f.fatal));
         for line in [
             "Command '['a']' died with <Signals.SIGTERM: 15>.",
-            "process 0 terminated with signal SIGABRT",
             "job.sh: line 3: 12 Terminated   sleep 100",
+            "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
         ] {
-            assert!(classify_line(line).is_some_and(|f| f.fatal), "{line}");
+            assert!(classify_line(line).is_none_or(|f| !f.fatal), "{line}");
         }
         // DeepSpeed's launcher, UCX's fatal level, MPICH 4's abort.
         assert_eq!(
