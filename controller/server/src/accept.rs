@@ -103,6 +103,10 @@ impl Counts {
     }
 }
 
+/// How many addresses the table of unidentified connections holds before it forgets
+/// those with none left.
+const PENDING_ADDRESSES: usize = 1024;
+
 /// A listener's admission: limits, counts, and when a refusal was last logged.
 pub struct Admission {
     limits: Limits,
@@ -275,6 +279,14 @@ impl Admission {
         }
         let permit = self.permit(peer, false);
         let mut pending = self.pending.lock();
+        // Addresses whose connections are all gone or identified are forgotten once many
+        // have been seen, so the table stays the size of what is pending.
+        if pending.len() >= PENDING_ADDRESSES {
+            pending.retain(|_, q| {
+                q.retain(|w| w.upgrade().is_some_and(|s| !s.identified()));
+                !q.is_empty()
+            });
+        }
         let queue = pending.entry(ip).or_default();
         queue.retain(|w| w.upgrade().is_some_and(|s| !s.identified()));
         queue.push_back(Arc::downgrade(&permit.slot));
@@ -759,6 +771,21 @@ mod tests {
         drop((first, second));
         assert_eq!(admission.counts.lock().held(Peer::Ip(ip)), 2);
         assert_eq!(admission.counts.lock().held(Peer::Daemon), 1);
+    }
+
+    #[test]
+    fn addresses_with_nothing_pending_are_forgotten_once_many_were_seen() {
+        let admission = Admission::new(Limits {
+            total: 10_000,
+            ..limits()
+        });
+        for i in 0..PENDING_ADDRESSES as u32 + 10 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            let p = admission.admit_unidentified(ip).unwrap();
+            drop(p);
+        }
+        assert!(admission.pending.lock().len() <= PENDING_ADDRESSES + 1);
+        assert_eq!(admission.counts.lock().total, 0);
     }
 
     #[test]
