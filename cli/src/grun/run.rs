@@ -204,7 +204,7 @@ fn start_step(
 ) -> tonic::Streaming<gsched_proto::pb::RunStepReply> {
     let tool = crate::invoked_as();
     let mut waited = 0u32;
-    let mut pause = Duration::from_millis(200);
+    let began = std::time::Instant::now();
     loop {
         let tried = rt.block_on(client.call(|mut c| {
             let req = req.clone();
@@ -225,11 +225,22 @@ fn start_step(
                     ));
                 }
                 waited += 1;
-                std::thread::sleep(pause);
-                pause = (pause * 3 / 2).min(Duration::from_secs(5));
+                std::thread::sleep(retry_pause(began.elapsed()));
             }
             Err(s) => die("grun", describe(&s)),
         }
+    }
+}
+
+/// How long a step waiting for its job's GPUs sleeps before asking again, having waited
+/// `so_far`: 100 ms for the first 30 s, so that it takes the first GPUs another step lets
+/// go (as Slurm's srun, told by slurmctld, does: a growing back-off let a later step end
+/// first and the step got other GPUs), then once a second.
+pub fn retry_pause(so_far: Duration) -> Duration {
+    if so_far < Duration::from_secs(30) {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_secs(1)
     }
 }
 
