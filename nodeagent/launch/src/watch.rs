@@ -269,18 +269,6 @@ pub fn classify_line(line: &str) -> Option<LogFinding> {
             raised: None,
         });
     }
-    // A summary naming SIGHUP or SIGABRT: the launcher is ending the job, and an error
-    // before it (a rank's exception, NCCL's WARN) is what explains it (`first_cause`);
-    // with none, the signal does. SIGINT and SIGTERM are how a job is stopped (a cancel,
-    // a time limit, the launcher stopping the other ranks): the sender explains them.
-    if let Some(signal) = summary_signal(line) {
-        return Some(LogFinding {
-            kind: FailureKind::Signal { signal },
-            line: evidence(line),
-            fatal: !matches!(signal, 2 | 15),
-            raised: None,
-        });
-    }
     if line.contains("ChildFailedError")
         || (line.contains("received by PID") && line.contains("Signal"))
     {
@@ -1165,10 +1153,10 @@ KeyboardInterrupt
         ] {
             assert_eq!(signal(line), FailureKind::Signal { signal: 1 }, "{line}");
         }
-        // A process ending itself ends the job (an error before it explains it,
-        // `first_cause`); a stop someone sent is the sender's to explain.
-        assert!(classify_line("process 0 terminated with signal SIGABRT").is_some_and(|f| f.fatal));
+        // A summary of a rank that aborted or was stopped explains an exit, it does not
+        // predict one (the exit status and the error before it decide).
         for line in [
+            "process 0 terminated with signal SIGABRT",
             "Command '['a']' died with <Signals.SIGTERM: 15>.",
             "job.sh: line 3: 12 Terminated   sleep 100",
             "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
