@@ -560,26 +560,22 @@ fn python_child_signal(line: &str) -> Option<i32> {
     if let Some(pos) = line.find("<Signals.SIG") {
         let rest = &line[pos + "<Signals.".len()..];
         let number = rest.split_once(':')?.1.trim_start();
-        let digits: String = number.chars().take_while(char::is_ascii_digit).collect();
-        return digits.parse().ok();
+        return leading_number(number);
     }
     if let Some(pos) = line.find("died with unknown signal ") {
         let rest = &line[pos + "died with unknown signal ".len()..];
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        return digits.parse().ok();
+        return leading_number(rest);
     }
     // DeepSpeed's launcher (deepspeed/launcher/launch.py `sigkill_handler`): "... exits
     // with return code = -9".
     if let Some(pos) = line.find("exits with return code = -") {
         let rest = &line[pos + "exits with return code = -".len()..];
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        return digits.parse().ok();
+        return leading_number(rest);
     }
     // Open MPI's mpirun: "process rank 7 with PID 0 on node n1 exited on signal 9 (Killed)".
     if let Some(pos) = line.find("exited on signal ") {
         let rest = &line[pos + "exited on signal ".len()..];
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        return digits.parse().ok();
+        return leading_number(rest);
     }
     let pos = line.find("terminated with signal ")?;
     let name = line[pos + "terminated with signal ".len()..]
@@ -589,6 +585,12 @@ fn python_child_signal(line: &str) -> Option<i32> {
         .iter()
         .find(|s| s.name == name)
         .map(|s| s.number)
+}
+
+/// The number `text` starts with.
+fn leading_number(text: &str) -> Option<i32> {
+    let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A foreground command killed by a signal as a non-interactive bash reports it on the
