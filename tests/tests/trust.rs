@@ -1374,61 +1374,6 @@ fn t95_a_step_stops_when_its_lease_lapses_though_the_agent_and_its_files_are_gon
     );
 }
 
-/// Opens `count` idle connections to `addr` as `user` and reports, as JSON, how many the
-/// server had closed after `early` and after `late` seconds.
-fn flood(user: &TestUser, addr: &str, count: usize, early: f64, late: f64) -> std::process::Child {
-    let prog = r#"
-import json, resource, selectors, socket, sys, time
-addr, count, early, late = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-host, port = addr.rsplit(":", 1)
-socks, refused = [], 0
-for _ in range(count):
-    s = socket.socket()
-    try:
-        s.connect((host, int(port)))
-        s.setblocking(False)
-        socks.append(s)
-    except OSError:
-        refused += 1
-        s.close()
-start = time.time()
-def closed():
-    n = 0
-    for s in socks:
-        try:
-            while True:
-                if s.recv(65536) == b"":
-                    n += 1
-                    break
-        except BlockingIOError:
-            pass
-        except OSError:
-            n += 1
-    return n
-time.sleep(max(0.0, early - (time.time() - start)))
-at_early = closed()
-print(json.dumps({"phase": "early", "opened": len(socks), "refused": refused, "closed": at_early}), flush=True)
-time.sleep(max(0.0, late - (time.time() - start)))
-print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), flush=True)
-"#;
-    Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            prog,
-            addr,
-            &count.to_string(),
-            &early.to_string(),
-            &late.to_string(),
-        ])
-        .uid(user.uid)
-        .gid(user.gid)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 for the flood")
-}
-
 #[test]
 fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
     let Some((alice, bob)) = test_users() else {
@@ -1449,8 +1394,8 @@ fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
     };
     let quiet = timed(5);
     // Bob holds 1,500 idle connections to the gRPC port and 600 to the HTTP port.
-    let mut g = flood(&bob, &grpc, 1500, 2.0, 14.0);
-    let mut h = flood(&bob, &http, 600, 2.0, 14.0);
+    let mut g = flood(&bob, &grpc, None, 1500, 2.0, 14.0);
+    let mut h = flood(&bob, &http, None, 600, 2.0, 14.0);
     std::thread::sleep(Duration::from_millis(1500));
     let loaded = timed(5);
     let read = |child: &mut std::process::Child| -> Vec<Value> {
@@ -1514,14 +1459,13 @@ fn t96_a_flood_of_idle_connections_costs_its_sender_not_other_users() {
     assert!(closed_after >= Duration::from_secs(8), "{closed_after:?}");
 }
 
-/// Opens `count` TLS connections to `addr` as `user` (handshaken with the cluster's CA,
-/// no client certificate), sends nothing more, and reports as JSON how many the server had
-/// closed after `early` and after `late` seconds.
-fn flood_tls(
+/// Opens `count` connections to `addr` as `user` that send nothing (with `tls`, CA file
+/// and ALPN protocol, each after its TLS handshake, no client certificate) and reports as
+/// JSON how many the server had closed after `early` and after `late` seconds.
+fn flood(
     user: &TestUser,
     addr: &str,
-    ca: &str,
-    alpn: &str,
+    tls: Option<(&str, &str)>,
     count: usize,
     early: f64,
     late: f64,
@@ -1532,12 +1476,16 @@ addr, ca, alpn, count, early, late = sys.argv[1], sys.argv[2], sys.argv[3], int(
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 host, port = addr.rsplit(":", 1)
-ctx = ssl.create_default_context(cafile=ca)
-ctx.set_alpn_protocols([alpn])
+ctx = None
+if ca:
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.set_alpn_protocols([alpn])
 socks, refused = [], 0
 for _ in range(count):
     try:
-        s = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=5), server_hostname=host)
+        s = socket.create_connection((host, int(port)), timeout=5)
+        if ctx:
+            s = ctx.wrap_socket(s, server_hostname=host)
         s.setblocking(False)
         socks.append(s)
     except OSError:
@@ -1561,6 +1509,7 @@ print(json.dumps({"phase": "early", "opened": len(socks), "refused": refused, "c
 time.sleep(max(0.0, late - (time.time() - start)))
 print(json.dumps({"phase": "late", "opened": len(socks), "closed": closed()}), flush=True)
 "#;
+    let (ca, alpn) = tls.unwrap_or(("", ""));
     Command::new("/usr/bin/python3")
         .args([
             "-c",
@@ -1626,8 +1575,8 @@ fn t104_with_certificates_a_flood_of_tls_connections_costs_its_sender_and_agents
     // never identify themselves: over the address's 128, each new one costs him his
     // oldest, and none outlives the 10 s deadline.
     let ca = format!("{d}/ca.pem");
-    let mut flood = flood_tls(&bob, &grpc, &ca, "h2", 400, 3.0, 16.0);
-    let mut flood_http = flood_tls(&bob, &http, &ca, "http/1.1", 400, 3.0, 16.0);
+    let mut flood_grpc = flood(&bob, &grpc, Some((&ca, "h2")), 400, 3.0, 16.0);
+    let mut flood_http = flood(&bob, &http, Some((&ca, "http/1.1")), 400, 3.0, 16.0);
     std::thread::sleep(Duration::from_millis(2500));
     let loaded = timed(5);
     https_get();
@@ -1642,7 +1591,7 @@ fn t104_with_certificates_a_flood_of_tls_connections_costs_its_sender_and_agents
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     };
-    let (r, rh) = (read(&mut flood), read(&mut flood_http));
+    let (r, rh) = (read(&mut flood_grpc), read(&mut flood_http));
     println!(
         "alice's gqueue with certificates: {:.1} ms quiet, {:.1} ms under bob's TLS flood (medians of 5); n2 registered in {:.2} s; gRPC flood {r:?}; HTTPS flood {rh:?}",
         median(&quiet),
