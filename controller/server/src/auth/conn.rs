@@ -226,6 +226,10 @@ impl AsyncRead for TlsConn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        // Identified once, for good: no lock on the slot for each read after that.
+        if self.identify_by.is_none() {
+            return read;
+        }
         let Some(slot) = self.info.slot.clone() else {
             return read;
         };
