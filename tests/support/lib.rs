@@ -9,10 +9,13 @@ pub mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Once;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-static BUILD: Once = Once::new();
+/// The outcome of building the binaries, shared by every test of the process: a failed
+/// build is reported by each test that needs them, with cargo's own words, not as a
+/// poisoned lock.
+static BUILD: OnceLock<Result<(), String>> = OnceLock::new();
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -30,11 +33,13 @@ fn target_dir() -> PathBuf {
 
 /// Path of a gsched binary, building the binaries on first use.
 pub fn bin(name: &str) -> PathBuf {
-    BUILD.call_once(|| {
-        if std::env::var_os("GSCHED_BIN_DIR").is_none() {
-            build_binaries(&[]);
-        }
+    let built = BUILD.get_or_init(|| match std::env::var_os("GSCHED_BIN_DIR") {
+        None => build_binaries(&[]),
+        Some(_) => Ok(()),
     });
+    if let Err(why) = built {
+        panic!("{why}");
+    }
     match std::env::var_os("GSCHED_BIN_DIR") {
         Some(d) => PathBuf::from(d).join(name),
         None => target_dir().join("debug").join(name),
@@ -47,13 +52,16 @@ pub fn use_release_binaries() {
     if std::env::var_os("GSCHED_BIN_DIR").is_some() {
         return;
     }
-    build_binaries(&["--release"]);
+    if let Err(why) = build_binaries(&["--release"]) {
+        panic!("{why}");
+    }
     // SAFETY: the caller runs this before any thread or runtime starts.
     unsafe { std::env::set_var("GSCHED_BIN_DIR", target_dir().join("release")) };
 }
 
-/// `cargo build` of gctld, gagentd and the CLI tools, with `extra` arguments.
-fn build_binaries(extra: &[&str]) {
+/// `cargo build` of gctld, gagentd and the CLI tools, with `extra` arguments; on failure,
+/// what cargo printed and how much room the target directory's disk had left.
+fn build_binaries(extra: &[&str]) -> Result<(), String> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     // Variables cargo sets for this test (CARGO_MANIFEST_DIR...) would make the build
     // below differ from a plain `cargo build` (ring's build script watches one), and
@@ -74,7 +82,7 @@ fn build_binaries(extra: &[&str]) {
             cargo.env_remove(k.as_ref());
         }
     }
-    let status = cargo
+    let out = cargo
         .args(["build", "--quiet", "--bins"])
         .args(extra)
         .args([
@@ -86,9 +94,24 @@ fn build_binaries(extra: &[&str]) {
             "gsched-cli",
         ])
         .current_dir(workspace())
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "building the gsched binaries failed");
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run cargo build: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let room = Command::new("df")
+        .args(["-h", "--output=avail,target"])
+        .arg(target_dir())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    Err(format!(
+        "building the gsched binaries failed ({}):\n{}{}\nroom left for the target directory:\n{room}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
 }
 
 /// The stdout of a command that had to succeed; panics with `what` and its output if not.
