@@ -697,19 +697,35 @@ fn ib_ports(ports: Vec<ib::IbPort>, tool: &str) -> Vec<Finding> {
                 "check the cable and the switch port (ibstat, ibdiagnet); jobs will not use this rail",
             ));
         } else if p.mtu_degraded() {
-            out.push(Finding::new(
-                Severity::Warn,
-                Component::Ib,
-                "ib-mtu-degraded",
-                &format!(
-                    "{tool}: {} port {} active MTU {} below its max {}",
-                    p.hca,
-                    p.port,
-                    p.active_mtu.unwrap_or(0),
-                    p.max_mtu.unwrap_or(0)
-                ),
-                "raise the network MTU end to end (RoCE: the interface and the switch ports)",
-            ));
+            let evidence = format!(
+                "{tool}: {} port {} active MTU {} below its max {}",
+                p.hca,
+                p.port,
+                p.active_mtu.unwrap_or(0),
+                p.max_mtu.unwrap_or(0)
+            );
+            // On InfiniBand the subnet manager set a smaller MTU than both ends support: a
+            // fault of the fabric's set-up. On RoCE the RDMA MTU follows the interface's
+            // (1024 under the usual 1500, 4096 only with jumbo frames): a choice, whose
+            // cost is bandwidth.
+            let finding = if p.is_roce() {
+                Finding::new(
+                    Severity::Info,
+                    Component::Ib,
+                    "roce-mtu-below-max",
+                    &evidence,
+                    "for more RDMA bandwidth, use jumbo frames (MTU 9000 on the interface and every switch port of the path)",
+                )
+            } else {
+                Finding::new(
+                    Severity::Warn,
+                    Component::Ib,
+                    "ib-mtu-degraded",
+                    &evidence,
+                    "set the partition's MTU in the subnet manager (opensm: mtu in the partitions file) and check the switch ports",
+                )
+            };
+            out.push(finding);
         }
     }
     out
@@ -1350,6 +1366,29 @@ mod tests {
 
     fn kinds(r: &FileReport) -> Vec<&str> {
         r.findings.iter().map(|f| f.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn an_mtu_below_the_ports_max_is_a_fault_on_infiniband_and_a_choice_on_roce() {
+        let port = |layer: &str| {
+            format!(
+                "hca_id:\tmlx5_0\n\tphys_port_cnt:\t1\n\t\tport:\t1\n\t\t\tstate:\t\tPORT_ACTIVE (4)\n\t\t\tmax_mtu:\t4096 (5)\n\t\t\tactive_mtu:\t1024 (3)\n\t\t\tlink_layer:\t{layer}\n"
+            )
+        };
+        let read = |layer: &str| -> Vec<(Severity, String)> {
+            ib_ports(ib::parse_ibv_devinfo(&port(layer)), "ibv_devinfo")
+                .into_iter()
+                .map(|f| (f.severity, f.kind))
+                .collect()
+        };
+        assert_eq!(
+            read("InfiniBand"),
+            [(Severity::Warn, "ib-mtu-degraded".to_string())]
+        );
+        assert_eq!(
+            read("Ethernet"),
+            [(Severity::Info, "roce-mtu-below-max".to_string())]
+        );
     }
 
     #[test]
