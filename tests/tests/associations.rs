@@ -39,7 +39,8 @@ fn t10_limits_change_on_a_running_cluster_and_survive_a_leader_change() {
     c.add_agent("n1", "rtx4090-8gpu.json", &[]);
     c.wait_node_online("n1");
 
-    // The lab's tree, in sacctmgr's words and gctl's.
+    // The lab's tree, in sacctmgr's words and gctl's. Account names are Slurm's: any case
+    // given, stored lower case (NLP is nlp, and so is a job's -A Nlp).
     let nlp_user = "Account=nlp".to_string();
     for line in [
         vec!["-i", "add", "account", "lab", "Description=lab"],
@@ -47,8 +48,8 @@ fn t10_limits_change_on_a_running_cluster_and_survive_a_leader_change() {
             "-i",
             "add",
             "account",
-            "nlp",
-            "Parent=lab",
+            "NLP",
+            "Parent=Lab",
             "GrpTRES=gres/gpu=4",
         ],
         vec!["-i", "add", "user", &alice.name, &nlp_user],
@@ -140,6 +141,8 @@ fn t10_limits_change_on_a_running_cluster_and_survive_a_leader_change() {
             &alice,
             "gsub",
             &[
+                "-A",
+                "Nlp",
                 "--gpus-per-node",
                 "3",
                 "-t",

@@ -159,7 +159,11 @@ fn main() {
     };
     let keeps = |j: &JobRow| {
         wanted(j.state.name())
-            && (args.accounts.is_empty() || args.accounts.contains(&j.account))
+            && (args.accounts.is_empty()
+                || args
+                    .accounts
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(&j.account)))
             && (args.partition.is_empty() || args.partition.contains(&j.partition))
             && (args.qos.is_empty() || j.qos.as_ref().is_some_and(|q| args.qos.contains(q)))
             && (args.wckeys.is_empty() || j.wckey.as_ref().is_some_and(|w| args.wckeys.contains(w)))

@@ -207,7 +207,11 @@ impl Plan {
     /// The filters a queue line cannot answer, on a whole row.
     fn keeps(&self, j: &JobRow) -> bool {
         self.in_partitions(&j.partition)
-            && (self.accounts.is_empty() || self.accounts.contains(&j.account))
+            && (self.accounts.is_empty()
+                || self
+                    .accounts
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(&j.account)))
             && (self.qos.is_empty() || j.qos.as_ref().is_some_and(|q| self.qos.contains(q)))
             && self.reservation.as_ref().is_none_or(|r| {
                 j.spec

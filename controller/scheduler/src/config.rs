@@ -361,6 +361,16 @@ impl SchedConfig {
             .map(|s| s.name.clone())
     }
 
+    /// Account and QOS names as Slurm stores them, whatever case the file wrote them in
+    /// ([`gsched_types::assoc::slurm_case`]).
+    pub fn names_in_slurm_case(&mut self) {
+        self.qos.iter_mut().for_each(QosConfig::in_slurm_case);
+        self.accounts
+            .iter_mut()
+            .for_each(AccountConfig::in_slurm_case);
+        self.users.iter_mut().for_each(UserConfig::in_slurm_case);
+    }
+
     /// Checks names and ranges; the message says what to fix.
     pub fn validate(&self) -> Result<(), SchedConfigError> {
         if self.master_port_min == 0 || self.master_port_min > self.master_port_max {

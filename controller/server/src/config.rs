@@ -180,11 +180,12 @@ impl ConfigFile {
             path: shown(),
             source,
         })?;
-        let file: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
+        let mut file: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
             path: shown(),
             source: Box::new(e),
         })?;
-        if let Some(s) = &file.scheduler {
+        if let Some(s) = &mut file.scheduler {
+            s.names_in_slurm_case();
             s.validate().map_err(|source| ConfigError::Scheduler {
                 path: shown(),
                 source,

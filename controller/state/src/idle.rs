@@ -131,11 +131,11 @@ impl IdlePolicy {
             || self
                 .exempt_accounts
                 .iter()
-                .any(|a| a == spec.account_name())
+                .any(|a| a.eq_ignore_ascii_case(spec.account_name()))
             || spec
                 .qos
                 .as_ref()
-                .is_some_and(|q| self.exempt_qos.contains(q))
+                .is_some_and(|q| self.exempt_qos.iter().any(|e| e.eq_ignore_ascii_case(q)))
         {
             return None;
         }

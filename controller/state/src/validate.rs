@@ -143,6 +143,16 @@ pub fn new_job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecErr
     Ok(())
 }
 
+/// A new job's names as Slurm records them: `--account` and `--wckey` lower case
+/// (slurmctld's job_mgr.c: "anything that may be put in the database"), and `--qos`,
+/// which Slurm looks up without regard to case, as its QOS records are stored.
+pub fn in_slurm_case(spec: &mut JobSpec) {
+    use gsched_types::assoc::slurm_case;
+    for name in [&mut spec.account, &mut spec.wckey, &mut spec.qos] {
+        *name = name.as_deref().map(slurm_case);
+    }
+}
+
 pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     let counts = [
         ("--nodes", spec.nodes, 1, MAX_NODES),

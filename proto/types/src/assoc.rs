@@ -81,6 +81,45 @@ pub struct UserConfig {
     pub notify: Option<crate::notify::UserNotify>,
 }
 
+/// An account or QOS name as Slurm stores it: lower case. sacctmgr lower-cases the names
+/// it is given (`slurm_addto_char_list`) and slurmctld a job's `--account` and `--wckey`
+/// ("anything that may be put in the database", job_mgr.c), so `IscrB_SCORE` and
+/// `iscrb_score` are one account; QOS names are looked up without regard to case.
+pub fn slurm_case(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+fn slurm_case_all(names: &mut [String]) {
+    for n in names {
+        *n = slurm_case(n);
+    }
+}
+
+impl QosConfig {
+    /// This record with its names as Slurm stores them ([`slurm_case`]).
+    pub fn in_slurm_case(&mut self) {
+        self.name = slurm_case(&self.name);
+        slurm_case_all(&mut self.preempt);
+    }
+}
+
+impl AccountConfig {
+    /// This record with its names as Slurm stores them ([`slurm_case`]).
+    pub fn in_slurm_case(&mut self) {
+        self.name = slurm_case(&self.name);
+        self.parent = self.parent.as_deref().map(slurm_case);
+    }
+}
+
+impl UserConfig {
+    /// This record with its accounts' names as Slurm stores them ([`slurm_case`]); the
+    /// user's own name is a Unix name and keeps its case.
+    pub fn in_slurm_case(&mut self) {
+        self.default_account = slurm_case(&self.default_account);
+        slurm_case_all(&mut self.accounts);
+    }
+}
+
 /// What an edit is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -250,6 +289,44 @@ pub enum AssocEdit {
 }
 
 impl AssocEdit {
+    /// The edit with account and QOS names as Slurm stores them ([`slurm_case`]): the
+    /// record's own name unless it is a user, and every account or QOS it refers to.
+    pub fn in_slurm_case(&mut self) {
+        let (entity, name, fields, account) = match self {
+            AssocEdit::Add {
+                entity,
+                name,
+                fields,
+            }
+            | AssocEdit::Modify {
+                entity,
+                name,
+                fields,
+            } => (*entity, name, Some(fields), None),
+            AssocEdit::Delete {
+                entity,
+                name,
+                account,
+            } => (*entity, name, None, account.as_mut()),
+        };
+        if entity != AssocEntity::User {
+            *name = slurm_case(name);
+        }
+        if let Some(a) = account {
+            *a = slurm_case(a);
+        }
+        if let Some(f) = fields {
+            f.parent = f.parent.as_deref().map(slurm_case);
+            f.default_account = f.default_account.as_deref().map(slurm_case);
+            for list in [f.accounts.as_mut(), f.preempt.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                slurm_case_all(list);
+            }
+        }
+    }
+
     /// The user whose own notification settings this edit changes, and nothing else: a
     /// user may make such an edit of their own record.
     pub fn own_notify_settings(&self) -> Option<&str> {
@@ -755,4 +832,64 @@ pub struct AssocReply {
     pub users: Vec<UserConfig>,
     #[serde(default)]
     pub qos: Vec<QosConfig>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_and_qos_names_are_stored_lower_case_and_user_names_keep_theirs() {
+        let mut add = AssocEdit::Add {
+            entity: AssocEntity::User,
+            name: "Alice".into(),
+            fields: AssocFields {
+                accounts: Some(vec!["IscrB_SCORE".into(), "nlp".into()]),
+                default_account: Some("IscrB_SCORE".into()),
+                ..AssocFields::default()
+            },
+        };
+        add.in_slurm_case();
+        let AssocEdit::Add { name, fields, .. } = &add else {
+            unreachable!()
+        };
+        assert_eq!(name, "Alice");
+        assert_eq!(
+            fields.accounts.as_deref(),
+            Some(&["iscrb_score".to_string(), "nlp".into()][..])
+        );
+        assert_eq!(fields.default_account.as_deref(), Some("iscrb_score"));
+
+        let mut qos = AssocEdit::Modify {
+            entity: AssocEntity::Qos,
+            name: "High".into(),
+            fields: AssocFields {
+                preempt: Some(vec!["Low".into()]),
+                ..AssocFields::default()
+            },
+        };
+        qos.in_slurm_case();
+        let AssocEdit::Modify { name, fields, .. } = &qos else {
+            unreachable!()
+        };
+        assert_eq!(
+            (name.as_str(), fields.preempt.as_deref()),
+            ("high", Some(&["low".to_string()][..]))
+        );
+
+        let mut delete = AssocEdit::Delete {
+            entity: AssocEntity::User,
+            name: "Bob".into(),
+            account: Some("ML".into()),
+        };
+        delete.in_slurm_case();
+        assert_eq!(
+            delete,
+            AssocEdit::Delete {
+                entity: AssocEntity::User,
+                name: "Bob".into(),
+                account: Some("ml".into()),
+            }
+        );
+    }
 }

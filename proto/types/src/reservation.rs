@@ -122,9 +122,14 @@ impl Reservation {
         self.start_ms <= now_ms && now_ms < self.end_ms
     }
 
-    /// Whether a job of `user` charged to `account` may run in it.
+    /// Whether a job of `user` charged to `account` may run in it (account names in any
+    /// case: Slurm stores them lower case, see [`crate::assoc::slurm_case`]).
     pub fn admits(&self, user: &str, account: &str) -> bool {
-        self.users.iter().any(|u| u == user) || self.accounts.iter().any(|a| a == account)
+        self.users.iter().any(|u| u == user)
+            || self
+                .accounts
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(account))
     }
 
     /// Whether it holds `node` whole.

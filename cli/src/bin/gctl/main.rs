@@ -239,7 +239,7 @@ fn share(
         .map(|r| r.account.clone())
         .collect();
     rows.retain(|r| {
-        (accounts.is_empty() || accounts.contains(&r.account))
+        (accounts.is_empty() || accounts.iter().any(|a| a.eq_ignore_ascii_case(&r.account)))
             && (users.is_empty()
                 || users.contains(&r.user)
                 || (r.user.is_empty() && accounts_of_users.contains(&r.account)))

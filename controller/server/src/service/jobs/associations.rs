@@ -38,7 +38,8 @@ impl JobsService {
                 }
                 Ok(reply)
             }
-            AssocRequest::Edit { edit: e } => {
+            AssocRequest::Edit { edit: mut e } => {
+                e.in_slurm_case();
                 if !caller.is_admin() {
                     self.check_user_added_by_coordinator(&e)?;
                 }

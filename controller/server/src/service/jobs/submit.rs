@@ -122,6 +122,7 @@ impl JobsService {
             spec.env.remove("HOME");
         }
         (spec.user, spec.uid, spec.gid) = (user, Some(uid), Some(gid));
+        validate::in_slurm_case(spec);
         Ok(())
     }
 
