@@ -206,3 +206,77 @@ fn scontrol_answers_to_every_option_before_its_command_as_the_table_says() {
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The variables a step's task has only when its caller had them are srun's input
+/// variables (the table's env column) less those srun and slurmstepd set themselves
+/// (Slurm 22.05's env.c `setup_env`, listed here from its source).
+#[test]
+fn a_steps_caller_only_variables_are_sruns_inputs_that_slurm_does_not_set_itself() {
+    const SETUP_ENV_SETS: &[&str] = &[
+        "SLURMD_DEBUG",
+        "SLURM_CONF",
+        "SLURM_CONF_SERVER",
+        "SLURM_CPUS_ON_NODE",
+        "SLURM_CPUS_PER_TASK",
+        "SLURM_CPU_BIND",
+        "SLURM_CPU_BIND_LIST",
+        "SLURM_CPU_BIND_TYPE",
+        "SLURM_CPU_BIND_VERBOSE",
+        "SLURM_CPU_FREQ_REQ",
+        "SLURM_DISTRIBUTION",
+        "SLURM_DIST_PLANESIZE",
+        "SLURM_GTIDS",
+        "SLURM_JOBID",
+        "SLURM_JOB_ACCOUNT",
+        "SLURM_JOB_ID",
+        "SLURM_JOB_NAME",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_JOB_PARTITION",
+        "SLURM_JOB_QOS",
+        "SLURM_JOB_RESERVATION",
+        "SLURM_JOB_UID",
+        "SLURM_JOB_USER",
+        "SLURM_LABELIO",
+        "SLURM_LAUNCH_NODE_IPADDR",
+        "SLURM_LOCALID",
+        "SLURM_MEM_BIND",
+        "SLURM_MEM_BIND_LIST",
+        "SLURM_MEM_BIND_PREFER",
+        "SLURM_MEM_BIND_SORT",
+        "SLURM_MEM_BIND_TYPE",
+        "SLURM_MEM_BIND_VERBOSE",
+        "SLURM_NNODES",
+        "SLURM_NODEID",
+        "SLURM_NODELIST",
+        "SLURM_NPROCS",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_CORE",
+        "SLURM_NTASKS_PER_GPU",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_NTASKS_PER_SOCKET",
+        "SLURM_NTASKS_PER_TRES",
+        "SLURM_OVERCOMMIT",
+        "SLURM_PROCID",
+        "SLURM_PTY_PORT",
+        "SLURM_PTY_WIN_COL",
+        "SLURM_PTY_WIN_ROW",
+        "SLURM_RESTART_COUNT",
+        "SLURM_SRUN_COMM_PORT",
+        "SLURM_STEPID",
+        "SLURM_STEP_ID",
+        "SLURM_TASKS_PER_NODE",
+        "SLURM_TASK_PID",
+        "SLURM_THREADS_PER_CORE",
+        "SLURM_WORKING_CLUSTER",
+    ];
+    let mut derived: Vec<&str> = table(Tool::Srun)
+        .iter()
+        .flat_map(|o| o.env.iter().copied())
+        .filter(|v| !SETUP_ENV_SETS.contains(v))
+        .collect();
+    derived.sort_unstable();
+    derived.dedup();
+    let mut listed = gsched_launch::plan::CALLER_ONLY_VARS.to_vec();
+    listed.sort_unstable();
+    assert_eq!(listed, derived);
+}

@@ -41,6 +41,10 @@ REPO = HERE.parent.parent
 ROOT = Path(os.environ.get("SLURMDIFF_DIR", "/tmp/gsched-slurmdiff"))
 HOST = os.uname().nodename.split(".")[0]
 GSCHED_PORT = int(os.environ.get("SLURMDIFF_GSCHED_PORT", "17900"))
+# The first job id of both clusters: large and odd enough that no number a script prints
+# (a rank, a count, a seed, a task id plus 1000) is taken for a job id when ids are
+# normalised.
+FIRST_JOB_ID = 7340021
 
 # Program names corpus scripts run; each is a link to probe.py in the run directory.
 PROGRAMS = [
@@ -165,10 +169,12 @@ DESIGN = [
      lambda k, a, b: k.endswith("CUDA_DEVICE_ORDER") and a is None and b == "PCI_BUS_ID",
      "gsched sets CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA's GPU numbers are nvidia-smi's and "
      "CUDA_VISIBLE_DEVICES names the GPUs it was given", False),
-    ("tasks-from-cpus",
-     lambda k, a, b: k.endswith(("SLURM_TASKS_PER_NODE", "SLURM_GTIDS")),
-     "with no task count given, gsched counts one task per node; Slurm counts one per "
-     "allocated CPU in SLURM_TASKS_PER_NODE", True),
+    ("throttled-array-gpus",
+     lambda k, a, b: k.endswith(("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS"))
+     and bool(a) and bool(b) and a.count(",") == b.count(","),
+     "a throttled array's (--array=...%N) next task takes GPUs an earlier task let go, and "
+     "which task ended first is a race on both sides: the same number of GPUs, not the "
+     "same ones", True),
 ]
 
 
@@ -197,7 +203,8 @@ class Slurm:
 
     def up(self):
         r = sh([str(HERE / "slurm.sh"), "up"],
-               env={**os.environ, "SLURMDIFF_ROOT": str(self.root)})
+               env={**os.environ, "SLURMDIFF_ROOT": str(self.root),
+                    "SLURMDIFF_FIRST_JOB_ID": str(FIRST_JOB_ID)})
         if r.returncode != 0:
             sys.exit("slurmdiff: Slurm did not start:\n" + r.stderr)
 
@@ -224,9 +231,12 @@ class Gsched:
         shutil.rmtree(self.root, ignore_errors=True)
         (self.root / "log").mkdir(parents=True)
         logs = self.root / "log"
+        # Job ids from FIRST_JOB_ID on both sides (Slurm's FirstJobId).
+        config = self.root / "gctld.toml"
+        config.write_text(f"[scheduler]\nfirst_job_id = {FIRST_JOB_ID}\n")
         self.procs.append(subprocess.Popen(
             [str(self.bin / "gctld"), "--dev-local", "--id", "1", "--listen",
-             self.controllers, "--data-dir", str(self.root / "ctl")],
+             self.controllers, "--data-dir", str(self.root / "ctl"), "--config", str(config)],
             stdout=open(logs / "gctld.log", "w"), stderr=subprocess.STDOUT))
         sh([str(self.bin / "gctl"), "slurm-names", str(self.root / "slurm")], check=True)
         for n, features in (("n1", "rack1,ib"), ("n2", "rack2,ib")):
@@ -248,13 +258,6 @@ class Gsched:
             time.sleep(0.2)
         else:
             sys.exit(f"slurmdiff: gsched did not come up; see {logs}")
-        # Job ids from 1000, as FirstJobId gives on the Slurm side: small ids would be
-        # mistaken for ranks and counts when they are normalised.
-        r = sh(["sbatch", "--parsable", "--hold", "--array=1-998", "--wrap", "true"],
-               env=env, cwd=self.root)
-        if r.returncode != 0:
-            sys.exit(f"slurmdiff: gsched refused the id-spacing array: {r.stderr}")
-        sh(["scancel", r.stdout.strip().split(";")[0]], env=env)
 
     def down(self):
         for p in self.procs:
@@ -395,6 +398,9 @@ SRUN_WAITING = re.compile(r"^srun: (Job \S+ step creation (temporarily|still) di
                           r" \(Requested nodes are busy\)|Step created for job \S+"
                           r"|cluster configuration lacks support for cpu binding)$")
 
+DATE = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+                  r"[ \d]\d \d\d:\d\d:\d\d( [A-Z]{2,5})? \d{4}\b")
+
 JOB_DIR = re.compile(r"/[^\s'\"]*/spool/n\d+/job\d+|/tmp/gsched-jobs/[\w.-]+")
 
 
@@ -406,6 +412,8 @@ def normaliser(obs):
 
     def norm(s):
         s = s.replace(run, "<RUN>")
+        # What `date` prints: the two sides run a script at slightly different moments.
+        s = DATE.sub("<DATE>", s)
         # Where each keeps its private copy of the batch script (both named slurm_script).
         s = JOB_DIR.sub("<JOBDIR>", s)
         return pat.sub(lambda m: ids[int(m.group(1))], s) if pat else s

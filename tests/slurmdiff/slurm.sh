@@ -7,7 +7,8 @@
 #   tests/slurmdiff/slurm.sh down    stop the daemons (by their pid files)
 #
 # Clients then need SLURM_CONF=$ROOT/etc/slurm.conf. Settings: SLURMDIFF_ROOT
-# (/tmp/gsched-slurmdiff/slurm), SLURMDIFF_PORT (17817; slurmd take the next two).
+# (/tmp/gsched-slurmdiff/slurm), SLURMDIFF_PORT (17817; slurmd take the next two),
+# SLURMDIFF_FIRST_JOB_ID (1000).
 set -euo pipefail
 ROOT=${SLURMDIFF_ROOT:-/tmp/gsched-slurmdiff/slurm}
 PORT=${SLURMDIFF_PORT:-17817}
@@ -85,7 +86,7 @@ ReturnToService=2
 GresTypes=gpu
 SlurmdParameters=config_overrides
 MinJobAge=3600
-FirstJobId=1000
+FirstJobId=${SLURMDIFF_FIRST_JOB_ID:-1000}
 InactiveLimit=0
 KillWait=5
 Waittime=0

@@ -309,14 +309,22 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
     Ok(b)
 }
 
-/// The environment the tasks get on top of the job's (`--export`).
+/// The environment the tasks get on top of the job's (`--export`). Under `NONE` the
+/// caller's `SLURM_*` variables still go (srun's man page: "only SLURM_* variables from
+/// the user environment will be defined").
 fn exported(spec: Option<&str>, caller: &Caller) -> Result<BTreeMap<String, String>, RequestError> {
     let spec = spec.unwrap_or("ALL");
     let mut env = BTreeMap::new();
     for (i, part) in spec.split(',').enumerate() {
         match part {
             "ALL" if i == 0 => env.extend(caller.env.clone()),
-            "NONE" | "NIL" if i == 0 => {}
+            "NONE" | "NIL" if i == 0 => env.extend(
+                caller
+                    .env
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("SLURM_"))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            ),
             kv => {
                 let (k, v) = match kv.split_once('=') {
                     Some((k, v)) => (k.to_string(), v.to_string()),

@@ -231,6 +231,18 @@ pub struct SchedConfig {
     /// [`default_cpu_reserve`] (a sixteenth of the node's CPUs, at least 2).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_reserved_for_cpu_jobs: Option<u32>,
+    /// The lowest id a new job gets (Slurm's `FirstJobId`): a lab moving from Slurm keeps
+    /// numbering where its old cluster stopped, so ids in old logs and paths stay unique.
+    /// Ids only grow: a smaller value than ids already given changes nothing.
+    #[serde(skip_serializing_if = "is_first_id_default")]
+    pub first_job_id: u64,
+}
+
+/// Slurm's largest job id (`MAX_JOB_ID`, 0x03ff0000); `first_job_id` may not exceed it.
+pub const MAX_FIRST_JOB_ID: u64 = 0x03ff_0000;
+
+fn is_first_id_default(id: &u64) -> bool {
+    *id == 1
 }
 
 /// The CPUs a GPU node keeps for CPU-only jobs when `cpus_reserved_for_cpu_jobs` is
@@ -277,6 +289,7 @@ impl Default for SchedConfig {
             topology_wait_s: DEFAULT_TOPOLOGY_WAIT_S,
             topology_wait_share: None,
             cpus_reserved_for_cpu_jobs: None,
+            first_job_id: 1,
         }
     }
 }
@@ -397,6 +410,9 @@ impl SchedConfig {
         {
             return Err(SchedConfigError::TopologyWaitShare(share));
         }
+        if !(1..=MAX_FIRST_JOB_ID).contains(&self.first_job_id) {
+            return Err(SchedConfigError::FirstJobId(self.first_job_id));
+        }
         if self.partitions.iter().filter(|p| p.default).count() > 1 {
             return Err(SchedConfigError::TwoDefaults);
         }
@@ -428,6 +444,8 @@ pub enum SchedConfigError {
     },
     #[error("more than one partition has default = true")]
     TwoDefaults,
+    #[error("first_job_id = {0}: give a job id from 1 to {MAX_FIRST_JOB_ID} (Slurm's FirstJobId)")]
+    FirstJobId(u64),
     #[error(
         "topology_wait_share = {0} is not a share of a time limit: give 0 or more (0.5 waits at most half the job's time limit), or leave it out"
     )]

@@ -77,6 +77,31 @@ fn exited(state: &mut ClusterState, job: JobId, node: &str, code: i32, at: u64) 
 }
 
 #[test]
+fn job_ids_start_at_the_configured_first_id_and_never_go_back() {
+    let mut state = ClusterState::default();
+    assert_eq!(submit(&mut state, 1, 0, false, 1), JobId(1));
+    let set = |state: &mut ClusterState, first: u64| {
+        let config = gsched_scheduler::SchedConfig {
+            first_job_id: first,
+            ..Default::default()
+        };
+        let out = state.apply(&env(
+            Command::SetConfig(SetConfig {
+                config: Box::new(config),
+            }),
+            2,
+        ));
+        assert_eq!(out, Outcome::Ok);
+    };
+    set(&mut state, 7_340_000);
+    assert_eq!(submit(&mut state, 1, 0, false, 3), JobId(7_340_000));
+    assert_eq!(submit(&mut state, 1, 0, false, 4), JobId(7_340_001));
+    // A smaller first id (a configuration file of before the move) never reuses ids.
+    set(&mut state, 1000);
+    assert_eq!(submit(&mut state, 1, 0, false, 5), JobId(7_340_002));
+}
+
+#[test]
 fn two_node_job_completes_when_both_steps_exit_zero() {
     let mut s = ClusterState::default();
     register(&mut s, "n1", 1);

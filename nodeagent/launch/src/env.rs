@@ -146,8 +146,7 @@ pub struct TaskEnv<'a> {
 /// A job's `PATH` when its submission carried none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// `SLURM_TASKS_PER_NODE` in Slurm's compressed form (`4(x2)`).
-/// `SLURM_TASKS_PER_NODE`: srun's blocks, compressed (`2(x2),1`).
+/// `SLURM_TASKS_PER_NODE`: srun's blocks, compressed (`4(x2)`, `2(x2),1`).
 fn tasks_per_node(ntasks: u32, nodes: usize) -> String {
     compress_counts(&gsched_types::steps::block_counts(ntasks, nodes as u32))
 }
@@ -301,9 +300,15 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
         .iter()
         .map(|n| n.cpus.len() as u32)
         .collect();
-    // An exclusive job that named no task count has as many tasks as CPUs per task fit
-    // in its nodes, as Slurm counts them.
-    let tasks_per_node_text = if spec.exclusive && !spec.given.ntasks {
+    // A job that named no task count has as many tasks as CPUs per task fit in the CPUs
+    // it asked for on each node (Slurm 22.05's env_array_for_batch_job lays them out so:
+    // `--gres=gpu:8 --cpus-per-gpu=4` is 32 tasks, an exclusive node all its CPUs). A GPU
+    // job that named no CPU count asked for one CPU a task: its GPUs' share of the CPUs
+    // is gsched's gift, not Slurm's allocation, and counts no tasks.
+    let counted_from_cpus = !spec.given.ntasks
+        && spec.launch != LaunchMode::EachNode
+        && (spec.exclusive || !spec.gpu_share_cpus);
+    let tasks_per_node_text = if counted_from_cpus {
         let per_task = spec.cpus_per_task.max(1);
         compress_counts(
             &cpus_per_node

@@ -256,6 +256,81 @@ fn node_specific(name: &str) -> bool {
         )
 }
 
+/// srun's input variables (the env names of Slurm 22.05's slurm_opt.c, as
+/// `cli/slurm-options/srun.tsv` lists them) that neither srun nor slurmstepd sets for a
+/// step's tasks (env.c's `setup_env`): a task has one only when the step's caller had it,
+/// so a script's `unset SLURM_EXPORT_ENV` before `srun` holds. `cli/tests/option_tables.rs`
+/// derives this list again from the table.
+pub const CALLER_ONLY_VARS: [&str; 67] = [
+    "SLURM_ACCOUNT",
+    "SLURM_ACCTG_FREQ",
+    "SLURM_BCAST",
+    "SLURM_BCAST_EXCLUDE",
+    "SLURM_BURST_BUFFER",
+    "SLURM_CLUSTERS",
+    "SLURM_CLUSTER_CONSTRAINT",
+    "SLURM_COMPRESS",
+    "SLURM_CONSTRAINT",
+    "SLURM_CORE_SPEC",
+    "SLURM_CPUS_PER_GPU",
+    "SLURM_DEBUG",
+    "SLURM_DELAY_BOOT",
+    "SLURM_DEPENDENCY",
+    "SLURM_DISABLE_STATUS",
+    "SLURM_EPILOG",
+    "SLURM_EXACT",
+    "SLURM_EXCLUSIVE",
+    "SLURM_EXPORT_ENV",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_SOCKET",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_GPU_BIND",
+    "SLURM_GPU_FREQ",
+    "SLURM_GRES",
+    "SLURM_GRES_FLAGS",
+    "SLURM_HINT",
+    "SLURM_KILL_BAD_EXIT",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_MEM_PER_GPU",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_MPI_TYPE",
+    "SLURM_NCORES_PER_SOCKET",
+    "SLURM_NETWORK",
+    "SLURM_NO_KILL",
+    "SLURM_NSOCKETS_PER_NODE",
+    "SLURM_OPEN_MODE",
+    "SLURM_OVERLAP",
+    "SLURM_PARTITION",
+    "SLURM_POWER",
+    "SLURM_PROFILE",
+    "SLURM_PROLOG",
+    "SLURM_QOS",
+    "SLURM_REMOTE_CWD",
+    "SLURM_RESERVATION",
+    "SLURM_RESV_PORTS",
+    "SLURM_SEND_LIBS",
+    "SLURM_SIGNAL",
+    "SLURM_SPREAD_JOB",
+    "SLURM_SRUN_MULTI",
+    "SLURM_STDERRMODE",
+    "SLURM_STDINMODE",
+    "SLURM_STDOUTMODE",
+    "SLURM_TASK_EPILOG",
+    "SLURM_TASK_PROLOG",
+    "SLURM_THREADS",
+    "SLURM_THREAD_SPEC",
+    "SLURM_TIMELIMIT",
+    "SLURM_UNBUFFEREDIO",
+    "SLURM_USE_MIN_NODES",
+    "SLURM_WAIT",
+    "SLURM_WCKEY",
+    "SLURM_WORKING_DIR",
+    "SRUN_CONTAINER",
+    "SRUN_CPUS_PER_TASK",
+    "SRUN_EXPORT_ENV",
+];
+
 /// The plan of one `grun` task (global `rank`, `local` on this node), from the plan of the
 /// job it runs in: the job's identity, cgroup, lease and environment (its first task's
 /// on this node), the caller's environment on top, and the step's `SLURM_*` variables
@@ -275,6 +350,7 @@ pub fn step_task(
         .first()
         .map(|t| t.iter().cloned().collect())
         .unwrap_or_default();
+    env.retain(|k, _| !CALLER_ONLY_VARS.contains(&k.as_str()) || step.env.contains_key(k));
     // The caller's environment (srun's --export=ALL), except what is this node's own
     // (its name, GPUs, NIC...), then the step's own variables.
     for (k, v) in &step.env {
@@ -581,6 +657,25 @@ mod tests {
         let t = step_task(&job, &step(none, 2), 0, 0, None);
         assert_eq!(var(&t, "CUDA_VISIBLE_DEVICES"), None);
         assert_eq!(var(&t, "SLURM_STEP_GPUS"), None);
+    }
+
+    #[test]
+    fn a_variable_only_the_caller_sets_is_gone_when_the_caller_unset_it() {
+        let mut job = job_plan(&[(0, 0)]);
+        job.tasks[0].push(("SLURM_EXPORT_ENV".into(), "NONE".into()));
+        job.tasks[0].push(("SLURM_MEM_PER_NODE".into(), "512".into()));
+        let all = StepGpus {
+            per_node: None,
+            bind: GpuBind::All,
+        };
+        // The script ran `unset SLURM_EXPORT_ENV`; its SLURM_MEM_PER_NODE is still there.
+        let mut s = step(all, 1);
+        s.env.insert("SLURM_MEM_PER_NODE".into(), "512".into());
+        let t = step_task(&job, &s, 0, 0, None);
+        assert_eq!(var(&t, "SLURM_EXPORT_ENV"), None);
+        assert_eq!(var(&t, "SLURM_MEM_PER_NODE").as_deref(), Some("512"));
+        // What Slurm sets for every step comes from the job whatever the caller has.
+        assert_eq!(var(&t, "SLURM_JOB_ID").as_deref(), Some("9"));
     }
 
     #[test]

@@ -76,6 +76,7 @@ impl ClusterState {
             }
             None => vec![None],
         };
+        self.next_job_id = self.next_job_id.max(self.config.first_job_id);
         let base = JobId(self.next_job_id);
         let payload = payload::take(&mut spec, tasks.len() as u32, &mut self.blobs);
         self.payloads.insert(base, Shared::new(payload));
