@@ -309,36 +309,43 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
     Ok(b)
 }
 
-/// The environment the tasks get on top of the job's (`--export`). Under `NONE` the
-/// caller's `SLURM_*` variables still go (srun's man page: "only SLURM_* variables from
-/// the user environment will be defined").
+/// The environment the tasks get on top of the job's (`--export`), as srun 22.05's man
+/// page says: `ALL` (the default) the caller's whole environment, whose values win over
+/// `ALL,VAR=value`'s; `NONE` none of it; `VAR,VAR=value` those and the caller's `SLURM*`
+/// variables.
 fn exported(spec: Option<&str>, caller: &Caller) -> Result<BTreeMap<String, String>, RequestError> {
     let spec = spec.unwrap_or("ALL");
+    let mut parts = spec.split(',').peekable();
+    let first = parts.peek().copied();
+    let all = first == Some("ALL");
     let mut env = BTreeMap::new();
-    for (i, part) in spec.split(',').enumerate() {
-        match part {
-            "ALL" if i == 0 => env.extend(caller.env.clone()),
-            "NONE" | "NIL" if i == 0 => env.extend(
-                caller
-                    .env
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("SLURM_"))
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            ),
-            kv => {
-                let (k, v) = match kv.split_once('=') {
-                    Some((k, v)) => (k.to_string(), v.to_string()),
-                    None => match caller.env.get(kv) {
-                        Some(v) => (kv.to_string(), v.clone()),
-                        None => continue,
-                    },
-                };
-                if k.is_empty() || k.contains('\0') {
-                    return Err(flag("--export", kv, "is not NAME=VALUE"));
-                }
-                env.insert(k, v);
-            }
+    match first {
+        Some("ALL" | "NONE" | "NIL") => {
+            parts.next();
         }
+        _ => env.extend(
+            caller
+                .env
+                .iter()
+                .filter(|(k, _)| k.starts_with("SLURM"))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        ),
+    }
+    for kv in parts {
+        let (k, v) = match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => match caller.env.get(kv) {
+                Some(v) => (kv.to_string(), v.clone()),
+                None => continue,
+            },
+        };
+        if k.is_empty() || k.contains('\0') {
+            return Err(flag("--export", kv, "is not NAME=VALUE"));
+        }
+        env.insert(k, v);
+    }
+    if all {
+        env.extend(caller.env.clone());
     }
     Ok(env)
 }
@@ -502,6 +509,26 @@ mod tests {
         let args =
             RunArgs::try_parse_from(std::iter::once("grun").chain(argv.iter().copied())).unwrap();
         step_request(&args, 7, &caller(env), || TermSize { rows: 24, cols: 80 })
+    }
+
+    #[test]
+    fn export_takes_the_callers_environment_as_sruns_man_page_says() {
+        let c = caller(&[
+            ("PATH", "/bin"),
+            ("EDITOR", "vi"),
+            ("SLURM_MEM_PER_NODE", "512"),
+        ]);
+        let keys = |e: &BTreeMap<String, String>| e.keys().cloned().collect::<Vec<_>>();
+        let all = exported(None, &c).unwrap();
+        assert_eq!(keys(&all), ["EDITOR", "PATH", "SLURM_MEM_PER_NODE"]);
+        // ALL,VAR=value: the caller's value wins where it has one.
+        let e = exported(Some("ALL,EDITOR=emacs,LR=0.1"), &c).unwrap();
+        assert_eq!((e["EDITOR"].as_str(), e["LR"].as_str()), ("vi", "0.1"));
+        assert!(exported(Some("NONE"), &c).unwrap().is_empty());
+        // A list: those and the caller's SLURM* variables.
+        let e = exported(Some("EDITOR,LR=0.1"), &c).unwrap();
+        assert_eq!(keys(&e), ["EDITOR", "LR", "SLURM_MEM_PER_NODE"]);
+        assert!(exported(Some("=x"), &c).is_err());
     }
 
     #[test]
