@@ -153,7 +153,21 @@ pub fn in_slurm_case(spec: &mut JobSpec) {
     }
 }
 
+/// Whether `spec` keeps within the cluster's limits (at submission, and again in `apply`
+/// for each job of the log), the first broken rule as the error.
 pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
+    counts(spec)?;
+    text_fields(spec, limits)?;
+    payload(spec, limits)?;
+    array(spec, limits)?;
+    if spec.max_restarts.is_some_and(|m| m > 1000) {
+        return Err(SpecError::MaxRestarts);
+    }
+    Ok(())
+}
+
+/// Node, task, CPU and GPU counts, the time limit, the signal and the nice value in range.
+fn counts(spec: &JobSpec) -> Result<(), SpecError> {
     let counts = [
         ("--nodes", spec.nodes, 1, MAX_NODES),
         (
@@ -202,6 +216,11 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
     if !(-10_000..=10_000).contains(&spec.nice) {
         return Err(SpecError::Nice);
     }
+    Ok(())
+}
+
+/// Names, paths and lists within the field limit; an absolute working directory.
+fn text_fields(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     text("the job name", &spec.name, limits.max_name_bytes)?;
     let field = limits.max_field_bytes;
     text("the user", &spec.user, field)?;
@@ -237,6 +256,11 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
     if spec.dependency.len() > MAX_LIST {
         return Err(SpecError::TooManyDependencies);
     }
+    Ok(())
+}
+
+/// The script, environment and arguments: present, free of NULs, within their limits.
+fn payload(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     if spec.script.is_empty() && spec.torchrun.is_none() {
         return Err(SpecError::EmptyScript);
     }
@@ -255,7 +279,7 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
     }
     let mut args: Vec<&String> = spec.script_args.iter().collect();
     if let Some(t) = &spec.torchrun {
-        text("the torchrun program", &t.program, field)?;
+        text("the torchrun program", &t.program, limits.max_field_bytes)?;
         args.extend(t.args.iter().chain(t.extra_args.iter()));
     }
     for a in args {
@@ -270,6 +294,11 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
             max: limits.max_env_bytes,
         });
     }
+    Ok(())
+}
+
+/// An array's task ids and throttle within the cluster's array limits.
+fn array(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> {
     if let Some(ids) = &spec.array {
         let max = limits.max_array_size;
         if ids.is_empty() {
@@ -290,9 +319,6 @@ pub fn job_spec(spec: &JobSpec, limits: &SubmitLimits) -> Result<(), SpecError> 
         if spec.array_limit == Some(0) {
             return Err(SpecError::ArrayLimitZero);
         }
-    }
-    if spec.max_restarts.is_some_and(|m| m > 1000) {
-        return Err(SpecError::MaxRestarts);
     }
     Ok(())
 }
