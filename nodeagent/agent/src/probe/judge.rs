@@ -283,6 +283,17 @@ pub fn judge(
     let mut out = Vec::new();
     let mut found =
         |fault: Fault, evidence: String| out.push(Found::new(fault, gpu, pci, evidence));
+    reach(gpu, now, &mut found);
+    memory(gpu, before, now, &mut found);
+    clocks(gpu, now, &mut found);
+    nvlinks(registered, before, now, &mut found);
+    pcie(registered, now, &mut found);
+    events_and_checks(gpu, now, active, &mut found);
+    Verdict::of(out)
+}
+
+/// Whether NVML reaches the GPU.
+fn reach(gpu: u32, now: &GpuState, mut found: impl FnMut(Fault, String)) {
     match &now.reach {
         Reach::Ok => {}
         Reach::Lost => found(
@@ -298,6 +309,15 @@ pub fn judge(
             format!("Unable to determine the device handle for GPU {gpu}: {error}"),
         ),
     }
+}
+
+/// Row remaps, pages waiting to be retired and uncorrected ECC errors since the last probe.
+fn memory(
+    gpu: u32,
+    before: Option<&GpuState>,
+    now: &GpuState,
+    mut found: impl FnMut(Fault, String),
+) {
     if let Some(r) = now.remapped_rows {
         if r.failure {
             found(
@@ -342,6 +362,10 @@ pub fn judge(
             ),
         }
     }
+}
+
+/// Clock-event reasons that mean a fault (power brake, thermal, hardware slowdown).
+fn clocks(gpu: u32, now: &GpuState, mut found: impl FnMut(Fault, String)) {
     if let Some(c) = now.clock_reasons {
         let named = c.names().join(", ");
         if c.has(ClockReasons::HW_POWER_BRAKE) {
@@ -366,6 +390,16 @@ pub fn judge(
             );
         }
     }
+}
+
+/// NVLinks down against registration or the previous probe, and error counters that grew.
+fn nvlinks(
+    registered: &RegisteredGpu,
+    before: Option<&GpuState>,
+    now: &GpuState,
+    mut found: impl FnMut(Fault, String),
+) {
+    let gpu = registered.gpu;
     if let Some(links) = &now.nvlinks {
         let down: Vec<u32> = links.iter().filter(|l| !l.active).map(|l| l.link).collect();
         let up = links.len() - down.len();
@@ -425,6 +459,11 @@ pub fn judge(
             );
         }
     }
+}
+
+/// The PCIe link's width against the maximum.
+fn pcie(registered: &RegisteredGpu, now: &GpuState, mut found: impl FnMut(Fault, String)) {
+    let gpu = registered.gpu;
     // An idle GPU drops its PCIe generation to save power: only the width is judged.
     if let Some(p) = now.pcie {
         let max = registered.pcie_width_max.or(p.width_max);
@@ -437,6 +476,15 @@ pub fn judge(
             );
         }
     }
+}
+
+/// Xids NVML delivered, the active check's result and persistence mode.
+fn events_and_checks(
+    gpu: u32,
+    now: &GpuState,
+    active: Option<&ActiveResult>,
+    mut found: impl FnMut(Fault, String),
+) {
     for &code in &now.xids {
         found(
             Fault::Xid(code),
@@ -463,7 +511,6 @@ pub fn judge(
             format!("GPU {gpu}: persistence mode is off"),
         );
     }
-    Verdict::of(out)
 }
 
 /// The verdict on a GPU whose probe did not finish within `limit_ms`.
