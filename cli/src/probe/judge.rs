@@ -40,112 +40,142 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
         out.push(f);
     }
     for r in reports {
-        if let Some(e) = &r.bind_error {
-            let mut f = Finding::on_node(
-                &r.node,
-                Severity::Warn,
-                Component::Nic,
-                "training-address-not-on-node",
-            );
-            f.evidence = format!("{}: cannot listen on its training address {e}", r.node);
-            f.action = "the agent's --training-addr is not an address of this host, or its interface is down: fix it (ip -4 addr)".into();
-            out.push(f);
+        out.extend(training_address(r));
+        out.extend(training_network(r, &by_node));
+        out.extend(shared_paths(r));
+        out.extend(nccl_interface(r));
+    }
+    out.extend(clock_skew(reports));
+    out
+}
+
+/// The node's training address, when it cannot listen on it.
+fn training_address(r: &Report) -> Option<Finding> {
+    let e = r.bind_error.as_ref()?;
+    let mut f = Finding::on_node(
+        &r.node,
+        Severity::Warn,
+        Component::Nic,
+        "training-address-not-on-node",
+    );
+    f.evidence = format!("{}: cannot listen on its training address {e}", r.node);
+    f.action = "the agent's --training-addr is not an address of this host, or its interface is down: fix it (ip -4 addr)".into();
+    Some(f)
+}
+
+/// Peers the node cannot reach on the training network, or only with small datagrams.
+fn training_network(r: &Report, by_node: &BTreeMap<&str, &Report>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (peer, p) in &r.peers {
+        if by_node
+            .get(peer.as_str())
+            .is_some_and(|q| q.bind_error.is_some())
+        {
+            continue;
         }
-        for (peer, p) in &r.peers {
-            if by_node
-                .get(peer.as_str())
-                .is_some_and(|q| q.bind_error.is_some())
-            {
-                continue;
-            }
-            let peer_addr = by_node.get(peer.as_str()).map_or("?", |q| q.addr.as_str());
-            match (&p.small, &p.large) {
-                (None, _) => {
-                    let mut f = Finding::on_node(
-                        &r.node,
-                        Severity::Warn,
-                        Component::Nic,
-                        "training-network-unreachable",
-                    );
-                    f.evidence = format!(
-                        "{} cannot reach {peer} at {peer_addr} on the training network ({})",
-                        r.node,
-                        p.small_error.as_deref().unwrap_or("no answer")
-                    );
-                    f.action = "check routes and firewalls between the nodes (NCCL needs TCP and UDP open on the training network), the cable and the switch port".into();
-                    out.push(f);
-                }
-                (Some(_), None) => {
-                    let mut f = Finding::on_node(
-                        &r.node,
-                        Severity::Warn,
-                        Component::Nic,
-                        "mtu-mismatch-on-path",
-                    );
-                    f.evidence = format!(
-                        "{} -> {peer}: small datagrams pass, {}-byte ones (MTU {} on {}'s {}) are lost ({})",
-                        r.node,
-                        p.large_bytes,
-                        r.mtu.map_or("?".into(), |m| m.to_string()),
-                        r.node,
-                        r.iface.as_deref().unwrap_or("?"),
-                        p.large_error.as_deref().unwrap_or("no answer")
-                    );
-                    f.action = "set the same MTU on every node's training interface and on every switch port between them (jumbo frames need all of them)".into();
-                    out.push(f);
-                }
-                _ => {}
-            }
-        }
-        for (path, p) in &r.paths {
-            if let Some(e) = &p.error {
-                let mut f =
-                    Finding::on_node(&r.node, Severity::Warn, Component::Host, "path-missing");
-                f.evidence = format!("{}: {path}: {e}", r.node);
-                f.action = "mount it on every node: jobs expect the same paths everywhere".into();
-                out.push(f);
-            } else if let (Some(free), Some(total)) = (p.free, p.total)
-                && total > 0
-                && (free as f64) < total as f64 * FREE_SHARE
-                && free < FREE_BYTES
-            {
-                let mut f =
-                    Finding::on_node(&r.node, Severity::Warn, Component::Host, "disk-nearly-full");
-                f.evidence = format!(
-                    "{}: {path} has {} free of {} ({:.1}%)",
-                    r.node,
-                    gib(free),
-                    gib(total),
-                    free as f64 * 100.0 / total as f64
-                );
-                f.action = "free space there before jobs fail writing checkpoints".into();
-                out.push(f);
-            }
-        }
-        if let (Some(set), Some(iface)) = (&r.nccl_socket_ifname, &r.iface) {
-            let named: Vec<&str> = set
-                .split(',')
-                .map(|s| s.trim_start_matches(['^', '=']))
-                .collect();
-            let excluded = set.starts_with('^');
-            let picks = named.iter().any(|n| iface.starts_with(n)) != excluded;
-            if !picks {
+        let peer_addr = by_node.get(peer.as_str()).map_or("?", |q| q.addr.as_str());
+        match (&p.small, &p.large) {
+            (None, _) => {
                 let mut f = Finding::on_node(
                     &r.node,
                     Severity::Warn,
-                    Component::Nccl,
-                    "nccl-interface-mismatch",
+                    Component::Nic,
+                    "training-network-unreachable",
                 );
                 f.evidence = format!(
-                    "{}: jobs get NCCL_SOCKET_IFNAME={set}, but the training address {} is on {iface}",
-                    r.node, r.addr
+                    "{} cannot reach {peer} at {peer_addr} on the training network ({})",
+                    r.node,
+                    p.small_error.as_deref().unwrap_or("no answer")
                 );
-                f.action = "remove the NCCL_SOCKET_IFNAME set in the agent's --job-env or the node's environment, or point it at the training interface".into();
+                f.action = "check routes and firewalls between the nodes (NCCL needs TCP and UDP open on the training network), the cable and the switch port".into();
                 out.push(f);
             }
+            (Some(_), None) => {
+                let mut f = Finding::on_node(
+                    &r.node,
+                    Severity::Warn,
+                    Component::Nic,
+                    "mtu-mismatch-on-path",
+                );
+                f.evidence = format!(
+                    "{} -> {peer}: small datagrams pass, {}-byte ones (MTU {} on {}'s {}) are lost ({})",
+                    r.node,
+                    p.large_bytes,
+                    r.mtu.map_or("?".into(), |m| m.to_string()),
+                    r.node,
+                    r.iface.as_deref().unwrap_or("?"),
+                    p.large_error.as_deref().unwrap_or("no answer")
+                );
+                f.action = "set the same MTU on every node's training interface and on every switch port between them (jumbo frames need all of them)".into();
+                out.push(f);
+            }
+            _ => {}
         }
     }
-    // Clocks: each node against the first that answered everyone, from its own echoes.
+    out
+}
+
+/// The shared paths: missing, or nearly full.
+fn shared_paths(r: &Report) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (path, p) in &r.paths {
+        if let Some(e) = &p.error {
+            let mut f = Finding::on_node(&r.node, Severity::Warn, Component::Host, "path-missing");
+            f.evidence = format!("{}: {path}: {e}", r.node);
+            f.action = "mount it on every node: jobs expect the same paths everywhere".into();
+            out.push(f);
+        } else if let (Some(free), Some(total)) = (p.free, p.total)
+            && total > 0
+            && (free as f64) < total as f64 * FREE_SHARE
+            && free < FREE_BYTES
+        {
+            let mut f =
+                Finding::on_node(&r.node, Severity::Warn, Component::Host, "disk-nearly-full");
+            f.evidence = format!(
+                "{}: {path} has {} free of {} ({:.1}%)",
+                r.node,
+                gib(free),
+                gib(total),
+                free as f64 * 100.0 / total as f64
+            );
+            f.action = "free space there before jobs fail writing checkpoints".into();
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// An `NCCL_SOCKET_IFNAME` that does not pick the training interface.
+fn nccl_interface(r: &Report) -> Option<Finding> {
+    let mut out = None;
+    if let (Some(set), Some(iface)) = (&r.nccl_socket_ifname, &r.iface) {
+        let named: Vec<&str> = set
+            .split(',')
+            .map(|s| s.trim_start_matches(['^', '=']))
+            .collect();
+        let excluded = set.starts_with('^');
+        let picks = named.iter().any(|n| iface.starts_with(n)) != excluded;
+        if !picks {
+            let mut f = Finding::on_node(
+                &r.node,
+                Severity::Warn,
+                Component::Nccl,
+                "nccl-interface-mismatch",
+            );
+            f.evidence = format!(
+                "{}: jobs get NCCL_SOCKET_IFNAME={set}, but the training address {} is on {iface}",
+                r.node, r.addr
+            );
+            f.action = "remove the NCCL_SOCKET_IFNAME set in the agent's --job-env or the node's environment, or point it at the training interface".into();
+            out = Some(f);
+        }
+    }
+    out
+}
+
+/// Each node's clock against the first that answered everyone, from its own echoes.
+fn clock_skew(reports: &[Report]) -> Vec<Finding> {
+    let mut out = Vec::new();
     if let Some(reference) = reports.iter().find(|r| r.bind_error.is_none()) {
         for (peer, p) in &reference.peers {
             if let Some(e) = &p.small
