@@ -198,18 +198,47 @@ pub fn round(
             pid: seen.pgid.map(|p| p as u32),
         }));
     }
-    for finding in seen.transport {
+    for finding in std::mem::take(&mut seen.transport) {
         out.push(Action::Report(RunEvent::Warning {
             job,
             attempt,
             finding,
         }));
     }
+    let ending = seen.exit.is_some() || seen.supervisor_lost;
+    read_findings(
+        watch,
+        cx,
+        std::mem::take(&mut seen.findings),
+        now,
+        now_ms,
+        &mut out,
+    );
+    release_held(watch, cx, ending, now, &mut out);
+    if let Some(evidence) = seen.hang.take() {
+        stop_hung(watch, cx, evidence, now, now_ms, &mut out);
+    }
+    enforce_time(watch, cx, now, now_ms, &mut out);
+    report_end(watch, cx, &seen, now_ms, &mut out);
+    out
+}
+
+/// The round's lines: a fatal one is reported at once when it says why, held for its
+/// cause's echo when it does not; all are kept as the window later lines are read against.
+fn read_findings(
+    watch: &mut Watch,
+    cx: &Context,
+    mut findings: Vec<LogFinding>,
+    now: Instant,
+    now_ms: u64,
+    out: &mut Vec<Action>,
+) {
+    let (job, attempt) = (cx.job, cx.attempt);
     // A round's warnings first: they are the causes its fatal lines echo, even when they
     // sit in another file (NCCL's debug file) than the fatal line.
     // Of its fatal lines, one that names a cause goes before one that only echoes it.
-    seen.findings.sort_by_key(|f| (f.fatal, is_echo(&f.line)));
-    for finding in seen.findings {
+    findings.sort_by_key(|f| (f.fatal, is_echo(&f.line)));
+    for finding in findings {
         let fatal = is_fatal(&watch.findings, &finding);
         if fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
             let evidence = first_cause(&watch.findings, &finding);
@@ -236,7 +265,17 @@ pub fn round(
             watch.findings.remove(0);
         }
     }
-    let ending = seen.exit.is_some() || seen.supervisor_lost;
+}
+
+/// A held fatal line is reported once the run ends or its echo wait is over.
+fn release_held(
+    watch: &mut Watch,
+    cx: &Context,
+    ending: bool,
+    now: Instant,
+    out: &mut Vec<Action>,
+) {
+    let (job, attempt) = (cx.job, cx.attempt);
     if let Some((failure, since)) = watch.held.take() {
         if ending || now.saturating_duration_since(since) >= ECHO_WAIT {
             watch.fatal_reported = Some(failure.clone());
@@ -249,11 +288,19 @@ pub fn round(
             watch.held = Some((failure, since));
         }
     }
-    if let Some(evidence) = seen.hang
-        && watch.stop.is_none()
-        && watch.fatal_reported.is_none()
-        && watch.held.is_none()
-    {
+}
+
+/// A hang stops the run, unless it is already stopping or has failed.
+fn stop_hung(
+    watch: &mut Watch,
+    cx: &Context,
+    evidence: String,
+    now: Instant,
+    now_ms: u64,
+    out: &mut Vec<Action>,
+) {
+    let (job, attempt) = (cx.job, cx.attempt);
+    if watch.stop.is_none() && watch.fatal_reported.is_none() && watch.held.is_none() {
         out.extend(begin_stop(
             watch,
             now,
@@ -268,6 +315,11 @@ pub fn round(
             failure,
         }));
     }
+}
+
+/// `--signal`'s warning, the time limit, and the kill after the grace of a stop.
+fn enforce_time(watch: &mut Watch, cx: &Context, now: Instant, now_ms: u64, out: &mut Vec<Action>) {
+    let (job, attempt) = (cx.job, cx.attempt);
     if !watch.warned && watch.stop.is_none() && warning_due(cx.limits, now_ms) {
         watch.warned = true;
         if let Some(w) = &cx.limits.signal {
@@ -306,6 +358,17 @@ pub fn round(
         stop.forced = true;
         out.push(Action::ForceKill);
     }
+}
+
+/// The run's end: its exit status, or a supervisor that died without one.
+fn report_end(
+    watch: &mut Watch,
+    cx: &Context,
+    seen: &Observed,
+    now_ms: u64,
+    out: &mut Vec<Action>,
+) {
+    let (job, attempt) = (cx.job, cx.attempt);
     if let Some(ended) = &seen.exit {
         let failure = end_failure(watch, cx, ended, now_ms);
         out.push(Action::Report(RunEvent::Exited {
@@ -333,7 +396,6 @@ pub fn round(
         }));
         out.push(Action::Finish);
     }
-    out
 }
 
 /// Whether a fatal line's evidence says why: not when the line only echoes a failure
