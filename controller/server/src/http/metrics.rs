@@ -60,6 +60,18 @@ fn reason_kind(reason: &gsched_types::job::PendingReason) -> String {
 /// One scrape's text: a fresh registry filled from the committed state.
 pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("gsched");
+    register_cluster(&mut reg, ctx);
+    register_telemetry(&mut reg, ctx);
+    register_outside(&mut reg, ctx);
+    register_raft(&mut reg, ctx);
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// The replicated state's counts: jobs by state and pending reason, nodes by state, GPUs,
+/// notifications.
+fn register_cluster(reg: &mut Registry, ctx: &Ctx) {
     let jobs = Family::<StateLabel, Gauge>::default();
     let pending = Family::<ReasonLabel, Gauge>::default();
     let nodes = Family::<StateLabel, Gauge>::default();
@@ -182,18 +194,10 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "GPUs allocated to running jobs",
         gpus_allocated,
     );
+}
 
-    let s = ctx.raft.status.borrow().clone();
-    let role = Family::<RoleLabel, Gauge>::default();
-    for r in ["leader", "follower", "candidate", "pre-candidate"] {
-        role.get_or_create(&RoleLabel { role: r.into() })
-            .set(i64::from(s.role.name() == r));
-    }
-    let gauge = |v: u64| {
-        let g = Gauge::<i64>::default();
-        g.set(v as i64);
-        g
-    };
+/// The leader's loops: scheduling passes, queue waits, proposals, notifications.
+fn register_telemetry(reg: &mut Registry, ctx: &Ctx) {
     let t = &ctx.telemetry;
     reg.register(
         "scheduler_pass_seconds",
@@ -235,6 +239,10 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "Notifications a leader gone had claimed, put down as not known to be delivered (never resent)",
         t.notify_in_doubt.clone(),
     );
+}
+
+/// Processes on GPUs outside the jobs holding them.
+fn register_outside(reg: &mut Registry, ctx: &Ctx) {
     #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
     struct NodeGpuLabel {
         node: String,
@@ -258,6 +266,21 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "Processes using a GPU outside the jobs holding it, by node, GPU and user (the leader's latest reports)",
         outside,
     );
+}
+
+/// This controller's Raft role, indexes and storage, and its agents.
+fn register_raft(reg: &mut Registry, ctx: &Ctx) {
+    let s = ctx.raft.status.borrow().clone();
+    let role = Family::<RoleLabel, Gauge>::default();
+    for r in ["leader", "follower", "candidate", "pre-candidate"] {
+        role.get_or_create(&RoleLabel { role: r.into() })
+            .set(i64::from(s.role.name() == r));
+    }
+    let gauge = |v: u64| {
+        let g = Gauge::<i64>::default();
+        g.set(v as i64);
+        g
+    };
     reg.register("raft_role", "1 for this controller's Raft role", role);
     reg.register("raft_term", "Raft term", gauge(s.term));
     reg.register(
@@ -300,7 +323,4 @@ pub fn render(ctx: &Ctx) -> Result<String, std::fmt::Error> {
         "Agents with a session to this controller (the leader holds them all)",
         gauge(ctx.hub.connected().len() as u64),
     );
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &reg)?;
-    Ok(out)
 }
