@@ -515,8 +515,8 @@ fn comment_and_wckey_are_kept_and_shown() {
     let job = c.job(id).unwrap();
     assert_eq!(
         (job["comment"].as_str(), job["wckey"].as_str()),
-        (Some("sweep 7 of 12"), Some("projA")),
-        "{job}"
+        (Some("sweep 7 of 12"), Some("proja")),
+        "the wckey is stored lower case, as slurmctld stores it: {job}"
     );
     let show = stdout(&slurm(
         &c,
@@ -530,7 +530,7 @@ fn comment_and_wckey_are_kept_and_shown() {
         &["-j", &id.to_string(), "--format=JobID,Comment%20,WCKey"],
     );
     assert!(
-        acct.contains("sweep 7 of 12") && acct.contains("projA"),
+        acct.contains("sweep 7 of 12") && acct.contains("proja"),
         "{acct}"
     );
 }
