@@ -14,6 +14,14 @@ const SKEW_MS: f64 = 500.0;
 const FREE_SHARE: f64 = 0.05;
 const FREE_BYTES: u64 = 10 << 30;
 
+/// A warning about `node`: what was seen and what to do.
+fn warn(node: &str, component: Component, kind: &str, evidence: String, action: &str) -> Finding {
+    let mut f = Finding::on_node(node, Severity::Warn, component, kind);
+    f.evidence = evidence;
+    f.action = action.into();
+    f
+}
+
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
@@ -27,17 +35,14 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
         .iter()
         .filter(|n| !by_node.contains_key(n.as_str()))
     {
-        let mut f = Finding::on_node(n, Severity::Warn, Component::Host, "probe-did-not-run");
-        f.evidence = format!(
+        out.push(warn(n, Component::Host, "probe-did-not-run", format!(
             "no probe report from {n}{}",
             if stderr_tail.is_empty() {
                 String::new()
             } else {
                 format!(": {stderr_tail}")
             }
-        );
-        f.action = "check that python3 is installed on the node and that jobs start there (gacct --name doctor-probe)".into();
-        out.push(f);
+        ), "check that python3 is installed on the node and that jobs start there (gacct --name doctor-probe)"));
     }
     for r in reports {
         out.extend(training_address(r));
@@ -52,15 +57,13 @@ pub fn judge(reports: &[Report], expected: &[String], stderr_tail: &str) -> Vec<
 /// The node's training address, when it cannot listen on it.
 fn training_address(r: &Report) -> Option<Finding> {
     let e = r.bind_error.as_ref()?;
-    let mut f = Finding::on_node(
+    Some(warn(
         &r.node,
-        Severity::Warn,
         Component::Nic,
         "training-address-not-on-node",
-    );
-    f.evidence = format!("{}: cannot listen on its training address {e}", r.node);
-    f.action = "the agent's --training-addr is not an address of this host, or its interface is down: fix it (ip -4 addr)".into();
-    Some(f)
+        format!("{}: cannot listen on its training address {e}", r.node),
+        "the agent's --training-addr is not an address of this host, or its interface is down: fix it (ip -4 addr)",
+    ))
 }
 
 /// Peers the node cannot reach on the training network, or only with small datagrams.
@@ -76,28 +79,14 @@ fn training_network(r: &Report, by_node: &BTreeMap<&str, &Report>) -> Vec<Findin
         let peer_addr = by_node.get(peer.as_str()).map_or("?", |q| q.addr.as_str());
         match (&p.small, &p.large) {
             (None, _) => {
-                let mut f = Finding::on_node(
-                    &r.node,
-                    Severity::Warn,
-                    Component::Nic,
-                    "training-network-unreachable",
-                );
-                f.evidence = format!(
+                out.push(warn(&r.node, Component::Nic, "training-network-unreachable", format!(
                     "{} cannot reach {peer} at {peer_addr} on the training network ({})",
                     r.node,
                     p.small_error.as_deref().unwrap_or("no answer")
-                );
-                f.action = "check routes and firewalls between the nodes (NCCL needs TCP and UDP open on the training network), the cable and the switch port".into();
-                out.push(f);
+                ), "check routes and firewalls between the nodes (NCCL needs TCP and UDP open on the training network), the cable and the switch port"));
             }
             (Some(_), None) => {
-                let mut f = Finding::on_node(
-                    &r.node,
-                    Severity::Warn,
-                    Component::Nic,
-                    "mtu-mismatch-on-path",
-                );
-                f.evidence = format!(
+                out.push(warn(&r.node, Component::Nic, "mtu-mismatch-on-path", format!(
                     "{} -> {peer}: small datagrams pass, {}-byte ones (MTU {} on {}'s {}) are lost ({})",
                     r.node,
                     p.large_bytes,
@@ -105,9 +94,7 @@ fn training_network(r: &Report, by_node: &BTreeMap<&str, &Report>) -> Vec<Findin
                     r.node,
                     r.iface.as_deref().unwrap_or("?"),
                     p.large_error.as_deref().unwrap_or("no answer")
-                );
-                f.action = "set the same MTU on every node's training interface and on every switch port between them (jumbo frames need all of them)".into();
-                out.push(f);
+                ), "set the same MTU on every node's training interface and on every switch port between them (jumbo frames need all of them)"));
             }
             _ => {}
         }
@@ -120,26 +107,31 @@ fn shared_paths(r: &Report) -> Vec<Finding> {
     let mut out = Vec::new();
     for (path, p) in &r.paths {
         if let Some(e) = &p.error {
-            let mut f = Finding::on_node(&r.node, Severity::Warn, Component::Host, "path-missing");
-            f.evidence = format!("{}: {path}: {e}", r.node);
-            f.action = "mount it on every node: jobs expect the same paths everywhere".into();
-            out.push(f);
+            out.push(warn(
+                &r.node,
+                Component::Host,
+                "path-missing",
+                format!("{}: {path}: {e}", r.node),
+                "mount it on every node: jobs expect the same paths everywhere",
+            ));
         } else if let (Some(free), Some(total)) = (p.free, p.total)
             && total > 0
             && (free as f64) < total as f64 * FREE_SHARE
             && free < FREE_BYTES
         {
-            let mut f =
-                Finding::on_node(&r.node, Severity::Warn, Component::Host, "disk-nearly-full");
-            f.evidence = format!(
-                "{}: {path} has {} free of {} ({:.1}%)",
-                r.node,
-                gib(free),
-                gib(total),
-                free as f64 * 100.0 / total as f64
-            );
-            f.action = "free space there before jobs fail writing checkpoints".into();
-            out.push(f);
+            out.push(warn(
+                &r.node,
+                Component::Host,
+                "disk-nearly-full",
+                format!(
+                    "{}: {path} has {} free of {} ({:.1}%)",
+                    r.node,
+                    gib(free),
+                    gib(total),
+                    free as f64 * 100.0 / total as f64
+                ),
+                "free space there before jobs fail writing checkpoints",
+            ));
         }
     }
     out
@@ -147,30 +139,25 @@ fn shared_paths(r: &Report) -> Vec<Finding> {
 
 /// An `NCCL_SOCKET_IFNAME` that does not pick the training interface.
 fn nccl_interface(r: &Report) -> Option<Finding> {
-    let mut out = None;
-    if let (Some(set), Some(iface)) = (&r.nccl_socket_ifname, &r.iface) {
-        let named: Vec<&str> = set
-            .split(',')
-            .map(|s| s.trim_start_matches(['^', '=']))
-            .collect();
-        let excluded = set.starts_with('^');
-        let picks = named.iter().any(|n| iface.starts_with(n)) != excluded;
-        if !picks {
-            let mut f = Finding::on_node(
-                &r.node,
-                Severity::Warn,
-                Component::Nccl,
-                "nccl-interface-mismatch",
-            );
-            f.evidence = format!(
+    let (set, iface) = (r.nccl_socket_ifname.as_ref()?, r.iface.as_ref()?);
+    let excluded = set.starts_with('^');
+    let picks = set
+        .split(',')
+        .map(|s| s.trim_start_matches(['^', '=']))
+        .any(|n| iface.starts_with(n))
+        != excluded;
+    (!picks).then(|| {
+        warn(
+            &r.node,
+            Component::Nccl,
+            "nccl-interface-mismatch",
+            format!(
                 "{}: jobs get NCCL_SOCKET_IFNAME={set}, but the training address {} is on {iface}",
                 r.node, r.addr
-            );
-            f.action = "remove the NCCL_SOCKET_IFNAME set in the agent's --job-env or the node's environment, or point it at the training interface".into();
-            out = Some(f);
-        }
-    }
-    out
+            ),
+            "remove the NCCL_SOCKET_IFNAME set in the agent's --job-env or the node's environment, or point it at the training interface",
+        )
+    })
 }
 
 /// Each node's clock against the first that answered everyone, from its own echoes.
@@ -181,8 +168,7 @@ fn clock_skew(reports: &[Report]) -> Vec<Finding> {
             if let Some(e) = &p.small
                 && e.offset_ms.abs() > SKEW_MS
             {
-                let mut f = Finding::on_node(peer, Severity::Warn, Component::Host, "clock-skew");
-                f.evidence = format!(
+                out.push(warn(peer, Component::Host, "clock-skew", format!(
                     "{peer}'s clock is {:.2} s {} {}'s",
                     e.offset_ms.abs() / 1000.0,
                     if e.offset_ms > 0.0 {
@@ -191,9 +177,7 @@ fn clock_skew(reports: &[Report]) -> Vec<Finding> {
                         "behind"
                     },
                     reference.node
-                );
-                f.action = "run chrony or another NTP client on every node: MUNGE credentials, time limits and logs depend on agreeing clocks".into();
-                out.push(f);
+                ), "run chrony or another NTP client on every node: MUNGE credentials, time limits and logs depend on agreeing clocks"));
             }
         }
     }
