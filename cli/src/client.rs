@@ -420,8 +420,13 @@ pub fn request_id() -> String {
 
 /// Prints `tool: error: message` and exits 1.
 pub fn die(tool: &str, message: impl std::fmt::Display) -> ! {
+    die_status(tool, message, 1)
+}
+
+/// As [`die`], with the exit status Slurm's tool gives for this error.
+pub fn die_status(tool: &str, message: impl std::fmt::Display, status: i32) -> ! {
     eprintln!("{tool}: error: {message}");
-    std::process::exit(1)
+    std::process::exit(status)
 }
 
 /// A gRPC status as a user-facing message.

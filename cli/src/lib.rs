@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod efficiency;
 pub mod format;
 pub mod galloc;
+pub mod getopt;
 pub mod grun;
 pub mod grun_job;
 pub mod option_words;

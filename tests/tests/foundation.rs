@@ -215,7 +215,11 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
         (vec!["--gpus-per-node", "many", &good], "--gpus-per-node"),
         (vec!["--gpus-per-node", "16", &good], "can never run"),
         (vec![&bad_time], "time"),
-        (vec!["-N", "1", &bad_flag], "invalid #SBATCH directive"),
+        // sbatch's words for an option in a directive it cannot read (getopt_long's).
+        (
+            vec!["-N", "1", &bad_flag],
+            "unrecognized option '--frobnicate=1'",
+        ),
         (vec![&bad_utf8], "UTF-8"),
         (vec!["-p", "nosuchpartition", &good], "partition"),
     ];
@@ -223,6 +227,9 @@ fn t50_bad_input_is_refused_and_creates_no_job() {
         let out = c.cli("gsub", &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} was accepted");
+        if needle.starts_with("unrecognized") {
+            assert_eq!(out.status.code(), Some(255), "sbatch's status: {args:?}");
+        }
         assert!(
             err.contains(needle),
             "{args:?}: message {err:?} does not mention {needle}"

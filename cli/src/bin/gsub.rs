@@ -2,9 +2,10 @@
 
 use clap::CommandFactory;
 use clap::Parser;
-use gsched_cli::client::{Client, controller_list, describe, die, request_id};
+use gsched_cli::client::{Client, controller_list, describe, die, die_status, request_id};
 use gsched_cli::outln;
-use gsched_cli::sbatch::{SubArgs, SubmitContext, dry_run_json, resolve, sources};
+use gsched_cli::sbatch::sources::{self, SourceError};
+use gsched_cli::sbatch::{SubArgs, SubmitContext, dry_run_json, resolve};
 use gsched_proto::contract::{Carries, Idempotent};
 use gsched_proto::pb::{CheckRequest, SubmitRequest};
 use gsched_types::api::CheckReply;
@@ -23,10 +24,13 @@ fn main() {
         {
             e.exit()
         }
-        Err(e) => die(
-            "gsub",
-            e.to_string().trim_start_matches("error: ").trim_end(),
-        ),
+        Err(e) => match gsched_cli::getopt::words(&SubArgs::command(), &e, &raw) {
+            Some(words) => gsched_cli::getopt::fail(&tool(), &words),
+            None => die(
+                "gsub",
+                e.to_string().trim_start_matches("error: ").trim_end(),
+            ),
+        },
     };
     if first.usage {
         outln!("{}", SubArgs::command().render_usage());
@@ -34,12 +38,14 @@ fn main() {
     }
     let (text, name) = script(&first);
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let (args, action) =
-        sources::read(&raw, text.as_deref(), &env).unwrap_or_else(|e| die("gsub", e));
+    let (args, action) = sources::read(&raw, text.as_deref(), &env).unwrap_or_else(|e| match e {
+        SourceError::Grammar(words) => gsched_cli::getopt::fail(&tool(), &words),
+        e => die_status("gsub", &e, e.exit_status()),
+    });
     let quiet = args.quiet || gsched_cli::invoked_as() == "sbatch";
     let ctx = SubmitContext::here();
     let build = |args: &SubArgs| build_spec(args, text.clone(), name.as_deref(), &ctx);
-    let mut spec = build(&args).unwrap_or_else(|e| die("gsub", e));
+    let mut spec = build(&args).unwrap_or_else(|e| die_status("gsub", &e, e.exit_status()));
     for (flag, pattern) in [("--output", &spec.output), ("--error", &spec.error)] {
         if let Some(p) = pattern {
             check_output(flag, p, &spec.workdir, quiet).unwrap_or_else(|e| die("gsub", e));
@@ -108,6 +114,14 @@ fn build_spec(
         });
     }
     Ok(spec)
+}
+
+/// The name the user ran this as (`sbatch` through its link), for getopt's words.
+fn tool() -> String {
+    match gsched_cli::invoked_as().as_str() {
+        "sbatch" => "sbatch".into(),
+        _ => "gsub".into(),
+    }
 }
 
 /// Whether the controller refused a job as one no node set could ever run.

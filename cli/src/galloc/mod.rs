@@ -8,6 +8,7 @@ pub mod args;
 pub use args::AllocArgs;
 
 use crate::client::{Client, controller_list, die};
+use crate::getopt::OptionError;
 use crate::option_words;
 use crate::slurm_options::{self, Tool};
 use clap::{CommandFactory, FromArgMatches};
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 pub fn parse(
     raw: &[String],
     env: &BTreeMap<String, String>,
-) -> Result<(AllocArgs, Vec<String>), String> {
+) -> Result<(AllocArgs, Vec<String>), OptionError> {
     let cmd = AllocArgs::command();
     let mut argv = vec!["galloc".to_string()];
     argv.extend(option_words::from_environment(Tool::Salloc, env, |_| true));
@@ -26,11 +27,11 @@ pub fn parse(
     let m = cmd
         .clone()
         .try_get_matches_from(&argv)
-        .map_err(|e| e.to_string().trim_end().to_string())?;
-    let args = AllocArgs::from_arg_matches(&m).map_err(|e| e.to_string())?;
+        .map_err(|e| OptionError::from_clap(&cmd, &e, &argv))?;
+    let args = AllocArgs::from_arg_matches(&m).map_err(|e| OptionError::Refused(e.to_string()))?;
     let given = option_words::given_longs(&cmd, &m);
     if let Some(refused) = slurm_options::refusal(Tool::Salloc, given.iter().map(String::as_str)) {
-        return Err(refused);
+        return Err(OptionError::Refused(refused));
     }
     let sbatch = crate::sbatch::SubArgs::command();
     let words = option_words::canonical(&cmd, &m, |long| {
@@ -42,7 +43,12 @@ pub fn parse(
 /// `galloc`'s whole run; returns its exit status.
 pub fn main(raw: Vec<String>) -> i32 {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let (args, words) = parse(&raw, &env).unwrap_or_else(|e| die("galloc", e));
+    let tool = if crate::invoked_as() == "salloc" {
+        "salloc"
+    } else {
+        "galloc"
+    };
+    let (args, words) = parse(&raw, &env).unwrap_or_else(|e| e.exit(tool));
     let (alloc_args, _) =
         crate::alloc::parse("galloc", &words).unwrap_or_else(|e| die("galloc", e));
     let mut command = args.command.clone();

@@ -8,6 +8,7 @@ use super::output::{Names, Route, Sinks};
 use super::request::{Caller, step_request};
 use super::terminal::{raw_mode, restore_terminal, terminal_size};
 use crate::client::{Client, controller_list, describe, die};
+use crate::getopt::OptionError;
 use crate::slurm_options::{self, Tool};
 use base64::Engine;
 use clap::parser::ValueSource;
@@ -28,12 +29,12 @@ fn fail(message: impl std::fmt::Display) -> ! {
 pub fn parse(
     raw: &[String],
     env: &BTreeMap<String, String>,
-) -> Result<(RunArgs, Vec<String>), String> {
+) -> Result<(RunArgs, Vec<String>), OptionError> {
     let cmd = RunArgs::command();
     let m = cmd
         .clone()
         .try_get_matches_from(raw)
-        .map_err(|e| e.to_string().trim_end().to_string())?;
+        .map_err(|e| OptionError::from_clap(&cmd, &e, raw))?;
     let mut argv = vec!["grun".to_string()];
     // srun's input variables for options whose value a batch job's environment holds
     // for its steps to read (the task counts and GPUs are read where they are used).
@@ -56,14 +57,15 @@ pub fn parse(
     }
     argv.extend(raw.iter().skip(1).cloned());
     let m = cmd
+        .clone()
         .try_get_matches_from(&argv)
-        .map_err(|e| e.to_string().trim_end().to_string())?;
-    let args = RunArgs::from_arg_matches(&m).map_err(|e| e.to_string())?;
+        .map_err(|e| OptionError::from_clap(&cmd, &e, &argv))?;
+    let args = RunArgs::from_arg_matches(&m).map_err(|e| OptionError::Refused(e.to_string()))?;
     let given_longs = given_longs(&m);
     if let Some(refused) =
         slurm_options::refusal(Tool::Srun, given_longs.iter().map(String::as_str))
     {
-        return Err(refused);
+        return Err(OptionError::Refused(refused));
     }
     Ok((args, allocation_words(&m)))
 }
@@ -130,7 +132,14 @@ fn allocation_words(m: &ArgMatches) -> Vec<String> {
 /// `grun`'s whole run; returns its exit status.
 pub fn main(raw: Vec<String>) -> i32 {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let (args, alloc_words) = parse(&raw, &env).unwrap_or_else(|e| die("grun", e));
+    let (args, alloc_words) = parse(&raw, &env).unwrap_or_else(|e| {
+        restore_terminal();
+        e.exit(if crate::invoked_as() == "srun" {
+            "srun"
+        } else {
+            "grun"
+        })
+    });
     if args.usage {
         crate::outln!("{}", RunArgs::command().render_usage());
         return 0;

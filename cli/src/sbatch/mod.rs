@@ -44,6 +44,34 @@ mod tests {
         SubArgs::try_parse_from(std::iter::once("gsub").chain(v.iter().copied())).unwrap()
     }
 
+    /// Each as sbatch 22.05 exited on the Slurm peer: 255 where the option's own parser
+    /// refuses the value ("Invalid --time specification"), 1 for a later check.
+    #[test]
+    fn a_refused_value_exits_as_sbatch_does() {
+        let status = |v: &[&str]| {
+            let e = resolve(&parse_args(v), None, None, &ctx()).unwrap_err();
+            (e.exit_status(), e.to_string())
+        };
+        for (words, want) in [
+            (&["--time=abc", "--wrap=true"][..], 255),
+            (&["--mem=abc", "--wrap=true"], 255),
+            (&["--mem-per-gpu=x", "--wrap=true"], 255),
+            (&["--begin=garbage", "--wrap=true"], 255),
+            (&["--deadline=garbage", "--wrap=true"], 255),
+            (&["--time-min=abc", "--wrap=true"], 255),
+            (&["--mail-type=bogus", "--wrap=true"], 255),
+            (&["--kill-on-invalid-dep=maybe", "--wrap=true"], 255),
+            (&["--no-kill=x", "--wrap=true"], 255),
+            (&["--distribution=bogus", "--wrap=true"], 255),
+            (&["--exclusive=bogus", "--wrap=true"], 255),
+            (&["-n", "0", "--wrap=true"], 1),
+            (&["--hint=bogus", "--wrap=true"], 1),
+            (&["--mem=1G", "--mem-per-cpu=1", "--wrap=true"], 1),
+        ] {
+            assert_eq!(status(words).0, want, "{words:?}: {}", status(words).1);
+        }
+    }
+
     #[test]
     fn directives_stop_at_first_command_and_cli_wins() {
         let script = "#!/bin/bash\n#SBATCH -N 2 --gpus-per-node=4 # two nodes\n#SBATCH --job-name 'my job'\n# plain comment\n#GSUB --time=1:00:00\necho hi\n#SBATCH --nodes=9\n";

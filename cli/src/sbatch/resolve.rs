@@ -30,6 +30,33 @@ pub struct SubmitContext {
     pub as_sbatch: bool,
 }
 
+impl ResolveError {
+    /// The status `gsub` exits with: sbatch's 255 where its own parser of that option
+    /// refuses the value ("Invalid --time specification": slurm_opt.c's handlers exit -1),
+    /// 1 where a later check does (a count of 0, options that contradict each other).
+    pub fn exit_status(&self) -> i32 {
+        use gsched_types::binding::BindingError;
+        match self {
+            ResolveError::Time(_)
+            | ResolveError::Begin(_)
+            | ResolveError::Deadline(_)
+            | ResolveError::TimeMin(_)
+            | ResolveError::Mail(_)
+            | ResolveError::KillOnInvalidDep(_)
+            | ResolveError::NoKill(_)
+            | ResolveError::GpuBind(_)
+            | ResolveError::Exclusive(_)
+            | ResolveError::Binding(BindingError::Distribution(_) | BindingError::CpuBind(_))
+            | ResolveError::Value(
+                InputError::TimeLimit(_)
+                | InputError::TimeLimitTooLong(_)
+                | InputError::MemorySize(_),
+            ) => crate::getopt::OPTION_ERROR_STATUS,
+            _ => 1,
+        }
+    }
+}
+
 impl SubmitContext {
     /// This process's: its directory, environment, user, umask and clock.
     pub fn here() -> SubmitContext {

@@ -28,6 +28,32 @@ pub enum SourceError {
     CommandLine(String),
     #[error("{0}")]
     Refused(String),
+    /// An option getopt_long could not read, in its words (`crate::getopt`).
+    #[error("{0}")]
+    Grammar(String),
+}
+
+impl SourceError {
+    /// The status `gsub` exits with: sbatch's 255 for options it cannot read, wherever
+    /// they come from; 1 for an option gsched refuses to act on.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            SourceError::Refused(_) => 1,
+            _ => crate::getopt::OPTION_ERROR_STATUS,
+        }
+    }
+}
+
+/// `e` in getopt's words where it has some, else as `otherwise` says it.
+fn grammar_or(
+    e: &clap::Error,
+    argv: &[String],
+    otherwise: impl FnOnce(String) -> SourceError,
+) -> SourceError {
+    match crate::getopt::words(&SubArgs::command(), e, argv) {
+        Some(words) => SourceError::Grammar(words),
+        None => otherwise(clap_message(e)),
+    }
 }
 
 /// The first line of clap's message, without its "error: " prefix.
@@ -41,9 +67,13 @@ fn clap_message(e: &clap::Error) -> String {
 }
 
 /// Parses `words` (options only) as one source; a word that is not an option is named.
-fn parse_options(words: &[String]) -> Result<ArgMatches, clap::Error> {
+fn parse_options(words: &[String]) -> Result<ArgMatches, SourceError> {
+    let argv: Vec<String> = std::iter::once("gsub".to_string())
+        .chain(words.iter().cloned())
+        .collect();
     SubArgs::command()
-        .try_get_matches_from(std::iter::once("gsub".to_string()).chain(words.iter().cloned()))
+        .try_get_matches_from(&argv)
+        .map_err(|e| grammar_or(&e, &argv, SourceError::Directive))
 }
 
 /// The options a source set, as canonical words in the command's order.
@@ -84,7 +114,7 @@ pub fn from_directives(words: &[String]) -> Result<Vec<String>, SourceError> {
     if words.is_empty() {
         return Ok(Vec::new());
     }
-    let m = parse_options(words).map_err(|e| SourceError::Directive(clap_message(&e)))?;
+    let m = parse_options(words)?;
     if let Some(word) = stray(&m) {
         return Err(SourceError::NotAnOption(word));
     }
@@ -109,7 +139,7 @@ pub fn from_environment(env: &BTreeMap<String, String>) -> Result<Vec<String>, S
             let m = parse_options(std::slice::from_ref(&word)).map_err(|e| {
                 SourceError::Environment {
                     var: var.to_string(),
-                    message: clap_message(&e),
+                    message: e.to_string(),
                 }
             })?;
             out.extend(canonical(&m));
@@ -131,7 +161,7 @@ pub fn merge(
     argv.extend(command_line.iter().skip(1).cloned());
     let m = SubArgs::command()
         .try_get_matches_from(&argv)
-        .map_err(|e| SourceError::CommandLine(clap_message(&e)))?;
+        .map_err(|e| grammar_or(&e, &argv, SourceError::CommandLine))?;
     let args =
         SubArgs::from_arg_matches(&m).map_err(|e| SourceError::CommandLine(clap_message(&e)))?;
     let given = canonical(&m);
@@ -229,6 +259,33 @@ mod tests {
         let script = "#!/bin/bash\n#SBATCH \u{2013}gres=gpu:8\necho hi\n";
         let e = read(&argv(&["--dry-run", "x.sh"]), Some(script), &no_env()).unwrap_err();
         assert!(matches!(e, SourceError::NotAnOption(w) if w.starts_with('\u{2013}')));
+    }
+
+    /// As sbatch 22.05 on the Slurm peer: a directive getopt cannot read is reported in
+    /// getopt's words and exits 255, as on the command line; a refused option exits 1.
+    #[test]
+    fn options_that_cannot_be_read_exit_as_sbatchs_do() {
+        let script = "#!/bin/bash\n#SBATCH --cpus=16\ntrue\n";
+        let e = read(&argv(&["x.sh"]), Some(script), &no_env()).unwrap_err();
+        assert_eq!(
+            e,
+            SourceError::Grammar(
+                "option '--cpus=16' is ambiguous; possibilities: '--cpus-per-gpu' '--cpus-per-task'"
+                    .into()
+            )
+        );
+        assert_eq!(e.exit_status(), 255);
+        let e = read(&argv(&["--fooo=1", "x.sh"]), None, &no_env()).unwrap_err();
+        assert_eq!(
+            e,
+            SourceError::Grammar("unrecognized option '--fooo=1'".into())
+        );
+        let typo = "#!/bin/bash\n#SBATCH \u{2013}gres=gpu:8\n";
+        let e = read(&argv(&["x.sh"]), Some(typo), &no_env()).unwrap_err();
+        assert_eq!(e.exit_status(), 255);
+        let e = read(&argv(&["--bb=x", "x.sh"]), None, &no_env()).unwrap_err();
+        assert!(matches!(e, SourceError::Refused(_)), "{e:?}");
+        assert_eq!(e.exit_status(), 1);
     }
 
     #[test]

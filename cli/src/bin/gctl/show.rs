@@ -195,19 +195,27 @@ fn output_path(pattern: &str, j: &JobRow, workdir: &str) -> String {
     }
 }
 
-/// A job's record, as `scontrol show job` prints it (lines of `Key=Value` words).
+/// Writes one line of a record (errors writing to a `String` cannot happen).
+macro_rules! put {
+    ($o:expr, $($t:tt)*) => {{
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+
+/// A job's record, as `scontrol show job` prints it (lines of `Key=Value` words): Slurm's
+/// field names and order where Slurm has the field (scripts grep them), then gsched's own.
 fn job_record(j: &JobRow) -> String {
     let mut o = String::new();
-    macro_rules! put {
-        ($($t:tt)*) => {
-            {
-                let _ = writeln!(o, $($t)*);
-            }
-        };
-    }
-    // Slurm's field names and order where Slurm has the field (scripts grep them), then
-    // gsched's own.
-    put!("JobId={} JobName={}", j.display_id, j.name);
+    identity(&mut o, j);
+    request(&mut o, j);
+    placement(&mut o, j);
+    outcome(&mut o, j);
+    o
+}
+
+/// Who, what and in which state: scontrol's first lines.
+fn identity(o: &mut String, j: &JobRow) {
+    put!(o, "JobId={} JobName={}", j.display_id, j.name);
     let uid = j
         .spec
         .as_ref()
@@ -215,6 +223,7 @@ fn job_record(j: &JobRow) -> String {
         .map(|u| format!("({u})"))
         .unwrap_or_default();
     put!(
+        o,
         "   UserId={}{uid} Account={} Partition={} QOS={}",
         j.user,
         j.account,
@@ -222,6 +231,7 @@ fn job_record(j: &JobRow) -> String {
         j.qos.as_deref().unwrap_or("normal")
     );
     put!(
+        o,
         "   JobState={} Reason={} Restarts={} ExitCode={}",
         j.state.name(),
         j.reason,
@@ -231,8 +241,12 @@ fn job_record(j: &JobRow) -> String {
             .unwrap_or_else(|| "0:0".into())
     );
     if let Some(c) = &j.comment {
-        put!("   Comment={c}");
+        put!(o, "   Comment={c}");
     }
+}
+
+/// What the job asked for: nodes, tasks, GPUs, memory, time, files.
+fn request(o: &mut String, j: &JobRow) {
     let time_limit = j
         .time_limit_s
         .map(gsched_types::parse::format_duration)
@@ -246,6 +260,7 @@ fn job_record(j: &JobRow) -> String {
     };
     if let Some(s) = &j.spec {
         put!(
+            o,
             "   ReqNodeList={} ExcNodeList={}",
             list_or_null(&s.nodelist),
             list_or_null(&s.exclude)
@@ -259,6 +274,7 @@ fn job_record(j: &JobRow) -> String {
     match &j.spec {
         Some(s) => {
             put!(
+                o,
                 "   NodeList={node_list} NumNodes={} NumTasks={} CPUs/Task={} GPUsPerNode={} GpuType={} Mem={} TimeLimit={time_limit}",
                 s.nodes,
                 s.ntasks,
@@ -270,7 +286,7 @@ fn job_record(j: &JobRow) -> String {
                     .unwrap_or_else(|| "default".into()),
             );
             if s.gpus_per_node > 0 {
-                put!("   TresPerNode=gres:gpu:{}", s.gpus_per_node);
+                put!(o, "   TresPerNode=gres:gpu:{}", s.gpus_per_node);
             }
             let default = if j.array_task_id.is_some() {
                 "gsched-%A_%a.out"
@@ -278,30 +294,38 @@ fn job_record(j: &JobRow) -> String {
                 "gsched-%j.out"
             };
             let out = s.output.as_deref().unwrap_or(default);
-            put!("   WorkDir={}", s.workdir);
-            put!("   StdOut={}", output_path(out, j, &s.workdir));
+            put!(o, "   WorkDir={}", s.workdir);
+            put!(o, "   StdOut={}", output_path(out, j, &s.workdir));
             put!(
+                o,
                 "   StdErr={}",
                 output_path(s.error.as_deref().unwrap_or(out), j, &s.workdir)
             );
             if let Some(w) = s.switches {
-                put!("   Switches={}", switches(w));
+                put!(o, "   Switches={}", switches(w));
             }
         }
         None => put!(
+            o,
             "   NodeList={node_list} NumNodes={} GPUsPerNode={} TimeLimit={time_limit}",
             j.nodes,
             j.gpus_per_node
         ),
     }
+}
+
+/// Where it runs: the rendezvous address and each node's share.
+fn placement(o: &mut String, j: &JobRow) {
     if let Some(a) = &j.allocation {
         put!(
+            o,
             "   MasterAddr={} MasterPort={}",
             a.master_addr,
             a.master_port
         );
         for (rank, n) in a.nodes.iter().enumerate() {
             put!(
+                o,
                 "   Node[{rank}]={} GPUs={:?} CPUs={} Mem={}M NIC={}",
                 n.node,
                 n.gpus,
@@ -311,8 +335,14 @@ fn job_record(j: &JobRow) -> String {
             );
         }
     }
+}
+
+/// How it went: each node's run, the failure and its evidence, warnings, notices and
+/// earlier attempts.
+fn outcome(o: &mut String, j: &JobRow) {
     for st in &j.runs {
         put!(
+            o,
             "   Step[{}]: {:?}{}",
             st.node,
             st.state,
@@ -323,30 +353,32 @@ fn job_record(j: &JobRow) -> String {
         );
     }
     if let Some(f) = &j.failure {
-        put!("   Failure={}", f.kind.reason_name());
-        put!("   Evidence={}", f.evidence);
+        put!(o, "   Failure={}", f.kind.reason_name());
+        put!(o, "   Evidence={}", f.evidence);
     }
     if let Some(idle) = &j.idle {
-        put!("   IdleWarning={}", idle.message());
+        put!(o, "   IdleWarning={}", idle.message());
     }
     for w in &j.warnings {
         put!(
+            o,
             "   Warning[{}]={}: {}",
             w.node.as_deref().unwrap_or("?"),
             w.kind,
             w.action
         );
         if !w.evidence.is_empty() {
-            put!("      Evidence={}", w.evidence);
+            put!(o, "      Evidence={}", w.evidence);
         }
     }
     for n in &j.notices {
         for line in n.describe() {
-            outln!("   Notify={line}");
+            put!(o, "   Notify={line}");
         }
     }
     for a in &j.attempts {
         put!(
+            o,
             "   Attempt[{}]: {} on {} {}",
             a.number,
             a.state.name(),
@@ -357,7 +389,6 @@ fn job_record(j: &JobRow) -> String {
                 .unwrap_or_default()
         );
     }
-    o
 }
 
 /// `--switches` as `scontrol show job` prints it: `COUNT@[D-]HH:MM:SS`; a request without
@@ -366,5 +397,38 @@ fn switches(w: gsched_types::job::SwitchWait) -> String {
     match w.wait_s {
         None => w.count.to_string(),
         Some(t) => format!("{}@{}", w.count, gsched_types::parse::format_hms(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A running job as the controller sends it, with one mail notice due.
+    fn running_job_with_a_notice() -> JobRow {
+        serde_json::from_value(serde_json::json!({
+            "job_id": 7, "display_id": "7", "name": "train", "user": "ana",
+            "account": "nlp", "partition": "gpu", "state": "RUNNING", "reason": "None",
+            "nodes": 1, "node_list": "n1", "gpus_per_node": 2, "gpus": 2,
+            "restarts": 0, "held": false, "submit_ms": 1000,
+            "notices": [{"event": "BEGIN", "attempt": 0, "at_ms": 2000, "state": {"state": "due"}}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_holds_every_line_it_shows_in_scontrols_order() {
+        let text = job_record(&running_job_with_a_notice());
+        let keys: Vec<&str> = text
+            .lines()
+            .map(|l| l.trim_start().split(['=', ' ']).next().unwrap_or(""))
+            .collect();
+        assert_eq!(keys, ["JobId", "UserId", "JobState", "NodeList", "Notify"]);
+        assert!(text.contains("   Notify=BEGIN due\n"), "{text}");
+        assert!(
+            one_line(&text).starts_with("JobId=7 JobName=train UserId=ana"),
+            "{}",
+            one_line(&text)
+        );
     }
 }
