@@ -179,6 +179,28 @@ mod tests {
         );
     }
 
+    /// srun and salloc 22.05 on the peer printed these for the same command lines.
+    #[test]
+    fn srun_and_salloc_option_errors_read_as_slurms() {
+        let env = std::collections::BTreeMap::new();
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let ambiguous =
+            "option '--cpus=2' is ambiguous; possibilities: '--cpus-per-gpu' '--cpus-per-task'";
+        let srun = crate::grun::run::parse(&argv(&["srun", "--cpus=2", "true"]), &env);
+        assert_eq!(srun.unwrap_err(), OptionError::Grammar(ambiguous.into()));
+        let salloc = crate::galloc::parse(&argv(&["salloc", "--cpus=2", "true"]), &env);
+        assert_eq!(salloc.unwrap_err(), OptionError::Grammar(ambiguous.into()));
+        let srun = crate::grun::run::parse(&argv(&["srun", "--fooo", "true"]), &env);
+        assert_eq!(
+            srun.unwrap_err(),
+            OptionError::Grammar("unrecognized option '--fooo'".into())
+        );
+        assert_eq!(
+            report("srun", ambiguous),
+            format!("srun: {ambiguous}\nTry \"srun --help\" for more information")
+        );
+    }
+
     #[test]
     fn an_option_that_does_not_exist_in_short_form_is_an_invalid_option() {
         let w = sbatch_words(&["-y", "x.sh"]).unwrap();
