@@ -505,6 +505,19 @@ pub fn render(
     nodes: &[NodeRow],
     partitions: &[PartitionRow],
 ) -> String {
+    let mut groups = group(format, query, nodes, partitions);
+    sort(&mut groups, query);
+    lines(format, query, &groups)
+}
+
+/// The lines sinfo would print, before sorting: the nodes `query` wants, in groups of
+/// equal cells (per partition when the format or the query names partitions).
+fn group<'a>(
+    format: &SinfoFormat,
+    query: &Query,
+    nodes: &'a [NodeRow],
+    partitions: &'a [PartitionRow],
+) -> Vec<Group<'a>> {
     let wanted = |n: &NodeRow| {
         (query.nodes.is_empty() || query.nodes.contains(&n.name))
             && (query.states.is_empty() || query.states.iter().any(|s| matches_state(n, s)))
@@ -575,6 +588,11 @@ pub fn render(
             });
         }
     }
+    groups
+}
+
+/// Orders the lines: by node name with `--Node`, then by `--sort`'s letters.
+fn sort(groups: &mut [Group<'_>], query: &Query) {
     if query.per_node {
         groups.sort_by(|a, b| natural(&a.nodes[0].name, &b.nodes[0].name));
     }
@@ -594,6 +612,10 @@ pub fn render(
             std::cmp::Ordering::Equal
         });
     }
+}
+
+/// The lines written out, cells cut or padded to their widths.
+fn lines(format: &SinfoFormat, query: &Query, groups: &[Group<'_>]) -> String {
     // Column widths sinfo fits to the values.
     let fit_width = |letter: char| -> usize {
         groups
@@ -628,7 +650,7 @@ pub fn render(
     if query.header {
         line(&|l| header_of(l).to_string());
     }
-    for g in &groups {
+    for g in groups {
         line(&|l| g.cell(l));
     }
     out
