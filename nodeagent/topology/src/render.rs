@@ -4,8 +4,19 @@
 use gsched_types::topology::{NicKind, Topology};
 use std::fmt::Write;
 
+/// The node's wiring drawn: a title line, the GPU/NIC link matrix grouped by NUMA node,
+/// the NICs, and what the link names mean.
 pub fn render(t: &Topology, name: &str) -> String {
     let mut out = String::new();
+    title(&mut out, t, name);
+    matrix(&mut out, t);
+    nic_list(&mut out, t);
+    legend(&mut out);
+    out
+}
+
+/// What the node is: GPUs, CPUs, memory, driver, and where the topology came from.
+fn title(out: &mut String, t: &Topology, name: &str) {
     let model = t.gpu_model().unwrap_or("no GPUs");
     let mem = t
         .memory_mib
@@ -26,6 +37,10 @@ pub fn render(t: &Topology, name: &str) -> String {
     if let Some(note) = &t.note {
         let _ = writeln!(out, "note: {note}");
     }
+}
+
+/// Each GPU's link to every GPU and NIC, GPUs ordered by NUMA node, with their CPUs.
+fn matrix(out: &mut String, t: &Topology) {
     let nics: Vec<(usize, String)> = t
         .nics
         .iter()
@@ -79,6 +94,11 @@ pub fn render(t: &Topology, name: &str) -> String {
             g.cpus.as_deref().unwrap_or("?")
         );
     }
+}
+
+/// Each NIC: kind, speed, RDMA port, GID, MTU, NUMA node, state, and whether training
+/// may use it.
+fn nic_list(out: &mut String, t: &Topology) {
     if !t.nics.is_empty() {
         let _ = writeln!(out, "\nNICs:");
         for n in &t.nics {
@@ -119,9 +139,47 @@ pub fn render(t: &Topology, name: &str) -> String {
             );
         }
     }
+}
+
+/// What the link names mean.
+fn legend(out: &mut String) {
     let _ = writeln!(
         out,
         "\nNV# = # bonded NVLinks (direct or via NVSwitch); PIX = one PCIe switch; PXB = several PCIe bridges; PHB = via the CPU's host bridge; NODE = across host bridges in one NUMA node; SYS = across sockets"
     );
-    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Topology {
+        let path = format!(
+            "{}/../../tests/fixtures/topo/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        crate::parse_topo_matrix(crate::strip_fixture_header(&text)).unwrap()
+    }
+
+    /// An 8-GPU A100 node of two sockets: its title, a row per GPU with its socket's GPUs
+    /// together (a blank line between sockets), its NICs, and the legend last.
+    #[test]
+    fn a_node_is_drawn_by_socket_with_its_nics_and_the_legend() {
+        let text = render(&fixture("a100-sxm4-80gb-8gpu-nv12-4nic.txt"), "n1");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("n1: 8x "), "{text}");
+        let gpu_rows: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].starts_with("GPU"))
+            .collect();
+        assert_eq!(gpu_rows.len(), 8, "{text}");
+        assert_eq!(
+            lines[gpu_rows[3] + 1],
+            "",
+            "a blank line between the sockets"
+        );
+        assert!(lines[gpu_rows[0]].contains("NV12"), "{text}");
+        assert!(text.contains("\nNICs:\n"), "{text}");
+        assert!(lines.last().unwrap().starts_with("NV# = # bonded NVLinks"));
+    }
 }
