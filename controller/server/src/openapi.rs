@@ -14,19 +14,79 @@ pub fn document() -> &'static Value {
     DOC.get_or_init(build)
 }
 
-fn build() -> Value {
+/// The API's types as JSON schemas (references into `definitions`), generated from the
+/// types the handlers decode and encode.
+struct Schemas {
+    job_list: Value,
+    job_row: Value,
+    node_list: Value,
+    job_spec: Value,
+    action: Value,
+    summary: Value,
+    efficiency: Value,
+    definitions: serde_json::Map<String, Value>,
+}
+
+fn schemas() -> Schemas {
     let mut generator = SchemaSettings::openapi3().into_generator();
-    let job_list = serde_json::to_value(generator.subschema_for::<JobList>()).unwrap_or_default();
-    let job_row = serde_json::to_value(generator.subschema_for::<JobRow>()).unwrap_or_default();
-    let node_list = serde_json::to_value(generator.subschema_for::<NodeList>()).unwrap_or_default();
-    let job_spec = serde_json::to_value(generator.subschema_for::<JobSpec>()).unwrap_or_default();
-    let action =
-        serde_json::to_value(generator.subschema_for::<JobActionRequest>()).unwrap_or_default();
-    let summary =
-        serde_json::to_value(generator.subschema_for::<ActionSummary>()).unwrap_or_default();
-    let efficiency =
-        serde_json::to_value(generator.subschema_for::<Efficiency>()).unwrap_or_default();
-    let schemas = generator.take_definitions(true);
+    let of = |schema: schemars::Schema| serde_json::to_value(schema).unwrap_or_default();
+    let job_list = of(generator.subschema_for::<JobList>());
+    let job_row = of(generator.subschema_for::<JobRow>());
+    let node_list = of(generator.subschema_for::<NodeList>());
+    let job_spec = of(generator.subschema_for::<JobSpec>());
+    let action = of(generator.subschema_for::<JobActionRequest>());
+    let summary = of(generator.subschema_for::<ActionSummary>());
+    let efficiency = of(generator.subschema_for::<Efficiency>());
+    Schemas {
+        job_list,
+        job_row,
+        node_list,
+        job_spec,
+        action,
+        summary,
+        efficiency,
+        definitions: generator.take_definitions(true),
+    }
+}
+
+fn build() -> Value {
+    let s = schemas();
+    let mut components = s.definitions.clone();
+    components.insert(
+        "Error".into(),
+        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}),
+    );
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "gsched REST API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Served by gctld --http. Callers: Authorization: Bearer <gctl token>, else the socket's owner on a --dev-local cluster, else a MUNGE credential in X-Gsched-Munge. Writes follow the CLI's rules for the same caller."
+        },
+        "security": [{"bearer": []}, {"munge": []}],
+        "paths": paths(s),
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "gctl token"},
+                "munge": {"type": "apiKey", "in": "header", "name": "X-Gsched-Munge", "description": "a fresh MUNGE credential per request"}
+            }
+        }
+    })
+}
+
+/// Every route `http.rs` serves, with its parameters, body and answers.
+fn paths(s: Schemas) -> Value {
+    let Schemas {
+        job_list,
+        job_row,
+        node_list,
+        job_spec,
+        action,
+        summary,
+        efficiency,
+        ..
+    } = s;
     let mut example = JobSpec::simple("train", "alice", "#!/bin/bash\nhostname\n");
     example.gpus_per_node = 1;
     example.workdir = "/home/alice".into();
@@ -48,7 +108,7 @@ fn build() -> Value {
         responses
     };
     let query = |name: &str, description: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": "string"}, "description": description});
-    let paths = json!({
+    json!({
         "/api/v1/jobs": {
             "get": {
                 "summary": "Jobs, as gqueue --json lists them (others' jobs as summaries)",
@@ -117,28 +177,6 @@ fn build() -> Value {
         },
         "/api/v1/openapi.json": {
             "get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3.0"}}}
-        }
-    });
-    let mut components = schemas;
-    components.insert(
-        "Error".into(),
-        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}),
-    );
-    json!({
-        "openapi": "3.0.3",
-        "info": {
-            "title": "gsched REST API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "Served by gctld --http. Callers: Authorization: Bearer <gctl token>, else the socket's owner on a --dev-local cluster, else a MUNGE credential in X-Gsched-Munge. Writes follow the CLI's rules for the same caller."
-        },
-        "security": [{"bearer": []}, {"munge": []}],
-        "paths": paths,
-        "components": {
-            "schemas": components,
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "description": "gctl token"},
-                "munge": {"type": "apiKey", "in": "header", "name": "X-Gsched-Munge", "description": "a fresh MUNGE credential per request"}
-            }
         }
     })
 }
