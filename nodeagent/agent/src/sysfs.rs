@@ -151,138 +151,169 @@ pub struct FoundNic {
 
 /// All interfaces from `/sys/class/net`, plus RDMA devices without a netdev.
 pub fn nics(root: &Path) -> Vec<FoundNic> {
-    let mut out = Vec::new();
     let ib_root = root.join("sys/class/infiniband");
-    let mut claimed_hcas = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(root.join("sys/class/net")) {
-        let mut names: Vec<String> = entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        for name in names {
-            let dir = root.join("sys/class/net").join(&name);
-            let device = dir.join("device");
-            let has_device = device.exists();
-            let kind_code = read(dir.join("type"))
-                .and_then(|t| t.parse::<u32>().ok())
-                .unwrap_or(1);
-            let mut nic = Nic::new(&name, NicKind::Ethernet);
-            nic.netdev = Some(name.clone());
-            nic.mtu = read(dir.join("mtu")).and_then(|m| m.parse().ok());
-            nic.speed_mbps = read(dir.join("speed"))
-                .and_then(|s| s.parse::<i64>().ok())
-                .filter(|s| *s > 0)
-                .map(|s| s as u64);
-            // "unknown" is what drivers without carrier reporting (lo, some virtual and
-            // IPoIB devices) show; the administrative IFF_UP flag decides for them.
-            let admin_up = read(dir.join("flags"))
-                .and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok())
-                .is_some_and(|f| f & 1 != 0);
-            nic.up = read(dir.join("operstate"))
-                .map(|s| s == "up" || s == "unknown" && (kind_code == 32 || admin_up));
+    let net = root.join("sys/class/net");
+    let mut names = entry_names(&net);
+    names.sort();
+    let mut claimed = Vec::new();
+    let mut out: Vec<FoundNic> = names
+        .iter()
+        .map(|name| {
+            let (found, rdma) = interface(&net.join(name), name, &ib_root);
+            claimed.extend(rdma);
+            found
+        })
+        .collect();
+    out.extend(verbs_only_ports(&ib_root, &claimed));
+    out
+}
+
+/// The names in a directory (none when it cannot be read).
+fn entry_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One network interface (`dir` is its `/sys/class/net` entry), and the RDMA device and
+/// port behind it, if any.
+fn interface(dir: &Path, name: &str, ib_root: &Path) -> (FoundNic, Option<(String, u32)>) {
+    let device = dir.join("device");
+    let has_device = device.exists();
+    let kind_code = read(dir.join("type"))
+        .and_then(|t| t.parse::<u32>().ok())
+        .unwrap_or(1);
+    let mut nic = Nic::new(name, NicKind::Ethernet);
+    nic.netdev = Some(name.to_string());
+    nic.mtu = read(dir.join("mtu")).and_then(|m| m.parse().ok());
+    nic.speed_mbps = read(dir.join("speed"))
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|s| *s > 0)
+        .map(|s| s as u64);
+    // "unknown" is what drivers without carrier reporting (lo, some virtual and
+    // IPoIB devices) show; the administrative IFF_UP flag decides for them.
+    let admin_up = read(dir.join("flags"))
+        .and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+        .is_some_and(|f| f & 1 != 0);
+    nic.up = read(dir.join("operstate"))
+        .map(|s| s == "up" || s == "unknown" && (kind_code == 32 || admin_up));
+    let path = std::fs::canonicalize(&device)
+        .ok()
+        .and_then(|p| PciPath::parse(&p.to_string_lossy()));
+    if !has_device || is_virtual_name(name) || kind_code == 772 {
+        nic.kind = NicKind::Virtual;
+        return (FoundNic { nic, path: None }, None);
+    }
+    nic.numa_node = numa(device.join("numa_node"));
+    nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
+    nic.sriov_pf = physical_function(&device);
+    let rdma = rdma_behind(&mut nic, dir, &device, ib_root, kind_code);
+    if rdma.is_none() && kind_code == 32 {
+        nic.kind = NicKind::Ib;
+    }
+    (FoundNic { nic, path }, rdma)
+}
+
+/// The RDMA device behind a netdev, if any: its port's link layer decides InfiniBand or
+/// RoCE, and its state and rate stand for the netdev's.
+fn rdma_behind(
+    nic: &mut Nic,
+    dir: &Path,
+    device: &Path,
+    ib_root: &Path,
+    kind_code: u32,
+) -> Option<(String, u32)> {
+    let hca = std::fs::read_dir(device.join("infiniband"))
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())?;
+    let port = read(dir.join("dev_port"))
+        .and_then(|p| p.parse::<u32>().ok())
+        .unwrap_or(0)
+        + 1;
+    let pdir = ib_root.join(&hca).join("ports").join(port.to_string());
+    let layer = read(pdir.join("link_layer")).unwrap_or_default();
+    nic.kind = if layer.eq_ignore_ascii_case("InfiniBand") || kind_code == 32 {
+        NicKind::Ib
+    } else {
+        NicKind::Roce
+    };
+    nic.rdma_device = Some(hca.clone());
+    nic.rdma_port = Some(port);
+    nic.roce_v2_gid_index = if nic.kind == NicKind::Roce {
+        roce_v2_gid(&pdir, &nic.name)
+    } else {
+        None
+    };
+    if let Some(state) = read(pdir.join("state")) {
+        nic.up = Some(state.contains("ACTIVE"));
+    }
+    if nic.speed_mbps.is_none() {
+        nic.speed_mbps = port_rate_mbps(&pdir);
+    }
+    Some((hca, port))
+}
+
+/// A port's rate (`100 Gb/sec (4X EDR)`) in Mb/s.
+fn port_rate_mbps(port_dir: &Path) -> Option<u64> {
+    read(port_dir.join("rate"))
+        .and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|g| (g * 1000.0) as u64)
+}
+
+/// RDMA ports with no netdev (IB HCAs used only through verbs), those in `claimed`
+/// (behind a netdev) left out, HCAs in their numbered order (`mlx5_2` before `mlx5_10`).
+fn verbs_only_ports(ib_root: &Path, claimed: &[(String, u32)]) -> Vec<FoundNic> {
+    let mut names = entry_names(ib_root);
+    names.sort_by_key(|n| {
+        (
+            n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string(),
+            n.rsplit('_')
+                .next()
+                .and_then(|d| d.parse::<u32>().ok())
+                .unwrap_or(0),
+        )
+    });
+    let mut out = Vec::new();
+    for hca in names {
+        let Ok(ports) = std::fs::read_dir(ib_root.join(&hca).join("ports")) else {
+            continue;
+        };
+        for p in ports.flatten() {
+            let Some(port) = p.file_name().to_string_lossy().parse::<u32>().ok() else {
+                continue;
+            };
+            if claimed.contains(&(hca.clone(), port)) {
+                continue;
+            }
+            let pdir = p.path();
+            let layer = read(pdir.join("link_layer")).unwrap_or_default();
+            let mut nic = Nic::new(
+                &format!("{hca}:{port}"),
+                if layer.eq_ignore_ascii_case("Ethernet") {
+                    NicKind::Roce
+                } else {
+                    NicKind::Ib
+                },
+            );
+            nic.rdma_device = Some(hca.clone());
+            nic.rdma_port = Some(port);
+            nic.up = read(pdir.join("state")).map(|s| s.contains("ACTIVE"));
+            nic.speed_mbps = port_rate_mbps(&pdir);
+            let device = ib_root.join(&hca).join("device");
+            nic.numa_node = numa(device.join("numa_node"));
             let path = std::fs::canonicalize(&device)
                 .ok()
                 .and_then(|p| PciPath::parse(&p.to_string_lossy()));
-            if !has_device || is_virtual_name(&name) || kind_code == 772 {
-                nic.kind = NicKind::Virtual;
-                out.push(FoundNic { nic, path: None });
-                continue;
-            }
-            nic.numa_node = numa(device.join("numa_node"));
             nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
             nic.sriov_pf = physical_function(&device);
-            // The RDMA device behind this netdev, if any.
-            let hca = std::fs::read_dir(device.join("infiniband"))
-                .ok()
-                .and_then(|mut d| d.next())
-                .and_then(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned());
-            if let Some(hca) = hca {
-                let port = read(dir.join("dev_port"))
-                    .and_then(|p| p.parse::<u32>().ok())
-                    .unwrap_or(0)
-                    + 1;
-                let pdir = ib_root.join(&hca).join("ports").join(port.to_string());
-                let layer = read(pdir.join("link_layer")).unwrap_or_default();
-                nic.kind = if layer.eq_ignore_ascii_case("InfiniBand") || kind_code == 32 {
-                    NicKind::Ib
-                } else {
-                    NicKind::Roce
-                };
-                nic.rdma_device = Some(hca.clone());
-                nic.rdma_port = Some(port);
-                nic.roce_v2_gid_index = if nic.kind == NicKind::Roce {
-                    roce_v2_gid(&pdir, &name)
-                } else {
-                    None
-                };
-                if let Some(state) = read(pdir.join("state")) {
-                    nic.up = Some(state.contains("ACTIVE"));
-                }
-                if nic.speed_mbps.is_none() {
-                    nic.speed_mbps = read(pdir.join("rate"))
-                        .and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
-                        .map(|g| (g * 1000.0) as u64);
-                }
-                claimed_hcas.push((hca, port));
-            } else if kind_code == 32 {
-                nic.kind = NicKind::Ib;
-            }
             out.push(FoundNic { nic, path });
-        }
-    }
-    // RDMA ports with no netdev (IB HCAs used only through verbs).
-    if let Ok(entries) = std::fs::read_dir(&ib_root) {
-        let mut names: Vec<String> = entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort_by_key(|n| {
-            (
-                n.trim_end_matches(|c: char| c.is_ascii_digit()).to_string(),
-                n.rsplit('_')
-                    .next()
-                    .and_then(|d| d.parse::<u32>().ok())
-                    .unwrap_or(0),
-            )
-        });
-        for hca in names {
-            let Ok(ports) = std::fs::read_dir(ib_root.join(&hca).join("ports")) else {
-                continue;
-            };
-            for p in ports.flatten() {
-                let Some(port) = p.file_name().to_string_lossy().parse::<u32>().ok() else {
-                    continue;
-                };
-                if claimed_hcas.contains(&(hca.clone(), port)) {
-                    continue;
-                }
-                let pdir = p.path();
-                let layer = read(pdir.join("link_layer")).unwrap_or_default();
-                let mut nic = Nic::new(
-                    &format!("{hca}:{port}"),
-                    if layer.eq_ignore_ascii_case("Ethernet") {
-                        NicKind::Roce
-                    } else {
-                        NicKind::Ib
-                    },
-                );
-                nic.rdma_device = Some(hca.clone());
-                nic.rdma_port = Some(port);
-                nic.up = read(pdir.join("state")).map(|s| s.contains("ACTIVE"));
-                nic.speed_mbps = read(pdir.join("rate"))
-                    .and_then(|r| r.split_whitespace().next()?.parse::<f64>().ok())
-                    .map(|g| (g * 1000.0) as u64);
-                let device = ib_root.join(&hca).join("device");
-                nic.numa_node = numa(device.join("numa_node"));
-                let path = std::fs::canonicalize(&device)
-                    .ok()
-                    .and_then(|p| PciPath::parse(&p.to_string_lossy()));
-                nic.pci_bus_id = path.as_ref().map(|p| p.device().to_string());
-                nic.sriov_pf = physical_function(&device);
-                out.push(FoundNic { nic, path });
-            }
         }
     }
     out
@@ -376,6 +407,49 @@ mod tests {
         assert_eq!(
             (vf.rdma_device.as_deref(), vf.sriov_pf.as_deref()),
             (Some("mlx5_1"), Some("0000:af:00.0"))
+        );
+    }
+    /// A RoCE port behind an Ethernet netdev (its RoCE v2 GID found), a second HCA used
+    /// through verbs only, and a bridge: each as `nics` tells them.
+    #[test]
+    fn roce_verbs_only_and_virtual_interfaces_are_told_apart() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        hca(r, "ens1", "mlx5_0", "0000:3b:00.0");
+        let net = r.join("sys/class/net/ens1");
+        write(&net.join("type"), "1");
+        write(&net.join("speed"), "100000");
+        let port = r.join("sys/class/infiniband/mlx5_0/ports/1");
+        write(&port.join("link_layer"), "Ethernet");
+        write(&port.join("gid_attrs/types/3"), "RoCE v2");
+        write(&port.join("gid_attrs/ndevs/3"), "ens1");
+        write(
+            &port.join("gids/3"),
+            "0000:0000:0000:0000:0000:ffff:0a00:0001",
+        );
+        let verbs = r.join("sys/class/infiniband/mlx5_2/ports/1");
+        write(&verbs.join("state"), "1: DOWN");
+        write(&verbs.join("link_layer"), "InfiniBand");
+        write(&verbs.join("rate"), "200 Gb/sec (4X HDR)");
+        write(&r.join("sys/class/net/br-1/type"), "1");
+        let found = nics(r);
+        let names: Vec<&str> = found.iter().map(|f| f.nic.name.as_str()).collect();
+        assert_eq!(names, ["br-1", "ens1", "mlx5_2:1"]);
+        let (bridge, roce, ib) = (&found[0].nic, &found[1].nic, &found[2].nic);
+        assert_eq!(bridge.kind, NicKind::Virtual);
+        assert_eq!(
+            (
+                roce.kind,
+                roce.rdma_port,
+                roce.roce_v2_gid_index,
+                roce.speed_mbps
+            ),
+            (NicKind::Roce, Some(1), Some(3), Some(100_000))
+        );
+        assert_eq!(roce.up, Some(true));
+        assert_eq!(
+            (ib.kind, ib.up, ib.speed_mbps, ib.netdev.as_deref()),
+            (NicKind::Ib, Some(false), Some(200_000), None)
         );
     }
 }
