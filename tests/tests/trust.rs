@@ -1344,6 +1344,34 @@ fn t94_one_user_cannot_fill_the_queue_and_extreme_numbers_are_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not UTF-8"));
 }
 
+/// The run's process group is on record before the job's program runs (its leader writes
+/// it between fork and exec), so a cancel that comes as soon as the job can print finds
+/// the group to send SIGTERM to: t70's trap once missed its SIGTERM because the record
+/// was written only after the supervisor saw the program start.
+#[test]
+fn t71_the_process_group_is_on_record_before_the_job_runs() {
+    let mut c = Cluster::controllers(1, &[]);
+    c.add_agent("n1", "rtx4090-8gpu.json", &[]);
+    let steps = c.path("agent-n1").join("steps");
+    let script = c.script(
+        "pgid.sh",
+        &format!(
+            "#!/bin/bash\necho \"$(cat {}/$SLURM_JOB_ID.0/pgid) $$\"\n",
+            steps.display()
+        ),
+    );
+    let out = c.path("pgid.out");
+    let id = c.submit(&["-o", &out.to_string_lossy(), &script]);
+    c.wait_state(id, &["COMPLETED"], Duration::from_secs(30));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(words.len(), 2, "the record was there: {text:?}");
+    assert_eq!(
+        words[0], words[1],
+        "the batch shell leads the group: {text:?}"
+    );
+}
+
 #[test]
 fn t95_a_step_stops_when_its_lease_lapses_though_the_agent_and_its_files_are_gone() {
     let Some((alice, _bob)) = test_users() else {

@@ -602,98 +602,11 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         (self.seq, serde_json::to_vec(&tag).expect("tag encodes"))
     }
 
+    /// One message from the node's inbox; `false` when it asks the node to stop.
     fn handle(&mut self, msg: Msg) -> Result<bool, NodeError> {
         match msg {
-            Msg::Propose { data, reply } => {
-                if self.raw.raft.leader_id == raft::INVALID_ID {
-                    let _ = reply.send(Err(ProposeError::NoLeader));
-                    return Ok(true);
-                }
-                let (seq, ctx) = self.next_tag(None);
-                match self.raw.propose(ctx, data) {
-                    Ok(()) => {
-                        self.pending.insert(
-                            seq,
-                            Pending {
-                                since: Instant::now(),
-                                term: self.raw.raft.term,
-                                reply,
-                            },
-                        );
-                    }
-                    Err(_) => {
-                        let _ = reply.send(Err(ProposeError::Dropped));
-                    }
-                }
-            }
-            Msg::ChangeMembership { change, reply } => {
-                if self.raw.raft.state != StateRole::Leader {
-                    let _ = reply.send(Err(ProposeError::NoLeader));
-                    return Ok(true);
-                }
-                let mut cc = ConfChange::default();
-                let address = match &change {
-                    Membership::Add { id, address } => {
-                        cc.node_id = *id;
-                        cc.set_change_type(ConfChangeType::AddNode);
-                        Some(address.clone())
-                    }
-                    Membership::Remove { id } => {
-                        cc.node_id = *id;
-                        cc.set_change_type(ConfChangeType::RemoveNode);
-                        None
-                    }
-                };
-                let voters = self
-                    .raw
-                    .raft
-                    .prs()
-                    .conf()
-                    .voters()
-                    .ids()
-                    .iter()
-                    .collect::<Vec<u64>>();
-                if let Membership::Remove { id } = &change {
-                    if !voters.contains(id) {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
-                            "controller {id} is not a member"
-                        ))));
-                        return Ok(true);
-                    }
-                    if voters.len() == 1 {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(
-                            "cannot remove the last controller".into(),
-                        )));
-                        return Ok(true);
-                    }
-                }
-                if let Membership::Add { id, .. } = &change
-                    && voters.contains(id)
-                {
-                    let _ = reply.send(Err(ProposeError::BadConfChange(format!(
-                        "controller {id} is already a member"
-                    ))));
-                    return Ok(true);
-                }
-                let (seq, ctx) = self.next_tag(address);
-                match self.raw.propose_conf_change(ctx, cc) {
-                    Ok(()) => {
-                        self.pending.insert(
-                            seq,
-                            Pending {
-                                since: Instant::now(),
-                                term: self.raw.raft.term,
-                                reply,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(ProposeError::BadConfChange(format!(
-                            "{e} (one change at a time: wait for the previous one to commit)"
-                        ))));
-                    }
-                }
-            }
+            Msg::Propose { data, reply } => self.propose(data, reply),
+            Msg::ChangeMembership { change, reply } => self.change_membership(change, reply),
             Msg::Raft(m) => {
                 if let Err(e) = self.raw.step(*m) {
                     tracing::debug!("raft step: {e}");
@@ -710,18 +623,88 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             }
             Msg::TransferLeader(to) => self.raw.transfer_leader(to),
             Msg::SnapshotSerialised { index } => self.finish_snapshot(index)?,
-            Msg::ReadIndex { reply } => {
-                if self.raw.raft.leader_id == raft::INVALID_ID {
-                    let _ = reply.send(Err(ProposeError::NoLeader));
-                    return Ok(true);
-                }
-                self.seq += 1;
-                self.raw.read_index(self.seq.to_be_bytes().to_vec());
-                self.reads.insert(self.seq, (Instant::now(), reply));
-            }
+            Msg::ReadIndex { reply } => self.read_index(reply),
             Msg::Shutdown => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Appends an entry, answered once it is applied (or refused at once without a leader).
+    fn propose(&mut self, data: Vec<u8>, reply: oneshot::Sender<Result<Outcome, ProposeError>>) {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            let _ = reply.send(Err(ProposeError::NoLeader));
+            return;
+        }
+        let (seq, ctx) = self.next_tag(None);
+        match self.raw.propose(ctx, data) {
+            Ok(()) => self.await_entry(seq, reply),
+            Err(_) => {
+                let _ = reply.send(Err(ProposeError::Dropped));
+            }
+        }
+    }
+
+    /// Proposes a membership change on the leader, one at a time, refusing one that
+    /// names a member to add or a stranger (or the last member) to remove.
+    fn change_membership(
+        &mut self,
+        change: Membership,
+        reply: oneshot::Sender<Result<Outcome, ProposeError>>,
+    ) {
+        if self.raw.raft.state != StateRole::Leader {
+            let _ = reply.send(Err(ProposeError::NoLeader));
+            return;
+        }
+        let voters: Vec<u64> = self.raw.raft.prs().conf().voters().ids().iter().collect();
+        if let Some(why) = membership_refusal(&voters, &change) {
+            let _ = reply.send(Err(ProposeError::BadConfChange(why)));
+            return;
+        }
+        let mut cc = ConfChange::default();
+        let address = match &change {
+            Membership::Add { id, address } => {
+                cc.node_id = *id;
+                cc.set_change_type(ConfChangeType::AddNode);
+                Some(address.clone())
+            }
+            Membership::Remove { id } => {
+                cc.node_id = *id;
+                cc.set_change_type(ConfChangeType::RemoveNode);
+                None
+            }
+        };
+        let (seq, ctx) = self.next_tag(address);
+        match self.raw.propose_conf_change(ctx, cc) {
+            Ok(()) => self.await_entry(seq, reply),
+            Err(e) => {
+                let _ = reply.send(Err(ProposeError::BadConfChange(format!(
+                    "{e} (one change at a time: wait for the previous one to commit)"
+                ))));
+            }
+        }
+    }
+
+    /// Keeps `reply` until the entry tagged `seq` is applied (or its term ends).
+    fn await_entry(&mut self, seq: u64, reply: oneshot::Sender<Result<Outcome, ProposeError>>) {
+        self.pending.insert(
+            seq,
+            Pending {
+                since: Instant::now(),
+                term: self.raw.raft.term,
+                reply,
+            },
+        );
+    }
+
+    /// Asks the leader to confirm it still leads; answered with the index to read at.
+    fn read_index(&mut self, reply: oneshot::Sender<Result<u64, ProposeError>>) {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            let _ = reply.send(Err(ProposeError::NoLeader));
+            return;
+        }
+        self.seq += 1;
+        self.raw.read_index(self.seq.to_be_bytes().to_vec());
+        self.reads.insert(self.seq, (Instant::now(), reply));
     }
 
     fn expire_pending(&mut self) {
@@ -1081,4 +1064,49 @@ impl<S: LogStore, T: Transport> Node<S, T> {
 /// Is this message a snapshot (the transport streams those in chunks)?
 pub fn is_snapshot(m: &Message) -> bool {
     m.get_msg_type() == MessageType::MsgSnapshot
+}
+
+/// Why `change` cannot be made to a group of `voters`: adding a member, removing a
+/// stranger or the last member.
+fn membership_refusal(voters: &[u64], change: &Membership) -> Option<String> {
+    match change {
+        Membership::Remove { id } if !voters.contains(id) => {
+            Some(format!("controller {id} is not a member"))
+        }
+        Membership::Remove { .. } if voters.len() == 1 => {
+            Some("cannot remove the last controller".into())
+        }
+        Membership::Add { id, .. } if voters.contains(id) => {
+            Some(format!("controller {id} is already a member"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_membership_change_is_refused_for_what_it_names() {
+        let add = |id| Membership::Add {
+            id,
+            address: "127.0.0.1:1".into(),
+        };
+        let remove = |id| Membership::Remove { id };
+        assert_eq!(membership_refusal(&[1, 2, 3], &add(4)), None);
+        assert_eq!(membership_refusal(&[1, 2, 3], &remove(3)), None);
+        assert_eq!(
+            membership_refusal(&[1, 2, 3], &add(2)).as_deref(),
+            Some("controller 2 is already a member")
+        );
+        assert_eq!(
+            membership_refusal(&[1, 2, 3], &remove(9)).as_deref(),
+            Some("controller 9 is not a member")
+        );
+        assert_eq!(
+            membership_refusal(&[1], &remove(1)).as_deref(),
+            Some("cannot remove the last controller")
+        );
+    }
 }

@@ -44,6 +44,53 @@ nix::ioctl_write_ptr_bad!(
     nix::pty::Winsize
 );
 
+/// The run's process group recorded by its leader, the first task, between fork and exec:
+/// a stop that comes as soon as any task can print finds the group to signal (the
+/// supervisor learns the pid only once the program has started, which may be later).
+pub(super) struct PgidRecord {
+    tmp: CString,
+    file: CString,
+}
+
+impl PgidRecord {
+    pub(super) fn new(file: &std::path::Path) -> Result<PgidRecord, String> {
+        let text = file.to_string_lossy();
+        Ok(PgidRecord {
+            tmp: cstr(&format!("{text}.new"))?,
+            file: cstr(&text)?,
+        })
+    }
+
+    /// Writes the caller's process group to a new file and renames it over the record, so
+    /// a reader sees the whole number or none. Async-signal-safe: the number is formatted
+    /// on the stack, and the rest are system calls.
+    pub(super) fn write(&self) -> std::io::Result<()> {
+        let mut digits = [0u8; 20];
+        let mut n = nix::unistd::getpgrp().as_raw().unsigned_abs();
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let fd = nix::fcntl::open(
+            self.tmp.as_c_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        nix::unistd::write(&fd, &digits[at..])?;
+        drop(fd);
+        // SAFETY: both paths are NUL-terminated strings owned by `self` for the call.
+        if unsafe { libc::rename(self.tmp.as_ptr(), self.file.as_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 pub(super) fn winsize(rows: u16, cols: u16) -> nix::pty::Winsize {
     nix::pty::Winsize {
         ws_row: rows,

@@ -148,7 +148,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         _ => None,
     };
     let setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
-    let spawned = spawn_tasks(plan, &wiring, setup);
+    let spawned = spawn_tasks(plan, &wiring, setup, &dir.join("pgid"));
     drop(input);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
@@ -439,7 +439,9 @@ fn bind_line(plan: &Plan, env: &[(String, String)], pid: u32) -> Option<String> 
     ))
 }
 
-fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
+/// Starts every task of the run; with one process group for them all, its leader (the
+/// first task) records the group in `pgid_file` before its program runs.
+fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path) -> Spawned {
     let setup = std::sync::Arc::new(setup);
     let mut out = Spawned {
         children: Vec::new(),
@@ -455,10 +457,26 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup) -> Spawned {
             cmd.process_group(out.pgid.unwrap_or(0));
         }
         let s = setup.clone();
-        // SAFETY: the hook only calls `ChildSetup::apply`, which makes async-signal-safe
-        // system calls on data prepared before the fork and allocates nothing.
+        let record = match (out.pgid, wiring.tasks_share_a_group()) {
+            (None, true) => match child::PgidRecord::new(pgid_file) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    out.error = Some(e);
+                    break;
+                }
+            },
+            _ => None,
+        };
+        // SAFETY: the hook only calls `PgidRecord::write` and `ChildSetup::apply`, which
+        // make async-signal-safe system calls on data prepared before the fork and
+        // allocate nothing.
         unsafe {
-            cmd.pre_exec(move || s.apply());
+            cmd.pre_exec(move || {
+                if let Some(r) = &record {
+                    r.write()?;
+                }
+                s.apply()
+            });
         }
         match cmd.spawn() {
             Ok(child) => {
