@@ -66,14 +66,18 @@ fn clap_message(e: &clap::Error) -> String {
         .to_string()
 }
 
-/// Parses `words` (options only) as one source; a word that is not an option is named.
-fn parse_options(words: &[String]) -> Result<ArgMatches, SourceError> {
+/// Parses `words` (options only) as one source; `why` says what clap's error means for
+/// that source where getopt has no words for it.
+fn parse_options(
+    words: &[String],
+    why: impl FnOnce(String) -> SourceError,
+) -> Result<ArgMatches, SourceError> {
     let argv: Vec<String> = std::iter::once("gsub".to_string())
         .chain(words.iter().cloned())
         .collect();
     SubArgs::command()
         .try_get_matches_from(&argv)
-        .map_err(|e| grammar_or(&e, &argv, SourceError::Directive))
+        .map_err(|e| grammar_or(&e, &argv, why))
 }
 
 /// The options a source set, as canonical words in the command's order.
@@ -114,7 +118,7 @@ pub fn from_directives(words: &[String]) -> Result<Vec<String>, SourceError> {
     if words.is_empty() {
         return Ok(Vec::new());
     }
-    let m = parse_options(words)?;
+    let m = parse_options(words, SourceError::Directive)?;
     if let Some(word) = stray(&m) {
         return Err(SourceError::NotAnOption(word));
     }
@@ -136,11 +140,13 @@ pub fn from_environment(env: &BTreeMap<String, String>) -> Result<Vec<String>, S
                 Arity::None => format!("--{}", row.long),
                 _ => format!("--{}={v}", row.long),
             };
-            let m = parse_options(std::slice::from_ref(&word)).map_err(|e| {
-                SourceError::Environment {
-                    var: var.to_string(),
-                    message: e.to_string(),
-                }
+            let in_var = |message| SourceError::Environment {
+                var: var.to_string(),
+                message,
+            };
+            let m = parse_options(std::slice::from_ref(&word), in_var).map_err(|e| match e {
+                SourceError::Grammar(words) => in_var(words),
+                e => e,
             })?;
             out.extend(canonical(&m));
         }
