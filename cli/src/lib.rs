@@ -14,6 +14,7 @@ pub mod galloc;
 pub mod getopt;
 pub mod grun;
 pub mod grun_job;
+pub mod login_env;
 pub mod option_words;
 pub mod probe;
 pub mod queue_format;

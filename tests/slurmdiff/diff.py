@@ -85,6 +85,21 @@ SLURM_INTERNALS = {
     "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
 }
 
+# A task's program that could not be started, as each side words it (slurmstepd's
+# exec_task, gsched's agent).
+EXEC_FAILED_SLURM = re.compile(r"^slurmstepd-\S+: error: execve\(\): (\S+): .*$")
+EXEC_FAILED_GSCHED = re.compile(r"^grun: task \d+ could not start: (?:cannot start (\S+): .*"
+                                r"|permission denied starting (\S+) in .*)$")
+
+
+def exec_failures(text, pattern):
+    """The text with each failed-exec line replaced by one naming only the program."""
+    def line(l):
+        m = pattern.match(l)
+        return f"<could not start {next(g for g in m.groups() if g)}>" if m else l
+    return "\n".join(line(l) for l in text.split("\n"))
+
+
 # Differences gsched makes on purpose: (name, test on (key, slurm value, gsched value),
 # reason, scoped). A scoped one applies only to scripts that name it (`# design: NAME`).
 # README "Coming from Slurm" explains each.
@@ -143,6 +158,21 @@ DESIGN = [
      "srun --mpi=pmi2/pmix runs the step as Slurm does, and says once that gsched runs no "
      "PMI server (an MPI program that needs one fails in MPI_Init; mpirun inside the job "
      "works)", False),
+    ("exec-failure-wording",
+     lambda k, a, b: k.startswith("file ") and a is not None and b is not None
+     and exec_failures(a, EXEC_FAILED_SLURM) == exec_failures(b, EXEC_FAILED_GSCHED),
+     "a step task whose program cannot be started ends with the failed exec's errno on "
+     "both (2 for a program not found); slurmstepd says 'error: execve(): PROG: No such "
+     "file or directory', gsched's agent 'task N could not start: cannot start PROG: no "
+     "such file (or the output directory does not exist)'", False),
+    ("cpu-share-steps",
+     lambda k, a, b: (k.startswith("file ") or k == "jobs.state")
+     and (k == "jobs.state" or "More processors requested than permitted" in (a or ""))
+     and "More processors requested than permitted" not in (b or ""),
+     "a step that asks for more CPUs than Slurm gave its job (one per task) runs here, "
+     "where a GPU job holds its GPUs' share of the node's CPUs (cpu-share); Slurm refuses "
+     "it: 'More processors requested than permitted'. A step over what the job holds "
+     "here is refused in those words", True),
     ("never-runs-wording",
      lambda k, a, b: k.startswith("submit[") and k.endswith(".stderr")
      and bool(re.search(r"Batch job submission failed: (Invalid feature specification|"
@@ -398,6 +428,23 @@ SRUN_WAITING = re.compile(r"^srun: (Job \S+ step creation (temporarily|still) di
                           r" \(Requested nodes are busy\)|Step created for job \S+"
                           r"|cluster configuration lacks support for cpu binding)$")
 
+# srun's line for the tasks of one node that ended alike. Slurm's srun names together
+# those whose ends reached it in one message (`tasks 0-3`, `tasks 11-12,14`), which is a
+# matter of timing; lines are compared one task at a time.
+TASK_EXIT = re.compile(r"^(srun: error: \S+: )tasks ([\d,-]+)(: .*)$")
+
+
+def task_exit_lines(line):
+    m = TASK_EXIT.match(line)
+    if not m:
+        return [line]
+    ranks = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        ranks.extend(range(int(lo), int(hi or lo) + 1))
+    return [f"{m.group(1)}task {r}{m.group(3)}" for r in ranks]
+
+
 DATE = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                   r"[ \d]\d \d\d:\d\d:\d\d( [A-Z]{2,5})? \d{4}\b")
 
@@ -435,7 +482,8 @@ def facts(obs):
     for name, text in obs["files"].items():
         # The Slurm side's nodes share this host's name, which %N gives there.
         name = re.sub(rf"(?<![A-Za-z0-9])({HOST}|n1|n2)(?![A-Za-z0-9])", "<node>", name)
-        lines = (norm(line) for line in text.splitlines() if not SRUN_WAITING.match(line))
+        lines = (norm(one) for line in text.splitlines() if not SRUN_WAITING.match(line)
+                 for one in task_exit_lines(line))
         f[f"file {norm(name)}"] = "\n".join(sorted(lines))
     tasks = [task_fact(rec, norm) for rec in obs["probes"]]
     # Concurrent steps number themselves in the order they reach the controller, on

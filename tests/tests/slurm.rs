@@ -591,7 +591,7 @@ fn t100_srun_options_act_inside_a_job() {
     std::fs::create_dir_all(c.path("sub")).unwrap();
     let script = c.script(
         "opts.sh",
-        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n\
+        "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n#SBATCH --cpus-per-task=2\n\
          srun -n 1 --input=in.txt cat > input.txt\n\
          srun -n 1 --input=none cat > none.txt; echo \"none=$?\" >> none.txt\n\
          start=$(date +%s)\n\
@@ -601,7 +601,8 @@ fn t100_srun_options_act_inside_a_job() {
          srun -n 1 --time=0:03 sleep 60 2> time.err; time_status=$?\n\
          echo \"time=$time_status took=$(( $(date +%s) - start ))\" > time.txt\n\
          srun -n 1 -D sub -J named pwd > chdir.txt\n\
-         srun -n 2 -c 2 --cpu-bind=cores bash -c 'echo $SLURM_CPUS_PER_TASK $SLURM_CPU_BIND_TYPE' | sort > bind.txt\n",
+         srun -n 2 -c 2 --cpu-bind=cores bash -c 'echo $SLURM_CPUS_PER_TASK $SLURM_CPU_BIND_TYPE' | sort > bind.txt\n\
+         srun -n 3 -c 2 true 2> cpus.txt; echo \"status=$?\" >> cpus.txt\n",
     );
     let id: u64 = stdout(&slurm(&c, &links, "sbatch", &["--parsable", &script]))
         .trim()
@@ -640,6 +641,13 @@ fn t100_srun_options_act_inside_a_job() {
         read("bind.txt"),
         "2 cores\n2 cores\n",
         "the step's own CPUs and binding"
+    );
+    assert_eq!(
+        read("cpus.txt"),
+        format!(
+            "srun: error: Unable to create step for job {id}: More processors requested than permitted\nstatus=1\n"
+        ),
+        "a step may not ask for more CPUs than its job holds (6 of 4), in Slurm's words"
     );
     // The step's name is its -J.
     let acct = c.ok("gacct", &["-j", &id.to_string(), "--format=JobID,JobName"]);

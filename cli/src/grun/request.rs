@@ -40,6 +40,8 @@ pub struct Caller {
     pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
     /// The caller's umask (`SLURM_UMASK` when its environment has none).
     pub umask: u32,
+    /// Whether a path names an executable file (for finding the command on `PATH`).
+    pub is_executable: fn(&std::path::Path) -> bool,
 }
 
 impl Caller {
@@ -52,6 +54,24 @@ impl Caller {
 }
 
 /// The step `args` ask for in `job`; `pty_size` is the terminal's for `--pty`.
+/// The command's full path as srun finds it before launching (on the caller's `PATH`, a
+/// relative entry read from the step's directory), so the tasks' `argv[0]` is that path;
+/// `None` for a name with a slash or one not found (the node then finds it, or says so).
+fn on_path(program: &str, cwd: &str, caller: &Caller) -> Option<String> {
+    if program.is_empty() || program.contains('/') {
+        return None;
+    }
+    caller.var("PATH")?.split(':').find_map(|dir| {
+        let dir = match dir {
+            "" | "." => cwd.to_string(),
+            d if d.starts_with('/') => d.trim_end_matches('/').to_string(),
+            d => format!("{}/{d}", cwd.trim_end_matches('/')),
+        };
+        let full = format!("{dir}/{program}");
+        (caller.is_executable)(std::path::Path::new(&full)).then_some(full)
+    })
+}
+
 pub fn step_request(
     args: &RunArgs,
     job: u64,
@@ -60,21 +80,27 @@ pub fn step_request(
 ) -> Result<StepRequest, RequestError> {
     let (nodelist, nodes) = step_nodes(args, caller)?;
     let (ntasks, ntasks_per_node) = step_tasks(args, caller)?;
+    let cwd = match &args.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{}/{d}", caller.cwd.trim_end_matches('/')),
+        None => caller.cwd.clone(),
+    };
     let argv = if args.multi_prog {
         multi_prog(&args.command, caller)?
     } else {
-        args.command.clone()
+        let mut argv = args.command.clone();
+        if let Some(program) = argv.first_mut()
+            && let Some(found) = on_path(program, &cwd, caller)
+        {
+            *program = found;
+        }
+        argv
     };
     if argv.is_empty() {
         return Err(RequestError::Value(
             "no command given: grun [options] COMMAND [ARGS]".into(),
         ));
     }
-    let cwd = match &args.chdir {
-        Some(d) if d.starts_with('/') => d.clone(),
-        Some(d) => format!("{}/{d}", caller.cwd.trim_end_matches('/')),
-        None => caller.cwd.clone(),
-    };
     Ok(StepRequest {
         job: JobId(job),
         nodelist,
@@ -152,7 +178,11 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
         env.insert("SLURM_NTASKS_PER_CORE".into(), n.to_string());
     }
     // An explicit --cpu-bind=none is told to the tasks as srun tells a bound one.
-    if let Some(c) = args.cpu_bind.as_deref() {
+    if let Some(c) = args
+        .cpu_bind
+        .as_deref()
+        .or_else(|| caller.var("SLURM_CPU_BIND"))
+    {
         let (bind, verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
         if bind == gsched_types::binding::CpuBind::None {
             let verbose = if verbose { "verbose" } else { "quiet" };
@@ -286,9 +316,13 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
         (b.nodes, b.cpus) =
             parse_distribution(d).map_err(|e| RequestError::Value(e.to_string()))?;
     }
-    // srun's own SLURM_CPU_BIND in a task's environment describes that task: a step
-    // started from inside another takes only what the job asked for.
-    if let Some(c) = args.cpu_bind.as_deref() {
+    // SLURM_CPU_BIND is srun's input as much as its output: a script's own export, or
+    // the binding a step's task was given when that task starts a step (as in Slurm).
+    if let Some(c) = args
+        .cpu_bind
+        .as_deref()
+        .or_else(|| caller.var("SLURM_CPU_BIND"))
+    {
         (b.bind, b.verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
     }
     if let Some(h) = args.hint.as_deref().or_else(|| caller.var("SLURM_HINT")) {
@@ -495,6 +529,9 @@ mod tests {
                 .collect(),
             cwd: "/work".into(),
             umask: 0o022,
+            is_executable: |p| {
+                ["/opt/venv/bin/python", "/work/tools/run.sh"].contains(&p.to_str().unwrap_or(""))
+            },
             read_file: |p| match p.file_name().and_then(|n| n.to_str()) {
                 Some("multi.conf") => Ok(
                     b"# ranks program\n0 hostname\n1-2 echo task %t offset %o\n* echo rest %t\n"
@@ -509,6 +546,21 @@ mod tests {
         let args =
             RunArgs::try_parse_from(std::iter::once("grun").chain(argv.iter().copied())).unwrap();
         step_request(&args, 7, &caller(env), || TermSize { rows: 24, cols: 80 })
+    }
+
+    #[test]
+    fn the_command_is_found_on_the_callers_path_as_srun_finds_it() {
+        let path = [("PATH", "/usr/local/bin:/opt/venv/bin:tools")];
+        let r = request(&["python", "-c", "1"], &path).unwrap();
+        assert_eq!(r.argv, ["/opt/venv/bin/python", "-c", "1"]);
+        // A relative entry is read from the step's directory.
+        let r = request(&["run.sh"], &path).unwrap();
+        assert_eq!(r.argv, ["/work/tools/run.sh"]);
+        // Not found, or named with a slash: as given (the node says if it cannot start it).
+        let r = request(&["wandb", "agent"], &path).unwrap();
+        assert_eq!(r.argv, ["wandb", "agent"]);
+        let r = request(&["./python"], &path).unwrap();
+        assert_eq!(r.argv, ["./python"]);
     }
 
     #[test]
@@ -579,6 +631,12 @@ mod tests {
             Some(2),
             "srun 22.05 reads SRUN_CPUS_PER_TASK, not SLURM_"
         );
+        // SLURM_CPU_BIND is one of srun's input variables (a script's `export
+        // SLURM_CPU_BIND=cores`); --cpu-bind wins over it.
+        let r = request(&["true"], &[("SLURM_CPU_BIND", "cores")]).unwrap();
+        assert_eq!(r.binding.bind, gsched_types::binding::CpuBind::Cores);
+        let r = request(&["--cpu-bind=none", "true"], &[("SLURM_CPU_BIND", "cores")]).unwrap();
+        assert_eq!(r.binding.bind, gsched_types::binding::CpuBind::None);
     }
 
     #[test]

@@ -236,7 +236,7 @@ fn start_step(
                 waited += 1;
                 std::thread::sleep(retry_pause(began.elapsed()));
             }
-            Err(s) => die("grun", describe(&s)),
+            Err(s) => die(&tool, describe(&s)),
         }
     }
 }
@@ -303,6 +303,10 @@ fn run(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
         read_file: |p| std::fs::read(p),
+        is_executable: |p| {
+            nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
+                && p.metadata().is_ok_and(|m| m.is_file())
+        },
         umask: {
             use nix::sys::stat::{Mode, umask};
             let old = umask(Mode::from_bits_truncate(0o077));
@@ -387,14 +391,14 @@ fn run(
             Err(_) => {
                 // Ending grun ends the step: the leader stops its tasks.
                 if limit.is_some_and(|l| started.elapsed() >= l) {
-                    eprintln!(
+                    say(&format!(
                         "{tool}: error: *** STEP {job}.{step_id} CANCELLED DUE TO TIME LIMIT ***"
-                    );
+                    ));
                 } else {
-                    eprintln!(
+                    say(&format!(
                         "{tool}: error: the first task ended {} s ago (--wait): stopping the others",
                         wait.map_or(0, |w| w.as_secs())
-                    );
+                    ));
                 }
                 status = status.max(1);
                 break;
@@ -451,24 +455,25 @@ fn run(
                 // srun's own words, which wrappers and people grep for.
                 let node = node_of.get(&rank).map_or("?", |(n, _)| n.as_str());
                 match (code, signal) {
-                    (_, Some(sig)) => {
-                        eprintln!("{tool}: error: {node}: task {rank}: {}", signal_words(sig))
-                    }
+                    (_, Some(sig)) => say(&format!(
+                        "{tool}: error: {node}: task {rank}: {}",
+                        signal_words(sig)
+                    )),
                     (Some(0), None) => {}
-                    (Some(c), None) => {
-                        eprintln!("{tool}: error: {node}: task {rank}: Exited with exit code {c}")
-                    }
-                    (None, None) => eprintln!(
+                    (Some(c), None) => say(&format!(
+                        "{tool}: error: {node}: task {rank}: Exited with exit code {c}"
+                    )),
+                    (None, None) => say(&format!(
                         "{tool}: error: {node}: task {rank}: Exited, its status unknown to its node"
-                    ),
+                    )),
                 }
                 // As the controller records the step: an unknown status is a failure.
                 let s = gsched_types::steps::task_status(code, signal);
                 status = status.max(s);
                 if s != 0 && kill_on_bad_exit && ended < ntasks {
-                    eprintln!(
-                        "grun: error: task {rank} exited with status {s}; stopping the others (--kill-on-bad-exit)"
-                    );
+                    say(&format!(
+                        "{tool}: error: task {rank} exited with status {s}; stopping the others (--kill-on-bad-exit)"
+                    ));
                     break;
                 }
             }
@@ -478,7 +483,9 @@ fn run(
                 } else {
                     format!(" on {node}")
                 };
-                eprintln!("grun: error: the step could not start{on}: {message}");
+                say(&format!(
+                    "{tool}: error: the step could not start{on}: {message}"
+                ));
                 status = status.max(1);
             }
         }
@@ -487,9 +494,9 @@ fn run(
         fail(e);
     }
     if ended < ntasks && status == 0 && ntasks != u32::MAX {
-        eprintln!(
-            "grun: error: the step ended before all its tasks reported (controller failover?)"
-        );
+        say(&format!(
+            "{tool}: error: the step ended before all its tasks reported (controller failover?)"
+        ));
         status = 1;
     }
     status

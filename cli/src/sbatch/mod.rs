@@ -37,6 +37,15 @@ mod tests {
                 _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
             },
             as_sbatch: false,
+            login_env: |user, how| {
+                assert!(how.login);
+                Ok([
+                    ("PATH".to_string(), "/login/bin".to_string()),
+                    ("MODULEPATH".to_string(), format!("/home/{user}/modules")),
+                ]
+                .into_iter()
+                .collect())
+            },
         }
     }
 
@@ -419,5 +428,34 @@ mod tests {
         let a = parse_args(&["--export=NONE", "x.sh"]);
         let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
         assert!(!s.env.contains_key("NCCL_DEBUG"));
+    }
+
+    #[test]
+    fn get_user_env_adds_the_login_environment_under_the_submitting_one() {
+        let a = parse_args(&["--get-user-env", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(s.env["PATH"], "/usr/bin", "sbatch's own variables win");
+        assert_eq!(s.env["MODULEPATH"], "/home/alice/modules");
+        assert_eq!(s.env_overrides["SLURM_GET_USER_ENV"], "1");
+        let a = parse_args(&["--get-user-env=10L", "--uid=bob", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert_eq!(s.env["MODULEPATH"], "/home/bob/modules");
+        // Slurm 22.05: --export=NONE ignores --get-user-env.
+        let a = parse_args(&["--get-user-env", "--export=NONE", "x.sh"]);
+        let s = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap();
+        assert!(!s.env.contains_key("MODULEPATH"));
+        let a = parse_args(&["--get-user-env=soon", "x.sh"]);
+        let e = resolve(&a, Some("true".into()), Some("x.sh"), &ctx()).unwrap_err();
+        assert_eq!(e.exit_status(), 255, "{e}");
+        let failing = SubmitContext {
+            login_env: |_, _| Err("--get-user-env: no shell".into()),
+            ..ctx()
+        };
+        let a = parse_args(&["--get-user-env", "x.sh"]);
+        let e = resolve(&a, Some("true".into()), Some("x.sh"), &failing).unwrap_err();
+        assert_eq!(
+            (e.exit_status(), e.to_string().as_str()),
+            (1, "--get-user-env: no shell")
+        );
     }
 }

@@ -28,6 +28,8 @@ pub struct SubmitContext {
     pub read_file: fn(&std::path::Path) -> std::io::Result<Vec<u8>>,
     /// Run as `sbatch`: every batch script, `--wrap` too, runs once, as Slurm runs it.
     pub as_sbatch: bool,
+    /// Reads a user's login environment (`--get-user-env`).
+    pub login_env: fn(&str, crate::login_env::UserEnv) -> Result<BTreeMap<String, String>, String>,
 }
 
 impl ResolveError {
@@ -46,6 +48,7 @@ impl ResolveError {
             | ResolveError::NoKill(_)
             | ResolveError::GpuBind(_)
             | ResolveError::Exclusive(_)
+            | ResolveError::UserEnv(_)
             | ResolveError::Binding(BindingError::Distribution(_) | BindingError::CpuBind(_))
             | ResolveError::Value(
                 InputError::TimeLimit(_)
@@ -76,6 +79,7 @@ impl SubmitContext {
                 .map(|h| h.to_string_lossy().into_owned()),
             read_file: |p| std::fs::read(p),
             as_sbatch: crate::invoked_as() == "sbatch",
+            login_env: crate::login_env::capture,
         }
     }
 }
@@ -165,6 +169,12 @@ pub enum ResolveError {
     ExportName(String),
     #[error("--torchrun-args: {0}")]
     TorchrunArgs(super::directives::DirectiveError),
+    /// `--get-user-env`'s value.
+    #[error("{0}")]
+    UserEnv(String),
+    /// The login shell that would not say its environment.
+    #[error("{0}")]
+    LoginEnv(String),
 }
 
 fn count(v: &Option<String>, flag: &str) -> Result<Option<u32>, ResolveError> {
@@ -227,10 +237,14 @@ pub fn resolve(
         Some(d) => format!("{}/{d}", ctx.cwd.trim_end_matches('/')),
         None => ctx.cwd.clone(),
     };
+    let submitting = with_login_env(args, ctx)?;
     let Exported {
         env,
-        overrides: env_overrides,
-    } = export(args.export.as_deref(), &ctx.env, export_file(args, ctx)?)?;
+        overrides: mut env_overrides,
+    } = export(args.export.as_deref(), &submitting, export_file(args, ctx)?)?;
+    if args.get_user_env.is_some() {
+        env_overrides.insert("SLURM_GET_USER_ENV".into(), "1".into());
+    }
     // Who the job runs as is the controller's decision, made from the verified caller;
     // the request only says whether --uid asks for someone else (root and admins only).
     let (user, uid) = match &args.uid {
@@ -834,6 +848,35 @@ fn program(
         torchrun,
         default_name,
     })
+}
+
+/// The submitting shell's environment, over the user's login environment when
+/// `--get-user-env` asks for it (sbatch's own variables win, as slurmd merges them;
+/// `--export=NONE` ignores the option, as Slurm 22.05 does).
+fn with_login_env<'a>(
+    args: &SubArgs,
+    ctx: &'a SubmitContext,
+) -> Result<std::borrow::Cow<'a, BTreeMap<String, String>>, ResolveError> {
+    use std::borrow::Cow;
+    let Some(value) = &args.get_user_env else {
+        return Ok(Cow::Borrowed(&ctx.env));
+    };
+    let how = crate::login_env::UserEnv::parse(value).map_err(ResolveError::UserEnv)?;
+    let none = args
+        .export
+        .as_deref()
+        .is_some_and(|s| s.split(',').any(|i| i.trim() == "NONE"));
+    if none {
+        return Ok(Cow::Borrowed(&ctx.env));
+    }
+    let user = args
+        .uid
+        .as_deref()
+        .filter(|u| u.parse::<u32>().is_err())
+        .unwrap_or(&ctx.user);
+    let mut env = (ctx.login_env)(user, how).map_err(ResolveError::LoginEnv)?;
+    env.extend(ctx.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(Cow::Owned(env))
 }
 
 /// What `--export` passes to the job.

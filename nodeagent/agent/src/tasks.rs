@@ -283,7 +283,7 @@ impl GrunTasks {
                 job,
                 step,
                 rank,
-                code: rec.code.or(rec.launch_error.as_ref().map(|_| 127)),
+                code: rec.code.or(rec.launch_error.as_ref().map(|_| 1)),
                 signal: rec.signal,
             });
             ended.push((job, step, rank));

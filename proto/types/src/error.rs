@@ -105,6 +105,10 @@ pub enum StepLayoutError {
     NoNode,
     #[error("{0} tasks is more than a step may start ({max})", max = crate::steps::MAX_STEP_TASKS)]
     TooManyTasks(String),
+    /// slurmctld's ESLURM_TOO_MANY_REQUESTED_CPUS, in its words (srun prints them after
+    /// "Unable to create step for job N: ").
+    #[error("More processors requested than permitted")]
+    TooManyCpus { asked: u64, held: u64 },
 }
 
 /// Lets code that still reports plain text (the CLI's argument handling) use `?` on the

@@ -274,6 +274,24 @@ pub fn deal(ntasks: u32, nodes: u32, dist: crate::binding::NodeDist) -> Vec<Vec<
     ranks
 }
 
+/// Slurm's step check: a step may not ask for more CPUs (its tasks times each task's
+/// CPUs, one unless `-c` says) than its whole job holds; fitting them per node is the
+/// binding's concern.
+pub fn check_cpus(
+    ntasks: u32,
+    cpus_per_task: Option<u32>,
+    job_cpus: u64,
+) -> Result<(), crate::error::StepLayoutError> {
+    let asked = u64::from(ntasks) * u64::from(cpus_per_task.unwrap_or(1).max(1));
+    if asked > job_cpus {
+        return Err(crate::error::StepLayoutError::TooManyCpus {
+            asked,
+            held: job_cpus,
+        });
+    }
+    Ok(())
+}
+
 impl StepRequest {
     /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
     /// limits their number, `-n` spreads tasks as srun does (blocks of ranks by default,
@@ -573,6 +591,22 @@ mod tests {
             );
         }
         assert_eq!(req(0, 0, 2048, &[]).layout(&job).unwrap().ntasks, 4096);
+    }
+
+    #[test]
+    fn a_step_may_ask_for_the_cpus_its_job_holds_and_no_more() {
+        assert_eq!(check_cpus(4, None, 4), Ok(()));
+        assert_eq!(check_cpus(2, Some(2), 4), Ok(()));
+        let refused = check_cpus(4, None, 1).unwrap_err();
+        assert_eq!(
+            refused,
+            crate::error::StepLayoutError::TooManyCpus { asked: 4, held: 1 }
+        );
+        assert_eq!(
+            refused.to_string(),
+            "More processors requested than permitted"
+        );
+        assert!(check_cpus(3, Some(2), 5).is_err());
     }
 
     #[test]

@@ -153,14 +153,18 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
     let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
-    if let Some(e) = spawned.error {
+    if let Some((e, errno)) = spawned.error {
         if let Some(g) = spawned.pgid {
             let _ = signal::killpg(Pid::from_raw(g), Signal::SIGKILL);
         }
         for mut c in spawned.children {
             let _ = c.wait();
         }
-        return Err(e);
+        // slurmstepd exits with the failed exec's errno (2 for a program not found).
+        return Ok(ExitRecord {
+            code: errno,
+            ..ExitRecord::not_started(e)
+        });
     }
     if let Some(g) = spawned.pgid {
         let _ = write_private(&dir.join("pgid"), g.to_string().as_bytes());
@@ -410,7 +414,8 @@ fn child_setup(
 struct Spawned {
     children: Vec<std::process::Child>,
     pgid: Option<i32>,
-    error: Option<String>,
+    /// Why a task could not start, and the errno of its failed exec.
+    error: Option<(String, Option<i32>)>,
 }
 
 /// A CPU list as the kernel's affinity set (ids beyond what it can hold are left out).
@@ -461,7 +466,7 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path
             (None, true) => match child::PgidRecord::new(pgid_file) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    out.error = Some(e);
+                    out.error = Some((e, None));
                     break;
                 }
             },
@@ -489,7 +494,7 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path
                 out.children.push(child);
             }
             Err(e) => {
-                out.error = Some(describe_spawn_error(&e, plan));
+                out.error = Some((describe_spawn_error(&e, plan), e.raw_os_error()));
                 break;
             }
         }

@@ -66,6 +66,17 @@ impl JobsService {
             let layout = body
                 .layout(&job.node_names())
                 .map_err(Status::invalid_argument)?;
+            if let Some(a) = &job.allocation {
+                let held = a.nodes.iter().map(|n| n.cpus.len() as u64).sum();
+                gsched_types::steps::check_cpus(layout.ntasks, body.cpus_per_task, held).map_err(
+                    |e| {
+                        Status::invalid_argument(format!(
+                            "Unable to create step for job {}: {e}",
+                            body.job
+                        ))
+                    },
+                )?;
+            }
             if body.pty.is_some() && layout.ntasks != 1 {
                 return Err(Status::invalid_argument(format!(
                     "grun --pty runs one task in a terminal, not {} (drop -n/--ntasks-per-node or -N)",
