@@ -10,6 +10,7 @@ pub mod client;
 pub mod doctor;
 pub mod efficiency;
 pub mod format;
+pub mod gacct;
 pub mod galloc;
 pub mod getopt;
 pub mod grun;
