@@ -429,6 +429,9 @@ struct Node<S: LogStore, T: Transport> {
     snapshot_done: (Instant, Duration),
     /// A snapshot being serialised on a thread of its own.
     serialising: Option<Serialising>,
+    /// A controller was added while the log still starts at its first entry: snapshot
+    /// now (see [`Node::snapshot_for_joiner`]).
+    joiner_needs_snapshot: bool,
     /// For the snapshot thread to say it has finished.
     mailbox: Sender<Msg>,
     term: u64,
@@ -518,6 +521,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             reads_ready: Vec::new(),
             seq: 0,
             last_snapshot: snap_index,
+            joiner_needs_snapshot: false,
             snapshot_done: (Instant::now(), Duration::ZERO),
             serialising: None,
             mailbox,
@@ -804,6 +808,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         for (idx, reply) in done {
             let _ = reply.send(Ok(idx));
         }
+        self.snapshot_for_joiner()?;
         self.maybe_snapshot()?;
         if self.raw.raft.term != self.term {
             self.term = self.raw.raft.term;
@@ -895,6 +900,12 @@ impl<S: LogStore, T: Transport> Node<S, T> {
                             (cs, changes)
                         };
                         self.raw.mut_store().store.set_conf_state(&cs)?;
+                        let added = changes
+                            .iter()
+                            .any(|(t, _)| *t != ConfChangeType::RemoveNode);
+                        if added && self.raw.store().store.first_index() <= 1 {
+                            self.joiner_needs_snapshot = true;
+                        }
                         let at = r.state.clock_ms;
                         for (change_type, id) in changes {
                             let address = match change_type {
@@ -930,6 +941,31 @@ impl<S: LogStore, T: Transport> Node<S, T> {
             }
         }
         Ok(())
+    }
+
+    /// A controller that joins starts with no membership and learns it from what the
+    /// leader sends: a snapshot carries it whole, but entries from the log's first one
+    /// carry only the changes since bootstrap (the founding members were set then and are
+    /// in no entry), from which the joiner would count itself the only member and could
+    /// elect itself. So once a controller is added while the log still starts at its
+    /// first entry, the state is snapshotted at once (with the membership that names the
+    /// joiner, as raft-rs requires of a snapshot it installs) and the log compacted past
+    /// that entry, before the joiner can ask for entries: it is sent the snapshot.
+    fn snapshot_for_joiner(&mut self) -> Result<(), NodeError> {
+        if !std::mem::take(&mut self.joiner_needs_snapshot) {
+            return Ok(());
+        }
+        let applied = self.raw.raft.raft_log.applied;
+        // One being written on its thread is older than this one: it is not saved.
+        self.serialising = None;
+        let began = Instant::now();
+        let conf = self.raw.store().store.conf_state();
+        let data = self.replica.read().state.to_snapshot();
+        let first = applied
+            .saturating_sub(self.cfg.keep_tail)
+            .saturating_add(1)
+            .clamp(2, applied + 1);
+        self.save_snapshot_from(applied, &conf, data, began.elapsed(), first)
     }
 
     /// Starts a snapshot once enough entries were applied since the last one: a copy of
@@ -1000,6 +1036,19 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         data: Vec<u8>,
         took: Duration,
     ) -> Result<(), NodeError> {
+        let first = index.saturating_sub(self.cfg.keep_tail) + 1;
+        self.save_snapshot_from(index, conf, data, took, first)
+    }
+
+    /// As [`Node::save_snapshot`], keeping the log from index `first` on.
+    fn save_snapshot_from(
+        &mut self,
+        index: u64,
+        conf: &ConfState,
+        data: Vec<u8>,
+        took: Duration,
+        first: u64,
+    ) -> Result<(), NodeError> {
         let store = &mut self.raw.mut_store().store;
         let term = store.term(index)?;
         let mut snap = Snapshot::default();
@@ -1010,7 +1059,7 @@ impl<S: LogStore, T: Transport> Node<S, T> {
         let mut hs = store.hard_state();
         hs.commit = hs.commit.max(index);
         store.set_hard_state(&hs)?;
-        store.save_snapshot(&snap, index.saturating_sub(self.cfg.keep_tail) + 1)?;
+        store.save_snapshot(&snap, first)?;
         store.sync()?;
         self.last_snapshot = index;
         self.snapshot_done = (Instant::now(), took);

@@ -390,6 +390,10 @@ fn membership_add_and_remove() {
     c.wait_applied_everywhere(target, Duration::from_secs(10));
     assert_eq!(c.handle(4).replica.read().state.jobs.len(), 2);
     assert_eq!(c.handle(leader).status.borrow().voters, vec![1, 2, 3, 4]);
+    // The joiner knows the founding members too (it was sent a snapshot, not the log from
+    // its first entry, where they are not): counting itself alone, it could elect itself.
+    assert_eq!(c.handle(4).status.borrow().voters, vec![1, 2, 3, 4]);
+    assert!(c.handle(4).status.borrow().snapshot_index > 0);
     assert_eq!(
         c.handle(4)
             .replica
