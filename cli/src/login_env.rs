@@ -15,6 +15,9 @@ pub struct UserEnv {
     pub login: bool,
 }
 
+/// Reads a user's login environment: [`capture`], or a stand-in in tests.
+pub type Reader = fn(&str, UserEnv) -> Result<BTreeMap<String, String>, String>;
+
 /// sbatch's default wait for the login shell.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(8);
 

@@ -29,7 +29,7 @@ pub struct SubmitContext {
     /// Run as `sbatch`: every batch script, `--wrap` too, runs once, as Slurm runs it.
     pub as_sbatch: bool,
     /// Reads a user's login environment (`--get-user-env`).
-    pub login_env: fn(&str, crate::login_env::UserEnv) -> Result<BTreeMap<String, String>, String>,
+    pub login_env: crate::login_env::Reader,
 }
 
 impl ResolveError {
