@@ -18,6 +18,7 @@ pub mod grun_job;
 pub mod login_env;
 pub mod option_words;
 pub mod probe;
+pub mod propagate;
 pub mod queue_format;
 pub mod report;
 pub mod sbatch;

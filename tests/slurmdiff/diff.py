@@ -93,11 +93,13 @@ EXEC_FAILED_GSCHED = re.compile(r"^grun: task \d+ could not start: (?:cannot sta
 
 
 def exec_failures(text, pattern):
-    """The text with each failed-exec line replaced by one naming only the program."""
+    """The text with each failed-exec line replaced by one naming only the program, its
+    lines sorted again (a file's lines are compared sorted, and the rewritten lines sort
+    elsewhere than the originals)."""
     def line(l):
         m = pattern.match(l)
         return f"<could not start {next(g for g in m.groups() if g)}>" if m else l
-    return "\n".join(line(l) for l in text.split("\n"))
+    return "\n".join(sorted(line(l) for l in text.split("\n")))
 
 
 # Differences gsched makes on purpose: (name, test on (key, slurm value, gsched value),
@@ -373,19 +375,35 @@ def run_one(cluster, script, timeout=180):
         for _ in range(h["times"]):
             r = sh(["sbatch", *extra, script.name], cwd=run, env=env)
             outs.append((r.returncode, r.stdout, r.stderr))
-    ids = sorted({int(m) for _, o, e in outs
-                  for m in re.findall(r"Submitted batch job (\d+)", o + e)})
+    submitted = re.compile(r"Submitted batch job (\d+)")
+    ids = sorted({int(m) for _, o, e in outs for m in submitted.findall(o + e)})
     deadline = time.time() + timeout
-    for j in ids:
-        while time.time() < deadline and not ended(j, env):
-            time.sleep(0.2)
+    waited = set()
+    while True:
+        for j in ids:
+            while j not in waited and time.time() < deadline and not ended(j, env):
+                time.sleep(0.2)
+            waited.add(j)
+        files, probes = read_run(run, script.name)
+        # Jobs the jobs submitted (a script that resubmits itself): wait for them too,
+        # and name their ids as the others'.
+        more = {int(m) for text in files.values() for m in submitted.findall(text)}
+        if more <= set(ids) or time.time() >= deadline:
+            break
+        ids = sorted(set(ids) | more)
     jobs = {}
     for j in ids:
         r = sh(["scontrol", "show", "job", str(j)], env={**os.environ, **env})
         jobs[j] = r.stdout
+    return {"run": str(run), "outs": outs, "ids": ids, "jobs": jobs, "files": files,
+            "probes": probes}
+
+
+def read_run(run, script_name):
+    """The run directory's files (name -> text) and the probes' records."""
     files, probes = {}, []
     for p in sorted(run.rglob("*")):
-        if p.is_symlink() or p.is_dir() or p.name == script.name:
+        if p.is_symlink() or p.is_dir() or p.name == script_name:
             continue
         if p.parent == run / "probes":
             probes.append(json.loads(p.read_text()))
@@ -395,8 +413,7 @@ def run_one(cluster, script, timeout=180):
             files[rel] = p.read_text(errors="replace")
         except OSError as e:
             files[rel] = f"<unreadable: {e}>"
-    return {"run": str(run), "outs": outs, "ids": ids, "jobs": jobs, "files": files,
-            "probes": probes}
+    return files, probes
 
 
 # ------------------------------------------------------------------ normalise
@@ -446,7 +463,9 @@ def task_exit_lines(line):
 
 
 DATE = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
-                  r"[ \d]\d \d\d:\d\d:\d\d( [A-Z]{2,5})? \d{4}\b")
+                  r"[ \d]\d \d\d:\d\d:\d\d( [A-Z]{2,5})? \d{4}\b"
+                  # ISO 8601 (`date +%Y-%m-%dT%H:%M:%S`, `date -Iseconds`, Python's isoformat).
+                  r"|\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?")
 
 JOB_DIR = re.compile(r"/[^\s'\"]*/spool/n\d+/job\d+|/tmp/gsched-jobs/[\w.-]+")
 

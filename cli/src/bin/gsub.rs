@@ -167,8 +167,9 @@ fn script(args: &SubArgs) -> (Option<String>, Option<String>) {
     }
     match args.script.first() {
         Some(path) => {
+            // sbatch's words (opt.c's _get_script_buffer).
             let bytes = std::fs::read(path)
-                .unwrap_or_else(|e| die("gsub", format!("cannot read batch script {path}: {e}")));
+                .unwrap_or_else(|_| die(&tool(), format!("Unable to open file {path}")));
             let text = String::from_utf8(bytes)
                 .unwrap_or_else(|_| die("gsub", format!("batch script {path} is not UTF-8 text")));
             (Some(text), Some(path.clone()))

@@ -11,6 +11,7 @@ pub mod input;
 pub mod output;
 pub mod request;
 pub mod run;
+pub mod scripts;
 pub mod terminal;
 
 pub use args::RunArgs;

@@ -95,6 +95,14 @@ pub struct Sinks {
     files: BTreeMap<String, std::fs::File>,
     /// Partial lines per (rank, stderr), so labels go at line starts.
     partial: BTreeMap<(u32, bool), Vec<u8>>,
+    /// Labels are right-aligned to the widest rank (srun's `label_width`).
+    label_width: usize,
+}
+
+/// The digits of the highest rank of `ntasks` (Slurm's `step_io.c` `_wid`): 16 tasks
+/// label ` 0:` to `15:`.
+fn label_width(ntasks: u32) -> usize {
+    ntasks.saturating_sub(1).max(1).ilog10() as usize + 1
 }
 
 impl Sinks {
@@ -115,12 +123,19 @@ impl Sinks {
             cwd: cwd.to_string(),
             files: BTreeMap::new(),
             partial: BTreeMap::new(),
+            label_width: 1,
         }
     }
 
-    /// The step's number, once the controller gave it (for `%s` and `%J`).
-    pub fn set_step(&mut self, step: u32) {
+    /// The step's number and task count, once the controller gave them (for `%s` and
+    /// `%J`, and the labels' width).
+    pub fn set_step(&mut self, step: u32, ntasks: u32) {
         self.names.step = step;
+        self.label_width = label_width(ntasks);
+    }
+
+    fn label(&self, rank: u32) -> Vec<u8> {
+        format!("{rank:>w$}: ", w = self.label_width).into_bytes()
     }
 
     /// Writes task `rank`'s bytes (on `node`, the step's `node_index`-th) where they go.
@@ -139,7 +154,7 @@ impl Sinks {
         buf.extend_from_slice(bytes);
         while let Some(i) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=i).collect();
-            let mut labelled = format!("{rank}: ").into_bytes();
+            let mut labelled = self.label(rank);
             labelled.extend_from_slice(&line);
             self.emit(rank, stderr, node, node_index, &labelled)?;
         }
@@ -152,7 +167,7 @@ impl Sinks {
         for ((rank, stderr), rest) in std::mem::take(&mut self.partial) {
             if !rest.is_empty() {
                 let (node, index) = node_of.get(&rank).cloned().unwrap_or_default();
-                let mut labelled = format!("{rank}: ").into_bytes();
+                let mut labelled = self.label(rank);
                 labelled.extend_from_slice(&rest);
                 self.emit(rank, stderr, &node, index, &labelled)?;
             }
@@ -276,5 +291,21 @@ mod tests {
             "1: c\nd\n",
             "--open-mode=append keeps what was there"
         );
+    }
+
+    #[test]
+    fn labels_are_as_wide_as_the_highest_rank() {
+        assert_eq!(
+            [1, 2, 10, 11, 16, 100, 101, 4096].map(label_width),
+            [1, 1, 1, 2, 2, 2, 3, 4]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path().to_str().unwrap();
+        let mut s = Sinks::new(names(), Route::of(Some("out.txt")), None, false, true, cwd);
+        s.set_step(0, 16);
+        s.write(0, false, "n1", 0, b"a\n").unwrap();
+        s.write(15, false, "n1", 0, b"b\n").unwrap();
+        let out = std::fs::read_to_string(dir.path().join("out.txt")).unwrap();
+        assert_eq!(out, " 0: a\n15: b\n");
     }
 }

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 pub enum RequestError {
     #[error("{0}")]
     Value(String),
+    /// A value srun's own option parser refuses (srun then exits 255).
+    #[error("{0}")]
+    Option(String),
     #[error("{flag} {value}: {why}")]
     Flag {
         flag: &'static str,
@@ -22,6 +25,16 @@ pub enum RequestError {
     },
     #[error("--multi-prog {file}: {why}")]
     MultiProg { file: String, why: String },
+}
+
+impl RequestError {
+    /// srun's exit status for it: 255 where its option parser refuses the value, else 1.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            RequestError::Option(_) => crate::getopt::OPTION_ERROR_STATUS,
+            _ => 1,
+        }
+    }
 }
 
 fn flag(flag: &'static str, value: &str, why: impl std::fmt::Display) -> RequestError {
@@ -42,6 +55,8 @@ pub struct Caller {
     pub umask: u32,
     /// Whether a path names an executable file (for finding the command on `PATH`).
     pub is_executable: fn(&std::path::Path) -> bool,
+    /// The caller's soft resource limit of a name (`--propagate`).
+    pub soft_limit: fn(&str) -> Option<u64>,
 }
 
 impl Caller {
@@ -114,6 +129,7 @@ pub fn step_request(
         gpus: step_gpus(args, caller, nodes)?,
         overlap: args.overlap.is_some(),
         name: args.job_name.clone(),
+        overcommit: args.overcommit || caller.var("SLURM_OVERCOMMIT").is_some(),
         cpus_per_task: cpus_per_task(args, caller)?,
         binding: binding(args, caller)?,
         srun_env: srun_env(args, caller)?,
@@ -183,7 +199,7 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
         .as_deref()
         .or_else(|| caller.var("SLURM_CPU_BIND"))
     {
-        let (bind, verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
+        let (bind, verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Option(e.to_string()))?;
         if bind == gsched_types::binding::CpuBind::None {
             let verbose = if verbose { "verbose" } else { "quiet" };
             env.insert("SLURM_CPU_BIND".into(), format!("{verbose},none"));
@@ -195,6 +211,7 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
     if args.label {
         env.insert("SLURM_LABELIO".into(), "1".into());
     }
+    tuning_env(args, caller, &mut env)?;
     if caller.var("SLURM_UMASK").is_none() {
         env.insert(
             "SLURM_UMASK".into(),
@@ -202,6 +219,54 @@ fn srun_env(args: &RunArgs, caller: &Caller) -> Result<BTreeMap<String, String>,
         );
     }
     Ok(env)
+}
+
+/// `--cpu-freq`, `--gpu-freq`, `--mem-bind`, `-O` and `--mincpus` checked with Slurm's
+/// grammar, and the variables srun sets for them; gsched sets no clocks and no memory
+/// policy, and `--mincpus` asks nothing of a step that its job does not hold.
+fn tuning_env(
+    args: &RunArgs,
+    caller: &Caller,
+    env: &mut BTreeMap<String, String>,
+) -> Result<(), RequestError> {
+    use gsched_types::tuning;
+    let bad = |e: tuning::TuningError| RequestError::Option(e.to_string());
+    if let Some(f) = &args.cpu_freq {
+        env.insert(
+            "SLURM_CPU_FREQ_REQ".into(),
+            tuning::cpu_freq(f).map_err(bad)?,
+        );
+    }
+    // A job's own --gpu-freq and --mem-bind reach its steps as srun's input variables.
+    if let Some(f) = args
+        .gpu_freq
+        .as_deref()
+        .or_else(|| caller.var("SLURM_GPU_FREQ"))
+    {
+        env.insert(
+            "SLURMD_TRES_FREQ".into(),
+            format!("gpu:{}", tuning::gpu_freq(f).map_err(bad)?),
+        );
+    }
+    let inherited = caller.var("SLURM_MEM_BIND");
+    if args.mem_bind.is_some() || inherited.is_some() {
+        let mut m = tuning::MemBind::default();
+        for text in [inherited, args.mem_bind.as_deref()].into_iter().flatten() {
+            m = m.and(text).map_err(bad)?;
+        }
+        for (k, v) in m.step_vars() {
+            env.insert(k.into(), v);
+        }
+    }
+    if args.overcommit {
+        env.insert("SLURM_OVERCOMMIT".into(), "1".into());
+    }
+    env.extend(
+        crate::propagate::variables(args.propagate.as_deref(), caller.soft_limit)
+            .map_err(|e| RequestError::Option(e.to_string()))?,
+    );
+    count(args.mincpus.as_deref(), "--mincpus")?;
+    Ok(())
 }
 
 /// A count option's value.
@@ -314,7 +379,7 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
         .or_else(|| caller.var("SLURM_DISTRIBUTION"))
     {
         (b.nodes, b.cpus) =
-            parse_distribution(d).map_err(|e| RequestError::Value(e.to_string()))?;
+            parse_distribution(d).map_err(|e| RequestError::Option(e.to_string()))?;
     }
     // SLURM_CPU_BIND is srun's input as much as its output: a script's own export, or
     // the binding a step's task was given when that task starts a step (as in Slurm).
@@ -323,10 +388,10 @@ fn binding(args: &RunArgs, caller: &Caller) -> Result<TaskBinding, RequestError>
         .as_deref()
         .or_else(|| caller.var("SLURM_CPU_BIND"))
     {
-        (b.bind, b.verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Value(e.to_string()))?;
+        (b.bind, b.verbose) = parse_cpu_bind(c).map_err(|e| RequestError::Option(e.to_string()))?;
     }
     if let Some(h) = args.hint.as_deref().or_else(|| caller.var("SLURM_HINT")) {
-        b.hint = Some(parse_hint(h).map_err(|e| RequestError::Value(e.to_string()))?);
+        b.hint = Some(parse_hint(h).map_err(|e| RequestError::Option(e.to_string()))?);
     }
     b.per_socket = count(
         args.ntasks_per_socket
@@ -529,6 +594,7 @@ mod tests {
                 .collect(),
             cwd: "/work".into(),
             umask: 0o022,
+            soft_limit: |n| (n == "NOFILE").then_some(4096),
             is_executable: |p| {
                 ["/opt/venv/bin/python", "/work/tools/run.sh"].contains(&p.to_str().unwrap_or(""))
             },

@@ -71,8 +71,10 @@ pub fn parse(
 }
 
 /// Options srun takes from its input variables here (`SLURM_LABELIO`, `SLURM_WAIT`...).
-const STEP_VARIABLES: [&str; 8] = [
+const STEP_VARIABLES: [&str; 10] = [
     "label",
+    "prolog",
+    "epilog",
     "wait",
     "kill-on-bad-exit",
     "unbuffered",
@@ -303,6 +305,7 @@ fn run(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "/".into()),
         read_file: |p| std::fs::read(p),
+        soft_limit: crate::propagate::soft_limit,
         is_executable: |p| {
             nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok()
                 && p.metadata().is_ok_and(|m| m.is_file())
@@ -314,8 +317,8 @@ fn run(
             old.bits()
         },
     };
-    let request =
-        step_request(args, job, &caller, terminal_size).unwrap_or_else(|e| die("grun", e));
+    let request = step_request(args, job, &caller, terminal_size)
+        .unwrap_or_else(|e| crate::client::die_status(&crate::invoked_as(), &e, e.exit_status()));
     if let Some(w) = super::request::mpi_warning(args, &caller)
         && !args.quiet
     {
@@ -354,6 +357,22 @@ fn run(
         .kill_on_bad_exit
         .as_deref()
         .is_some_and(|k| k.is_empty() || k != "0");
+    let tool = crate::invoked_as();
+    let script = |s: &Option<String>, moment| {
+        let script = s.as_deref().unwrap_or("");
+        let (line, status) = super::scripts::run(script, moment, &args.command, &request.cwd, env);
+        if let Some(l) = line {
+            say(&format!("{tool}: {l}"));
+        }
+        status
+    };
+    let prolog = script(&args.prolog, super::scripts::Moment::Prolog);
+    if prolog != 0 {
+        say(&format!(
+            "{tool}: error: srun prolog failed rc = {prolog}. Aborting step."
+        ));
+        return 1;
+    }
     let req = RunStepRequest::carrying(&request);
     let mut stream = start_step(rt, client, &req, job, args.quiet);
     let started = Instant::now();
@@ -363,7 +382,6 @@ fn run(
     let mut node_of: BTreeMap<u32, (String, u32)> = BTreeMap::new();
     let mut first_end: Option<Instant> = None;
     let mut step_id = 0;
-    let tool = crate::invoked_as();
     let input_taken = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
         // The earliest of --wait after the first end and --time from the start.
@@ -410,7 +428,7 @@ fn run(
         match update {
             StepUpdate::Started { layout, step } => {
                 step_id = step;
-                sinks.set_step(step);
+                sinks.set_step(step, layout.ntasks);
                 ntasks = layout.ntasks;
                 for (i, (node, ranks)) in layout.nodes.iter().zip(&layout.ranks).enumerate() {
                     for r in ranks {
@@ -498,6 +516,12 @@ fn run(
             "{tool}: error: the step ended before all its tasks reported (controller failover?)"
         ));
         status = 1;
+    }
+    let epilog = script(&args.epilog, super::scripts::Moment::Epilog);
+    if epilog != 0 {
+        say(&format!(
+            "{tool}: error: srun epilog failed status={epilog}"
+        ));
     }
     status
 }

@@ -37,6 +37,7 @@ mod tests {
                 _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
             },
             as_sbatch: false,
+            soft_limit: |n| (n == "STACK").then_some(8 << 20),
             login_env: |user, how| {
                 assert!(how.login);
                 Ok([

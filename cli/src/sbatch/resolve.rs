@@ -30,6 +30,8 @@ pub struct SubmitContext {
     pub as_sbatch: bool,
     /// Reads a user's login environment (`--get-user-env`).
     pub login_env: crate::login_env::Reader,
+    /// The submitting process's soft resource limit of a name (`--propagate`).
+    pub soft_limit: fn(&str) -> Option<u64>,
 }
 
 impl ResolveError {
@@ -49,6 +51,8 @@ impl ResolveError {
             | ResolveError::GpuBind(_)
             | ResolveError::Exclusive(_)
             | ResolveError::UserEnv(_)
+            | ResolveError::Tuning(_)
+            | ResolveError::Propagate(_)
             | ResolveError::Binding(BindingError::Distribution(_) | BindingError::CpuBind(_))
             | ResolveError::Value(
                 InputError::TimeLimit(_)
@@ -80,6 +84,7 @@ impl SubmitContext {
             read_file: |p| std::fs::read(p),
             as_sbatch: crate::invoked_as() == "sbatch",
             login_env: crate::login_env::capture,
+            soft_limit: crate::propagate::soft_limit,
         }
     }
 }
@@ -137,6 +142,10 @@ pub enum ResolveError {
     Constraint(#[from] gsched_types::constraint::ConstraintError),
     #[error(transparent)]
     Binding(#[from] gsched_types::binding::BindingError),
+    #[error(transparent)]
+    Tuning(#[from] gsched_types::tuning::TuningError),
+    #[error(transparent)]
+    Propagate(#[from] gsched_types::rlimits::PropagateError),
     #[error(transparent)]
     Mail(#[from] gsched_types::notify::MailTypeError),
     #[error("--time-min: {0}")]
@@ -245,6 +254,10 @@ pub fn resolve(
     if args.get_user_env.is_some() {
         env_overrides.insert("SLURM_GET_USER_ENV".into(), "1".into());
     }
+    env_overrides.extend(crate::propagate::variables(
+        args.propagate.as_deref(),
+        ctx.soft_limit,
+    )?);
     // Who the job runs as is the controller's decision, made from the verified caller;
     // the request only says whether --uid asks for someone else (root and admins only).
     let (user, uid) = match &args.uid {
@@ -299,6 +312,22 @@ pub fn resolve(
             hint: args.hint.clone(),
             ntasks_per_socket: count(&args.ntasks_per_socket, "--ntasks-per-socket")?,
             ntasks_per_core: count(&args.ntasks_per_core, "--ntasks-per-core")?,
+            cpu_freq: args
+                .cpu_freq
+                .as_deref()
+                .map(gsched_types::tuning::cpu_freq)
+                .transpose()?,
+            gpu_freq: args
+                .gpu_freq
+                .as_deref()
+                .map(gsched_types::tuning::gpu_freq)
+                .transpose()?,
+            mem_bind: match args.mem_bind.as_deref() {
+                Some(m) => gsched_types::tuning::mem_bind(m).map(|_| Some(m.to_string()))?,
+                None => None,
+            },
+            overcommit: args.overcommit,
+            mincpus: count(&args.mincpus, "--mincpus")?,
         },
         mem_mb: memory.mem_mb,
         mem_per_gpu_mb: memory.mem_per_gpu_mb,
@@ -577,8 +606,10 @@ fn memory(args: &SubArgs, tasks: &Tasks, gpus: &Gpus) -> Result<Memory, ResolveE
     // per node by the scheduler): one CPU per GPU starves NCCL's proxy and socket threads
     // and torchrun's workers.
     let cpus_per_gpu = count(&args.cpus_per_gpu, "--cpus-per-gpu")?;
-    let gpu_share_cpus =
-        cpus_per_gpu.is_none() && args.cpus_per_task.is_none() && gpus_per_node > 0;
+    let gpu_share_cpus = cpus_per_gpu.is_none()
+        && args.cpus_per_task.is_none()
+        && args.mincpus.is_none()
+        && gpus_per_node > 0;
     let mem_flags = [
         args.mem.is_some(),
         args.mem_per_gpu.is_some(),

@@ -347,6 +347,27 @@ pub fn task_env(t: &TaskEnv<'_>) -> BTreeMap<String, String> {
     if let Some(n) = spec.given.ntasks_per_core {
         set("SLURM_NTASKS_PER_CORE", n.to_string());
     }
+    if let Some(f) = &spec.given.cpu_freq {
+        set("SLURM_CPU_FREQ_REQ", f.clone());
+    }
+    if let Some(f) = &spec.given.gpu_freq {
+        set("SLURM_GPU_FREQ", f.clone());
+    }
+    if let Some(m) = spec
+        .given
+        .mem_bind
+        .as_deref()
+        .and_then(|m| gsched_types::tuning::mem_bind(m).ok())
+    {
+        set("SLURM_MEM_BIND", m.job_value());
+        if m.sort {
+            set("SLURM_MEM_BIND_SORT", "sort".into());
+        }
+        set("SLURM_MEM_BIND_VERBOSE", m.verbosity().into());
+    }
+    if spec.given.overcommit {
+        set("SLURM_OVERCOMMIT", "1".into());
+    }
     set("SLURM_SUBMIT_DIR", spec.submit_dir.clone());
     set("SLURMD_NODENAME", t.node.to_string());
     set(

@@ -165,6 +165,24 @@ pub struct Given {
     /// `--open-mode` was given (sbatch then passes `SLURM_OPEN_MODE` on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open_mode: bool,
+    /// `--cpu-freq` as Slurm hands it to the job (`SLURM_CPU_FREQ_REQ`, from
+    /// [`crate::tuning::cpu_freq`]); gsched sets no CPU clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_freq: Option<String>,
+    /// `--gpu-freq` (`SLURM_GPU_FREQ`); gsched sets no GPU clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_freq: Option<String>,
+    /// `--mem-bind` (`SLURM_MEM_BIND`, `SLURM_MEM_BIND_VERBOSE`); gsched sets no memory
+    /// policy (the job's memory follows its CPUs by first touch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bind: Option<String>,
+    /// `-O`/`--overcommit`: the job holds CPUs as for one task per node, and its steps may
+    /// run more tasks than it holds CPUs (`SLURM_OVERCOMMIT=1`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overcommit: bool,
+    /// `--mincpus`: at least this many CPUs on each node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mincpus: Option<u32>,
 }
 
 impl Given {
@@ -389,14 +407,21 @@ impl JobSpec {
     }
 
     /// CPUs needed on each node: `--cpus-per-gpu` x GPUs when given, else tasks x
-    /// `--cpus-per-task`.
+    /// `--cpus-per-task`, at least `--mincpus`; with `--overcommit`, as for one task and
+    /// no `--mincpus` (Slurm 22.05 allocates so: `-n 4 -O --mincpus=3` holds one CPU).
     pub fn cpus_per_node(&self) -> u32 {
-        match self.cpus_per_gpu {
+        let (tasks, least) = if self.given.overcommit {
+            (1, 0)
+        } else {
+            (self.ntasks_per_node, self.given.mincpus.unwrap_or(0))
+        };
+        let asked = match self.cpus_per_gpu {
             Some(c) if self.gpus_per_node > 0 => {
-                (c * self.gpus_per_node).max(self.ntasks_per_node * self.cpus_per_task)
+                (c * self.gpus_per_node).max(tasks * self.cpus_per_task)
             }
-            _ => self.ntasks_per_node * self.cpus_per_task,
-        }
+            _ => tasks * self.cpus_per_task,
+        };
+        asked.max(least)
     }
 
     pub fn total_gpus(&self) -> u32 {

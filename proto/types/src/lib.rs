@@ -25,8 +25,10 @@ pub mod parse;
 pub mod report;
 pub mod reservation;
 pub mod resources;
+pub mod rlimits;
 pub mod steps;
 pub mod topology;
+pub mod tuning;
 pub mod usage;
 
 pub use failure::{Failure, FailureKind};

@@ -42,6 +42,10 @@ pub struct StepRequest {
     /// The step's name (`srun -J`); absent: its command's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// More tasks than the job holds CPUs may start (`srun -O`, or `SLURM_OVERCOMMIT` from
+    /// a job submitted with it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overcommit: bool,
     /// CPUs for each task (`srun -c`): the step's `SLURM_CPUS_PER_TASK`, and how many each
     /// task is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -275,9 +279,9 @@ pub fn deal(ntasks: u32, nodes: u32, dist: crate::binding::NodeDist) -> Vec<Vec<
 }
 
 /// Slurm's step check: a step may not ask for more CPUs (its tasks times each task's
-/// CPUs, one unless `-c` says) than its whole job holds; fitting them per node is the
-/// binding's concern.
-pub fn check_cpus(
+/// CPUs, one unless `-c` says) than its whole job holds, unless it overcommits (`srun
+/// -O`, or a job submitted with it); fitting them per node is the binding's concern.
+fn check_cpus(
     ntasks: u32,
     cpus_per_task: Option<u32>,
     job_cpus: u64,
@@ -293,12 +297,14 @@ pub fn check_cpus(
 }
 
 impl StepRequest {
-    /// Lays the step out over the job's nodes (in job order): `-w` picks nodes, `-N`
-    /// limits their number, `-n` spreads tasks as srun does (blocks of ranks by default,
-    /// as `--distribution` says otherwise).
+    /// Lays the step out over the job's nodes (in job order), which hold `job_cpus` CPUs
+    /// in all: `-w` picks nodes, `-N` limits their number, `-n` spreads tasks as srun
+    /// does (blocks of ranks by default, as `--distribution` says otherwise), and the
+    /// tasks' CPUs must fit in the job's unless the step overcommits.
     pub fn layout(
         &self,
         job_nodes: &[String],
+        job_cpus: u64,
     ) -> Result<StepLayout, crate::error::StepLayoutError> {
         use crate::error::StepLayoutError;
         for n in &self.nodelist {
@@ -346,6 +352,9 @@ impl StepRequest {
         }
         if ntasks > MAX_STEP_TASKS {
             return Err(too_many(ntasks.to_string()));
+        }
+        if !self.overcommit {
+            check_cpus(ntasks, self.cpus_per_task, job_cpus)?;
         }
         let mut ranks = deal(ntasks, nodes.len() as u32, self.binding.nodes);
         // A plane distribution may leave nodes without a task: the step has fewer nodes.
@@ -463,6 +472,9 @@ pub enum StepUpdate {
 mod tests {
     use super::*;
 
+    /// CPUs of a job large enough for every layout here.
+    const HELD: u64 = 1 << 20;
+
     #[test]
     fn a_task_counts_as_srun_counts_it_and_an_unknown_end_as_a_failure() {
         assert_eq!(task_status(Some(0), None), 0);
@@ -550,6 +562,7 @@ mod tests {
             gpus: StepGpus::default(),
             overlap: false,
             name: None,
+            overcommit: false,
             cpus_per_task: None,
             binding: Default::default(),
             srun_env: BTreeMap::new(),
@@ -563,7 +576,7 @@ mod tests {
         let with = |ntasks, dist| {
             let mut r = req(0, ntasks, 0, &[]);
             r.binding.nodes = dist;
-            r.layout(&job).unwrap()
+            r.layout(&job, HELD).unwrap()
         };
         assert_eq!(with(4, NodeDist::Block).ranks, [vec![0, 1], vec![2, 3]]);
         assert_eq!(with(4, NodeDist::Cyclic).ranks, [vec![0, 2], vec![1, 3]]);
@@ -584,13 +597,16 @@ mod tests {
         let job: Vec<String> = ["n1", "n2"].iter().map(|s| s.to_string()).collect();
         // 2^31 per node on two nodes once wrapped to 0 tasks and divided by zero.
         for (n, per) in [(0, 1u32 << 31), (0, u32::MAX), (u32::MAX, 0)] {
-            let e = req(0, n, per, &[]).layout(&job).unwrap_err();
+            let e = req(0, n, per, &[]).layout(&job, HELD).unwrap_err();
             assert!(
                 matches!(e, crate::error::StepLayoutError::TooManyTasks(_)),
                 "{e}"
             );
         }
-        assert_eq!(req(0, 0, 2048, &[]).layout(&job).unwrap().ntasks, 4096);
+        assert_eq!(
+            req(0, 0, 2048, &[]).layout(&job, HELD).unwrap().ntasks,
+            4096
+        );
     }
 
     #[test]
@@ -607,33 +623,41 @@ mod tests {
             "More processors requested than permitted"
         );
         assert!(check_cpus(3, Some(2), 5).is_err());
+        let job = vec!["n1".to_string()];
+        let mut four = req(0, 4, 0, &[]);
+        assert_eq!(
+            four.layout(&job, 1),
+            Err(crate::error::StepLayoutError::TooManyCpus { asked: 4, held: 1 })
+        );
+        four.overcommit = true;
+        assert_eq!(four.layout(&job, 1).map(|l| l.ntasks), Ok(4));
     }
 
     #[test]
     fn layouts_as_srun_makes_them() {
         let job: Vec<String> = ["n1", "n2", "n3"].iter().map(|s| s.to_string()).collect();
-        let l = req(0, 0, 0, &[]).layout(&job).unwrap();
+        let l = req(0, 0, 0, &[]).layout(&job, HELD).unwrap();
         assert_eq!(
             (l.nodes.len(), l.ranks.clone(), l.ntasks),
             (3, vec![vec![0], vec![1], vec![2]], 3)
         );
-        let l = req(1, 1, 0, &["n2"]).layout(&job).unwrap();
+        let l = req(1, 1, 0, &["n2"]).layout(&job, HELD).unwrap();
         assert_eq!((l.nodes, l.ranks), (vec!["n2".to_string()], vec![vec![0]]));
-        let l = req(2, 5, 0, &[]).layout(&job).unwrap();
+        let l = req(2, 5, 0, &[]).layout(&job, HELD).unwrap();
         assert_eq!(l.ranks, vec![vec![0, 1, 2], vec![3, 4]]);
-        let l = req(0, 2, 0, &[]).layout(&job).unwrap();
+        let l = req(0, 2, 0, &[]).layout(&job, HELD).unwrap();
         assert_eq!(
             l.nodes.len(),
             2,
             "fewer tasks than nodes shrinks the node count"
         );
-        let l = req(0, 0, 4, &[]).layout(&job).unwrap();
+        let l = req(0, 0, 4, &[]).layout(&job, HELD).unwrap();
         assert_eq!(l.ntasks, 12);
         assert!(matches!(
-            req(0, 0, 0, &["n9"]).layout(&job),
+            req(0, 0, 0, &["n9"]).layout(&job, HELD),
             Err(crate::error::StepLayoutError::ForeignNode { node, .. }) if node == "n9"
         ));
-        assert!(req(4, 0, 0, &[]).layout(&job).is_err());
-        assert!(req(0, 100_000, 0, &[]).layout(&job).is_err());
+        assert!(req(4, 0, 0, &[]).layout(&job, HELD).is_err());
+        assert!(req(0, 100_000, 0, &[]).layout(&job, HELD).is_err());
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct ChildSetup {
     pub(super) stdin: ChildStdin,
     /// The CPUs the task is bound to (`srun --cpu-bind`); absent: not bound.
     pub(super) affinity: Option<nix::sched::CpuSet>,
+    /// The soft limits it takes from where it was submitted.
+    pub(super) limits: Vec<super::rlimits::Setting>,
 }
 
 /// Where a task's stdin comes from.
@@ -127,6 +129,7 @@ impl ChildSetup {
             unsafe { signal::signal(sig, SigHandler::SigDfl) }?;
         }
         signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+        super::rlimits::apply(&self.limits);
         if let Some(set) = &self.affinity {
             // CPUs this machine does not have (a fake node's) leave the task unbound.
             let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set);

@@ -20,6 +20,7 @@
 mod child;
 mod files;
 pub mod policy;
+mod rlimits;
 mod streams;
 
 use crate::layout::{RunFiles, write_private};
@@ -137,6 +138,9 @@ fn read_plan(dir: &Path) -> Result<Plan, String> {
 pub const STDERR_CAPTURE: &str = "stderr.log";
 
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
+    let mut plan = plan.clone();
+    let limits = rlimits::take(&mut plan);
+    let plan = &plan;
     let wiring = Wiring::of(plan, crate::identity::is_root());
     let outputs = Outputs::open(dir, plan, &wiring)?;
     let streams = Streams::open(&wiring)?;
@@ -147,7 +151,15 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         }
         _ => None,
     };
-    let setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
+    let mut setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
+    setup.limits = limits.set;
+    if !limits.refused.is_empty() {
+        // SAFETY: `setup.stderr` is the tasks' stderr, open until they are spawned.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
+        for line in &limits.refused {
+            let _ = nix::unistd::write(fd, line.as_bytes());
+        }
+    }
     let spawned = spawn_tasks(plan, &wiring, setup, &dir.join("pgid"));
     drop(input);
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
@@ -407,6 +419,7 @@ fn child_setup(
             (None, _, _) => ChildStdin::Null,
         },
         affinity: plan.affinity.as_deref().map(cpu_set),
+        limits: Vec::new(),
     })
 }
 
@@ -454,7 +467,17 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path
         error: None,
     };
     for env in &plan.tasks {
-        let mut cmd = Command::new(&plan.argv[0]);
+        let path_var = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let (program, argv0) = policy::program_path(&plan.argv[0], path_var, &plan.workdir, |p| {
+            std::fs::metadata(p).is_ok_and(|m| !m.is_dir())
+        });
+        let mut cmd = Command::new(program);
+        if let Some(a) = argv0 {
+            cmd.arg0(a);
+        }
         cmd.args(&plan.argv[1..])
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)));

@@ -157,6 +157,35 @@ impl LeaseGuard {
     }
 }
 
+/// Where a task's program is, as slurmstepd's `_build_path` finds it: a name with a slash
+/// as it is (relative to the task's directory), else the first non-directory of that name
+/// on the task's `PATH`, else the name in the task's directory (srun runs `srun prog` from
+/// the current directory when no `PATH` entry has it). The second value is the `argv[0]`
+/// to give when it differs from the path (the bare name, as Slurm execs it).
+pub fn program_path(
+    argv0: &str,
+    path_var: Option<&str>,
+    workdir: &str,
+    is_file: impl Fn(&str) -> bool,
+) -> (String, Option<String>) {
+    if argv0.contains('/') || argv0.is_empty() {
+        return (argv0.to_string(), None);
+    }
+    let on_path = path_var
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("{}/{argv0}", d.trim_end_matches('/')))
+        .find(|p| is_file(p));
+    match on_path {
+        Some(p) => (p, None),
+        None => (
+            format!("{}/{argv0}", workdir.trim_end_matches('/')),
+            Some(argv0.to_string()),
+        ),
+    }
+}
+
 /// What the user is told when a task cannot be started (`errno` of the failed exec).
 pub fn spawn_error(
     errno: Option<i32>,
@@ -201,6 +230,25 @@ pub fn output_error(path: &str, detail: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_program_is_found_on_path_then_in_the_task_directory() {
+        let files = ["/usr/bin/python", "/run/probe.py"];
+        let is_file = |p: &str| files.contains(&p);
+        let find = |a: &str| program_path(a, Some("/opt/bin::/usr/bin/"), "/run", is_file);
+        assert_eq!(find("python"), ("/usr/bin/python".into(), None));
+        assert_eq!(
+            find("probe.py"),
+            ("/run/probe.py".into(), Some("probe.py".into()))
+        );
+        assert_eq!(
+            find("missing"),
+            ("/run/missing".into(), Some("missing".into())),
+            "not found: the exec says so, naming the program"
+        );
+        assert_eq!(find("./x.sh"), ("./x.sh".into(), None));
+        assert_eq!(find("/bin/true"), ("/bin/true".into(), None));
+    }
+
     use super::*;
 
     const LEASE_MS: u64 = 10_000;

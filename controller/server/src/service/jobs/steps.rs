@@ -9,6 +9,7 @@ use gsched_proto::contract::Carries;
 use gsched_proto::pb::RunStepReply;
 use gsched_state::{Command, StepEnded, StepStarted};
 use gsched_types::agent::ControllerToAgent;
+use gsched_types::error::StepLayoutError;
 use gsched_types::job::JobState;
 use gsched_types::steps::{
     INPUT_CHUNK, InputEvent, StepGpuError, StepInput, StepLaunch, StepRequest, StepState,
@@ -63,20 +64,16 @@ impl JobsService {
                     job.state.name()
                 )));
             }
-            let layout = body
-                .layout(&job.node_names())
-                .map_err(Status::invalid_argument)?;
-            if let Some(a) = &job.allocation {
-                let held = a.nodes.iter().map(|n| n.cpus.len() as u64).sum();
-                gsched_types::steps::check_cpus(layout.ntasks, body.cpus_per_task, held).map_err(
-                    |e| {
-                        Status::invalid_argument(format!(
-                            "Unable to create step for job {}: {e}",
-                            body.job
-                        ))
-                    },
-                )?;
-            }
+            let held = job.allocation.as_ref().map_or(u64::MAX, |a| {
+                a.nodes.iter().map(|n| n.cpus.len() as u64).sum()
+            });
+            let layout = body.layout(&job.node_names(), held).map_err(|e| match e {
+                StepLayoutError::TooManyCpus { .. } => Status::invalid_argument(format!(
+                    "Unable to create step for job {}: {e}",
+                    body.job
+                )),
+                e => Status::invalid_argument(e),
+            })?;
             if body.pty.is_some() && layout.ntasks != 1 {
                 return Err(Status::invalid_argument(format!(
                     "grun --pty runs one task in a terminal, not {} (drop -n/--ntasks-per-node or -N)",
