@@ -22,6 +22,12 @@ pub struct HangSettings {
     pub after: Duration,
     /// Silence after a rank exited non-zero (shorter: that rank will never answer).
     pub after_exit: Duration,
+    /// How long a run goes on after a fatal line (an NCCL or CUDA error, a rendezvous
+    /// that failed) before it is stopped for it (`--fatal-grace`): a program that ends by
+    /// itself meanwhile ends as it would anywhere, its script's status kept and the line
+    /// the failure's evidence; one still running is stopped (NCCL's hangs keep the GPUs
+    /// busy, so the silence watch alone would not end them).
+    pub after_fatal: Duration,
     /// A GPU under this utilisation (percent) is idle.
     pub gpu_idle_pct: u8,
     /// CPU time growing by at least this share of one core (percent) is a busy job.
@@ -33,6 +39,7 @@ impl Default for HangSettings {
         HangSettings {
             after: Duration::from_secs(60),
             after_exit: Duration::from_secs(15),
+            after_fatal: Duration::from_secs(10),
             gpu_idle_pct: 5,
             cpu_busy_pct: 10,
         }

@@ -203,6 +203,11 @@ struct HangArgs {
     /// answer its peers).
     #[arg(long, default_value_t = 15.0)]
     hang_after_exit: f64,
+    /// Seconds a job may go on after printing a fatal error (NCCL, CUDA, a failed
+    /// rendezvous) before it is stopped for it; one that ends by itself meanwhile keeps
+    /// its own exit status.
+    #[arg(long, default_value_t = 10.0)]
+    fatal_grace: f64,
 }
 
 impl HangArgs {
@@ -212,6 +217,7 @@ impl HangArgs {
         gsched_agent::hang::HangSettings {
             after,
             after_exit: secs(self.hang_after_exit).min(after),
+            after_fatal: secs(self.fatal_grace),
             ..Default::default()
         }
     }

@@ -52,10 +52,20 @@ pub struct Watch {
     pub stop: Option<Stop>,
     /// The `--signal` warning has been sent.
     pub warned: bool,
-    /// A fatal line that only echoes a failure elsewhere ("connection closed by remote
-    /// peer", "unhandled cuda error"), kept up to [`ECHO_WAIT`] for the line that says
+    /// The run's first fatal line, not yet reported: the program has its grace to end by
+    /// itself (the failure is then reported with its end), else it is stopped for it.
+    pub held: Option<Held>,
+}
+
+/// A fatal line waiting out its grace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    pub failure: Failure,
+    pub since: Instant,
+    /// Whether the line says why; one that only echoes a failure elsewhere ("connection
+    /// closed by remote peer", "unhandled cuda error") is replaced by the line that says
     /// why, which often follows within a second.
-    pub held: Option<(Failure, Instant)>,
+    pub explained: bool,
 }
 
 /// How long an echoing fatal line waits for its cause before it is reported as it is.
@@ -135,6 +145,8 @@ pub struct Context<'a> {
     pub attempt: u32,
     pub node: &'a str,
     pub limits: &'a Limits,
+    /// How long the run may go on after a fatal line ([`crate::hang::HangSettings`]).
+    pub fatal_grace: Duration,
 }
 
 impl Context<'_> {
@@ -206,14 +218,7 @@ pub fn round(
         }));
     }
     let ending = seen.exit.is_some() || seen.supervisor_lost;
-    read_findings(
-        watch,
-        cx,
-        std::mem::take(&mut seen.findings),
-        now,
-        now_ms,
-        &mut out,
-    );
+    read_findings(watch, cx, std::mem::take(&mut seen.findings), now, now_ms);
     release_held(watch, cx, ending, now, &mut out);
     if let Some(evidence) = seen.hang.take() {
         stop_hung(watch, cx, evidence, now, now_ms, &mut out);
@@ -223,17 +228,15 @@ pub fn round(
     out
 }
 
-/// The round's lines: a fatal one is reported at once when it says why, held for its
-/// cause's echo when it does not; all are kept as the window later lines are read against.
+/// The round's lines: the first fatal one is held (a line that says why replaces one that
+/// only echoes it); all are kept as the window later lines are read against.
 fn read_findings(
     watch: &mut Watch,
     cx: &Context,
     mut findings: Vec<LogFinding>,
     now: Instant,
     now_ms: u64,
-    out: &mut Vec<Action>,
 ) {
-    let (job, attempt) = (cx.job, cx.attempt);
     // A round's warnings first: they are the causes its fatal lines echo, even when they
     // sit in another file (NCCL's debug file) than the fatal line.
     // Of its fatal lines, one that names a cause goes before one that only echoes it.
@@ -243,16 +246,20 @@ fn read_findings(
         if fatal && watch.fatal_reported.is_none() && watch.stop.is_none() {
             let evidence = first_cause(&watch.findings, &finding);
             let failure = cx.failure(finding.kind.clone(), evidence, now_ms);
-            if !explains(&watch.findings, &finding, &failure.evidence) {
-                watch.held.get_or_insert((failure, now));
-            } else {
-                watch.held = None;
-                watch.fatal_reported = Some(failure.clone());
-                out.push(Action::Report(RunEvent::Failed {
-                    job,
-                    attempt,
-                    failure,
-                }));
+            let explained = explains(&watch.findings, &finding, &failure.evidence);
+            match &mut watch.held {
+                None => {
+                    watch.held = Some(Held {
+                        failure,
+                        since: now,
+                        explained,
+                    })
+                }
+                Some(held) if explained && !held.explained => {
+                    held.failure = failure;
+                    held.explained = true;
+                }
+                Some(_) => {}
             }
         }
         // NCCL's unwinding lines explain nothing; kept, they would push the WARN that
@@ -267,7 +274,9 @@ fn read_findings(
     }
 }
 
-/// A held fatal line is reported once the run ends or its echo wait is over.
+/// A held fatal line is reported with the run's end if the program ends within its grace
+/// (its own status kept), else once the grace is over, which stops the run: the line is
+/// the trigger and the evidence, the run still going is what decides.
 fn release_held(
     watch: &mut Watch,
     cx: &Context,
@@ -276,16 +285,25 @@ fn release_held(
     out: &mut Vec<Action>,
 ) {
     let (job, attempt) = (cx.job, cx.attempt);
-    if let Some((failure, since)) = watch.held.take() {
-        if ending || now.saturating_duration_since(since) >= ECHO_WAIT {
-            watch.fatal_reported = Some(failure.clone());
+    if let Some(held) = watch.held.take() {
+        let wait = if held.explained {
+            cx.fatal_grace
+        } else {
+            cx.fatal_grace.max(ECHO_WAIT)
+        };
+        if ending {
+            // Ended by itself within its grace: its end says whether it failed, with
+            // this line as the evidence if it did.
+            watch.fatal_reported = Some(held.failure);
+        } else if now.saturating_duration_since(held.since) >= wait {
+            watch.fatal_reported = Some(held.failure.clone());
             out.push(Action::Report(RunEvent::Failed {
                 job,
                 attempt,
-                failure,
+                failure: held.failure,
             }));
         } else {
-            watch.held = Some((failure, since));
+            watch.held = Some(held);
         }
     }
 }
@@ -491,6 +509,7 @@ mod tests {
             attempt: 0,
             node: "n1",
             limits: l,
+            fatal_grace: Duration::ZERO,
         }
     }
 
@@ -629,6 +648,59 @@ mod tests {
             reports(&a)[..],
             [RunEvent::Exited { failure: None, .. }]
         ));
+    }
+
+    #[test]
+    fn a_fatal_line_stops_only_a_run_that_goes_on_past_its_grace() {
+        let l = limits(None);
+        let grace = Duration::from_secs(10);
+        let cx = Context {
+            fatal_grace: grace,
+            ..cx(&l)
+        };
+        let t = Instant::now();
+        let fatal = || {
+            Observed {
+            findings: vec![
+                gsched_launch::watch::classify_line(
+                    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+                )
+                .expect("classified"),
+            ],
+            ..Default::default()
+        }
+        };
+        // The launcher gives up and exits 1 by itself: the run ends with its own status,
+        // the line its failure's evidence, and nothing is stopped.
+        let mut w = Watch::default();
+        assert!(round(&mut w, &cx, fatal(), t, T0).is_empty());
+        let a = round(&mut w, &cx, ended(1), t + Duration::from_secs(3), T0);
+        assert!(!a.contains(&Action::Terminate), "{a:?}");
+        assert!(
+            matches!(&reports(&a)[..], [RunEvent::Exited { code: Some(1), failure: Some(f), .. }]
+                if f.evidence.contains("RendezvousConnectionError")),
+            "{a:?}"
+        );
+        // It caught the error and finished well: no failure.
+        let mut w = Watch::default();
+        round(&mut w, &cx, fatal(), t, T0);
+        let a = round(&mut w, &cx, ended(0), t + Duration::from_secs(3), T0);
+        assert!(matches!(
+            &reports(&a)[..],
+            [RunEvent::Exited { failure: None, .. }]
+        ));
+        // Still running when the grace is over (NCCL's hangs keep the GPUs busy): the
+        // failure is reported, which stops the job.
+        let mut w = Watch::default();
+        round(&mut w, &cx, fatal(), t, T0);
+        let early = round(&mut w, &cx, Observed::default(), t + grace / 2, T0);
+        assert!(reports(&early).is_empty());
+        let a = round(&mut w, &cx, Observed::default(), t + grace, T0);
+        assert!(
+            matches!(&reports(&a)[..], [RunEvent::Failed { failure, .. }]
+                if failure.evidence.contains("RendezvousConnectionError")),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -1152,6 +1152,7 @@ impl RunManager {
                 attempt: key.1,
                 node: &node,
                 limits: &run.limits,
+                fatal_grace: self.settings.hang.after_fatal,
             };
             let actions = monitor::round(&mut run.watch, &cx, seen, Instant::now(), now_ms());
             let mut done = false;

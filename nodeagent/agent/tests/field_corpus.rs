@@ -352,6 +352,8 @@ fn live_step(text: &str) -> Vec<Finding> {
         attempt: 0,
         node: "n1",
         limits: &limits,
+        // Reported as soon as read: this harness looks at what is found, not when.
+        fatal_grace: Duration::ZERO,
     };
     let mut watch = Watch::default();
     let mut transport = TransportLog::default();
