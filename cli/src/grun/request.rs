@@ -6,7 +6,7 @@ use super::args::RunArgs;
 use gsched_types::binding::{TaskBinding, parse_cpu_bind, parse_distribution, parse_hint};
 use gsched_types::gpubind::GpuBind;
 use gsched_types::job::JobId;
-use gsched_types::steps::{StepGpus, StepRequest, TermSize};
+use gsched_types::steps::{StepGpus, StepRequest, TaskScripts, TermSize};
 use std::collections::BTreeMap;
 
 /// What the options ask for that gsched cannot do; each message says what to do instead.
@@ -116,6 +116,10 @@ pub fn step_request(
             "no command given: grun [options] COMMAND [ARGS]".into(),
         ));
     }
+    let task_scripts = TaskScripts {
+        prolog: task_script(args.task_prolog.as_deref(), "--task-prolog", &cwd, caller)?,
+        epilog: task_script(args.task_epilog.as_deref(), "--task-epilog", &cwd, caller)?,
+    };
     Ok(StepRequest {
         job: JobId(job),
         nodelist,
@@ -130,6 +134,7 @@ pub fn step_request(
         overlap: args.overlap.is_some(),
         name: args.job_name.clone(),
         overcommit: args.overcommit || caller.var("SLURM_OVERCOMMIT").is_some(),
+        task_scripts,
         cpus_per_task: cpus_per_task(args, caller)?,
         binding: binding(args, caller)?,
         srun_env: srun_env(args, caller)?,
@@ -267,6 +272,35 @@ fn tuning_env(
     );
     count(args.mincpus.as_deref(), "--mincpus")?;
     Ok(())
+}
+
+/// A `--task-prolog`/`--task-epilog` program as srun finds it (the step's directory
+/// first, then `PATH`), as an absolute path for the nodes; one not found is refused.
+fn task_script(
+    given: Option<&str>,
+    name: &'static str,
+    cwd: &str,
+    caller: &Caller,
+) -> Result<Option<String>, RequestError> {
+    let Some(script) = given.filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("none")) else {
+        return Ok(None);
+    };
+    let found = super::scripts::locate(script, cwd, caller.var("PATH"), |p| {
+        (caller.is_executable)(std::path::Path::new(p))
+    });
+    let found = if found.starts_with('/') {
+        found
+    } else {
+        format!("{}/{found}", cwd.trim_end_matches('/'))
+    };
+    if !(caller.is_executable)(std::path::Path::new(&found)) {
+        return Err(flag(
+            name,
+            script,
+            format!("not found in PATH or {cwd}, or not executable"),
+        ));
+    }
+    Ok(Some(found))
 }
 
 /// A count option's value.

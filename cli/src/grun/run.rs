@@ -71,10 +71,12 @@ pub fn parse(
 }
 
 /// Options srun takes from its input variables here (`SLURM_LABELIO`, `SLURM_WAIT`...).
-const STEP_VARIABLES: [&str; 10] = [
+const STEP_VARIABLES: [&str; 12] = [
     "label",
     "prolog",
     "epilog",
+    "task-prolog",
+    "task-epilog",
     "wait",
     "kill-on-bad-exit",
     "unbuffered",

@@ -7,7 +7,7 @@ use crate::env::{NodeGpu, bind_task, compress_counts, node_gpus, set_gpu_vars};
 use crate::{TaskEnv, net_plan, output, task_env, torchrun};
 use gsched_types::binding::TaskBinding;
 use gsched_types::launch::LaunchSpec;
-use gsched_types::steps::StepLaunch;
+use gsched_types::steps::{StepLaunch, TaskScripts};
 use gsched_types::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -72,6 +72,9 @@ pub struct Plan {
     /// Say what the task is bound to on its stderr, as srun's `--cpu-bind=verbose`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub affinity_verbose: bool,
+    /// A step task's `--task-prolog` and `--task-epilog`.
+    #[serde(default, skip_serializing_if = "TaskScripts::is_default")]
+    pub task_scripts: TaskScripts,
 }
 
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
@@ -225,6 +228,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         gpus: node_gpus(launch, ctx.gpu_map, ctx.devices_filtered),
         affinity: None,
         affinity_verbose: false,
+        task_scripts: TaskScripts::default(),
     }
 }
 
@@ -451,6 +455,7 @@ pub fn step_task(
         gpus: Vec::new(),
         affinity,
         affinity_verbose: step.binding.verbose,
+        task_scripts: step.task_scripts.clone(),
     }
 }
 
@@ -594,6 +599,8 @@ mod tests {
                 .collect(),
             affinity: None,
             affinity_verbose: false,
+            task_scripts: TaskScripts::default(),
+            task_scripts: TaskScripts::default(),
         }
     }
 
@@ -617,6 +624,7 @@ mod tests {
             cpus_per_task: None,
             binding: Default::default(),
             srun_env: BTreeMap::new(),
+            task_scripts: Default::default(),
         }
     }
 

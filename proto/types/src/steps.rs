@@ -46,6 +46,10 @@ pub struct StepRequest {
     /// a job submitted with it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overcommit: bool,
+    /// Programs run on the node before and after each task (`--task-prolog`,
+    /// `--task-epilog`).
+    #[serde(default, skip_serializing_if = "TaskScripts::is_default")]
+    pub task_scripts: TaskScripts,
     /// CPUs for each task (`srun -c`): the step's `SLURM_CPUS_PER_TASK`, and how many each
     /// task is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,6 +66,53 @@ pub struct StepRequest {
     /// the job's and the caller's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub srun_env: BTreeMap<String, String>,
+}
+
+/// srun's `--task-prolog` and `--task-epilog`: programs (absolute paths, found by `grun`
+/// as srun finds them) the node runs as the task's user, with its environment, just before
+/// it starts (its `export NAME=value`, `unset NAME` and `print TEXT` lines act on the task)
+/// and just after it ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TaskScripts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prolog: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilog: Option<String>,
+}
+
+impl TaskScripts {
+    pub fn is_default(&self) -> bool {
+        *self == TaskScripts::default()
+    }
+}
+
+/// What a task prolog's output asks for, line by line (slurmstepd's
+/// `_run_script_and_set_env`); other lines are ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrologLine {
+    Export(String, String),
+    Unset(String),
+    Print(String),
+}
+
+/// The task prolog's lines that act on the task.
+pub fn prolog_lines(output: &str) -> Vec<PrologLine> {
+    output
+        .lines()
+        .filter_map(|l| {
+            if let Some(rest) = l.strip_prefix("export ") {
+                let (name, value) = rest.trim_start().split_once('=')?;
+                let name = name.trim_end();
+                (!name.is_empty()).then(|| PrologLine::Export(name.to_string(), value.to_string()))
+            } else if let Some(name) = l.strip_prefix("unset ") {
+                let name = name.trim();
+                (!name.is_empty()).then(|| PrologLine::Unset(name.to_string()))
+            } else {
+                l.strip_prefix("print ")
+                    .map(|t| PrologLine::Print(t.trim_start().to_string()))
+            }
+        })
+        .collect()
 }
 
 /// A terminal's size in characters.
@@ -408,6 +459,8 @@ pub struct StepLaunch {
     /// the job's and the caller's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub srun_env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "TaskScripts::is_default")]
+    pub task_scripts: TaskScripts,
 }
 
 /// A task's output, exit, or a step that could not start on a node: sent by agents as it
@@ -563,6 +616,7 @@ mod tests {
             overlap: false,
             name: None,
             overcommit: false,
+            task_scripts: Default::default(),
             cpus_per_task: None,
             binding: Default::default(),
             srun_env: BTreeMap::new(),
@@ -606,6 +660,20 @@ mod tests {
         assert_eq!(
             req(0, 0, 2048, &[]).layout(&job, HELD).unwrap().ntasks,
             4096
+        );
+    }
+
+    #[test]
+    fn a_task_prologs_output_is_read_as_slurmstepd_reads_it() {
+        let out = "export FROM_TP=yes\nprint   hello 0\nunset  UNSET_ME \njunk line\nexport =x\nexport  A =b=c\nunset \n";
+        assert_eq!(
+            prolog_lines(out),
+            vec![
+                PrologLine::Export("FROM_TP".into(), "yes".into()),
+                PrologLine::Print("hello 0".into()),
+                PrologLine::Unset("UNSET_ME".into()),
+                PrologLine::Export("A".into(), "b=c".into()),
+            ]
         );
     }
 

@@ -9,6 +9,7 @@ use std::ffi::CString;
 use std::os::fd::{BorrowedFd, RawFd};
 
 /// Everything the child needs between fork and exec, prepared before forking.
+#[derive(Clone)]
 pub(super) struct ChildSetup {
     pub(super) cgroup_procs: Option<CString>,
     pub(super) uid: Option<Uid>,

@@ -21,6 +21,7 @@ mod child;
 mod files;
 pub mod policy;
 mod rlimits;
+mod scripts;
 mod streams;
 
 use crate::layout::{RunFiles, write_private};
@@ -140,9 +141,8 @@ pub const STDERR_CAPTURE: &str = "stderr.log";
 fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     let mut plan = plan.clone();
     let limits = rlimits::take(&mut plan);
-    let plan = &plan;
-    let wiring = Wiring::of(plan, crate::identity::is_root());
-    let outputs = Outputs::open(dir, plan, &wiring)?;
+    let wiring = Wiring::of(&plan, crate::identity::is_root());
+    let outputs = Outputs::open(dir, &plan, &wiring)?;
     let streams = Streams::open(&wiring)?;
     // `sbatch --input`: opened as the owner, kept open until the tasks have it.
     let input = match &plan.input {
@@ -151,8 +151,16 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         }
         _ => None,
     };
-    let mut setup = child_setup(plan, &wiring, &streams, input.as_ref())?;
+    let mut setup = child_setup(&plan, &wiring, &streams, input.as_ref())?;
     setup.limits = limits.set;
+    if let Err((message, status)) = scripts::prolog(&mut plan, &setup) {
+        return Ok(ExitRecord {
+            code: Some(status),
+            ..ExitRecord::not_started(message)
+        });
+    }
+    let epilog_setup = setup.clone();
+    let plan = &plan;
     if !limits.refused.is_empty() {
         // SAFETY: `setup.stderr` is the tasks' stderr, open until they are spawned.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
@@ -192,6 +200,7 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
         _ => None,
     };
     let tasks = wait_tasks(dir, spawned.children)?;
+    scripts::epilog(plan, &epilog_setup);
     let output_error = copying.drain();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     // Wake the lease watcher from its wait, or the run's exit is reported up to one

@@ -171,6 +171,7 @@ impl JobsService {
                 cpus_per_task: body.cpus_per_task,
                 binding: body.binding.clone(),
                 srun_env: body.srun_env.clone(),
+                task_scripts: body.task_scripts.clone(),
             };
             if !self
                 .ctx
