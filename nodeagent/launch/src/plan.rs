@@ -600,7 +600,6 @@ mod tests {
             affinity: None,
             affinity_verbose: false,
             task_scripts: TaskScripts::default(),
-            task_scripts: TaskScripts::default(),
         }
     }
 
