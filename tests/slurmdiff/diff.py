@@ -87,8 +87,11 @@ SLURM_INTERNALS = {
 
 # A task's program that could not be started, as each side words it (slurmstepd's
 # exec_task, gsched's agent).
-EXEC_FAILED_SLURM = re.compile(r"^slurmstepd-\S+: error: execve\(\): (\S+): .*$")
-EXEC_FAILED_GSCHED = re.compile(r"^grun: task \d+ could not start: (?:cannot start (\S+): .*"
+EXEC_FAILED_SLURM = re.compile(r"^slurmstepd-\S+: error: execve\(\): "
+                               r"(?:bad interpreter\((\S+)\)|(\S+)): .*$")
+EXEC_FAILED_GSCHED = re.compile(r"^(?:grun: task \d+ could not start|gsched: error): "
+                                r"(?:cannot start \S+: bad interpreter (\S+): .*"
+                                r"|cannot start (\S+): .*"
                                 r"|permission denied starting (\S+) in .*)$")
 
 
@@ -464,8 +467,10 @@ def task_exit_lines(line):
 
 DATE = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                   r"[ \d]\d \d\d:\d\d:\d\d( [A-Z]{2,5})? \d{4}\b"
-                  # ISO 8601 (`date +%Y-%m-%dT%H:%M:%S`, `date -Iseconds`, Python's isoformat).
-                  r"|\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?")
+                  # ISO 8601 (`date +%Y-%m-%dT%H:%M:%S`, `date -Iseconds`, Python's isoformat,
+                  # `date '+%F %T'`) and the compact run-name stamp (`date +%Y%m%d_%H%M%S`).
+                  r"|\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?"
+                  r"|\b20\d{6}[_-]\d{6}\b")
 
 JOB_DIR = re.compile(r"/[^\s'\"]*/spool/n\d+/job\d+|/tmp/gsched-jobs/[\w.-]+")
 

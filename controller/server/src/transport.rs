@@ -454,9 +454,11 @@ mod tests {
         }
     }
 
-    /// Sends 30 heartbeats to a `Recorder` one at a time, as raft-rs hands them over, and
-    /// returns the recorder once the last arrived.
-    async fn deliver_to(peer: Recorder) -> Recorder {
+    /// Sends heartbeats to a `Recorder` one at a time, as raft-rs hands them over: until
+    /// the first arrives (a peer without the stream refuses it first, and what went before
+    /// its refusal came back is lost, however long that takes), then ten more, and at
+    /// least 30 in all. Returns the recorder once the last arrived, and the last index.
+    async fn deliver_to(peer: Recorder) -> (Recorder, u64) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let server = PeerServer::new(peer.clone());
@@ -478,7 +480,7 @@ mod tests {
             mailbox,
             tokio::runtime::Handle::current(),
         );
-        for index in 1..=30 {
+        let send = |index| {
             let mut m = RaftMessage {
                 from: 1,
                 to: 2,
@@ -487,37 +489,47 @@ mod tests {
             };
             m.set_msg_type(MessageType::MsgHeartbeat);
             transport.send(vec![m]);
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut index = 0;
+        while peer.messages.lock().is_empty() && Instant::now() < deadline {
+            index += 1;
+            send(index);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while peer.messages.lock().last() != Some(&30) && Instant::now() < deadline {
+        let last = (index + 10).max(30);
+        for i in index + 1..=last {
+            send(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        while peer.messages.lock().last() != Some(&last) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        peer
+        (peer, last)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn batches_to_a_peer_share_one_stream_in_order() {
-        let peer = deliver_to(Recorder {
+        let (peer, last) = deliver_to(Recorder {
             streams: true,
             ..Default::default()
         })
         .await;
-        assert_eq!(*peer.messages.lock(), (1..=30).collect::<Vec<u64>>());
+        assert_eq!(*peer.messages.lock(), (1..=last).collect::<Vec<u64>>());
         assert_eq!(*peer.stream_calls.lock(), 1, "one stream for every batch");
         assert_eq!(*peer.unary_calls.lock(), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_peer_without_the_stream_gets_every_batch_by_unary_calls() {
-        let peer = deliver_to(Recorder::default()).await;
+        let (peer, last) = deliver_to(Recorder::default()).await;
         // What went on the stream before the peer's refusal came back is lost, as on a
         // broken link (raft-rs resends); everything after arrives, in order.
         let got = peer.messages.lock().clone();
-        assert!(got.len() >= 27, "{got:?}");
+        assert!(got.len() >= 11, "{got:?}");
         assert_eq!(
             got[..],
-            (31 - got.len() as u64..=30).collect::<Vec<u64>>()[..]
+            (last + 1 - got.len() as u64..=last).collect::<Vec<u64>>()[..]
         );
         assert_eq!(*peer.stream_calls.lock(), 0);
         assert!(*peer.unary_calls.lock() >= 2, "batches went one call each");

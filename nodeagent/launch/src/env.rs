@@ -474,6 +474,7 @@ pub fn set_gpu_vars(
     };
     for k in [
         "CUDA_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
         "GPU_DEVICE_ORDINAL",
         "SLURM_STEP_GPUS",
         "SLURM_JOB_GPUS",
@@ -494,6 +495,9 @@ pub fn set_gpu_vars(
     }
     if let Some(b) = bound {
         env.insert("CUDA_VISIBLE_DEVICES".into(), list(b, |g| g.cuda));
+        // The three Slurm's gres/gpu sets by default (gres_common.c: NVML, RSMI, OpenCL):
+        // AMD's ROCm reads ROCR_VISIBLE_DEVICES as CUDA reads its own.
+        env.insert("ROCR_VISIBLE_DEVICES".into(), list(b, |g| g.cuda));
         env.insert("GPU_DEVICE_ORDINAL".into(), list(b, |g| g.cuda));
         if per_task {
             env.insert("SLURM_STEP_GPUS".into(), list(b, |g| g.device));

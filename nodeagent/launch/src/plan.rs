@@ -75,6 +75,9 @@ pub struct Plan {
     /// A step task's `--task-prolog` and `--task-epilog`.
     #[serde(default, skip_serializing_if = "TaskScripts::is_default")]
     pub task_scripts: TaskScripts,
+    /// Lines for the tasks' stderr before they start (what slurmstepd says there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
 }
 
 /// A task's stdin: `/dev/null`, or the input its `grun` sends (the supervisor's own
@@ -229,6 +232,7 @@ pub fn plan(launch: &LaunchSpec, script_text: &str, ctx: &RunContext<'_>) -> Pla
         affinity: None,
         affinity_verbose: false,
         task_scripts: TaskScripts::default(),
+        notices: Vec::new(),
     }
 }
 
@@ -456,6 +460,22 @@ pub fn step_task(
         affinity,
         affinity_verbose: step.binding.verbose,
         task_scripts: step.task_scripts.clone(),
+        notices: gpu_freq_notice(step, !job.gpus.is_empty(), local),
+    }
+}
+
+/// What Slurm's gpu/generic plugin says once per node on a step's stderr when the step asks
+/// for GPU clocks (`--gpu-freq`, or `SLURM_GPU_FREQ` from its job) and has GPUs there:
+/// gsched, like it, sets none.
+fn gpu_freq_notice(step: &StepLaunch, has_gpus: bool, local: u32) -> Vec<String> {
+    let asks = step
+        .srun_env
+        .get("SLURMD_TRES_FREQ")
+        .is_some_and(|f| f.contains("gpu:"));
+    if asks && has_gpus && step.gpus.per_node != Some(0) && local == 0 {
+        vec!["GpuFreq=control_disabled".into()]
+    } else {
+        Vec::new()
     }
 }
 
@@ -600,6 +620,7 @@ mod tests {
             affinity: None,
             affinity_verbose: false,
             task_scripts: TaskScripts::default(),
+            notices: Vec::new(),
         }
     }
 

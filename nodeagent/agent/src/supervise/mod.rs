@@ -161,15 +161,24 @@ fn run(dir: &Path, plan: &Plan) -> Result<ExitRecord, String> {
     }
     let epilog_setup = setup.clone();
     let plan = &plan;
-    if !limits.refused.is_empty() {
-        // SAFETY: `setup.stderr` is the tasks' stderr, open until they are spawned.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
-        for line in &limits.refused {
-            let _ = nix::unistd::write(fd, line.as_bytes());
-        }
+    let task_stderr = setup.stderr;
+    for line in plan
+        .notices
+        .iter()
+        .map(|n| format!("{n}\n"))
+        .chain(limits.refused)
+    {
+        say_to(task_stderr, &line);
     }
     let spawned = spawn_tasks(plan, &wiring, setup, &dir.join("pgid"));
     drop(input);
+    if let Some((e, _)) = &spawned.error
+        && !plan.split_capture
+    {
+        // A batch script that cannot start says so in its own output, as slurmstepd's
+        // "error: execve(): ..." (a step's grun says it on the caller's side).
+        say_to(task_stderr, &format!("gsched: error: {e}\n"));
+    }
     // Only the tasks hold the write ends now: the copiers see end-of-file once they exit.
     let sources = streams.into_sources()?;
     let copying = Copying::start(dir, plan, outputs, sources, spawned.pgid);
@@ -657,12 +666,33 @@ fn watch_lease(
     })
 }
 
+/// Writes `line` to the tasks' stderr, which `streams` holds open until `into_sources`.
+fn say_to(stderr: std::os::fd::RawFd, line: &str) {
+    // SAFETY: the caller passes the tasks' stderr while `streams` still holds it open.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(stderr) };
+    let _ = nix::unistd::write(fd, line.as_bytes());
+}
+
 fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
+    let program = match plan.argv[0].starts_with('.') {
+        true => format!("{}/{}", plan.workdir.trim_end_matches('/'), plan.argv[0]),
+        false => plan.argv[0].clone(),
+    };
+    let first_line = std::fs::read(&program)
+        .ok()
+        .and_then(|b| {
+            b.split(|c| *c == b'\n')
+                .next()
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+        })
+        .unwrap_or_default();
+    let missing = policy::interpreter(&first_line).filter(|i| !Path::new(i).exists());
     policy::spawn_error(
         e.raw_os_error(),
         &e.to_string(),
         &plan.argv[0],
         &plan.workdir,
         Path::new(&plan.workdir).is_dir(),
+        missing,
     )
 }

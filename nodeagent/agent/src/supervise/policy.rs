@@ -157,8 +157,14 @@ impl LeaseGuard {
     }
 }
 
-/// Where a task's program is, as slurmstepd's `_build_path` finds it: a name with a slash
-/// as it is (relative to the task's directory), else the first non-directory of that name
+/// The interpreter a script's first line names (`#!/bin/zsh -l`: `/bin/zsh`).
+pub fn interpreter(first_line: &str) -> Option<&str> {
+    first_line.strip_prefix("#!")?.split_whitespace().next()
+}
+
+/// Where a task's program is, as slurmstepd's `_build_path` finds it: a name starting with
+/// `.` in the task's directory (`./x` is `DIR/./x`, its `argv[0]` too), another name with
+/// a slash as it is (relative to the task's directory), else the first non-directory of that name
 /// on the task's `PATH`, else the name in the task's directory (srun runs `srun prog` from
 /// the current directory when no `PATH` entry has it). The second value is the `argv[0]`
 /// to give when it differs from the path (the bare name, as Slurm execs it).
@@ -168,6 +174,9 @@ pub fn program_path(
     workdir: &str,
     is_file: impl Fn(&str) -> bool,
 ) -> (String, Option<String>) {
+    if argv0.starts_with('.') {
+        return (format!("{}/{argv0}", workdir.trim_end_matches('/')), None);
+    }
     if argv0.contains('/') || argv0.is_empty() {
         return (argv0.to_string(), None);
     }
@@ -187,17 +196,25 @@ pub fn program_path(
 }
 
 /// What the user is told when a task cannot be started (`errno` of the failed exec).
+/// `missing_interpreter`: the `#!` interpreter of a program that exists, when that
+/// interpreter does not (the exec's ENOENT is then about it, as slurmstepd says: "bad
+/// interpreter").
 pub fn spawn_error(
     errno: Option<i32>,
     detail: &str,
     program: &str,
     workdir: &str,
     workdir_exists: bool,
+    missing_interpreter: Option<&str>,
 ) -> String {
     match errno {
         Some(libc::ENOENT) if !workdir_exists => {
             format!("working directory {workdir} does not exist on this node")
         }
+        Some(libc::ENOENT) if missing_interpreter.is_some() => format!(
+            "cannot start {program}: bad interpreter {}: No such file or directory",
+            missing_interpreter.unwrap_or_default()
+        ),
         Some(libc::EACCES) => format!(
             "permission denied starting {program} in {workdir} (check the working directory and output file permissions for the job's user)"
         ),
@@ -245,7 +262,8 @@ mod tests {
             ("/run/missing".into(), Some("missing".into())),
             "not found: the exec says so, naming the program"
         );
-        assert_eq!(find("./x.sh"), ("./x.sh".into(), None));
+        assert_eq!(find("./x.sh"), ("/run/./x.sh".into(), None));
+        assert_eq!(find("sub/x.sh"), ("sub/x.sh".into(), None));
         assert_eq!(find("/bin/true"), ("/bin/true".into(), None));
     }
 
@@ -389,12 +407,34 @@ mod tests {
 
     #[test]
     fn spawn_and_open_failures_say_what_to_check() {
-        let e = |errno, exists| spawn_error(Some(errno), "x", "train.sh", "/data/run", exists);
+        let e =
+            |errno, exists| spawn_error(Some(errno), "x", "train.sh", "/data/run", exists, None);
+        assert_eq!(
+            spawn_error(
+                Some(libc::ENOENT),
+                "x",
+                "/r/job.sh",
+                "/r",
+                true,
+                Some("/bin/zsh")
+            ),
+            "cannot start /r/job.sh: bad interpreter /bin/zsh: No such file or directory"
+        );
+        assert_eq!(interpreter("#!/bin/zsh -l"), Some("/bin/zsh"));
+        assert_eq!(interpreter("#! /usr/bin/env bash"), Some("/usr/bin/env"));
+        assert_eq!(interpreter("echo hi"), None);
         assert!(e(libc::ENOENT, false).contains("working directory /data/run does not exist"));
         assert!(e(libc::ENOENT, true).contains("cannot start train.sh: no such file"));
         assert!(e(libc::EACCES, true).contains("permission denied starting train.sh"));
         assert_eq!(
-            spawn_error(Some(libc::E2BIG), "Argument list too long", "a", "/", true),
+            spawn_error(
+                Some(libc::E2BIG),
+                "Argument list too long",
+                "a",
+                "/",
+                true,
+                None
+            ),
             "cannot start a: Argument list too long"
         );
         assert!(open_error(Some(libc::EACCES), "x", "/o").contains("as the job's user"));
