@@ -678,13 +678,15 @@ fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
         true => format!("{}/{}", plan.workdir.trim_end_matches('/'), plan.argv[0]),
         false => plan.argv[0].clone(),
     };
-    let first_line = std::fs::read(&program)
-        .ok()
-        .and_then(|b| {
-            b.split(|c| *c == b'\n')
-                .next()
-                .map(|l| String::from_utf8_lossy(l).into_owned())
-        })
+    // Only a `#!` line's worth, and only on a failed start.
+    let mut head = Vec::new();
+    if let Ok(f) = std::fs::File::open(&program) {
+        let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 256), &mut head);
+    }
+    let first_line = head
+        .split(|c| *c == b'\n')
+        .next()
+        .map(|l| String::from_utf8_lossy(l).into_owned())
         .unwrap_or_default();
     let missing = policy::interpreter(&first_line).filter(|i| !Path::new(i).exists());
     policy::spawn_error(
