@@ -492,7 +492,7 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path
         let (program, argv0) = policy::program_path(&plan.argv[0], path_var, &plan.workdir, |p| {
             std::fs::metadata(p).is_ok_and(|m| !m.is_dir())
         });
-        let mut cmd = Command::new(program);
+        let mut cmd = Command::new(&program);
         if let Some(a) = argv0 {
             cmd.arg0(a);
         }
@@ -527,15 +527,13 @@ fn spawn_tasks(plan: &Plan, wiring: &Wiring, setup: ChildSetup, pgid_file: &Path
         match cmd.spawn() {
             Ok(child) => {
                 if let Some(line) = bind_line(plan, env, child.id()) {
-                    // SAFETY: `setup.stderr` is the task's stderr, open for the whole spawn.
-                    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(setup.stderr) };
-                    let _ = nix::unistd::write(fd, line.as_bytes());
+                    say_to(setup.stderr, &line);
                 }
                 out.pgid.get_or_insert(child.id() as i32);
                 out.children.push(child);
             }
             Err(e) => {
-                out.error = Some((describe_spawn_error(&e, plan), e.raw_os_error()));
+                out.error = Some((describe_spawn_error(&e, plan, &program), e.raw_os_error()));
                 break;
             }
         }
@@ -673,14 +671,12 @@ fn say_to(stderr: std::os::fd::RawFd, line: &str) {
     let _ = nix::unistd::write(fd, line.as_bytes());
 }
 
-fn describe_spawn_error(e: &std::io::Error, plan: &Plan) -> String {
-    let program = match plan.argv[0].starts_with('.') {
-        true => format!("{}/{}", plan.workdir.trim_end_matches('/'), plan.argv[0]),
-        false => plan.argv[0].clone(),
-    };
+/// Why the task could not start; `program` is the path the exec was given
+/// ([`policy::program_path`]).
+fn describe_spawn_error(e: &std::io::Error, plan: &Plan, program: &str) -> String {
     // Only a `#!` line's worth, and only on a failed start.
     let mut head = Vec::new();
-    if let Ok(f) = std::fs::File::open(&program) {
+    if let Ok(f) = std::fs::File::open(program) {
         let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 256), &mut head);
     }
     let first_line = head
